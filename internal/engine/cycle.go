@@ -1,0 +1,382 @@
+package engine
+
+import (
+	"fmt"
+	"sort"
+	"time"
+)
+
+// Kind of a decision.
+type Kind string
+
+// Decision kinds.
+const (
+	// KindAdmitted: the workload holds quota; PodSets say where.
+	KindAdmitted Kind = "admitted"
+	// KindPreempted: the workload lost its quota to Preemptor.
+	KindPreempted Kind = "preempted"
+	// KindEvicted: the workload lost its quota for another Reason.
+	KindEvicted Kind = "evicted"
+	// KindPending: the workload waits, and Reason changed.
+	KindPending Kind = "pending"
+)
+
+// Decision is one outcome of a cycle.
+type Decision struct {
+	Kind         Kind
+	Key          string
+	ClusterQueue string
+	PodSets      []PodSetAssignment
+	Reason       string
+	Preemptor    string
+}
+
+// maxRoundsPerCycle bounds a cycle against preemption loops that a broken
+// configuration might cause; a healthy cycle ends long before.
+const maxRoundsPerCycle = 100000
+
+// entry is a head of a ClusterQueue nominated in a round.
+type entry struct {
+	ws      *wlState
+	a       *assignment
+	targets []target
+	reason  string
+}
+
+// cycle carries the per-cycle bookkeeping.
+type cycle struct {
+	e       *Engine
+	now     time.Time
+	out     []Decision
+	cursor  map[*cqState]int
+	blocked map[*cqState]bool
+	seen    map[*wlState]bool
+	touched map[*cqState]bool
+}
+
+// Cycle admits every pending workload that fits, in queue order, preempts
+// where policy allows and a preemptor needs room, and drains stopped
+// queues. Evictions take effect at once: victims go back to their queues
+// and may be admitted again in the same cycle. now stamps admissions.
+func (e *Engine) Cycle(now time.Time) []Decision {
+	c := &cycle{
+		e:       e,
+		now:     now,
+		cursor:  map[*cqState]int{},
+		blocked: map[*cqState]bool{},
+		seen:    map[*wlState]bool{},
+		touched: map[*cqState]bool{},
+	}
+	c.drain()
+	for round := 0; round < maxRoundsPerCycle; round++ {
+		heads := c.heads()
+		if len(heads) == 0 {
+			break
+		}
+		entries := make([]*entry, len(heads))
+		for i, ws := range heads {
+			entries[i] = c.nominate(ws)
+		}
+		c.order(entries)
+		c.process(entries)
+	}
+	c.explain()
+	for cq := range c.touched {
+		cq.compact()
+	}
+	return c.out
+}
+
+// drain evicts admitted workloads of queues stopped with HoldAndDrain.
+func (c *cycle) drain() {
+	for _, cq := range c.e.tree.cqOrder {
+		var victims []*wlState
+		var reasons []string
+		for _, ws := range cq.admitted {
+			switch {
+			case cq.StopPolicy == HoldAndDrain:
+				victims, reasons = append(victims, ws), append(reasons, ReasonClusterQueueStopped)
+			case ws.lq != nil && ws.lq.StopPolicy == HoldAndDrain:
+				victims, reasons = append(victims, ws), append(reasons, ReasonLocalQueueStopped)
+			}
+		}
+		for i, ws := range victims {
+			c.e.evict(ws)
+			c.touched[cq] = true
+			c.out = append(c.out, Decision{Kind: KindEvicted, Key: ws.key, ClusterQueue: cq.Name, Reason: reasons[i]})
+		}
+	}
+}
+
+// stopped says why a ClusterQueue admits nothing, or "".
+func stopped(cq *cqState) string {
+	if cq.inactive != "" {
+		return cq.inactive
+	}
+	if cq.StopPolicy == Hold || cq.StopPolicy == HoldAndDrain {
+		return fmt.Sprintf("ClusterQueue %s is stopped (stopPolicy %s)", cq.Name, cq.StopPolicy)
+	}
+	return ""
+}
+
+func lqStopped(ws *wlState) bool {
+	return ws.lq != nil && (ws.lq.StopPolicy == Hold || ws.lq.StopPolicy == HoldAndDrain)
+}
+
+// heads returns the first admissible-looking workload of every queue that
+// is not blocked for the rest of this cycle.
+func (c *cycle) heads() []*wlState {
+	var out []*wlState
+	for _, cq := range c.e.tree.cqOrder {
+		if c.blocked[cq] || len(cq.pending) == 0 || stopped(cq) != "" {
+			continue
+		}
+		i := c.cursor[cq]
+		for i < len(cq.pending) {
+			ws := cq.pending[i]
+			if ws.admitted != nil || ws.parked || lqStopped(ws) {
+				i++
+				continue
+			}
+			break
+		}
+		c.cursor[cq] = i
+		if i < len(cq.pending) {
+			out = append(out, cq.pending[i])
+		}
+	}
+	return out
+}
+
+func (c *cycle) nominate(ws *wlState) *entry {
+	e := c.e
+	cq := ws.cq
+	if !e.selects(cq, ws.w.Namespace) {
+		return &entry{ws: ws, reason: fmt.Sprintf("namespace %s is not selected by the namespaceSelector of ClusterQueue %s", ws.w.Namespace, cq.Name)}
+	}
+	counts := make([]int32, len(ws.w.PodSets))
+	for i, ps := range ws.w.PodSets {
+		counts[i] = ps.Count
+	}
+	a := e.assign(ws, counts)
+	if a.mode == fit {
+		return &entry{ws: ws, a: a}
+	}
+	if a.mode == preemptFit {
+		if t := e.preemptionTargets(ws, a); len(t) > 0 {
+			return &entry{ws: ws, a: a, targets: t}
+		}
+	}
+	if pe := c.partial(ws); pe != nil {
+		return pe
+	}
+	return &entry{ws: ws, a: a, reason: a.reason()}
+}
+
+// partial looks for the largest pod counts, between each pod set's
+// minCount and count, at which the workload fits or can preempt to fit.
+func (c *cycle) partial(ws *wlState) *entry {
+	var span int32
+	for _, ps := range ws.w.PodSets {
+		if ps.MinCount > 0 && ps.MinCount < ps.Count {
+			span = max(span, ps.Count-ps.MinCount)
+		}
+	}
+	if span == 0 {
+		return nil
+	}
+	try := func(k int32) *entry {
+		counts := make([]int32, len(ws.w.PodSets))
+		for i, ps := range ws.w.PodSets {
+			counts[i] = ps.Count
+			if ps.MinCount > 0 && ps.MinCount < ps.Count {
+				counts[i] = ps.MinCount + int32(int64(ps.Count-ps.MinCount)*int64(k)/int64(span))
+			}
+		}
+		a := c.e.assign(ws, counts)
+		switch a.mode {
+		case fit:
+			return &entry{ws: ws, a: a}
+		case preemptFit:
+			if t := c.e.preemptionTargets(ws, a); len(t) > 0 {
+				return &entry{ws: ws, a: a, targets: t}
+			}
+		}
+		return nil
+	}
+	best := try(0)
+	if best == nil {
+		return nil
+	}
+	// Largest k in [0, span) that works; k = span is the full count,
+	// which already failed.
+	lo, hi := int32(0), span-1
+	for lo < hi {
+		mid := lo + (hi-lo+1)/2
+		if en := try(mid); en != nil {
+			lo, best = mid, en
+		} else {
+			hi = mid - 1
+		}
+	}
+	return best
+}
+
+// order sorts a round's entries as Kueue does: those that need no
+// borrowing first, then lower fair share (when fair sharing is on), then
+// higher priority, then earlier submission.
+func (c *cycle) order(entries []*entry) {
+	t := c.e.tree
+	sort.SliceStable(entries, func(i, j int) bool {
+		a, b := entries[i], entries[j]
+		ab, bb := a.a != nil && a.a.borrows, b.a != nil && b.a.borrows
+		if ab != bb {
+			return !ab
+		}
+		if t.fair && a.a != nil && b.a != nil {
+			sa, sb := t.compareShares(a.ws.cq.node, a.a.usage, b.ws.cq.node, b.a.usage)
+			if sa != sb {
+				return sa < sb
+			}
+		}
+		return queueLess(a.ws, b.ws)
+	})
+}
+
+// compareShares returns the shares to compare two queues' candidates by:
+// those of the two distinct subtrees just below their lowest common
+// ancestor, with each candidate's usage added.
+func (t *tree) compareShares(a *node, ua []frAmount, b *node, ub []frAmount) (int64, int64) {
+	pa, pb := a.path(), b.path()
+	if pa[0] != pb[0] {
+		return t.share(a, ua), t.share(b, ub)
+	}
+	k := 0
+	for k < len(pa) && k < len(pb) && pa[k] == pb[k] {
+		k++
+	}
+	if k >= len(pa) || k >= len(pb) {
+		return t.share(a, ua), t.share(b, ub)
+	}
+	return t.share(pa[k], ua), t.share(pb[k], ub)
+}
+
+func (c *cycle) process(entries []*entry) {
+	e := c.e
+	roots := map[*node]bool{}
+	for _, en := range entries {
+		ws, cq := en.ws, en.ws.cq
+		c.seen[ws] = true
+		root := cq.node.root()
+		switch {
+		case en.a != nil && en.a.mode == fit && len(en.targets) == 0:
+			if !e.fits(cq, en.a, true) {
+				// Another admission of this round took the room; the
+				// next round looks again.
+				continue
+			}
+			c.admit(ws, en.a)
+			roots[root] = true
+		case len(en.targets) > 0:
+			if roots[root] {
+				// The victims were chosen before another decision in
+				// this cohort tree changed usage; choose again.
+				continue
+			}
+			for _, t := range en.targets {
+				vcq := t.ws.admitted.cq
+				e.evict(t.ws)
+				c.requeued(vcq)
+				c.out = append(c.out, Decision{Kind: KindPreempted, Key: t.ws.key, ClusterQueue: vcq.Name, Reason: t.reason, Preemptor: ws.key})
+			}
+			c.admit(ws, en.a)
+			roots[root] = true
+		default:
+			c.pend(ws, en.reason)
+			if cq.QueueingStrategy == StrictFIFO {
+				c.blocked[cq] = true
+			} else {
+				ws.parked = true
+			}
+		}
+	}
+}
+
+// requeued notes that a queue's pending list changed under the cycle.
+func (c *cycle) requeued(cq *cqState) {
+	c.cursor[cq] = 0
+	c.touched[cq] = true
+	// Released quota may let parked workloads in the tree fit.
+	for _, m := range c.e.tree.members[cq.node.root()] {
+		c.cursor[m] = 0
+	}
+}
+
+func (c *cycle) admit(ws *wlState, a *assignment) {
+	cq := ws.cq
+	ws.admitted = &admitted{cq: cq, usage: a.usage, podSets: a.admission(cq.Name), at: c.now}
+	c.e.hold(ws)
+	ws.reason = ""
+	ws.parked = false
+	c.touched[cq] = true
+	c.out = append(c.out, Decision{Kind: KindAdmitted, Key: ws.key, ClusterQueue: cq.Name, PodSets: ws.admitted.podSets})
+}
+
+func (c *cycle) pend(ws *wlState, reason string) {
+	if ws.reason == reason {
+		return
+	}
+	ws.reason = reason
+	cq := ""
+	if ws.cq != nil {
+		cq = ws.cq.Name
+	}
+	c.out = append(c.out, Decision{Kind: KindPending, Key: ws.key, ClusterQueue: cq, Reason: reason})
+}
+
+// explain gives every pending workload not looked at this cycle a reason.
+func (c *cycle) explain() {
+	e := c.e
+	for _, cq := range e.tree.cqOrder {
+		stop := stopped(cq)
+		var head *wlState
+		for _, ws := range cq.pending {
+			if ws.admitted != nil {
+				continue
+			}
+			switch {
+			case stop != "":
+				c.pend(ws, stop)
+			case lqStopped(ws):
+				c.pend(ws, fmt.Sprintf("LocalQueue %s/%s is stopped (stopPolicy %s)", ws.lq.Namespace, ws.lq.Name, ws.lq.StopPolicy))
+			case c.seen[ws] || ws.parked:
+				if head == nil {
+					head = ws
+				}
+			default:
+				if head != nil {
+					c.pend(ws, fmt.Sprintf("waiting behind %s in ClusterQueue %s", head.key, cq.Name))
+				} else {
+					c.pend(ws, fmt.Sprintf("waiting in ClusterQueue %s", cq.Name))
+				}
+			}
+		}
+	}
+	for _, ws := range e.sortedUnresolved() {
+		c.pend(ws, ws.unresolved)
+	}
+}
+
+// compact drops admitted workloads from the pending list.
+func (cq *cqState) compact() {
+	kept := cq.pending[:0]
+	for _, ws := range cq.pending {
+		if ws.admitted == nil {
+			kept = append(kept, ws)
+		}
+	}
+	for i := len(kept); i < len(cq.pending); i++ {
+		cq.pending[i] = nil
+	}
+	cq.pending = kept
+}

@@ -1,0 +1,329 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// Sentinel errors for bad calls into the engine.
+var (
+	ErrDuplicate       = errors.New("workload already known")
+	ErrUnknownWorkload = errors.New("workload not known")
+	ErrBadAdmission    = errors.New("admission does not match the configuration")
+)
+
+// admitted is a workload's hold on quota.
+type admitted struct {
+	cq      *cqState
+	usage   []frAmount
+	podSets []PodSetAssignment
+	at      time.Time
+}
+
+// wlState is the engine's bookkeeping for one workload.
+type wlState struct {
+	w   *Workload
+	key string
+	// cq is the ClusterQueue the workload queues in; nil while its
+	// LocalQueue or ClusterQueue is missing (see unresolved).
+	cq         *cqState
+	lq         *LocalQueue
+	unresolved string
+	// requests per pod set, resolved and sorted by resource name.
+	requests [][]resReq
+	admitted *admitted
+	// parked: found inadmissible in a BestEffortFIFO queue; skipped until
+	// quota is released in its cohort tree or configuration changes.
+	parked bool
+	reason string
+}
+
+// Engine holds configuration, queues and quota usage. It is not safe for
+// concurrent use; one goroutine drives it.
+type Engine struct {
+	cfg        Config
+	tree       *tree
+	workloads  map[string]*wlState
+	unresolved map[string]*wlState
+}
+
+// New returns an engine for the given configuration.
+func New(cfg Config) *Engine {
+	e := &Engine{workloads: map[string]*wlState{}, unresolved: map[string]*wlState{}}
+	e.SetConfig(cfg)
+	return e
+}
+
+// SetConfig replaces the configuration. Admitted workloads keep their
+// admission; every pending workload is reconsidered.
+func (e *Engine) SetConfig(cfg Config) {
+	e.cfg = cfg
+	e.tree = buildTree(cfg)
+	for _, ws := range e.sorted() {
+		ws.parked = false
+		e.resolve(ws)
+		if ws.admitted == nil && ws.cq != nil {
+			ws.cq.pending = append(ws.cq.pending, ws)
+		}
+		if ws.admitted != nil {
+			cq, ok := e.tree.cqs[ws.admitted.cq.Name]
+			var usage []frAmount
+			var err error
+			if ok {
+				usage, err = e.usageOf(cq, ws, ws.admitted.podSets)
+			}
+			if !ok || err != nil {
+				// Its quota is gone with the configuration that gave it;
+				// it queues again.
+				ws.admitted = nil
+				if ws.cq != nil {
+					ws.cq.pending = append(ws.cq.pending, ws)
+				}
+				continue
+			}
+			ws.admitted.cq = cq
+			ws.admitted.usage = usage
+			e.hold(ws)
+		}
+	}
+	for _, cq := range e.tree.cqOrder {
+		cq.sortPending()
+	}
+}
+
+func (e *Engine) sorted() []*wlState {
+	out := make([]*wlState, 0, len(e.workloads))
+	for _, ws := range e.workloads {
+		out = append(out, ws)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].key < out[j].key })
+	return out
+}
+
+// resolve finds the ClusterQueue of a workload through its LocalQueue and
+// files it in that queue's pending list if it is pending.
+func (e *Engine) resolve(ws *wlState) {
+	ws.cq, ws.lq, ws.unresolved = nil, nil, ""
+	lq, ok := e.tree.lqs[ws.w.Namespace+"/"+ws.w.Queue]
+	switch {
+	case !ok:
+		ws.unresolved = fmt.Sprintf("LocalQueue %s/%s does not exist", ws.w.Namespace, ws.w.Queue)
+	default:
+		ws.lq = lq
+		cq, ok := e.tree.cqs[lq.ClusterQueue]
+		if !ok {
+			ws.unresolved = fmt.Sprintf("ClusterQueue %s of LocalQueue %s/%s does not exist", lq.ClusterQueue, lq.Namespace, lq.Name)
+			break
+		}
+		ws.cq = cq
+	}
+	if ws.cq == nil {
+		e.unresolved[ws.key] = ws
+	} else {
+		delete(e.unresolved, ws.key)
+	}
+	ws.requests = make([][]resReq, len(ws.w.PodSets))
+	for i, ps := range ws.w.PodSets {
+		var rs []resReq
+		for r, v := range ps.Requests {
+			if v > 0 {
+				rs = append(rs, resReq{resource: r, perPod: v})
+			}
+		}
+		sort.Slice(rs, func(a, b int) bool { return rs[a].resource < rs[b].resource })
+		ws.requests[i] = rs
+	}
+}
+
+// Submit adds a workload. A workload with Admission set is taken as
+// already admitted and holds its quota from now on.
+func (e *Engine) Submit(w Workload) error {
+	key := w.Key()
+	if _, ok := e.workloads[key]; ok {
+		return fmt.Errorf("submit %s: %w", key, ErrDuplicate)
+	}
+	ws := &wlState{w: &w, key: key}
+	if w.Admission != nil {
+		cq, ok := e.tree.cqs[w.Admission.ClusterQueue]
+		if !ok {
+			return fmt.Errorf("submit %s: ClusterQueue %s does not exist: %w", key, w.Admission.ClusterQueue, ErrBadAdmission)
+		}
+		usage, err := e.usageOf(cq, ws, w.Admission.PodSets)
+		if err != nil {
+			return fmt.Errorf("submit %s: %w", key, err)
+		}
+		ws.admitted = &admitted{cq: cq, usage: usage, podSets: w.Admission.PodSets, at: w.Admission.At}
+	}
+	e.resolve(ws)
+	if ws.admitted != nil {
+		e.hold(ws)
+	} else if ws.cq != nil {
+		ws.cq.insertPending(ws)
+	}
+	e.workloads[key] = ws
+	return nil
+}
+
+// usageOf computes the quota an admission takes in a ClusterQueue.
+func (e *Engine) usageOf(cq *cqState, ws *wlState, podSets []PodSetAssignment) ([]frAmount, error) {
+	a := &assignment{}
+	for _, psa := range podSets {
+		var ps *PodSet
+		for i := range ws.w.PodSets {
+			if ws.w.PodSets[i].Name == psa.Name {
+				ps = &ws.w.PodSets[i]
+			}
+		}
+		if ps == nil {
+			return nil, fmt.Errorf("pod set %s is not in the workload: %w", psa.Name, ErrBadAdmission)
+		}
+		for r, v := range ps.Requests {
+			if v == 0 {
+				continue
+			}
+			f, ok := psa.Flavors[r]
+			if !ok {
+				return nil, fmt.Errorf("pod set %s: no flavor given for resource %s: %w", psa.Name, r, ErrBadAdmission)
+			}
+			gi, ok := cq.groupOf[r]
+			if !ok {
+				return nil, fmt.Errorf("pod set %s: ClusterQueue %s does not cover resource %s: %w", psa.Name, cq.Name, r, ErrBadAdmission)
+			}
+			idx := -1
+			for _, gf := range cq.groups[gi].flavors {
+				if gf.name == f {
+					idx = gf.fr[r]
+				}
+			}
+			if idx < 0 {
+				return nil, fmt.Errorf("pod set %s: ClusterQueue %s has no flavor %s for resource %s: %w", psa.Name, cq.Name, f, r, ErrBadAdmission)
+			}
+			a.addUsage(idx, v*int64(psa.Count))
+		}
+	}
+	return a.usage, nil
+}
+
+// hold books an admitted workload's usage.
+func (e *Engine) hold(ws *wlState) {
+	cq := ws.admitted.cq
+	for _, u := range ws.admitted.usage {
+		cq.node.addUsage(u.fr, u.v)
+	}
+	cq.admitted = append(cq.admitted, ws)
+}
+
+// release frees an admitted workload's quota and wakes parked workloads in
+// its cohort tree.
+func (e *Engine) release(ws *wlState) {
+	cq := ws.admitted.cq
+	for _, u := range ws.admitted.usage {
+		cq.node.addUsage(u.fr, -u.v)
+	}
+	for i, c := range cq.admitted {
+		if c == ws {
+			cq.admitted = append(cq.admitted[:i], cq.admitted[i+1:]...)
+			break
+		}
+	}
+	ws.admitted = nil
+	e.unpark(cq.node.root())
+}
+
+func (e *Engine) unpark(root *node) {
+	for _, cq := range e.tree.members[root] {
+		for _, p := range cq.pending {
+			p.parked = false
+		}
+	}
+}
+
+// sortedUnresolved lists pending workloads whose queue is missing.
+func (e *Engine) sortedUnresolved() []*wlState {
+	out := make([]*wlState, 0, len(e.unresolved))
+	for _, ws := range e.unresolved {
+		if ws.admitted == nil {
+			out = append(out, ws)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].key < out[j].key })
+	return out
+}
+
+// Remove forgets a workload (finished or deleted), releasing its quota.
+func (e *Engine) Remove(key string) error {
+	ws, ok := e.workloads[key]
+	if !ok {
+		return fmt.Errorf("remove %s: %w", key, ErrUnknownWorkload)
+	}
+	if ws.admitted != nil {
+		e.release(ws)
+	} else if ws.cq != nil {
+		ws.cq.removePending(ws)
+	}
+	delete(e.workloads, key)
+	delete(e.unresolved, key)
+	return nil
+}
+
+// Evict takes a workload's quota away and puts it back in its queue.
+func (e *Engine) Evict(key string) error {
+	ws, ok := e.workloads[key]
+	if !ok {
+		return fmt.Errorf("evict %s: %w", key, ErrUnknownWorkload)
+	}
+	e.evict(ws)
+	return nil
+}
+
+func (e *Engine) evict(ws *wlState) {
+	if ws.admitted == nil {
+		return
+	}
+	e.release(ws)
+	ws.reason = ""
+	if ws.cq != nil {
+		ws.cq.insertPending(ws)
+	}
+}
+
+// IsAdmitted reports whether the workload holds quota.
+func (e *Engine) IsAdmitted(key string) bool {
+	ws, ok := e.workloads[key]
+	return ok && ws.admitted != nil
+}
+
+// PendingReason returns the reason a pending workload is waiting.
+func (e *Engine) PendingReason(key string) string {
+	if ws, ok := e.workloads[key]; ok {
+		return ws.reason
+	}
+	return ""
+}
+
+// ClusterQueueOf returns the ClusterQueue a workload queues or runs in.
+func (e *Engine) ClusterQueueOf(key string) string {
+	ws, ok := e.workloads[key]
+	switch {
+	case !ok:
+		return ""
+	case ws.admitted != nil:
+		return ws.admitted.cq.Name
+	case ws.cq != nil:
+		return ws.cq.Name
+	}
+	return ""
+}
+
+// selects reports whether a ClusterQueue accepts workloads from a
+// namespace. A nil selector selects nothing, as in Kueue.
+func (e *Engine) selects(cq *cqState, namespace string) bool {
+	if cq.NamespaceSelector == nil {
+		return false
+	}
+	return cq.NamespaceSelector.Matches(labels.Set(e.tree.nsLabel[namespace]))
+}

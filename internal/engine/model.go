@@ -1,0 +1,192 @@
+package engine
+
+import (
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// QueueingStrategy of a ClusterQueue.
+type QueueingStrategy string
+
+// Queueing strategies.
+const (
+	StrictFIFO     QueueingStrategy = "StrictFIFO"
+	BestEffortFIFO QueueingStrategy = "BestEffortFIFO"
+)
+
+// StopPolicy of a ClusterQueue or LocalQueue.
+type StopPolicy string
+
+// Stop policies.
+const (
+	StopNone     StopPolicy = "None"
+	Hold         StopPolicy = "Hold"
+	HoldAndDrain StopPolicy = "HoldAndDrain"
+)
+
+// PreemptionPolicy names whom a workload may preempt.
+type PreemptionPolicy string
+
+// Preemption policies.
+const (
+	Never                     PreemptionPolicy = "Never"
+	LowerPriority             PreemptionPolicy = "LowerPriority"
+	LowerOrNewerEqualPriority PreemptionPolicy = "LowerOrNewerEqualPriority"
+	Any                       PreemptionPolicy = "Any"
+)
+
+// FungibilityPolicy decides whether flavor search stops at a flavor that
+// needs borrowing or preemption.
+type FungibilityPolicy string
+
+// Flavor fungibility policies.
+const (
+	Borrow        FungibilityPolicy = "Borrow"
+	Preempt       FungibilityPolicy = "Preempt"
+	TryNextFlavor FungibilityPolicy = "TryNextFlavor"
+)
+
+// Preemption reasons, as Kueue names them.
+const (
+	ReasonInClusterQueue                = "InClusterQueue"
+	ReasonInCohortReclamation           = "InCohortReclamation"
+	ReasonInCohortReclaimWhileBorrowing = "InCohortReclaimWhileBorrowing"
+	ReasonInCohortFairSharing           = "InCohortFairSharing"
+)
+
+// Eviction reasons other than preemption.
+const (
+	ReasonClusterQueueStopped = "ClusterQueueStopped"
+	ReasonLocalQueueStopped   = "LocalQueueStopped"
+)
+
+// Limit is an optional quota bound.
+type Limit struct {
+	Set   bool
+	Value int64
+}
+
+// Limited returns a set limit.
+func Limited(v int64) Limit { return Limit{Set: true, Value: v} }
+
+// Quota is the quota of one resource in one flavor.
+type Quota struct {
+	Resource       string
+	Nominal        int64
+	BorrowingLimit Limit
+	LendingLimit   Limit
+}
+
+// FlavorQuotas is a flavor and the quota of each covered resource in it.
+type FlavorQuotas struct {
+	Name      string
+	Resources []Quota
+}
+
+// ResourceGroup is a set of resources assigned one flavor together.
+type ResourceGroup struct {
+	CoveredResources []string
+	Flavors          []FlavorQuotas
+}
+
+// Preemption is a ClusterQueue's preemption policy.
+type Preemption struct {
+	WithinClusterQueue   PreemptionPolicy
+	ReclaimWithinCohort  PreemptionPolicy
+	BorrowWithinCohort   PreemptionPolicy // Never or LowerPriority
+	MaxPriorityThreshold *int32
+}
+
+// ClusterQueue is the engine's view of a ClusterQueue.
+type ClusterQueue struct {
+	Name             string
+	Cohort           string
+	ResourceGroups   []ResourceGroup
+	QueueingStrategy QueueingStrategy
+	// NamespaceSelector nil selects no namespace, as in Kueue.
+	NamespaceSelector labels.Selector
+	WhenCanBorrow     FungibilityPolicy
+	WhenCanPreempt    FungibilityPolicy
+	Preemption        Preemption
+	StopPolicy        StopPolicy
+	// FairWeight is the fair-sharing weight in milli-units (1000 = 1).
+	FairWeight int64
+}
+
+// Cohort is the engine's view of a Cohort. Cohorts named by a ClusterQueue
+// or a parent field exist implicitly, with no quota of their own.
+type Cohort struct {
+	Name           string
+	Parent         string
+	ResourceGroups []ResourceGroup
+	FairWeight     int64
+}
+
+// Flavor is a ResourceFlavor.
+type Flavor struct {
+	Name        string
+	NodeLabels  map[string]string
+	NodeTaints  []corev1.Taint
+	Tolerations []corev1.Toleration
+}
+
+// LocalQueue is a namespaced queue pointing at a ClusterQueue.
+type LocalQueue struct {
+	Namespace    string
+	Name         string
+	ClusterQueue string
+	StopPolicy   StopPolicy
+}
+
+// Config is all configuration the engine decides on.
+type Config struct {
+	Flavors        []Flavor
+	ClusterQueues  []ClusterQueue
+	Cohorts        []Cohort
+	LocalQueues    []LocalQueue
+	NamespaceLabel map[string]map[string]string // namespace → labels
+	FairSharing    bool
+}
+
+// PodSet is a group of identical pods.
+type PodSet struct {
+	Name     string
+	Count    int32
+	MinCount int32 // 0 or Count: no partial admission
+	// Requests per pod, in canonical units.
+	Requests     map[string]int64
+	NodeSelector map[string]string
+	Tolerations  []corev1.Toleration
+}
+
+// PodSetAssignment is what a pod set was admitted with.
+type PodSetAssignment struct {
+	Name    string            `json:"name"`
+	Count   int32             `json:"count"`
+	Flavors map[string]string `json:"flavors"` // resource → flavor
+}
+
+// Admission records where and when a workload holds quota.
+type Admission struct {
+	ClusterQueue string
+	PodSets      []PodSetAssignment
+	At           time.Time
+}
+
+// Workload is one job as the engine sees it.
+type Workload struct {
+	Namespace string
+	Name      string
+	Queue     string // LocalQueue name in Namespace
+	Priority  int32
+	// Submitted orders the queue (older first within a priority).
+	Submitted time.Time
+	PodSets   []PodSet
+	// Admission is set for a workload that already holds quota.
+	Admission *Admission
+}
+
+// Key is namespace/name.
+func (w *Workload) Key() string { return w.Namespace + "/" + w.Name }

@@ -1,0 +1,29 @@
+package engine
+
+import (
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// Canonical converts a quantity of the named resource to the engine's unit:
+// milli-units for cpu (so 500m is 500), whole units otherwise.
+func Canonical(res string, q resource.Quantity) int64 {
+	if res == "cpu" {
+		return q.MilliValue()
+	}
+	return q.Value()
+}
+
+// Format renders a canonical value back as a Kubernetes quantity string.
+func Format(res string, v int64) string {
+	switch {
+	case res == "cpu":
+		return resource.NewMilliQuantity(v, resource.DecimalSI).String()
+	case res == "memory" || res == "ephemeral-storage":
+		if v%1024 == 0 {
+			return resource.NewQuantity(v, resource.BinarySI).String()
+		}
+		return resource.NewQuantity(v, resource.DecimalSI).String()
+	default:
+		return resource.NewQuantity(v, resource.DecimalSI).String()
+	}
+}

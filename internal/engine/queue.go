@@ -1,0 +1,40 @@
+package engine
+
+import "sort"
+
+// queueLess orders a ClusterQueue's pending workloads: higher priority
+// first, then earlier submission, then key.
+func queueLess(a, b *wlState) bool {
+	if a.w.Priority != b.w.Priority {
+		return a.w.Priority > b.w.Priority
+	}
+	if !a.w.Submitted.Equal(b.w.Submitted) {
+		return a.w.Submitted.Before(b.w.Submitted)
+	}
+	return a.key < b.key
+}
+
+func (cq *cqState) sortPending() {
+	sort.Slice(cq.pending, func(i, j int) bool { return queueLess(cq.pending[i], cq.pending[j]) })
+}
+
+func (cq *cqState) insertPending(ws *wlState) {
+	i := sort.Search(len(cq.pending), func(i int) bool { return queueLess(ws, cq.pending[i]) })
+	cq.pending = append(cq.pending, nil)
+	copy(cq.pending[i+1:], cq.pending[i:])
+	cq.pending[i] = ws
+}
+
+func (cq *cqState) removePending(ws *wlState) {
+	i := sort.Search(len(cq.pending), func(i int) bool { return !queueLess(cq.pending[i], ws) })
+	if i < len(cq.pending) && cq.pending[i] == ws {
+		cq.pending = append(cq.pending[:i], cq.pending[i+1:]...)
+		return
+	}
+	for i, p := range cq.pending {
+		if p == ws {
+			cq.pending = append(cq.pending[:i], cq.pending[i+1:]...)
+			return
+		}
+	}
+}

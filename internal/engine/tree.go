@@ -1,0 +1,400 @@
+package engine
+
+import (
+	"fmt"
+	"math"
+	"sort"
+)
+
+// unlimited marks an unset borrowing or lending limit.
+const unlimited = int64(-1)
+
+// fr is a flavor-resource pair, the unit quota is counted in.
+type fr struct {
+	Flavor   string
+	Resource string
+}
+
+// node is a ClusterQueue or a Cohort in the quota tree. Arrays are indexed
+// by flavor-resource index (see tree.frIndex).
+type node struct {
+	name     string
+	cq       *cqState // nil for a cohort
+	parent   *node
+	children []*node
+
+	nominal     []int64
+	borrowLimit []int64
+	lendLimit   []int64
+	// subtree is the quota this node holds with its descendants' lendable
+	// quota: nominal plus what the children put up for lending.
+	subtree []int64
+	// usage of a ClusterQueue is what its admitted workloads use; of a
+	// cohort, what its children use beyond their guaranteed quota.
+	usage []int64
+	// weight for fair sharing in milli-units.
+	weight int64
+}
+
+// guaranteed is the part of the subtree quota kept from the parent by a
+// lending limit.
+func (n *node) guaranteed(i int) int64 {
+	if n.lendLimit[i] == unlimited {
+		return 0
+	}
+	return max(0, n.subtree[i]-n.lendLimit[i])
+}
+
+// addUsage changes usage and carries the part above guaranteed quota up.
+func (n *node) addUsage(i int, d int64) {
+	for d != 0 && n != nil {
+		g := n.guaranteed(i)
+		before := max(0, n.usage[i]-g)
+		n.usage[i] += d
+		after := max(0, n.usage[i]-g)
+		d = after - before
+		n = n.parent
+	}
+}
+
+// available is how much more this node may use of a flavor-resource now,
+// through its own quota and by borrowing up the tree.
+func (n *node) available(i int) int64 {
+	if n.parent == nil {
+		return max(0, n.subtree[i]-n.usage[i])
+	}
+	g := n.guaranteed(i)
+	local := max(0, g-n.usage[i])
+	fromParent := n.parent.available(i)
+	if n.borrowLimit[i] != unlimited {
+		stored := n.subtree[i] - g
+		usedAbove := max(0, n.usage[i]-g)
+		fromParent = min(fromParent, stored-usedAbove+n.borrowLimit[i])
+	}
+	return max(0, local+fromParent)
+}
+
+// potential is how much this node could use of a flavor-resource if nobody
+// else used anything: the bound preemption can ever reach.
+func (n *node) potential(i int) int64 {
+	if n.parent == nil {
+		return n.subtree[i]
+	}
+	g := n.guaranteed(i)
+	fromParent := n.parent.potential(i)
+	if n.borrowLimit[i] != unlimited {
+		fromParent = min(fromParent, n.subtree[i]-g+n.borrowLimit[i])
+	}
+	return g + fromParent
+}
+
+// borrowing reports whether the node uses more than its subtree quota.
+func (n *node) borrowing(i int) bool { return n.usage[i] > n.subtree[i] }
+
+func (n *node) root() *node {
+	for n.parent != nil {
+		n = n.parent
+	}
+	return n
+}
+
+// path returns the nodes from the root down to n.
+func (n *node) path() []*node {
+	var p []*node
+	for x := n; x != nil; x = x.parent {
+		p = append(p, x)
+	}
+	for i, j := 0, len(p)-1; i < j; i, j = i+1, j-1 {
+		p[i], p[j] = p[j], p[i]
+	}
+	return p
+}
+
+// share is the node's dominant resource share divided by its weight, with
+// extra usage added (negative to take some away). Zero for a root.
+func (t *tree) share(n *node, extra []frAmount) int64 {
+	if n.parent == nil {
+		return 0
+	}
+	borrowed := map[string]int64{}
+	for i := range t.frs {
+		u := n.usage[i]
+		for _, e := range extra {
+			if e.fr == i {
+				u += e.v
+			}
+		}
+		if b := u - n.subtree[i]; b > 0 {
+			borrowed[t.frs[i].Resource] += b
+		}
+	}
+	if len(borrowed) == 0 {
+		return 0
+	}
+	lendable := map[string]int64{}
+	for i := range t.frs {
+		lendable[t.frs[i].Resource] += n.parent.potential(i)
+	}
+	var drs int64
+	for r, b := range borrowed {
+		if l := lendable[r]; l > 0 {
+			drs = max(drs, b*1000/l)
+		}
+	}
+	if n.weight == 0 {
+		return math.MaxInt64
+	}
+	return drs * 1000 / n.weight
+}
+
+// frAmount is an amount of one flavor-resource.
+type frAmount struct {
+	fr int
+	v  int64
+}
+
+// tree is the compiled configuration: quota nodes and lookups.
+type tree struct {
+	frIndex map[fr]int
+	frs     []fr
+	flavors map[string]*Flavor
+	cqs     map[string]*cqState
+	cohorts map[string]*node
+	lqs     map[string]*LocalQueue // namespace/name
+	nsLabel map[string]map[string]string
+	fair    bool
+	// cqOrder lists ClusterQueues by name so every walk is deterministic.
+	cqOrder []*cqState
+	// members lists the ClusterQueues of each tree root, in name order.
+	members map[*node][]*cqState
+}
+
+// cqState is a ClusterQueue with its compiled groups.
+type cqState struct {
+	ClusterQueue
+	node   *node
+	groups []group
+	// groupOf maps a covered resource to its group index.
+	groupOf map[string]int
+	// inactive, when set, says why the queue admits nothing.
+	inactive string
+	// pending is kept in queue order (see queueLess).
+	pending  []*wlState
+	admitted []*wlState
+}
+
+type group struct {
+	resources []string
+	flavors   []groupFlavor
+	// labelKeys are the node label keys any flavor of the group sets; a
+	// workload's nodeSelector is checked only on these keys.
+	labelKeys map[string]bool
+}
+
+type groupFlavor struct {
+	name string
+	fr   map[string]int // resource → flavor-resource index
+}
+
+func buildTree(cfg Config) *tree {
+	t := &tree{
+		frIndex: map[fr]int{},
+		flavors: map[string]*Flavor{},
+		cqs:     map[string]*cqState{},
+		cohorts: map[string]*node{},
+		lqs:     map[string]*LocalQueue{},
+		nsLabel: cfg.NamespaceLabel,
+		fair:    cfg.FairSharing,
+	}
+	for i := range cfg.Flavors {
+		t.flavors[cfg.Flavors[i].Name] = &cfg.Flavors[i]
+	}
+	for i := range cfg.LocalQueues {
+		lq := &cfg.LocalQueues[i]
+		t.lqs[lq.Namespace+"/"+lq.Name] = lq
+	}
+	index := func(groups []ResourceGroup) {
+		for _, g := range groups {
+			for _, f := range g.Flavors {
+				for _, q := range f.Resources {
+					k := fr{f.Name, q.Resource}
+					if _, ok := t.frIndex[k]; !ok {
+						t.frIndex[k] = len(t.frs)
+						t.frs = append(t.frs, k)
+					}
+				}
+			}
+		}
+	}
+	for _, cq := range cfg.ClusterQueues {
+		index(cq.ResourceGroups)
+	}
+	for _, c := range cfg.Cohorts {
+		index(c.ResourceGroups)
+	}
+
+	cohortCfg := map[string]*Cohort{}
+	for i := range cfg.Cohorts {
+		cohortCfg[cfg.Cohorts[i].Name] = &cfg.Cohorts[i]
+	}
+	var cohortNode func(name string) *node
+	cohortNode = func(name string) *node {
+		if n, ok := t.cohorts[name]; ok {
+			return n
+		}
+		n := t.newNode(name)
+		t.cohorts[name] = n
+		if c, ok := cohortCfg[name]; ok {
+			t.setQuota(n, c.ResourceGroups)
+			n.weight = c.FairWeight
+			if c.Parent != "" {
+				p := cohortNode(c.Parent)
+				n.parent = p
+				p.children = append(p.children, n)
+			}
+		}
+		return n
+	}
+	// Create cohorts in name order for determinism.
+	var cohortNames []string
+	for _, c := range cfg.Cohorts {
+		cohortNames = append(cohortNames, c.Name)
+	}
+	sort.Strings(cohortNames)
+	for _, name := range cohortNames {
+		cohortNode(name)
+	}
+	cyclic := t.breakCycles()
+
+	for _, cq := range cfg.ClusterQueues {
+		s := &cqState{ClusterQueue: cq, groupOf: map[string]int{}}
+		n := t.newNode(cq.Name)
+		n.cq = s
+		n.weight = cq.FairWeight
+		s.node = n
+		t.setQuota(n, cq.ResourceGroups)
+		for gi, g := range cq.ResourceGroups {
+			cg := group{resources: g.CoveredResources, labelKeys: map[string]bool{}}
+			for _, r := range g.CoveredResources {
+				s.groupOf[r] = gi
+			}
+			for _, f := range g.Flavors {
+				gf := groupFlavor{name: f.Name, fr: map[string]int{}}
+				for _, q := range f.Resources {
+					gf.fr[q.Resource] = t.frIndex[fr{f.Name, q.Resource}]
+				}
+				cg.flavors = append(cg.flavors, gf)
+				if fl, ok := t.flavors[f.Name]; ok {
+					for k := range fl.NodeLabels {
+						cg.labelKeys[k] = true
+					}
+				} else if s.inactive == "" {
+					s.inactive = fmt.Sprintf("ClusterQueue %s is inactive: ResourceFlavor %s does not exist", cq.Name, f.Name)
+				}
+			}
+			s.groups = append(s.groups, cg)
+		}
+		if cq.Cohort != "" {
+			p := cohortNode(cq.Cohort)
+			n.parent = p
+			p.children = append(p.children, n)
+			if cyclic[p.root().name] && s.inactive == "" {
+				s.inactive = fmt.Sprintf("ClusterQueue %s is inactive: its cohort tree has a cycle", cq.Name)
+			}
+		}
+		t.cqs[cq.Name] = s
+		t.cqOrder = append(t.cqOrder, s)
+	}
+	sort.Slice(t.cqOrder, func(i, j int) bool { return t.cqOrder[i].Name < t.cqOrder[j].Name })
+	t.members = map[*node][]*cqState{}
+	for _, cq := range t.cqOrder {
+		r := cq.node.root()
+		t.members[r] = append(t.members[r], cq)
+	}
+	for _, n := range t.cohorts {
+		if n.parent == nil {
+			t.computeSubtree(n)
+		}
+	}
+	for _, s := range t.cqOrder {
+		if s.node.parent == nil {
+			t.computeSubtree(s.node)
+		}
+	}
+	return t
+}
+
+func (t *tree) newNode(name string) *node {
+	n := &node{
+		name:        name,
+		nominal:     make([]int64, len(t.frs)),
+		borrowLimit: make([]int64, len(t.frs)),
+		lendLimit:   make([]int64, len(t.frs)),
+		subtree:     make([]int64, len(t.frs)),
+		usage:       make([]int64, len(t.frs)),
+		weight:      1000,
+	}
+	for i := range t.frs {
+		n.borrowLimit[i] = unlimited
+		n.lendLimit[i] = unlimited
+	}
+	return n
+}
+
+func (t *tree) setQuota(n *node, groups []ResourceGroup) {
+	for _, g := range groups {
+		for _, f := range g.Flavors {
+			for _, q := range f.Resources {
+				i := t.frIndex[fr{f.Name, q.Resource}]
+				n.nominal[i] = q.Nominal
+				if q.BorrowingLimit.Set {
+					n.borrowLimit[i] = q.BorrowingLimit.Value
+				}
+				if q.LendingLimit.Set {
+					n.lendLimit[i] = q.LendingLimit.Value
+				}
+			}
+		}
+	}
+}
+
+// breakCycles detaches cohorts whose parent chain loops, and returns the
+// names of the roots left behind so their queues can be marked inactive.
+func (t *tree) breakCycles() map[string]bool {
+	cyclic := map[string]bool{}
+	names := make([]string, 0, len(t.cohorts))
+	for name := range t.cohorts {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		seen := map[*node]bool{}
+		for n := t.cohorts[name]; n != nil; n = n.parent {
+			if seen[n] {
+				// n is on the cycle: cut it loose from its parent.
+				p := n.parent
+				for i, c := range p.children {
+					if c == n {
+						p.children = append(p.children[:i], p.children[i+1:]...)
+						break
+					}
+				}
+				n.parent = nil
+				cyclic[n.name] = true
+				break
+			}
+			seen[n] = true
+		}
+	}
+	return cyclic
+}
+
+func (t *tree) computeSubtree(n *node) {
+	copy(n.subtree, n.nominal)
+	for _, c := range n.children {
+		t.computeSubtree(c)
+		for i := range t.frs {
+			n.subtree[i] += c.subtree[i] - c.guaranteed(i)
+		}
+	}
+}
