@@ -1,0 +1,182 @@
+package queueconfig
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/sluice-dev/sluice/api/v1beta1"
+)
+
+func nonNegative(p *field.Path, q *resource.Quantity) field.ErrorList {
+	if q != nil && q.Sign() < 0 {
+		return field.ErrorList{field.Invalid(p, q.String(), "must not be negative")}
+	}
+	return nil
+}
+
+func oneOf[T ~string](p *field.Path, v *T, allowed ...T) field.ErrorList {
+	if v == nil || *v == "" {
+		return nil
+	}
+	for _, a := range allowed {
+		if *v == a {
+			return nil
+		}
+	}
+	s := make([]string, len(allowed))
+	for i, a := range allowed {
+		s[i] = string(a)
+	}
+	return field.ErrorList{field.NotSupported(p, string(*v), s)}
+}
+
+func validateGroups(p *field.Path, groups []v1beta1.ResourceGroup, hasCohort bool) field.ErrorList {
+	var errs field.ErrorList
+	seenRes := map[corev1.ResourceName]bool{}
+	seenFlavor := map[string]bool{}
+	for gi, g := range groups {
+		gp := p.Index(gi)
+		if len(g.CoveredResources) == 0 {
+			errs = append(errs, field.Required(gp.Child("coveredResources"), "a resource group covers at least one resource"))
+		}
+		covered := map[corev1.ResourceName]bool{}
+		for ri, r := range g.CoveredResources {
+			if seenRes[r] {
+				errs = append(errs, field.Duplicate(gp.Child("coveredResources").Index(ri), string(r)))
+			}
+			seenRes[r], covered[r] = true, true
+		}
+		if len(g.Flavors) == 0 {
+			errs = append(errs, field.Required(gp.Child("flavors"), "a resource group has at least one flavor"))
+		}
+		for fi, f := range g.Flavors {
+			fp := gp.Child("flavors").Index(fi)
+			if f.Name == "" {
+				errs = append(errs, field.Required(fp.Child("name"), "flavor name"))
+			}
+			if seenFlavor[f.Name] {
+				errs = append(errs, field.Duplicate(fp.Child("name"), f.Name))
+			}
+			seenFlavor[f.Name] = true
+			listed := map[corev1.ResourceName]bool{}
+			for qi, q := range f.Resources {
+				qp := fp.Child("resources").Index(qi)
+				if !covered[q.Name] {
+					errs = append(errs, field.Invalid(qp.Child("name"), string(q.Name), "not in the coveredResources of this resource group"))
+				}
+				if listed[q.Name] {
+					errs = append(errs, field.Duplicate(qp.Child("name"), string(q.Name)))
+				}
+				listed[q.Name] = true
+				errs = append(errs, nonNegative(qp.Child("nominalQuota"), &q.NominalQuota)...)
+				errs = append(errs, nonNegative(qp.Child("borrowingLimit"), q.BorrowingLimit)...)
+				errs = append(errs, nonNegative(qp.Child("lendingLimit"), q.LendingLimit)...)
+				if !hasCohort && q.BorrowingLimit != nil {
+					errs = append(errs, field.Forbidden(qp.Child("borrowingLimit"), "needs a cohort"))
+				}
+				if !hasCohort && q.LendingLimit != nil {
+					errs = append(errs, field.Forbidden(qp.Child("lendingLimit"), "needs a cohort"))
+				}
+			}
+			for _, r := range g.CoveredResources {
+				if !listed[r] {
+					errs = append(errs, field.Required(fp.Child("resources"), fmt.Sprintf("flavor %s must give quota for covered resource %s", f.Name, r)))
+				}
+			}
+		}
+	}
+	return errs
+}
+
+func validateFairSharing(p *field.Path, fs *v1beta1.FairSharing) field.ErrorList {
+	if fs == nil {
+		return nil
+	}
+	return nonNegative(p.Child("weight"), fs.Weight)
+}
+
+func validateName(p *field.Path, name string) field.ErrorList {
+	if name == "" {
+		return field.ErrorList{field.Required(p, "every object needs a name")}
+	}
+	return nil
+}
+
+// ValidateClusterQueue checks a ClusterQueue as its CRD schema does.
+func ValidateClusterQueue(cq *v1beta1.ClusterQueue) field.ErrorList {
+	errs := validateName(field.NewPath("metadata", "name"), cq.Name)
+	sp := field.NewPath("spec")
+	s := &cq.Spec
+	errs = append(errs, validateGroups(sp.Child("resourceGroups"), s.ResourceGroups, s.Cohort != "")...)
+	errs = append(errs, oneOf(sp.Child("queueingStrategy"), &s.QueueingStrategy, v1beta1.StrictFIFO, v1beta1.BestEffortFIFO)...)
+	errs = append(errs, oneOf(sp.Child("stopPolicy"), s.StopPolicy, v1beta1.None, v1beta1.Hold, v1beta1.HoldAndDrain)...)
+	if s.NamespaceSelector != nil {
+		if _, err := metav1.LabelSelectorAsSelector(s.NamespaceSelector); err != nil {
+			errs = append(errs, field.Invalid(sp.Child("namespaceSelector"), s.NamespaceSelector, err.Error()))
+		}
+	}
+	if f := s.FlavorFungibility; f != nil {
+		fp := sp.Child("flavorFungibility")
+		errs = append(errs, oneOf(fp.Child("whenCanBorrow"), &f.WhenCanBorrow, v1beta1.Borrow, v1beta1.TryNextFlavor)...)
+		errs = append(errs, oneOf(fp.Child("whenCanPreempt"), &f.WhenCanPreempt, v1beta1.Preempt, v1beta1.TryNextFlavor)...)
+	}
+	if pr := s.Preemption; pr != nil {
+		pp := sp.Child("preemption")
+		errs = append(errs, oneOf(pp.Child("withinClusterQueue"), &pr.WithinClusterQueue,
+			v1beta1.PreemptionNever, v1beta1.PreemptionLowerPriority, v1beta1.PreemptionLowerOrNewerEqualPriority)...)
+		errs = append(errs, oneOf(pp.Child("reclaimWithinCohort"), &pr.ReclaimWithinCohort,
+			v1beta1.PreemptionNever, v1beta1.PreemptionLowerPriority, v1beta1.PreemptionAny)...)
+		if b := pr.BorrowWithinCohort; b != nil {
+			errs = append(errs, oneOf(pp.Child("borrowWithinCohort", "policy"), &b.Policy,
+				v1beta1.PreemptionNever, v1beta1.PreemptionLowerPriority)...)
+		}
+	}
+	errs = append(errs, validateFairSharing(sp.Child("fairSharing"), s.FairSharing)...)
+	return errs
+}
+
+// ValidateCohort checks a Cohort as its CRD schema does.
+func ValidateCohort(c *v1beta1.Cohort) field.ErrorList {
+	errs := validateName(field.NewPath("metadata", "name"), c.Name)
+	sp := field.NewPath("spec")
+	if c.Spec.Parent != "" && c.Spec.Parent == c.Name {
+		errs = append(errs, field.Invalid(sp.Child("parent"), c.Spec.Parent, "a cohort cannot be its own parent"))
+	}
+	errs = append(errs, validateGroups(sp.Child("resourceGroups"), c.Spec.ResourceGroups, c.Spec.Parent != "")...)
+	errs = append(errs, validateFairSharing(sp.Child("fairSharing"), c.Spec.FairSharing)...)
+	return errs
+}
+
+// ValidateLocalQueue checks a LocalQueue as its CRD schema does.
+func ValidateLocalQueue(lq *v1beta1.LocalQueue) field.ErrorList {
+	errs := validateName(field.NewPath("metadata", "name"), lq.Name)
+	sp := field.NewPath("spec")
+	if lq.Spec.ClusterQueue == "" {
+		errs = append(errs, field.Required(sp.Child("clusterQueue"), "the ClusterQueue this queue submits to"))
+	}
+	errs = append(errs, oneOf(sp.Child("stopPolicy"), lq.Spec.StopPolicy, v1beta1.None, v1beta1.Hold, v1beta1.HoldAndDrain)...)
+	return errs
+}
+
+// ValidateResourceFlavor checks a ResourceFlavor.
+func ValidateResourceFlavor(f *v1beta1.ResourceFlavor) field.ErrorList {
+	errs := validateName(field.NewPath("metadata", "name"), f.Name)
+	for i, t := range f.Spec.NodeTaints {
+		tp := field.NewPath("spec", "nodeTaints").Index(i)
+		if t.Key == "" {
+			errs = append(errs, field.Required(tp.Child("key"), "taint key"))
+		}
+		e := t.Effect
+		errs = append(errs, oneOf(tp.Child("effect"), &e, corev1.TaintEffectNoSchedule, corev1.TaintEffectPreferNoSchedule, corev1.TaintEffectNoExecute)...)
+	}
+	return errs
+}
+
+// ValidateWorkloadPriorityClass checks a WorkloadPriorityClass.
+func ValidateWorkloadPriorityClass(c *v1beta1.WorkloadPriorityClass) field.ErrorList {
+	return validateName(field.NewPath("metadata", "name"), c.Name)
+}

@@ -1,0 +1,103 @@
+package simulate
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/sluice-dev/sluice/events"
+)
+
+// WriteJSONL writes one JSON object per line.
+func WriteJSONL(w io.Writer, records []Record) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	for _, r := range records {
+		if err := enc.Encode(r); err != nil {
+			return fmt.Errorf("write record %s: %w", r.ID, err)
+		}
+	}
+	return nil
+}
+
+// WriteTable writes the same records for a person: one line per
+// transition, then the summary.
+func WriteTable(w io.Writer, records []Record, start time.Time) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ELAPSED\tEVENT\tWORKLOAD\tCLUSTERQUEUE\tDETAIL")
+	var sum *Summary
+	for _, r := range records {
+		if r.Type == events.SimulationSummaryV1 {
+			s := r.Data.(Summary)
+			sum = &s
+			continue
+		}
+		t, _ := time.Parse(time.RFC3339Nano, r.Time)
+		d := r.Data.(WorkloadData)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.Sub(start), r.Type[strings.LastIndex(r.Type, ".")+1:], r.Subject, d.ClusterQueue, detail(d))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if sum == nil {
+		return nil
+	}
+	fmt.Fprintf(w, "\nSummary: %.3fs elapsed, %d finished, %d running, %d pending, %d preemptions\n\n",
+		sum.ElapsedSeconds, sum.FinishedCount, sum.AdmittedCount, sum.PendingCount, sum.PreemptionCount)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "WORKLOAD\tCLUSTERQUEUE\tPRIORITY\tSTATE\tWAIT\tADMITTED\tFINISHED\tPREEMPTED")
+	for _, wr := range sum.Workloads {
+		wait := "-"
+		if wr.WaitSeconds != nil {
+			wait = fmt.Sprintf("%gs", *wr.WaitSeconds)
+		}
+		fmt.Fprintf(tw, "%s/%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d\n", wr.Namespace, wr.Name, wr.ClusterQueue, wr.Priority, wr.State,
+			wait, elapsed(wr.Admitted, start), elapsed(wr.Finished, start), wr.Preemptions)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CLUSTERQUEUE\tFLAVOR\tRESOURCE\tNOMINAL\tAVERAGE USE\tUTILIZATION")
+	for _, q := range sum.ClusterQueues {
+		for _, r := range q.Resources {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%g\t%g\t%.1f%%\n", q.Name, r.Flavor, r.Resource, r.Nominal, r.AverageUsage, r.Utilization*100)
+		}
+	}
+	return tw.Flush()
+}
+
+func elapsed(ts string, start time.Time) string {
+	if ts == "" {
+		return "-"
+	}
+	t, err := time.Parse(time.RFC3339Nano, ts)
+	if err != nil {
+		return ts
+	}
+	return t.Sub(start).String()
+}
+
+func detail(d WorkloadData) string {
+	var parts []string
+	for _, ps := range d.PodSets {
+		var fl []string
+		for r, f := range ps.Flavors {
+			fl = append(fl, r+"="+f)
+		}
+		sort.Strings(fl)
+		parts = append(parts, fmt.Sprintf("%s×%d %s", ps.Name, ps.Count, strings.Join(fl, ",")))
+	}
+	if d.Reason != "" {
+		parts = append(parts, d.Reason)
+	}
+	if d.Preemptor != "" {
+		parts = append(parts, "by "+d.Preemptor)
+	}
+	return strings.Join(parts, " ")
+}

@@ -1,0 +1,497 @@
+package simulate
+
+import (
+	"container/heap"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/sluice-dev/sluice/events"
+	"github.com/sluice-dev/sluice/internal/engine"
+	"github.com/sluice-dev/sluice/internal/queueconfig"
+)
+
+// Source of every record, as a CloudEvents source URI reference.
+const recordSource = "/sluice/simulate"
+
+// DefaultStart is the virtual time of the start unless told otherwise.
+var DefaultStart = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// Options tune a run.
+type Options struct {
+	// Start is the virtual wall time of elapsed zero.
+	Start time.Time
+	// Until stops the run after this much virtual time; zero runs until
+	// nothing more can happen.
+	Until time.Duration
+}
+
+// Record is one output line, shaped like a CloudEvent in structured mode.
+type Record struct {
+	SpecVersion     string `json:"specversion"`
+	ID              string `json:"id"`
+	Source          string `json:"source"`
+	Type            string `json:"type"`
+	Time            string `json:"time"`
+	Subject         string `json:"subject,omitempty"`
+	DataContentType string `json:"datacontenttype"`
+	Data            any    `json:"data"`
+}
+
+// WorkloadData is the payload of a workload transition.
+type WorkloadData struct {
+	Namespace    string                    `json:"namespace"`
+	Name         string                    `json:"name"`
+	ClusterQueue string                    `json:"clusterQueue"`
+	LocalQueue   string                    `json:"localQueue"`
+	Priority     int32                     `json:"priority"`
+	PodSets      []engine.PodSetAssignment `json:"podSets,omitempty"`
+	Reason       string                    `json:"reason,omitempty"`
+	Preemptor    string                    `json:"preemptor,omitempty"`
+}
+
+// event kinds in the order they are handled at one instant.
+const (
+	evFinish = iota
+	evSubmit
+)
+
+type simEvent struct {
+	at   time.Duration
+	kind int
+	seq  int
+	wl   int
+	run  int
+}
+
+type eventHeap []simEvent
+
+func (h eventHeap) Len() int { return len(h) }
+func (h eventHeap) Less(i, j int) bool {
+	a, b := h[i], h[j]
+	if a.at != b.at {
+		return a.at < b.at
+	}
+	if a.kind != b.kind {
+		return a.kind < b.kind
+	}
+	return a.seq < b.seq
+}
+func (h eventHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *eventHeap) Push(x any)   { *h = append(*h, x.(simEvent)) }
+func (h *eventHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// wlRun tracks one workload through the run.
+type wlRun struct {
+	spec     *SimulatedWorkload
+	idx      int
+	key      string
+	priority int32
+	runtime  time.Duration // 0: never finishes
+	// run counts admissions; a finish event of an older run is stale.
+	run       int
+	cq        string
+	usage     map[frKey]int64
+	state     string
+	reason    string
+	submitted time.Duration
+	firstAdm  *time.Duration
+	lastAdm   *time.Duration
+	finished  *time.Duration
+	admits    int
+	preempted int
+	evicted   int
+}
+
+type frKey struct{ cq, flavor, resource string }
+
+// sim is one run in progress.
+type sim struct {
+	opts    Options
+	eng     *engine.Engine
+	wls     []*wlRun
+	byKey   map[string]*wlRun
+	events  eventHeap
+	seq     int
+	now     time.Duration
+	records []Record
+	// usage and area integrate each ClusterQueue's usage over time.
+	usage   map[frKey]int64
+	area    map[frKey]float64
+	lastT   time.Duration
+	nominal map[frKey]int64
+}
+
+// Run simulates a loaded scenario. It returns every record in order, the
+// summary last; an error means bad input, and then no record is returned.
+func Run(sc *Scenario, opts Options) ([]Record, error) {
+	if opts.Start.IsZero() {
+		opts.Start = DefaultStart
+	}
+	cfg, err := queueconfig.ToEngine(sc.Config)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	s := &sim{
+		opts:    opts,
+		eng:     engine.New(cfg),
+		byKey:   map[string]*wlRun{},
+		usage:   map[frKey]int64{},
+		area:    map[frKey]float64{},
+		nominal: map[frKey]int64{},
+	}
+	for _, cq := range cfg.ClusterQueues {
+		for _, g := range cq.ResourceGroups {
+			for _, f := range g.Flavors {
+				for _, q := range f.Resources {
+					s.nominal[frKey{cq.Name, f.Name, q.Resource}] = q.Nominal
+				}
+			}
+		}
+	}
+	classes := map[string]int32{}
+	for _, c := range sc.Config.PriorityClasses {
+		classes[c.Name] = c.Value
+	}
+	var pre []*wlRun
+	for i := range sc.Workloads {
+		w := &sc.Workloads[i]
+		r := &wlRun{spec: w, idx: i, key: w.Namespace + "/" + w.Name, state: "waiting", submitted: w.Spec.SubmitAt.Duration}
+		switch {
+		case w.Spec.PriorityClassName != "":
+			r.priority = classes[w.Spec.PriorityClassName]
+		case w.Spec.Priority != nil:
+			r.priority = *w.Spec.Priority
+		}
+		if w.Spec.Runtime != nil {
+			r.runtime = w.Spec.Runtime.Duration
+		}
+		s.wls = append(s.wls, r)
+		s.byKey[r.key] = r
+		if w.Spec.Admitted != nil {
+			r.submitted = 0
+			ew := s.toEngine(r)
+			if err := s.eng.Submit(ew); err != nil {
+				return nil, docError(sc.where[r.key], fmt.Sprintf("spec.admitted: %v", err))
+			}
+			pre = append(pre, r)
+			continue
+		}
+		s.push(simEvent{at: w.Spec.SubmitAt.Duration, kind: evSubmit, wl: i})
+	}
+	// Pre-admitted workloads are running at time 0.
+	for _, r := range pre {
+		s.emit(events.WorkloadSubmittedV1, r, WorkloadData{})
+		a := r.spec.Spec.Admitted
+		var podSets []engine.PodSetAssignment
+		for _, p := range a.PodSets {
+			podSets = append(podSets, engine.PodSetAssignment{Name: p.Name, Count: p.Count, Flavors: p.Flavors})
+		}
+		s.admitted(r, a.ClusterQueue, podSets, a.At.Duration)
+	}
+	s.loop()
+	s.records = append(s.records, s.summary())
+	return s.records, nil
+}
+
+func (s *sim) push(e simEvent) {
+	e.seq = s.seq
+	s.seq++
+	heap.Push(&s.events, e)
+}
+
+func (s *sim) toEngine(r *wlRun) engine.Workload {
+	w := r.spec
+	ew := engine.Workload{
+		Namespace: w.Namespace,
+		Name:      w.Name,
+		Queue:     w.Spec.QueueName,
+		Priority:  r.priority,
+		Submitted: s.opts.Start.Add(r.submitted),
+	}
+	for _, ps := range w.Spec.PodSets {
+		eps := engine.PodSet{Name: ps.Name, Count: ps.Count, Requests: map[string]int64{}, NodeSelector: ps.NodeSelector, Tolerations: ps.Tolerations}
+		if ps.MinCount != nil {
+			eps.MinCount = *ps.MinCount
+		}
+		for res, q := range ps.Requests {
+			eps.Requests[string(res)] = engine.Canonical(string(res), q)
+		}
+		ew.PodSets = append(ew.PodSets, eps)
+	}
+	if a := w.Spec.Admitted; a != nil {
+		adm := &engine.Admission{ClusterQueue: a.ClusterQueue, At: s.opts.Start.Add(a.At.Duration)}
+		for _, p := range a.PodSets {
+			adm.PodSets = append(adm.PodSets, engine.PodSetAssignment{Name: p.Name, Count: p.Count, Flavors: p.Flavors})
+		}
+		ew.Admission = adm
+	}
+	return ew
+}
+
+func (s *sim) loop() {
+	first := true
+	for first || s.events.Len() > 0 {
+		t := time.Duration(0)
+		if !first {
+			t = s.events[0].at
+		}
+		if s.opts.Until > 0 && t > s.opts.Until {
+			break
+		}
+		s.advance(t)
+		for s.events.Len() > 0 && s.events[0].at == t {
+			ev := heap.Pop(&s.events).(simEvent)
+			r := s.wls[ev.wl]
+			switch ev.kind {
+			case evFinish:
+				if ev.run != r.run || r.state != "admitted" {
+					continue
+				}
+				s.release(r)
+				_ = s.eng.Remove(r.key)
+				r.state = "finished"
+				d := t
+				r.finished = &d
+				s.emit(events.WorkloadFinishedV1, r, WorkloadData{ClusterQueue: r.cq})
+			case evSubmit:
+				// The scenario was checked, and keys are unique.
+				_ = s.eng.Submit(s.toEngine(r))
+				s.emit(events.WorkloadSubmittedV1, r, WorkloadData{})
+			}
+		}
+		first = false
+		s.cycle()
+	}
+	if s.opts.Until > 0 {
+		s.advance(s.opts.Until)
+	}
+}
+
+func (s *sim) cycle() {
+	for _, d := range s.eng.Cycle(s.opts.Start.Add(s.now)) {
+		r := s.byKey[d.Key]
+		switch d.Kind {
+		case engine.KindAdmitted:
+			s.admitted(r, d.ClusterQueue, d.PodSets, s.now)
+		case engine.KindPreempted:
+			s.release(r)
+			r.preempted++
+			r.state = "waiting"
+			s.emit(events.WorkloadPreemptedV1, r, WorkloadData{ClusterQueue: d.ClusterQueue, Reason: d.Reason, Preemptor: d.Preemptor})
+		case engine.KindEvicted:
+			s.release(r)
+			r.evicted++
+			r.state = "waiting"
+			s.emit(events.WorkloadEvictedV1, r, WorkloadData{ClusterQueue: d.ClusterQueue, Reason: d.Reason})
+		case engine.KindPending:
+			r.reason = d.Reason
+			s.emit(events.WorkloadPendingV1, r, WorkloadData{ClusterQueue: d.ClusterQueue, Reason: d.Reason})
+		}
+	}
+}
+
+// admitted books an admission; at is when it happened (negative for a
+// workload admitted before the start).
+func (s *sim) admitted(r *wlRun, cq string, podSets []engine.PodSetAssignment, at time.Duration) {
+	r.run++
+	r.admits++
+	r.state = "admitted"
+	r.reason = ""
+	r.cq = cq
+	a := at
+	r.lastAdm = &a
+	if r.firstAdm == nil {
+		r.firstAdm = &a
+	}
+	r.usage = map[frKey]int64{}
+	for _, pa := range podSets {
+		for _, ps := range r.spec.Spec.PodSets {
+			if ps.Name != pa.Name {
+				continue
+			}
+			for res, q := range ps.Requests {
+				k := frKey{cq, pa.Flavors[string(res)], string(res)}
+				v := engine.Canonical(string(res), q) * int64(pa.Count)
+				r.usage[k] += v
+				s.usage[k] += v
+			}
+		}
+	}
+	s.emit(events.WorkloadAdmittedV1, r, WorkloadData{ClusterQueue: cq, PodSets: podSets})
+	if r.runtime > 0 {
+		s.push(simEvent{at: max(s.now, at+r.runtime), kind: evFinish, wl: r.idx, run: r.run})
+	}
+}
+
+func (s *sim) release(r *wlRun) {
+	for k, v := range r.usage {
+		s.usage[k] -= v
+	}
+	r.usage = nil
+}
+
+// advance integrates usage up to t.
+func (s *sim) advance(t time.Duration) {
+	dt := (t - s.lastT).Seconds()
+	if dt > 0 {
+		for k, v := range s.usage {
+			if v != 0 {
+				s.area[k] += float64(v) * dt
+			}
+		}
+	}
+	s.lastT = t
+	s.now = t
+}
+
+func (s *sim) emit(typ string, r *wlRun, d WorkloadData) {
+	d.Namespace, d.Name, d.LocalQueue, d.Priority = r.spec.Namespace, r.spec.Name, r.spec.Spec.QueueName, r.priority
+	if d.ClusterQueue == "" {
+		d.ClusterQueue = s.eng.ClusterQueueOf(r.key)
+	}
+	s.records = append(s.records, s.record(typ, r.key, d))
+}
+
+func (s *sim) record(typ, subject string, data any) Record {
+	rec := Record{
+		SpecVersion:     events.SpecVersion,
+		ID:              fmt.Sprintf("sim-%d", len(s.records)+1),
+		Source:          recordSource,
+		Type:            typ,
+		Time:            s.opts.Start.Add(s.now).UTC().Format(time.RFC3339Nano),
+		Subject:         subject,
+		DataContentType: "application/json",
+		Data:            data,
+	}
+	return rec
+}
+
+// Summary is the payload of the last record.
+type Summary struct {
+	Start           string           `json:"start"`
+	End             string           `json:"end"`
+	ElapsedSeconds  float64          `json:"elapsedSeconds"`
+	Workloads       []WorkloadResult `json:"workloads"`
+	ClusterQueues   []QueueResult    `json:"clusterQueues"`
+	AdmittedCount   int              `json:"admitted"`
+	FinishedCount   int              `json:"finished"`
+	PendingCount    int              `json:"pending"`
+	PreemptionCount int              `json:"preemptions"`
+}
+
+// WorkloadResult is one workload's story in the summary.
+type WorkloadResult struct {
+	Namespace    string   `json:"namespace"`
+	Name         string   `json:"name"`
+	ClusterQueue string   `json:"clusterQueue"`
+	Priority     int32    `json:"priority"`
+	State        string   `json:"state"` // pending, admitted, finished
+	Submitted    string   `json:"submitted"`
+	Admitted     string   `json:"admitted,omitempty"`
+	Finished     string   `json:"finished,omitempty"`
+	WaitSeconds  *float64 `json:"waitSeconds,omitempty"`
+	Admissions   int      `json:"admissions"`
+	Preemptions  int      `json:"preemptions"`
+	Evictions    int      `json:"evictions"`
+	Reason       string   `json:"reason,omitempty"`
+}
+
+// QueueResult is one ClusterQueue's utilization.
+type QueueResult struct {
+	Name      string           `json:"name"`
+	Resources []ResourceResult `json:"resources"`
+}
+
+// ResourceResult is the use of one flavor × resource of a ClusterQueue.
+// AverageUsage and Nominal are in the resource's unit (cores for cpu).
+type ResourceResult struct {
+	Flavor       string  `json:"flavor"`
+	Resource     string  `json:"resource"`
+	Nominal      float64 `json:"nominal"`
+	AverageUsage float64 `json:"averageUsage"`
+	// Utilization is AverageUsage ÷ Nominal; above 1 means borrowing.
+	Utilization float64 `json:"utilization"`
+}
+
+func unit(res string, v float64) float64 {
+	if res == "cpu" {
+		return v / 1000
+	}
+	return v
+}
+
+func round(v float64) float64 {
+	return float64(int64(v*1e6+0.5)) / 1e6
+}
+
+func (s *sim) summary() Record {
+	at := func(d time.Duration) string { return s.opts.Start.Add(d).UTC().Format(time.RFC3339Nano) }
+	sum := Summary{Start: at(0), End: at(s.now), ElapsedSeconds: round(s.now.Seconds())}
+	for _, r := range s.wls {
+		wr := WorkloadResult{
+			Namespace: r.spec.Namespace, Name: r.spec.Name, ClusterQueue: r.cq, Priority: r.priority,
+			Submitted: at(r.submitted), Admissions: r.admits, Preemptions: r.preempted, Evictions: r.evicted,
+		}
+		if wr.ClusterQueue == "" {
+			wr.ClusterQueue = s.eng.ClusterQueueOf(r.key)
+		}
+		switch r.state {
+		case "finished":
+			wr.State = "finished"
+			sum.FinishedCount++
+		case "admitted":
+			wr.State = "admitted"
+			sum.AdmittedCount++
+		default:
+			wr.State = "pending"
+			wr.Reason = r.reason
+			sum.PendingCount++
+		}
+		sum.PreemptionCount += r.preempted
+		if r.firstAdm != nil && r.submitted <= *r.firstAdm {
+			w := round((*r.firstAdm - r.submitted).Seconds())
+			wr.WaitSeconds = &w
+		}
+		if r.lastAdm != nil {
+			wr.Admitted = at(*r.lastAdm)
+		}
+		if r.finished != nil {
+			wr.Finished = at(*r.finished)
+		}
+		sum.Workloads = append(sum.Workloads, wr)
+	}
+	byCQ := map[string][]ResourceResult{}
+	var names []string
+	for k, nominal := range s.nominal {
+		if _, ok := byCQ[k.cq]; !ok {
+			names = append(names, k.cq)
+		}
+		avg := 0.0
+		if s.now > 0 {
+			avg = s.area[k] / s.now.Seconds()
+		}
+		rr := ResourceResult{Flavor: k.flavor, Resource: k.resource, Nominal: unit(k.resource, float64(nominal)), AverageUsage: round(unit(k.resource, avg))}
+		if nominal > 0 {
+			rr.Utilization = round(avg / float64(nominal))
+		}
+		byCQ[k.cq] = append(byCQ[k.cq], rr)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		rs := byCQ[n]
+		sort.Slice(rs, func(i, j int) bool {
+			if rs[i].Flavor != rs[j].Flavor {
+				return rs[i].Flavor < rs[j].Flavor
+			}
+			return rs[i].Resource < rs[j].Resource
+		})
+		sum.ClusterQueues = append(sum.ClusterQueues, QueueResult{Name: n, Resources: rs})
+	}
+	return s.record(events.SimulationSummaryV1, "", sum)
+}
