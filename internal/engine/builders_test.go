@@ -27,7 +27,7 @@ func newCQ(name string) *cqBuilder {
 }
 
 func (b *cqBuilder) cohort(c string) *cqBuilder { b.cq.Cohort = c; return b }
-func (b *cqBuilder) strict() *cqBuilder       { b.cq.QueueingStrategy = StrictFIFO; return b }
+func (b *cqBuilder) strict() *cqBuilder         { b.cq.QueueingStrategy = StrictFIFO; return b }
 func (b *cqBuilder) weight(milli int64) *cqBuilder {
 	b.cq.FairWeight = milli
 	return b

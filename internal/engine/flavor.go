@@ -120,6 +120,11 @@ func (e *Engine) assign(ws *wlState, counts []int32) *assignment {
 			for fi := range g.flavors {
 				gf := &g.flavors[fi]
 				out := e.tryFlavor(cq, a, g, gf, &ps, byGroup[gi], int64(count))
+				if out.mode == preemptFit && !e.canPreemptIn(ws, out.preempt) {
+					// Nobody could be preempted here: for choosing a
+					// flavor this is no better than not fitting.
+					out.mode = noFit
+				}
 				why = append(why, out.reasons...)
 				if best < 0 || out.better(bestOut) {
 					best, bestOut = fi, out
@@ -158,6 +163,16 @@ func (e *Engine) assign(ws *wlState, counts []int32) *assignment {
 		a.reasons = nil
 	}
 	return a
+}
+
+// canPreemptIn reports whether any admitted workload that ws's queue may
+// preempt uses one of the flavor-resources.
+func (e *Engine) canPreemptIn(ws *wlState, frs []int) bool {
+	set := make(map[int]bool, len(frs))
+	for _, i := range frs {
+		set[i] = true
+	}
+	return len(e.collectCandidates(ws, set, true)) > 0
 }
 
 // stopSearch applies flavorFungibility: whether to settle for this flavor

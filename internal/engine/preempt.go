@@ -62,12 +62,12 @@ func (e *Engine) preemptionTargets(ws *wlState, a *assignment) []target {
 	return e.minimalSet(ws, a, sameQueue, true, nil)
 }
 
-// underNominal reports whether the queue stays within its nominal quota in
-// every flavor-resource that needs preemption, once ws is admitted.
+// underNominal reports whether the queue currently uses less than its
+// nominal quota in every flavor-resource that needs preemption.
 func (e *Engine) underNominal(cq *cqState, a *assignment) bool {
 	n := cq.node
 	for i := range a.preemptFRs {
-		if n.usage[i]+a.usageOf(i) > n.nominal[i] {
+		if n.usage[i] >= n.nominal[i] {
 			return false
 		}
 	}
@@ -78,44 +78,8 @@ func (e *Engine) underNominal(cq *cqState, a *assignment) bool {
 // policy, best victims first: other queues' borrowers before the own queue,
 // lower priority first, most recently admitted first.
 func (e *Engine) candidates(ws *wlState, a *assignment) []*wlState {
+	out := e.collectCandidates(ws, a.preemptFRs, false)
 	cq := ws.cq
-	p := cq.Preemption
-	var out []*wlState
-	uses := func(c *wlState) bool {
-		for _, u := range c.admitted.usage {
-			if a.preemptFRs[u.fr] && u.v > 0 {
-				return true
-			}
-		}
-		return false
-	}
-	if p.WithinClusterQueue != Never && p.WithinClusterQueue != "" {
-		for _, c := range cq.admitted {
-			if c == ws || !uses(c) {
-				continue
-			}
-			if c.w.Priority < ws.w.Priority ||
-				(p.WithinClusterQueue == LowerOrNewerEqualPriority && c.w.Priority == ws.w.Priority && newer(c, ws)) {
-				out = append(out, c)
-			}
-		}
-	}
-	if cq.node.parent != nil && p.ReclaimWithinCohort != Never && p.ReclaimWithinCohort != "" {
-		root := cq.node.root()
-		for _, other := range e.tree.cqOrder {
-			if other == cq || other.node.root() != root || !e.borrowingIn(other, a) {
-				continue
-			}
-			for _, c := range other.admitted {
-				if !uses(c) {
-					continue
-				}
-				if p.ReclaimWithinCohort == Any || c.w.Priority < ws.w.Priority {
-					out = append(out, c)
-				}
-			}
-		}
-	}
 	sort.Slice(out, func(i, j int) bool {
 		a, b := out[i], out[j]
 		aOther, bOther := a.admitted.cq != cq, b.admitted.cq != cq
@@ -130,6 +94,65 @@ func (e *Engine) candidates(ws *wlState, a *assignment) []*wlState {
 		}
 		return a.key < b.key
 	})
+	return out
+}
+
+// collectCandidates lists, unsorted, the admitted workloads that use any of
+// frs and that ws's queue policy allows it to preempt. With first set it
+// stops at the first one found.
+func (e *Engine) collectCandidates(ws *wlState, frs map[int]bool, first bool) []*wlState {
+	cq := ws.cq
+	p := cq.Preemption
+	var out []*wlState
+	uses := func(c *wlState) bool {
+		for _, u := range c.admitted.usage {
+			if frs[u.fr] && u.v > 0 {
+				return true
+			}
+		}
+		return false
+	}
+	borrowingIn := func(q *cqState) bool {
+		for i := range frs {
+			if q.node.borrowing(i) {
+				return true
+			}
+		}
+		return false
+	}
+	if p.WithinClusterQueue != Never && p.WithinClusterQueue != "" {
+		for _, c := range cq.admitted {
+			if c == ws || !uses(c) {
+				continue
+			}
+			if c.w.Priority < ws.w.Priority ||
+				(p.WithinClusterQueue == LowerOrNewerEqualPriority && c.w.Priority == ws.w.Priority && newer(c, ws)) {
+				out = append(out, c)
+				if first {
+					return out
+				}
+			}
+		}
+	}
+	if cq.node.parent != nil && p.ReclaimWithinCohort != Never && p.ReclaimWithinCohort != "" {
+		root := cq.node.root()
+		for _, other := range e.tree.members[root] {
+			if other == cq || other.node.root() != root || !borrowingIn(other) {
+				continue
+			}
+			for _, c := range other.admitted {
+				if !uses(c) {
+					continue
+				}
+				if p.ReclaimWithinCohort == Any || c.w.Priority < ws.w.Priority {
+					out = append(out, c)
+					if first {
+						return out
+					}
+				}
+			}
+		}
+	}
 	return out
 }
 

@@ -100,7 +100,6 @@ func clusterQueue(cq *v1beta1.ClusterQueue) (engine.ClusterQueue, error) {
 	return out, nil
 }
 
-
 func policy(p v1beta1.PreemptionPolicy) engine.PreemptionPolicy {
 	if p == "" {
 		return engine.Never
