@@ -282,22 +282,38 @@ func (e *Engine) fairSet(ws *wlState, a *assignment, candidates []*wlState, thre
 	var targets []target
 	found := false
 	myShare := func() int64 { return e.tree.share(cq.node, a.usage) }
+	// pickLargest walks down the cohort tree from the root, at each level
+	// into the child with the largest share among those holding
+	// candidates, as a tournament; in a flat cohort that is simply the
+	// queue with the largest share.
 	pickLargest := func(pool map[*cqState][]*wlState) *cqState {
-		var best *cqState
-		var bestShare int64
+		eligible := map[*node]bool{}
 		for _, q := range order {
-			if len(pool[q]) == 0 {
+			if len(pool[q]) == 0 || (q != cq && !e.borrowingIn(q, a)) {
 				continue
 			}
-			if q != cq && !e.borrowingIn(q, a) {
-				continue
-			}
-			s := e.tree.share(q.node, nil)
-			if best == nil || s > bestShare {
-				best, bestShare = q, s
+			for n := q.node; n != nil && !eligible[n]; n = n.parent {
+				eligible[n] = true
 			}
 		}
-		return best
+		n := cq.node.root()
+		if !eligible[n] {
+			return nil
+		}
+		for n.cq == nil {
+			var best *node
+			var bestShare int64
+			for _, c := range n.children {
+				if !eligible[c] {
+					continue
+				}
+				if s := e.tree.share(c, nil); best == nil || s > bestShare {
+					best, bestShare = c, s
+				}
+			}
+			n = best
+		}
+		return n.cq
 	}
 	var retry []*wlState
 	for !found {
