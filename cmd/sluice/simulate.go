@@ -29,7 +29,12 @@ LocalQueue, WorkloadPriorityClass, Namespace, Configuration) and
 SimulatedWorkload documents, runs the same engine the admission service runs,
 and prints one CloudEvent-shaped JSON object per workload transition, then a
 summary. See docs/simulate.md.`,
-		Args: cobra.NoArgs,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usageError{fmt.Errorf("simulate: unexpected argument %q: scenario files go after -f", args[0])}
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runSimulate(cmd, f)
 		},

@@ -171,6 +171,9 @@ func ValidateResourceFlavor(f *v1beta1.ResourceFlavor) field.ErrorList {
 			errs = append(errs, field.Required(tp.Child("key"), "taint key"))
 		}
 		e := t.Effect
+		if e == "" {
+			errs = append(errs, field.Required(tp.Child("effect"), "NoSchedule, PreferNoSchedule or NoExecute"))
+		}
 		errs = append(errs, oneOf(tp.Child("effect"), &e, corev1.TaintEffectNoSchedule, corev1.TaintEffectPreferNoSchedule, corev1.TaintEffectNoExecute)...)
 	}
 	return errs

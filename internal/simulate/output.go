@@ -4,12 +4,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/sluice-dev/sluice/events"
+	"github.com/sluice-dev/sluice/internal/engine"
 )
 
 // WriteJSONL writes one JSON object per line.
@@ -66,10 +68,20 @@ func WriteTable(w io.Writer, records []Record, start time.Time) error {
 	fmt.Fprintln(tw, "CLUSTERQUEUE\tFLAVOR\tRESOURCE\tNOMINAL\tAVERAGE USE\tUTILIZATION")
 	for _, q := range sum.ClusterQueues {
 		for _, r := range q.Resources {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%g\t%g\t%.1f%%\n", q.Name, r.Flavor, r.Resource, r.Nominal, r.AverageUsage, r.Utilization*100)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.1f%%\n", q.Name, r.Flavor, r.Resource,
+				quantity(r.Resource, r.Nominal), quantity(r.Resource, r.AverageUsage), r.Utilization*100)
 		}
 	}
 	return tw.Flush()
+}
+
+// quantity renders an amount in the resource's summary unit (cores for
+// cpu) the way Kubernetes writes quantities, e.g. 16Gi or 2500m.
+func quantity(res string, v float64) string {
+	if res == "cpu" {
+		v *= 1000
+	}
+	return engine.Format(res, int64(math.Round(v)))
 }
 
 func elapsed(ts string, start time.Time) string {

@@ -7,17 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
+	"sort"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	sigsjson "sigs.k8s.io/json"
-	"sigs.k8s.io/yaml"
 
 	"github.com/sluice-dev/sluice/api/v1beta1"
 	"github.com/sluice-dev/sluice/internal/queueconfig"
@@ -183,230 +180,133 @@ func stripComments(doc []byte) []byte {
 	return out
 }
 
-// decode turns one YAML document into obj, refusing unknown and duplicate
-// fields and naming the path of any bad value.
-func decode(loc string, doc []byte, obj any) error {
-	js, err := yaml.YAMLToJSONStrict(doc)
+func (sc *Scenario) add(base string, doc []byte, seen map[string]string, sawConfig *string) error {
+	h, js, err := readHeader(doc)
 	if err != nil {
-		return docError(loc, err.Error())
+		return docError(base, err.Error())
 	}
-	var generic any
-	if err := json.Unmarshal(js, &generic); err != nil {
-		return docError(loc, err.Error())
-	}
-	if errs := checkQuantities(field.NewPath(""), generic); len(errs) > 0 {
-		return fieldErrors(loc, errs)
-	}
-	strict, err := sigsjson.UnmarshalStrict(js, obj)
-	if err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			return docError(loc, fmt.Sprintf("%s: expected %s, got a %s", te.Field, te.Type, te.Value))
-		}
-		return docError(loc, err.Error())
-	}
-	if len(strict) > 0 {
-		msgs := make([]string, len(strict))
-		for i, e := range strict {
-			msgs[i] = e.Error()
-		}
-		return docError(loc, strings.Join(msgs, "; "))
-	}
-	return nil
-}
-
-// quantityKeys are the fields whose values are Kubernetes quantities;
-// requests and nodeLabels-like maps are handled by their parent key.
-var quantityKeys = map[string]bool{"nominalQuota": true, "borrowingLimit": true, "lendingLimit": true, "weight": true}
-
-// checkQuantities walks a decoded document and reports every quantity that
-// does not parse, with its path, before typed decoding loses the path.
-func checkQuantities(p *field.Path, v any) field.ErrorList {
-	var errs field.ErrorList
-	switch t := v.(type) {
-	case map[string]any:
-		for k, c := range t {
-			cp := p.Child(k)
-			if p.String() == "" {
-				cp = field.NewPath(k)
-			}
-			switch {
-			case quantityKeys[k]:
-				errs = append(errs, checkQuantity(cp, c)...)
-			case k == "requests":
-				if m, ok := c.(map[string]any); ok {
-					for r, q := range m {
-						errs = append(errs, checkQuantity(cp.Key(r), q)...)
-					}
-				}
-			default:
-				errs = append(errs, checkQuantities(cp, c)...)
-			}
-		}
-	case []any:
-		for i, c := range t {
-			errs = append(errs, checkQuantities(p.Index(i), c)...)
-		}
-	}
-	return errs
-}
-
-func checkQuantity(p *field.Path, v any) field.ErrorList {
-	var s string
-	switch t := v.(type) {
-	case string:
-		s = t
-	case float64:
-		s = strconv.FormatFloat(t, 'f', -1, 64)
-	default:
-		return field.ErrorList{field.Invalid(p, v, "must be a quantity such as 4, 500m or 16Gi")}
-	}
-	q, err := resource.ParseQuantity(s)
-	if err != nil {
-		return field.ErrorList{field.Invalid(p, s, "must be a quantity such as 4, 500m or 16Gi")}
-	}
-	if q.Sign() < 0 {
-		return field.ErrorList{field.Invalid(p, s, "must not be negative")}
-	}
-	return nil
-}
-
-func (sc *Scenario) add(loc string, doc []byte, seen map[string]string, sawConfig *string) error {
-	var tm metav1.TypeMeta
-	if err := yaml.Unmarshal(doc, &tm); err != nil {
-		return docError(loc, err.Error())
-	}
+	loc := base + h.describe()
 	sluice := v1beta1.GroupVersion.String()
 	key := func(kind, ns, name string) error {
 		k := kind + "/" + ns + "/" + name
 		if prev, ok := seen[k]; ok {
-			id := name
-			if ns != "" {
-				id = ns + "/" + name
-			}
-			return docError(loc, fmt.Sprintf("%s %s is defined twice (first in %s)", kind, id, prev))
+			return docError(loc, fmt.Sprintf("metadata.name: Duplicate value: %q: %s %s is already defined in %s", name, kind, h.id(), prev))
 		}
 		seen[k] = loc
 		return nil
 	}
-	named := func(kind, name string) string { return fmt.Sprintf("%s (%s %s)", loc, kind, name) }
+	if h.Kind == "" {
+		return docError(loc, "kind: Required value")
+	}
 	switch {
-	case tm.APIVersion == "v1" && tm.Kind == "Namespace":
+	case h.APIVersion == "v1" && h.Kind == "Namespace":
 		var ns namespace
-		if err := decode(loc+" (Namespace)", doc, &ns); err != nil {
+		if err := decode(loc, doc, js, &ns); err != nil {
 			return err
 		}
 		if ns.Name == "" {
-			return docError(loc+" (Namespace)", "metadata.name: Required value")
+			return docError(loc, "metadata.name: Required value")
 		}
 		if err := key("Namespace", "", ns.Name); err != nil {
 			return err
 		}
 		sc.Config.Namespaces[ns.Name] = ns.Labels
 		return nil
-	case tm.APIVersion != sluice:
-		return docError(loc, fmt.Sprintf("apiVersion: Unsupported value: %q: supported values: %q (and v1 for Namespace)", tm.APIVersion, sluice))
+	case h.APIVersion != sluice:
+		return docError(loc, fmt.Sprintf("apiVersion: Unsupported value: %q: supported values: %q (and \"v1\" for Namespace)", h.APIVersion, sluice))
 	}
-	switch tm.Kind {
+	switch h.Kind {
 	case "ResourceFlavor":
 		var o v1beta1.ResourceFlavor
-		if err := decode(loc+" (ResourceFlavor)", doc, &o); err != nil {
+		if err := decode(loc, doc, js, &o); err != nil {
 			return err
 		}
-		l := named(tm.Kind, o.Name)
-		if err := fieldErrors(l, queueconfig.ValidateResourceFlavor(&o)); err != nil {
+		if err := fieldErrors(loc, queueconfig.ValidateResourceFlavor(&o)); err != nil {
 			return err
 		}
-		if err := key(tm.Kind, "", o.Name); err != nil {
+		if err := key(h.Kind, "", o.Name); err != nil {
 			return err
 		}
 		sc.Config.Flavors = append(sc.Config.Flavors, o)
 	case "ClusterQueue":
 		var o v1beta1.ClusterQueue
-		if err := decode(loc+" (ClusterQueue)", doc, &o); err != nil {
+		if err := decode(loc, doc, js, &o); err != nil {
 			return err
 		}
-		l := named(tm.Kind, o.Name)
-		if err := fieldErrors(l, queueconfig.ValidateClusterQueue(&o)); err != nil {
+		if err := fieldErrors(loc, queueconfig.ValidateClusterQueue(&o)); err != nil {
 			return err
 		}
-		if err := key(tm.Kind, "", o.Name); err != nil {
+		if err := key(h.Kind, "", o.Name); err != nil {
 			return err
 		}
 		sc.Config.ClusterQueues = append(sc.Config.ClusterQueues, o)
 	case "Cohort":
 		var o v1beta1.Cohort
-		if err := decode(loc+" (Cohort)", doc, &o); err != nil {
+		if err := decode(loc, doc, js, &o); err != nil {
 			return err
 		}
-		l := named(tm.Kind, o.Name)
-		if err := fieldErrors(l, queueconfig.ValidateCohort(&o)); err != nil {
+		if err := fieldErrors(loc, queueconfig.ValidateCohort(&o)); err != nil {
 			return err
 		}
-		if err := key(tm.Kind, "", o.Name); err != nil {
+		if err := key(h.Kind, "", o.Name); err != nil {
 			return err
 		}
 		sc.Config.Cohorts = append(sc.Config.Cohorts, o)
 	case "LocalQueue":
 		var o v1beta1.LocalQueue
-		if err := decode(loc+" (LocalQueue)", doc, &o); err != nil {
+		if err := decode(loc, doc, js, &o); err != nil {
 			return err
 		}
 		if o.Namespace == "" {
 			o.Namespace = "default"
 		}
-		l := named(tm.Kind, o.Namespace+"/"+o.Name)
-		if err := fieldErrors(l, queueconfig.ValidateLocalQueue(&o)); err != nil {
+		if err := fieldErrors(loc, queueconfig.ValidateLocalQueue(&o)); err != nil {
 			return err
 		}
-		if err := key(tm.Kind, o.Namespace, o.Name); err != nil {
+		if err := key(h.Kind, o.Namespace, o.Name); err != nil {
 			return err
 		}
 		sc.Config.LocalQueues = append(sc.Config.LocalQueues, o)
 	case "WorkloadPriorityClass":
 		var o v1beta1.WorkloadPriorityClass
-		if err := decode(loc+" (WorkloadPriorityClass)", doc, &o); err != nil {
+		if err := decode(loc, doc, js, &o); err != nil {
 			return err
 		}
-		l := named(tm.Kind, o.Name)
-		if err := fieldErrors(l, queueconfig.ValidateWorkloadPriorityClass(&o)); err != nil {
+		if err := fieldErrors(loc, queueconfig.ValidateWorkloadPriorityClass(&o)); err != nil {
 			return err
 		}
-		if err := key(tm.Kind, "", o.Name); err != nil {
+		if err := key(h.Kind, "", o.Name); err != nil {
 			return err
 		}
 		sc.Config.PriorityClasses = append(sc.Config.PriorityClasses, o)
 	case "Configuration":
 		var o Configuration
-		if err := decode(loc+" (Configuration)", doc, &o); err != nil {
+		if err := decode(loc, doc, js, &o); err != nil {
 			return err
 		}
 		if *sawConfig != "" {
-			return docError(loc+" (Configuration)", "only one Configuration document is allowed (first in "+*sawConfig+")")
+			return docError(loc, "only one Configuration document is allowed (the first is "+*sawConfig+")")
 		}
 		*sawConfig = loc
 		sc.Config.FairSharing = o.FairSharing != nil && o.FairSharing.Enable
 	case "SimulatedWorkload":
 		var o SimulatedWorkload
-		if err := decode(loc+" (SimulatedWorkload)", doc, &o); err != nil {
+		if err := decode(loc, doc, js, &o); err != nil {
 			return err
 		}
 		if o.Namespace == "" {
 			o.Namespace = "default"
 		}
-		l := named(tm.Kind, o.Namespace+"/"+o.Name)
-		if err := fieldErrors(l, validateWorkload(&o)); err != nil {
+		if err := fieldErrors(loc, validateWorkload(&o)); err != nil {
 			return err
 		}
-		if err := key(tm.Kind, o.Namespace, o.Name); err != nil {
+		if err := key(h.Kind, o.Namespace, o.Name); err != nil {
 			return err
 		}
-		sc.where[o.Namespace+"/"+o.Name] = l
+		sc.where[o.Namespace+"/"+o.Name] = loc
 		sc.Workloads = append(sc.Workloads, o)
-	case "":
-		return docError(loc, "kind: Required value")
 	default:
-		return docError(loc, fmt.Sprintf("kind: Unsupported value: %q: supported values: ResourceFlavor, ClusterQueue, Cohort, LocalQueue, WorkloadPriorityClass, Configuration, SimulatedWorkload, Namespace (v1)", tm.Kind))
+		return docError(loc, fmt.Sprintf("kind: Unsupported value: %q: supported values: ResourceFlavor, ClusterQueue, Cohort, LocalQueue, WorkloadPriorityClass, Configuration, SimulatedWorkload, Namespace (v1)", h.Kind))
 	}
 	return nil
 }
@@ -446,6 +346,11 @@ func validateWorkload(w *SimulatedWorkload) field.ErrorList {
 		if ps.MinCount != nil && (*ps.MinCount < 1 || *ps.MinCount > ps.Count) {
 			errs = append(errs, field.Invalid(pp.Child("minCount"), *ps.MinCount, "must be between 1 and count"))
 		}
+		for _, r := range sortedResources(ps.Requests) {
+			if q := ps.Requests[r]; q.Sign() < 0 {
+				errs = append(errs, field.Invalid(pp.Child("requests").Key(string(r)), q.String(), "must not be negative"))
+			}
+		}
 	}
 	if a := s.Admitted; a != nil {
 		ap := sp.Child("admitted")
@@ -477,7 +382,7 @@ func validateWorkload(w *SimulatedWorkload) field.ErrorList {
 			if pa.Count < min || pa.Count > ps.Count {
 				errs = append(errs, field.Invalid(pp.Child("count"), pa.Count, fmt.Sprintf("must be between %d and %d", min, ps.Count)))
 			}
-			for r := range ps.Requests {
+			for _, r := range sortedResources(ps.Requests) {
 				if _, ok := pa.Flavors[string(r)]; !ok {
 					errs = append(errs, field.Required(pp.Child("flavors").Key(string(r)), "the flavor of every requested resource"))
 				}
@@ -494,11 +399,89 @@ func (sc *Scenario) crossCheck() error {
 	for _, c := range sc.Config.PriorityClasses {
 		classes[c.Name] = true
 	}
+	cqs := map[string]*v1beta1.ClusterQueue{}
+	for i := range sc.Config.ClusterQueues {
+		cqs[sc.Config.ClusterQueues[i].Name] = &sc.Config.ClusterQueues[i]
+	}
+	lqs := map[string]string{}
+	for _, lq := range sc.Config.LocalQueues {
+		lqs[lq.Namespace+"/"+lq.Name] = lq.Spec.ClusterQueue
+	}
 	for _, w := range sc.Workloads {
 		loc := sc.where[w.Namespace+"/"+w.Name]
+		sp := field.NewPath("spec")
+		var errs field.ErrorList
 		if n := w.Spec.PriorityClassName; n != "" && !classes[n] {
-			return docError(loc, fmt.Sprintf("spec.priorityClassName: Not found: %q: no WorkloadPriorityClass has that name", n))
+			errs = append(errs, field.NotFound(sp.Child("priorityClassName"), n))
+		}
+		if a := w.Spec.Admitted; a != nil {
+			errs = append(errs, checkAdmission(sp.Child("admitted"), &w, cqs, lqs)...)
+		}
+		if err := fieldErrors(loc, errs); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// checkAdmission checks a pre-admitted workload's admission against the
+// configuration: the LocalQueue's ClusterQueue, and flavors it offers.
+func checkAdmission(p *field.Path, w *SimulatedWorkload, cqs map[string]*v1beta1.ClusterQueue, lqs map[string]string) field.ErrorList {
+	a := w.Spec.Admitted
+	cq, ok := cqs[a.ClusterQueue]
+	if !ok {
+		return field.ErrorList{field.NotFound(p.Child("clusterQueue"), a.ClusterQueue)}
+	}
+	if want, ok := lqs[w.Namespace+"/"+w.Spec.QueueName]; ok && want != a.ClusterQueue {
+		return field.ErrorList{field.Invalid(p.Child("clusterQueue"), a.ClusterQueue,
+			fmt.Sprintf("LocalQueue %s/%s submits to ClusterQueue %s", w.Namespace, w.Spec.QueueName, want))}
+	}
+	var errs field.ErrorList
+	for i, pa := range a.PodSets {
+		var ps *SimPodSet
+		for j := range w.Spec.PodSets {
+			if w.Spec.PodSets[j].Name == pa.Name {
+				ps = &w.Spec.PodSets[j]
+			}
+		}
+		if ps == nil {
+			continue // reported by validateWorkload
+		}
+		for _, r := range sortedResources(ps.Requests) {
+			f, ok := pa.Flavors[string(r)]
+			if !ok {
+				continue
+			}
+			if !offers(cq, f, r) {
+				errs = append(errs, field.Invalid(p.Child("podSets").Index(i).Child("flavors").Key(string(r)), f,
+					fmt.Sprintf("ClusterQueue %s has no flavor %s for %s", cq.Name, f, r)))
+			}
+		}
+	}
+	return errs
+}
+
+func offers(cq *v1beta1.ClusterQueue, flavor string, r corev1.ResourceName) bool {
+	for _, g := range cq.Spec.ResourceGroups {
+		for _, f := range g.Flavors {
+			if f.Name != flavor {
+				continue
+			}
+			for _, q := range f.Resources {
+				if q.Name == r {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+func sortedResources(l corev1.ResourceList) []corev1.ResourceName {
+	out := make([]corev1.ResourceName, 0, len(l))
+	for r := range l {
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
 }
