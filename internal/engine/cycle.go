@@ -52,6 +52,10 @@ type cycle struct {
 	blocked map[*cqState]bool
 	seen    map[*wlState]bool
 	touched map[*cqState]bool
+	// victims were preempted in this cycle. They may be admitted again
+	// into free quota, but not preempt in turn: otherwise policies that
+	// each allow one step can chase each other round a circle.
+	victims map[*wlState]bool
 }
 
 // Cycle admits every pending workload that fits, in queue order, preempts
@@ -66,6 +70,7 @@ func (e *Engine) Cycle(now time.Time) []Decision {
 		blocked: map[*cqState]bool{},
 		seen:    map[*wlState]bool{},
 		touched: map[*cqState]bool{},
+		victims: map[*wlState]bool{},
 	}
 	c.drain()
 	for round := 0; round < maxRoundsPerCycle; round++ {
@@ -162,7 +167,7 @@ func (c *cycle) nominate(ws *wlState) *entry {
 	if a.mode == fit {
 		return &entry{ws: ws, a: a}
 	}
-	if a.mode == preemptFit {
+	if a.mode == preemptFit && !c.victims[ws] {
 		if t := e.preemptionTargets(ws, a); len(t) > 0 {
 			return &entry{ws: ws, a: a, targets: t}
 		}
@@ -198,6 +203,9 @@ func (c *cycle) partial(ws *wlState) *entry {
 		case fit:
 			return &entry{ws: ws, a: a}
 		case preemptFit:
+			if c.victims[ws] {
+				break
+			}
 			if t := c.e.preemptionTargets(ws, a); len(t) > 0 {
 				return &entry{ws: ws, a: a, targets: t}
 			}
@@ -285,6 +293,7 @@ func (c *cycle) process(entries []*entry) {
 			}
 			for _, t := range en.targets {
 				vcq := t.ws.admitted.cq
+				c.victims[t.ws] = true
 				e.evict(t.ws)
 				c.requeued(vcq)
 				c.out = append(c.out, Decision{Kind: KindPreempted, Key: t.ws.key, ClusterQueue: vcq.Name, Reason: t.reason, Preemptor: ws.key})
@@ -292,6 +301,11 @@ func (c *cycle) process(entries []*entry) {
 			c.admit(ws, en.a)
 			roots[root] = true
 		default:
+			if roots[root] {
+				// Quota in this tree changed after this workload was
+				// nominated; judge it again next round.
+				continue
+			}
 			c.pend(ws, en.reason)
 			if cq.QueueingStrategy == StrictFIFO {
 				c.blocked[cq] = true
@@ -334,7 +348,8 @@ func (c *cycle) pend(ws *wlState, reason string) {
 	c.out = append(c.out, Decision{Kind: KindPending, Key: ws.key, ClusterQueue: cq, Reason: reason})
 }
 
-// explain gives every pending workload not looked at this cycle a reason.
+// explain gives every pending workload that has none a reason: those in
+// stopped queues, and those not looked at this cycle.
 func (c *cycle) explain() {
 	e := c.e
 	for _, cq := range e.tree.cqOrder {
@@ -349,16 +364,15 @@ func (c *cycle) explain() {
 				c.pend(ws, stop)
 			case lqStopped(ws):
 				c.pend(ws, fmt.Sprintf("LocalQueue %s/%s is stopped (stopPolicy %s)", ws.lq.Namespace, ws.lq.Name, ws.lq.StopPolicy))
-			case c.seen[ws] || ws.parked:
-				if head == nil {
-					head = ws
-				}
+			case (c.seen[ws] || ws.parked) && ws.reason != "":
+				// Judged this cycle or earlier; its reason stands.
+			case head != nil:
+				c.pend(ws, fmt.Sprintf("waiting behind %s in ClusterQueue %s", head.key, cq.Name))
 			default:
-				if head != nil {
-					c.pend(ws, fmt.Sprintf("waiting behind %s in ClusterQueue %s", head.key, cq.Name))
-				} else {
-					c.pend(ws, fmt.Sprintf("waiting in ClusterQueue %s", cq.Name))
-				}
+				c.pend(ws, fmt.Sprintf("waiting in ClusterQueue %s", cq.Name))
+			}
+			if head == nil && stop == "" && !lqStopped(ws) {
+				head = ws
 			}
 		}
 	}
@@ -373,6 +387,8 @@ func (cq *cqState) compact() {
 	for _, ws := range cq.pending {
 		if ws.admitted == nil {
 			kept = append(kept, ws)
+		} else {
+			ws.queued = false
 		}
 	}
 	for i := len(kept); i < len(cq.pending); i++ {

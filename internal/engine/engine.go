@@ -39,6 +39,8 @@ type wlState struct {
 	// parked: found inadmissible in a BestEffortFIFO queue; skipped until
 	// quota is released in its cohort tree or configuration changes.
 	parked bool
+	// queued: the workload has an entry in its ClusterQueue's pending list.
+	queued bool
 	reason string
 }
 
@@ -64,10 +66,11 @@ func (e *Engine) SetConfig(cfg Config) {
 	e.cfg = cfg
 	e.tree = buildTree(cfg)
 	for _, ws := range e.sorted() {
-		ws.parked = false
+		ws.parked, ws.queued = false, false
 		e.resolve(ws)
 		if ws.admitted == nil && ws.cq != nil {
 			ws.cq.pending = append(ws.cq.pending, ws)
+			ws.queued = true
 		}
 		if ws.admitted != nil {
 			cq, ok := e.tree.cqs[ws.admitted.cq.Name]
@@ -82,6 +85,7 @@ func (e *Engine) SetConfig(cfg Config) {
 				ws.admitted = nil
 				if ws.cq != nil {
 					ws.cq.pending = append(ws.cq.pending, ws)
+					ws.queued = true
 				}
 				continue
 			}

@@ -19,6 +19,12 @@ func (cq *cqState) sortPending() {
 }
 
 func (cq *cqState) insertPending(ws *wlState) {
+	if ws.queued {
+		// Admitted and evicted within one cycle: its old entry is still
+		// in place, since lists are compacted at the end of a cycle.
+		return
+	}
+	ws.queued = true
 	i := sort.Search(len(cq.pending), func(i int) bool { return queueLess(ws, cq.pending[i]) })
 	cq.pending = append(cq.pending, nil)
 	copy(cq.pending[i+1:], cq.pending[i:])
@@ -26,6 +32,7 @@ func (cq *cqState) insertPending(ws *wlState) {
 }
 
 func (cq *cqState) removePending(ws *wlState) {
+	ws.queued = false
 	i := sort.Search(len(cq.pending), func(i int) bool { return !queueLess(cq.pending[i], ws) })
 	if i < len(cq.pending) && cq.pending[i] == ws {
 		cq.pending = append(cq.pending[:i], cq.pending[i+1:]...)
