@@ -40,7 +40,14 @@ type entry struct {
 	ws      *wlState
 	a       *assignment
 	targets []target
-	reason  string
+	// reason, when a is nil or fits, says why the workload cannot be
+	// nominated at all; otherwise a.reasons says why it does not fit.
+	reason string
+	// own is the storage a points at, so a round allocates its entries
+	// in one slab.
+	own assignment
+	// stable: a.reasons is not in the round's arena and may be kept.
+	stable bool
 }
 
 // cycle carries the per-cycle bookkeeping.
@@ -50,12 +57,18 @@ type cycle struct {
 	out     []Decision
 	cursor  map[*cqState]int
 	blocked map[*cqState]bool
-	seen    map[*wlState]bool
 	touched map[*cqState]bool
-	// victims were preempted in this cycle. They may be admitted again
-	// into free quota, but not preempt in turn: otherwise policies that
-	// each allow one step can chase each other round a circle.
-	victims map[*wlState]bool
+	// id stamps workloads seen (wlState.seenIn) and preempted
+	// (wlState.victimIn) in this cycle. A victim may be admitted again into
+	// free quota, but not preempt in turn: otherwise policies that each
+	// allow one step can chase each other round a circle.
+	id uint64
+	// slab and ptrs are the round's entry storage, reused across rounds.
+	slab []entry
+	ptrs []*entry
+	// lastWhy and lastText cache the last rendering of reasons.
+	lastWhy  []reason
+	lastText string
 }
 
 // Cycle admits every pending workload that fits, in queue order, preempts
@@ -63,14 +76,14 @@ type cycle struct {
 // queues. Evictions take effect at once: victims go back to their queues
 // and may be admitted again in the same cycle. now stamps admissions.
 func (e *Engine) Cycle(now time.Time) []Decision {
+	e.cycles++
 	c := &cycle{
+		id:      e.cycles,
 		e:       e,
 		now:     now,
 		cursor:  map[*cqState]int{},
 		blocked: map[*cqState]bool{},
-		seen:    map[*wlState]bool{},
 		touched: map[*cqState]bool{},
-		victims: map[*wlState]bool{},
 	}
 	c.drain()
 	for round := 0; round < maxRoundsPerCycle; round++ {
@@ -78,9 +91,17 @@ func (e *Engine) Cycle(now time.Time) []Decision {
 		if len(heads) == 0 {
 			break
 		}
-		entries := make([]*entry, len(heads))
+		// Entries of one round die with it: reuse their storage.
+		if cap(c.slab) < len(heads) {
+			c.slab = make([]entry, len(heads))
+			c.ptrs = make([]*entry, len(heads))
+		}
+		slab := c.slab[:len(heads)]
+		clear(slab)
+		entries := c.ptrs[:len(heads)]
+		c.e.scratch.arena = c.e.scratch.arena[:0]
 		for i, ws := range heads {
-			entries[i] = c.nominate(ws)
+			entries[i] = c.nominate(ws, &slab[i])
 		}
 		c.order(entries)
 		c.process(entries)
@@ -153,29 +174,41 @@ func (c *cycle) heads() []*wlState {
 	return out
 }
 
-func (c *cycle) nominate(ws *wlState) *entry {
+// nominate decides what ws could get now, filling en.
+func (c *cycle) nominate(ws *wlState, en *entry) *entry {
 	e := c.e
 	cq := ws.cq
-	if !e.selects(cq, ws.w.Namespace) {
-		return &entry{ws: ws, reason: fmt.Sprintf("namespace %s is not selected by the namespaceSelector of ClusterQueue %s", ws.w.Namespace, cq.Name)}
+	en.ws = ws
+	if !ws.selected {
+		en.reason = fmt.Sprintf("namespace %s is not selected by the namespaceSelector of ClusterQueue %s", ws.w.Namespace, cq.Name)
+		return en
 	}
-	counts := make([]int32, len(ws.w.PodSets))
-	for i, ps := range ws.w.PodSets {
-		counts[i] = ps.Count
+	en.a = &en.own
+	if m := &cq.memo; m.rep != nil && m.epoch == e.epoch && m.rep.shape == ws.shape {
+		en.a.mode, en.a.reasons, en.stable = noFit, m.why, true
+		return en
 	}
-	a := e.assign(ws, counts)
-	if a.mode == fit {
-		return &entry{ws: ws, a: a}
+	e.assign(ws, ws.full, en.a)
+	if en.a.mode == fit {
+		return en
 	}
-	if a.mode == preemptFit && !c.victims[ws] {
-		if t := e.preemptionTargets(ws, a); len(t) > 0 {
-			return &entry{ws: ws, a: a, targets: t}
+	if en.a.mode == preemptFit && ws.victimIn != c.id {
+		if t := e.preemptionTargets(ws, en.a); len(t) > 0 {
+			en.targets = t
+			return en
 		}
 	}
 	if pe := c.partial(ws); pe != nil {
 		return pe
 	}
-	return &entry{ws: ws, a: a, reason: a.reason()}
+	if en.a.mode == noFit && !en.a.consulted {
+		// The round's arena is reused: the memo keeps its own copy, which
+		// entries then share read-only.
+		en.a.reasons = append([]reason(nil), en.a.reasons...)
+		en.stable = true
+		cq.memo.epoch, cq.memo.rep, cq.memo.why = e.epoch, ws, en.a.reasons
+	}
+	return en
 }
 
 // partial looks for the largest pod counts, between each pod set's
@@ -198,12 +231,12 @@ func (c *cycle) partial(ws *wlState) *entry {
 				counts[i] = ps.MinCount + int32(int64(ps.Count-ps.MinCount)*int64(k)/int64(span))
 			}
 		}
-		a := c.e.assign(ws, counts)
+		a := c.e.assign(ws, counts, &assignment{})
 		switch a.mode {
 		case fit:
 			return &entry{ws: ws, a: a}
 		case preemptFit:
-			if c.victims[ws] {
+			if ws.victimIn == c.id {
 				break
 			}
 			if t := c.e.preemptionTargets(ws, a); len(t) > 0 {
@@ -235,6 +268,18 @@ func (c *cycle) partial(ws *wlState) *entry {
 // higher priority, then earlier submission.
 func (c *cycle) order(entries []*entry) {
 	t := c.e.tree
+	// Only entries that can be admitted or preempt compete; those that do
+	// not fit keep queue-name order after them, and are judged again next
+	// round if a decision before them changed their cohort tree.
+	acting := 0
+	for i, en := range entries {
+		if en.a != nil && (en.a.mode == fit || len(en.targets) > 0) {
+			entries[acting], entries[i] = entries[i], entries[acting]
+			acting++
+		}
+	}
+	sortNoFit(entries[acting:])
+	entries = entries[:acting]
 	sort.SliceStable(entries, func(i, j int) bool {
 		a, b := entries[i], entries[j]
 		ab, bb := a.a != nil && a.a.borrows, b.a != nil && b.a.borrows
@@ -249,6 +294,12 @@ func (c *cycle) order(entries []*entry) {
 		}
 		return queueLess(a.ws, b.ws)
 	})
+}
+
+// sortNoFit restores queue-name order, which the partition above may
+// have disturbed.
+func sortNoFit(entries []*entry) {
+	sort.Slice(entries, func(i, j int) bool { return entries[i].ws.cq.Name < entries[j].ws.cq.Name })
 }
 
 // compareShares returns the shares to compare two queues' candidates by:
@@ -274,7 +325,7 @@ func (c *cycle) process(entries []*entry) {
 	roots := map[*node]bool{}
 	for _, en := range entries {
 		ws, cq := en.ws, en.ws.cq
-		c.seen[ws] = true
+		ws.seenIn = c.id
 		root := cq.node.root()
 		switch {
 		case en.a != nil && en.a.mode == fit && len(en.targets) == 0:
@@ -293,7 +344,7 @@ func (c *cycle) process(entries []*entry) {
 			}
 			for _, t := range en.targets {
 				vcq := t.ws.admitted.cq
-				c.victims[t.ws] = true
+				t.ws.victimIn = c.id
 				e.evict(t.ws)
 				c.requeued(vcq)
 				c.out = append(c.out, Decision{Kind: KindPreempted, Key: t.ws.key, ClusterQueue: vcq.Name, Reason: t.reason, Preemptor: ws.key})
@@ -306,7 +357,11 @@ func (c *cycle) process(entries []*entry) {
 				// nominated; judge it again next round.
 				continue
 			}
-			c.pend(ws, en.reason)
+			if en.a != nil {
+				c.pendWhy(ws, en.a.reasons, en.stable)
+			} else {
+				c.pend(ws, en.reason)
+			}
 			if cq.QueueingStrategy == StrictFIFO {
 				c.blocked[cq] = true
 			} else {
@@ -328,15 +383,35 @@ func (c *cycle) requeued(cq *cqState) {
 
 func (c *cycle) admit(ws *wlState, a *assignment) {
 	cq := ws.cq
-	ws.admitted = &admitted{cq: cq, usage: a.usage, podSets: a.admission(cq.Name), at: c.now}
+	ws.admitted = &admitted{cq: cq, usage: a.usage, podSets: a.admission(cq, ws), at: c.now}
 	c.e.hold(ws)
-	ws.reason = ""
+	ws.reason, ws.why = "", nil
 	ws.parked = false
 	c.touched[cq] = true
 	c.out = append(c.out, Decision{Kind: KindAdmitted, Key: ws.key, ClusterQueue: cq.Name, PodSets: ws.admitted.podSets})
 }
 
+// pendWhy records reasons from flavor assignment, rendering them only if
+// they changed.
+func (c *cycle) pendWhy(ws *wlState, why []reason, stable bool) {
+	if ws.why != nil && sameReasons(ws.why, why) {
+		return
+	}
+	// Many waiting workloads share one set of reasons: render it once.
+	if c.lastText == "" || !sameReasons(c.lastWhy, why) {
+		c.lastText = render(why)
+		c.lastWhy = append(c.lastWhy[:0], why...)
+	}
+	c.pend(ws, c.lastText)
+	if !stable {
+		// why lives in the round's scratch arena: keep a copy.
+		why = append([]reason(nil), why...)
+	}
+	ws.why = why
+}
+
 func (c *cycle) pend(ws *wlState, reason string) {
+	ws.why, ws.behind = nil, nil
 	if ws.reason == reason {
 		return
 	}
@@ -355,6 +430,7 @@ func (c *cycle) explain() {
 	for _, cq := range e.tree.cqOrder {
 		stop := stopped(cq)
 		var head *wlState
+		var behind string // rendered once per queue
 		for _, ws := range cq.pending {
 			if ws.admitted != nil {
 				continue
@@ -364,10 +440,16 @@ func (c *cycle) explain() {
 				c.pend(ws, stop)
 			case lqStopped(ws):
 				c.pend(ws, fmt.Sprintf("LocalQueue %s/%s is stopped (stopPolicy %s)", ws.lq.Namespace, ws.lq.Name, ws.lq.StopPolicy))
-			case (c.seen[ws] || ws.parked) && ws.reason != "":
+			case (ws.seenIn == c.id || ws.parked) && ws.reason != "":
 				// Judged this cycle or earlier; its reason stands.
 			case head != nil:
-				c.pend(ws, fmt.Sprintf("waiting behind %s in ClusterQueue %s", head.key, cq.Name))
+				if ws.behind != head || ws.reason == "" {
+					if behind == "" {
+						behind = fmt.Sprintf("waiting behind %s in ClusterQueue %s", head.key, cq.Name)
+					}
+					c.pend(ws, behind)
+					ws.behind = head
+				}
 			default:
 				c.pend(ws, fmt.Sprintf("waiting in ClusterQueue %s", cq.Name))
 			}

@@ -33,8 +33,10 @@ type wlState struct {
 	cq         *cqState
 	lq         *LocalQueue
 	unresolved string
-	// requests per pod set, resolved and sorted by resource name.
-	requests [][]resReq
+	// split holds each pod set's requests by resource group of cq; full
+	// holds each pod set's full count.
+	split    []podSetReqs
+	full     []int32
 	admitted *admitted
 	// parked: found inadmissible in a BestEffortFIFO queue; skipped until
 	// quota is released in its cohort tree or configuration changes.
@@ -42,20 +44,49 @@ type wlState struct {
 	// queued: the workload has an entry in its ClusterQueue's pending list.
 	queued bool
 	reason string
+	// why is the structured form of reason when it came from flavor
+	// assignment; an unchanged why skips rendering reason again.
+	why []reason
+	// behind is the workload this one was last said to wait behind.
+	behind *wlState
+	// selected: cq's namespaceSelector accepts the workload's namespace.
+	selected bool
+	// shape hashes what flavor assignment reads of the workload: its pod
+	// sets. Workloads of one shape in one queue fit alike.
+	shape uint32
+	// seenIn and victimIn hold the id of the last cycle that judged or
+	// preempted the workload.
+	seenIn, victimIn uint64
 }
 
 // Engine holds configuration, queues and quota usage. It is not safe for
 // concurrent use; one goroutine drives it.
 type Engine struct {
+	scratch scratch
+	cycles  uint64
+	// epoch changes whenever any usage changes, so a judgement made at
+	// one epoch holds for as long as the epoch stays.
+	epoch uint64
+	// shapes interns workload shapes (see shapeKey).
+	shapes     map[string]uint32
 	cfg        Config
 	tree       *tree
 	workloads  map[string]*wlState
 	unresolved map[string]*wlState
 }
 
+// scratch is reusable working memory for flavor assignment.
+type scratch struct {
+	why                  []reason
+	preempt, bestPreempt []int
+	// arena holds the reasons of a round's nominations; it is reset at
+	// the start of each round, so reasons kept longer are copied.
+	arena []reason
+}
+
 // New returns an engine for the given configuration.
 func New(cfg Config) *Engine {
-	e := &Engine{workloads: map[string]*wlState{}, unresolved: map[string]*wlState{}}
+	e := &Engine{workloads: map[string]*wlState{}, unresolved: map[string]*wlState{}, shapes: map[string]uint32{}}
 	e.SetConfig(cfg)
 	return e
 }
@@ -129,9 +160,15 @@ func (e *Engine) resolve(ws *wlState) {
 		e.unresolved[ws.key] = ws
 	} else {
 		delete(e.unresolved, ws.key)
+		ws.selected = e.selects(ws.cq, ws.w.Namespace)
 	}
-	ws.requests = make([][]resReq, len(ws.w.PodSets))
+	if ws.shape == 0 {
+		ws.shape = e.shapeID(ws.w.PodSets)
+	}
+	ws.full = make([]int32, len(ws.w.PodSets))
+	ws.split = make([]podSetReqs, len(ws.w.PodSets))
 	for i, ps := range ws.w.PodSets {
+		ws.full[i] = ps.Count
 		var rs []resReq
 		for r, v := range ps.Requests {
 			if v > 0 {
@@ -139,7 +176,29 @@ func (e *Engine) resolve(ws *wlState) {
 			}
 		}
 		sort.Slice(rs, func(a, b int) bool { return rs[a].resource < rs[b].resource })
-		ws.requests[i] = rs
+		if ws.cq == nil {
+			continue
+		}
+		sp := &ws.split[i]
+		for _, rr := range rs {
+			gi, ok := ws.cq.groupOf[rr.resource]
+			if !ok {
+				sp.notCovered = append(sp.notCovered, rr.resource)
+				continue
+			}
+			for k, r := range ws.cq.groups[gi].resources {
+				if r == rr.resource {
+					rr.slot = k
+				}
+			}
+			j := sort.Search(len(sp.groups), func(k int) bool { return sp.groups[k].group >= gi })
+			if j == len(sp.groups) || sp.groups[j].group != gi {
+				sp.groups = append(sp.groups, groupReqs{})
+				copy(sp.groups[j+1:], sp.groups[j:])
+				sp.groups[j] = groupReqs{group: gi}
+			}
+			sp.groups[j].reqs = append(sp.groups[j].reqs, rr)
+		}
 	}
 }
 
@@ -217,6 +276,7 @@ func (e *Engine) hold(ws *wlState) {
 	cq := ws.admitted.cq
 	for _, u := range ws.admitted.usage {
 		cq.node.addUsage(u.fr, u.v)
+		e.epoch++
 	}
 	cq.admitted = append(cq.admitted, ws)
 }
@@ -227,6 +287,7 @@ func (e *Engine) release(ws *wlState) {
 	cq := ws.admitted.cq
 	for _, u := range ws.admitted.usage {
 		cq.node.addUsage(u.fr, -u.v)
+		e.epoch++
 	}
 	for i, c := range cq.admitted {
 		if c == ws {
@@ -289,7 +350,7 @@ func (e *Engine) evict(ws *wlState) {
 		return
 	}
 	e.release(ws)
-	ws.reason = ""
+	ws.reason, ws.why = "", nil
 	if ws.cq != nil {
 		ws.cq.insertPending(ws)
 	}

@@ -17,17 +17,111 @@ const (
 	fit
 )
 
-// resReq is one resource request of a pod set, resolved against a queue.
+// resReq is one resource request of a pod set.
 type resReq struct {
 	resource string
 	perPod   int64
+	// slot is the resource's index in its group's coveredResources.
+	slot int
 }
+
+// groupReqs are the requests of one pod set that one resource group serves.
+type groupReqs struct {
+	group int
+	reqs  []resReq
+}
+
+// podSetReqs is a pod set's requests split by the resource groups of the
+// workload's ClusterQueue, computed once when the workload is resolved.
+type podSetReqs struct {
+	groups     []groupReqs
+	notCovered []string
+}
+
+// choice is the flavor picked for one resource group of a pod set.
+type choice struct{ group, flavor int }
 
 // podSetAssign is the flavor choice for one pod set.
 type podSetAssign struct {
 	name    string
 	count   int32
-	flavors map[string]string // resource → flavor
+	choices []choice
+}
+
+// reasonKind says which sentence a reason renders as.
+type reasonKind uint8
+
+const (
+	reasonNotCovered reasonKind = iota
+	reasonTaint
+	reasonSelector
+	reasonInsufficient
+	reasonNeverFits
+)
+
+// reason is one structured cause of not fitting. Reasons are compared
+// as values, and rendered as text only when a workload's reason changes,
+// so a cycle over many waiting workloads formats almost nothing.
+type reason struct {
+	kind      reasonKind
+	podSet    string
+	flavor    string
+	resource  string
+	requested int64
+	available int64
+	key       string
+	value     string
+	effect    corev1.TaintEffect
+	cq        string
+}
+
+func (r reason) text() string {
+	switch r.kind {
+	case reasonNotCovered:
+		return fmt.Sprintf("resource %s is not covered by any resource group of ClusterQueue %s", r.resource, r.cq)
+	case reasonTaint:
+		return fmt.Sprintf("flavor %s has taint %s=%s:%s that pod set %s does not tolerate", r.flavor, r.key, r.value, r.effect, r.podSet)
+	case reasonSelector:
+		return fmt.Sprintf("flavor %s does not match nodeSelector %s=%s of pod set %s", r.flavor, r.key, r.value, r.podSet)
+	case reasonInsufficient:
+		return fmt.Sprintf("insufficient unused quota for %s in flavor %s: requested %s, available %s",
+			r.resource, r.flavor, Format(r.resource, r.requested), Format(r.resource, r.available))
+	default:
+		return fmt.Sprintf("insufficient quota for %s in flavor %s: requested %s, more than the ClusterQueue can ever use (%s)",
+			r.resource, r.flavor, Format(r.resource, r.requested), Format(r.resource, r.available))
+	}
+}
+
+// render joins reasons, one "pod set NAME:" prefix per run of reasons of
+// the same pod set.
+func render(rs []reason) string {
+	var b strings.Builder
+	for i, r := range rs {
+		if i == 0 || rs[i-1].podSet != r.podSet {
+			if i > 0 {
+				b.WriteString("; ")
+			}
+			b.WriteString("pod set ")
+			b.WriteString(r.podSet)
+			b.WriteString(": ")
+		} else {
+			b.WriteString("; ")
+		}
+		b.WriteString(r.text())
+	}
+	return b.String()
+}
+
+func sameReasons(a, b []reason) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // assignment is the outcome of flavor assignment for a whole workload.
@@ -39,10 +133,11 @@ type assignment struct {
 	usage []frAmount
 	// preemptFRs are the flavor-resources that need preemption to fit.
 	preemptFRs map[int]bool
-	reasons    []string
+	reasons    []reason
+	// consulted: some flavor needed preemption, so the outcome depends on
+	// the workload's priority and age, not only on its shape.
+	consulted bool
 }
-
-func (a *assignment) reason() string { return strings.Join(a.reasons, "; ") }
 
 func (a *assignment) addUsage(i int, v int64) {
 	for k := range a.usage {
@@ -63,10 +158,23 @@ func (a *assignment) usageOf(i int) int64 {
 	return 0
 }
 
-func (a *assignment) admission(cq string) []PodSetAssignment {
+// admission renders the choice as resource → flavor per pod set.
+func (a *assignment) admission(cq *cqState, ws *wlState) []PodSetAssignment {
 	out := make([]PodSetAssignment, len(a.podSets))
 	for i, ps := range a.podSets {
-		out[i] = PodSetAssignment{Name: ps.name, Count: ps.count, Flavors: ps.flavors}
+		fl := map[string]string{}
+		for _, ch := range ps.choices {
+			g := &cq.groups[ch.group]
+			for _, gr := range ws.split[i].groups {
+				if gr.group != ch.group {
+					continue
+				}
+				for _, rr := range gr.reqs {
+					fl[rr.resource] = g.flavors[ch.flavor].name
+				}
+			}
+		}
+		out[i] = PodSetAssignment{Name: ps.name, Count: ps.count, Flavors: fl}
 	}
 	return out
 }
@@ -75,8 +183,6 @@ func (a *assignment) admission(cq string) []PodSetAssignment {
 type flavorOutcome struct {
 	mode    mode
 	borrows bool
-	preempt []int
-	reasons []string
 }
 
 // better ranks flavor outcomes: fit over preempt over no fit, and within a
@@ -88,60 +194,63 @@ func (o flavorOutcome) better(than flavorOutcome) bool {
 	return !o.borrows && than.borrows
 }
 
-// assign chooses flavors for every pod set of w in its ClusterQueue, with
+// assign chooses flavors for every pod set of ws in its ClusterQueue, with
 // the given counts, against the tree's current usage.
-func (e *Engine) assign(ws *wlState, counts []int32) *assignment {
+func (e *Engine) assign(ws *wlState, counts []int32, a *assignment) *assignment {
 	cq := ws.cq
-	a := &assignment{mode: fit}
-	for pi, ps := range ws.w.PodSets {
-		count := counts[pi]
-		psa := podSetAssign{name: ps.Name, count: count, flavors: map[string]string{}}
-		// Requests of this pod set, grouped by resource group.
-		byGroup := map[int][]resReq{}
-		var groups []int
-		for _, rr := range ws.requests[pi] {
-			gi, ok := cq.groupOf[rr.resource]
-			if !ok {
-				a.mode = noFit
-				a.reasons = append(a.reasons, fmt.Sprintf("pod set %s: resource %s is not covered by any resource group of ClusterQueue %s", ps.Name, rr.resource, cq.Name))
-				continue
-			}
-			if _, seen := byGroup[gi]; !seen {
-				groups = append(groups, gi)
-			}
-			byGroup[gi] = append(byGroup[gi], rr)
+	a.mode = fit
+	// why collects the reasons of every flavor of one group; preempt holds
+	// the flavor-resources the flavor being tried needs preemption for.
+	// Both are scratch space reused across calls.
+	sc := &e.scratch
+	why, preempt, bestPreempt := sc.why[:0], sc.preempt[:0], sc.bestPreempt[:0]
+	defer func() { sc.why, sc.preempt, sc.bestPreempt = why[:0], preempt[:0], bestPreempt[:0] }()
+	// Reasons go to the round's arena rather than a fresh slice each.
+	arenaStart := len(sc.arena)
+	for pi := range ws.w.PodSets {
+		ps := &ws.w.PodSets[pi]
+		count := int64(counts[pi])
+		psa := podSetAssign{name: ps.Name, count: counts[pi]}
+		for _, r := range ws.split[pi].notCovered {
+			a.mode = noFit
+			sc.arena = append(sc.arena, reason{kind: reasonNotCovered, podSet: ps.Name, resource: r, cq: cq.Name})
 		}
-		sort.Ints(groups)
-		for _, gi := range groups {
-			g := &cq.groups[gi]
+		for _, gr := range ws.split[pi].groups {
+			g := &cq.groups[gr.group]
 			best := -1
 			var bestOut flavorOutcome
-			var why []string
+			var bestReasons []reason
+			why = why[:0]
 			for fi := range g.flavors {
-				gf := &g.flavors[fi]
-				out := e.tryFlavor(cq, a, g, gf, &ps, byGroup[gi], int64(count))
-				if out.mode == preemptFit && !e.canPreemptIn(ws, out.preempt) {
+				start := len(why)
+				preempt = preempt[:0]
+				out := e.tryFlavor(cq, a, g, &g.flavors[fi], ps, gr.reqs, count, &why, &preempt)
+				if out.mode == preemptFit {
+					a.consulted = true
+				}
+				if out.mode == preemptFit && !e.canPreemptIn(ws, preempt) {
 					// Nobody could be preempted here: for choosing a
 					// flavor this is no better than not fitting.
 					out.mode = noFit
 				}
-				why = append(why, out.reasons...)
 				if best < 0 || out.better(bestOut) {
 					best, bestOut = fi, out
+					bestReasons = why[start:len(why):len(why)]
+					bestPreempt = append(bestPreempt[:0], preempt...)
 				}
 				if stopSearch(out, cq) {
 					break
 				}
 			}
-			if best < 0 || bestOut.mode == noFit {
+			if bestOut.mode == noFit {
 				a.mode = noFit
-				a.reasons = append(a.reasons, fmt.Sprintf("pod set %s: %s", ps.Name, strings.Join(why, "; ")))
+				sc.arena = append(sc.arena, why...)
 				continue
 			}
+			psa.choices = append(psa.choices, choice{gr.group, best})
 			gf := &g.flavors[best]
-			for _, rr := range byGroup[gi] {
-				psa.flavors[rr.resource] = gf.name
-				a.addUsage(gf.fr[rr.resource], rr.perPod*int64(count))
+			for _, rr := range gr.reqs {
+				a.addUsage(gf.frs[rr.slot], rr.perPod*count)
 			}
 			if bestOut.mode < a.mode {
 				a.mode = bestOut.mode
@@ -150,29 +259,30 @@ func (e *Engine) assign(ws *wlState, counts []int32) *assignment {
 				if a.preemptFRs == nil {
 					a.preemptFRs = map[int]bool{}
 				}
-				for _, i := range bestOut.preempt {
+				for _, i := range bestPreempt {
 					a.preemptFRs[i] = true
 				}
-				a.reasons = append(a.reasons, fmt.Sprintf("pod set %s: %s", ps.Name, strings.Join(bestOut.reasons, "; ")))
+				sc.arena = append(sc.arena, bestReasons...)
 			}
 			a.borrows = a.borrows || bestOut.borrows
 		}
-		a.podSets = append(a.podSets, psa)
+		if a.mode != noFit {
+			a.podSets = append(a.podSets, psa)
+		}
 	}
-	if a.mode == fit {
-		a.reasons = nil
+	if a.mode != fit {
+		a.reasons = sc.arena[arenaStart:len(sc.arena):len(sc.arena)]
 	}
 	return a
 }
 
-// canPreemptIn reports whether any admitted workload that ws's queue may
-// preempt uses one of the flavor-resources.
-func (e *Engine) canPreemptIn(ws *wlState, frs []int) bool {
-	set := make(map[int]bool, len(frs))
-	for _, i := range frs {
-		set[i] = true
-	}
-	return len(e.collectCandidates(ws, set, true)) > 0
+// mayPreempt reports whether the queue's policy lets its workloads preempt
+// anyone at all.
+func (cq *cqState) mayPreempt() bool {
+	p := cq.Preemption
+	within := p.WithinClusterQueue != Never && p.WithinClusterQueue != ""
+	reclaim := cq.node.parent != nil && p.ReclaimWithinCohort != Never && p.ReclaimWithinCohort != ""
+	return within || reclaim
 }
 
 // stopSearch applies flavorFungibility: whether to settle for this flavor
@@ -187,14 +297,18 @@ func stopSearch(o flavorOutcome, cq *cqState) bool {
 	return false
 }
 
-func (e *Engine) tryFlavor(cq *cqState, a *assignment, g *group, gf *groupFlavor, ps *PodSet, reqs []resReq, count int64) flavorOutcome {
-	if why := e.ineligible(g, gf.name, ps); why != "" {
-		return flavorOutcome{mode: noFit, reasons: []string{why}}
+// tryFlavor checks one flavor for one group's requests of a pod set,
+// appending why it falls short to why and the flavor-resources that need
+// preemption to preempt.
+func (e *Engine) tryFlavor(cq *cqState, a *assignment, g *group, gf *groupFlavor, ps *PodSet, reqs []resReq, count int64, why *[]reason, preempt *[]int) flavorOutcome {
+	if r, bad := ineligible(g, gf, ps); bad {
+		*why = append(*why, r)
+		return flavorOutcome{mode: noFit}
 	}
 	out := flavorOutcome{mode: fit}
 	n := cq.node
 	for _, rr := range reqs {
-		i := gf.fr[rr.resource]
+		i := gf.frs[rr.slot]
 		// Earlier pod sets of the same workload may already use this
 		// flavor-resource.
 		val := rr.perPod*count + a.usageOf(i)
@@ -206,11 +320,12 @@ func (e *Engine) tryFlavor(cq *cqState, a *assignment, g *group, gf *groupFlavor
 			continue
 		}
 		pot := n.potential(i)
-		canPreempt := val <= pot && (val <= n.nominal[i] || cq.Preemption.BorrowWithinCohort == LowerPriority || e.tree.fair)
+		r := reason{kind: reasonInsufficient, podSet: ps.Name, flavor: gf.name, resource: rr.resource, requested: val, available: avail}
+		canPreempt := val <= pot && cq.mayPreempt() &&
+			(val <= n.nominal[i] || cq.Preemption.BorrowWithinCohort == LowerPriority || e.tree.fair)
 		if canPreempt {
-			out.reasons = append(out.reasons, fmt.Sprintf("insufficient unused quota for %s in flavor %s: requested %s, available %s",
-				rr.resource, gf.name, Format(rr.resource, val), Format(rr.resource, avail)))
-			out.preempt = append(out.preempt, i)
+			*why = append(*why, r)
+			*preempt = append(*preempt, i)
 			if out.mode > preemptFit {
 				out.mode = preemptFit
 			}
@@ -220,28 +335,28 @@ func (e *Engine) tryFlavor(cq *cqState, a *assignment, g *group, gf *groupFlavor
 			continue
 		}
 		if val > pot {
-			out.reasons = append(out.reasons, fmt.Sprintf("insufficient quota for %s in flavor %s: requested %s, more than the ClusterQueue can ever use (%s)",
-				rr.resource, gf.name, Format(rr.resource, val), Format(rr.resource, pot)))
-		} else {
-			out.reasons = append(out.reasons, fmt.Sprintf("insufficient unused quota for %s in flavor %s: requested %s, available %s",
-				rr.resource, gf.name, Format(rr.resource, val), Format(rr.resource, avail)))
+			r.kind, r.available = reasonNeverFits, pot
 		}
+		*why = append(*why, r)
 		out.mode = noFit
 	}
 	return out
 }
 
-// ineligible says why a pod set cannot land on a flavor's nodes, or "".
-func (e *Engine) ineligible(g *group, flavor string, ps *PodSet) string {
-	f := e.tree.flavors[flavor]
+// ineligible says why a pod set cannot land on a flavor's nodes.
+func ineligible(g *group, gf *groupFlavor, ps *PodSet) (reason, bool) {
+	f, flavor := gf.flavor, gf.name
 	for ti := range f.NodeTaints {
 		t := &f.NodeTaints[ti]
 		if t.Effect != corev1.TaintEffectNoSchedule && t.Effect != corev1.TaintEffectNoExecute {
 			continue
 		}
 		if !tolerated(t, ps.Tolerations) && !tolerated(t, f.Tolerations) {
-			return fmt.Sprintf("flavor %s has taint %s=%s:%s that pod set %s does not tolerate", flavor, t.Key, t.Value, t.Effect, ps.Name)
+			return reason{kind: reasonTaint, podSet: ps.Name, flavor: flavor, key: t.Key, value: t.Value, effect: t.Effect}, true
 		}
+	}
+	if len(ps.NodeSelector) == 0 {
+		return reason{}, false
 	}
 	keys := make([]string, 0, len(ps.NodeSelector))
 	for k := range ps.NodeSelector {
@@ -252,10 +367,20 @@ func (e *Engine) ineligible(g *group, flavor string, ps *PodSet) string {
 	sort.Strings(keys)
 	for _, k := range keys {
 		if got, ok := f.NodeLabels[k]; !ok || got != ps.NodeSelector[k] {
-			return fmt.Sprintf("flavor %s does not match nodeSelector %s=%s of pod set %s", flavor, k, ps.NodeSelector[k], ps.Name)
+			return reason{kind: reasonSelector, podSet: ps.Name, flavor: flavor, key: k, value: ps.NodeSelector[k]}, true
 		}
 	}
-	return ""
+	return reason{}, false
+}
+
+// canPreemptIn reports whether any admitted workload that ws's queue may
+// preempt uses one of the flavor-resources.
+func (e *Engine) canPreemptIn(ws *wlState, frs []int) bool {
+	set := make(map[int]bool, len(frs))
+	for _, i := range frs {
+		set[i] = true
+	}
+	return len(e.collectCandidates(ws, set, true)) > 0
 }
 
 func tolerated(t *corev1.Taint, tols []corev1.Toleration) bool {

@@ -193,12 +193,14 @@ func (e *Engine) fits(cq *cqState, a *assignment, allowBorrowing bool) bool {
 func (e *Engine) take(ws *wlState) {
 	for _, u := range ws.admitted.usage {
 		ws.admitted.cq.node.addUsage(u.fr, -u.v)
+		e.epoch++
 	}
 }
 
 func (e *Engine) putBack(ws *wlState) {
 	for _, u := range ws.admitted.usage {
 		ws.admitted.cq.node.addUsage(u.fr, u.v)
+		e.epoch++
 	}
 }
 

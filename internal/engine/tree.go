@@ -181,6 +181,14 @@ type cqState struct {
 	// pending is kept in queue order (see queueLess).
 	pending  []*wlState
 	admitted []*wlState
+	// memo remembers the last workload found not to fit, so that the
+	// next of the same shape needs no flavor assignment while usage has
+	// not changed.
+	memo struct {
+		epoch uint64
+		rep   *wlState
+		why   []reason
+	}
 }
 
 type group struct {
@@ -192,8 +200,12 @@ type group struct {
 }
 
 type groupFlavor struct {
-	name string
-	fr   map[string]int // resource → flavor-resource index
+	name   string
+	flavor *Flavor        // nil if the ResourceFlavor does not exist
+	fr     map[string]int // resource → flavor-resource index
+	// frs holds the flavor-resource index of each of the group's
+	// resources, in coveredResources order (see resReq.slot).
+	frs []int
 }
 
 func buildTree(cfg Config) *tree {
@@ -214,14 +226,21 @@ func buildTree(cfg Config) *tree {
 		t.lqs[lq.Namespace+"/"+lq.Name] = lq
 	}
 	index := func(groups []ResourceGroup) {
+		add := func(k fr) {
+			if _, ok := t.frIndex[k]; !ok {
+				t.frIndex[k] = len(t.frs)
+				t.frs = append(t.frs, k)
+			}
+		}
 		for _, g := range groups {
 			for _, f := range g.Flavors {
 				for _, q := range f.Resources {
-					k := fr{f.Name, q.Resource}
-					if _, ok := t.frIndex[k]; !ok {
-						t.frIndex[k] = len(t.frs)
-						t.frs = append(t.frs, k)
-					}
+					add(fr{f.Name, q.Resource})
+				}
+				// A covered resource a flavor gives no quota for has
+				// quota zero there.
+				for _, r := range g.CoveredResources {
+					add(fr{f.Name, r})
 				}
 			}
 		}
@@ -279,9 +298,11 @@ func buildTree(cfg Config) *tree {
 				s.groupOf[r] = gi
 			}
 			for _, f := range g.Flavors {
-				gf := groupFlavor{name: f.Name, fr: map[string]int{}}
-				for _, q := range f.Resources {
-					gf.fr[q.Resource] = t.frIndex[fr{f.Name, q.Resource}]
+				gf := groupFlavor{name: f.Name, fr: map[string]int{}, flavor: t.flavors[f.Name]}
+				for _, r := range g.CoveredResources {
+					i := t.frIndex[fr{f.Name, r}]
+					gf.fr[r] = i
+					gf.frs = append(gf.frs, i)
 				}
 				cg.flavors = append(cg.flavors, gf)
 				if fl, ok := t.flavors[f.Name]; ok {

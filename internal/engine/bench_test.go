@@ -1,0 +1,141 @@
+package engine
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// The benchmarks use 100 cohorts of 10 ClusterQueues each (1,000 queues),
+// one flavor and one resource (cpu), no preemption, and 100 pending
+// workloads of 1 CPU per queue (100,000 in all).
+const (
+	benchCohorts      = 100
+	benchQueuesPer    = 10
+	benchPendingPerCQ = 100
+)
+
+// benchConfig returns the 1,000 queues, each with nominal cpu quota of
+// nominalCPU cores, and one LocalQueue per queue in its own namespace.
+func benchConfig(strategy QueueingStrategy, nominalCPU int64) Config {
+	cfg := Config{Flavors: flavors("default")}
+	for c := range benchCohorts {
+		for q := range benchQueuesPer {
+			name := fmt.Sprintf("cq-%03d-%d", c, q)
+			b := newCQ(name).cohort(fmt.Sprintf("cohort-%03d", c)).quota("default", "cpu", nominalCPU*1000)
+			b.cq.QueueingStrategy = strategy
+			cfg.ClusterQueues = append(cfg.ClusterQueues, b.obj())
+			cfg.LocalQueues = append(cfg.LocalQueues, LocalQueue{Namespace: "ns-" + name, Name: "lq", ClusterQueue: name, StopPolicy: StopNone})
+		}
+	}
+	return cfg
+}
+
+// fillerKey names the workload that holds all of a queue's quota.
+func fillerKey(cq string) string { return "ns-" + cq + "/filler" }
+
+func filler(cq string, cpu int64) Workload {
+	return newWL("ns-"+cq, "filler").pods("main", 1, "cpu", int(cpu*1000)).admittedIn(cq, "default", 0).obj()
+}
+
+// benchEngine builds an engine with 100 pending 1-CPU workloads per queue
+// and, when full, a pre-admitted filler that uses all of each queue's quota.
+func benchEngine(b *testing.B, strategy QueueingStrategy, nominalCPU int64, full bool) *Engine {
+	b.Helper()
+	cfg := benchConfig(strategy, nominalCPU)
+	e := New(cfg)
+	for _, cq := range cfg.ClusterQueues {
+		if full {
+			if err := e.Submit(filler(cq.Name, nominalCPU)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for i := range benchPendingPerCQ {
+			w := newWL("ns-"+cq.Name, fmt.Sprintf("w%03d", i)).at(time.Duration(i)*time.Second).pods("main", 1, "cpu", 1000).obj()
+			if err := e.Submit(w); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	return e
+}
+
+// BenchmarkCycleNothingFits measures one Cycle over 100,000 pending
+// workloads when every queue's quota is in use and nothing can be admitted.
+//
+// StrictFIFO looks at the head of each queue only. BestEffortFIFO looks at
+// every workload; since a Cycle parks what does not fit, each iteration
+// first unparks all of them, outside the timer, by finishing and
+// resubmitting one filler per cohort (a release wakes the whole cohort).
+// The "first" variant rebuilds the engine outside the timer, so each timed
+// Cycle also writes the 100,000 pending reasons and decisions; later
+// cycles find the reasons unchanged and return no decisions.
+func BenchmarkCycleNothingFits(b *testing.B) {
+	const nominal = 10
+	for _, strategy := range []QueueingStrategy{StrictFIFO, BestEffortFIFO} {
+		b.Run(string(strategy)+"/steady", func(b *testing.B) {
+			e := benchEngine(b, strategy, nominal, true)
+			cfg := benchConfig(strategy, nominal)
+			e.Cycle(t0)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				for c := 0; c < len(cfg.ClusterQueues); c += benchQueuesPer {
+					cq := cfg.ClusterQueues[c].Name
+					if err := e.Remove(fillerKey(cq)); err != nil {
+						b.Fatal(err)
+					}
+					if err := e.Submit(filler(cq, nominal)); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.StartTimer()
+				if ds := e.Cycle(t0.Add(time.Duration(i+1) * time.Second)); len(ds) != 0 {
+					b.Fatalf("got %d decisions, want none", len(ds))
+				}
+			}
+		})
+		b.Run(string(strategy)+"/first", func(b *testing.B) {
+			b.ReportAllocs()
+			for range b.N {
+				b.StopTimer()
+				e := benchEngine(b, strategy, nominal, true)
+				b.StartTimer()
+				e.Cycle(t0)
+			}
+		})
+	}
+}
+
+// BenchmarkCycleAdmitFree measures one Cycle that admits 100,000 pending
+// workloads, all of which fit in free quota (100 CPUs per queue, 100
+// workloads of 1 CPU each). The engine is rebuilt outside the timer.
+func BenchmarkCycleAdmitFree(b *testing.B) {
+	const want = benchCohorts * benchQueuesPer * benchPendingPerCQ
+	for _, strategy := range []QueueingStrategy{StrictFIFO, BestEffortFIFO} {
+		b.Run(string(strategy), func(b *testing.B) {
+			b.ReportAllocs()
+			admitted := 0
+			for range b.N {
+				b.StopTimer()
+				e := benchEngine(b, strategy, benchPendingPerCQ, false)
+				b.StartTimer()
+				ds := e.Cycle(t0)
+				b.StopTimer()
+				n := 0
+				for _, d := range ds {
+					if d.Kind == KindAdmitted {
+						n++
+					}
+				}
+				if n != want {
+					b.Fatalf("admitted %d workloads, want %d", n, want)
+				}
+				admitted += n
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(admitted)/b.Elapsed().Seconds(), "admits/s")
+		})
+	}
+}
