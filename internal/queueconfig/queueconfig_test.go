@@ -1,0 +1,132 @@
+package queueconfig
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sluice-dev/sluice/api/v1beta1"
+	"github.com/sluice-dev/sluice/internal/engine"
+)
+
+func q(s string) resource.Quantity { return resource.MustParse(s) }
+func qp(s string) *resource.Quantity {
+	v := resource.MustParse(s)
+	return &v
+}
+
+func cpuGroup(nominal string, borrow, lend *resource.Quantity) []v1beta1.ResourceGroup {
+	return []v1beta1.ResourceGroup{{
+		CoveredResources: []corev1.ResourceName{"cpu"},
+		Flavors: []v1beta1.FlavorQuotas{{Name: "default", Resources: []v1beta1.ResourceQuota{
+			{Name: "cpu", NominalQuota: q(nominal), BorrowingLimit: borrow, LendingLimit: lend},
+		}}},
+	}}
+}
+
+func TestValidateClusterQueue(t *testing.T) {
+	bad := v1beta1.StopPolicy("Pause")
+	cases := []struct {
+		name     string
+		spec     v1beta1.ClusterQueueSpec
+		wantErrs []string
+	}{
+		{name: "valid", spec: v1beta1.ClusterQueueSpec{Cohort: "all", ResourceGroups: cpuGroup("10", qp("5"), qp("2"))}},
+		{
+			name:     "negative quota",
+			spec:     v1beta1.ClusterQueueSpec{ResourceGroups: cpuGroup("-1", nil, nil)},
+			wantErrs: []string{`spec.resourceGroups[0].flavors[0].resources[0].nominalQuota: Invalid value: "-1": must not be negative`},
+		},
+		{
+			name: "limits without a cohort",
+			spec: v1beta1.ClusterQueueSpec{ResourceGroups: cpuGroup("10", qp("5"), qp("2"))},
+			wantErrs: []string{
+				"spec.resourceGroups[0].flavors[0].resources[0].borrowingLimit: Forbidden: needs a cohort",
+				"spec.resourceGroups[0].flavors[0].resources[0].lendingLimit: Forbidden: needs a cohort",
+			},
+		},
+		{
+			name: "flavor misses a covered resource",
+			spec: v1beta1.ClusterQueueSpec{ResourceGroups: []v1beta1.ResourceGroup{{
+				CoveredResources: []corev1.ResourceName{"cpu", "memory"},
+				Flavors:          []v1beta1.FlavorQuotas{{Name: "default", Resources: []v1beta1.ResourceQuota{{Name: "cpu", NominalQuota: q("1")}}}},
+			}}},
+			wantErrs: []string{"spec.resourceGroups[0].flavors[0].resources: Required value: flavor default must give quota for covered resource memory"},
+		},
+		{
+			name:     "unknown stop policy",
+			spec:     v1beta1.ClusterQueueSpec{StopPolicy: &bad},
+			wantErrs: []string{`spec.stopPolicy: Unsupported value: "Pause": supported values: "None", "Hold", "HoldAndDrain"`},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cq := &v1beta1.ClusterQueue{ObjectMeta: metav1.ObjectMeta{Name: "cq"}, Spec: tc.spec}
+			var got []string
+			for _, e := range ValidateClusterQueue(cq) {
+				got = append(got, e.Error())
+			}
+			if d := cmp.Diff(tc.wantErrs, got); d != "" {
+				t.Errorf("errors (-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+func TestToEngine(t *testing.T) {
+	hold := v1beta1.Hold
+	o := Objects{
+		ClusterQueues: []v1beta1.ClusterQueue{{
+			ObjectMeta: metav1.ObjectMeta{Name: "cq"},
+			Spec: v1beta1.ClusterQueueSpec{
+				Cohort:            "all",
+				ResourceGroups:    cpuGroup("1500m", qp("2"), nil),
+				QueueingStrategy:  v1beta1.StrictFIFO,
+				NamespaceSelector: &metav1.LabelSelector{},
+				FlavorFungibility: &v1beta1.FlavorFungibility{WhenCanBorrow: v1beta1.TryNextFlavor, WhenCanPreempt: v1beta1.Preempt},
+				Preemption:        &v1beta1.ClusterQueuePreemption{WithinClusterQueue: v1beta1.PreemptionLowerPriority},
+				StopPolicy:        &hold,
+				FairSharing:       &v1beta1.FairSharing{Weight: qp("0.5")},
+			},
+		}, {ObjectMeta: metav1.ObjectMeta{Name: "bare"}}},
+	}
+	cfg, err := ToEngine(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := cfg.ClusterQueues[0]
+	if got.NamespaceSelector == nil || !got.NamespaceSelector.Empty() {
+		t.Errorf("an empty namespaceSelector must select everything, got %v", got.NamespaceSelector)
+	}
+	if cfg.ClusterQueues[1].NamespaceSelector != nil {
+		t.Errorf("an unset namespaceSelector must select nothing")
+	}
+	got.NamespaceSelector = nil
+	want := engine.ClusterQueue{
+		Name:   "cq",
+		Cohort: "all",
+		ResourceGroups: []engine.ResourceGroup{{
+			CoveredResources: []string{"cpu"},
+			Flavors:          []engine.FlavorQuotas{{Name: "default", Resources: []engine.Quota{{Resource: "cpu", Nominal: 1500, BorrowingLimit: engine.Limited(2000)}}}},
+		}},
+		QueueingStrategy: engine.StrictFIFO,
+		WhenCanBorrow:    engine.TryNextFlavor,
+		WhenCanPreempt:   engine.Preempt,
+		Preemption:       engine.Preemption{WithinClusterQueue: engine.LowerPriority, ReclaimWithinCohort: engine.Never, BorrowWithinCohort: engine.Never},
+		StopPolicy:       engine.Hold,
+		FairWeight:       500,
+	}
+	if d := cmp.Diff(want, got, cmp.Comparer(func(a, b engine.Limit) bool { return a == b })); d != "" {
+		t.Errorf("ToEngine (-want +got):\n%s", d)
+	}
+	if w := cfg.ClusterQueues[1].FairWeight; w != 1000 {
+		t.Errorf("default weight = %d, want 1000", w)
+	}
+	if s := cfg.ClusterQueues[1].StopPolicy; !strings.EqualFold(string(s), "None") {
+		t.Errorf("default stop policy = %q, want None", s)
+	}
+}
