@@ -127,7 +127,14 @@ func (c *cycle) drain() {
 			}
 		}
 		for i, ws := range victims {
-			c.e.evict(ws)
+			if ws.evicting {
+				continue // already asked
+			}
+			if c.e.deferred {
+				ws.evicting = true
+			} else {
+				c.e.evict(ws)
+			}
 			c.touched[cq] = true
 			c.out = append(c.out, Decision{Kind: KindEvicted, Key: ws.key, ClusterQueue: cq.Name, Reason: reasons[i]})
 		}
@@ -342,6 +349,11 @@ func (c *cycle) process(entries []*entry) {
 				// this cohort tree changed usage; choose again.
 				continue
 			}
+			roots[root] = true
+			if e.deferred {
+				c.requestPreemption(ws, en)
+				continue
+			}
 			for _, t := range en.targets {
 				vcq := t.ws.admitted.cq
 				t.ws.victimIn = c.id
@@ -350,7 +362,6 @@ func (c *cycle) process(entries []*entry) {
 				c.out = append(c.out, Decision{Kind: KindPreempted, Key: t.ws.key, ClusterQueue: vcq.Name, Reason: t.reason, Preemptor: ws.key})
 			}
 			c.admit(ws, en.a)
-			roots[root] = true
 		default:
 			if roots[root] {
 				// Quota in this tree changed after this workload was
@@ -369,6 +380,24 @@ func (c *cycle) process(entries []*entry) {
 			}
 		}
 	}
+}
+
+// requestPreemption asks the victims to go and leaves the preemptor at the
+// head of its queue, waiting for their quota, for the rest of the cycle.
+func (c *cycle) requestPreemption(ws *wlState, en *entry) {
+	waiting := 0
+	for _, t := range en.targets {
+		if t.ws.evicting {
+			waiting++
+			continue
+		}
+		t.ws.evicting = true
+		t.ws.victimIn = c.id
+		waiting++
+		c.out = append(c.out, Decision{Kind: KindPreempted, Key: t.ws.key, ClusterQueue: t.ws.admitted.cq.Name, Reason: t.reason, Preemptor: ws.key})
+	}
+	c.pend(ws, fmt.Sprintf("waiting for %d preempted workload(s) to release quota", waiting))
+	c.blocked[ws.cq] = true
 }
 
 // requeued notes that a queue's pending list changed under the cycle.

@@ -54,6 +54,9 @@ type wlState struct {
 	// shape hashes what flavor assignment reads of the workload: its pod
 	// sets. Workloads of one shape in one queue fit alike.
 	shape uint32
+	// evicting: asked to give up its quota, which it holds until the
+	// caller reports it gone (deferred eviction only).
+	evicting bool
 	// seenIn and victimIn hold the id of the last cycle that judged or
 	// preempted the workload.
 	seenIn, victimIn uint64
@@ -62,7 +65,8 @@ type wlState struct {
 // Engine holds configuration, queues and quota usage. It is not safe for
 // concurrent use; one goroutine drives it.
 type Engine struct {
-	scratch scratch
+	scratch  scratch
+	deferred bool
 	cycles  uint64
 	// epoch changes whenever any usage changes, so a judgement made at
 	// one epoch holds for as long as the epoch stays.
@@ -85,11 +89,25 @@ type scratch struct {
 }
 
 // New returns an engine for the given configuration.
-func New(cfg Config) *Engine {
+func New(cfg Config, opts ...Option) *Engine {
 	e := &Engine{workloads: map[string]*wlState{}, unresolved: map[string]*wlState{}, shapes: map[string]uint32{}}
+	for _, o := range opts {
+		o(e)
+	}
 	e.SetConfig(cfg)
 	return e
 }
+
+// Option tunes an engine.
+type Option func(*Engine)
+
+// WithDeferredEviction makes evictions a request instead of a fact, as in
+// a live cluster: a preempted or drained workload keeps its quota, marked
+// as evicting, until the caller reports it gone with Evict or Remove, and
+// a preemptor waits until then. Without it (the simulator), victims
+// release their quota at once and the preemptor is admitted in the same
+// cycle.
+func WithDeferredEviction() Option { return func(e *Engine) { e.deferred = true } }
 
 // SetConfig replaces the configuration. Admitted workloads keep their
 // admission; every pending workload is reconsidered.
@@ -349,11 +367,45 @@ func (e *Engine) evict(ws *wlState) {
 	if ws.admitted == nil {
 		return
 	}
+	ws.evicting = false
 	e.release(ws)
 	ws.reason, ws.why = "", nil
 	if ws.cq != nil {
 		ws.cq.insertPending(ws)
 	}
+}
+
+// Admit records an admission made elsewhere, such as by another replica
+// whose reservation is in the quota ledger. The workload must be known and
+// pending, and the assignment must fit the configuration; quota limits are
+// not checked, since the ledger is the authority.
+func (e *Engine) Admit(key string, podSets []PodSetAssignment, at time.Time) error {
+	ws, ok := e.workloads[key]
+	if !ok {
+		return fmt.Errorf("admit %s: %w", key, ErrUnknownWorkload)
+	}
+	if ws.admitted != nil {
+		return nil
+	}
+	if ws.cq == nil {
+		return fmt.Errorf("admit %s: %s: %w", key, ws.unresolved, ErrBadAdmission)
+	}
+	usage, err := e.usageOf(ws.cq, ws, podSets)
+	if err != nil {
+		return fmt.Errorf("admit %s: %w", key, err)
+	}
+	ws.cq.removePending(ws)
+	ws.admitted = &admitted{cq: ws.cq, usage: usage, podSets: podSets, at: at}
+	ws.reason, ws.why, ws.parked = "", nil, false
+	e.hold(ws)
+	return nil
+}
+
+// IsEvicting reports whether the workload was asked to give up its quota
+// and still holds it.
+func (e *Engine) IsEvicting(key string) bool {
+	ws, ok := e.workloads[key]
+	return ok && ws.evicting
 }
 
 // IsAdmitted reports whether the workload holds quota.

@@ -82,6 +82,10 @@ func (e *Engine) candidates(ws *wlState, a *assignment) []*wlState {
 	cq := ws.cq
 	sort.Slice(out, func(i, j int) bool {
 		a, b := out[i], out[j]
+		// Workloads already on their way out cost nothing more.
+		if a.evicting != b.evicting {
+			return a.evicting
+		}
 		aOther, bOther := a.admitted.cq != cq, b.admitted.cq != cq
 		if aOther != bOther {
 			return aOther

@@ -1,0 +1,93 @@
+package engine
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// kinds summarises decisions as "kind key" lines.
+func kinds(ds []Decision) []string {
+	var out []string
+	for _, d := range ds {
+		out = append(out, string(d.Kind)+" "+d.Key)
+	}
+	return out
+}
+
+func TestDeferredEviction(t *testing.T) {
+	drain := HoldAndDrain
+	cases := []struct {
+		name string
+		cfg  Config
+		wls  []Workload
+		// steps: "cycle" or "evict KEY"; wantCycles lists each cycle's
+		// decisions in order.
+		steps      []string
+		wantCycles [][]string
+		wantReason map[string]string
+	}{
+		{
+			name: "the preemptor waits for its victim, then is admitted",
+			cfg: Config{
+				Flavors:       flavors("default"),
+				ClusterQueues: []ClusterQueue{newCQ("cq").preemption(LowerPriority, Never).quota("default", "cpu", 4000).obj()},
+				LocalQueues:   lqs("ns", "cq"),
+			},
+			wls: []Workload{
+				newWL("ns", "low").pods("main", 1, "cpu", 4000).admittedIn("cq", "default", -time.Minute).obj(),
+				newWL("ns", "high").prio(10).pods("main", 1, "cpu", 4000).obj(),
+			},
+			steps: []string{"cycle", "cycle", "evict ns/low", "cycle"},
+			wantCycles: [][]string{
+				{"preempted ns/low", "pending ns/high"},
+				nil,
+				{"admitted ns/high", "pending ns/low"},
+			},
+			wantReason: map[string]string{"ns/low": "pod set main: insufficient unused quota for cpu in flavor default: requested 4, available 0"},
+		},
+		{
+			name: "HoldAndDrain asks once and keeps the quota until told",
+			cfg: Config{
+				Flavors:       flavors("default"),
+				ClusterQueues: []ClusterQueue{newCQ("cq").stop(drain).quota("default", "cpu", 4000).obj()},
+				LocalQueues:   lqs("ns", "cq"),
+			},
+			wls: []Workload{
+				newWL("ns", "running").pods("main", 1, "cpu", 4000).admittedIn("cq", "default", -time.Minute).obj(),
+			},
+			steps:      []string{"cycle", "cycle", "evict ns/running", "cycle"},
+			wantCycles: [][]string{{"evicted ns/running"}, nil, {"pending ns/running"}},
+			wantReason: map[string]string{"ns/running": "ClusterQueue cq is stopped (stopPolicy HoldAndDrain)"},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := New(tc.cfg, WithDeferredEviction())
+			for _, w := range tc.wls {
+				if err := e.Submit(w); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var got [][]string
+			for _, s := range tc.steps {
+				if s == "cycle" {
+					got = append(got, kinds(e.Cycle(t0)))
+					continue
+				}
+				if err := e.Evict(s[len("evict "):]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if d := cmp.Diff(tc.wantCycles, got); d != "" {
+				t.Errorf("decisions per cycle (-want +got):\n%s", d)
+			}
+			for k, want := range tc.wantReason {
+				if r := e.PendingReason(k); r != want {
+					t.Errorf("reason of %s = %q, want %q", k, r, want)
+				}
+			}
+		})
+	}
+}
