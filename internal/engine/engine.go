@@ -67,7 +67,7 @@ type wlState struct {
 type Engine struct {
 	scratch  scratch
 	deferred bool
-	cycles  uint64
+	cycles   uint64
 	// epoch changes whenever any usage changes, so a judgement made at
 	// one epoch holds for as long as the epoch stays.
 	epoch uint64
