@@ -401,6 +401,21 @@ func (e *Engine) Admit(key string, podSets []PodSetAssignment, at time.Time) err
 	return nil
 }
 
+// TreeOf names the unit of quota interaction a ClusterQueue belongs to:
+// "cohort/<root>" for a queue in a cohort tree, "cq/<name>" for a lone
+// queue; "" for an unknown queue. Two admissions interact only if their
+// queues share a tree.
+func (e *Engine) TreeOf(clusterQueue string) string {
+	cq, ok := e.tree.cqs[clusterQueue]
+	if !ok {
+		return ""
+	}
+	if r := cq.node.root(); r.cq == nil {
+		return "cohort/" + r.name
+	}
+	return "cq/" + cq.Name
+}
+
 // IsEvicting reports whether the workload was asked to give up its quota
 // and still holds it.
 func (e *Engine) IsEvicting(key string) bool {

@@ -177,6 +177,8 @@ type Admission struct {
 
 // Workload is one job as the engine sees it.
 type Workload struct {
+	// Kind names the job integration (e.g. "job"); empty in the simulator.
+	Kind      string
 	Namespace string
 	Name      string
 	Queue     string // LocalQueue name in Namespace
@@ -188,5 +190,10 @@ type Workload struct {
 	Admission *Admission
 }
 
-// Key is namespace/name.
-func (w *Workload) Key() string { return w.Namespace + "/" + w.Name }
+// Key is namespace/name, prefixed with kind/ when Kind is set.
+func (w *Workload) Key() string {
+	if w.Kind != "" {
+		return w.Kind + "/" + w.Namespace + "/" + w.Name
+	}
+	return w.Namespace + "/" + w.Name
+}
