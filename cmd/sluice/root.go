@@ -35,6 +35,8 @@ func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newSimulateCmd())
+	root.AddCommand(newServiceCmds()...)
+	root.AddCommand(newEventsCmd())
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return exitOK

@@ -33,7 +33,7 @@ func WriteTable(w io.Writer, records []Record, start time.Time) error {
 	fmt.Fprintln(tw, "ELAPSED\tEVENT\tWORKLOAD\tCLUSTERQUEUE\tDETAIL")
 	var sum *Summary
 	for _, r := range records {
-		if r.Type == events.SimulationSummaryV1 {
+		if r.Type == events.TypeSimulationSummaryV1 {
 			s := r.Data.(Summary)
 			sum = &s
 			continue

@@ -186,7 +186,7 @@ func Run(sc *Scenario, opts Options) ([]Record, error) {
 	}
 	// Pre-admitted workloads are running at time 0.
 	for _, r := range pre {
-		s.emit(events.WorkloadSubmittedV1, r, WorkloadData{})
+		s.emit(events.TypeWorkloadSubmittedV1, r, WorkloadData{})
 		a := r.spec.Spec.Admitted
 		var podSets []engine.PodSetAssignment
 		for _, p := range a.PodSets {
@@ -258,11 +258,11 @@ func (s *sim) loop() {
 				r.state = "finished"
 				d := t
 				r.finished = &d
-				s.emit(events.WorkloadFinishedV1, r, WorkloadData{ClusterQueue: r.cq})
+				s.emit(events.TypeWorkloadFinishedV1, r, WorkloadData{ClusterQueue: r.cq})
 			case evSubmit:
 				// The scenario was checked, and keys are unique.
 				_ = s.eng.Submit(s.toEngine(r))
-				s.emit(events.WorkloadSubmittedV1, r, WorkloadData{})
+				s.emit(events.TypeWorkloadSubmittedV1, r, WorkloadData{})
 			}
 		}
 		first = false
@@ -283,15 +283,15 @@ func (s *sim) cycle() {
 			s.release(r)
 			r.preempted++
 			r.state = "waiting"
-			s.emit(events.WorkloadPreemptedV1, r, WorkloadData{ClusterQueue: d.ClusterQueue, Reason: d.Reason, Preemptor: d.Preemptor})
+			s.emit(events.TypeWorkloadPreemptedV1, r, WorkloadData{ClusterQueue: d.ClusterQueue, Reason: d.Reason, Preemptor: d.Preemptor})
 		case engine.KindEvicted:
 			s.release(r)
 			r.evicted++
 			r.state = "waiting"
-			s.emit(events.WorkloadEvictedV1, r, WorkloadData{ClusterQueue: d.ClusterQueue, Reason: d.Reason})
+			s.emit(events.TypeWorkloadEvictedV1, r, WorkloadData{ClusterQueue: d.ClusterQueue, Reason: d.Reason})
 		case engine.KindPending:
 			r.reason = d.Reason
-			s.emit(events.WorkloadPendingV1, r, WorkloadData{ClusterQueue: d.ClusterQueue, Reason: d.Reason})
+			s.emit(events.TypeWorkloadPendingV1, r, WorkloadData{ClusterQueue: d.ClusterQueue, Reason: d.Reason})
 		}
 	}
 }
@@ -323,7 +323,7 @@ func (s *sim) admitted(r *wlRun, cq string, podSets []engine.PodSetAssignment, a
 			}
 		}
 	}
-	s.emit(events.WorkloadAdmittedV1, r, WorkloadData{ClusterQueue: cq, PodSets: podSets})
+	s.emit(events.TypeWorkloadAdmittedV1, r, WorkloadData{ClusterQueue: cq, PodSets: podSets})
 	if r.runtime > 0 {
 		s.push(simEvent{at: max(s.now, at+r.runtime), kind: evFinish, wl: r.idx, run: r.run})
 	}
@@ -493,5 +493,5 @@ func (s *sim) summary() Record {
 		})
 		sum.ClusterQueues = append(sum.ClusterQueues, QueueResult{Name: n, Resources: rs})
 	}
-	return s.record(events.SimulationSummaryV1, "", sum)
+	return s.record(events.TypeSimulationSummaryV1, "", sum)
 }

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"github.com/sluice-dev/sluice/events"
+	"github.com/sluice-dev/sluice/internal/bus"
+)
+
+// newEventsCmd groups the event commands.
+func newEventsCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "events", Short: "Read Sluice's event stream"}
+	cmd.AddCommand(newTailCmd())
+	return cmd
+}
+
+// newTailCmd is a read-only subscriber: the pattern for external tools. It
+// uses an ordered consumer, which keeps no state on the server and never
+// acknowledges, so it cannot disturb the services.
+func newTailCmd() *cobra.Command {
+	var natsURL, typ, namespace, kind string
+	var all bool
+	cmd := &cobra.Command{
+		Use:   "tail [--type admitted] [--namespace NS]",
+		Short: "Print events as they happen",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			entity, transition := "*", "*"
+			if typ != "" {
+				// Accept "admitted", "workload.admitted" or a full type.
+				t := strings.TrimPrefix(typ, "dev.sluice.")
+				parts := strings.Split(t, ".")
+				switch len(parts) {
+				case 1:
+					transition = parts[0]
+				case 2:
+					entity, transition = parts[0], parts[1]
+				case 3:
+					entity, transition = parts[0], parts[2]
+				default:
+					return usageError{fmt.Errorf("--type %q: give a transition such as admitted, or entity.transition", typ)}
+				}
+			}
+			filter := events.SubjectFilter(entity, transition, kind, namespace)
+			nc, err := nats.Connect(natsURL, nats.Name("sluice-events-tail"))
+			if err != nil {
+				return fmt.Errorf("connect to NATS at %s: %w", natsURL, err)
+			}
+			defer nc.Close()
+			js, err := jetstream.New(nc)
+			if err != nil {
+				return err
+			}
+			cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverNewPolicy}
+			if all {
+				cfg.DeliverPolicy = jetstream.DeliverAllPolicy
+			}
+			cons, err := js.OrderedConsumer(cmd.Context(), bus.StreamEvents, cfg)
+			if err != nil {
+				return fmt.Errorf("subscribe to %s: %w", filter, err)
+			}
+			out := bufio.NewWriter(cmd.OutOrStdout())
+			defer out.Flush()
+			it, err := cons.Messages()
+			if err != nil {
+				return err
+			}
+			go func() { <-cmd.Context().Done(); it.Stop() }()
+			for {
+				msg, err := it.Next()
+				if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+					return nil
+				}
+				if err != nil {
+					return err
+				}
+				printEvent(out, msg)
+				if it2 := out.Flush(); it2 != nil {
+					return it2
+				}
+			}
+		},
+	}
+	cmd.Flags().StringVar(&natsURL, "nats", nats.DefaultURL, "NATS server URL")
+	cmd.Flags().StringVar(&typ, "type", "", "only this transition, e.g. admitted, pending, preempted (default: all)")
+	cmd.Flags().StringVar(&namespace, "namespace", "", "only workloads in this namespace")
+	cmd.Flags().StringVar(&kind, "kind", "", "only this job kind, e.g. job")
+	cmd.Flags().BoolVar(&all, "all", false, "start from the oldest stored event instead of now")
+	return cmd
+}
+
+func printEvent(w io.Writer, msg jetstream.Msg) {
+	env, err := events.DecodeParts(msg.Subject(), msg.Headers(), msg.Data())
+	if err != nil {
+		fmt.Fprintf(w, "%s\tundecodable: %v\n", msg.Subject(), err)
+		return
+	}
+	fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", env.Time.Format("15:04:05.000"), strings.TrimPrefix(env.Type, "dev.sluice."), env.Subject, env.Data)
+}

@@ -1,0 +1,345 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/sluice-dev/sluice/events"
+	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/internal/configstore"
+	"github.com/sluice-dev/sluice/internal/embeddednats"
+	"github.com/sluice-dev/sluice/services/admission"
+	"github.com/sluice-dev/sluice/services/job"
+	"github.com/sluice-dev/sluice/services/preemption"
+	"github.com/sluice-dev/sluice/services/quota"
+	"github.com/sluice-dev/sluice/services/watcher"
+)
+
+// common holds the flags every service shares.
+type common struct {
+	natsURL    string
+	kubeconfig string
+	logLevel   string
+	replicas   int
+}
+
+func (c *common) bind(cmd *cobra.Command, kube bool) {
+	cmd.Flags().StringVar(&c.natsURL, "nats", nats.DefaultURL, "NATS server URL")
+	cmd.Flags().StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	cmd.Flags().IntVar(&c.replicas, "replicas", 1, "replicas of Sluice's streams and buckets (3 on a 3-node NATS cluster)")
+	if kube {
+		cmd.Flags().StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
+	}
+}
+
+func (c *common) logger(service string) (zerolog.Logger, error) {
+	lvl, err := zerolog.ParseLevel(c.logLevel)
+	if err != nil || c.logLevel == "" {
+		return zerolog.Logger{}, usageError{fmt.Errorf("--log-level %q: must be debug, info, warn or error", c.logLevel)}
+	}
+	return zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Str("service", service).Logger(), nil
+}
+
+// kube loads the cluster configuration with client-go's rules.
+func (c *common) kube() (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if c.kubeconfig != "" {
+		rules.ExplicitPath = c.kubeconfig
+	}
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, usageError{fmt.Errorf("kubeconfig: %w", err)}
+	}
+	// One write per admission is the budget; let the client spend it.
+	cfg.QPS, cfg.Burst = 500, 1000
+	return cfg, nil
+}
+
+// connect opens NATS and JetStream and makes sure streams and buckets exist.
+func (c *common) connect(ctx context.Context, name string) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := nats.Connect(c.natsURL, nats.Name("sluice-"+name), nats.MaxReconnects(-1))
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect to NATS at %s: %w", c.natsURL, err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	cfg := bus.DefaultConfig()
+	cfg.Replicas = c.replicas
+	if err := bus.Setup(ctx, js, cfg); err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, js, nil
+}
+
+// serviceFlags are the settings of every service, for `sluice dev` too.
+type serviceFlags struct {
+	interval       time.Duration
+	fairSharing    bool
+	statusInterval time.Duration
+	resync         time.Duration
+	workers        int
+	webhookAddr    string
+	webhookHost    string
+	reconcile      time.Duration
+}
+
+func (f *serviceFlags) bindAdmission(cmd *cobra.Command) {
+	cmd.Flags().DurationVar(&f.interval, "interval", 20*time.Millisecond, "admission cycle interval while something changed")
+	cmd.Flags().BoolVar(&f.fairSharing, "fair-sharing", false, "order admission and choose victims by dominant resource share")
+}
+func (f *serviceFlags) bindWatcher(cmd *cobra.Command) {
+	cmd.Flags().DurationVar(&f.statusInterval, "status-interval", 5*time.Second, "how often queue status is written (0: never)")
+	cmd.Flags().DurationVar(&f.resync, "resync", 10*time.Minute, "full re-list interval")
+}
+func (f *serviceFlags) bindJob(cmd *cobra.Command) {
+	cmd.Flags().IntVar(&f.workers, "workers", 8, "jobs reconciled in parallel")
+	cmd.Flags().StringVar(&f.webhookAddr, "webhook-address", "127.0.0.1:9443", "address of the suspend-on-create webhook (empty: none)")
+	cmd.Flags().StringVar(&f.webhookHost, "webhook-host", "127.0.0.1", "host the API server reaches the webhook by")
+	if f.resync == 0 {
+		cmd.Flags().DurationVar(&f.resync, "resync", 10*time.Minute, "full re-list interval")
+	}
+}
+func (f *serviceFlags) bindQuota(cmd *cobra.Command) {
+	cmd.Flags().DurationVar(&f.reconcile, "reconcile", 30*time.Second, "ledger reconciliation interval")
+}
+
+// runner builds one service's Run function.
+type runner func(ctx context.Context, js jetstream.JetStream, kube *rest.Config, log zerolog.Logger) (func(context.Context) error, error)
+
+func admissionRunner(f *serviceFlags) runner {
+	return func(ctx context.Context, js jetstream.JetStream, _ *rest.Config, log zerolog.Logger) (func(context.Context) error, error) {
+		s, err := admission.New(admission.Config{Interval: f.interval, FairSharing: f.fairSharing}, js,
+			bus.NewPublisher(js, events.Source("admission"), bus.WithPublisherLogger(log)), admission.WithLogger(log))
+		if err != nil {
+			return nil, usageError{err}
+		}
+		return s.Run, nil
+	}
+}
+
+func watcherRunner(f *serviceFlags) runner {
+	return func(ctx context.Context, js jetstream.JetStream, kc *rest.Config, log zerolog.Logger) (func(context.Context) error, error) {
+		dyn, err := dynamic.NewForConfig(kc)
+		if err != nil {
+			return nil, err
+		}
+		kv, err := js.KeyValue(ctx, configstore.Bucket)
+		if err != nil {
+			return nil, err
+		}
+		opts := []watcher.Option{watcher.WithLogger(log)}
+		if f.statusInterval > 0 {
+			opts = append(opts, watcher.WithStatus(js, f.statusInterval))
+		}
+		s, err := watcher.New(watcher.Config{Resync: f.resync}, dyn, kv, bus.NewPublisher(js, events.Source("watcher")), opts...)
+		if err != nil {
+			return nil, usageError{err}
+		}
+		return s.Run, nil
+	}
+}
+
+func jobRunner(f *serviceFlags) runner {
+	return func(ctx context.Context, js jetstream.JetStream, kc *rest.Config, log zerolog.Logger) (func(context.Context) error, error) {
+		kube, err := kubernetes.NewForConfig(kc)
+		if err != nil {
+			return nil, err
+		}
+		s, err := job.New(job.Config{Workers: f.workers, Resync: f.resync, WebhookAddress: f.webhookAddr, WebhookHost: f.webhookHost},
+			kube, js, bus.NewPublisher(js, events.Source("job")), log)
+		if err != nil {
+			return nil, usageError{err}
+		}
+		return s.Run, nil
+	}
+}
+
+func preemptionRunner() runner {
+	return func(ctx context.Context, js jetstream.JetStream, _ *rest.Config, log zerolog.Logger) (func(context.Context) error, error) {
+		return preemption.New(js, bus.NewPublisher(js, events.Source("preemption")), log).Run, nil
+	}
+}
+
+func quotaRunner(f *serviceFlags) runner {
+	return func(ctx context.Context, js jetstream.JetStream, _ *rest.Config, log zerolog.Logger) (func(context.Context) error, error) {
+		s, err := quota.New(quota.Config{Reconcile: f.reconcile}, js, bus.NewPublisher(js, events.Source("quota")), log)
+		if err != nil {
+			return nil, usageError{err}
+		}
+		return s.Run, nil
+	}
+}
+
+// newServiceCmd is the composition root of one service run alone.
+func newServiceCmd(name, short string, kube bool, bind func(*cobra.Command), mk runner) *cobra.Command {
+	c := &common{}
+	cmd := &cobra.Command{
+		Use:   name,
+		Short: short,
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := c.logger(name)
+			if err != nil {
+				return err
+			}
+			var kc *rest.Config
+			if kube {
+				if kc, err = c.kube(); err != nil {
+					return err
+				}
+			}
+			ctx := cmd.Context()
+			nc, js, err := c.connect(ctx, name)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			run, err := mk(ctx, js, kc, log)
+			if err != nil {
+				return err
+			}
+			log.Info().Msg("started")
+			err = run(ctx)
+			// Flush what was published before closing.
+			_ = nc.Drain()
+			log.Info().Err(err).Msg("stopped")
+			return err
+		},
+	}
+	c.bind(cmd, kube)
+	if bind != nil {
+		bind(cmd)
+	}
+	return cmd
+}
+
+func noArgs(_ *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usageError{fmt.Errorf("unexpected argument %q", args[0])}
+	}
+	return nil
+}
+
+func newServiceCmds() []*cobra.Command {
+	f := &serviceFlags{}
+	a := &serviceFlags{}
+	j := &serviceFlags{}
+	q := &serviceFlags{}
+	return []*cobra.Command{
+		newServiceCmd("admission", "Run the admission service", false, a.bindAdmission, admissionRunner(a)),
+		newServiceCmd("watcher", "Run the configuration watcher", true, f.bindWatcher, watcherRunner(f)),
+		newServiceCmd("job", "Run the batch/v1 Job integration", true, j.bindJob, jobRunner(j)),
+		newServiceCmd("preemption", "Run the preemption service", false, nil, preemptionRunner()),
+		newServiceCmd("quota", "Run the quota accounting service", false, q.bindQuota, quotaRunner(q)),
+		newDevCmd(),
+	}
+}
+
+// newDevCmd runs every service in one process with an embedded JetStream
+// server, against the cluster in KUBECONFIG.
+func newDevCmd() *cobra.Command {
+	c := &common{}
+	f := &serviceFlags{}
+	var port int
+	var storeDir string
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run every service in one process with an embedded NATS JetStream server",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := c.logger("dev")
+			if err != nil {
+				return err
+			}
+			kc, err := c.kube()
+			if err != nil {
+				return err
+			}
+			srv, err := embeddednats.Start(embeddednats.Options{Port: port, StoreDir: storeDir})
+			if err != nil {
+				return err
+			}
+			defer srv.Shutdown()
+			c.natsURL = srv.ClientURL()
+			log.Info().Str("nats", c.natsURL).Msg("embedded JetStream server started")
+			return runAll(cmd.Context(), c, kc, log, []named{
+				{"watcher", watcherRunner(f)},
+				{"quota", quotaRunner(f)},
+				{"preemption", preemptionRunner()},
+				{"admission", admissionRunner(f)},
+				{"job", jobRunner(f)},
+			})
+		},
+	}
+	c.bind(cmd, true)
+	_ = cmd.Flags().MarkHidden("nats")
+	cmd.Flags().IntVar(&port, "nats-port", 4222, "port of the embedded NATS server (0: any free port)")
+	cmd.Flags().StringVar(&storeDir, "nats-store", "", "JetStream store directory (default: a temporary one, removed at exit)")
+	f.bindAdmission(cmd)
+	f.bindWatcher(cmd)
+	f.bindJob(cmd)
+	f.bindQuota(cmd)
+	return cmd
+}
+
+type named struct {
+	name string
+	mk   runner
+}
+
+// runAll starts services in order and stops them in reverse: each
+// finishes its in-flight work before the connection is drained.
+func runAll(ctx context.Context, c *common, kc *rest.Config, log zerolog.Logger, svcs []named) error {
+	nc, js, err := c.connect(ctx, "dev")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errc := make(chan error, len(svcs))
+	for _, s := range svcs {
+		run, err := s.mk(ctx, js, kc, log.With().Str("service", s.name).Logger())
+		if err != nil {
+			cancel()
+			wg.Wait()
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+				errc <- fmt.Errorf("%s: %w", s.name, err)
+			}
+		}()
+	}
+	log.Info().Msg("all services started")
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+		log.Error().Err(runErr).Msg("a service failed; stopping the others")
+	}
+	cancel()
+	wg.Wait()
+	_ = nc.Drain()
+	return runErr
+}

@@ -1,0 +1,64 @@
+package events_test
+
+import (
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/sluice-dev/sluice/events"
+)
+
+var (
+	exampleRef = events.WorkloadRef{Kind: "job", Namespace: "team-a", Name: "train.v2", UID: "6f1c7a52-0d1e-4c1b-9a53-1d2f0f3c9b11"}
+	otherRef   = events.WorkloadRef{Kind: "jobset", Namespace: "team-b", Name: "sweep-7", UID: "0b3a4c52-5e6f-4a7b-8c9d-0e1f2a3b4c5d"}
+	tolSeconds = int64(30)
+)
+
+// examples holds one fully populated value of every registered type, keyed
+// by CloudEvents type; the schema test requires an entry for each.
+var examples = map[string]events.Event{
+	events.TypeWorkloadSubmittedV1: events.WorkloadSubmittedV1{
+		Workload:      exampleRef,
+		LocalQueue:    "team-a-queue",
+		Priority:      100,
+		PriorityClass: "high",
+		CreationTime:  time.Date(2025, 3, 4, 5, 6, 7, 800000000, time.UTC),
+		PodSets: []events.PodSetV1{{
+			Name:         "main",
+			Count:        4,
+			MinCount:     2,
+			Requests:     map[string]string{"cpu": "2", "memory": "8Gi", "nvidia.com/gpu": "1"},
+			NodeSelector: map[string]string{"cloud.google.com/gke-accelerator": "nvidia-a100"},
+			Tolerations: []corev1.Toleration{{
+				Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule, TolerationSeconds: &tolSeconds,
+			}, {
+				Key: "spot", Operator: corev1.TolerationOpEqual, Value: "true",
+			}},
+		}},
+	},
+	events.TypeWorkloadPendingV1: events.WorkloadPendingV1{Workload: exampleRef, ClusterQueue: "gpu", Reason: "couldn't assign flavors to pod set main: insufficient quota for nvidia.com/gpu"},
+	events.TypeWorkloadAdmittedV1: events.WorkloadAdmittedV1{
+		Workload:     exampleRef,
+		ClusterQueue: "gpu",
+		PodSets:      []events.PodSetAssignmentV1{{Name: "main", Count: 4, Flavors: map[string]string{"cpu": "default", "nvidia.com/gpu": "a100.spot"}}},
+	},
+	events.TypeWorkloadPreemptedV1: events.WorkloadPreemptedV1{Workload: otherRef, ClusterQueue: "gpu", Reason: "InClusterQueue", Preemptor: exampleRef},
+	events.TypeWorkloadEvictedV1:   events.WorkloadEvictedV1{Workload: otherRef, ClusterQueue: "gpu", Reason: "Preempted"},
+	events.TypeWorkloadStartedV1:   events.WorkloadStartedV1{Workload: exampleRef, ClusterQueue: "gpu"},
+	events.TypeWorkloadStoppedV1:   events.WorkloadStoppedV1{Workload: otherRef, ClusterQueue: "gpu", Reason: "Evicted"},
+	events.TypeWorkloadFinishedV1:  events.WorkloadFinishedV1{Workload: exampleRef, ClusterQueue: "gpu", Succeeded: false, Message: "BackoffLimitExceeded"},
+	events.TypeWorkloadDeletedV1:   events.WorkloadDeletedV1{Workload: exampleRef},
+	events.TypePreemptionRequestedV1: events.PreemptionRequestedV1{
+		Preemptor:    exampleRef,
+		ClusterQueue: "gpu",
+		Victims:      []events.VictimV1{{Workload: otherRef, ClusterQueue: "gpu-shared", Reason: "InCohortReclamation"}},
+	},
+	events.TypeQuotaReleasedV1: events.QuotaReleasedV1{Workload: otherRef, ClusterQueue: "gpu"},
+	events.TypeQuotaUsageV1: events.QuotaUsageV1{
+		ClusterQueue: "gpu",
+		Usage:        map[string]map[string]string{"a100.spot": {"nvidia.com/gpu": "4", "cpu": "8"}, "default": {"memory": "32Gi"}},
+		Pending:      3,
+		Admitted:     1,
+	},
+	events.TypeConfigChangedV1: events.ConfigChangedV1{Kind: "localqueue", Namespace: "team-a", Name: "team-a-queue", Deleted: false, Revision: 42},
+}

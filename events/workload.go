@@ -1,0 +1,340 @@
+package events
+
+import (
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// WorkloadRef names the job behind a workload. Kind is the lower-case name
+// of the job integration ("job", "jobset", "rayjob", …).
+type WorkloadRef struct {
+	Kind      string `json:"kind"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	UID       string `json:"uid"`
+}
+
+// String is "namespace/name", the CloudEvents subject of workload events.
+func (w WorkloadRef) String() string { return w.Namespace + "/" + w.Name }
+
+// Validate checks that every field is set and names are Kubernetes names.
+func (w WorkloadRef) Validate() error {
+	if err := checkKind("kind", w.Kind); err != nil {
+		return err
+	}
+	if err := checkName("namespace", w.Namespace); err != nil {
+		return err
+	}
+	if err := checkName("name", w.Name); err != nil {
+		return err
+	}
+	return checkRequired("uid", w.UID)
+}
+
+// PodSetV1 is one group of identical pods of a workload.
+type PodSetV1 struct {
+	Name string `json:"name"`
+	// Count is the number of pods.
+	Count int32 `json:"count"`
+	// MinCount, when set, allows partial admission down to this many pods.
+	MinCount int32 `json:"minCount,omitempty"`
+	// Requests are the resource requests of one pod, as quantity strings.
+	Requests     map[string]string   `json:"requests,omitempty"`
+	NodeSelector map[string]string   `json:"nodeSelector,omitempty"`
+	Tolerations  []corev1.Toleration `json:"tolerations,omitempty"`
+}
+
+func (p PodSetV1) validate(i int) error {
+	if err := checkRequired("podSets[].name", p.Name); err != nil {
+		return err
+	}
+	if p.Count < 0 {
+		return invalidf("podSets[%d].count %d: must not be negative", i, p.Count)
+	}
+	if p.MinCount < 0 || p.MinCount > p.Count {
+		return invalidf("podSets[%d].minCount %d: must be within 0..count (%d)", i, p.MinCount, p.Count)
+	}
+	return checkQuantities("podSets[].requests", p.Requests)
+}
+
+// WorkloadSubmittedV1: a job integration translated a new (suspended) job
+// into a workload asking for admission.
+type WorkloadSubmittedV1 struct {
+	Workload      WorkloadRef `json:"workload"`
+	LocalQueue    string      `json:"localQueue"`
+	Priority      int32       `json:"priority"`
+	PriorityClass string      `json:"priorityClass,omitempty"`
+	CreationTime  time.Time   `json:"creationTime"`
+	PodSets       []PodSetV1  `json:"podSets"`
+}
+
+// Type implements Event.
+func (WorkloadSubmittedV1) Type() string { return TypeWorkloadSubmittedV1 }
+
+// NATSSubject implements Event.
+func (e WorkloadSubmittedV1) NATSSubject() string {
+	return WorkloadSubject(TypeWorkloadSubmittedV1, e.Workload)
+}
+
+// CESubject implements Event.
+func (e WorkloadSubmittedV1) CESubject() string { return e.Workload.String() }
+
+// Validate implements Event.
+func (e WorkloadSubmittedV1) Validate() error {
+	if err := e.Workload.Validate(); err != nil {
+		return err
+	}
+	if err := checkName("localQueue", e.LocalQueue); err != nil {
+		return err
+	}
+	if len(e.PodSets) == 0 {
+		return invalidf("podSets: at least one is required")
+	}
+	for i, p := range e.PodSets {
+		if err := p.validate(i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WorkloadPendingV1: admission could not admit the workload now; Reason says
+// why. ClusterQueue is empty when the LocalQueue does not resolve to one.
+type WorkloadPendingV1 struct {
+	Workload     WorkloadRef `json:"workload"`
+	ClusterQueue string      `json:"clusterQueue"`
+	Reason       string      `json:"reason"`
+}
+
+// Type implements Event.
+func (WorkloadPendingV1) Type() string { return TypeWorkloadPendingV1 }
+
+// NATSSubject implements Event.
+func (e WorkloadPendingV1) NATSSubject() string {
+	return WorkloadSubject(TypeWorkloadPendingV1, e.Workload)
+}
+
+// CESubject implements Event.
+func (e WorkloadPendingV1) CESubject() string { return e.Workload.String() }
+
+// Validate implements Event.
+func (e WorkloadPendingV1) Validate() error {
+	if err := e.Workload.Validate(); err != nil {
+		return err
+	}
+	return checkRequired("reason", e.Reason)
+}
+
+// PodSetAssignmentV1 is the admitted shape of one pod set: how many pods and
+// which flavor serves each resource.
+type PodSetAssignmentV1 struct {
+	Name  string `json:"name"`
+	Count int32  `json:"count"`
+	// Flavors maps a resource name to the ResourceFlavor assigned to it.
+	Flavors map[string]string `json:"flavors,omitempty"`
+}
+
+// WorkloadAdmittedV1: the workload holds a quota reservation in ClusterQueue
+// and may start with the given flavors.
+type WorkloadAdmittedV1 struct {
+	Workload     WorkloadRef          `json:"workload"`
+	ClusterQueue string               `json:"clusterQueue"`
+	PodSets      []PodSetAssignmentV1 `json:"podSets"`
+}
+
+// Type implements Event.
+func (WorkloadAdmittedV1) Type() string { return TypeWorkloadAdmittedV1 }
+
+// NATSSubject implements Event.
+func (e WorkloadAdmittedV1) NATSSubject() string {
+	return WorkloadSubject(TypeWorkloadAdmittedV1, e.Workload)
+}
+
+// CESubject implements Event.
+func (e WorkloadAdmittedV1) CESubject() string { return e.Workload.String() }
+
+// Validate implements Event.
+func (e WorkloadAdmittedV1) Validate() error {
+	if err := e.Workload.Validate(); err != nil {
+		return err
+	}
+	if err := checkName("clusterQueue", e.ClusterQueue); err != nil {
+		return err
+	}
+	if len(e.PodSets) == 0 {
+		return invalidf("podSets: at least one is required")
+	}
+	for i, p := range e.PodSets {
+		if err := checkRequired("podSets[].name", p.Name); err != nil {
+			return err
+		}
+		if p.Count < 0 {
+			return invalidf("podSets[%d].count %d: must not be negative", i, p.Count)
+		}
+	}
+	return nil
+}
+
+// WorkloadPreemptedV1: the workload lost its reservation to Preemptor.
+type WorkloadPreemptedV1 struct {
+	Workload     WorkloadRef `json:"workload"`
+	ClusterQueue string      `json:"clusterQueue"`
+	Reason       string      `json:"reason"`
+	Preemptor    WorkloadRef `json:"preemptor"`
+}
+
+// Type implements Event.
+func (WorkloadPreemptedV1) Type() string { return TypeWorkloadPreemptedV1 }
+
+// NATSSubject implements Event.
+func (e WorkloadPreemptedV1) NATSSubject() string {
+	return WorkloadSubject(TypeWorkloadPreemptedV1, e.Workload)
+}
+
+// CESubject implements Event.
+func (e WorkloadPreemptedV1) CESubject() string { return e.Workload.String() }
+
+// Validate implements Event.
+func (e WorkloadPreemptedV1) Validate() error {
+	if err := e.Workload.Validate(); err != nil {
+		return err
+	}
+	if err := checkName("clusterQueue", e.ClusterQueue); err != nil {
+		return err
+	}
+	if err := checkRequired("reason", e.Reason); err != nil {
+		return err
+	}
+	if err := e.Preemptor.Validate(); err != nil {
+		return invalidf("preemptor: %w", err)
+	}
+	return nil
+}
+
+// WorkloadEvictedV1: the workload must stop and give back its reservation
+// (preempted, its ClusterQueue stopped, or its quota shrank).
+type WorkloadEvictedV1 struct {
+	Workload     WorkloadRef `json:"workload"`
+	ClusterQueue string      `json:"clusterQueue"`
+	Reason       string      `json:"reason"`
+}
+
+// Type implements Event.
+func (WorkloadEvictedV1) Type() string { return TypeWorkloadEvictedV1 }
+
+// NATSSubject implements Event.
+func (e WorkloadEvictedV1) NATSSubject() string {
+	return WorkloadSubject(TypeWorkloadEvictedV1, e.Workload)
+}
+
+// CESubject implements Event.
+func (e WorkloadEvictedV1) CESubject() string { return e.Workload.String() }
+
+// Validate implements Event.
+func (e WorkloadEvictedV1) Validate() error {
+	if err := e.Workload.Validate(); err != nil {
+		return err
+	}
+	if err := checkName("clusterQueue", e.ClusterQueue); err != nil {
+		return err
+	}
+	return checkRequired("reason", e.Reason)
+}
+
+// WorkloadStartedV1: the integration applied the admission and unsuspended
+// the job.
+type WorkloadStartedV1 struct {
+	Workload     WorkloadRef `json:"workload"`
+	ClusterQueue string      `json:"clusterQueue"`
+}
+
+// Type implements Event.
+func (WorkloadStartedV1) Type() string { return TypeWorkloadStartedV1 }
+
+// NATSSubject implements Event.
+func (e WorkloadStartedV1) NATSSubject() string {
+	return WorkloadSubject(TypeWorkloadStartedV1, e.Workload)
+}
+
+// CESubject implements Event.
+func (e WorkloadStartedV1) CESubject() string { return e.Workload.String() }
+
+// Validate implements Event.
+func (e WorkloadStartedV1) Validate() error {
+	if err := e.Workload.Validate(); err != nil {
+		return err
+	}
+	return checkName("clusterQueue", e.ClusterQueue)
+}
+
+// WorkloadStoppedV1: the integration suspended the job again (after an
+// eviction, or because the user suspended it). ClusterQueue is the queue it
+// held a reservation in, if any.
+type WorkloadStoppedV1 struct {
+	Workload     WorkloadRef `json:"workload"`
+	ClusterQueue string      `json:"clusterQueue"`
+	Reason       string      `json:"reason"`
+}
+
+// Type implements Event.
+func (WorkloadStoppedV1) Type() string { return TypeWorkloadStoppedV1 }
+
+// NATSSubject implements Event.
+func (e WorkloadStoppedV1) NATSSubject() string {
+	return WorkloadSubject(TypeWorkloadStoppedV1, e.Workload)
+}
+
+// CESubject implements Event.
+func (e WorkloadStoppedV1) CESubject() string { return e.Workload.String() }
+
+// Validate implements Event.
+func (e WorkloadStoppedV1) Validate() error {
+	if err := e.Workload.Validate(); err != nil {
+		return err
+	}
+	return checkRequired("reason", e.Reason)
+}
+
+// WorkloadFinishedV1: the job completed or failed for good. ClusterQueue is
+// the queue it was admitted to, empty if it never was.
+type WorkloadFinishedV1 struct {
+	Workload     WorkloadRef `json:"workload"`
+	ClusterQueue string      `json:"clusterQueue"`
+	Succeeded    bool        `json:"succeeded"`
+	Message      string      `json:"message,omitempty"`
+}
+
+// Type implements Event.
+func (WorkloadFinishedV1) Type() string { return TypeWorkloadFinishedV1 }
+
+// NATSSubject implements Event.
+func (e WorkloadFinishedV1) NATSSubject() string {
+	return WorkloadSubject(TypeWorkloadFinishedV1, e.Workload)
+}
+
+// CESubject implements Event.
+func (e WorkloadFinishedV1) CESubject() string { return e.Workload.String() }
+
+// Validate implements Event.
+func (e WorkloadFinishedV1) Validate() error { return e.Workload.Validate() }
+
+// WorkloadDeletedV1: the job object is gone; any reservation it held is to be
+// released and its workload forgotten.
+type WorkloadDeletedV1 struct {
+	Workload WorkloadRef `json:"workload"`
+}
+
+// Type implements Event.
+func (WorkloadDeletedV1) Type() string { return TypeWorkloadDeletedV1 }
+
+// NATSSubject implements Event.
+func (e WorkloadDeletedV1) NATSSubject() string {
+	return WorkloadSubject(TypeWorkloadDeletedV1, e.Workload)
+}
+
+// CESubject implements Event.
+func (e WorkloadDeletedV1) CESubject() string { return e.Workload.String() }
+
+// Validate implements Event.
+func (e WorkloadDeletedV1) Validate() error { return e.Workload.Validate() }

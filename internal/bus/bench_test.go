@@ -1,0 +1,65 @@
+package bus_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/events"
+	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/internal/natstest"
+)
+
+// BenchmarkPublish measures one validated, acknowledged publish.
+func BenchmarkPublish(b *testing.B) {
+	ctx := context.Background()
+	js := natstest.JetStream(b)
+	if err := bus.Setup(ctx, js, bus.Config{}); err != nil {
+		b.Fatal(err)
+	}
+	p := bus.NewPublisher(js, events.Source("bench"))
+	ev := submitted("bench")
+	b.ResetTimer()
+	for i := range b.N {
+		if err := p.Publish(ctx, ev, events.ID(ev.Type(), "bench", i)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkRun measures consuming (decode, handle, ack) pre-published events.
+func BenchmarkRun(b *testing.B) {
+	ctx := context.Background()
+	js := natstest.JetStream(b)
+	if err := bus.Setup(ctx, js, bus.Config{}); err != nil {
+		b.Fatal(err)
+	}
+	p := bus.NewPublisher(js, events.Source("bench"))
+	for i := range b.N {
+		ev := submitted(fmt.Sprintf("w%d", i))
+		if err := p.Publish(ctx, ev, events.ID(ev.Type(), ev.Workload.UID)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var n atomic.Int64
+	done := make(chan struct{})
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	b.ResetTimer()
+	go func() {
+		_ = bus.Run(rctx, js, bus.ConsumerSpec{Durable: "bench", FilterSubjects: []string{"sluice.>"}},
+			func(ctx context.Context, env events.Envelope) error {
+				var ev events.WorkloadSubmittedV1
+				if err := env.As(&ev); err != nil {
+					return err
+				}
+				if n.Add(1) == int64(b.N) {
+					close(done)
+				}
+				return nil
+			}, bus.WithBatch(100), bus.WithFetchWait(100*time.Millisecond))
+	}()
+	<-done
+}

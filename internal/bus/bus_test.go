@@ -1,0 +1,823 @@
+package bus_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/sluice-dev/sluice/events"
+	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/internal/natstest"
+)
+
+func testCtx(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func setup(t *testing.T) (context.Context, jetstream.JetStream) {
+	t.Helper()
+	ctx := testCtx(t)
+	js := natstest.JetStream(t)
+	if err := bus.Setup(ctx, js, bus.Config{}); err != nil {
+		t.Fatalf("Setup: %v", err)
+	}
+	return ctx, js
+}
+
+func ref(name string) events.WorkloadRef {
+	return events.WorkloadRef{Kind: "job", Namespace: "team-a", Name: name, UID: "uid-" + name}
+}
+
+func submitted(name string) events.WorkloadSubmittedV1 {
+	return events.WorkloadSubmittedV1{
+		Workload:     ref(name),
+		LocalQueue:   "main",
+		CreationTime: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC),
+		PodSets:      []events.PodSetV1{{Name: "main", Count: 1, Requests: map[string]string{"cpu": "1"}}},
+	}
+}
+
+func publish(t *testing.T, ctx context.Context, js jetstream.JetStream, ev events.Event) {
+	t.Helper()
+	p := bus.NewPublisher(js, events.Source("test"))
+	if err := p.Publish(ctx, ev, events.ID(ev.Type(), ev.CESubject())); err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+}
+
+func streamMsgs(t *testing.T, ctx context.Context, js jetstream.JetStream, name string) uint64 {
+	t.Helper()
+	s, err := js.Stream(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+// dlq returns every dead letter stored so far.
+func dlq(t *testing.T, ctx context.Context, js jetstream.JetStream) []*jetstream.RawStreamMsg {
+	t.Helper()
+	s, err := js.Stream(ctx, bus.StreamDLQ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*jetstream.RawStreamMsg
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// run starts bus.Run in the background; the returned stop cancels it and
+// returns its error.
+func run(t *testing.T, js jetstream.JetStream, spec bus.ConsumerSpec, h bus.Handler, opts ...bus.RunOption) (stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	opts = append([]bus.RunOption{bus.WithFetchWait(100 * time.Millisecond)}, opts...)
+	go func() { errc <- bus.Run(ctx, js, spec, h, opts...) }()
+	var once sync.Once
+	var err error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case err = <-errc:
+			case <-time.After(30 * time.Second):
+				err = errors.New("Run did not return")
+			}
+		})
+		return err
+	}
+	t.Cleanup(func() { _ = stop() })
+	return stop
+}
+
+func TestConfigValidate(t *testing.T) {
+	if err := (bus.Config{}).Validate(); err != nil {
+		t.Errorf("zero config: %v", err)
+	}
+	if err := bus.DefaultConfig().Validate(); err != nil {
+		t.Errorf("default config: %v", err)
+	}
+	if err := (bus.Config{Replicas: 3}).Validate(); err != nil {
+		t.Errorf("R3: %v", err)
+	}
+	bad := []bus.Config{
+		{Replicas: -1},
+		{Replicas: 6},
+		{MaxAge: -time.Hour},
+		{Duplicates: time.Hour, MaxAge: time.Minute},
+		{Duplicates: 31 * 24 * time.Hour, MaxAge: 60 * 24 * time.Hour},
+		{KVHistory: 65},
+		{KVHistory: -1},
+		{DLQMaxAge: -1},
+	}
+	for _, c := range bad {
+		if err := c.Validate(); !errors.Is(err, bus.ErrInvalidConfig) {
+			t.Errorf("Validate(%+v) = %v, want ErrInvalidConfig", c, err)
+		}
+	}
+	js := natstest.JetStream(t)
+	if err := bus.Setup(testCtx(t), js, bus.Config{Replicas: 9}); !errors.Is(err, bus.ErrInvalidConfig) {
+		t.Errorf("Setup(bad) = %v", err)
+	}
+}
+
+func TestSetupIdempotent(t *testing.T) {
+	ctx, js := setup(t)
+	publish(t, ctx, js, submitted("a"))
+	if err := bus.Setup(ctx, js, bus.Config{}); err != nil {
+		t.Fatalf("second Setup: %v", err)
+	}
+	if n := streamMsgs(t, ctx, js, bus.StreamEvents); n != 1 {
+		t.Errorf("stream has %d messages after second Setup, want 1", n)
+	}
+
+	s, err := js.Stream(ctx, bus.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := s.CachedInfo().Config
+	if cfg.MaxAge != 7*24*time.Hour || cfg.Duplicates != 2*time.Minute || cfg.Replicas != 1 ||
+		cfg.Storage != jetstream.FileStorage || cfg.Retention != jetstream.LimitsPolicy ||
+		strings.Join(cfg.Subjects, ",") != "sluice.workload.>,sluice.preemption.>,sluice.quota.>,sluice.config.>" {
+		t.Errorf("SLUICE config %+v", cfg)
+	}
+	d, err := js.Stream(ctx, bus.StreamDLQ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dc := d.CachedInfo().Config; dc.MaxAge != 30*24*time.Hour || strings.Join(dc.Subjects, ",") != "sluice.dlq.>" {
+		t.Errorf("SLUICE_DLQ config %+v", dc)
+	}
+	for _, b := range []string{"sluice-quota", "sluice-workloads", "sluice-config"} {
+		kv, err := js.KeyValue(ctx, b)
+		if err != nil {
+			t.Fatalf("bucket %s: %v", b, err)
+		}
+		st, err := kv.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.History() != 5 {
+			t.Errorf("bucket %s history %d", b, st.History())
+		}
+	}
+
+	// A changed config updates in place.
+	if err := bus.Setup(ctx, js, bus.Config{MaxAge: 24 * time.Hour, KVHistory: 2}); err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Config.MaxAge != 24*time.Hour || info.State.Msgs != 1 {
+		t.Errorf("after update: max age %s, %d messages", info.Config.MaxAge, info.State.Msgs)
+	}
+	kv, _ := js.KeyValue(ctx, bus.BucketQuota)
+	if st, _ := kv.Status(ctx); st.History() != 2 {
+		t.Errorf("history not updated: %d", st.History())
+	}
+}
+
+func TestPublishDeduplicates(t *testing.T) {
+	ctx, js := setup(t)
+	p := bus.NewPublisher(js, events.Source("test"))
+	ev := events.WorkloadAdmittedV1{Workload: ref("a"), ClusterQueue: "gpu", PodSets: []events.PodSetAssignmentV1{{Name: "main", Count: 1}}}
+	id := events.ID(ev.Type(), ev.Workload.UID, uint64(1))
+	first, err := p.PublishAck(ctx, ev, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := p.PublishAck(ctx, ev, id)
+	if err != nil {
+		t.Fatalf("duplicate publish: %v", err)
+	}
+	if first.Duplicate || !second.Duplicate || second.Sequence != first.Sequence {
+		t.Errorf("acks %+v then %+v", first, second)
+	}
+	if err := p.Publish(ctx, ev, id); err != nil {
+		t.Fatal(err)
+	}
+	if n := streamMsgs(t, ctx, js, bus.StreamEvents); n != 1 {
+		t.Fatalf("stream has %d messages, want 1", n)
+	}
+	// The next admission generation is a new event.
+	if err := p.Publish(ctx, ev, events.ID(ev.Type(), ev.Workload.UID, uint64(2))); err != nil {
+		t.Fatal(err)
+	}
+	if n := streamMsgs(t, ctx, js, bus.StreamEvents); n != 2 {
+		t.Fatalf("stream has %d messages, want 2", n)
+	}
+	// Invalid events never reach the stream.
+	bad := ev
+	bad.Workload.Name = "Not Valid"
+	if err := p.Publish(ctx, bad, "x"); !errors.Is(err, events.ErrInvalidEvent) {
+		t.Errorf("invalid publish: %v", err)
+	}
+	if n := streamMsgs(t, ctx, js, bus.StreamEvents); n != 2 {
+		t.Fatalf("stream has %d messages after an invalid publish", n)
+	}
+}
+
+func TestHandlerErrorIsRetriedWithBackoff(t *testing.T) {
+	ctx, js := setup(t)
+	var mu sync.Mutex
+	var deliveries []time.Time
+	done := make(chan struct{})
+	spec := bus.ConsumerSpec{
+		Durable:        "retry",
+		FilterSubjects: []string{events.SubjectFilter("workload", "submitted", "", "")},
+		BackoffMin:     300 * time.Millisecond,
+		BackoffMax:     time.Second,
+	}
+	run(t, js, spec, func(ctx context.Context, env events.Envelope) error {
+		mu.Lock()
+		defer mu.Unlock()
+		deliveries = append(deliveries, time.Now())
+		if len(deliveries) < 3 {
+			return errors.New("database briefly unavailable")
+		}
+		var ev events.WorkloadSubmittedV1
+		if err := env.As(&ev); err != nil {
+			return err
+		}
+		if ev.Workload.Name != "a" {
+			return fmt.Errorf("got %s", ev.Workload.Name)
+		}
+		close(done)
+		return nil
+	})
+	publish(t, ctx, js, submitted("a"))
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("event not handled")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if gap := deliveries[1].Sub(deliveries[0]); gap < 250*time.Millisecond {
+		t.Errorf("first redelivery after %s, want ≥ 300ms backoff", gap)
+	}
+	if gap := deliveries[2].Sub(deliveries[1]); gap < 550*time.Millisecond {
+		t.Errorf("second redelivery after %s, want ≥ 600ms backoff", gap)
+	}
+	cons, err := js.Consumer(ctx, bus.StreamEvents, "retry")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "ack", func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumAckPending == 0 && info.NumPending == 0 && info.AckFloor.Stream == 1
+	})
+	if got := dlq(t, ctx, js); len(got) != 0 {
+		t.Errorf("%d dead letters", len(got))
+	}
+}
+
+func TestPoisonGoesToDLQAndStreamKeepsFlowing(t *testing.T) {
+	ctx, js := setup(t)
+
+	// 1: bad CloudEvents headers (no ce-type).
+	good, err := events.NewMessage(ctx, events.Source("test"), submitted("bad-headers"), "id-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	good.Header.Del(events.HeaderType)
+	if _, err := js.PublishMsg(ctx, good); err != nil {
+		t.Fatal(err)
+	}
+	// 2: valid headers, payload is not JSON.
+	junk, err := events.NewMessage(ctx, events.Source("test"), submitted("junk"), "id-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	junk.Data = []byte("not json")
+	if _, err := js.PublishMsg(ctx, junk); err != nil {
+		t.Fatal(err)
+	}
+	// 3: a valid event the handler declares poison.
+	publish(t, ctx, js, submitted("refused"))
+	// 4: a good event after them.
+	publish(t, ctx, js, submitted("fine"))
+
+	var handled sync.Map
+	handledFine := make(chan struct{})
+	spec := bus.ConsumerSpec{Durable: "admission", FilterSubjects: []string{"sluice.workload.>"}}
+	run(t, js, spec, func(ctx context.Context, env events.Envelope) error {
+		ev, err := env.Event()
+		if err != nil {
+			return err
+		}
+		name := ev.(events.WorkloadSubmittedV1).Workload.Name
+		handled.Store(name, true)
+		switch name {
+		case "refused":
+			return fmt.Errorf("local queue main of team-a does not exist: %w", bus.ErrPoison)
+		case "fine":
+			close(handledFine)
+		}
+		return nil
+	})
+	select {
+	case <-handledFine:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the good event after the poison ones was not handled")
+	}
+	if _, ok := handled.Load("bad-headers"); ok {
+		t.Error("handler saw the message without ce-type")
+	}
+
+	var letters []*jetstream.RawStreamMsg
+	eventually(t, "3 dead letters", func() bool { letters = dlq(t, ctx, js); return len(letters) == 3 })
+	want := []struct {
+		reason, subject, seq string
+		data                 []byte
+	}{
+		{"missing-attribute", "sluice.workload.v1.submitted.job.team-a.bad-headers", "1", nil},
+		{"bad-data", "sluice.workload.v1.submitted.job.team-a.junk", "2", []byte("not json")},
+		{"poison", "sluice.workload.v1.submitted.job.team-a.refused", "3", nil},
+	}
+	for i, w := range want {
+		m := letters[i]
+		h := m.Header
+		if m.Subject != "sluice.dlq.admission" {
+			t.Errorf("dead letter %d on %s", i, m.Subject)
+		}
+		if h.Get(bus.HeaderDLQReason) != w.reason || h.Get(bus.HeaderDLQSubject) != w.subject ||
+			h.Get(bus.HeaderDLQSequence) != w.seq || h.Get(bus.HeaderDLQStream) != "SLUICE" ||
+			h.Get(bus.HeaderDLQConsumer) != "admission" || h.Get(bus.HeaderDLQDeliveries) != "1" ||
+			h.Get(bus.HeaderDLQError) == "" || h.Get(bus.HeaderDLQTime) == "" {
+			t.Errorf("dead letter %d headers %v, want reason %s subject %s seq %s", i, h, w.reason, w.subject, w.seq)
+		}
+		if w.data != nil && !bytes.Equal(m.Data, w.data) {
+			t.Errorf("dead letter %d data %q", i, m.Data)
+		}
+	}
+	if e := letters[2].Header.Get(bus.HeaderDLQError); !strings.Contains(e, "local queue main of team-a does not exist") {
+		t.Errorf("poison error header %q", e)
+	}
+	// The original CloudEvents headers travel with the dead letter.
+	if letters[2].Header.Get(events.HeaderType) != events.TypeWorkloadSubmittedV1 {
+		t.Errorf("dead letter lost ce-type: %v", letters[2].Header)
+	}
+
+	cons, err := js.Consumer(ctx, bus.StreamEvents, "admission")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "all settled", func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumAckPending == 0 && info.NumPending == 0 && info.NumRedelivered == 0
+	})
+}
+
+func TestMaxDeliverGoesToDLQ(t *testing.T) {
+	ctx, js := setup(t)
+	var calls atomic.Int32
+	spec := bus.ConsumerSpec{
+		Durable:        "flaky",
+		FilterSubjects: []string{"sluice.workload.>"},
+		MaxDeliver:     3,
+		BackoffMin:     20 * time.Millisecond,
+		BackoffMax:     50 * time.Millisecond,
+	}
+	run(t, js, spec, func(ctx context.Context, env events.Envelope) error {
+		calls.Add(1)
+		return errors.New("always failing")
+	})
+	publish(t, ctx, js, submitted("doomed"))
+	var letters []*jetstream.RawStreamMsg
+	eventually(t, "dead letter", func() bool { letters = dlq(t, ctx, js); return len(letters) == 1 })
+	h := letters[0].Header
+	if h.Get(bus.HeaderDLQReason) != "max-deliver" || h.Get(bus.HeaderDLQDeliveries) != "3" ||
+		!strings.Contains(h.Get(bus.HeaderDLQError), "always failing") {
+		t.Errorf("dead letter headers %v", h)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := calls.Load(); n != 3 {
+		t.Errorf("handler called %d times, want 3", n)
+	}
+}
+
+func TestShutdownLetsInFlightHandlerFinish(t *testing.T) {
+	ctx, js := setup(t)
+	started := make(chan struct{})
+	release := make(chan struct{})
+	var handlerCtxErr atomic.Value
+	spec := bus.ConsumerSpec{Durable: "slow", FilterSubjects: []string{"sluice.workload.>"}}
+	stop := run(t, js, spec, func(hctx context.Context, env events.Envelope) error {
+		close(started)
+		<-release
+		handlerCtxErr.Store(fmt.Sprint(hctx.Err()))
+		return nil
+	}, bus.WithDrainTimeout(10*time.Second))
+	publish(t, ctx, js, submitted("slow"))
+	<-started
+
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
+	select {
+	case err := <-stopped:
+		t.Fatalf("Run returned (%v) while a handler was in flight", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(release)
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Errorf("Run = %v, want nil on shutdown", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after the handler finished")
+	}
+	if got := handlerCtxErr.Load(); got != "<nil>" {
+		t.Errorf("handler context was %v during the drain", got)
+	}
+	cons, err := js.Consumer(ctx, bus.StreamEvents, "slow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "ack", func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumAckPending == 0 && info.AckFloor.Stream == 1
+	})
+}
+
+func TestShutdownDrainTimeoutReturnsMessage(t *testing.T) {
+	ctx, js := setup(t)
+	started := make(chan struct{})
+	var once sync.Once
+	spec := bus.ConsumerSpec{Durable: "stubborn", FilterSubjects: []string{"sluice.workload.>"}, MaxDeliver: 1}
+	stop := run(t, js, spec, func(hctx context.Context, env events.Envelope) error {
+		once.Do(func() { close(started) })
+		<-hctx.Done()
+		return hctx.Err()
+	}, bus.WithDrainTimeout(200*time.Millisecond))
+	publish(t, ctx, js, submitted("x"))
+	<-started
+	begin := time.Now()
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(begin); took > 5*time.Second {
+		t.Errorf("shutdown took %s", took)
+	}
+	// Cancelled by shutdown: back to the stream, not to the DLQ (even
+	// with MaxDeliver 1).
+	if got := dlq(t, ctx, js); len(got) != 0 {
+		t.Errorf("%d dead letters after shutdown", len(got))
+	}
+	cons, err := js.Consumer(ctx, bus.StreamEvents, "stubborn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.AckFloor.Stream != 0 {
+		t.Errorf("message acked: %+v", info.AckFloor)
+	}
+	// A new runner handles it.
+	got := make(chan string, 1)
+	run(t, js, spec, func(hctx context.Context, env events.Envelope) error {
+		got <- env.Subject
+		return nil
+	})
+	select {
+	case s := <-got:
+		if s != "team-a/x" {
+			t.Errorf("redelivered %q", s)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("message not redelivered after restart")
+	}
+}
+
+func TestTwoReplicasShareTheConsumer(t *testing.T) {
+	ctx, js := setup(t)
+	const n = 30
+	var mu sync.Mutex
+	seen := map[string]int{}
+	h := func(ctx context.Context, env events.Envelope) error {
+		mu.Lock()
+		seen[env.ID]++
+		mu.Unlock()
+		return nil
+	}
+	spec := bus.ConsumerSpec{Durable: "shared", FilterSubjects: []string{"sluice.workload.>"}}
+	run(t, js, spec, h)
+	run(t, js, spec, h, bus.WithConcurrency(3), bus.WithBatch(2))
+	for i := range n {
+		publish(t, ctx, js, submitted(fmt.Sprintf("w%d", i)))
+	}
+	eventually(t, "all handled", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(seen) == n
+	})
+	time.Sleep(200 * time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	for id, c := range seen {
+		if c != 1 {
+			t.Errorf("event %s handled %d times", id, c)
+		}
+	}
+}
+
+func TestHandlerContextCarriesTraceAndLogger(t *testing.T) {
+	ctx, js := setup(t)
+	var buf syncBuffer
+	logger := zerolog.New(&buf)
+	got := make(chan string, 1)
+	spec := bus.ConsumerSpec{Durable: "traced", FilterSubjects: []string{"sluice.workload.>"}}
+	run(t, js, spec, func(hctx context.Context, env events.Envelope) error {
+		zerolog.Ctx(hctx).Info().Msg("handling")
+		got <- events.TraceParent(hctx)
+		return nil
+	}, bus.WithLogger(logger))
+	msg, err := events.NewMessage(ctx, events.Source("test"), submitted("t"), "trace-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp := msg.Header.Get(events.HeaderTraceParent)
+	if _, err := js.PublishMsg(ctx, msg); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case inCtx := <-got:
+		if inCtx == "" || events.TraceID(inCtx) != events.TraceID(tp) {
+			t.Errorf("handler trace %q, published %q", inCtx, tp)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("not handled")
+	}
+	var line map[string]any
+	for _, l := range strings.Split(buf.String(), "\n") {
+		if strings.Contains(l, `"handling"`) {
+			if err := json.Unmarshal([]byte(l), &line); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if line["event_type"] != events.TypeWorkloadSubmittedV1 || line["workload"] != "team-a/t" ||
+		line["trace_id"] != events.TraceID(tp) || line["consumer"] != "traced" {
+		t.Errorf("log line %v", line)
+	}
+}
+
+func TestHandlerPanicIsRetried(t *testing.T) {
+	ctx, js := setup(t)
+	var calls atomic.Int32
+	done := make(chan struct{})
+	spec := bus.ConsumerSpec{Durable: "panicky", FilterSubjects: []string{"sluice.workload.>"}, BackoffMin: 10 * time.Millisecond}
+	run(t, js, spec, func(ctx context.Context, env events.Envelope) error {
+		if calls.Add(1) == 1 {
+			var m map[string]int
+			m["boom"]++ // nil map write
+		}
+		close(done)
+		return nil
+	})
+	publish(t, ctx, js, submitted("p"))
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("not retried after a panic")
+	}
+}
+
+func TestKVCompareAndSetOneWinner(t *testing.T) {
+	ctx, js := setup(t)
+	kv, err := js.KeyValue(ctx, bus.BucketQuota)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev, err := kv.Create(ctx, "cohort.research", []byte(`{"reservations":{}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Create(ctx, "cohort.research", []byte(`{}`)); !bus.IsRevisionConflict(err) {
+		t.Errorf("second Create = %v, want a revision conflict", err)
+	}
+	for round := range 20 {
+		var wins, conflicts atomic.Int32
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		var newRev atomic.Uint64
+		for replica := range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				r, err := kv.Update(ctx, "cohort.research", []byte(fmt.Sprintf(`{"round":%d,"replica":%d}`, round, replica)), rev)
+				switch {
+				case err == nil:
+					wins.Add(1)
+					newRev.Store(r)
+				case bus.IsRevisionConflict(err):
+					conflicts.Add(1)
+				default:
+					t.Errorf("round %d replica %d: %v", round, replica, err)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		if wins.Load() != 1 || conflicts.Load() != 1 {
+			t.Fatalf("round %d: %d winners, %d conflicts", round, wins.Load(), conflicts.Load())
+		}
+		rev = newRev.Load()
+	}
+	if bus.IsRevisionConflict(errors.New("timeout")) || bus.IsRevisionConflict(nil) {
+		t.Error("IsRevisionConflict of an unrelated error")
+	}
+}
+
+func TestConsumerSpec(t *testing.T) {
+	s := bus.ConsumerSpec{Durable: "d", FilterSubjects: []string{"sluice.>"}, BackoffMin: 100 * time.Millisecond, BackoffMax: time.Second}
+	want := []time.Duration{100, 100, 200, 400, 800, 1000, 1000}
+	for i, w := range want {
+		if got := s.Backoff(uint64(i)); got != w*time.Millisecond {
+			t.Errorf("Backoff(%d) = %s, want %s", i, got, w*time.Millisecond)
+		}
+	}
+	if got := s.Backoff(1 << 40); got != time.Second {
+		t.Errorf("Backoff(huge) = %s", got)
+	}
+	cc := s.ConsumerConfig()
+	if cc.AckPolicy != jetstream.AckExplicitPolicy || cc.MaxDeliver != -1 || cc.AckWait != 30*time.Second || cc.Durable != "d" {
+		t.Errorf("consumer config %+v", cc)
+	}
+	bad := []bus.ConsumerSpec{
+		{FilterSubjects: []string{"x"}},
+		{Durable: "a.b", FilterSubjects: []string{"x"}},
+		{Durable: "d"},
+		{Durable: "d", FilterSubjects: []string{""}},
+		{Durable: "d", FilterSubjects: []string{"x"}, BackoffMin: time.Minute, BackoffMax: time.Second},
+		{Durable: "d", FilterSubjects: []string{"x"}, AckWait: -1},
+	}
+	for _, b := range bad {
+		if err := b.Validate(); !errors.Is(err, bus.ErrInvalidSpec) {
+			t.Errorf("Validate(%+v) = %v", b, err)
+		}
+		if err := bus.Run(context.Background(), nil, b, func(context.Context, events.Envelope) error { return nil }); !errors.Is(err, bus.ErrInvalidSpec) {
+			t.Errorf("Run(%+v) = %v", b, err)
+		}
+	}
+	if err := bus.Run(context.Background(), nil, s, nil); !errors.Is(err, bus.ErrInvalidSpec) {
+		t.Errorf("Run(nil handler) = %v", err)
+	}
+	if !bus.IsPoison(bus.Poison(errors.New("x"))) || !bus.IsPoison(&events.DecodeError{}) || bus.IsPoison(errors.New("x")) {
+		t.Error("IsPoison")
+	}
+}
+
+func TestRunFailsWithoutStream(t *testing.T) {
+	js := natstest.JetStream(t)
+	err := bus.Run(testCtx(t), js, bus.ConsumerSpec{Durable: "d", FilterSubjects: []string{"sluice.>"}}, func(context.Context, events.Envelope) error { return nil })
+	if err == nil || !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Errorf("Run without Setup = %v", err)
+	}
+}
+
+func TestRunReturnsWhenConnectionCloses(t *testing.T) {
+	url, _ := natstest.Start(t)
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(nc)
+	if err := bus.Setup(testCtx(t), js, bus.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		errc <- bus.Run(context.Background(), js, bus.ConsumerSpec{Durable: "d", FilterSubjects: []string{"sluice.>"}},
+			func(context.Context, events.Envelope) error { return nil }, bus.WithFetchWait(100*time.Millisecond))
+	}()
+	time.Sleep(200 * time.Millisecond)
+	nc.Close()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, nats.ErrConnectionClosed) {
+			t.Errorf("Run = %v, want ErrConnectionClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after the connection closed")
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestReadOnlySubscriber runs the subscriber example of docs/events.md.
+func TestReadOnlySubscriber(t *testing.T) {
+	ctx, js := setup(t)
+	ev := events.WorkloadAdmittedV1{Workload: ref("r"), ClusterQueue: "gpu", PodSets: []events.PodSetAssignmentV1{{Name: "main", Count: 1}}}
+	publish(t, ctx, js, submitted("r"))
+	publish(t, ctx, js, ev)
+
+	cons, err := js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{events.SubjectFilter("workload", "admitted", "", "")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	iter, err := cons.Messages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer iter.Stop()
+	m, err := iter.Next(jetstream.NextMaxWait(10 * time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err := events.DecodeParts(m.Subject(), m.Headers(), m.Data())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var adm events.WorkloadAdmittedV1
+	if err := env.As(&adm); err != nil || adm.ClusterQueue != "gpu" || env.Subject != "team-a/r" {
+		t.Errorf("read %+v from %+v: %v", adm, env, err)
+	}
+}
+
+func TestSlowHandlerIsNotRedelivered(t *testing.T) {
+	ctx, js := setup(t)
+	var calls atomic.Int32
+	done := make(chan struct{})
+	spec := bus.ConsumerSpec{Durable: "slowpoke", FilterSubjects: []string{"sluice.workload.>"}, AckWait: time.Second}
+	run(t, js, spec, func(ctx context.Context, env events.Envelope) error {
+		if calls.Add(1) == 1 {
+			time.Sleep(2500 * time.Millisecond) // 2.5 × AckWait
+			close(done)
+		}
+		return nil
+	}, bus.WithConcurrency(2))
+	publish(t, ctx, js, submitted("slow"))
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("not handled")
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := calls.Load(); n != 1 {
+		t.Errorf("handler called %d times: redelivered while in progress", n)
+	}
+}

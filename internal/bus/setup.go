@@ -1,0 +1,192 @@
+package bus
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-dev/sluice/events"
+)
+
+// Names of the JetStream assets Setup creates.
+const (
+	// StreamEvents holds every event.
+	StreamEvents = "SLUICE"
+	// StreamDLQ holds dead letters.
+	StreamDLQ = "SLUICE_DLQ"
+	// BucketQuota is the quota ledger.
+	BucketQuota = "sluice-quota"
+	// BucketWorkloads holds one key per known workload.
+	BucketWorkloads = "sluice-workloads"
+	// BucketConfig mirrors the queue configuration objects.
+	BucketConfig = "sluice-config"
+)
+
+// StreamSubjects are the subjects of the SLUICE stream.
+var StreamSubjects = []string{"sluice.workload.>", "sluice.preemption.>", "sluice.quota.>", "sluice.config.>"}
+
+// DLQSubjects are the subjects of the SLUICE_DLQ stream.
+var DLQSubjects = []string{events.DLQSubjectPrefix + ">"}
+
+// Buckets are the KV buckets Setup creates.
+var Buckets = []string{BucketQuota, BucketWorkloads, BucketConfig}
+
+// Defaults of Config.
+const (
+	DefaultReplicas   = 1
+	DefaultMaxAge     = 7 * 24 * time.Hour
+	DefaultDuplicates = 2 * time.Minute
+	DefaultDLQMaxAge  = 30 * 24 * time.Hour
+	DefaultKVHistory  = 5
+	// MaxReplicas is JetStream's limit.
+	MaxReplicas = 5
+	// MaxKVHistory is JetStream's limit on KV history.
+	MaxKVHistory = 64
+)
+
+// Config sizes the streams and buckets. A zero field takes its default.
+type Config struct {
+	// Replicas of every stream and bucket: 1 for one server (default), 3 for
+	// a production cluster. At most 5.
+	Replicas int
+	// MaxAge of events in SLUICE; default 7 days. Consumers that fall
+	// further behind than this lose events, so keep it well above the
+	// longest outage you plan for.
+	MaxAge time.Duration
+	// Duplicates is SLUICE's and SLUICE_DLQ's de-duplication window:
+	// publishes with the same Nats-Msg-Id within it are stored once.
+	// Default 2 minutes; must not exceed MaxAge.
+	Duplicates time.Duration
+	// DLQMaxAge of dead letters; default 30 days.
+	DLQMaxAge time.Duration
+	// KVHistory is how many revisions each KV key keeps, 1..64; default 5.
+	KVHistory int
+}
+
+// DefaultConfig is Config with every default filled in.
+func DefaultConfig() Config {
+	return Config{
+		Replicas:   DefaultReplicas,
+		MaxAge:     DefaultMaxAge,
+		Duplicates: DefaultDuplicates,
+		DLQMaxAge:  DefaultDLQMaxAge,
+		KVHistory:  DefaultKVHistory,
+	}
+}
+
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.Replicas == 0 {
+		c.Replicas = d.Replicas
+	}
+	if c.MaxAge == 0 {
+		c.MaxAge = d.MaxAge
+	}
+	if c.Duplicates == 0 {
+		c.Duplicates = d.Duplicates
+	}
+	if c.DLQMaxAge == 0 {
+		c.DLQMaxAge = d.DLQMaxAge
+	}
+	if c.KVHistory == 0 {
+		c.KVHistory = d.KVHistory
+	}
+	return c
+}
+
+// Validate checks the configuration (zero fields count as their defaults).
+func (c Config) Validate() error {
+	if c.Replicas < 0 || c.MaxAge < 0 || c.Duplicates < 0 || c.DLQMaxAge < 0 || c.KVHistory < 0 {
+		return fmt.Errorf("%w: negative value in %+v", ErrInvalidConfig, c)
+	}
+	c = c.withDefaults()
+	if c.Replicas > MaxReplicas {
+		return fmt.Errorf("%w: replicas %d: must be 1..%d", ErrInvalidConfig, c.Replicas, MaxReplicas)
+	}
+	if c.Duplicates > c.MaxAge {
+		return fmt.Errorf("%w: duplicates window %s is longer than max age %s", ErrInvalidConfig, c.Duplicates, c.MaxAge)
+	}
+	if c.Duplicates > c.DLQMaxAge {
+		return fmt.Errorf("%w: duplicates window %s is longer than DLQ max age %s", ErrInvalidConfig, c.Duplicates, c.DLQMaxAge)
+	}
+	if c.KVHistory > MaxKVHistory {
+		return fmt.Errorf("%w: KV history %d: must be 1..%d", ErrInvalidConfig, c.KVHistory, MaxKVHistory)
+	}
+	return nil
+}
+
+// StreamConfig is the configuration Setup gives the SLUICE stream.
+func (c Config) StreamConfig() jetstream.StreamConfig {
+	c = c.withDefaults()
+	return jetstream.StreamConfig{
+		Name:        StreamEvents,
+		Description: "Sluice events (CloudEvents, binary mode)",
+		Subjects:    StreamSubjects,
+		Retention:   jetstream.LimitsPolicy,
+		Discard:     jetstream.DiscardOld,
+		MaxAge:      c.MaxAge,
+		Duplicates:  c.Duplicates,
+		Replicas:    c.Replicas,
+		Storage:     jetstream.FileStorage,
+		MaxMsgs:     -1,
+		MaxBytes:    -1,
+	}
+}
+
+// DLQStreamConfig is the configuration Setup gives the SLUICE_DLQ stream.
+func (c Config) DLQStreamConfig() jetstream.StreamConfig {
+	c = c.withDefaults()
+	return jetstream.StreamConfig{
+		Name:        StreamDLQ,
+		Description: "Sluice dead letters: messages a consumer could not handle",
+		Subjects:    DLQSubjects,
+		Retention:   jetstream.LimitsPolicy,
+		Discard:     jetstream.DiscardOld,
+		MaxAge:      c.DLQMaxAge,
+		Duplicates:  c.Duplicates,
+		Replicas:    c.Replicas,
+		Storage:     jetstream.FileStorage,
+		MaxMsgs:     -1,
+		MaxBytes:    -1,
+	}
+}
+
+// KeyValueConfig is the configuration Setup gives bucket.
+func (c Config) KeyValueConfig(bucket string) jetstream.KeyValueConfig {
+	c = c.withDefaults()
+	desc := map[string]string{
+		BucketQuota:     "Sluice quota ledger: reservations per cohort tree or ClusterQueue",
+		BucketWorkloads: "Sluice workloads: one key per known job",
+		BucketConfig:    "Sluice queue configuration mirrored from the CRDs",
+	}[bucket]
+	return jetstream.KeyValueConfig{
+		Bucket:      bucket,
+		Description: desc,
+		History:     uint8(c.KVHistory),
+		Replicas:    c.Replicas,
+		Storage:     jetstream.FileStorage,
+	}
+}
+
+// Setup creates the SLUICE and SLUICE_DLQ streams and the sluice-quota,
+// sluice-workloads and sluice-config KV buckets, or updates them to cfg. It
+// is idempotent: running it again with the same cfg changes nothing, and
+// every service may run it at start-up.
+func Setup(ctx context.Context, js jetstream.JetStream, cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	for _, sc := range []jetstream.StreamConfig{cfg.StreamConfig(), cfg.DLQStreamConfig()} {
+		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
+			return fmt.Errorf("bus: stream %s: %w", sc.Name, err)
+		}
+	}
+	for _, b := range Buckets {
+		if _, err := js.CreateOrUpdateKeyValue(ctx, cfg.KeyValueConfig(b)); err != nil {
+			return fmt.Errorf("bus: bucket %s: %w", b, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,171 @@
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-dev/sluice/internal/engine"
+)
+
+// Bucket is the KV bucket that holds the ledger.
+const Bucket = "sluice-quota"
+
+// Errors.
+var (
+	// ErrConflict: the key changed since the revision the caller decided
+	// on. Nothing was written.
+	ErrConflict = errors.New("ledger changed since it was read")
+	// ErrCorrupt: a ledger value is not valid JSON of the expected shape.
+	ErrCorrupt = errors.New("ledger entry is corrupt")
+)
+
+// Reservation is one workload's hold on quota.
+type Reservation struct {
+	ClusterQueue string                    `json:"clusterQueue"`
+	PodSets      []engine.PodSetAssignment `json:"podSets"`
+	AdmittedAt   time.Time                 `json:"admittedAt"`
+}
+
+// Entry is the value of one ledger key: reservations by workload key.
+type Entry struct {
+	Reservations map[string]Reservation `json:"reservations"`
+}
+
+// Versioned is an entry with the revision it was read at; revision 0
+// means the key does not exist yet.
+type Versioned struct {
+	Entry    Entry
+	Revision uint64
+}
+
+// Key turns an engine tree name ("cohort/x", "cq/y") into a KV key. KV keys
+// allow letters, digits, '-', '_', '=', '.' and '/'; Kubernetes names use
+// only lower-case letters, digits, '-' and '.', so the mapping is safe.
+func Key(tree string) string { return "tree." + strings.ReplaceAll(tree, "/", ".") }
+
+// KV is the part of a JetStream KV bucket the ledger uses.
+type KV interface {
+	Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error)
+	Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error)
+	Update(ctx context.Context, key string, value []byte, revision uint64) (uint64, error)
+	ListKeys(ctx context.Context, opts ...jetstream.WatchOpt) (jetstream.KeyLister, error)
+}
+
+// Decode parses a ledger value.
+func Decode(b []byte) (Entry, error) {
+	var e Entry
+	if len(b) == 0 {
+		return Entry{Reservations: map[string]Reservation{}}, nil
+	}
+	if err := json.Unmarshal(b, &e); err != nil {
+		return Entry{}, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	if e.Reservations == nil {
+		e.Reservations = map[string]Reservation{}
+	}
+	return e, nil
+}
+
+func encode(e Entry) ([]byte, error) {
+	b, err := json.Marshal(e)
+	if err != nil {
+		return nil, fmt.Errorf("encode ledger entry: %w", err)
+	}
+	return b, nil
+}
+
+// Read returns the entry under key, or an empty one at revision 0.
+func Read(ctx context.Context, kv KV, key string) (Versioned, error) {
+	kve, err := kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Versioned{Entry: Entry{Reservations: map[string]Reservation{}}}, nil
+	}
+	if err != nil {
+		return Versioned{}, fmt.Errorf("read ledger %s: %w", key, err)
+	}
+	e, err := Decode(kve.Value())
+	if err != nil {
+		return Versioned{}, fmt.Errorf("read ledger %s: %w", key, err)
+	}
+	return Versioned{Entry: e, Revision: kve.Revision()}, nil
+}
+
+// Write stores e under key if the key is still at revision rev (0: must
+// not exist), returning the new revision. A lost race is ErrConflict.
+func Write(ctx context.Context, kv KV, key string, rev uint64, e Entry) (uint64, error) {
+	b, err := encode(e)
+	if err != nil {
+		return 0, err
+	}
+	var n uint64
+	if rev == 0 {
+		n, err = kv.Create(ctx, key, b)
+	} else {
+		n, err = kv.Update(ctx, key, b, rev)
+	}
+	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return 0, fmt.Errorf("write ledger %s at revision %d: %w", key, rev, ErrConflict)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("write ledger %s: %w", key, err)
+	}
+	return n, nil
+}
+
+// Release removes a workload's reservation wherever it is, retrying lost
+// races. It reports the ClusterQueue the reservation was in; a workload
+// with no reservation is not an error (releasing twice changes nothing).
+func Release(ctx context.Context, kv KV, workload string) (string, bool, error) {
+	keys, err := Keys(ctx, kv)
+	if err != nil {
+		return "", false, err
+	}
+	for _, key := range keys {
+		for attempt := 0; ; attempt++ {
+			v, err := Read(ctx, kv, key)
+			if err != nil {
+				return "", false, err
+			}
+			r, ok := v.Entry.Reservations[workload]
+			if !ok {
+				break
+			}
+			delete(v.Entry.Reservations, workload)
+			_, err = Write(ctx, kv, key, v.Revision, v.Entry)
+			if errors.Is(err, ErrConflict) && attempt < 20 {
+				continue
+			}
+			if err != nil {
+				return "", false, err
+			}
+			return r.ClusterQueue, true, nil
+		}
+	}
+	return "", false, nil
+}
+
+// Keys lists the ledger's keys in order.
+func Keys(ctx context.Context, kv KV) ([]string, error) {
+	l, err := kv.ListKeys(ctx)
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list ledger keys: %w", err)
+	}
+	var keys []string
+	// The channel closes once every key is listed; the lister then needs
+	// no Stop.
+	for k := range l.Keys() {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys, nil
+}

@@ -1,0 +1,433 @@
+package admission
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/sluice-dev/sluice/events"
+	"github.com/sluice-dev/sluice/internal/configstore"
+	"github.com/sluice-dev/sluice/internal/engine"
+	"github.com/sluice-dev/sluice/internal/ledger"
+	"github.com/sluice-dev/sluice/internal/queueconfig"
+	"github.com/sluice-dev/sluice/internal/workloads"
+)
+
+// Publisher publishes an event under its deterministic id.
+type Publisher interface {
+	Publish(ctx context.Context, ev events.Event, id string) error
+}
+
+// Config is the admission service's configuration.
+type Config struct {
+	// Interval between admission cycles while something changed.
+	Interval time.Duration
+	// FairSharing turns on dominant-resource-share ordering and
+	// preemption in every cohort tree.
+	FairSharing bool
+}
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	if c.Interval <= 0 {
+		return fmt.Errorf("admission: interval %s: must be positive", c.Interval)
+	}
+	return nil
+}
+
+// Service is one admission replica.
+type Service struct {
+	cfg   Config
+	js    jetstream.JetStream
+	pub   Publisher
+	log   zerolog.Logger
+	clock func() time.Time
+
+	eng    *engine.Engine
+	config *configstore.Store
+	// wls are the known workloads by engine key.
+	wls map[string]*events.WorkloadSubmittedV1
+	// ledger is the last seen entry of each ledger key, with its revision.
+	ledger map[string]ledger.Versioned
+	// held maps a workload to the ledger key holding its reservation.
+	held map[string]string
+	kv   ledger.KV
+
+	configDirty bool
+	dirty       bool
+}
+
+// Option tunes a Service.
+type Option func(*Service)
+
+// WithClock injects the clock that stamps admissions.
+func WithClock(now func() time.Time) Option { return func(s *Service) { s.clock = now } }
+
+// WithLogger sets the logger.
+func WithLogger(l zerolog.Logger) Option { return func(s *Service) { s.log = l } }
+
+// New returns an admission replica.
+func New(cfg Config, js jetstream.JetStream, pub Publisher, opts ...Option) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Service{
+		cfg:    cfg,
+		js:     js,
+		pub:    pub,
+		log:    zerolog.Nop(),
+		clock:  time.Now,
+		config: configstore.New(),
+		wls:    map[string]*events.WorkloadSubmittedV1{},
+		ledger: map[string]ledger.Versioned{},
+		held:   map[string]string{},
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	s.eng = engine.New(engine.Config{FairSharing: cfg.FairSharing}, engine.WithDeferredEviction())
+	return s, nil
+}
+
+// Run mirrors the buckets and admits until ctx ends.
+func (s *Service) Run(ctx context.Context) error {
+	cfgKV, err := s.js.KeyValue(ctx, configstore.Bucket)
+	if err != nil {
+		return fmt.Errorf("admission: open %s: %w", configstore.Bucket, err)
+	}
+	wlKV, err := s.js.KeyValue(ctx, workloads.Bucket)
+	if err != nil {
+		return fmt.Errorf("admission: open %s: %w", workloads.Bucket, err)
+	}
+	ledKV, err := s.js.KeyValue(ctx, ledger.Bucket)
+	if err != nil {
+		return fmt.Errorf("admission: open %s: %w", ledger.Bucket, err)
+	}
+	s.kv = ledKV
+	cfgW, err := cfgKV.WatchAll(ctx)
+	if err != nil {
+		return fmt.Errorf("admission: watch %s: %w", configstore.Bucket, err)
+	}
+	defer cfgW.Stop()
+	wlW, err := wlKV.WatchAll(ctx)
+	if err != nil {
+		return fmt.Errorf("admission: watch %s: %w", workloads.Bucket, err)
+	}
+	defer wlW.Stop()
+	ledW, err := ledKV.WatchAll(ctx)
+	if err != nil {
+		return fmt.Errorf("admission: watch %s: %w", ledger.Bucket, err)
+	}
+	defer ledW.Stop()
+
+	// Admit nothing before all three mirrors hold their initial state.
+	synced := map[string]bool{}
+	ready := func() bool { return synced["config"] && synced["workloads"] && synced["ledger"] }
+	tick := time.NewTicker(s.cfg.Interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e, ok := <-cfgW.Updates():
+			if !ok {
+				return errors.New("admission: configuration watch closed")
+			}
+			if e == nil {
+				synced["config"] = true
+				continue
+			}
+			s.applyConfig(e)
+		case e, ok := <-wlW.Updates():
+			if !ok {
+				return errors.New("admission: workload watch closed")
+			}
+			if e == nil {
+				synced["workloads"] = true
+				continue
+			}
+			s.applyWorkload(e)
+		case e, ok := <-ledW.Updates():
+			if !ok {
+				return errors.New("admission: ledger watch closed")
+			}
+			if e == nil {
+				synced["ledger"] = true
+				continue
+			}
+			s.applyLedger(e.Key(), e)
+		case <-tick.C:
+			if !ready() || !(s.dirty || s.configDirty) {
+				continue
+			}
+			if err := s.cycle(ctx); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				s.log.Error().Err(err).Msg("admission cycle")
+			}
+		}
+	}
+}
+
+func (s *Service) applyConfig(e jetstream.KeyValueEntry) {
+	if e.Operation() == jetstream.KeyValuePut {
+		s.config.Apply(e.Key(), e.Value())
+	} else {
+		s.config.Apply(e.Key(), nil)
+	}
+	s.configDirty = true
+}
+
+// reconfigure rebuilds the engine's configuration from the mirror.
+func (s *Service) reconfigure() {
+	snap, errs := s.config.Snapshot()
+	for _, err := range errs {
+		s.log.Warn().Err(err).Msg("ignoring configuration object")
+	}
+	snap.Objects.FairSharing = s.cfg.FairSharing
+	cfg, err := queueconfig.ToEngine(snap.Objects)
+	if err != nil {
+		s.log.Error().Err(err).Msg("configuration not applied")
+		return
+	}
+	s.eng.SetConfig(cfg)
+	// Priorities may come from classes that just appeared.
+	s.configDirty = false
+	s.dirty = true
+}
+
+func (s *Service) applyWorkload(e jetstream.KeyValueEntry) {
+	s.dirty = true
+	if e.Operation() != jetstream.KeyValuePut {
+		key := workloads.EngineKeyFromKV(e.Key())
+		delete(s.wls, key)
+		if _, held := s.held[key]; held {
+			// Its quota stays booked until the ledger lets go of it.
+			return
+		}
+		_ = s.eng.Remove(key)
+		return
+	}
+	var w events.WorkloadSubmittedV1
+	if err := json.Unmarshal(e.Value(), &w); err != nil {
+		s.log.Error().Err(err).Str("workload", e.Key()).Msg("ignoring malformed workload record")
+		return
+	}
+	key := workloads.EngineKey(w.Workload)
+	if _, known := s.wls[key]; known {
+		return // workloads do not change once submitted
+	}
+	s.wls[key] = &w
+	ew, err := s.toEngine(&w)
+	if err != nil {
+		s.log.Error().Err(err).Str("workload", key).Msg("ignoring workload")
+		return
+	}
+	if lk, ok := s.held[key]; ok {
+		r := s.ledger[lk].Entry.Reservations[key]
+		ew.Admission = &engine.Admission{ClusterQueue: r.ClusterQueue, PodSets: r.PodSets, At: r.AdmittedAt}
+	}
+	if err := s.eng.Submit(ew); err != nil {
+		s.log.Error().Err(err).Str("workload", key).Msg("workload not queued")
+	}
+}
+
+// toEngine converts a submitted workload, resolving its priority class.
+func (s *Service) toEngine(w *events.WorkloadSubmittedV1) (engine.Workload, error) {
+	ew := engine.Workload{
+		Kind:      w.Workload.Kind,
+		Namespace: w.Workload.Namespace,
+		Name:      w.Workload.Name,
+		Queue:     w.LocalQueue,
+		Priority:  w.Priority,
+		Submitted: w.CreationTime,
+	}
+	for _, ps := range w.PodSets {
+		eps := engine.PodSet{Name: ps.Name, Count: ps.Count, MinCount: ps.MinCount, Requests: map[string]int64{},
+			NodeSelector: ps.NodeSelector, Tolerations: ps.Tolerations}
+		for r, v := range ps.Requests {
+			q, err := resource.ParseQuantity(v)
+			if err != nil {
+				return ew, fmt.Errorf("pod set %s: request %s=%q: %w", ps.Name, r, v, err)
+			}
+			eps.Requests[r] = engine.Canonical(r, q)
+		}
+		ew.PodSets = append(ew.PodSets, eps)
+	}
+	return ew, nil
+}
+
+// applyLedger brings the engine in line with a ledger key's new content:
+// reservations made by others are booked, released ones are let go.
+func (s *Service) applyLedger(key string, e jetstream.KeyValueEntry) {
+	prev := s.ledger[key]
+	if e.Revision() <= prev.Revision {
+		return // our own write, already applied
+	}
+	next := ledger.Versioned{Entry: ledger.Entry{Reservations: map[string]ledger.Reservation{}}, Revision: e.Revision()}
+	if e.Operation() == jetstream.KeyValuePut {
+		ent, err := ledger.Decode(e.Value())
+		if err != nil {
+			s.log.Error().Err(err).Str("key", key).Msg("corrupt ledger entry; admitting nothing in its tree until it is fixed")
+			next.Entry.Reservations = nil
+		} else {
+			next.Entry = ent
+		}
+	}
+	s.setLedger(key, prev, next)
+}
+
+func (s *Service) setLedger(key string, prev, next ledger.Versioned) {
+	s.ledger[key] = next
+	s.dirty = true
+	for wk, r := range next.Entry.Reservations {
+		s.held[wk] = key
+		if _, had := prev.Entry.Reservations[wk]; had {
+			continue
+		}
+		if _, known := s.wls[wk]; known && !s.eng.IsAdmitted(wk) {
+			if err := s.eng.Admit(wk, r.PodSets, r.AdmittedAt); err != nil {
+				s.log.Error().Err(err).Str("workload", wk).Msg("cannot book a reservation from the ledger")
+			}
+		}
+	}
+	for wk := range prev.Entry.Reservations {
+		if _, still := next.Entry.Reservations[wk]; still {
+			continue
+		}
+		delete(s.held, wk)
+		if _, known := s.wls[wk]; known {
+			// Stopped (preempted or drained): back to its queue.
+			_ = s.eng.Evict(wk)
+		} else {
+			_ = s.eng.Remove(wk)
+		}
+	}
+}
+
+// cycle runs the engine once and makes its decisions durable.
+func (s *Service) cycle(ctx context.Context) error {
+	if s.configDirty {
+		s.reconfigure()
+	}
+	s.dirty = false
+	now := s.clock()
+	decisions := s.eng.Cycle(now)
+	if len(decisions) == 0 {
+		return nil
+	}
+	// Reserve first: group admissions by ledger key and write each group
+	// with one compare-and-set.
+	byKey := map[string][]engine.Decision{}
+	for _, d := range decisions {
+		if d.Kind == engine.KindAdmitted {
+			k := ledger.Key(s.eng.TreeOf(d.ClusterQueue))
+			byKey[k] = append(byKey[k], d)
+		}
+	}
+	lost := map[string]bool{}
+	keys := make([]string, 0, len(byKey))
+	for k := range byKey {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		prev := s.ledger[k]
+		if prev.Entry.Reservations == nil && prev.Revision != 0 {
+			lost[k] = true // corrupt entry: never write over it
+			continue
+		}
+		next := ledger.Entry{Reservations: map[string]ledger.Reservation{}}
+		for wk, r := range prev.Entry.Reservations {
+			next.Reservations[wk] = r
+		}
+		for _, d := range byKey[k] {
+			next.Reservations[d.Key] = ledger.Reservation{ClusterQueue: d.ClusterQueue, PodSets: d.PodSets, AdmittedAt: now.UTC()}
+		}
+		rev, err := ledger.Write(ctx, s.kv, k, prev.Revision, next)
+		if err != nil {
+			// Another replica moved first, or the write failed: undo and
+			// decide again once the watcher shows the ledger as it is.
+			lost[k] = true
+			for _, d := range byKey[k] {
+				_ = s.eng.Evict(d.Key)
+			}
+			s.dirty = true
+			if !errors.Is(err, ledger.ErrConflict) {
+				s.log.Error().Err(err).Str("key", k).Msg("reservation not written")
+			}
+			continue
+		}
+		s.ledger[k] = ledger.Versioned{Entry: next, Revision: rev}
+		for _, d := range byKey[k] {
+			s.held[d.Key] = k
+		}
+	}
+	return s.publish(ctx, decisions, lost)
+}
+
+// publish announces the cycle's decisions. Admissions whose reservation
+// was lost are not announced.
+func (s *Service) publish(ctx context.Context, ds []engine.Decision, lost map[string]bool) error {
+	var errs []error
+	preemptions := map[string]*events.PreemptionRequestedV1{}
+	var order []string
+	for _, d := range ds {
+		w := s.wls[d.Key]
+		if w == nil {
+			continue
+		}
+		ref := w.Workload
+		switch d.Kind {
+		case engine.KindAdmitted:
+			if lost[ledger.Key(s.eng.TreeOf(d.ClusterQueue))] {
+				continue
+			}
+			ev := events.WorkloadAdmittedV1{Workload: ref, ClusterQueue: d.ClusterQueue, PodSets: assignments(d.PodSets)}
+			errs = append(errs, s.pub.Publish(ctx, ev, events.ID(ev.Type(), ref.UID, s.ledger[ledger.Key(s.eng.TreeOf(d.ClusterQueue))].Revision)))
+		case engine.KindPending:
+			ev := events.WorkloadPendingV1{Workload: ref, ClusterQueue: d.ClusterQueue, Reason: d.Reason}
+			errs = append(errs, s.pub.Publish(ctx, ev, events.ID(ev.Type(), ref.UID, d.Reason)))
+		case engine.KindEvicted:
+			ev := events.WorkloadEvictedV1{Workload: ref, ClusterQueue: d.ClusterQueue, Reason: d.Reason}
+			errs = append(errs, s.pub.Publish(ctx, ev, events.ID(ev.Type(), ref.UID, s.held[d.Key])))
+		case engine.KindPreempted:
+			p := preemptions[d.Preemptor]
+			if p == nil {
+				pw := s.wls[d.Preemptor]
+				if pw == nil {
+					continue
+				}
+				p = &events.PreemptionRequestedV1{Preemptor: pw.Workload, ClusterQueue: s.eng.ClusterQueueOf(d.Preemptor)}
+				preemptions[d.Preemptor] = p
+				order = append(order, d.Preemptor)
+			}
+			p.Victims = append(p.Victims, events.VictimV1{Workload: ref, ClusterQueue: d.ClusterQueue, Reason: d.Reason})
+		}
+	}
+	for _, k := range order {
+		p := preemptions[k]
+		var victims []string
+		for _, v := range p.Victims {
+			victims = append(victims, v.Workload.UID)
+		}
+		errs = append(errs, s.pub.Publish(ctx, *p, events.ID(p.Type(), p.Preemptor.UID, victims)))
+	}
+	return errors.Join(errs...)
+}
+
+func assignments(ps []engine.PodSetAssignment) []events.PodSetAssignmentV1 {
+	out := make([]events.PodSetAssignmentV1, len(ps))
+	for i, p := range ps {
+		out[i] = events.PodSetAssignmentV1{Name: p.Name, Count: p.Count, Flavors: p.Flavors}
+	}
+	return out
+}

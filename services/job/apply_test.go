@@ -1,0 +1,659 @@
+package job
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// apiServerWrite applies a merge patch the way the API server would for the
+// Job (subresource "") or its status subresource ("status"), enforcing the
+// Job update rules this package relies on:
+//
+//   - KEP-2926: the pod template may change only in nodeSelector,
+//     tolerations, labels and annotations, and only while the stored Job is
+//     suspended with no status.startTime;
+//   - the uid in the patch must match;
+//   - status.startTime may change only while the Job is suspended.
+func apiServerWrite(t *testing.T, stored *batchv1.Job, subresource string, patch []byte) (*batchv1.Job, error) {
+	t.Helper()
+	var meta struct {
+		Metadata struct {
+			UID string `json:"uid"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(patch, &meta); err != nil {
+		t.Fatalf("patch is not JSON: %v", err)
+	}
+	if meta.Metadata.UID != "" && meta.Metadata.UID != string(stored.UID) {
+		return nil, fmt.Errorf("uid mismatch: patch %q, stored %q", meta.Metadata.UID, stored.UID)
+	}
+	patched := applyMergePatch(t, stored, patch)
+
+	if subresource == "status" {
+		out := stored.DeepCopy()
+		out.Status = patched.Status
+		if !apiequality.Semantic.DeepEqual(stored.Status.StartTime, out.Status.StartTime) && !isSuspended(out) {
+			return nil, errors.New("status.startTime: cannot be changed for an unsuspended job")
+		}
+		return out, nil
+	}
+
+	out := patched
+	out.Status = stored.Status // the main resource ignores status changes
+	oldTpl, newTpl := stored.Spec.Template.DeepCopy(), out.Spec.Template.DeepCopy()
+	if apiequality.Semantic.DeepEqual(oldTpl, newTpl) {
+		return out, nil
+	}
+	if !isSuspended(stored) || stored.Status.StartTime != nil {
+		return nil, errors.New("spec.template: field is immutable (job is not suspended or has started)")
+	}
+	oldTpl.Spec.NodeSelector, oldTpl.Spec.Tolerations = newTpl.Spec.NodeSelector, newTpl.Spec.Tolerations
+	oldTpl.Labels, oldTpl.Annotations = newTpl.Labels, newTpl.Annotations
+	if !apiequality.Semantic.DeepEqual(oldTpl, newTpl) {
+		return nil, errors.New("spec.template: field is immutable beyond scheduling directives")
+	}
+	return out, nil
+}
+
+// withoutSluiceAnnotations returns job minus Sluice's bookkeeping
+// annotations, with a nil map if none is left.
+func withoutSluiceAnnotations(job *batchv1.Job) *batchv1.Job {
+	out := job.DeepCopy()
+	delete(out.Annotations, OriginalAnnotation)
+	delete(out.Annotations, AdmissionAnnotation)
+	if len(out.Annotations) == 0 {
+		out.Annotations = nil
+	}
+	return out
+}
+
+func TestAdmissionPatch(t *testing.T) {
+	cases := []struct {
+		name          string
+		job           *jobBuilder
+		assignment    Assignment
+		wantJob       *jobBuilder // without the sluice.dev/original and /admission annotations
+		wantOriginal  OriginalSpec
+		wantAdmission Assignment
+	}{
+		{
+			name:          "a flavor's node labels join the template's own selector",
+			job:           makeJob("j").nodeSelector("disk", "ssd"),
+			assignment:    admit(1, "cpu", "on-demand"),
+			wantJob:       makeJob("j").suspend(false).nodeSelector("disk", "ssd").nodeSelector("sluice.dev/capacity", "on-demand"),
+			wantOriginal:  OriginalSpec{Parallelism: ptrTo[int32](1), NodeSelector: map[string]string{"disk": "ssd"}},
+			wantAdmission: admit(1, "cpu", "on-demand"),
+		},
+		{
+			name:       "a flavor's tolerations follow the template's own",
+			job:        makeJob("j").toleration(userToleration),
+			assignment: admit(1, "cpu", "spot"),
+			wantJob: makeJob("j").suspend(false).
+				nodeSelector("sluice.dev/capacity", "spot").
+				toleration(userToleration).toleration(spotToleration),
+			wantOriginal:  OriginalSpec{Parallelism: ptrTo[int32](1), Tolerations: []corev1.Toleration{userToleration}},
+			wantAdmission: admit(1, "cpu", "spot"),
+		},
+		{
+			name:       "two flavors for two resources both apply",
+			job:        makeJob("j").parallelism(2),
+			assignment: admit(2, "cpu", "spot", "nvidia.com/gpu", "a100"),
+			wantJob: makeJob("j").suspend(false).parallelism(2).
+				nodeSelector("sluice.dev/capacity", "spot").nodeSelector("gpu.model", "a100").
+				toleration(gpuToleration).toleration(spotToleration), // flavors in name order
+			wantOriginal:  OriginalSpec{Parallelism: ptrTo[int32](2)},
+			wantAdmission: admit(2, "cpu", "spot", "nvidia.com/gpu", "a100"),
+		},
+		{
+			name:       "a toleration the template already has is not repeated",
+			job:        makeJob("j").toleration(spotToleration),
+			assignment: admit(1, "cpu", "spot"),
+			wantJob: makeJob("j").suspend(false).
+				nodeSelector("sluice.dev/capacity", "spot").toleration(spotToleration),
+			wantOriginal:  OriginalSpec{Parallelism: ptrTo[int32](1), Tolerations: []corev1.Toleration{spotToleration}},
+			wantAdmission: admit(1, "cpu", "spot"),
+		},
+		{
+			name:          "a selector the template already has agrees with the flavor",
+			job:           makeJob("j").nodeSelector("sluice.dev/capacity", "spot"),
+			assignment:    admit(1, "cpu", "spot"),
+			wantJob:       makeJob("j").suspend(false).nodeSelector("sluice.dev/capacity", "spot").toleration(spotToleration),
+			wantOriginal:  OriginalSpec{Parallelism: ptrTo[int32](1), NodeSelector: map[string]string{"sluice.dev/capacity": "spot"}},
+			wantAdmission: admit(1, "cpu", "spot"),
+		},
+		{
+			name:          "a flavor without labels or tolerations only unsuspends",
+			job:           makeJob("j").nodeSelector("disk", "ssd"),
+			assignment:    admit(1, "cpu", "default"),
+			wantJob:       makeJob("j").suspend(false).nodeSelector("disk", "ssd"),
+			wantOriginal:  OriginalSpec{Parallelism: ptrTo[int32](1), NodeSelector: map[string]string{"disk": "ssd"}},
+			wantAdmission: admit(1, "cpu", "default"),
+		},
+		{
+			name:          "partial admission lowers parallelism",
+			job:           makeJob("j").parallelism(8).annotation(MinParallelismAnnotation, "2"),
+			assignment:    admit(3, "cpu", "default"),
+			wantJob:       makeJob("j").suspend(false).parallelism(3).annotation(MinParallelismAnnotation, "2"),
+			wantOriginal:  OriginalSpec{Parallelism: ptrTo[int32](8)},
+			wantAdmission: admit(3, "cpu", "default"),
+		},
+		{
+			name:          "full admission of a completions-capped job keeps parallelism",
+			job:           makeJob("j").parallelism(5).completions(3),
+			assignment:    admit(3, "cpu", "default"),
+			wantJob:       makeJob("j").suspend(false).parallelism(5).completions(3),
+			wantOriginal:  OriginalSpec{Parallelism: ptrTo[int32](5)},
+			wantAdmission: admit(3, "cpu", "default"),
+		},
+		{
+			name: "re-admission after an eviction that never restored starts from the original",
+			job: makeJob("j").parallelism(2).
+				nodeSelector("disk", "ssd").nodeSelector("sluice.dev/capacity", "spot").
+				toleration(spotToleration).
+				annotation(OriginalAnnotation, `{"parallelism":4,"nodeSelector":{"disk":"ssd"}}`).
+				annotation(AdmissionAnnotation, `{"clusterQueue":"cq","podSets":[{"name":"main","count":2,"flavors":{"cpu":"spot"}}]}`),
+			assignment:    admit(4, "cpu", "on-demand"),
+			wantJob:       makeJob("j").suspend(false).parallelism(4).nodeSelector("disk", "ssd").nodeSelector("sluice.dev/capacity", "on-demand"),
+			wantOriginal:  OriginalSpec{Parallelism: ptrTo[int32](4), NodeSelector: map[string]string{"disk": "ssd"}},
+			wantAdmission: admit(4, "cpu", "on-demand"),
+		},
+		{
+			name:          "other annotations are kept",
+			job:           makeJob("j").annotation("team.example/owner", "ana"),
+			assignment:    admit(1, "cpu", "on-demand"),
+			wantJob:       makeJob("j").suspend(false).annotation("team.example/owner", "ana").nodeSelector("sluice.dev/capacity", "on-demand"),
+			wantOriginal:  OriginalSpec{Parallelism: ptrTo[int32](1)},
+			wantAdmission: admit(1, "cpu", "on-demand"),
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			job := tc.job.obj()
+			patch, err := AdmissionPatch(job, tc.assignment, testFlavors)
+			if err != nil {
+				t.Fatalf("AdmissionPatch() unexpected error: %v", err)
+			}
+			got, err := apiServerWrite(t, job, "", patch)
+			if err != nil {
+				t.Fatalf("API server would refuse the admission patch %s: %v", patch, err)
+			}
+			if diff := cmp.Diff(tc.wantJob.obj(), withoutSluiceAnnotations(got), quantityCmp); diff != "" {
+				t.Errorf("admitted job mismatch (-want +got):\n%s", diff)
+			}
+			gotOriginal, ok, err := OriginalOf(got)
+			if err != nil || !ok {
+				t.Fatalf("OriginalOf() = _, %v, %v; want a recorded original", ok, err)
+			}
+			if diff := cmp.Diff(tc.wantOriginal, gotOriginal); diff != "" {
+				t.Errorf("%s mismatch (-want +got):\n%s", OriginalAnnotation, diff)
+			}
+			gotAdmission, ok, err := AdmissionOf(got)
+			if err != nil || !ok {
+				t.Fatalf("AdmissionOf() = _, %v, %v; want a recorded admission", ok, err)
+			}
+			if diff := cmp.Diff(tc.wantAdmission, gotAdmission); diff != "" {
+				t.Errorf("%s mismatch (-want +got):\n%s", AdmissionAnnotation, diff)
+			}
+			if !IsAdmitted(got) {
+				t.Errorf("IsAdmitted() = false after admission")
+			}
+		})
+	}
+}
+
+// TestAdmissionPatchFormat pins the wire format: one JSON merge patch with
+// the uid precondition, the annotations and the spec changes.
+func TestAdmissionPatchFormat(t *testing.T) {
+	job := makeJob("j").parallelism(4).nodeSelector("disk", "ssd").obj()
+	patch, err := AdmissionPatch(job, admit(2, "cpu", "spot"), testFlavors)
+	if err != nil {
+		t.Fatalf("AdmissionPatch() unexpected error: %v", err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(patch, &got); err != nil {
+		t.Fatalf("patch is not JSON: %v", err)
+	}
+	want := map[string]any{
+		"metadata": map[string]any{
+			"uid": "uid-j",
+			"annotations": map[string]any{
+				OriginalAnnotation:  `{"parallelism":4,"nodeSelector":{"disk":"ssd"}}`,
+				AdmissionAnnotation: `{"clusterQueue":"cq","podSets":[{"name":"main","count":2,"flavors":{"cpu":"spot"}}]}`,
+			},
+		},
+		"spec": map[string]any{
+			"suspend":     false,
+			"parallelism": float64(2),
+			"template": map[string]any{"spec": map[string]any{
+				"nodeSelector": map[string]any{"sluice.dev/capacity": "spot"},
+				"tolerations": []any{map[string]any{
+					"key": "sluice.dev/spot", "operator": "Exists", "effect": "NoSchedule",
+				}},
+			}},
+		},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("patch mismatch (-want +got):\n%s", diff)
+	}
+}
+
+func TestAdmissionPatchErrors(t *testing.T) {
+	cases := []struct {
+		name        string
+		job         *jobBuilder
+		assignment  Assignment
+		wantErr     error
+		wantErrText string
+	}{
+		{
+			name:        "a flavor label contradicting the template's selector",
+			job:         makeJob("j").nodeSelector("sluice.dev/capacity", "on-demand"),
+			assignment:  admit(1, "cpu", "spot"),
+			wantErr:     ErrNodeSelectorConflict,
+			wantErrText: `flavor "spot" needs node label sluice.dev/capacity="spot" but the pod template selects sluice.dev/capacity="on-demand"`,
+		},
+		{
+			name:        "two flavors contradicting each other",
+			job:         makeJob("j"),
+			assignment:  admit(1, "cpu", "on-demand", "memory", "spot"),
+			wantErr:     ErrNodeSelectorConflict,
+			wantErrText: `flavors "on-demand" and "spot"`,
+		},
+		{
+			name:        "an unknown flavor",
+			job:         makeJob("j"),
+			assignment:  admit(1, "cpu", "h100"),
+			wantErr:     ErrInvalidAssignment,
+			wantErrText: `"h100"`,
+		},
+		{
+			name:        "a job that is not suspended",
+			job:         makeJob("j").suspend(false),
+			assignment:  admit(1, "cpu", "spot"),
+			wantErr:     ErrNotSuspended,
+			wantErrText: "team-a/j",
+		},
+		{
+			name:        "a suspended job that still has a start time",
+			job:         makeJob("j").started(),
+			assignment:  admit(1, "cpu", "spot"),
+			wantErr:     ErrTemplateLocked,
+			wantErrText: "startTime",
+		},
+		{
+			name:        "zero pods",
+			job:         makeJob("j").parallelism(3),
+			assignment:  admit(0, "cpu", "spot"),
+			wantErr:     ErrInvalidAssignment,
+			wantErrText: "count 0 outside 1..3",
+		},
+		{
+			name:        "more pods than the job runs",
+			job:         makeJob("j").parallelism(5).completions(2),
+			assignment:  admit(3, "cpu", "spot"),
+			wantErr:     ErrInvalidAssignment,
+			wantErrText: "count 3 outside 1..2",
+		},
+		{
+			name:        "an unknown pod set",
+			job:         makeJob("j"),
+			assignment:  Assignment{ClusterQueue: "cq", PodSets: []PodSetAssignment{{Name: "worker", Count: 1}}},
+			wantErr:     ErrInvalidAssignment,
+			wantErrText: `"worker"`,
+		},
+		{
+			name:        "no ClusterQueue",
+			job:         makeJob("j"),
+			assignment:  Assignment{PodSets: []PodSetAssignment{{Name: MainPodSet, Count: 1}}},
+			wantErr:     ErrInvalidAssignment,
+			wantErrText: "clusterQueue",
+		},
+		{
+			name:        "a garbled original annotation",
+			job:         makeJob("j").annotation(OriginalAnnotation, "[1,2"),
+			assignment:  admit(1, "cpu", "spot"),
+			wantErr:     ErrBadAnnotation,
+			wantErrText: OriginalAnnotation,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			patch, err := AdmissionPatch(tc.job.obj(), tc.assignment, testFlavors)
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("AdmissionPatch() = %s, %v; want error %v", patch, err, tc.wantErr)
+			}
+			if !strings.Contains(err.Error(), tc.wantErrText) {
+				t.Errorf("AdmissionPatch() error %q does not contain %q", err, tc.wantErrText)
+			}
+		})
+	}
+}
+
+func TestAdmissionPatchNilJob(t *testing.T) {
+	if _, err := AdmissionPatch(nil, admit(1), testFlavors); !errors.Is(err, ErrInvalidJob) {
+		t.Errorf("AdmissionPatch(nil) error = %v, want ErrInvalidJob", err)
+	}
+}
+
+// TestAdmissionThenEviction admits a Job, lets it start, evicts it with
+// EvictionSteps through the simulated API server, and expects the Job back
+// exactly as it was created; then does it again on another flavor.
+func TestAdmissionThenEviction(t *testing.T) {
+	cases := []struct {
+		name      string
+		job       *jobBuilder
+		first     Assignment
+		second    Assignment
+		wantSteps []string // for the first eviction
+	}{
+		{
+			name:      "a bare job on a labelled flavor",
+			job:       makeJob("j").noParallelism(),
+			first:     admit(1, "cpu", "spot"),
+			second:    admit(1, "cpu", "on-demand"),
+			wantSteps: []string{"suspend", "clear-start-time", "restore"},
+		},
+		{
+			name: "a job with its own selector, tolerations and annotations",
+			job: makeJob("j").parallelism(3).
+				nodeSelector("disk", "ssd").toleration(userToleration).
+				annotation("team.example/owner", "ana"),
+			first:     admit(3, "cpu", "spot", "nvidia.com/gpu", "a100"),
+			second:    admit(3, "cpu", "on-demand"),
+			wantSteps: []string{"suspend", "clear-start-time", "restore"},
+		},
+		{
+			name:      "a partially admitted job gets its parallelism back",
+			job:       makeJob("j").parallelism(6).completions(12).annotation(MinParallelismAnnotation, "2"),
+			first:     admit(2, "cpu", "on-demand"),
+			second:    admit(5, "cpu", "spot"),
+			wantSteps: []string{"suspend", "clear-start-time", "restore"},
+		},
+		{
+			name:      "a flavor that changes no template is evicted in one write",
+			job:       makeJob("j").parallelism(4).annotation(MinParallelismAnnotation, "1"),
+			first:     admit(1, "cpu", "default"),
+			second:    admit(4, "cpu", "default"),
+			wantSteps: []string{"restore"},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			original := tc.job.obj()
+			job := original
+			for round, assignment := range []Assignment{tc.first, tc.second} {
+				patch, err := AdmissionPatch(job, assignment, testFlavors)
+				if err != nil {
+					t.Fatalf("round %d: AdmissionPatch() unexpected error: %v", round, err)
+				}
+				job, err = apiServerWrite(t, job, "", patch)
+				if err != nil {
+					t.Fatalf("round %d: API server refused admission %s: %v", round, patch, err)
+				}
+				// The Job controller starts the Job.
+				job = job.DeepCopy()
+				job.Status.StartTime = ptrTo(metav1.NewTime(created.Add(time.Minute)))
+
+				steps, err := EvictionSteps(job)
+				if err != nil {
+					t.Fatalf("round %d: EvictionSteps() unexpected error: %v", round, err)
+				}
+				if round == 0 {
+					var names []string
+					for _, s := range steps {
+						names = append(names, s.Name)
+					}
+					if diff := cmp.Diff(tc.wantSteps, names); diff != "" {
+						t.Errorf("eviction steps mismatch (-want +got):\n%s", diff)
+					}
+				}
+				for _, s := range steps {
+					job, err = apiServerWrite(t, job, s.Subresource, s.Patch)
+					if err != nil {
+						t.Fatalf("round %d: API server refused step %q %s: %v", round, s.Name, s.Patch, err)
+					}
+				}
+				// Whether or not the start time was cleared (a one-write
+				// eviction leaves it), the spec and metadata must be
+				// exactly as created.
+				evicted := job.DeepCopy()
+				evicted.Status.StartTime = nil
+				if diff := cmp.Diff(original, evicted, quantityCmp); diff != "" {
+					t.Fatalf("round %d: job after eviction differs from the created job (-want +got):\n%s", round, diff)
+				}
+				if IsAdmitted(job) {
+					t.Errorf("round %d: IsAdmitted() = true after eviction", round)
+				}
+			}
+		})
+	}
+}
+
+func TestEvictionPatch(t *testing.T) {
+	admittedOnSpot := func() *jobBuilder {
+		return makeJob("j").parallelism(2).suspend(false).
+			nodeSelector("disk", "ssd").nodeSelector("sluice.dev/capacity", "spot").
+			toleration(spotToleration).
+			annotation(OriginalAnnotation, `{"parallelism":2,"nodeSelector":{"disk":"ssd"}}`).
+			annotation(AdmissionAnnotation, `{"clusterQueue":"cq","podSets":[{"name":"main","count":2,"flavors":{"cpu":"spot"}}]}`)
+	}
+	cases := []struct {
+		name    string
+		job     *jobBuilder
+		wantJob *jobBuilder
+		wantErr error
+	}{
+		{
+			name:    "a suspended, never-started job is restored in one write",
+			job:     admittedOnSpot().suspend(true),
+			wantJob: makeJob("j").parallelism(2).nodeSelector("disk", "ssd"),
+		},
+		{
+			name:    "a running job cannot have its template restored in the same write",
+			job:     admittedOnSpot(),
+			wantErr: ErrTemplateLocked,
+		},
+		{
+			name:    "a suspended job that still has a start time cannot either",
+			job:     admittedOnSpot().suspend(true).started(),
+			wantErr: ErrTemplateLocked,
+		},
+		{
+			name:    "a job Sluice never admitted is only suspended",
+			job:     makeJob("j").suspend(false).nodeSelector("disk", "ssd"),
+			wantJob: makeJob("j").nodeSelector("disk", "ssd"),
+		},
+		{
+			name:    "a stray admission annotation is dropped",
+			job:     makeJob("j").suspend(false).annotation(AdmissionAnnotation, `{}`).annotation("keep", "me"),
+			wantJob: makeJob("j").annotation("keep", "me"),
+		},
+		{
+			name:    "a garbled original annotation is an error",
+			job:     makeJob("j").annotation(OriginalAnnotation, "nope"),
+			wantErr: ErrBadAnnotation,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			job := tc.job.obj()
+			patch, err := EvictionPatch(job)
+			if tc.wantErr != nil {
+				if !errors.Is(err, tc.wantErr) {
+					t.Fatalf("EvictionPatch() = %s, %v; want error %v", patch, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("EvictionPatch() unexpected error: %v", err)
+			}
+			got, err := apiServerWrite(t, job, "", patch)
+			if err != nil {
+				t.Fatalf("API server refused eviction %s: %v", patch, err)
+			}
+			if diff := cmp.Diff(tc.wantJob.obj(), got, quantityCmp); diff != "" {
+				t.Errorf("evicted job mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestPatchesRefuseARecreatedJob checks the uid precondition: a patch built
+// for one Job does not apply to a new Job with the same name.
+func TestPatchesRefuseARecreatedJob(t *testing.T) {
+	old := makeJob("j").obj()
+	recreated := makeJob("j").obj()
+	recreated.UID = "uid-new"
+
+	admission, err := AdmissionPatch(old, admit(1, "cpu", "spot"), testFlavors)
+	if err != nil {
+		t.Fatalf("AdmissionPatch() unexpected error: %v", err)
+	}
+	stop, err := StopPatch(old)
+	if err != nil {
+		t.Fatalf("StopPatch() unexpected error: %v", err)
+	}
+	reset, err := ResetStartTimePatch(old)
+	if err != nil {
+		t.Fatalf("ResetStartTimePatch() unexpected error: %v", err)
+	}
+	for name, p := range map[string][]byte{"admission": admission, "stop": stop, "reset": reset} {
+		var doc struct {
+			Metadata struct {
+				UID string `json:"uid"`
+			} `json:"metadata"`
+		}
+		if err := json.Unmarshal(p, &doc); err != nil {
+			t.Fatalf("%s patch is not JSON: %v", name, err)
+		}
+		if doc.Metadata.UID != "uid-j" {
+			t.Errorf("%s patch carries uid %q, want %q", name, doc.Metadata.UID, "uid-j")
+		}
+		if _, err := apiServerWrite(t, recreated, "", p); err == nil {
+			t.Errorf("%s patch applied to a recreated job", name)
+		}
+	}
+}
+
+func TestIsFinished(t *testing.T) {
+	cases := []struct {
+		name          string
+		job           *jobBuilder
+		wantFinished  bool
+		wantSucceeded bool
+		wantMessage   string
+	}{
+		{
+			name: "no conditions",
+			job:  makeJob("j"),
+		},
+		{
+			name:          "complete",
+			job:           makeJob("j").condition(batchv1.JobComplete, corev1.ConditionTrue, "CompletionsReached", "Reached expected number of succeeded pods"),
+			wantFinished:  true,
+			wantSucceeded: true,
+			wantMessage:   "Reached expected number of succeeded pods",
+		},
+		{
+			name:         "failed",
+			job:          makeJob("j").condition(batchv1.JobFailed, corev1.ConditionTrue, "BackoffLimitExceeded", "Job has reached the specified backoff limit"),
+			wantFinished: true,
+			wantMessage:  "Job has reached the specified backoff limit",
+		},
+		{
+			name:         "failed without a message reports the reason",
+			job:          makeJob("j").condition(batchv1.JobFailed, corev1.ConditionTrue, "DeadlineExceeded", ""),
+			wantFinished: true,
+			wantMessage:  "DeadlineExceeded",
+		},
+		{
+			name: "a false Complete condition is not finished",
+			job:  makeJob("j").condition(batchv1.JobComplete, corev1.ConditionFalse, "", ""),
+		},
+		{
+			name: "suspended is not finished",
+			job:  makeJob("j").condition(batchv1.JobSuspended, corev1.ConditionTrue, "JobSuspended", "Job suspended"),
+		},
+		{
+			name: "failure target alone is not yet finished",
+			job:  makeJob("j").condition(batchv1.JobFailureTarget, corev1.ConditionTrue, "PodFailurePolicy", "pod failed"),
+		},
+		{
+			name:          "success criteria met, then complete",
+			job:           makeJob("j").condition(batchv1.JobSuccessCriteriaMet, corev1.ConditionTrue, "SuccessPolicy", "").condition(batchv1.JobComplete, corev1.ConditionTrue, "SuccessPolicy", ""),
+			wantFinished:  true,
+			wantSucceeded: true,
+			wantMessage:   "SuccessPolicy",
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			finished, succeeded, message := IsFinished(tc.job.obj())
+			got := fmt.Sprintf("finished=%v succeeded=%v message=%q", finished, succeeded, message)
+			want := fmt.Sprintf("finished=%v succeeded=%v message=%q", tc.wantFinished, tc.wantSucceeded, tc.wantMessage)
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("IsFinished() mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+	if finished, _, _ := IsFinished(nil); finished {
+		t.Errorf("IsFinished(nil) = true")
+	}
+}
+
+func TestIsAdmitted(t *testing.T) {
+	cases := []struct {
+		name string
+		job  *batchv1.Job
+		want bool
+	}{
+		{name: "suspended without admission", job: makeJob("j").obj()},
+		{name: "running without admission", job: makeJob("j").suspend(false).obj()},
+		{name: "admitted and running", job: makeJob("j").suspend(false).annotation(AdmissionAnnotation, "{}").obj(), want: true},
+		{name: "suspend unset counts as running", job: func() *batchv1.Job {
+			j := makeJob("j").annotation(AdmissionAnnotation, "{}").obj()
+			j.Spec.Suspend = nil
+			return j
+		}(), want: true},
+		{name: "admission annotation but suspended (mid-eviction)", job: makeJob("j").annotation(AdmissionAnnotation, "{}").obj()},
+		{name: "nil job", job: nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := IsAdmitted(tc.job); got != tc.want {
+				t.Errorf("IsAdmitted() = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestNilJobsAreRefusedNotPanicked(t *testing.T) {
+	if _, err := EvictionPatch(nil); !errors.Is(err, ErrInvalidJob) {
+		t.Errorf("EvictionPatch(nil) error = %v, want ErrInvalidJob", err)
+	}
+	if _, err := EvictionSteps(nil); !errors.Is(err, ErrInvalidJob) {
+		t.Errorf("EvictionSteps(nil) error = %v, want ErrInvalidJob", err)
+	}
+	if _, err := StopPatch(nil); !errors.Is(err, ErrInvalidJob) {
+		t.Errorf("StopPatch(nil) error = %v, want ErrInvalidJob", err)
+	}
+	if _, err := ResetStartTimePatch(nil); !errors.Is(err, ErrInvalidJob) {
+		t.Errorf("ResetStartTimePatch(nil) error = %v, want ErrInvalidJob", err)
+	}
+	if _, ok, err := AdmissionOf(nil); ok || err != nil {
+		t.Errorf("AdmissionOf(nil) = _, %v, %v; want none", ok, err)
+	}
+	if _, ok, err := OriginalOf(nil); ok || err != nil {
+		t.Errorf("OriginalOf(nil) = _, %v, %v; want none", ok, err)
+	}
+}

@@ -1,0 +1,49 @@
+package job
+
+import (
+	"errors"
+
+	"github.com/sluice-dev/sluice/api/v1beta1"
+)
+
+// Sentinel errors. Functions in this package wrap them with %w and context;
+// test with errors.Is.
+var (
+	// ErrNotManaged: the Job has no sluice.dev/queue-name label, so Sluice
+	// leaves it alone.
+	ErrNotManaged = errors.New("job is not managed by sluice: it has no " + v1beta1.QueueNameLabel + " label")
+
+	// ErrInvalidJob: the Job cannot be turned into a workload (nil job, bad
+	// annotation, negative counts...).
+	ErrInvalidJob = errors.New("invalid job")
+
+	// ErrPriorityClassNotFound: a PriorityResolver could not find the named
+	// class. Resolvers should wrap it so callers can tell "missing" from
+	// "lookup failed".
+	ErrPriorityClassNotFound = errors.New("priority class not found")
+
+	// ErrNoPriorityResolver: the Job names a priority class but no resolver
+	// was given.
+	ErrNoPriorityResolver = errors.New("no priority resolver")
+
+	// ErrInvalidAssignment: the assignment does not fit the Job (unknown pod
+	// set, count out of range, unknown flavor).
+	ErrInvalidAssignment = errors.New("invalid assignment")
+
+	// ErrNodeSelectorConflict: a flavor's node label contradicts the pod
+	// template's nodeSelector or another assigned flavor's label.
+	ErrNodeSelectorConflict = errors.New("node selector conflict")
+
+	// ErrNotSuspended: admission needs a suspended Job.
+	ErrNotSuspended = errors.New("job is not suspended")
+
+	// ErrTemplateLocked: the patch changes the pod template's scheduling
+	// directives, but the API server would refuse it because the stored Job
+	// is not suspended or has status.startTime set. Run the earlier
+	// EvictionSteps (suspend, clear startTime) first.
+	ErrTemplateLocked = errors.New("job pod template is locked: the job is running or has started")
+
+	// ErrBadAnnotation: a sluice.dev/* annotation on the Job holds a value
+	// that cannot be parsed.
+	ErrBadAnnotation = errors.New("bad annotation")
+)

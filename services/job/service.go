@@ -1,0 +1,655 @@
+package job
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	batchlisters "k8s.io/client-go/listers/batch/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/sluice-dev/sluice/api/v1beta1"
+	"github.com/sluice-dev/sluice/events"
+	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/internal/configstore"
+	"github.com/sluice-dev/sluice/internal/ledger"
+	"github.com/sluice-dev/sluice/internal/workloads"
+)
+
+// Kind is this integration's name in workload keys and subjects.
+const Kind = "job"
+
+// StoppedAnnotation records the admission time of the reservation a Job
+// was stopped from, so that the same reservation, still in the ledger
+// until quota accounting releases it, never starts the Job again.
+const StoppedAnnotation = "sluice.dev/stopped-reservation"
+
+// Publisher publishes an event under its deterministic id.
+type Publisher interface {
+	Publish(ctx context.Context, ev events.Event, id string) error
+}
+
+// Config is the job integration's configuration.
+type Config struct {
+	// Workers reconcile Jobs in parallel.
+	Workers int
+	// Resync re-lists Jobs this often.
+	Resync time.Duration
+	// WebhookAddress serves the suspend-on-create webhook ("" disables
+	// it; Jobs are then suspended right after creation, which lets their
+	// pods start for a moment).
+	WebhookAddress string
+	// WebhookHost is the host name or IP the API server uses to reach the
+	// webhook.
+	WebhookHost string
+}
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	if c.Workers < 1 {
+		return fmt.Errorf("job: workers %d: must be at least 1", c.Workers)
+	}
+	if c.Resync <= 0 {
+		return fmt.Errorf("job: resync %s: must be positive", c.Resync)
+	}
+	if c.WebhookAddress != "" && c.WebhookHost == "" {
+		return errors.New("job: a webhook address needs the host the API server reaches it by")
+	}
+	return nil
+}
+
+// Service is the batch/v1 Job integration.
+type Service struct {
+	cfg  Config
+	kube kubernetes.Interface
+	js   jetstream.JetStream
+	pub  Publisher
+	log  zerolog.Logger
+
+	wlKV     jetstream.KeyValue
+	lister   batchlisters.JobLister
+	queue    workqueue.TypedRateLimitingInterface[string]
+	recorder record.EventRecorder
+
+	mu     sync.Mutex
+	config *configstore.Store
+	snap   configstore.Snapshot
+	// held: reservations of Jobs in the ledger, by engine key.
+	held map[string]ledger.Reservation
+	// ledgerKeys: the Job reservations each ledger key holds.
+	ledgerKeys map[string][]string
+}
+
+// New returns the integration.
+func New(cfg Config, kube kubernetes.Interface, js jetstream.JetStream, pub Publisher, log zerolog.Logger) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Service{
+		cfg:        cfg,
+		kube:       kube,
+		js:         js,
+		pub:        pub,
+		log:        log,
+		config:     configstore.New(),
+		held:       map[string]ledger.Reservation{},
+		ledgerKeys: map[string][]string{},
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "job"}),
+	}, nil
+}
+
+// Run reconciles Jobs until ctx ends, then finishes in-flight work.
+func (s *Service) Run(ctx context.Context) error {
+	var err error
+	if s.wlKV, err = s.js.KeyValue(ctx, workloads.Bucket); err != nil {
+		return fmt.Errorf("job: open %s: %w", workloads.Bucket, err)
+	}
+	cfgKV, err := s.js.KeyValue(ctx, configstore.Bucket)
+	if err != nil {
+		return fmt.Errorf("job: open %s: %w", configstore.Bucket, err)
+	}
+	ledKV, err := s.js.KeyValue(ctx, ledger.Bucket)
+	if err != nil {
+		return fmt.Errorf("job: open %s: %w", ledger.Bucket, err)
+	}
+
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: s.kube.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	s.recorder = broadcaster.NewRecorder(scheme(), corev1.EventSource{Component: "sluice-job"})
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 8)
+	spawn := func(name string, f func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(runCtx); err != nil && runCtx.Err() == nil {
+				errc <- fmt.Errorf("job: %s: %w", name, err)
+			}
+		}()
+	}
+
+	cfgSynced := make(chan struct{})
+	spawn("configuration watch", func(ctx context.Context) error { return s.watchConfig(ctx, cfgKV, cfgSynced) })
+	ledSynced := make(chan struct{})
+	spawn("ledger watch", func(ctx context.Context) error { return s.watchLedger(ctx, ledKV, ledSynced) })
+
+	factory := informers.NewSharedInformerFactoryWithOptions(s.kube, s.cfg.Resync,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = v1beta1.QueueNameLabel }))
+	inf := factory.Batch().V1().Jobs()
+	s.lister = inf.Lister()
+	enqueue := func(obj any) {
+		if k, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+			s.queue.Add(k)
+		}
+	}
+	if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: enqueue, UpdateFunc: func(_, o any) { enqueue(o) }, DeleteFunc: enqueue,
+	}); err != nil {
+		return fmt.Errorf("job: watch jobs: %w", err)
+	}
+	factory.Start(runCtx.Done())
+	defer factory.Shutdown()
+
+	if s.cfg.WebhookAddress != "" {
+		wh, err := NewWebhook(WithAddress(s.cfg.WebhookAddress), WithHosts(s.cfg.WebhookHost), WithLogger(s.log))
+		if err != nil {
+			return err
+		}
+		if _, err := wh.Listen(); err != nil {
+			return err
+		}
+		url, err := wh.URL(s.cfg.WebhookHost)
+		if err != nil {
+			return err
+		}
+		if err := EnsureWebhookConfiguration(ctx, s.kube, "sluice-job", url, wh.CABundle()); err != nil {
+			return err
+		}
+		spawn("webhook", wh.Run)
+	}
+
+	// Decide nothing before the Jobs, the configuration and the ledger
+	// are all known: a Job must never run without its reservation, and
+	// must never be stopped for lack of one that is only not seen yet.
+	for _, ch := range []<-chan struct{}{cfgSynced, ledSynced} {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil
+		case err := <-errc:
+			return err
+		}
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), inf.Informer().HasSynced) {
+		return nil
+	}
+
+	spawn("eviction consumer", func(ctx context.Context) error {
+		return bus.Run(ctx, s.js, bus.ConsumerSpec{
+			Stream:  bus.StreamEvents,
+			Durable: "job-evictions",
+			FilterSubjects: []string{
+				events.SubjectFilter("workload", "preempted", Kind, "*"),
+				events.SubjectFilter("workload", "evicted", Kind, "*"),
+			},
+		}, s.handleEviction, bus.WithLogger(s.log))
+	})
+	spawn("pending consumer", func(ctx context.Context) error {
+		return bus.Run(ctx, s.js, bus.ConsumerSpec{
+			Stream:         bus.StreamEvents,
+			Durable:        "job-pending",
+			FilterSubjects: []string{events.SubjectFilter("workload", "pending", Kind, "*")},
+		}, s.handlePending, bus.WithLogger(s.log))
+	})
+	workersDone := make(chan struct{})
+	go func() {
+		var ww sync.WaitGroup
+		for range s.cfg.Workers {
+			ww.Add(1)
+			go func() {
+				defer ww.Done()
+				for s.next(ctx) {
+				}
+			}()
+		}
+		ww.Wait()
+		close(workersDone)
+	}()
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+	}
+	// Ordered shutdown: stop taking work, finish what is in flight, then
+	// stop consumers and watches.
+	s.queue.ShutDownWithDrain()
+	<-workersDone
+	cancel()
+	return runErr
+}
+
+func (s *Service) next(ctx context.Context) bool {
+	key, quit := s.queue.Get()
+	if quit {
+		return false
+	}
+	defer s.queue.Done(key)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := s.sync(wctx, key); err != nil {
+		s.log.Warn().Err(err).Str("workload", Kind+"/"+key).Msg("job not reconciled; retrying")
+		s.queue.AddRateLimited(key)
+		return true
+	}
+	s.queue.Forget(key)
+	return true
+}
+
+func (s *Service) watchConfig(ctx context.Context, kv jetstream.KeyValue, synced chan<- struct{}) error {
+	w, err := kv.WatchAll(ctx)
+	if err != nil {
+		return err
+	}
+	defer w.Stop()
+	done := false
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e, ok := <-w.Updates():
+			if !ok {
+				return errors.New("configuration watch closed")
+			}
+			if e == nil {
+				if !done {
+					done = true
+					close(synced)
+				}
+				continue
+			}
+			s.mu.Lock()
+			if e.Operation() == jetstream.KeyValuePut {
+				s.config.Apply(e.Key(), e.Value())
+			} else {
+				s.config.Apply(e.Key(), nil)
+			}
+			s.snap, _ = s.config.Snapshot()
+			s.mu.Unlock()
+			if done && s.lister != nil {
+				// A new queue or priority class may unblock Jobs.
+				s.enqueueAll()
+			}
+		}
+	}
+}
+
+func (s *Service) enqueueAll() {
+	jobs, err := s.lister.List(everything())
+	if err != nil {
+		return
+	}
+	for _, j := range jobs {
+		s.queue.Add(j.Namespace + "/" + j.Name)
+	}
+}
+
+func (s *Service) watchLedger(ctx context.Context, kv jetstream.KeyValue, synced chan<- struct{}) error {
+	w, err := kv.WatchAll(ctx)
+	if err != nil {
+		return err
+	}
+	defer w.Stop()
+	done := false
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e, ok := <-w.Updates():
+			if !ok {
+				return errors.New("ledger watch closed")
+			}
+			if e == nil {
+				if !done {
+					done = true
+					close(synced)
+				}
+				continue
+			}
+			var ent ledger.Entry
+			if e.Operation() == jetstream.KeyValuePut {
+				if ent, err = ledger.Decode(e.Value()); err != nil {
+					s.log.Error().Err(err).Str("key", e.Key()).Msg("corrupt ledger entry")
+					continue
+				}
+			}
+			changed := s.setLedger(e.Key(), ent)
+			for _, k := range changed {
+				s.queue.Add(k)
+			}
+		}
+	}
+}
+
+// setLedger records one ledger key's Job reservations and returns the
+// cache keys (namespace/name) of the Jobs whose reservation changed.
+func (s *Service) setLedger(key string, ent ledger.Entry) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var changed []string
+	now := map[string]bool{}
+	for wk, r := range ent.Reservations {
+		if !strings.HasPrefix(wk, Kind+"/") {
+			continue
+		}
+		now[wk] = true
+		if old, ok := s.held[wk]; !ok || !old.AdmittedAt.Equal(r.AdmittedAt) {
+			changed = append(changed, strings.TrimPrefix(wk, Kind+"/"))
+		}
+		s.held[wk] = r
+	}
+	for _, wk := range s.ledgerKeys[key] {
+		if !now[wk] {
+			delete(s.held, wk)
+			changed = append(changed, strings.TrimPrefix(wk, Kind+"/"))
+		}
+	}
+	keys := make([]string, 0, len(now))
+	for wk := range now {
+		keys = append(keys, wk)
+	}
+	sort.Strings(keys)
+	s.ledgerKeys[key] = keys
+	return changed
+}
+
+func (s *Service) reservation(ns, name string) (ledger.Reservation, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.held[Kind+"/"+ns+"/"+name]
+	return r, ok
+}
+
+// sync brings one Job and its workload record in line.
+func (s *Service) sync(ctx context.Context, key string) error {
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return nil
+	}
+	rk := workloads.Key(events.WorkloadRef{Kind: Kind, Namespace: ns, Name: name})
+	rec, err := s.record(ctx, rk)
+	if err != nil {
+		return err
+	}
+	job, err := s.lister.Jobs(ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		if rec != nil {
+			return s.gone(ctx, rk, rec, nil)
+		}
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if rec != nil && rec.Workload.UID != string(job.UID) {
+		// The Job was deleted and created again under the same name.
+		if err := s.gone(ctx, rk, rec, nil); err != nil {
+			return err
+		}
+		rec = nil
+	}
+	if finished, ok, msg := IsFinished(job); finished {
+		if rec != nil {
+			return s.gone(ctx, rk, rec, &events.WorkloadFinishedV1{Succeeded: ok, Message: msg})
+		}
+		return nil
+	}
+	if _, managed := job.Labels[v1beta1.QueueNameLabel]; !managed {
+		return nil
+	}
+	if rec == nil {
+		if rec, err = s.submit(ctx, rk, job); err != nil || rec == nil {
+			return err
+		}
+	}
+	r, held := s.reservation(ns, name)
+	suspended := job.Spec.Suspend != nil && *job.Spec.Suspend
+	switch {
+	case held && suspended && job.Annotations[StoppedAnnotation] != stamp(r.AdmittedAt):
+		return s.start(ctx, job, rec, r)
+	case !held && !suspended:
+		// Running without quota: suspended by the webhook's absence, or
+		// its reservation is gone. Stop it; a Job only runs while its
+		// workload holds a reservation.
+		return s.stop(ctx, job, rec.Workload, "", "NoReservation", "no quota is reserved for this job")
+	}
+	return nil
+}
+
+func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+func (s *Service) record(ctx context.Context, rk string) (*events.WorkloadSubmittedV1, error) {
+	e, err := s.wlKV.Get(ctx, rk)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read workload %s: %w", rk, err)
+	}
+	var rec events.WorkloadSubmittedV1
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		return nil, fmt.Errorf("read workload %s: %w", rk, err)
+	}
+	return &rec, nil
+}
+
+// submit writes the workload record and announces it.
+func (s *Service) submit(ctx context.Context, rk string, job *batchv1.Job) (*events.WorkloadSubmittedV1, error) {
+	s.mu.Lock()
+	prio := StaticPriorityResolver{WorkloadPriorityClasses: s.snap.WorkloadPriorityClasses, PriorityClasses: s.snap.PriorityClasses}
+	s.mu.Unlock()
+	w, err := WorkloadFromJob(job, prio)
+	if err != nil {
+		// Bad input is reported on the Job and not retried: a change to
+		// the Job or the configuration brings it back.
+		s.recorder.Eventf(job, corev1.EventTypeWarning, "InvalidWorkload", "not queued: %v", err)
+		s.log.Warn().Err(err).Str("workload", Kind+"/"+job.Namespace+"/"+job.Name).Msg("job not queued")
+		return nil, nil
+	}
+	rec := toEvent(w)
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.wlKV.Create(ctx, rk, b); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		return nil, fmt.Errorf("write workload %s: %w", rk, err)
+	}
+	if err := s.pub.Publish(ctx, rec, events.ID(rec.Type(), rec.Workload.UID)); err != nil {
+		return nil, err
+	}
+	return &rec, nil
+}
+
+func toEvent(w Workload) events.WorkloadSubmittedV1 {
+	ev := events.WorkloadSubmittedV1{
+		Workload:      events.WorkloadRef{Kind: Kind, Namespace: w.Namespace, Name: w.Name, UID: w.UID},
+		LocalQueue:    w.LocalQueue,
+		Priority:      w.Priority,
+		PriorityClass: w.PriorityClass,
+		CreationTime:  w.CreationTime,
+	}
+	for _, ps := range w.PodSets {
+		p := events.PodSetV1{Name: ps.Name, Count: ps.Count, MinCount: ps.MinCount, Requests: map[string]string{},
+			NodeSelector: ps.NodeSelector, Tolerations: ps.Tolerations}
+		for r, q := range ps.Requests {
+			p.Requests[string(r)] = q.String()
+		}
+		ev.PodSets = append(ev.PodSets, p)
+	}
+	return ev
+}
+
+// gone announces a Job that finished or disappeared and deletes its
+// record; quota accounting then releases its reservation.
+func (s *Service) gone(ctx context.Context, rk string, rec *events.WorkloadSubmittedV1, fin *events.WorkloadFinishedV1) error {
+	r, _ := s.reservation(rec.Workload.Namespace, rec.Workload.Name)
+	if fin != nil {
+		fin.Workload, fin.ClusterQueue = rec.Workload, r.ClusterQueue
+		if err := s.pub.Publish(ctx, *fin, events.ID(fin.Type(), rec.Workload.UID)); err != nil {
+			return err
+		}
+	} else {
+		ev := events.WorkloadDeletedV1{Workload: rec.Workload}
+		if err := s.pub.Publish(ctx, ev, events.ID(ev.Type(), rec.Workload.UID)); err != nil {
+			return err
+		}
+	}
+	if err := s.wlKV.Delete(ctx, rk); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("delete workload %s: %w", rk, err)
+	}
+	return nil
+}
+
+// start applies a reservation to a suspended Job: one API write.
+func (s *Service) start(ctx context.Context, job *batchv1.Job, rec *events.WorkloadSubmittedV1, r ledger.Reservation) error {
+	a := Assignment{ClusterQueue: r.ClusterQueue}
+	for _, ps := range r.PodSets {
+		a.PodSets = append(a.PodSets, PodSetAssignment{Name: ps.Name, Count: ps.Count, Flavors: ps.Flavors})
+	}
+	s.mu.Lock()
+	flavors := s.snap.Flavors
+	s.mu.Unlock()
+	patch, err := AdmissionPatch(job, a, flavors)
+	if err != nil {
+		s.recorder.Eventf(job, corev1.EventTypeWarning, "AdmissionFailed", "cannot apply admission: %v", err)
+		return nil
+	}
+	if _, err := s.kube.BatchV1().Jobs(job.Namespace).Patch(ctx, job.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("unsuspend: %w", err)
+	}
+	s.recorder.Eventf(job, corev1.EventTypeNormal, "Admitted", "admitted by ClusterQueue %s: %s", r.ClusterQueue, describe(r))
+	ev := events.WorkloadStartedV1{Workload: rec.Workload, ClusterQueue: r.ClusterQueue}
+	return s.pub.Publish(ctx, ev, events.ID(ev.Type(), rec.Workload.UID, stamp(r.AdmittedAt)))
+}
+
+func describe(r ledger.Reservation) string {
+	var parts []string
+	for _, ps := range r.PodSets {
+		var fl []string
+		for res, f := range ps.Flavors {
+			fl = append(fl, res+"="+f)
+		}
+		sort.Strings(fl)
+		parts = append(parts, fmt.Sprintf("%s×%d on %s", ps.Name, ps.Count, strings.Join(fl, ",")))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// stop suspends a Job and restores its template, then announces it.
+func (s *Service) stop(ctx context.Context, job *batchv1.Job, ref events.WorkloadRef, cq, reason, message string) error {
+	r, held := s.reservation(job.Namespace, job.Name)
+	if held {
+		mark, err := json.Marshal(map[string]any{"metadata": map[string]any{
+			"uid": job.UID, "annotations": map[string]string{StoppedAnnotation: stamp(r.AdmittedAt)}}})
+		if err != nil {
+			return err
+		}
+		if _, err := s.kube.BatchV1().Jobs(job.Namespace).Patch(ctx, job.Name, types.MergePatchType, mark, metav1.PatchOptions{}); err != nil {
+			return fmt.Errorf("mark stopped: %w", err)
+		}
+	}
+	steps, err := EvictionSteps(job)
+	if err != nil {
+		return err
+	}
+	for _, st := range steps {
+		var sub []string
+		if st.Subresource != "" {
+			sub = []string{st.Subresource}
+		}
+		if _, err := s.kube.BatchV1().Jobs(job.Namespace).Patch(ctx, job.Name, st.Type, st.Patch, metav1.PatchOptions{}, sub...); err != nil {
+			return fmt.Errorf("evict (%s): %w", st.Name, err)
+		}
+		if st.Name == "suspend" || st.Name == "clear-start-time" {
+			// The next step must see this one: re-read.
+			if job, err = s.kube.BatchV1().Jobs(job.Namespace).Get(ctx, job.Name, metav1.GetOptions{}); err != nil {
+				return err
+			}
+		}
+	}
+	s.recorder.Event(job, corev1.EventTypeNormal, reason, message)
+	if cq == "" {
+		cq = r.ClusterQueue
+	}
+	ev := events.WorkloadStoppedV1{Workload: ref, ClusterQueue: cq, Reason: reason}
+	return s.pub.Publish(ctx, ev, events.ID(ev.Type(), ref.UID, stamp(r.AdmittedAt)))
+}
+
+// handleEviction stops a preempted or evicted Job.
+func (s *Service) handleEviction(ctx context.Context, env events.Envelope) error {
+	var ref events.WorkloadRef
+	var cq, reason, message string
+	switch env.Type {
+	case events.TypeWorkloadPreemptedV1:
+		var e events.WorkloadPreemptedV1
+		if err := env.As(&e); err != nil {
+			return bus.Poison(err)
+		}
+		ref, cq = e.Workload, e.ClusterQueue
+		reason = "Preempted"
+		message = fmt.Sprintf("preempted (%s) by %s/%s", e.Reason, e.Preemptor.Namespace, e.Preemptor.Name)
+	case events.TypeWorkloadEvictedV1:
+		var e events.WorkloadEvictedV1
+		if err := env.As(&e); err != nil {
+			return bus.Poison(err)
+		}
+		ref, cq, reason, message = e.Workload, e.ClusterQueue, "Evicted", "evicted: "+e.Reason
+	default:
+		return bus.Poison(fmt.Errorf("unexpected event type %s", env.Type))
+	}
+	job, err := s.kube.BatchV1().Jobs(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) || (err == nil && string(job.UID) != ref.UID) {
+		return nil // gone: its deletion releases the quota
+	}
+	if err != nil {
+		return err
+	}
+	if finished, _, _ := IsFinished(job); finished {
+		return nil
+	}
+	return s.stop(ctx, job, ref, cq, reason, message)
+}
+
+// handlePending reports a changed pending reason on the Job.
+func (s *Service) handlePending(_ context.Context, env events.Envelope) error {
+	var e events.WorkloadPendingV1
+	if err := env.As(&e); err != nil {
+		return bus.Poison(err)
+	}
+	ref := &corev1.ObjectReference{Kind: "Job", APIVersion: "batch/v1", Namespace: e.Workload.Namespace, Name: e.Workload.Name, UID: types.UID(e.Workload.UID)}
+	s.recorder.Event(ref, corev1.EventTypeNormal, "Pending", e.Reason)
+	return nil
+}

@@ -1,0 +1,458 @@
+package job
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+)
+
+func TestPodRequests(t *testing.T) {
+	cases := []struct {
+		name string
+		job  *jobBuilder
+		want corev1.ResourceList
+	}{
+		{
+			name: "no resources gives an empty list",
+			job:  makeJob("j"),
+			want: corev1.ResourceList{},
+		},
+		{
+			name: "one container's requests",
+			job:  makeJob("j").containers(ctr("a").req("cpu", "500m", "memory", "1Gi")),
+			want: rl("cpu", "500m", "memory", "1Gi"),
+		},
+		{
+			name: "app containers add up",
+			job: makeJob("j").containers(
+				ctr("a").req("cpu", "1", "memory", "1Gi"),
+				ctr("b").req("cpu", "250m", "memory", "512Mi"),
+			),
+			want: rl("cpu", "1250m", "memory", "1536Mi"),
+		},
+		{
+			name: "limits stand in for missing requests",
+			job:  makeJob("j").containers(ctr("a").req("memory", "1Gi").lim("cpu", "2", "memory", "4Gi", "nvidia.com/gpu", "1")),
+			want: rl("cpu", "2", "memory", "1Gi", "nvidia.com/gpu", "1"),
+		},
+		{
+			name: "a request wins over its limit",
+			job:  makeJob("j").containers(ctr("a").req("cpu", "1").lim("cpu", "3")),
+			want: rl("cpu", "1"),
+		},
+		{
+			name: "an init container bigger than the app containers dominates",
+			job: makeJob("j").
+				initContainers(ctr("fetch").req("cpu", "4", "memory", "512Mi")).
+				containers(ctr("a").req("cpu", "1", "memory", "2Gi")),
+			want: rl("cpu", "4", "memory", "2Gi"),
+		},
+		{
+			name: "init containers run one at a time: the largest counts, not the sum",
+			job: makeJob("j").
+				initContainers(ctr("one").req("cpu", "3"), ctr("two").req("cpu", "2")).
+				containers(ctr("a").req("cpu", "1")),
+			want: rl("cpu", "3"),
+		},
+		{
+			name: "an init container's limit stands in for its request",
+			job: makeJob("j").
+				initContainers(ctr("fetch").lim("memory", "8Gi")).
+				containers(ctr("a").req("memory", "1Gi")),
+			want: rl("memory", "8Gi"),
+		},
+		{
+			name: "a sidecar adds to the running sum",
+			job: makeJob("j").
+				initContainers(sidecar("proxy").req("cpu", "200m", "memory", "128Mi")).
+				containers(ctr("a").req("cpu", "1", "memory", "1Gi")),
+			want: rl("cpu", "1200m", "memory", "1152Mi"),
+		},
+		{
+			name: "an init container after a sidecar runs alongside it",
+			job: makeJob("j").
+				initContainers(sidecar("proxy").req("cpu", "1"), ctr("migrate").req("cpu", "3")).
+				containers(ctr("a").req("cpu", "1")),
+			want: rl("cpu", "4"), // init phase 1+3 beats running 1+1
+		},
+		{
+			name: "an init container before a sidecar does not count it",
+			job: makeJob("j").
+				initContainers(ctr("migrate").req("cpu", "3"), sidecar("proxy").req("cpu", "1")).
+				containers(ctr("a").req("cpu", "1")),
+			want: rl("cpu", "3"), // init phase 3 beats running 1+1
+		},
+		{
+			name: "sidecars accumulate across init containers",
+			job: makeJob("j").
+				initContainers(
+					sidecar("s1").req("memory", "1Gi"),
+					ctr("i1").req("memory", "1Gi"),
+					sidecar("s2").req("memory", "1Gi"),
+					ctr("i2").req("memory", "2Gi"),
+				).
+				containers(ctr("a").req("memory", "1Gi")),
+			want: rl("memory", "4Gi"), // i2 runs with s1 and s2: 1+1+2; running is 1+1+1
+		},
+		{
+			name: "pod overhead is added on top",
+			job: makeJob("j").
+				initContainers(ctr("fetch").req("cpu", "2")).
+				containers(ctr("a").req("cpu", "1", "memory", "1Gi")).
+				overhead(rl("cpu", "100m", "memory", "64Mi")),
+			want: rl("cpu", "2100m", "memory", "1088Mi"),
+		},
+		{
+			name: "pod-level requests replace the container sum for cpu and memory only",
+			job: makeJob("j").
+				containers(
+					ctr("a").req("cpu", "1", "memory", "1Gi", "nvidia.com/gpu", "1"),
+					ctr("b").req("cpu", "1", "memory", "1Gi"),
+				).
+				podResources(rl("cpu", "1500m", "memory", "3Gi"), nil),
+			want: rl("cpu", "1500m", "memory", "3Gi", "nvidia.com/gpu", "1"),
+		},
+		{
+			name: "a pod-level limit stands in when no container requests the resource",
+			job: makeJob("j").
+				containers(ctr("a").req("cpu", "1")).
+				podResources(nil, rl("cpu", "4", "memory", "2Gi")),
+			want: rl("cpu", "1", "memory", "2Gi"),
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			job := tc.job.obj()
+			got := PodRequests(&job.Spec.Template.Spec)
+			if diff := cmp.Diff(tc.want, got, quantityCmp); diff != "" {
+				t.Errorf("PodRequests() mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestPodRequestsNilSpec(t *testing.T) {
+	if got := PodRequests(nil); len(got) != 0 {
+		t.Errorf("PodRequests(nil) = %v, want empty", got)
+	}
+}
+
+func TestPodRequestsDoesNotMutateTheJob(t *testing.T) {
+	job := makeJob("j").
+		initContainers(sidecar("proxy").req("cpu", "1")).
+		containers(ctr("a").req("cpu", "1"), ctr("b").req("cpu", "1")).
+		overhead(rl("cpu", "1")).obj()
+	before := job.DeepCopy()
+	_ = PodRequests(&job.Spec.Template.Spec)
+	_ = PodRequests(&job.Spec.Template.Spec)
+	if diff := cmp.Diff(before, job, quantityCmp); diff != "" {
+		t.Errorf("PodRequests changed its input (-before +after):\n%s", diff)
+	}
+}
+
+func TestWorkloadFromJobCounts(t *testing.T) {
+	cases := []struct {
+		name         string
+		job          *jobBuilder
+		wantCount    int32
+		wantMinCount int32
+		wantErr      error
+		wantErrText  string
+	}{
+		{
+			name:         "parallelism unset defaults to one pod",
+			job:          makeJob("j").noParallelism(),
+			wantCount:    1,
+			wantMinCount: 1,
+		},
+		{
+			name:         "parallelism is the count",
+			job:          makeJob("j").parallelism(4),
+			wantCount:    4,
+			wantMinCount: 4,
+		},
+		{
+			name:         "completions below parallelism cap the count",
+			job:          makeJob("j").parallelism(5).completions(3),
+			wantCount:    3,
+			wantMinCount: 3,
+		},
+		{
+			name:         "completions above parallelism change nothing",
+			job:          makeJob("j").parallelism(2).completions(10),
+			wantCount:    2,
+			wantMinCount: 2,
+		},
+		{
+			name:         "min-parallelism allows partial admission",
+			job:          makeJob("j").parallelism(4).annotation(MinParallelismAnnotation, "2"),
+			wantCount:    4,
+			wantMinCount: 2,
+		},
+		{
+			name:         "min-parallelism may equal parallelism",
+			job:          makeJob("j").parallelism(4).annotation(MinParallelismAnnotation, "4"),
+			wantCount:    4,
+			wantMinCount: 4,
+		},
+		{
+			name:         "min-parallelism is capped by the completions-capped count",
+			job:          makeJob("j").parallelism(4).completions(2).annotation(MinParallelismAnnotation, "3"),
+			wantCount:    2,
+			wantMinCount: 2,
+		},
+		{
+			name:         "a partially admitted job still asks for its original parallelism",
+			job:          makeJob("j").parallelism(2).suspend(false).annotation(OriginalAnnotation, `{"parallelism":4}`).annotation(MinParallelismAnnotation, "2"),
+			wantCount:    4,
+			wantMinCount: 2,
+		},
+		{
+			name:        "min-parallelism that is not a number is refused",
+			job:         makeJob("j").parallelism(4).annotation(MinParallelismAnnotation, "two"),
+			wantErr:     ErrBadAnnotation,
+			wantErrText: MinParallelismAnnotation,
+		},
+		{
+			name:        "min-parallelism of zero is refused",
+			job:         makeJob("j").parallelism(4).annotation(MinParallelismAnnotation, "0"),
+			wantErr:     ErrBadAnnotation,
+			wantErrText: MinParallelismAnnotation,
+		},
+		{
+			name:        "min-parallelism above parallelism is refused",
+			job:         makeJob("j").parallelism(4).annotation(MinParallelismAnnotation, "5"),
+			wantErr:     ErrBadAnnotation,
+			wantErrText: MinParallelismAnnotation,
+		},
+		{
+			name:        "negative min-parallelism is refused",
+			job:         makeJob("j").parallelism(4).annotation(MinParallelismAnnotation, "-1"),
+			wantErr:     ErrBadAnnotation,
+			wantErrText: MinParallelismAnnotation,
+		},
+		{
+			name:        "min-parallelism beyond int32 is refused",
+			job:         makeJob("j").parallelism(4).annotation(MinParallelismAnnotation, "99999999999"),
+			wantErr:     ErrBadAnnotation,
+			wantErrText: MinParallelismAnnotation,
+		},
+		{
+			name:        "a garbled original annotation is refused",
+			job:         makeJob("j").annotation(OriginalAnnotation, "{not json"),
+			wantErr:     ErrBadAnnotation,
+			wantErrText: OriginalAnnotation,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			wl, err := WorkloadFromJob(tc.job.obj(), nil)
+			if tc.wantErr != nil {
+				if !errors.Is(err, tc.wantErr) {
+					t.Fatalf("WorkloadFromJob() error = %v, want %v", err, tc.wantErr)
+				}
+				if !strings.Contains(err.Error(), tc.wantErrText) {
+					t.Errorf("WorkloadFromJob() error %q does not name %q", err, tc.wantErrText)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("WorkloadFromJob() unexpected error: %v", err)
+			}
+			got := [2]int32{wl.PodSets[0].Count, wl.PodSets[0].MinCount}
+			if diff := cmp.Diff([2]int32{tc.wantCount, tc.wantMinCount}, got); diff != "" {
+				t.Errorf("[Count, MinCount] mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestWorkloadFromJobPriority(t *testing.T) {
+	resolver := StaticPriorityResolver{
+		WorkloadPriorityClasses: map[string]int32{"urgent": 1000, "batch": 10},
+		PriorityClasses:         map[string]int32{"system-high": 5000, "low": -5},
+	}
+	cases := []struct {
+		name         string
+		job          *jobBuilder
+		resolver     PriorityResolver
+		wantClass    string
+		wantPriority int32
+		wantErr      error
+		wantErrText  string
+	}{
+		{
+			name:     "no class means priority zero",
+			job:      makeJob("j"),
+			resolver: resolver,
+		},
+		{
+			name:         "the WorkloadPriorityClass label sets the priority",
+			job:          makeJob("j").workloadPriorityClass("urgent"),
+			resolver:     resolver,
+			wantClass:    "urgent",
+			wantPriority: 1000,
+		},
+		{
+			name:         "the WorkloadPriorityClass label wins over the pod's PriorityClass",
+			job:          makeJob("j").workloadPriorityClass("batch").podPriorityClass("system-high"),
+			resolver:     resolver,
+			wantClass:    "batch",
+			wantPriority: 10,
+		},
+		{
+			name:         "the pod template's priorityClassName is used without the label",
+			job:          makeJob("j").podPriorityClass("low"),
+			resolver:     resolver,
+			wantClass:    "low",
+			wantPriority: -5,
+		},
+		{
+			name:        "a missing WorkloadPriorityClass is an error naming the label",
+			job:         makeJob("j").workloadPriorityClass("nope"),
+			resolver:    resolver,
+			wantErr:     ErrPriorityClassNotFound,
+			wantErrText: "sluice.dev/priority-class",
+		},
+		{
+			name:        "a missing PriorityClass is an error naming the field",
+			job:         makeJob("j").podPriorityClass("nope"),
+			resolver:    resolver,
+			wantErr:     ErrPriorityClassNotFound,
+			wantErrText: "priorityClassName",
+		},
+		{
+			name:        "a named class without a resolver is an error",
+			job:         makeJob("j").workloadPriorityClass("urgent"),
+			wantErr:     ErrNoPriorityResolver,
+			wantErrText: "urgent",
+		},
+		{
+			name: "no class needs no resolver",
+			job:  makeJob("j"),
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			wl, err := WorkloadFromJob(tc.job.obj(), tc.resolver)
+			if tc.wantErr != nil {
+				if !errors.Is(err, tc.wantErr) {
+					t.Fatalf("WorkloadFromJob() error = %v, want %v", err, tc.wantErr)
+				}
+				if !strings.Contains(err.Error(), tc.wantErrText) {
+					t.Errorf("WorkloadFromJob() error %q does not mention %q", err, tc.wantErrText)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("WorkloadFromJob() unexpected error: %v", err)
+			}
+			got := struct {
+				Class    string
+				Priority int32
+			}{wl.PriorityClass, wl.Priority}
+			want := struct {
+				Class    string
+				Priority int32
+			}{tc.wantClass, tc.wantPriority}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("priority mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestWorkloadFromJob(t *testing.T) {
+	cases := []struct {
+		name string
+		job  *jobBuilder
+		want Workload
+	}{
+		{
+			name: "a plain job",
+			job: makeJob("train").
+				parallelism(3).
+				containers(ctr("a").req("cpu", "1").lim("nvidia.com/gpu", "2")).
+				nodeSelector("disk", "ssd").
+				toleration(userToleration),
+			want: Workload{
+				Namespace:    "team-a",
+				Name:         "train",
+				UID:          "uid-train",
+				LocalQueue:   "lq",
+				CreationTime: created,
+				PodSets: []PodSet{{
+					Name:         MainPodSet,
+					Count:        3,
+					MinCount:     3,
+					Requests:     rl("cpu", "1", "nvidia.com/gpu", "2"),
+					NodeSelector: map[string]string{"disk": "ssd"},
+					Tolerations:  []corev1.Toleration{userToleration},
+				}},
+			},
+		},
+		{
+			name: "an admitted job reports its own selector and tolerations, not the flavor's",
+			job: makeJob("train").
+				suspend(false).
+				containers(ctr("a").req("cpu", "1")).
+				nodeSelector("disk", "ssd").
+				nodeSelector("sluice.dev/capacity", "spot").
+				toleration(spotToleration).
+				annotation(OriginalAnnotation, `{"parallelism":1,"nodeSelector":{"disk":"ssd"}}`).
+				annotation(AdmissionAnnotation, `{"clusterQueue":"cq","podSets":[{"name":"main","count":1,"flavors":{"cpu":"spot"}}]}`),
+			want: Workload{
+				Namespace:    "team-a",
+				Name:         "train",
+				UID:          "uid-train",
+				LocalQueue:   "lq",
+				CreationTime: created,
+				PodSets: []PodSet{{
+					Name:         MainPodSet,
+					Count:        1,
+					MinCount:     1,
+					Requests:     rl("cpu", "1"),
+					NodeSelector: map[string]string{"disk": "ssd"},
+				}},
+			},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := WorkloadFromJob(tc.job.obj(), StaticPriorityResolver{})
+			if err != nil {
+				t.Fatalf("WorkloadFromJob() unexpected error: %v", err)
+			}
+			if diff := cmp.Diff(tc.want, got, quantityCmp); diff != "" {
+				t.Errorf("WorkloadFromJob() mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestWorkloadFromJobNotManaged(t *testing.T) {
+	cases := []struct {
+		name string
+		job  *jobBuilder
+	}{
+		{name: "no queue label", job: makeJob("j").noQueue()},
+		{name: "empty queue label", job: makeJob("j").queue("")},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := WorkloadFromJob(tc.job.obj(), nil)
+			if !errors.Is(err, ErrNotManaged) {
+				t.Errorf("WorkloadFromJob() error = %v, want ErrNotManaged", err)
+			}
+		})
+	}
+}
+
+func TestWorkloadFromJobNil(t *testing.T) {
+	if _, err := WorkloadFromJob(nil, nil); !errors.Is(err, ErrInvalidJob) {
+		t.Errorf("WorkloadFromJob(nil) error = %v, want ErrInvalidJob", err)
+	}
+}

@@ -1,0 +1,618 @@
+package job
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	stdlog "log"
+	"mime"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/rs/zerolog/log"
+	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/sluice-dev/sluice/api/v1beta1"
+)
+
+const (
+	// MutatePath is where the webhook serves batch/v1 Job admission.
+	MutatePath = "/mutate-batch-v1-job"
+	// HealthzPath answers 200 while the server runs.
+	HealthzPath = "/healthz"
+
+	// WebhookName is the name of the webhook entry inside the
+	// MutatingWebhookConfiguration.
+	WebhookName = "suspend.job.sluice.dev"
+
+	defaultWebhookAddr     = ":9443"
+	defaultCertValidity    = 365 * 24 * time.Hour
+	defaultShutdownTimeout = 10 * time.Second
+	// maxReviewBytes bounds an AdmissionReview body. The API server caps a
+	// request at 3 MiB and a review carries at most the object and the old
+	// object.
+	maxReviewBytes = 8 << 20
+)
+
+// Webhook is the mutating admission webhook that suspends labelled Jobs on
+// create. Build it with NewWebhook, register it with
+// EnsureWebhookConfiguration(…, w.URL(host), w.CABundle()), and serve it with
+// Run.
+type Webhook struct {
+	addr            string
+	log             zerolog.Logger
+	cert            tls.Certificate
+	caBundle        []byte
+	shutdownTimeout time.Duration
+	mux             *http.ServeMux
+
+	mu      sync.Mutex
+	ln      net.Listener
+	running bool
+}
+
+// WebhookOption configures NewWebhook.
+type WebhookOption func(*webhookConfig) error
+
+type webhookConfig struct {
+	addr            string
+	dnsNames        []string
+	ips             []net.IP
+	certFile        string
+	keyFile         string
+	caBundle        []byte
+	validity        time.Duration
+	shutdownTimeout time.Duration
+	log             *zerolog.Logger
+	now             func() time.Time
+}
+
+// WithAddress sets the listen address (default ":9443"; use
+// "127.0.0.1:0" for an ephemeral port).
+func WithAddress(addr string) WebhookOption {
+	return func(c *webhookConfig) error {
+		if addr == "" {
+			return errors.New("webhook: empty listen address")
+		}
+		c.addr = addr
+		return nil
+	}
+}
+
+// WithHosts sets the DNS names and IP addresses the generated serving
+// certificate is valid for (default "127.0.0.1" and "localhost"). Each host
+// that parses as an IP is an IP SAN, any other is a DNS SAN.
+func WithHosts(hosts ...string) WebhookOption {
+	return func(c *webhookConfig) error {
+		if len(hosts) == 0 {
+			return errors.New("webhook: WithHosts needs at least one host")
+		}
+		c.dnsNames, c.ips = nil, nil
+		for _, h := range hosts {
+			h = strings.TrimSpace(h)
+			if h == "" {
+				return errors.New("webhook: empty host name")
+			}
+			if ip := net.ParseIP(h); ip != nil {
+				c.ips = append(c.ips, ip)
+			} else {
+				c.dnsNames = append(c.dnsNames, h)
+			}
+		}
+		return nil
+	}
+}
+
+// WithCertFiles serves the given PEM certificate and key instead of a
+// generated pair. Pair it with WithCABundle so CABundle can report the CA.
+func WithCertFiles(certFile, keyFile string) WebhookOption {
+	return func(c *webhookConfig) error {
+		if certFile == "" || keyFile == "" {
+			return errors.New("webhook: WithCertFiles needs both a certificate and a key file")
+		}
+		c.certFile, c.keyFile = certFile, keyFile
+		return nil
+	}
+}
+
+// WithCABundle sets the PEM CA bundle reported by CABundle when the serving
+// certificate comes from WithCertFiles.
+func WithCABundle(pemBundle []byte) WebhookOption {
+	return func(c *webhookConfig) error {
+		c.caBundle = append([]byte(nil), pemBundle...)
+		return nil
+	}
+}
+
+// WithCertValidity sets how long a generated certificate is valid (default
+// one year).
+func WithCertValidity(d time.Duration) WebhookOption {
+	return func(c *webhookConfig) error {
+		if d <= 0 {
+			return fmt.Errorf("webhook: certificate validity %v must be positive", d)
+		}
+		c.validity = d
+		return nil
+	}
+}
+
+// WithShutdownTimeout bounds how long Run waits for in-flight requests once
+// its context ends (default 10s).
+func WithShutdownTimeout(d time.Duration) WebhookOption {
+	return func(c *webhookConfig) error {
+		if d <= 0 {
+			return fmt.Errorf("webhook: shutdown timeout %v must be positive", d)
+		}
+		c.shutdownTimeout = d
+		return nil
+	}
+}
+
+// WithLogger sets the logger (default: zerolog's global logger).
+func WithLogger(l zerolog.Logger) WebhookOption {
+	return func(c *webhookConfig) error {
+		c.log = &l
+		return nil
+	}
+}
+
+// NewWebhook builds the webhook server. Unless WithCertFiles is given it
+// generates a fresh CA and a serving certificate signed by it; CABundle
+// returns that CA for the webhook configuration.
+func NewWebhook(opts ...WebhookOption) (*Webhook, error) {
+	cfg := webhookConfig{
+		addr:            defaultWebhookAddr,
+		dnsNames:        []string{"localhost"},
+		ips:             []net.IP{net.ParseIP("127.0.0.1")},
+		validity:        defaultCertValidity,
+		shutdownTimeout: defaultShutdownTimeout,
+		now:             time.Now,
+	}
+	for _, opt := range opts {
+		if opt == nil {
+			continue
+		}
+		if err := opt(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	logger := log.Logger
+	if cfg.log != nil {
+		logger = *cfg.log
+	}
+	w := &Webhook{
+		addr:            cfg.addr,
+		log:             logger.With().Str("component", "job-webhook").Logger(),
+		shutdownTimeout: cfg.shutdownTimeout,
+	}
+
+	if cfg.certFile != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.certFile, cfg.keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("webhook: load serving certificate: %w", err)
+		}
+		w.cert, w.caBundle = cert, cfg.caBundle
+	} else {
+		sc, err := selfSignedServingCert(cfg.dnsNames, cfg.ips, cfg.validity, cfg.now())
+		if err != nil {
+			return nil, fmt.Errorf("webhook: %w", err)
+		}
+		w.cert, w.caBundle = sc.cert, sc.caPEM
+	}
+
+	w.mux = http.NewServeMux()
+	w.mux.HandleFunc(MutatePath, w.serveMutate)
+	w.mux.HandleFunc(HealthzPath, func(rw http.ResponseWriter, _ *http.Request) {
+		rw.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(rw, "ok\n")
+	})
+	return w, nil
+}
+
+// CABundle returns the PEM CA that verifies the serving certificate: the
+// generated CA, or what WithCABundle gave (nil if nothing).
+func (w *Webhook) CABundle() []byte {
+	return append([]byte(nil), w.caBundle...)
+}
+
+// Handler returns the webhook's HTTP handler (MutatePath and HealthzPath),
+// for tests or for mounting in another server.
+func (w *Webhook) Handler() http.Handler {
+	return w.mux
+}
+
+// Listen binds the listen address without serving yet, so callers learn the
+// address (and the port, for ":0") before Run. Run calls it when needed.
+func (w *Webhook) Listen() (net.Addr, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ln != nil {
+		return w.ln.Addr(), nil
+	}
+	ln, err := net.Listen("tcp", w.addr)
+	if err != nil {
+		return nil, fmt.Errorf("webhook: listen on %s: %w", w.addr, err)
+	}
+	w.ln = ln
+	return ln.Addr(), nil
+}
+
+// URL returns the webhook's URL at host (a name or IP in the certificate)
+// and the bound port: "https://host:port/mutate-batch-v1-job". It binds the
+// listener if Run or Listen has not yet.
+func (w *Webhook) URL(host string) (string, error) {
+	addr, err := w.Listen()
+	if err != nil {
+		return "", err
+	}
+	tcp, ok := addr.(*net.TCPAddr)
+	if !ok {
+		return "", fmt.Errorf("webhook: listener address %v is not TCP", addr)
+	}
+	u := url.URL{Scheme: "https", Host: net.JoinHostPort(host, fmt.Sprint(tcp.Port)), Path: MutatePath}
+	return u.String(), nil
+}
+
+// Run serves HTTPS until ctx ends, then shuts down gracefully: it stops
+// accepting, lets in-flight reviews finish (up to the shutdown timeout) and
+// returns nil. It returns an error if serving fails. Run may be called once.
+func (w *Webhook) Run(ctx context.Context) error {
+	if _, err := w.Listen(); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	if w.running {
+		w.mu.Unlock()
+		return errors.New("webhook: Run called twice")
+	}
+	w.running = true
+	ln := w.ln
+	w.mu.Unlock()
+
+	srv := &http.Server{
+		Handler:           w.mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		TLSConfig: &tls.Config{
+			MinVersion:   tls.VersionTLS12,
+			Certificates: []tls.Certificate{w.cert},
+		},
+		ErrorLog: stdlog.New(w.log.With().Str("level", "warn").Logger(), "", 0),
+		BaseContext: func(net.Listener) context.Context {
+			return context.WithoutCancel(ctx)
+		},
+	}
+
+	errc := make(chan error, 1)
+	go func() {
+		w.log.Info().Str("addr", ln.Addr().String()).Msg("job webhook serving")
+		errc <- srv.ServeTLS(ln, "", "")
+	}()
+
+	select {
+	case err := <-errc:
+		if errors.Is(err, http.ErrServerClosed) {
+			return nil
+		}
+		return fmt.Errorf("webhook: serve: %w", err)
+	case <-ctx.Done():
+	}
+
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.shutdownTimeout)
+	defer cancel()
+	w.log.Info().Msg("job webhook shutting down")
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		_ = srv.Close()
+		return fmt.Errorf("webhook: shutdown: %w", err)
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("webhook: serve: %w", err)
+	}
+	return nil
+}
+
+// serveMutate is the HTTP side: it checks the request and the
+// AdmissionReview envelope and answers 4xx with a plain message when they
+// are unusable.
+func (w *Webhook) serveMutate(rw http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		rw.Header().Set("Allow", http.MethodPost)
+		http.Error(rw, "admission reviews must be POSTed", http.StatusMethodNotAllowed)
+		return
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		mt, _, err := mime.ParseMediaType(ct)
+		if err != nil || mt != "application/json" {
+			http.Error(rw, fmt.Sprintf("unsupported content type %q: want application/json", ct), http.StatusUnsupportedMediaType)
+			return
+		}
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(rw, r.Body, maxReviewBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			http.Error(rw, fmt.Sprintf("admission review larger than %d bytes", tooBig.Limit), http.StatusRequestEntityTooLarge)
+			return
+		}
+		http.Error(rw, "reading admission review: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+
+	var review admissionv1.AdmissionReview
+	if err := json.Unmarshal(body, &review); err != nil {
+		w.log.Warn().Err(err).Msg("malformed admission review")
+		http.Error(rw, "malformed AdmissionReview: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	want := admissionv1.SchemeGroupVersion.WithKind("AdmissionReview")
+	if got := review.GroupVersionKind(); got != want {
+		http.Error(rw, fmt.Sprintf("unsupported AdmissionReview %q %q: want apiVersion %q kind %q",
+			review.APIVersion, review.Kind, want.GroupVersion().String(), want.Kind), http.StatusBadRequest)
+		return
+	}
+	if review.Request == nil {
+		http.Error(rw, "AdmissionReview has no request", http.StatusBadRequest)
+		return
+	}
+	if review.Request.UID == "" {
+		http.Error(rw, "AdmissionReview request has no uid", http.StatusBadRequest)
+		return
+	}
+
+	out := admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: want.GroupVersion().String(), Kind: want.Kind},
+		Response: w.mutate(review.Request),
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		http.Error(rw, "encoding admission response: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	rw.Header().Set("Content-Type", "application/json")
+	_, _ = rw.Write(b)
+}
+
+var jobKind = schema.GroupVersionKind{Group: "batch", Version: "v1", Kind: "Job"}
+
+// jsonPatchOp is one RFC 6902 operation.
+type jsonPatchOp struct {
+	Op    string `json:"op"`
+	Path  string `json:"path"`
+	Value any    `json:"value,omitempty"`
+}
+
+// mutate decides one admission request. Only CREATE of a batch/v1 Job with
+// the queue label is changed: it is suspended, and Sluice's own bookkeeping
+// annotations, which a copied manifest may carry, are removed so that a new
+// Job never looks admitted.
+func (w *Webhook) mutate(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	resp := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
+	gvk := schema.GroupVersionKind{Group: req.Kind.Group, Version: req.Kind.Version, Kind: req.Kind.Kind}
+	if gvk != jobKind || req.Operation != admissionv1.Create {
+		return resp
+	}
+
+	var job batchv1.Job
+	if len(req.Object.Raw) == 0 {
+		return deny(resp, "request has no object")
+	}
+	if err := json.Unmarshal(req.Object.Raw, &job); err != nil {
+		return deny(resp, "request object is not a batch/v1 Job: "+err.Error())
+	}
+	queue := job.Labels[v1beta1.QueueNameLabel]
+	if queue == "" {
+		return resp
+	}
+
+	var ops []jsonPatchOp
+	if !isSuspended(&job) {
+		ops = append(ops, jsonPatchOp{Op: "add", Path: "/spec/suspend", Value: true})
+	}
+	for _, key := range []string{OriginalAnnotation, AdmissionAnnotation} {
+		if _, ok := job.Annotations[key]; ok {
+			ops = append(ops, jsonPatchOp{Op: "remove", Path: "/metadata/annotations/" + escapeJSONPointer(key)})
+		}
+	}
+
+	name := job.Name
+	if name == "" {
+		name = job.GenerateName + "*"
+	}
+	ev := w.log.Debug()
+	if len(ops) > 0 {
+		ev = w.log.Info()
+	}
+	ev.Str("workload", req.Namespace+"/"+name).Str("queue", queue).Str("uid", string(req.UID)).
+		Bool("dryRun", req.DryRun != nil && *req.DryRun).Int("ops", len(ops)).Msg("job create: suspended for queueing")
+
+	if len(ops) == 0 {
+		return resp
+	}
+	patch, err := json.Marshal(ops)
+	if err != nil {
+		return deny(resp, "encoding patch: "+err.Error())
+	}
+	pt := admissionv1.PatchTypeJSONPatch
+	resp.Patch = patch
+	resp.PatchType = &pt
+	return resp
+}
+
+func deny(resp *admissionv1.AdmissionResponse, msg string) *admissionv1.AdmissionResponse {
+	resp.Allowed = false
+	resp.Result = &metav1.Status{
+		Status:  metav1.StatusFailure,
+		Code:    http.StatusBadRequest,
+		Reason:  metav1.StatusReasonBadRequest,
+		Message: "sluice job webhook: " + msg,
+	}
+	return resp
+}
+
+// escapeJSONPointer escapes a key for an RFC 6901 JSON pointer.
+func escapeJSONPointer(s string) string {
+	return strings.NewReplacer("~", "~0", "/", "~1").Replace(s)
+}
+
+// EnsureWebhookConfiguration creates or updates the cluster-scoped
+// MutatingWebhookConfiguration called name so that the API server sends
+// CREATE of labelled batch/v1 Jobs to url (an https URL, for example the
+// host's address for a local API server), trusting caBundle (PEM). The URL
+// is given as clientConfig.url, not a service reference, so a webhook
+// running on the host is reachable from a local API server. It writes
+// only when the stored configuration differs.
+//
+// The webhook entry uses:
+//
+//   - objectSelector "sluice.dev/queue-name exists": the API server calls
+//     the webhook only for Jobs that opted in to queueing, so its outages
+//     and latency never touch any other Job.
+//   - failurePolicy Fail: if the webhook is unreachable, a labelled Job is
+//     refused rather than created unsuspended. With Ignore it would start
+//     at once, bypassing quota — an over-admission that no later suspend
+//     fully undoes, because its pods may already have run. The user sees
+//     the error and retries; unlabelled Jobs are unaffected.
+//   - sideEffects None, admissionReviewVersions [v1], timeoutSeconds 10,
+//     matchPolicy Equivalent, reinvocationPolicy Never.
+func EnsureWebhookConfiguration(ctx context.Context, client kubernetes.Interface, name, webhookURL string, caBundle []byte) error {
+	if client == nil {
+		return errors.New("ensure webhook configuration: nil client")
+	}
+	if name == "" {
+		return errors.New("ensure webhook configuration: empty name")
+	}
+	if err := validateWebhookURL(webhookURL); err != nil {
+		return fmt.Errorf("ensure webhook configuration %s: %w", name, err)
+	}
+	desired := webhookConfiguration(name, webhookURL, caBundle)
+	api := client.AdmissionregistrationV1().MutatingWebhookConfigurations()
+	logger := zerolog.Ctx(ctx).With().Str("webhookConfiguration", name).Logger()
+
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		current, err := api.Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			_, err = api.Create(ctx, desired, metav1.CreateOptions{})
+			if apierrors.IsAlreadyExists(err) {
+				// Lost a race with another creator: go round again.
+				return apierrors.NewConflict(admissionregistrationv1.Resource("mutatingwebhookconfigurations"), name, err)
+			}
+			if err == nil {
+				logger.Info().Str("url", webhookURL).Msg("created mutating webhook configuration")
+			}
+			return err
+		}
+		if err != nil {
+			return err
+		}
+		if apiequality.Semantic.DeepEqual(current.Webhooks, desired.Webhooks) &&
+			current.Labels[managedByLabel] == managedByValue {
+			return nil
+		}
+		updated := current.DeepCopy()
+		updated.Webhooks = desired.Webhooks
+		if updated.Labels == nil {
+			updated.Labels = map[string]string{}
+		}
+		updated.Labels[managedByLabel] = managedByValue
+		if _, err := api.Update(ctx, updated, metav1.UpdateOptions{}); err != nil {
+			return err
+		}
+		logger.Info().Str("url", webhookURL).Msg("updated mutating webhook configuration")
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("ensure webhook configuration %s: %w", name, err)
+	}
+	return nil
+}
+
+const (
+	managedByLabel = "app.kubernetes.io/managed-by"
+	managedByValue = "sluice"
+)
+
+func webhookConfiguration(name, webhookURL string, caBundle []byte) *admissionregistrationv1.MutatingWebhookConfiguration {
+	fail := admissionregistrationv1.Fail
+	none := admissionregistrationv1.SideEffectClassNone
+	equivalent := admissionregistrationv1.Equivalent
+	never := admissionregistrationv1.NeverReinvocationPolicy
+	namespaced := admissionregistrationv1.NamespacedScope
+	timeout := int32(10)
+	u := webhookURL
+	return &admissionregistrationv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:   name,
+			Labels: map[string]string{managedByLabel: managedByValue},
+		},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{{
+			Name: WebhookName,
+			ClientConfig: admissionregistrationv1.WebhookClientConfig{
+				URL:      &u,
+				CABundle: append([]byte(nil), caBundle...),
+			},
+			Rules: []admissionregistrationv1.RuleWithOperations{{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+				Rule: admissionregistrationv1.Rule{
+					APIGroups:   []string{"batch"},
+					APIVersions: []string{"v1"},
+					Resources:   []string{"jobs"},
+					Scope:       &namespaced,
+				},
+			}},
+			FailurePolicy:     &fail,
+			MatchPolicy:       &equivalent,
+			NamespaceSelector: &metav1.LabelSelector{},
+			ObjectSelector: &metav1.LabelSelector{
+				MatchExpressions: []metav1.LabelSelectorRequirement{{
+					Key:      v1beta1.QueueNameLabel,
+					Operator: metav1.LabelSelectorOpExists,
+				}},
+			},
+			SideEffects:             &none,
+			TimeoutSeconds:          &timeout,
+			AdmissionReviewVersions: []string{"v1"},
+			ReinvocationPolicy:      &never,
+		}},
+	}
+}
+
+// validateWebhookURL applies the API server's rules for a webhook URL: https,
+// a host, no user info, query or fragment.
+func validateWebhookURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("webhook url %q: %w", raw, err)
+	}
+	switch {
+	case u.Scheme != "https":
+		return fmt.Errorf("webhook url %q: scheme must be https", raw)
+	case u.Host == "":
+		return fmt.Errorf("webhook url %q: no host", raw)
+	case u.User != nil:
+		return fmt.Errorf("webhook url %q: user info is not allowed", raw)
+	case u.RawQuery != "" || u.ForceQuery:
+		return fmt.Errorf("webhook url %q: a query is not allowed", raw)
+	case u.Fragment != "":
+		return fmt.Errorf("webhook url %q: a fragment is not allowed", raw)
+	}
+	return nil
+}

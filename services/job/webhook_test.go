@@ -1,0 +1,709 @@
+package job
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/rs/zerolog"
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/sluice-dev/sluice/api/v1beta1"
+)
+
+func newTestWebhook(t *testing.T, opts ...WebhookOption) *Webhook {
+	t.Helper()
+	opts = append([]WebhookOption{WithAddress("127.0.0.1:0"), WithLogger(zerolog.New(io.Discard))}, opts...)
+	w, err := NewWebhook(opts...)
+	if err != nil {
+		t.Fatalf("NewWebhook() unexpected error: %v", err)
+	}
+	return w
+}
+
+// reviewFor builds the AdmissionReview the API server sends for op on job.
+func reviewFor(t *testing.T, op admissionv1.Operation, kind metav1.GroupVersionKind, object []byte) []byte {
+	t.Helper()
+	review := admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Request: &admissionv1.AdmissionRequest{
+			UID:       "7a6f1f0e-0000-4000-8000-000000000001",
+			Kind:      kind,
+			Resource:  metav1.GroupVersionResource{Group: kind.Group, Version: kind.Version, Resource: strings.ToLower(kind.Kind) + "s"},
+			Namespace: "team-a",
+			Name:      "j",
+			Operation: op,
+			Object:    runtime.RawExtension{Raw: object},
+		},
+	}
+	b, err := json.Marshal(review)
+	if err != nil {
+		t.Fatalf("encode review: %v", err)
+	}
+	return b
+}
+
+func jobJSON(t *testing.T, job *batchv1.Job) []byte {
+	t.Helper()
+	b, err := json.Marshal(job)
+	if err != nil {
+		t.Fatalf("encode job: %v", err)
+	}
+	return b
+}
+
+var batchJobKind = metav1.GroupVersionKind{Group: "batch", Version: "v1", Kind: "Job"}
+
+func TestWebhookMutate(t *testing.T) {
+	cases := []struct {
+		name        string
+		op          admissionv1.Operation
+		kind        metav1.GroupVersionKind
+		object      func(t *testing.T) []byte
+		wantAllowed bool
+		wantPatched bool
+		wantJob     *jobBuilder // the object after the patch, when patched
+		wantCode    int32       // Result.Code when denied
+	}{
+		{
+			name:        "a managed job is suspended on create",
+			op:          admissionv1.Create,
+			kind:        batchJobKind,
+			object:      func(t *testing.T) []byte { return jobJSON(t, makeJob("j").suspend(false).obj()) },
+			wantAllowed: true,
+			wantPatched: true,
+			wantJob:     makeJob("j"),
+		},
+		{
+			name: "a managed job without spec.suspend is suspended on create",
+			op:   admissionv1.Create,
+			kind: batchJobKind,
+			object: func(t *testing.T) []byte {
+				j := makeJob("j").obj()
+				j.Spec.Suspend = nil
+				return jobJSON(t, j)
+			},
+			wantAllowed: true,
+			wantPatched: true,
+			wantJob:     makeJob("j"),
+		},
+		{
+			name: "copied sluice annotations are stripped from a new job",
+			op:   admissionv1.Create,
+			kind: batchJobKind,
+			object: func(t *testing.T) []byte {
+				return jobJSON(t, makeJob("j").suspend(false).annotation(AdmissionAnnotation, "{}").annotation(OriginalAnnotation, "{}").annotation("keep", "me").obj())
+			},
+			wantAllowed: true,
+			wantPatched: true,
+			wantJob:     makeJob("j").annotation("keep", "me"),
+		},
+		{
+			name:        "an already suspended managed job needs no patch",
+			op:          admissionv1.Create,
+			kind:        batchJobKind,
+			object:      func(t *testing.T) []byte { return jobJSON(t, makeJob("j").obj()) },
+			wantAllowed: true,
+		},
+		{
+			name:        "an unmanaged job passes unchanged",
+			op:          admissionv1.Create,
+			kind:        batchJobKind,
+			object:      func(t *testing.T) []byte { return jobJSON(t, makeJob("j").noQueue().suspend(false).obj()) },
+			wantAllowed: true,
+		},
+		{
+			name:        "an update of a managed job passes unchanged",
+			op:          admissionv1.Update,
+			kind:        batchJobKind,
+			object:      func(t *testing.T) []byte { return jobJSON(t, makeJob("j").suspend(false).obj()) },
+			wantAllowed: true,
+		},
+		{
+			name:        "another kind passes unchanged",
+			op:          admissionv1.Create,
+			kind:        metav1.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"},
+			object:      func(t *testing.T) []byte { return []byte(`{"metadata":{"labels":{"sluice.dev/queue-name":"lq"}}}`) },
+			wantAllowed: true,
+		},
+		{
+			name:        "an object that is not a job is refused with 400",
+			op:          admissionv1.Create,
+			kind:        batchJobKind,
+			object:      func(t *testing.T) []byte { return []byte(`{"spec":{"parallelism":"many"}}`) },
+			wantAllowed: false,
+			wantCode:    http.StatusBadRequest,
+		},
+	}
+	w := newTestWebhook(t)
+	srv := httptest.NewServer(w.Handler())
+	defer srv.Close()
+
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			object := tc.object(t)
+			resp, err := http.Post(srv.URL+MutatePath, "application/json", bytes.NewReader(reviewFor(t, tc.op, tc.kind, object)))
+			if err != nil {
+				t.Fatalf("POST: %v", err)
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				body, _ := io.ReadAll(resp.Body)
+				t.Fatalf("status %d: %s", resp.StatusCode, body)
+			}
+			var review admissionv1.AdmissionReview
+			if err := json.NewDecoder(resp.Body).Decode(&review); err != nil {
+				t.Fatalf("decode response: %v", err)
+			}
+			if review.APIVersion != "admission.k8s.io/v1" || review.Kind != "AdmissionReview" {
+				t.Errorf("response apiVersion/kind = %q/%q", review.APIVersion, review.Kind)
+			}
+			r := review.Response
+			if r == nil {
+				t.Fatalf("response has no response")
+			}
+			if r.UID != "7a6f1f0e-0000-4000-8000-000000000001" {
+				t.Errorf("response uid = %q, want the request's", r.UID)
+			}
+			if r.Allowed != tc.wantAllowed {
+				t.Fatalf("allowed = %v, want %v (result %+v)", r.Allowed, tc.wantAllowed, r.Result)
+			}
+			if !tc.wantAllowed {
+				if r.Result == nil || r.Result.Code != tc.wantCode || r.Result.Message == "" {
+					t.Errorf("result = %+v, want code %d with a message", r.Result, tc.wantCode)
+				}
+				return
+			}
+			if !tc.wantPatched {
+				if len(r.Patch) != 0 || r.PatchType != nil {
+					t.Errorf("unexpected patch %s", r.Patch)
+				}
+				return
+			}
+			if r.PatchType == nil || *r.PatchType != admissionv1.PatchTypeJSONPatch {
+				t.Fatalf("patchType = %v, want JSONPatch", r.PatchType)
+			}
+			p, err := jsonpatch.DecodePatch(r.Patch)
+			if err != nil {
+				t.Fatalf("decode JSON patch %s: %v", r.Patch, err)
+			}
+			patched, err := p.Apply(object)
+			if err != nil {
+				t.Fatalf("apply JSON patch %s: %v", r.Patch, err)
+			}
+			var got batchv1.Job
+			if err := json.Unmarshal(patched, &got); err != nil {
+				t.Fatalf("decode patched job: %v", err)
+			}
+			if diff := cmp.Diff(tc.wantJob.obj(), &got, quantityCmp); diff != "" {
+				t.Errorf("patched job mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestWebhookRealReview feeds a review as kube-apiserver writes it, byte for
+// byte in shape, rather than one marshalled from Go types.
+func TestWebhookRealReview(t *testing.T) {
+	const body = `{
+  "kind": "AdmissionReview",
+  "apiVersion": "admission.k8s.io/v1",
+  "request": {
+    "uid": "3c5a2b51-7c0a-4c6e-9d43-0e2d7f2b9a11",
+    "kind": {"group": "batch", "version": "v1", "kind": "Job"},
+    "resource": {"group": "batch", "version": "v1", "resource": "jobs"},
+    "requestKind": {"group": "batch", "version": "v1", "kind": "Job"},
+    "requestResource": {"group": "batch", "version": "v1", "resource": "jobs"},
+    "name": "sample",
+    "namespace": "team-a",
+    "operation": "CREATE",
+    "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
+    "object": {
+      "kind": "Job",
+      "apiVersion": "batch/v1",
+      "metadata": {"name": "sample", "namespace": "team-a", "labels": {"sluice.dev/queue-name": "lq"}},
+      "spec": {
+        "parallelism": 2,
+        "completions": 2,
+        "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "1"}}}]}}
+      }
+    },
+    "oldObject": null,
+    "dryRun": false,
+    "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1", "fieldManager": "kubectl-create"}
+  }
+}`
+	w := newTestWebhook(t)
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest(http.MethodPost, MutatePath, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	w.Handler().ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK {
+		t.Fatalf("status %d: %s", rec.Code, rec.Body)
+	}
+	var review admissionv1.AdmissionReview
+	if err := json.Unmarshal(rec.Body.Bytes(), &review); err != nil {
+		t.Fatalf("decode response: %v", err)
+	}
+	want := &admissionv1.AdmissionResponse{
+		UID:       "3c5a2b51-7c0a-4c6e-9d43-0e2d7f2b9a11",
+		Allowed:   true,
+		Patch:     []byte(`[{"op":"add","path":"/spec/suspend","value":true}]`),
+		PatchType: ptrTo(admissionv1.PatchTypeJSONPatch),
+	}
+	if diff := cmp.Diff(want, review.Response); diff != "" {
+		t.Errorf("response mismatch (-want +got):\n%s", diff)
+	}
+}
+
+func TestWebhookRefusesMalformedRequests(t *testing.T) {
+	cases := []struct {
+		name        string
+		method      string
+		contentType string
+		body        string
+		wantStatus  int
+		wantText    string
+	}{
+		{
+			name:        "garbage body",
+			method:      http.MethodPost,
+			contentType: "application/json",
+			body:        "this is not json",
+			wantStatus:  http.StatusBadRequest,
+			wantText:    "malformed AdmissionReview",
+		},
+		{
+			name:        "truncated json",
+			method:      http.MethodPost,
+			contentType: "application/json",
+			body:        `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{`,
+			wantStatus:  http.StatusBadRequest,
+			wantText:    "malformed AdmissionReview",
+		},
+		{
+			name:        "an old review version",
+			method:      http.MethodPost,
+			contentType: "application/json",
+			body:        `{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview","request":{"uid":"u"}}`,
+			wantStatus:  http.StatusBadRequest,
+			wantText:    "want apiVersion",
+		},
+		{
+			name:        "not a review",
+			method:      http.MethodPost,
+			contentType: "application/json",
+			body:        `{"apiVersion":"batch/v1","kind":"Job"}`,
+			wantStatus:  http.StatusBadRequest,
+			wantText:    "want apiVersion",
+		},
+		{
+			name:        "no request",
+			method:      http.MethodPost,
+			contentType: "application/json",
+			body:        `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}`,
+			wantStatus:  http.StatusBadRequest,
+			wantText:    "no request",
+		},
+		{
+			name:        "no request uid",
+			method:      http.MethodPost,
+			contentType: "application/json",
+			body:        `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"operation":"CREATE"}}`,
+			wantStatus:  http.StatusBadRequest,
+			wantText:    "no uid",
+		},
+		{
+			name:       "GET",
+			method:     http.MethodGet,
+			wantStatus: http.StatusMethodNotAllowed,
+			wantText:   "POST",
+		},
+		{
+			name:        "wrong content type",
+			method:      http.MethodPost,
+			contentType: "text/plain",
+			body:        "{}",
+			wantStatus:  http.StatusUnsupportedMediaType,
+			wantText:    "application/json",
+		},
+	}
+	w := newTestWebhook(t)
+	srv := httptest.NewServer(w.Handler())
+	defer srv.Close()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			req, err := http.NewRequest(tc.method, srv.URL+MutatePath, strings.NewReader(tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.contentType != "" {
+				req.Header.Set("Content-Type", tc.contentType)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatalf("request: %v", err)
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != tc.wantStatus {
+				t.Errorf("status = %d, want %d (body %q)", resp.StatusCode, tc.wantStatus, body)
+			}
+			if !strings.Contains(string(body), tc.wantText) {
+				t.Errorf("body %q does not contain %q", body, tc.wantText)
+			}
+		})
+	}
+}
+
+// runWebhook starts w.Run and returns a stop function that cancels it and
+// returns Run's result.
+func runWebhook(t *testing.T, w *Webhook) (stop func() error) {
+	t.Helper()
+	if _, err := w.Listen(); err != nil {
+		t.Fatalf("Listen() unexpected error: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	stopped := false
+	stop = func() error {
+		if stopped {
+			return nil
+		}
+		stopped = true
+		cancel()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(10 * time.Second):
+			return errors.New("Run did not return after cancel")
+		}
+	}
+	t.Cleanup(func() { _ = stop() })
+	return stop
+}
+
+func clientTrusting(t *testing.T, caPEM []byte) *http.Client {
+	t.Helper()
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		t.Fatalf("CA bundle holds no certificate: %q", caPEM)
+	}
+	return &http.Client{
+		Timeout:   5 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}},
+	}
+}
+
+func TestWebhookServesTLSWithGeneratedCA(t *testing.T) {
+	w := newTestWebhook(t)
+	stop := runWebhook(t, w)
+	client := clientTrusting(t, w.CABundle())
+
+	for _, host := range []string{"127.0.0.1", "localhost"} {
+		t.Run(host, func(t *testing.T) {
+			u, err := w.URL(host)
+			if err != nil {
+				t.Fatalf("URL() unexpected error: %v", err)
+			}
+			body := reviewFor(t, admissionv1.Create, batchJobKind, jobJSON(t, makeJob("j").suspend(false).obj()))
+			resp, err := client.Post(u, "application/json", bytes.NewReader(body))
+			if err != nil {
+				t.Fatalf("POST %s with the generated CA: %v", u, err)
+			}
+			defer resp.Body.Close()
+			var review admissionv1.AdmissionReview
+			if err := json.NewDecoder(resp.Body).Decode(&review); err != nil {
+				t.Fatalf("decode response: %v", err)
+			}
+			if review.Response == nil || !review.Response.Allowed || len(review.Response.Patch) == 0 {
+				t.Errorf("response = %+v, want an allowed response with a patch", review.Response)
+			}
+		})
+	}
+
+	t.Run("a client without the CA is refused", func(t *testing.T) {
+		u, _ := w.URL("127.0.0.1")
+		plain := &http.Client{Timeout: 5 * time.Second}
+		resp, err := plain.Post(u, "application/json", strings.NewReader("{}"))
+		if err == nil {
+			resp.Body.Close()
+			t.Fatalf("POST without the CA succeeded")
+		}
+		var unknown x509.UnknownAuthorityError
+		if !errors.As(err, &unknown) {
+			t.Errorf("error = %v, want an unknown-authority error", err)
+		}
+	})
+
+	t.Run("a host outside the certificate is refused", func(t *testing.T) {
+		addr, _ := w.Listen()
+		_, port, _ := net.SplitHostPort(addr.String())
+		roots := x509.NewCertPool()
+		roots.AppendCertsFromPEM(w.CABundle())
+		conn, err := tls.Dial("tcp", net.JoinHostPort("127.0.0.1", port), &tls.Config{RootCAs: roots, ServerName: "webhook.elsewhere.example"})
+		if err == nil {
+			conn.Close()
+			t.Fatalf("TLS with a wrong server name succeeded")
+		}
+	})
+
+	if err := stop(); err != nil {
+		t.Errorf("Run() after cancel = %v, want nil", err)
+	}
+	if _, err := client.Get("https://" + mustListen(t, w) + HealthzPath); err == nil {
+		t.Errorf("server still answers after shutdown")
+	}
+}
+
+func mustListen(t *testing.T, w *Webhook) string {
+	t.Helper()
+	addr, err := w.Listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return addr.String()
+}
+
+func TestWebhookCertificateHosts(t *testing.T) {
+	w := newTestWebhook(t, WithHosts("sluice-webhook.sluice-system.svc", "10.0.0.7", "::1"))
+	leaf := w.cert.Leaf
+	got := struct {
+		DNS []string
+		IPs []string
+	}{DNS: leaf.DNSNames}
+	for _, ip := range leaf.IPAddresses {
+		got.IPs = append(got.IPs, ip.String())
+	}
+	want := struct {
+		DNS []string
+		IPs []string
+	}{DNS: []string{"sluice-webhook.sluice-system.svc"}, IPs: []string{"10.0.0.7", "::1"}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("certificate SANs mismatch (-want +got):\n%s", diff)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(w.CABundle())
+	if _, err := leaf.Verify(x509.VerifyOptions{DNSName: "sluice-webhook.sluice-system.svc", Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+		t.Errorf("serving certificate does not verify against the CA bundle: %v", err)
+	}
+}
+
+func TestWebhookServesGivenCertFiles(t *testing.T) {
+	sc, err := selfSignedServingCert([]string{"localhost"}, nil, time.Hour, time.Now())
+	if err != nil {
+		t.Fatalf("generate certificate: %v", err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	var certPEM bytes.Buffer
+	for _, der := range sc.cert.Certificate {
+		_ = pem.Encode(&certPEM, &pem.Block{Type: "CERTIFICATE", Bytes: der})
+	}
+	keyDER, err := x509.MarshalECPrivateKey(sc.cert.PrivateKey.(*ecdsa.PrivateKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(certFile, certPEM.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	w := newTestWebhook(t, WithCertFiles(certFile, keyFile), WithCABundle(sc.caPEM))
+	if !bytes.Equal(w.CABundle(), sc.caPEM) {
+		t.Errorf("CABundle() is not the given bundle")
+	}
+	runWebhook(t, w)
+	u, err := w.URL("localhost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := clientTrusting(t, sc.caPEM).Get(strings.Replace(u, MutatePath, HealthzPath, 1))
+	if err != nil {
+		t.Fatalf("GET healthz with the given certificate: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("healthz status = %d", resp.StatusCode)
+	}
+}
+
+func TestNewWebhookOptionErrors(t *testing.T) {
+	cases := []struct {
+		name string
+		opt  WebhookOption
+	}{
+		{name: "empty address", opt: WithAddress("")},
+		{name: "no hosts", opt: WithHosts()},
+		{name: "blank host", opt: WithHosts("localhost", " ")},
+		{name: "cert without key", opt: WithCertFiles("tls.crt", "")},
+		{name: "missing cert files", opt: WithCertFiles("/nonexistent/tls.crt", "/nonexistent/tls.key")},
+		{name: "zero validity", opt: WithCertValidity(0)},
+		{name: "negative shutdown timeout", opt: WithShutdownTimeout(-time.Second)},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := NewWebhook(tc.opt); err == nil {
+				t.Errorf("NewWebhook() succeeded, want an error")
+			}
+		})
+	}
+}
+
+func TestWebhookRunTwice(t *testing.T) {
+	w := newTestWebhook(t)
+	runWebhook(t, w)
+	// Wait until the first Run owns the server.
+	client := clientTrusting(t, w.CABundle())
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		resp, err := client.Get("https://" + mustListen(t, w) + HealthzPath)
+		if err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("server never became ready: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := w.Run(context.Background()); err == nil {
+		t.Errorf("second Run() succeeded, want an error")
+	}
+}
+
+func TestEnsureWebhookConfiguration(t *testing.T) {
+	ctx := context.Background()
+	client := fake.NewClientset()
+	const name = "sluice-job"
+	const url1 = "https://127.0.0.1:9443/mutate-batch-v1-job"
+	ca := []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+
+	if err := EnsureWebhookConfiguration(ctx, client, name, url1, ca); err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	got, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get: %v", err)
+	}
+	if len(got.Webhooks) != 1 {
+		t.Fatalf("webhooks = %d, want 1", len(got.Webhooks))
+	}
+	wh := got.Webhooks[0]
+	type summary struct {
+		Name           string
+		URL            string
+		CABundle       string
+		Operations     []admissionregistrationv1.OperationType
+		Resources      []string
+		FailurePolicy  admissionregistrationv1.FailurePolicyType
+		SideEffects    admissionregistrationv1.SideEffectClass
+		ReviewVersions []string
+		ObjectSelector []metav1.LabelSelectorRequirement
+	}
+	gotSummary := summary{
+		Name:           wh.Name,
+		URL:            *wh.ClientConfig.URL,
+		CABundle:       string(wh.ClientConfig.CABundle),
+		Operations:     wh.Rules[0].Operations,
+		Resources:      append(append(wh.Rules[0].APIGroups, wh.Rules[0].APIVersions...), wh.Rules[0].Resources...),
+		FailurePolicy:  *wh.FailurePolicy,
+		SideEffects:    *wh.SideEffects,
+		ReviewVersions: wh.AdmissionReviewVersions,
+		ObjectSelector: wh.ObjectSelector.MatchExpressions,
+	}
+	wantSummary := summary{
+		Name:           WebhookName,
+		URL:            url1,
+		CABundle:       string(ca),
+		Operations:     []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+		Resources:      []string{"batch", "v1", "jobs"},
+		FailurePolicy:  admissionregistrationv1.Fail,
+		SideEffects:    admissionregistrationv1.SideEffectClassNone,
+		ReviewVersions: []string{"v1"},
+		ObjectSelector: []metav1.LabelSelectorRequirement{{Key: v1beta1.QueueNameLabel, Operator: metav1.LabelSelectorOpExists}},
+	}
+	if diff := cmp.Diff(wantSummary, gotSummary); diff != "" {
+		t.Errorf("webhook configuration mismatch (-want +got):\n%s", diff)
+	}
+
+	// Same inputs: no write.
+	client.ClearActions()
+	if err := EnsureWebhookConfiguration(ctx, client, name, url1, ca); err != nil {
+		t.Fatalf("ensure again: %v", err)
+	}
+	for _, a := range client.Actions() {
+		if a.GetVerb() != "get" {
+			t.Errorf("unchanged configuration caused a %s", a.GetVerb())
+		}
+	}
+
+	// New URL: one update.
+	const url2 = "https://10.0.0.7:9443/mutate-batch-v1-job"
+	client.ClearActions()
+	if err := EnsureWebhookConfiguration(ctx, client, name, url2, ca); err != nil {
+		t.Fatalf("update: %v", err)
+	}
+	got, _ = client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, name, metav1.GetOptions{})
+	if u := *got.Webhooks[0].ClientConfig.URL; u != url2 {
+		t.Errorf("url after update = %q, want %q", u, url2)
+	}
+	var verbs []string
+	for _, a := range client.Actions() {
+		verbs = append(verbs, a.GetVerb())
+	}
+	if diff := cmp.Diff([]string{"get", "update", "get"}, verbs); diff != "" {
+		t.Errorf("actions mismatch (-want +got):\n%s", diff)
+	}
+}
+
+func TestEnsureWebhookConfigurationRefusesBadInput(t *testing.T) {
+	cases := []struct {
+		name   string
+		config string
+		url    string
+	}{
+		{name: "http url", config: "c", url: "http://127.0.0.1:9443/mutate-batch-v1-job"},
+		{name: "no host", config: "c", url: "https:///mutate-batch-v1-job"},
+		{name: "query", config: "c", url: "https://127.0.0.1/mutate?x=1"},
+		{name: "fragment", config: "c", url: "https://127.0.0.1/mutate#x"},
+		{name: "user info", config: "c", url: "https://u:p@127.0.0.1/mutate"},
+		{name: "unparsable", config: "c", url: "https://[::1"},
+		{name: "empty name", config: "", url: "https://127.0.0.1/mutate"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			client := fake.NewClientset()
+			if err := EnsureWebhookConfiguration(context.Background(), client, tc.config, tc.url, nil); err == nil {
+				t.Errorf("EnsureWebhookConfiguration() succeeded, want an error")
+			}
+			if n := len(client.Actions()); n != 0 {
+				t.Errorf("bad input reached the API (%d actions)", n)
+			}
+		})
+	}
+}

@@ -1,0 +1,170 @@
+// Package quota is the quota accounting service: it releases a workload's
+// reservation from the ledger when the workload stops, finishes or is
+// deleted (once, however often it hears so), reconciles the ledger against
+// the workload records on a timer, and publishes per-queue usage.
+package quota
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/sluice-dev/sluice/events"
+	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/internal/ledger"
+	"github.com/sluice-dev/sluice/internal/workloads"
+)
+
+// Publisher publishes an event under its deterministic id.
+type Publisher interface {
+	Publish(ctx context.Context, ev events.Event, id string) error
+}
+
+// Config is the quota service's configuration.
+type Config struct {
+	// Reconcile is how often the ledger is checked against the workload
+	// records; reservations of workloads that no longer exist are
+	// released.
+	Reconcile time.Duration
+}
+
+// Service is the quota accounting service.
+type Service struct {
+	cfg Config
+	js  jetstream.JetStream
+	pub Publisher
+	log zerolog.Logger
+}
+
+// New returns the service.
+func New(cfg Config, js jetstream.JetStream, pub Publisher, log zerolog.Logger) (*Service, error) {
+	if cfg.Reconcile <= 0 {
+		return nil, fmt.Errorf("quota: reconcile interval %s: must be positive", cfg.Reconcile)
+	}
+	return &Service{cfg: cfg, js: js, pub: pub, log: log}, nil
+}
+
+// Run consumes stop, finish and delete events and reconciles, until ctx
+// ends.
+func (s *Service) Run(ctx context.Context) error {
+	led, err := s.js.KeyValue(ctx, ledger.Bucket)
+	if err != nil {
+		return fmt.Errorf("quota: open %s: %w", ledger.Bucket, err)
+	}
+	wls, err := s.js.KeyValue(ctx, workloads.Bucket)
+	if err != nil {
+		return fmt.Errorf("quota: open %s: %w", workloads.Bucket, err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		errc <- bus.Run(ctx, s.js, bus.ConsumerSpec{
+			Stream:  bus.StreamEvents,
+			Durable: "quota",
+			FilterSubjects: []string{
+				events.SubjectFilter("workload", "stopped", "*", "*"),
+				events.SubjectFilter("workload", "finished", "*", "*"),
+				events.SubjectFilter("workload", "deleted", "*", "*"),
+			},
+		}, func(ctx context.Context, env events.Envelope) error { return s.handle(ctx, led, env) }, bus.WithLogger(s.log))
+	}()
+	t := time.NewTicker(s.cfg.Reconcile)
+	defer t.Stop()
+	for {
+		select {
+		case err := <-errc:
+			return err
+		case <-t.C:
+			if err := s.reconcile(ctx, led, wls); err != nil && ctx.Err() == nil {
+				s.log.Warn().Err(err).Msg("ledger reconciliation")
+			}
+		}
+	}
+}
+
+// handle releases the reservation of the workload an event is about.
+func (s *Service) handle(ctx context.Context, led ledger.KV, env events.Envelope) error {
+	var ref events.WorkloadRef
+	switch env.Type {
+	case events.TypeWorkloadStoppedV1:
+		var e events.WorkloadStoppedV1
+		if err := env.As(&e); err != nil {
+			return fmt.Errorf("%w: %v", bus.ErrPoison, err)
+		}
+		ref = e.Workload
+	case events.TypeWorkloadFinishedV1:
+		var e events.WorkloadFinishedV1
+		if err := env.As(&e); err != nil {
+			return fmt.Errorf("%w: %v", bus.ErrPoison, err)
+		}
+		ref = e.Workload
+	case events.TypeWorkloadDeletedV1:
+		var e events.WorkloadDeletedV1
+		if err := env.As(&e); err != nil {
+			return fmt.Errorf("%w: %v", bus.ErrPoison, err)
+		}
+		ref = e.Workload
+	default:
+		return fmt.Errorf("%w: unexpected event type %s", bus.ErrPoison, env.Type)
+	}
+	return s.release(ctx, led, ref)
+}
+
+func (s *Service) release(ctx context.Context, led ledger.KV, ref events.WorkloadRef) error {
+	key := workloads.EngineKey(ref)
+	cq, released, err := ledger.Release(ctx, led, key)
+	if err != nil {
+		return err // transient: redelivered with backoff
+	}
+	if !released {
+		return nil // released before: nothing to do twice
+	}
+	s.log.Info().Str("workload", key).Str("queue", cq).Msg("quota released")
+	ev := events.QuotaReleasedV1{Workload: ref, ClusterQueue: cq}
+	return s.pub.Publish(ctx, ev, events.ID(ev.Type(), ref.UID, cq))
+}
+
+// reconcile releases reservations whose workload record is gone: the
+// workload finished or was deleted while its event was lost or not yet
+// handled.
+func (s *Service) reconcile(ctx context.Context, led ledger.KV, wls jetstream.KeyValue) error {
+	keys, err := ledger.Keys(ctx, led)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, k := range keys {
+		v, err := ledger.Read(ctx, led, k)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for wk := range v.Entry.Reservations {
+			_, err := wls.Get(ctx, workloads.KVKeyFromEngine(wk))
+			if !errors.Is(err, jetstream.ErrKeyNotFound) {
+				continue
+			}
+			kind, ns, name := split(wk)
+			errs = append(errs, s.release(ctx, led, events.WorkloadRef{Kind: kind, Namespace: ns, Name: name}))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func split(engineKey string) (kind, ns, name string) {
+	var parts [3]string
+	n := 0
+	start := 0
+	for i := 0; i < len(engineKey) && n < 2; i++ {
+		if engineKey[i] == '/' {
+			parts[n] = engineKey[start:i]
+			n++
+			start = i + 1
+		}
+	}
+	parts[2] = engineKey[start:]
+	return parts[0], parts[1], parts[2]
+}

@@ -1,0 +1,278 @@
+// Package watcher mirrors Sluice's queue configuration (ResourceFlavor,
+// ClusterQueue, Cohort, LocalQueue, WorkloadPriorityClass) and Kubernetes
+// PriorityClasses and namespace labels into the sluice-config KV bucket, so
+// every other service reads configuration from JetStream and never needs
+// the API server. It also writes ClusterQueue and LocalQueue status back,
+// on a timer rather than per workload.
+package watcher
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/sluice-dev/sluice/api/v1beta1"
+	"github.com/sluice-dev/sluice/events"
+	"github.com/sluice-dev/sluice/internal/configstore"
+)
+
+// Publisher publishes an event under its deterministic id.
+type Publisher interface {
+	Publish(ctx context.Context, ev events.Event, id string) error
+}
+
+// KV is the part of the configuration bucket the watcher writes.
+type KV interface {
+	Put(ctx context.Context, key string, value []byte) (uint64, error)
+	Delete(ctx context.Context, key string, opts ...jetstream.KVDeleteOpt) error
+	ListKeys(ctx context.Context, opts ...jetstream.WatchOpt) (jetstream.KeyLister, error)
+}
+
+// mirrored lists what the watcher copies, with the kind used in keys.
+var mirrored = []struct {
+	gvr        schema.GroupVersionResource
+	kind       string
+	namespaced bool
+}{
+	{v1beta1.GroupVersion.WithResource("resourceflavors"), configstore.KindResourceFlavor, false},
+	{v1beta1.GroupVersion.WithResource("clusterqueues"), configstore.KindClusterQueue, false},
+	{v1beta1.GroupVersion.WithResource("cohorts"), configstore.KindCohort, false},
+	{v1beta1.GroupVersion.WithResource("localqueues"), configstore.KindLocalQueue, true},
+	{v1beta1.GroupVersion.WithResource("workloadpriorityclasses"), configstore.KindWorkloadPriorityClass, false},
+	{schema.GroupVersionResource{Group: "scheduling.k8s.io", Version: "v1", Resource: "priorityclasses"}, configstore.KindPriorityClass, false},
+	{schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}, configstore.KindNamespace, false},
+}
+
+// Config is the watcher's configuration.
+type Config struct {
+	// Resync re-lists everything this often, repairing any drift.
+	Resync time.Duration
+}
+
+// Service is the watcher.
+type Service struct {
+	cfg   Config
+	dyn   dynamic.Interface
+	kv    KV
+	pub   Publisher
+	log   zerolog.Logger
+	queue workqueue.TypedRateLimitingInterface[item]
+	// indexers by KV kind, for reading the current object of a key.
+	stores map[string]cache.Store
+	status *statusWriter
+	// written remembers the last value put per key (one worker writes).
+	written map[string][]byte
+}
+
+// item is one object to bring in line: its kind and cache key.
+type item struct {
+	kind string
+	key  string // namespace/name or name
+}
+
+// Option tunes the watcher.
+type Option func(*Service)
+
+// WithLogger sets the logger.
+func WithLogger(l zerolog.Logger) Option { return func(s *Service) { s.log = l } }
+
+// WithStatus makes the watcher write ClusterQueue and LocalQueue status
+// from the ledger and workload buckets every interval.
+func WithStatus(js jetstream.JetStream, interval time.Duration) Option {
+	return func(s *Service) { s.status = &statusWriter{js: js, interval: interval} }
+}
+
+// New returns a watcher.
+func New(cfg Config, dyn dynamic.Interface, kv KV, pub Publisher, opts ...Option) (*Service, error) {
+	if cfg.Resync <= 0 {
+		return nil, fmt.Errorf("watcher: resync %s: must be positive", cfg.Resync)
+	}
+	s := &Service{
+		cfg:     cfg,
+		dyn:     dyn,
+		kv:      kv,
+		pub:     pub,
+		log:     zerolog.Nop(),
+		stores:  map[string]cache.Store{},
+		written: map[string][]byte{},
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.DefaultTypedControllerRateLimiter[item](),
+			workqueue.TypedRateLimitingQueueConfig[item]{Name: "watcher"}),
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	return s, nil
+}
+
+// Run mirrors until ctx ends, then drains the queue and returns.
+func (s *Service) Run(ctx context.Context) error {
+	factory := dynamicinformer.NewDynamicSharedInformerFactory(s.dyn, s.cfg.Resync)
+	var synced []cache.InformerSynced
+	for _, m := range mirrored {
+		inf := factory.ForResource(m.gvr).Informer()
+		kind := m.kind
+		enqueue := func(obj any) {
+			if k, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+				s.queue.Add(item{kind: kind, key: k})
+			}
+		}
+		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    enqueue,
+			UpdateFunc: func(_, obj any) { enqueue(obj) },
+			DeleteFunc: enqueue,
+		}); err != nil {
+			return fmt.Errorf("watcher: watch %s: %w", m.gvr.Resource, err)
+		}
+		s.stores[kind] = inf.GetStore()
+		synced = append(synced, inf.HasSynced)
+	}
+	factory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		return nil // ctx ended
+	}
+	if err := s.prune(ctx); err != nil {
+		s.log.Error().Err(err).Msg("pruning stale configuration")
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for s.next(ctx) {
+		}
+	}()
+	if s.status != nil {
+		go s.status.run(ctx, s)
+	}
+	<-ctx.Done()
+	s.queue.ShutDownWithDrain()
+	<-done
+	factory.Shutdown()
+	return nil
+}
+
+func (s *Service) next(ctx context.Context) bool {
+	it, quit := s.queue.Get()
+	if quit {
+		return false
+	}
+	defer s.queue.Done(it)
+	// Writes use their own short context so a shutdown finishes them.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := s.sync(wctx, it); err != nil {
+		s.log.Error().Err(err).Str("key", it.key).Str("kind", it.kind).Msg("mirroring failed; retrying")
+		s.queue.AddRateLimited(it)
+		return true
+	}
+	s.queue.Forget(it)
+	return true
+}
+
+// sync writes the object's current state, or its absence, to the bucket.
+func (s *Service) sync(ctx context.Context, it item) error {
+	ns, name, err := cache.SplitMetaNamespaceKey(it.key)
+	if err != nil {
+		return fmt.Errorf("bad key %q: %w", it.key, err)
+	}
+	key := configstore.Key(it.kind, ns, name)
+	obj, exists, err := s.stores[it.kind].GetByKey(it.key)
+	if err != nil {
+		return err
+	}
+	ev := events.ConfigChangedV1{Kind: it.kind, Namespace: ns, Name: name}
+	if !exists {
+		if err := s.kv.Delete(ctx, key); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return fmt.Errorf("delete %s: %w", key, err)
+		}
+		delete(s.written, key)
+		ev.Deleted = true
+	} else {
+		b, err := encode(it.kind, obj)
+		if err != nil {
+			return err
+		}
+		if prev, ok := s.written[key]; ok && bytes.Equal(prev, b) {
+			return nil // nothing that matters changed
+		}
+		rev, err := s.kv.Put(ctx, key, b)
+		if err != nil {
+			return fmt.Errorf("put %s: %w", key, err)
+		}
+		ev.Revision = rev
+		s.written[key] = b
+	}
+	return s.pub.Publish(ctx, ev, events.ID(ev.Type(), key, ev.Revision, ev.Deleted))
+}
+
+// encode keeps what consumers need: for namespaces only the labels, for
+// everything else the object without bookkeeping fields.
+func encode(kind string, obj any) ([]byte, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return nil, fmt.Errorf("unexpected object %T", obj)
+	}
+	u = u.DeepCopy()
+	// Only what decides admission is mirrored: status and bookkeeping
+	// would turn every status write into a configuration change.
+	for _, f := range [][]string{{"metadata", "managedFields"}, {"metadata", "resourceVersion"}, {"metadata", "generation"}, {"status"}} {
+		unstructured.RemoveNestedField(u.Object, f...)
+	}
+	if kind == configstore.KindNamespace {
+		m, err := meta.Accessor(u)
+		if err != nil {
+			return nil, err
+		}
+		return json.Marshal(map[string]any{"metadata": map[string]any{"name": m.GetName(), "labels": m.GetLabels()}})
+	}
+	return json.Marshal(u.Object)
+}
+
+// prune deletes keys of objects that vanished while nobody watched.
+func (s *Service) prune(ctx context.Context) error {
+	l, err := s.kv.ListKeys(ctx)
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var stale []string
+	for k := range l.Keys() {
+		kind, rest, _ := strings.Cut(k, ".")
+		st, ok := s.stores[kind]
+		if !ok {
+			continue
+		}
+		ck := rest
+		if kind == configstore.KindLocalQueue {
+			ns, name, _ := strings.Cut(rest, ".")
+			ck = ns + "/" + name
+		}
+		if _, exists, _ := st.GetByKey(ck); !exists {
+			stale = append(stale, k)
+		}
+	}
+	for _, k := range stale {
+		kind, rest, _ := strings.Cut(k, ".")
+		if kind == configstore.KindLocalQueue {
+			ns, name, _ := strings.Cut(rest, ".")
+			rest = ns + "/" + name
+		}
+		s.queue.Add(item{kind: kind, key: rest})
+	}
+	return nil
+}
