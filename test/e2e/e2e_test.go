@@ -1,0 +1,141 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// queues creates a flavor for the a100 nodes, one ClusterQueue with the
+// given GPU quota and policy, a namespace and a LocalQueue "q" in it.
+func queues(t *testing.T, name string, gpus int, preemption string) {
+	t.Helper()
+	apply(t, fmt.Sprintf(`apiVersion: sluice.dev/v1beta1
+kind: ResourceFlavor
+metadata: {name: a100}
+spec:
+  nodeLabels: {instance-type: a100}
+---
+apiVersion: sluice.dev/v1beta1
+kind: WorkloadPriorityClass
+metadata: {name: high}
+value: 1000
+---
+apiVersion: sluice.dev/v1beta1
+kind: ClusterQueue
+metadata: {name: %[1]s}
+spec:
+  namespaceSelector: {}
+  preemption: {withinClusterQueue: %[3]s}
+  resourceGroups:
+  - coveredResources: [cpu, nvidia.com/gpu]
+    flavors:
+    - name: a100
+      resources:
+      - {name: cpu, nominalQuota: 64}
+      - {name: nvidia.com/gpu, nominalQuota: %[2]d}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: %[1]s}
+---
+apiVersion: sluice.dev/v1beta1
+kind: LocalQueue
+metadata: {name: q, namespace: %[1]s}
+spec: {clusterQueue: %[1]s}
+`, name, gpus, preemption))
+}
+
+func TestAdmitAndComplete(t *testing.T) {
+	ns := "e2e-admit"
+	queues(t, ns, 8, "Never")
+	createJob(t, jobSpec{ns: ns, name: "train", queue: "q", pods: 2, gpus: 1, runFor: "3s"})
+	waitRunning(t, ns, "train", 30*time.Second)
+	waitEvent(t, ns, "train", "Admitted", "ClusterQueue "+ns, 10*time.Second)
+
+	// The flavor's node labels land on the pods, and the real scheduler
+	// binds them to matching kwok nodes.
+	eventually(t, 30*time.Second, "pods bound to a100 nodes", func() (bool, string) {
+		pods, err := env.kube.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "job-name=train"})
+		if err != nil || len(pods.Items) < 2 {
+			return false, fmt.Sprintf("%d pods, err %v", len(pods.Items), err)
+		}
+		for _, p := range pods.Items {
+			if p.Spec.NodeSelector["instance-type"] != "a100" || p.Spec.NodeName == "" {
+				return false, fmt.Sprintf("pod %s selector %v node %q", p.Name, p.Spec.NodeSelector, p.Spec.NodeName)
+			}
+			node, err := env.kube.CoreV1().Nodes().Get(context.Background(), p.Spec.NodeName, metav1.GetOptions{})
+			if err != nil || node.Labels["instance-type"] != "a100" {
+				return false, fmt.Sprintf("node %s labels %v", p.Spec.NodeName, node.Labels)
+			}
+		}
+		return true, ""
+	})
+	waitComplete(t, ns, "train", 60*time.Second)
+
+	// Quota is released on completion.
+	eventually(t, 20*time.Second, "reservation released", func() (bool, string) {
+		r, held := reservations(t)["job/"+ns+"/train"]
+		return !held, fmt.Sprintf("still held: %+v", r)
+	})
+}
+
+func TestQueueingWhenQuotaIsFull(t *testing.T) {
+	ns := "e2e-queue"
+	queues(t, ns, 4, "Never")
+	createJob(t, jobSpec{ns: ns, name: "first", queue: "q", pods: 4, gpus: 1, runFor: "6s"})
+	waitRunning(t, ns, "first", 30*time.Second)
+	createJob(t, jobSpec{ns: ns, name: "second", queue: "q", pods: 2, gpus: 1, runFor: "2s"})
+	waitEvent(t, ns, "second", "Pending", "insufficient unused quota for nvidia.com/gpu in flavor a100: requested 2, available 0", 20*time.Second)
+	if !suspended(getJob(t, ns, "second")) {
+		t.Fatalf("second started while first holds the quota")
+	}
+	waitComplete(t, ns, "first", 60*time.Second)
+	waitRunning(t, ns, "second", 30*time.Second)
+	waitComplete(t, ns, "second", 60*time.Second)
+}
+
+func TestPreemption(t *testing.T) {
+	ns := "e2e-preempt"
+	queues(t, ns, 4, "LowerPriority")
+	createJob(t, jobSpec{ns: ns, name: "low", queue: "q", pods: 4, gpus: 1, runFor: "600s"})
+	waitRunning(t, ns, "low", 30*time.Second)
+	createJob(t, jobSpec{ns: ns, name: "high", queue: "q", priorityClass: "high", pods: 4, gpus: 1, runFor: "4s"})
+
+	// The victim is suspended with its template restored, the preemptor
+	// starts, and once it finishes the victim resumes.
+	waitEvent(t, ns, "low", "Preempted", "InClusterQueue", 30*time.Second)
+	waitRunning(t, ns, "high", 30*time.Second)
+	low := getJob(t, ns, "low")
+	if !suspended(low) {
+		t.Fatalf("low runs beside high: %+v", low.Status)
+	}
+	if _, ok := low.Spec.Template.Spec.NodeSelector["instance-type"]; ok {
+		t.Errorf("the preempted job kept the flavor's nodeSelector: %v", low.Spec.Template.Spec.NodeSelector)
+	}
+	waitComplete(t, ns, "high", 60*time.Second)
+	waitRunning(t, ns, "low", 30*time.Second)
+}
+
+func TestMissingLocalQueue(t *testing.T) {
+	ns := "e2e-missing"
+	queues(t, ns, 4, "Never")
+	createJob(t, jobSpec{ns: ns, name: "lost", queue: "later", pods: 1, gpus: 1, runFor: "1s"})
+	waitEvent(t, ns, "lost", "Pending", "LocalQueue "+ns+"/later does not exist", 20*time.Second)
+	if !suspended(getJob(t, ns, "lost")) {
+		t.Fatalf("a job naming a missing queue started")
+	}
+	apply(t, fmt.Sprintf(`apiVersion: sluice.dev/v1beta1
+kind: LocalQueue
+metadata: {name: later, namespace: %[1]s}
+spec: {clusterQueue: %[1]s}
+`, ns))
+	waitRunning(t, ns, "lost", 30*time.Second)
+	waitComplete(t, ns, "lost", 60*time.Second)
+}
+
+var _ = corev1.EventTypeNormal

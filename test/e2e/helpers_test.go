@@ -1,0 +1,190 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/sluice-dev/sluice/api/v1beta1"
+	"github.com/sluice-dev/sluice/internal/ledger"
+)
+
+// apply creates every object of a multi-document YAML.
+func apply(t *testing.T, docs string) {
+	t.Helper()
+	for _, doc := range strings.Split(docs, "\n---\n") {
+		if strings.TrimSpace(doc) == "" {
+			continue
+		}
+		var u unstructured.Unstructured
+		if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
+			t.Fatalf("bad test YAML: %v\n%s", err, doc)
+		}
+		gvk := u.GroupVersionKind()
+		plural := strings.ToLower(gvk.Kind) + "s"
+		if strings.HasSuffix(gvk.Kind, "s") {
+			plural = strings.ToLower(gvk.Kind) + "es" // WorkloadPriorityClass
+		}
+		gvr := schema.GroupVersionResource{Group: gvk.Group, Version: gvk.Version, Resource: plural}
+		var ri interface {
+			Create(context.Context, *unstructured.Unstructured, metav1.CreateOptions, ...string) (*unstructured.Unstructured, error)
+		} = env.dyn.Resource(gvr)
+		if ns := u.GetNamespace(); ns != "" {
+			ri = env.dyn.Resource(gvr).Namespace(ns)
+		}
+		if _, err := ri.Create(context.Background(), &u, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("create %s %s: %v", gvk.Kind, u.GetName(), err)
+		}
+	}
+}
+
+// jobSpec describes a test Job.
+type jobSpec struct {
+	ns, name, queue, priorityClass string
+	pods                           int32
+	gpus                           int64
+	runFor                         string
+}
+
+func createJob(t *testing.T, s jobSpec) *batchv1.Job {
+	t.Helper()
+	labels := map[string]string{v1beta1.QueueNameLabel: s.queue}
+	if s.priorityClass != "" {
+		labels[v1beta1.PriorityClassLabel] = s.priorityClass
+	}
+	res := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), "nvidia.com/gpu": *resource.NewQuantity(s.gpus, resource.DecimalSI)}
+	j := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: s.ns, Labels: labels},
+		Spec: batchv1.JobSpec{
+			Parallelism: ptr.To(s.pods),
+			Completions: ptr.To(s.pods),
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{"sluice.dev/run-for": s.runFor}},
+				Spec: corev1.PodSpec{
+					RestartPolicy: corev1.RestartPolicyNever,
+					Containers: []corev1.Container{{Name: "main", Image: "busybox",
+						Resources: corev1.ResourceRequirements{Requests: res, Limits: corev1.ResourceList{"nvidia.com/gpu": res["nvidia.com/gpu"]}}}},
+				},
+			},
+		},
+	}
+	got, err := env.kube.BatchV1().Jobs(s.ns).Create(context.Background(), j, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create job %s/%s: %v", s.ns, s.name, err)
+	}
+	if got.Spec.Suspend == nil || !*got.Spec.Suspend {
+		t.Fatalf("job %s/%s was not suspended on create by the webhook", s.ns, s.name)
+	}
+	return got
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, within time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	last := ""
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		last = state
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s; last seen: %s", what, within, last)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func getJob(t *testing.T, ns, name string) *batchv1.Job {
+	t.Helper()
+	j, err := env.kube.BatchV1().Jobs(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get job %s/%s: %v", ns, name, err)
+	}
+	return j
+}
+
+func suspended(j *batchv1.Job) bool { return j.Spec.Suspend != nil && *j.Spec.Suspend }
+
+func complete(j *batchv1.Job) bool {
+	for _, c := range j.Status.Conditions {
+		if c.Type == batchv1.JobComplete && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+func waitRunning(t *testing.T, ns, name string, within time.Duration) {
+	t.Helper()
+	eventually(t, within, fmt.Sprintf("job %s/%s unsuspended", ns, name), func() (bool, string) {
+		j := getJob(t, ns, name)
+		return !suspended(j), fmt.Sprintf("suspend=%v status=%+v", suspended(j), j.Status)
+	})
+}
+
+func waitComplete(t *testing.T, ns, name string, within time.Duration) {
+	t.Helper()
+	eventually(t, within, fmt.Sprintf("job %s/%s complete", ns, name), func() (bool, string) {
+		j := getJob(t, ns, name)
+		return complete(j), fmt.Sprintf("suspend=%v status=%+v", suspended(j), j.Status)
+	})
+}
+
+// waitEvent waits for a Kubernetes Event on the Job whose reason and
+// message contain the given texts.
+func waitEvent(t *testing.T, ns, name, reason, text string, within time.Duration) {
+	t.Helper()
+	eventually(t, within, fmt.Sprintf("event %s %q on job %s/%s", reason, text, ns, name), func() (bool, string) {
+		evs, err := env.kube.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+		if err != nil {
+			return false, err.Error()
+		}
+		var seen []string
+		for _, e := range evs.Items {
+			if e.Reason == reason && strings.Contains(e.Message, text) {
+				return true, ""
+			}
+			seen = append(seen, e.Reason+": "+e.Message)
+		}
+		return false, strings.Join(seen, " | ")
+	})
+}
+
+// reservations reads every reservation in the quota ledger.
+func reservations(t *testing.T) map[string]ledger.Reservation {
+	t.Helper()
+	ctx := context.Background()
+	kv, err := env.js.KeyValue(ctx, ledger.Bucket)
+	if err != nil {
+		t.Fatalf("open ledger: %v", err)
+	}
+	keys, err := ledger.Keys(ctx, kv)
+	if err != nil {
+		t.Fatalf("ledger keys: %v", err)
+	}
+	out := map[string]ledger.Reservation{}
+	for _, k := range keys {
+		v, err := ledger.Read(ctx, kv, k)
+		if err != nil {
+			t.Fatalf("read ledger: %v", err)
+		}
+		for wk, r := range v.Entry.Reservations {
+			out[wk] = r
+		}
+	}
+	return out
+}

@@ -1,0 +1,225 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/yaml"
+)
+
+// env is what every test uses.
+var env struct {
+	kube *kubernetes.Clientset
+	dyn  dynamic.Interface
+	js   jetstream.JetStream
+	nats string
+}
+
+func TestMain(m *testing.M) {
+	if os.Getenv("SLUICE_E2E") != "1" {
+		fmt.Println("e2e: skipped (set SLUICE_E2E=1, or run make e2e)")
+		os.Exit(0)
+	}
+	os.Exit(run(m))
+}
+
+func root() string {
+	wd, _ := os.Getwd()
+	return filepath.Clean(filepath.Join(wd, "..", ".."))
+}
+
+func freePort() int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func sh(dir string, name string, args ...string) error {
+	cmd := exec.Command(name, args...)
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	return cmd.Run()
+}
+
+// run brings the cluster and Sluice up, runs the tests, and takes both down.
+func run(m *testing.M) int {
+	top := root()
+	bin := filepath.Join(top, "bin")
+	state, err := os.MkdirTemp("", "sluice-e2e-")
+	if err != nil {
+		fmt.Println("e2e:", err)
+		return 1
+	}
+	defer os.RemoveAll(state)
+	if err := sh(filepath.Join(top, "hack", "devcluster"), "go", "build", "-o", filepath.Join(bin, "devcluster"), "."); err != nil {
+		fmt.Println("e2e: build devcluster:", err)
+		return 1
+	}
+	if err := sh(top, "go", "build", "-o", filepath.Join(bin, "sluice"), "./cmd/sluice"); err != nil {
+		fmt.Println("e2e: build sluice:", err)
+		return 1
+	}
+	dc := filepath.Join(bin, "devcluster")
+	if err := sh(top, dc, "up", "--dir", state); err != nil {
+		fmt.Println("e2e: devcluster up:", err)
+		_ = sh(top, dc, "down", "--dir", state)
+		return 1
+	}
+	defer func() { _ = sh(top, dc, "down", "--dir", state) }()
+	kubeconfig := filepath.Join(state, "kubeconfig")
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		fmt.Println("e2e:", err)
+		return 1
+	}
+	cfg.QPS, cfg.Burst = 500, 1000
+	if err := installCRDs(cfg, filepath.Join(top, "config", "crd")); err != nil {
+		fmt.Println("e2e: install CRDs:", err)
+		return 1
+	}
+	env.kube = kubernetes.NewForConfigOrDie(cfg)
+	env.dyn = dynamic.NewForConfigOrDie(cfg)
+
+	natsPort, hookPort := freePort(), freePort()
+	env.nats = fmt.Sprintf("nats://127.0.0.1:%d", natsPort)
+	logf, err := os.Create(filepath.Join(state, "sluice.log"))
+	if err != nil {
+		fmt.Println("e2e:", err)
+		return 1
+	}
+	sluice := exec.Command(filepath.Join(bin, "sluice"), "dev", "--kubeconfig", kubeconfig,
+		"--nats-port", fmt.Sprint(natsPort), "--webhook-address", fmt.Sprintf("127.0.0.1:%d", hookPort),
+		"--status-interval", "1s", "--log-level", "debug")
+	sluice.Stdout, sluice.Stderr = logf, logf
+	if err := sluice.Start(); err != nil {
+		fmt.Println("e2e: start sluice:", err)
+		return 1
+	}
+	defer func() {
+		_ = sluice.Process.Signal(os.Interrupt)
+		done := make(chan error, 1)
+		go func() { done <- sluice.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			_ = sluice.Process.Kill()
+		}
+		if os.Getenv("SLUICE_E2E_LOG") != "" {
+			b, _ := os.ReadFile(logf.Name())
+			os.Stderr.Write(b)
+		}
+	}()
+	nc, err := connectNATS(env.nats, 30*time.Second)
+	if err != nil {
+		fmt.Println("e2e: NATS:", err)
+		return 1
+	}
+	defer nc.Close()
+	env.js, _ = jetstream.New(nc)
+	if err := waitWebhook(30 * time.Second); err != nil {
+		fmt.Println("e2e:", err)
+		return 1
+	}
+	code := m.Run()
+	if code != 0 {
+		b, _ := os.ReadFile(logf.Name())
+		lines := strings.Split(string(b), "\n")
+		if len(lines) > 80 {
+			lines = lines[len(lines)-80:]
+		}
+		fmt.Println("e2e: last lines of the sluice log:\n" + strings.Join(lines, "\n"))
+	}
+	return code
+}
+
+func connectNATS(url string, within time.Duration) (*nats.Conn, error) {
+	deadline := time.Now().Add(within)
+	for {
+		nc, err := nats.Connect(url)
+		if err == nil {
+			return nc, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// waitWebhook waits until the job integration registered its webhook.
+func waitWebhook(within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		if _, err := env.kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(context.Background(), "sluice-job", metav1.GetOptions{}); err == nil {
+			return nil
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return fmt.Errorf("the job webhook was not registered within %s", within)
+}
+
+func installCRDs(cfg *rest.Config, dir string) error {
+	cs, err := apiextclient.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		var crd apiextensionsv1.CustomResourceDefinition
+		if err := yaml.UnmarshalStrict(bytes.TrimSpace(b), &crd); err != nil {
+			return fmt.Errorf("%s: %w", f, err)
+		}
+		if _, err := cs.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, &crd, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("%s: %w", f, err)
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			got, err := cs.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd.Name, metav1.GetOptions{})
+			if err == nil && established(got) {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("CRD %s not established", crd.Name)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+func established(crd *apiextensionsv1.CustomResourceDefinition) bool {
+	for _, c := range crd.Status.Conditions {
+		if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
