@@ -109,7 +109,7 @@ func (f *serviceFlags) bindWatcher(cmd *cobra.Command) {
 	cmd.Flags().DurationVar(&f.resync, "resync", 10*time.Minute, "full re-list interval")
 }
 func (f *serviceFlags) bindJob(cmd *cobra.Command) {
-	cmd.Flags().IntVar(&f.workers, "workers", 8, "jobs reconciled in parallel")
+	cmd.Flags().IntVar(&f.workers, "workers", 32, "jobs reconciled in parallel")
 	cmd.Flags().StringVar(&f.webhookAddr, "webhook-address", "127.0.0.1:9443", "address of the suspend-on-create webhook (empty: none)")
 	cmd.Flags().StringVar(&f.webhookHost, "webhook-host", "127.0.0.1", "host the API server reaches the webhook by")
 	if f.resync == 0 {

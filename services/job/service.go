@@ -166,7 +166,13 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 	}
 	if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: enqueue, UpdateFunc: func(_, o any) { enqueue(o) }, DeleteFunc: enqueue,
+		AddFunc: enqueue,
+		UpdateFunc: func(o, n any) {
+			if relevant(o, n) {
+				enqueue(n)
+			}
+		},
+		DeleteFunc: enqueue,
 	}); err != nil {
 		return fmt.Errorf("job: watch jobs: %w", err)
 	}
@@ -250,6 +256,42 @@ func (s *Service) Run(ctx context.Context) error {
 	<-workersDone
 	cancel()
 	return runErr
+}
+
+// relevant reports whether a Job update can change what Sluice does: most
+// updates are pod counts in the status, which it ignores.
+func relevant(o, n any) bool {
+	oj, ok1 := o.(*batchv1.Job)
+	nj, ok2 := n.(*batchv1.Job)
+	if !ok1 || !ok2 {
+		return true
+	}
+	if oj.ResourceVersion == nj.ResourceVersion {
+		return true // a resync: reconcile anyway
+	}
+	if ptrBool(oj.Spec.Suspend) != ptrBool(nj.Spec.Suspend) || oj.UID != nj.UID {
+		return true
+	}
+	of, _, _ := IsFinished(oj)
+	nf, _, _ := IsFinished(nj)
+	if of != nf {
+		return true
+	}
+	return !equalMaps(oj.Labels, nj.Labels) || !equalMaps(oj.Annotations, nj.Annotations)
+}
+
+func ptrBool(b *bool) bool { return b != nil && *b }
+
+func equalMaps(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
 }
 
 func (s *Service) next(ctx context.Context) bool {
