@@ -217,4 +217,3 @@ func setup(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface
 	time.Sleep(2 * time.Second)
 	return nil
 }
-
