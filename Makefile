@@ -10,17 +10,36 @@ CONTROLLER_GEN := go run sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTR
 # Directories that hold generated files; `verify` fails if they are stale.
 GENERATED_DIRS := api config
 
-.PHONY: all build test generate verify bench
+.PHONY: all build test test-unit e2e generate verify bench dev dev-down devcluster
 
 all: build
 
 build:
 	go build -o bin/sluice ./cmd/sluice
 
-# Unit tests, including the CRD validation tests in api/. Extend as needed
-# (e.g. -race, or the end-to-end tests in test/e2e behind their own target).
-test:
+devcluster:
+	cd hack/devcluster && go build -o ../../bin/devcluster .
+
+# Everything: unit and integration tests (real JetStream, the API server's
+# own CRD validation), the devcluster's own tests, and the end-to-end tests
+# on a real control plane (the first run builds Kubernetes: ~10 minutes).
+test: test-unit e2e
+
+test-unit:
 	go test ./...
+	cd hack/devcluster && go test ./...
+
+e2e:
+	SLUICE_E2E=1 go test -count=1 -timeout 45m ./test/e2e/
+
+# A local cluster with Sluice running and example Jobs to watch.
+dev: build devcluster
+	hack/dev.sh
+
+dev-down:
+	-@state="$${DEVCLUSTER_DIR:-$$HOME/.sluice-devcluster}"; \
+	if [ -f "$$state/sluice.pid" ]; then kill "$$(cat "$$state/sluice.pid")" 2>/dev/null; rm -f "$$state/sluice.pid"; fi
+	-bin/devcluster down
 
 # Deep-copy methods (api/v1beta1/zz_generated.deepcopy.go) and one CRD
 # manifest per kind in config/crd/.

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# `make dev`: a local control plane, Sluice's CRDs and example queues,
+# `sluice dev` in the background, and example Jobs to watch.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+state="${DEVCLUSTER_DIR:-$HOME/.sluice-devcluster}"
+bin/devcluster up --dir "$state"
+export KUBECONFIG="$state/kubeconfig"
+kubectl() { bin/devcluster kubectl --dir "$state" "$@"; }
+
+kubectl apply -f config/crd/ >/dev/null
+kubectl wait --for condition=established --timeout=60s crd --all >/dev/null
+kubectl apply -f examples/cluster/queues.yaml
+
+if [ -f "$state/sluice.pid" ] && kill -0 "$(cat "$state/sluice.pid")" 2>/dev/null; then
+	echo "sluice dev already runs (pid $(cat "$state/sluice.pid"))"
+else
+	nohup bin/sluice dev --nats-store "$state/jetstream" >"$state/sluice.log" 2>&1 &
+	echo $! >"$state/sluice.pid"
+	for _ in $(seq 1 60); do
+		kubectl get mutatingwebhookconfiguration sluice-job >/dev/null 2>&1 && break
+		sleep 0.5
+	done
+	echo "sluice dev started (pid $(cat "$state/sluice.pid")), log in $state/sluice.log"
+fi
+
+kubectl apply -f examples/cluster/jobs.yaml
+sleep 15
+kubectl apply -f examples/cluster/jobs-later.yaml
+
+cat <<MSG
+
+Sluice is running. Look at it with:
+
+  export KUBECONFIG=$state/kubeconfig
+  bin/devcluster kubectl get jobs -A -w          # team-a/sweep is preempted by team-b/train
+  bin/devcluster kubectl get events -n team-b    # Admitted / Pending (with the reason) / Preempted
+  bin/sluice events tail                         # every decision as a CloudEvent
+  bin/devcluster kubectl get clusterqueues       # pending and admitted counts
+
+Stop everything with: make dev-down
+MSG
