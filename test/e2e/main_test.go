@@ -30,6 +30,41 @@ var env struct {
 	dyn  dynamic.Interface
 	js   jetstream.JetStream
 	nats string
+
+	hookAddr   string
+	sluiceBin  string
+	sluiceArgs []string
+	sluiceLog  *os.File
+	sluice     *exec.Cmd
+}
+
+// startSluice starts `sluice dev` with the suite's arguments.
+func startSluice() error {
+	cmd := exec.Command(env.sluiceBin, env.sluiceArgs...)
+	cmd.Stdout, cmd.Stderr = env.sluiceLog, env.sluiceLog
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	env.sluice = cmd
+	return nil
+}
+
+// stopSluice stops it: os.Interrupt for an orderly shutdown, os.Kill for a
+// crash.
+func stopSluice(sig os.Signal) {
+	if env.sluice == nil {
+		return
+	}
+	_ = env.sluice.Process.Signal(sig)
+	done := make(chan error, 1)
+	go func() { done <- env.sluice.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		_ = env.sluice.Process.Kill()
+		<-done
+	}
+	env.sluice = nil
 }
 
 func TestMain(m *testing.M) {
@@ -107,23 +142,18 @@ func run(m *testing.M) int {
 		fmt.Println("e2e:", err)
 		return 1
 	}
-	sluice := exec.Command(filepath.Join(bin, "sluice"), "dev", "--kubeconfig", kubeconfig,
-		"--nats-port", fmt.Sprint(natsPort), "--webhook-address", fmt.Sprintf("127.0.0.1:%d", hookPort),
-		"--status-interval", "1s", "--log-level", "debug")
-	sluice.Stdout, sluice.Stderr = logf, logf
-	if err := sluice.Start(); err != nil {
+	env.sluiceArgs = []string{"dev", "--kubeconfig", kubeconfig,
+		"--nats-port", fmt.Sprint(natsPort), "--nats-store", filepath.Join(state, "jetstream"),
+		"--webhook-address", fmt.Sprintf("127.0.0.1:%d", hookPort),
+		"--status-interval", "1s", "--log-level", "debug"}
+	env.sluiceBin, env.sluiceLog = filepath.Join(bin, "sluice"), logf
+	env.hookAddr = fmt.Sprintf("127.0.0.1:%d", hookPort)
+	if err := startSluice(); err != nil {
 		fmt.Println("e2e: start sluice:", err)
 		return 1
 	}
 	defer func() {
-		_ = sluice.Process.Signal(os.Interrupt)
-		done := make(chan error, 1)
-		go func() { done <- sluice.Wait() }()
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			_ = sluice.Process.Kill()
-		}
+		stopSluice(os.Interrupt)
 		if os.Getenv("SLUICE_E2E_LOG") != "" {
 			b, _ := os.ReadFile(logf.Name())
 			os.Stderr.Write(b)
@@ -166,12 +196,17 @@ func connectNATS(url string, within time.Duration) (*nats.Conn, error) {
 	}
 }
 
-// waitWebhook waits until the job integration registered its webhook.
+// waitWebhook waits until the job integration registered its webhook and
+// serves it.
 func waitWebhook(within time.Duration) error {
 	deadline := time.Now().Add(within)
 	for time.Now().Before(deadline) {
-		if _, err := env.kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(context.Background(), "sluice-job", metav1.GetOptions{}); err == nil {
-			return nil
+		_, err := env.kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(context.Background(), "sluice-job", metav1.GetOptions{})
+		if err == nil {
+			if c, err := net.DialTimeout("tcp", env.hookAddr, time.Second); err == nil {
+				c.Close()
+				return nil
+			}
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
