@@ -53,6 +53,11 @@ func (c *common) logger(service string) (zerolog.Logger, error) {
 	return zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Str("service", service).Logger(), nil
 }
 
+// serviceLogger is the logger of one service inside `sluice dev`.
+func serviceLogger(dev zerolog.Logger, service string) zerolog.Logger {
+	return zerolog.New(os.Stderr).Level(dev.GetLevel()).With().Timestamp().Str("service", service).Logger()
+}
+
 // kube loads the cluster configuration with client-go's rules.
 func (c *common) kube() (*rest.Config, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
@@ -317,7 +322,7 @@ func runAll(ctx context.Context, c *common, kc *rest.Config, log zerolog.Logger,
 	var wg sync.WaitGroup
 	errc := make(chan error, len(svcs))
 	for _, s := range svcs {
-		run, err := s.mk(ctx, js, kc, log.With().Str("service", s.name).Logger())
+		run, err := s.mk(ctx, js, kc, serviceLogger(log, s.name))
 		if err != nil {
 			cancel()
 			wg.Wait()

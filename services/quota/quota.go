@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -155,16 +156,9 @@ func (s *Service) reconcile(ctx context.Context, led ledger.KV, wls jetstream.Ke
 }
 
 func split(engineKey string) (kind, ns, name string) {
-	var parts [3]string
-	n := 0
-	start := 0
-	for i := 0; i < len(engineKey) && n < 2; i++ {
-		if engineKey[i] == '/' {
-			parts[n] = engineKey[start:i]
-			n++
-			start = i + 1
-		}
+	parts := strings.SplitN(engineKey, "/", 3)
+	for len(parts) < 3 {
+		parts = append([]string{""}, parts...)
 	}
-	parts[2] = engineKey[start:]
 	return parts[0], parts[1], parts[2]
 }

@@ -1,0 +1,657 @@
+package admission_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sluice-dev/sluice/api/v1beta1"
+	"github.com/sluice-dev/sluice/events"
+	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/internal/configstore"
+	"github.com/sluice-dev/sluice/internal/engine"
+	"github.com/sluice-dev/sluice/internal/ledger"
+	"github.com/sluice-dev/sluice/internal/natstest"
+	"github.com/sluice-dev/sluice/internal/workloads"
+	"github.com/sluice-dev/sluice/services/admission"
+)
+
+const (
+	ns = "team-a"
+	// waitFor bounds every poll; a healthy service answers in milliseconds.
+	waitFor = 10 * time.Second
+)
+
+// now is the admission service's clock in these tests, so reservations
+// compare exactly.
+var now = time.Date(2025, 6, 7, 8, 9, 10, 0, time.UTC)
+
+// harness is one JetStream server with Sluice's streams and buckets, a
+// recorder of every workload and preemption event, and (once started) an
+// admission service.
+type harness struct {
+	t     *testing.T
+	ctx   context.Context
+	js    jetstream.JetStream
+	cfg   jetstream.KeyValue
+	wls   jetstream.KeyValue
+	led   jetstream.KeyValue
+	recs  map[string]events.WorkloadSubmittedV1
+	mu    sync.Mutex
+	evs   []events.Envelope
+	stopF func()
+}
+
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	js := natstest.JetStream(t)
+	if err := bus.Setup(ctx, js, bus.Config{}); err != nil {
+		t.Fatalf("bus.Setup: %v", err)
+	}
+	h := &harness{t: t, ctx: ctx, js: js, recs: map[string]events.WorkloadSubmittedV1{}}
+	var err error
+	for name, kv := range map[string]*jetstream.KeyValue{configstore.Bucket: &h.cfg, workloads.Bucket: &h.wls, ledger.Bucket: &h.led} {
+		if *kv, err = js.KeyValue(ctx, name); err != nil {
+			t.Fatalf("open %s: %v", name, err)
+		}
+	}
+	cons, err := js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{
+			events.SubjectFilter("workload", "", "", ""),
+			events.SubjectFilter("preemption", "", "", ""),
+		},
+	})
+	if err != nil {
+		t.Fatalf("ordered consumer: %v", err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		env, err := events.DecodeParts(m.Subject(), m.Headers(), m.Data())
+		if err != nil {
+			t.Errorf("undecodable event on %s: %v", m.Subject(), err)
+			return
+		}
+		h.mu.Lock()
+		h.evs = append(h.evs, env)
+		h.mu.Unlock()
+	})
+	if err != nil {
+		t.Fatalf("consume: %v", err)
+	}
+	t.Cleanup(cc.Stop)
+	return h
+}
+
+// start runs an admission service until the test ends.
+func (h *harness) start() {
+	h.t.Helper()
+	log := zerolog.New(zerolog.NewTestWriter(h.t)).Level(zerolog.WarnLevel)
+	s, err := admission.New(admission.Config{Interval: 5 * time.Millisecond}, h.js,
+		bus.NewPublisher(h.js, events.Source("admission")),
+		admission.WithClock(func() time.Time { return now }), admission.WithLogger(log))
+	if err != nil {
+		h.t.Fatalf("admission.New: %v", err)
+	}
+	ctx, cancel := context.WithCancel(h.ctx)
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	h.stopF = func() {
+		cancel()
+		if err := <-done; err != nil {
+			h.t.Errorf("admission Run: %v", err)
+		}
+	}
+	h.t.Cleanup(h.stopF)
+}
+
+func (h *harness) put(kv jetstream.KeyValue, key string, v any) {
+	h.t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if _, err := kv.Put(h.ctx, key, b); err != nil {
+		h.t.Fatalf("put %s: %v", key, err)
+	}
+}
+
+func ref(name string) events.WorkloadRef {
+	return events.WorkloadRef{Kind: "job", Namespace: ns, Name: name, UID: "uid-" + name}
+}
+
+func key(name string) string { return workloads.EngineKey(ref(name)) }
+
+// --- configuration ---
+
+func flavor(name string) v1beta1.ResourceFlavor {
+	return v1beta1.ResourceFlavor{ObjectMeta: metav1.ObjectMeta{Name: name}}
+}
+
+// clusterQueue has nominal cpu quota in flavor "default" and selects every
+// namespace.
+func clusterQueue(name, cpu string, preemption *v1beta1.ClusterQueuePreemption) v1beta1.ClusterQueue {
+	return v1beta1.ClusterQueue{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1beta1.ClusterQueueSpec{
+			NamespaceSelector: &metav1.LabelSelector{},
+			Preemption:        preemption,
+			ResourceGroups: []v1beta1.ResourceGroup{{
+				CoveredResources: []corev1.ResourceName{"cpu"},
+				Flavors: []v1beta1.FlavorQuotas{{Name: "default", Resources: []v1beta1.ResourceQuota{
+					{Name: "cpu", NominalQuota: resource.MustParse(cpu)},
+				}}},
+			}},
+		},
+	}
+}
+
+func localQueue(name, cq string) v1beta1.LocalQueue {
+	return v1beta1.LocalQueue{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       v1beta1.LocalQueueSpec{ClusterQueue: cq},
+	}
+}
+
+// configure writes a flavor "default", ClusterQueue "cq" with cpu quota,
+// and LocalQueue team-a/main pointing at it.
+func (h *harness) configure(cpu string, preemption *v1beta1.ClusterQueuePreemption) {
+	h.put(h.cfg, configstore.Key(configstore.KindResourceFlavor, "", "default"), flavor("default"))
+	h.put(h.cfg, configstore.Key(configstore.KindClusterQueue, "", "cq"), clusterQueue("cq", cpu, preemption))
+	h.put(h.cfg, configstore.Key(configstore.KindLocalQueue, ns, "main"), localQueue("main", "cq"))
+}
+
+// --- the job integration's side ---
+
+// submit writes the workload record of a job whose single pod set has
+// count pods of cpu each. Records are stamped one second apart in
+// submission order, so queue order is submission order.
+func (h *harness) submit(name, queue string, priority int32, count int32, cpu string) {
+	h.t.Helper()
+	rec := events.WorkloadSubmittedV1{
+		Workload:     ref(name),
+		LocalQueue:   queue,
+		Priority:     priority,
+		CreationTime: now.Add(time.Duration(len(h.recs)) * time.Second),
+		PodSets:      []events.PodSetV1{{Name: "main", Count: count, Requests: map[string]string{"cpu": cpu}}},
+	}
+	h.recs[name] = rec
+	h.put(h.wls, workloads.Key(rec.Workload), rec)
+}
+
+// release removes a workload's reservation as quota accounting does.
+func (h *harness) release(name string) {
+	h.t.Helper()
+	if _, ok, err := ledger.Release(h.ctx, h.led, key(name)); err != nil || !ok {
+		h.t.Fatalf("Release(%s) = (%v, %v), want (true, nil)", name, ok, err)
+	}
+}
+
+// finish deletes the record, as the job integration does for a finished
+// job, then releases the reservation, as quota accounting does next.
+func (h *harness) finish(name string) {
+	h.t.Helper()
+	if err := h.wls.Delete(h.ctx, workloads.Key(ref(name))); err != nil {
+		h.t.Fatalf("delete record %s: %v", name, err)
+	}
+	h.release(name)
+}
+
+// --- observations ---
+
+// reservations reads every ledger key: workload key → reservation.
+func (h *harness) reservations() map[string]ledger.Reservation {
+	h.t.Helper()
+	keys, err := ledger.Keys(h.ctx, h.led)
+	if err != nil {
+		h.t.Fatalf("ledger keys: %v", err)
+	}
+	out := map[string]ledger.Reservation{}
+	for _, k := range keys {
+		v, err := ledger.Read(h.ctx, h.led, k)
+		if err != nil {
+			h.t.Fatalf("read ledger: %v", err)
+		}
+		for wk, r := range v.Entry.Reservations {
+			out[wk] = r
+		}
+	}
+	return out
+}
+
+// eventsOf decodes the recorded events of one type, in stream order.
+func eventsOf[T events.Event](h *harness) []T {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []T
+	for _, env := range h.evs {
+		var ev T
+		if env.Type != ev.Type() {
+			continue
+		}
+		if err := env.As(&ev); err != nil {
+			h.t.Errorf("event %s: %v", env.ID, err)
+			continue
+		}
+		out = append(out, ev)
+	}
+	return out
+}
+
+// lastPending is the latest pending event about a workload.
+func (h *harness) lastPending(name string) (events.WorkloadPendingV1, bool) {
+	var last events.WorkloadPendingV1
+	found := false
+	for _, ev := range eventsOf[events.WorkloadPendingV1](h) {
+		if ev.Workload.Name == name {
+			last, found = ev, true
+		}
+	}
+	return last, found
+}
+
+// eventually polls cond until it holds, failing with its last report.
+func (h *harness) eventually(what string, cond func() (bool, string)) {
+	h.t.Helper()
+	deadline := time.Now().Add(waitFor)
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("%s: not within %s; last: %s", what, waitFor, state)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// reserved is the reservation the service writes for a single-pod-set
+// workload admitted to cq on flavor default.
+func reserved(count int32) ledger.Reservation {
+	return ledger.Reservation{
+		ClusterQueue: "cq",
+		PodSets:      []engine.PodSetAssignment{{Name: "main", Count: count, Flavors: map[string]string{"cpu": "default"}}},
+		AdmittedAt:   now,
+	}
+}
+
+// --- steps ---
+
+type step struct {
+	name string
+	do   func(h *harness)
+}
+
+func submit(name, queue string, priority, count int32, cpu string) step {
+	return step{fmt.Sprintf("submit %s (%d×%s cpu, priority %d, queue %s)", name, count, cpu, priority, queue),
+		func(h *harness) { h.submit(name, queue, priority, count, cpu) }}
+}
+
+func release(name string) step {
+	return step{"release " + name + " (stopped: record kept)", func(h *harness) { h.release(name) }}
+}
+
+func finish(name string) step {
+	return step{"finish " + name + " (record deleted, reservation released)", func(h *harness) { h.finish(name) }}
+}
+
+func putLocalQueue(name string) step {
+	return step{"create LocalQueue " + name, func(h *harness) {
+		h.put(h.cfg, configstore.Key(configstore.KindLocalQueue, ns, name), localQueue(name, "cq"))
+	}}
+}
+
+// ledgerIs waits until the ledger holds exactly these reservations
+// (workload name → pod count).
+func ledgerIs(want map[string]int32) step {
+	return step{fmt.Sprintf("ledger holds %v", want), func(h *harness) {
+		w := map[string]ledger.Reservation{}
+		for name, count := range want {
+			w[key(name)] = reserved(count)
+		}
+		var diff string
+		h.eventually("ledger", func() (bool, string) {
+			diff = cmp.Diff(w, h.reservations())
+			return diff == "", "(-want +got):\n" + diff
+		})
+	}}
+}
+
+// admitted waits for the admitted event of a workload.
+func admitted(name string, count int32) step {
+	return step{"admitted event for " + name, func(h *harness) {
+		want := events.WorkloadAdmittedV1{Workload: ref(name), ClusterQueue: "cq",
+			PodSets: []events.PodSetAssignmentV1{{Name: "main", Count: count, Flavors: map[string]string{"cpu": "default"}}}}
+		h.eventually("admitted event for "+name, func() (bool, string) {
+			var got []events.WorkloadAdmittedV1
+			for _, ev := range eventsOf[events.WorkloadAdmittedV1](h) {
+				if ev.Workload.Name == name {
+					got = append(got, ev)
+				}
+			}
+			if len(got) == 0 {
+				return false, "none"
+			}
+			d := cmp.Diff(want, got[len(got)-1])
+			return d == "", "(-want +got):\n" + d
+		})
+	}}
+}
+
+// pending waits until the latest pending event of a workload says reason.
+func pending(name, cq, reason string) step {
+	return step{fmt.Sprintf("%s pending: %q", name, reason), func(h *harness) {
+		want := events.WorkloadPendingV1{Workload: ref(name), ClusterQueue: cq, Reason: reason}
+		h.eventually("pending event for "+name, func() (bool, string) {
+			got, ok := h.lastPending(name)
+			if !ok {
+				return false, "no pending event"
+			}
+			d := cmp.Diff(want, got)
+			return d == "", "(-want +got):\n" + d
+		})
+	}}
+}
+
+// preemptionRequested waits for a request by preemptor naming victims.
+func preemptionRequested(preemptor string, victims ...string) step {
+	return step{fmt.Sprintf("%s requests preemption of %v", preemptor, victims), func(h *harness) {
+		want := events.PreemptionRequestedV1{Preemptor: ref(preemptor), ClusterQueue: "cq"}
+		for _, v := range victims {
+			want.Victims = append(want.Victims, events.VictimV1{Workload: ref(v), ClusterQueue: "cq", Reason: engine.ReasonInClusterQueue})
+		}
+		h.eventually("preemption request", func() (bool, string) {
+			got := eventsOf[events.PreemptionRequestedV1](h)
+			if len(got) == 0 {
+				return false, "none"
+			}
+			d := cmp.Diff([]events.PreemptionRequestedV1{want}, got)
+			return d == "", "(-want +got):\n" + d
+		})
+	}}
+}
+
+// --- scenarios ---
+
+func TestAdmission(t *testing.T) {
+	lowerPriority := &v1beta1.ClusterQueuePreemption{WithinClusterQueue: v1beta1.PreemptionLowerPriority}
+	cases := []struct {
+		name       string
+		quota      string
+		preemption *v1beta1.ClusterQueuePreemption
+		steps      []step
+	}{
+		{
+			name:  "admits into free quota and reserves exactly that",
+			quota: "4",
+			steps: []step{
+				submit("a", "main", 0, 2, "1"),
+				submit("b", "main", 0, 1, "2"),
+				ledgerIs(map[string]int32{"a": 2, "b": 1}),
+				admitted("a", 2),
+				admitted("b", 1),
+			},
+		},
+		{
+			name:  "a workload that does not fit waits with the engine's reason",
+			quota: "4",
+			steps: []step{
+				submit("a", "main", 0, 3, "1"),
+				ledgerIs(map[string]int32{"a": 3}),
+				submit("b", "main", 0, 1, "2"),
+				pending("b", "cq", "pod set main: insufficient unused quota for cpu in flavor default: requested 2, available 1"),
+				ledgerIs(map[string]int32{"a": 3}),
+			},
+		},
+		{
+			name:  "a workload larger than the queue can ever hold says so",
+			quota: "4",
+			steps: []step{
+				submit("huge", "main", 0, 5, "1"),
+				pending("huge", "cq", "pod set main: insufficient quota for cpu in flavor default: requested 5, more than the ClusterQueue can ever use (4)"),
+				submit("small", "main", 0, 1, "1"),
+				ledgerIs(map[string]int32{"small": 1}),
+			},
+		},
+		{
+			name:  "a finished workload's released reservation lets the next in",
+			quota: "4",
+			steps: []step{
+				submit("a", "main", 0, 4, "1"),
+				ledgerIs(map[string]int32{"a": 4}),
+				submit("b", "main", 0, 2, "1"),
+				pending("b", "cq", "pod set main: insufficient unused quota for cpu in flavor default: requested 2, available 0"),
+				finish("a"),
+				ledgerIs(map[string]int32{"b": 2}),
+				admitted("b", 2),
+			},
+		},
+		{
+			name:  "a stopped workload's released reservation requeues it ahead of newer ones",
+			quota: "4",
+			steps: []step{
+				submit("a", "main", 0, 4, "1"),
+				ledgerIs(map[string]int32{"a": 4}),
+				submit("b", "main", 0, 2, "1"),
+				pending("b", "cq", "pod set main: insufficient unused quota for cpu in flavor default: requested 2, available 0"),
+				release("a"),
+				ledgerIs(map[string]int32{"a": 4}),
+				pending("b", "cq", "pod set main: insufficient unused quota for cpu in flavor default: requested 2, available 0"),
+			},
+		},
+		{
+			name:  "a missing LocalQueue is named, and creating it admits",
+			quota: "4",
+			steps: []step{
+				submit("lost", "elsewhere", 0, 1, "1"),
+				pending("lost", "", "LocalQueue team-a/elsewhere does not exist"),
+				ledgerIs(map[string]int32{}),
+				putLocalQueue("elsewhere"),
+				ledgerIs(map[string]int32{"lost": 1}),
+				admitted("lost", 1),
+			},
+		},
+		{
+			name:       "a higher priority preempts within the ClusterQueue once the victim is gone",
+			quota:      "4",
+			preemption: lowerPriority,
+			steps: []step{
+				submit("low", "main", 0, 4, "1"),
+				ledgerIs(map[string]int32{"low": 4}),
+				submit("high", "main", 100, 4, "1"),
+				preemptionRequested("high", "low"),
+				pending("high", "cq", "waiting for 1 preempted workload(s) to release quota"),
+				ledgerIs(map[string]int32{"low": 4}),
+				release("low"),
+				ledgerIs(map[string]int32{"high": 4}),
+				admitted("high", 4),
+				pending("low", "cq", "pod set main: insufficient unused quota for cpu in flavor default: requested 4, available 0"),
+			},
+		},
+		{
+			name:  "without a preemption policy a higher priority waits",
+			quota: "4",
+			steps: []step{
+				submit("low", "main", 0, 4, "1"),
+				ledgerIs(map[string]int32{"low": 4}),
+				submit("high", "main", 100, 4, "1"),
+				pending("high", "cq", "pod set main: insufficient unused quota for cpu in flavor default: requested 4, available 0"),
+				ledgerIs(map[string]int32{"low": 4}),
+			},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.configure(tc.quota, tc.preemption)
+			h.start()
+			for _, s := range tc.steps {
+				t.Logf("step: %s", s.name)
+				s.do(h)
+			}
+			h.checkAdmittedEventsMatchLedger()
+		})
+	}
+}
+
+// checkAdmittedEventsMatchLedger: every reservation in the ledger was
+// announced, and nothing was announced twice for one reservation.
+func (h *harness) checkAdmittedEventsMatchLedger() {
+	h.t.Helper()
+	ids := map[string]int{}
+	h.mu.Lock()
+	for _, env := range h.evs {
+		if env.Type == events.TypeWorkloadAdmittedV1 {
+			ids[env.ID]++
+		}
+	}
+	h.mu.Unlock()
+	for id, n := range ids {
+		if n > 1 {
+			h.t.Errorf("admitted event %s stored %d times", id, n)
+		}
+	}
+	got := map[string]bool{}
+	for _, ev := range eventsOf[events.WorkloadAdmittedV1](h) {
+		got[workloads.EngineKey(ev.Workload)] = true
+	}
+	var missing []string
+	for wk := range h.reservations() {
+		if !got[wk] {
+			missing = append(missing, wk)
+		}
+	}
+	sort.Strings(missing)
+	if len(missing) > 0 {
+		h.t.Errorf("reservations never announced: %s", strings.Join(missing, ", "))
+	}
+}
+
+// TestRestartRebuildsFromTheBuckets: a new replica finds reservations,
+// records and configuration in JetStream and admits nothing twice.
+func TestRestartRebuildsFromTheBuckets(t *testing.T) {
+	h := newHarness(t)
+	h.configure("4", nil)
+	h.start()
+	for _, s := range []step{
+		submit("a", "main", 0, 2, "1"),
+		submit("b", "main", 0, 2, "1"),
+		ledgerIs(map[string]int32{"a": 2, "b": 2}),
+		submit("c", "main", 0, 1, "1"),
+		pending("c", "cq", "pod set main: insufficient unused quota for cpu in flavor default: requested 1, available 0"),
+	} {
+		s.do(h)
+	}
+	h.stopF()
+	before := h.reservations()
+	h.start()
+	// The new replica has nothing to do until quota frees up.
+	for _, s := range []step{
+		submit("d", "main", 0, 1, "1"),
+		pending("d", "cq", "pod set main: insufficient unused quota for cpu in flavor default: requested 1, available 0"),
+	} {
+		s.do(h)
+	}
+	if d := cmp.Diff(before, h.reservations()); d != "" {
+		t.Errorf("ledger changed across the restart (-before +after):\n%s", d)
+	}
+	finish("a").do(h)
+	ledgerIs(map[string]int32{"b": 2, "c": 1, "d": 1}).do(h)
+}
+
+// TestReservationsOfUnknownWorkloadsHoldQuota: the ledger is the authority
+// on used quota. A reservation whose workload record the service has not
+// seen, or no longer sees, still takes quota: the job integration deletes
+// a finished job's record before quota accounting releases its
+// reservation, and the workload and ledger watchers deliver independently,
+// so a replica can see another replica's reservation before the record.
+func TestReservationsOfUnknownWorkloadsHoldQuota(t *testing.T) {
+	full := ledger.Entry{Reservations: map[string]ledger.Reservation{key("ghost"): reserved(4)}}
+	cases := []struct {
+		name string
+		// before runs before the service starts, after once it runs.
+		before, after func(h *harness)
+	}{
+		{
+			name: "record deleted before the release, service restarted in between",
+			before: func(h *harness) {
+				h.submit("ghost", "main", 0, 4, "1")
+				if _, err := ledger.Write(h.ctx, h.led, ledger.Key("cq/cq"), 0, full); err != nil {
+					h.t.Fatal(err)
+				}
+				if err := h.wls.Delete(h.ctx, workloads.Key(ref("ghost"))); err != nil {
+					h.t.Fatal(err)
+				}
+			},
+		},
+		{
+			name: "another replica's reservation seen before its record",
+			after: func(h *harness) {
+				// The other replica admitted ghost from its record; this
+				// replica's workload watcher has not delivered it yet.
+				h.recs["ghost"] = events.WorkloadSubmittedV1{Workload: ref("ghost"), LocalQueue: "main",
+					PodSets: []events.PodSetV1{{Name: "main", Count: 4, Requests: map[string]string{"cpu": "1"}}}}
+				if _, err := ledger.Write(h.ctx, h.led, ledger.Key("cq/cq"), 0, full); err != nil {
+					h.t.Fatal(err)
+				}
+			},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.configure("4", nil)
+			if tc.before != nil {
+				tc.before(h)
+			}
+			h.start()
+			if tc.after != nil {
+				tc.after(h)
+			}
+			h.submit("x", "main", 0, 2, "1")
+			h.eventually("x pending or admitted", func() (bool, string) {
+				_, p := h.lastPending("x")
+				_, r := h.reservations()[key("x")]
+				return p || r, "neither"
+			})
+			if _, r := h.reservations()[key("x")]; r {
+				t.Errorf("x (2 cpu) was admitted while the ledger's reservation of ghost holds all 4 cpu of cq: ledger now books %v cpu of 4",
+					bookedCPU(h.reservations(), h.recs))
+			}
+			if p, ok := h.lastPending("x"); ok {
+				t.Logf("x pending: %s", p.Reason)
+			}
+		})
+	}
+}
+
+// bookedCPU sums the cpu the reservations take, in cores.
+func bookedCPU(rs map[string]ledger.Reservation, recs map[string]events.WorkloadSubmittedV1) float64 {
+	var milli int64
+	for wk, r := range rs {
+		name := wk[strings.LastIndex(wk, "/")+1:]
+		rec := recs[name]
+		for _, psa := range r.PodSets {
+			for _, ps := range rec.PodSets {
+				if ps.Name == psa.Name {
+					q := resource.MustParse(ps.Requests["cpu"])
+					milli += q.MilliValue() * int64(psa.Count)
+				}
+			}
+		}
+	}
+	return float64(milli) / 1000
+}
