@@ -311,7 +311,9 @@ func (s *Service) next(ctx context.Context) bool {
 	return true
 }
 
-func (s *Service) watchConfig(ctx context.Context, kv jetstream.KeyValue, synced chan<- struct{}) error {
+// watchKV feeds every entry of a bucket to apply, closing synced once the
+// initial values are in, until ctx ends.
+func watchKV(ctx context.Context, kv jetstream.KeyValue, synced chan<- struct{}, apply func(jetstream.KeyValueEntry, bool)) error {
 	w, err := kv.WatchAll(ctx)
 	if err != nil {
 		return err
@@ -324,7 +326,7 @@ func (s *Service) watchConfig(ctx context.Context, kv jetstream.KeyValue, synced
 			return nil
 		case e, ok := <-w.Updates():
 			if !ok {
-				return errors.New("configuration watch closed")
+				return fmt.Errorf("watch of %s closed", kv.Bucket())
 			}
 			if e == nil {
 				if !done {
@@ -333,20 +335,26 @@ func (s *Service) watchConfig(ctx context.Context, kv jetstream.KeyValue, synced
 				}
 				continue
 			}
-			s.mu.Lock()
-			if e.Operation() == jetstream.KeyValuePut {
-				s.config.Apply(e.Key(), e.Value())
-			} else {
-				s.config.Apply(e.Key(), nil)
-			}
-			s.snap, _ = s.config.Snapshot()
-			s.mu.Unlock()
-			if done && s.lister != nil {
-				// A new queue or priority class may unblock Jobs.
-				s.enqueueAll()
-			}
+			apply(e, done)
 		}
 	}
+}
+
+func (s *Service) watchConfig(ctx context.Context, kv jetstream.KeyValue, synced chan<- struct{}) error {
+	return watchKV(ctx, kv, synced, func(e jetstream.KeyValueEntry, live bool) {
+		s.mu.Lock()
+		if e.Operation() == jetstream.KeyValuePut {
+			s.config.Apply(e.Key(), e.Value())
+		} else {
+			s.config.Apply(e.Key(), nil)
+		}
+		s.snap, _ = s.config.Snapshot()
+		s.mu.Unlock()
+		if live && s.lister != nil {
+			// A new queue or priority class may unblock Jobs.
+			s.enqueueAll()
+		}
+	})
 }
 
 func (s *Service) enqueueAll() {
@@ -360,40 +368,19 @@ func (s *Service) enqueueAll() {
 }
 
 func (s *Service) watchLedger(ctx context.Context, kv jetstream.KeyValue, synced chan<- struct{}) error {
-	w, err := kv.WatchAll(ctx)
-	if err != nil {
-		return err
-	}
-	defer w.Stop()
-	done := false
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case e, ok := <-w.Updates():
-			if !ok {
-				return errors.New("ledger watch closed")
-			}
-			if e == nil {
-				if !done {
-					done = true
-					close(synced)
-				}
-				continue
-			}
-			var ent ledger.Entry
-			if e.Operation() == jetstream.KeyValuePut {
-				if ent, err = ledger.Decode(e.Value()); err != nil {
-					s.log.Error().Err(err).Str("key", e.Key()).Msg("corrupt ledger entry")
-					continue
-				}
-			}
-			changed := s.setLedger(e.Key(), ent)
-			for _, k := range changed {
-				s.queue.Add(k)
+	return watchKV(ctx, kv, synced, func(e jetstream.KeyValueEntry, _ bool) {
+		var ent ledger.Entry
+		if e.Operation() == jetstream.KeyValuePut {
+			var err error
+			if ent, err = ledger.Decode(e.Value()); err != nil {
+				s.log.Error().Err(err).Str("key", e.Key()).Msg("corrupt ledger entry")
+				return
 			}
 		}
-	}
+		for _, k := range s.setLedger(e.Key(), ent) {
+			s.queue.Add(k)
+		}
+	})
 }
 
 // setLedger records one ledger key's Job reservations and returns the
