@@ -1,22 +1,28 @@
 // Package quota is the quota accounting service: it releases a workload's
 // reservation from the ledger when the workload stops, finishes or is
-// deleted (once, however often it hears so), reconciles the ledger against
-// the workload records on a timer, and publishes per-queue usage.
+// deleted (once, however often it hears so), and on a timer reconciles the
+// ledger against the workload records and publishes each ClusterQueue's
+// usage when it changed (dev.sluice.quota.v1.usage).
 package quota
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/sluice-dev/sluice/api/v1beta1"
 	"github.com/sluice-dev/sluice/events"
 	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/internal/configstore"
 	"github.com/sluice-dev/sluice/internal/ledger"
+	"github.com/sluice-dev/sluice/internal/usage"
 	"github.com/sluice-dev/sluice/internal/workloads"
 )
 
@@ -39,6 +45,8 @@ type Service struct {
 	js  jetstream.JetStream
 	pub Publisher
 	log zerolog.Logger
+	// lastUsage is the id of the last usage event per ClusterQueue.
+	lastUsage map[string]string
 }
 
 // New returns the service.
@@ -46,7 +54,7 @@ func New(cfg Config, js jetstream.JetStream, pub Publisher, log zerolog.Logger) 
 	if cfg.Reconcile <= 0 {
 		return nil, fmt.Errorf("quota: reconcile interval %s: must be positive", cfg.Reconcile)
 	}
-	return &Service{cfg: cfg, js: js, pub: pub, log: log}, nil
+	return &Service{cfg: cfg, js: js, pub: pub, log: log, lastUsage: map[string]string{}}, nil
 }
 
 // Run consumes stop, finish and delete events and reconciles, until ctx
@@ -81,6 +89,9 @@ func (s *Service) Run(ctx context.Context) error {
 		case <-t.C:
 			if err := s.reconcile(ctx, led, wls); err != nil && ctx.Err() == nil {
 				s.log.Warn().Err(err).Msg("ledger reconciliation")
+			}
+			if err := s.publishUsage(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn().Err(err).Msg("usage not published")
 			}
 		}
 	}
@@ -153,6 +164,65 @@ func (s *Service) reconcile(ctx context.Context, led ledger.KV, wls jetstream.Ke
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// publishUsage announces every ClusterQueue's usage that changed since
+// the last announcement.
+func (s *Service) publishUsage(ctx context.Context) error {
+	rep, err := usage.Compute(ctx, s.js, s.lqToCQ(ctx))
+	if err != nil {
+		return err
+	}
+	names := make([]string, 0, len(rep.ClusterQueues))
+	for n := range rep.ClusterQueues {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var errs []error
+	for _, n := range names {
+		q := rep.ClusterQueues[n]
+		ev := events.QuotaUsageV1{ClusterQueue: n, Usage: q.Quantities(), Pending: q.Pending, Admitted: q.Admitted}
+		id := events.ID(ev.Type(), n, ev.Usage, ev.Pending, ev.Admitted)
+		if s.lastUsage[n] == id {
+			continue
+		}
+		if err := s.pub.Publish(ctx, ev, id); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		s.lastUsage[n] = id
+	}
+	return errors.Join(errs...)
+}
+
+// lqToCQ reads which ClusterQueue each LocalQueue submits to.
+func (s *Service) lqToCQ(ctx context.Context) map[string]string {
+	out := map[string]string{}
+	kv, err := s.js.KeyValue(ctx, configstore.Bucket)
+	if err != nil {
+		return out
+	}
+	l, err := kv.ListKeys(ctx)
+	if err != nil {
+		return out
+	}
+	var keys []string
+	for k := range l.Keys() {
+		if strings.HasPrefix(k, configstore.KindLocalQueue+".") {
+			keys = append(keys, k)
+		}
+	}
+	for _, k := range keys {
+		e, err := kv.Get(ctx, k)
+		if err != nil {
+			continue
+		}
+		var lq v1beta1.LocalQueue
+		if json.Unmarshal(e.Value(), &lq) == nil {
+			out[lq.Namespace+"/"+lq.Name] = lq.Spec.ClusterQueue
+		}
+	}
+	return out
 }
 
 func split(engineKey string) (kind, ns, name string) {

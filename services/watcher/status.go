@@ -19,11 +19,9 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/sluice-dev/sluice/api/v1beta1"
-	"github.com/sluice-dev/sluice/events"
 	"github.com/sluice-dev/sluice/internal/configstore"
 	"github.com/sluice-dev/sluice/internal/engine"
-	"github.com/sluice-dev/sluice/internal/ledger"
-	"github.com/sluice-dev/sluice/internal/workloads"
+	"github.com/sluice-dev/sluice/internal/usage"
 )
 
 // statusWriter computes queue status from the ledger and the workload
@@ -59,99 +57,31 @@ func (w *statusWriter) run(ctx context.Context, s *Service) {
 }
 
 func (w *statusWriter) write(ctx context.Context, s *Service) error {
-	wls, err := readWorkloads(ctx, w.js)
-	if err != nil {
-		return err
-	}
-	ledKV, err := w.js.KeyValue(ctx, ledger.Bucket)
-	if err != nil {
-		return err
-	}
-	keys, err := ledger.Keys(ctx, ledKV)
-	if err != nil {
-		return err
-	}
 	lqToCQ := map[string]string{}
 	for _, obj := range s.stores[configstore.KindLocalQueue].List() {
 		u := obj.(*unstructured.Unstructured)
 		cq, _, _ := unstructured.NestedString(u.Object, "spec", "clusterQueue")
 		lqToCQ[u.GetNamespace()+"/"+u.GetName()] = cq
 	}
-	cqs := map[string]*queueStatus{}
-	lqs := map[string]*queueStatus{}
-	usage := map[string]map[string]map[string]int64{} // queue → flavor → resource → canonical amount
-	get := func(m map[string]*queueStatus, k string) *queueStatus {
-		if m[k] == nil {
-			m[k] = &queueStatus{}
-		}
-		return m[k]
+	rep, err := usage.Compute(ctx, w.js, lqToCQ)
+	if err != nil {
+		return err
 	}
-	add := func(q, flavor, res string, v int64) {
-		if usage[q] == nil {
-			usage[q] = map[string]map[string]int64{}
+	status := func(q *usage.Queue) queueStatus {
+		if q == nil {
+			return queueStatus{}
 		}
-		if usage[q][flavor] == nil {
-			usage[q][flavor] = map[string]int64{}
-		}
-		usage[q][flavor][res] += v
-	}
-	held := map[string]bool{}
-	for _, k := range keys {
-		v, err := ledger.Read(ctx, ledKV, k)
-		if err != nil {
-			return err
-		}
-		for wk, r := range v.Entry.Reservations {
-			held[wk] = true
-			get(cqs, "cq/"+r.ClusterQueue).Admitted++
-			rec := wls[wk]
-			if rec == nil {
-				continue
-			}
-			lq := rec.Workload.Namespace + "/" + rec.LocalQueue
-			get(lqs, lq).Admitted++
-			for _, pa := range r.PodSets {
-				for _, ps := range rec.PodSets {
-					if ps.Name != pa.Name {
-						continue
-					}
-					for res, qs := range ps.Requests {
-						q, err := resource.ParseQuantity(qs)
-						if err != nil {
-							continue
-						}
-						m := engine.Canonical(res, q) * int64(pa.Count)
-						add("cq/"+r.ClusterQueue, pa.Flavors[res], res, m)
-						add("lq/"+lq, pa.Flavors[res], res, m)
-					}
-				}
-			}
-		}
-	}
-	for wk, rec := range wls {
-		if held[wk] {
-			continue
-		}
-		lq := rec.Workload.Namespace + "/" + rec.LocalQueue
-		get(lqs, lq).Pending++
-		if cq, ok := lqToCQ[lq]; ok {
-			get(cqs, "cq/"+cq).Pending++
-		}
+		return queueStatus{Pending: q.Pending, Admitted: q.Admitted, FlavorsUsage: flavorsUsage(q.Amounts)}
 	}
 	var errs []error
 	for _, obj := range s.stores[configstore.KindClusterQueue].List() {
 		u := obj.(*unstructured.Unstructured)
-		id := "cq/" + u.GetName()
-		st := get(cqs, id)
-		st.FlavorsUsage = flavorsUsage(usage[id])
-		errs = append(errs, w.patch(ctx, s, mirrored[1].gvr, "", u.GetName(), id, *st))
+		errs = append(errs, w.patch(ctx, s, mirrored[1].gvr, "", u.GetName(), "cq/"+u.GetName(), status(rep.ClusterQueues[u.GetName()])))
 	}
 	for _, obj := range s.stores[configstore.KindLocalQueue].List() {
 		u := obj.(*unstructured.Unstructured)
 		lq := u.GetNamespace() + "/" + u.GetName()
-		st := get(lqs, lq)
-		st.FlavorsUsage = flavorsUsage(usage["lq/"+lq])
-		errs = append(errs, w.patch(ctx, s, mirrored[3].gvr, u.GetNamespace(), u.GetName(), "lq/"+lq, *st))
+		errs = append(errs, w.patch(ctx, s, mirrored[3].gvr, u.GetNamespace(), u.GetName(), "lq/"+lq, status(rep.LocalQueues[lq])))
 	}
 	return errors.Join(errs...)
 }
@@ -187,38 +117,4 @@ func flavorsUsage(m map[string]map[string]int64) []v1beta1.FlavorUsage {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
-}
-
-// readWorkloads reads every workload record by engine key.
-func readWorkloads(ctx context.Context, js jetstream.JetStream) (map[string]*events.WorkloadSubmittedV1, error) {
-	kv, err := js.KeyValue(ctx, workloads.Bucket)
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]*events.WorkloadSubmittedV1{}
-	l, err := kv.ListKeys(ctx)
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return out, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var keys []string
-	for k := range l.Keys() {
-		keys = append(keys, k)
-	}
-	for _, k := range keys {
-		e, err := kv.Get(ctx, k)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		var w events.WorkloadSubmittedV1
-		if json.Unmarshal(e.Value(), &w) == nil {
-			out[workloads.EngineKey(w.Workload)] = &w
-		}
-	}
-	return out, nil
 }
