@@ -376,10 +376,10 @@ func (e *Engine) evict(ws *wlState) {
 }
 
 // Admit records an admission made elsewhere, such as by another replica
-// whose reservation is in the quota ledger. The workload must be known and
-// pending, and the assignment must fit the configuration; quota limits are
-// not checked, since the ledger is the authority.
-func (e *Engine) Admit(key string, podSets []PodSetAssignment, at time.Time) error {
+// whose reservation is in the quota ledger: the pending workload now holds
+// quota in clusterQueue. The assignment must fit the configuration; quota
+// limits are not checked, since the ledger is the authority.
+func (e *Engine) Admit(key, clusterQueue string, podSets []PodSetAssignment, at time.Time) error {
 	ws, ok := e.workloads[key]
 	if !ok {
 		return fmt.Errorf("admit %s: %w", key, ErrUnknownWorkload)
@@ -387,18 +387,27 @@ func (e *Engine) Admit(key string, podSets []PodSetAssignment, at time.Time) err
 	if ws.admitted != nil {
 		return nil
 	}
-	if ws.cq == nil {
-		return fmt.Errorf("admit %s: %s: %w", key, ws.unresolved, ErrBadAdmission)
+	cq, ok := e.tree.cqs[clusterQueue]
+	if !ok {
+		return fmt.Errorf("admit %s: ClusterQueue %s does not exist: %w", key, clusterQueue, ErrBadAdmission)
 	}
-	usage, err := e.usageOf(ws.cq, ws, podSets)
+	usage, err := e.usageOf(cq, ws, podSets)
 	if err != nil {
 		return fmt.Errorf("admit %s: %w", key, err)
 	}
-	ws.cq.removePending(ws)
-	ws.admitted = &admitted{cq: ws.cq, usage: usage, podSets: podSets, at: at}
+	if ws.cq != nil {
+		ws.cq.removePending(ws)
+	}
+	ws.admitted = &admitted{cq: cq, usage: usage, podSets: podSets, at: at}
 	ws.reason, ws.why, ws.parked = "", nil, false
 	e.hold(ws)
 	return nil
+}
+
+// Known reports whether the engine knows the workload.
+func (e *Engine) Known(key string) bool {
+	_, ok := e.workloads[key]
+	return ok
 }
 
 // TreeOf names the unit of quota interaction a ClusterQueue belongs to:

@@ -26,11 +26,20 @@ var (
 	ErrCorrupt = errors.New("ledger entry is corrupt")
 )
 
-// Reservation is one workload's hold on quota.
+// Reservation is one workload's hold on quota. It carries everything
+// needed to account for it, so the quota it holds is known even to a
+// reader that has not (yet) seen the workload's record.
 type Reservation struct {
 	ClusterQueue string                    `json:"clusterQueue"`
 	PodSets      []engine.PodSetAssignment `json:"podSets"`
 	AdmittedAt   time.Time                 `json:"admittedAt"`
+	// Requests per pod, by pod set then resource, as quantities.
+	Requests map[string]map[string]string `json:"requests,omitempty"`
+	// LocalQueue, Priority and Submitted order the workload among
+	// preemption candidates.
+	LocalQueue string    `json:"localQueue,omitempty"`
+	Priority   int32     `json:"priority,omitempty"`
+	Submitted  time.Time `json:"submitted,omitzero"`
 }
 
 // Entry is the value of one ledger key: reservations by workload key.
@@ -127,9 +136,16 @@ func Release(ctx context.Context, kv KV, workload string) (string, bool, error) 
 	if err != nil {
 		return "", false, err
 	}
+	// A corrupt entry elsewhere must not block releases in healthy trees;
+	// it is reported only if the workload was found nowhere.
+	var corrupt error
 	for _, key := range keys {
 		for attempt := 0; ; attempt++ {
 			v, err := Read(ctx, kv, key)
+			if errors.Is(err, ErrCorrupt) {
+				corrupt = err
+				break
+			}
 			if err != nil {
 				return "", false, err
 			}
@@ -148,7 +164,7 @@ func Release(ctx context.Context, kv KV, workload string) (string, bool, error) 
 			return r.ClusterQueue, true, nil
 		}
 	}
-	return "", false, nil
+	return "", false, corrupt
 }
 
 // Keys lists the ledger's keys in order.
@@ -165,6 +181,10 @@ func Keys(ctx context.Context, kv KV) ([]string, error) {
 	// no Stop.
 	for k := range l.Keys() {
 		keys = append(keys, k)
+	}
+	// The channel also closes when ctx ends: that listing is incomplete.
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("list ledger keys: %w", err)
 	}
 	sort.Strings(keys)
 	return keys, nil

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -59,9 +60,13 @@ type Service struct {
 	// held maps a workload to the ledger key holding its reservation.
 	held map[string]string
 	kv   ledger.KV
+	wlKV jetstream.KeyValue
 
 	configDirty bool
 	dirty       bool
+	// ready: all three mirrors delivered their initial state and the
+	// engine was built from them. Before that, updates are only recorded.
+	ready bool
 }
 
 // Option tunes a Service.
@@ -110,7 +115,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("admission: open %s: %w", ledger.Bucket, err)
 	}
-	s.kv = ledKV
+	s.kv, s.wlKV = ledKV, wlKV
 	cfgW, err := cfgKV.WatchAll(ctx)
 	if err != nil {
 		return fmt.Errorf("admission: watch %s: %w", configstore.Bucket, err)
@@ -138,6 +143,9 @@ func (s *Service) Run(ctx context.Context) error {
 			return nil
 		case e, ok := <-cfgW.Updates():
 			if !ok {
+				if ctx.Err() != nil {
+					return nil
+				}
 				return errors.New("admission: configuration watch closed")
 			}
 			if e == nil {
@@ -147,6 +155,9 @@ func (s *Service) Run(ctx context.Context) error {
 			s.applyConfig(e)
 		case e, ok := <-wlW.Updates():
 			if !ok {
+				if ctx.Err() != nil {
+					return nil
+				}
 				return errors.New("admission: workload watch closed")
 			}
 			if e == nil {
@@ -156,15 +167,24 @@ func (s *Service) Run(ctx context.Context) error {
 			s.applyWorkload(e)
 		case e, ok := <-ledW.Updates():
 			if !ok {
+				if ctx.Err() != nil {
+					return nil
+				}
 				return errors.New("admission: ledger watch closed")
 			}
 			if e == nil {
 				synced["ledger"] = true
 				continue
 			}
-			s.applyLedger(e.Key(), e)
+			s.applyLedger(ctx, e.Key(), e)
 		case <-tick.C:
-			if !ready() || !(s.dirty || s.configDirty) {
+			if !ready() {
+				continue
+			}
+			if !s.ready {
+				s.build()
+			}
+			if !(s.dirty || s.configDirty) {
 				continue
 			}
 			if err := s.cycle(ctx); err != nil {
@@ -199,17 +219,19 @@ func (s *Service) reconfigure() {
 		return
 	}
 	s.eng.SetConfig(cfg)
-	// Priorities may come from classes that just appeared.
 	s.configDirty = false
 	s.dirty = true
+	// A configuration change may have dropped admissions whose queue it
+	// no longer has; the ledger still holds them.
+	s.bookLedger()
 }
 
 func (s *Service) applyWorkload(e jetstream.KeyValueEntry) {
 	s.dirty = true
+	key := workloads.EngineKeyFromKV(e.Key())
 	if e.Operation() != jetstream.KeyValuePut {
-		key := workloads.EngineKeyFromKV(e.Key())
 		delete(s.wls, key)
-		if _, held := s.held[key]; held {
+		if _, held := s.held[key]; held || !s.ready {
 			// Its quota stays booked until the ledger lets go of it.
 			return
 		}
@@ -221,12 +243,23 @@ func (s *Service) applyWorkload(e jetstream.KeyValueEntry) {
 		s.log.Error().Err(err).Str("workload", e.Key()).Msg("ignoring malformed workload record")
 		return
 	}
-	key := workloads.EngineKey(w.Workload)
+	key = workloads.EngineKey(w.Workload)
 	if _, known := s.wls[key]; known {
 		return // workloads do not change once submitted
 	}
 	s.wls[key] = &w
-	ew, err := s.toEngine(&w)
+	if s.ready {
+		s.submit(key)
+	}
+}
+
+// submit queues a known record, admitted if the ledger holds it.
+func (s *Service) submit(key string) {
+	if s.eng.Known(key) {
+		return
+	}
+	w := s.wls[key]
+	ew, err := s.toEngine(w)
 	if err != nil {
 		s.log.Error().Err(err).Str("workload", key).Msg("ignoring workload")
 		return
@@ -238,6 +271,83 @@ func (s *Service) applyWorkload(e jetstream.KeyValueEntry) {
 	if err := s.eng.Submit(ew); err != nil {
 		s.log.Error().Err(err).Str("workload", key).Msg("workload not queued")
 	}
+}
+
+// build makes the engine from the mirrors once all three are complete,
+// so that no reservation is booked against a configuration or a record
+// that has not arrived yet.
+func (s *Service) build() {
+	s.ready = true
+	s.reconfigure()
+	keys := make([]string, 0, len(s.wls))
+	for k := range s.wls {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		s.submit(k)
+	}
+	s.bookLedger()
+}
+
+// bookLedger makes sure every reservation in the ledger holds quota in the
+// engine, including those of workloads whose record is gone or not seen
+// yet: the ledger, not the engine's view, says what is used.
+func (s *Service) bookLedger() {
+	keys := make([]string, 0, len(s.ledger))
+	for k := range s.ledger {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, lk := range keys {
+		res := s.ledger[lk].Entry.Reservations
+		wks := make([]string, 0, len(res))
+		for wk := range res {
+			wks = append(wks, wk)
+		}
+		sort.Strings(wks)
+		for _, wk := range wks {
+			if s.eng.IsAdmitted(wk) {
+				continue
+			}
+			r := res[wk]
+			var err error
+			if s.eng.Known(wk) {
+				err = s.eng.Admit(wk, r.ClusterQueue, r.PodSets, r.AdmittedAt)
+			} else {
+				var ew engine.Workload
+				if ew, err = fromReservation(wk, r); err == nil {
+					err = s.eng.Submit(ew)
+				}
+			}
+			if err != nil {
+				s.log.Error().Err(err).Str("workload", wk).Str("queue", r.ClusterQueue).Msg("cannot book a reservation from the ledger")
+			}
+		}
+	}
+}
+
+// fromReservation rebuilds an admitted workload from its reservation
+// alone, for a workload whose record is not known.
+func fromReservation(key string, r ledger.Reservation) (engine.Workload, error) {
+	parts := strings.SplitN(key, "/", 3)
+	if len(parts) != 3 {
+		return engine.Workload{}, fmt.Errorf("reservation key %q is not kind/namespace/name", key)
+	}
+	w := engine.Workload{Kind: parts[0], Namespace: parts[1], Name: parts[2], Queue: r.LocalQueue, Priority: r.Priority, Submitted: r.Submitted,
+		Admission: &engine.Admission{ClusterQueue: r.ClusterQueue, PodSets: r.PodSets, At: r.AdmittedAt}}
+	for _, ps := range r.PodSets {
+		eps := engine.PodSet{Name: ps.Name, Count: ps.Count, Requests: map[string]int64{}}
+		for res, v := range r.Requests[ps.Name] {
+			q, err := resource.ParseQuantity(v)
+			if err != nil {
+				return w, fmt.Errorf("reservation of %s: request %s=%q: %w", key, res, v, err)
+			}
+			eps.Requests[res] = engine.Canonical(res, q)
+		}
+		w.PodSets = append(w.PodSets, eps)
+	}
+	return w, nil
 }
 
 // toEngine converts a submitted workload, resolving its priority class.
@@ -267,7 +377,7 @@ func (s *Service) toEngine(w *events.WorkloadSubmittedV1) (engine.Workload, erro
 
 // applyLedger brings the engine in line with a ledger key's new content:
 // reservations made by others are booked, released ones are let go.
-func (s *Service) applyLedger(key string, e jetstream.KeyValueEntry) {
+func (s *Service) applyLedger(ctx context.Context, key string, e jetstream.KeyValueEntry) {
 	prev := s.ledger[key]
 	if e.Revision() <= prev.Revision {
 		return // our own write, already applied
@@ -282,35 +392,50 @@ func (s *Service) applyLedger(key string, e jetstream.KeyValueEntry) {
 			next.Entry = ent
 		}
 	}
-	s.setLedger(key, prev, next)
+	s.setLedger(ctx, key, prev, next)
 }
 
-func (s *Service) setLedger(key string, prev, next ledger.Versioned) {
+func (s *Service) setLedger(ctx context.Context, key string, prev, next ledger.Versioned) {
 	s.ledger[key] = next
 	s.dirty = true
-	for wk, r := range next.Entry.Reservations {
+	for wk := range next.Entry.Reservations {
 		s.held[wk] = key
-		if _, had := prev.Entry.Reservations[wk]; had {
-			continue
-		}
-		if _, known := s.wls[wk]; known && !s.eng.IsAdmitted(wk) {
-			if err := s.eng.Admit(wk, r.PodSets, r.AdmittedAt); err != nil {
-				s.log.Error().Err(err).Str("workload", wk).Msg("cannot book a reservation from the ledger")
-			}
-		}
 	}
 	for wk := range prev.Entry.Reservations {
 		if _, still := next.Entry.Reservations[wk]; still {
 			continue
 		}
-		delete(s.held, wk)
-		if _, known := s.wls[wk]; known {
+		if s.held[wk] == key {
+			delete(s.held, wk)
+		}
+		if !s.ready {
+			continue
+		}
+		if _, known := s.wls[wk]; known && s.recordExists(ctx, wk) {
 			// Stopped (preempted or drained): back to its queue.
 			_ = s.eng.Evict(wk)
 		} else {
+			// Finished or deleted. The integration deletes the record
+			// before it reports the end, so asking the bucket settles a
+			// race between the two watches.
+			delete(s.wls, wk)
 			_ = s.eng.Remove(wk)
 		}
 	}
+	if s.ready {
+		s.bookLedger()
+	}
+}
+
+// recordExists asks the workload bucket directly; on an error it assumes
+// the record exists, which at worst queues a finished workload until its
+// deletion arrives.
+func (s *Service) recordExists(ctx context.Context, key string) bool {
+	if s.wlKV == nil {
+		return true
+	}
+	_, err := s.wlKV.Get(ctx, workloads.KVKeyFromEngine(key))
+	return !errors.Is(err, jetstream.ErrKeyNotFound)
 }
 
 // cycle runs the engine once and makes its decisions durable.
@@ -350,7 +475,7 @@ func (s *Service) cycle(ctx context.Context) error {
 			next.Reservations[wk] = r
 		}
 		for _, d := range byKey[k] {
-			next.Reservations[d.Key] = ledger.Reservation{ClusterQueue: d.ClusterQueue, PodSets: d.PodSets, AdmittedAt: now.UTC()}
+			next.Reservations[d.Key] = s.reservation(d, now)
 		}
 		rev, err := ledger.Write(ctx, s.kv, k, prev.Revision, next)
 		if err != nil {
@@ -372,6 +497,19 @@ func (s *Service) cycle(ctx context.Context) error {
 		}
 	}
 	return s.publish(ctx, decisions, lost)
+}
+
+// reservation is what the ledger records of an admission: enough to
+// account for it without the workload's record.
+func (s *Service) reservation(d engine.Decision, now time.Time) ledger.Reservation {
+	r := ledger.Reservation{ClusterQueue: d.ClusterQueue, PodSets: d.PodSets, AdmittedAt: now.UTC(), Requests: map[string]map[string]string{}}
+	if w := s.wls[d.Key]; w != nil {
+		r.LocalQueue, r.Priority, r.Submitted = w.LocalQueue, w.Priority, w.CreationTime
+		for _, ps := range w.PodSets {
+			r.Requests[ps.Name] = ps.Requests
+		}
+	}
+	return r
 }
 
 // publish announces the cycle's decisions. Admissions whose reservation

@@ -108,11 +108,14 @@ func (h *harness) start() {
 	ctx, cancel := context.WithCancel(h.ctx)
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
+	var once sync.Once
 	h.stopF = func() {
-		cancel()
-		if err := <-done; err != nil {
-			h.t.Errorf("admission Run: %v", err)
-		}
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				h.t.Errorf("admission Run: %v", err)
+			}
+		})
 	}
 	h.t.Cleanup(h.stopF)
 }
@@ -278,14 +281,24 @@ func (h *harness) eventually(what string, cond func() (bool, string)) {
 	}
 }
 
-// reserved is the reservation the service writes for a single-pod-set
-// workload admitted to cq on flavor default.
-func reserved(count int32) ledger.Reservation {
-	return ledger.Reservation{
+// expected is the reservation the service writes for a workload of the
+// harness admitted to cq on flavor default with count pods: where, when,
+// and what the workload asks for, so that any reader can account for it.
+func (h *harness) expected(name string, count int32) ledger.Reservation {
+	rec := h.recs[name]
+	r := ledger.Reservation{
 		ClusterQueue: "cq",
 		PodSets:      []engine.PodSetAssignment{{Name: "main", Count: count, Flavors: map[string]string{"cpu": "default"}}},
 		AdmittedAt:   now,
+		Requests:     map[string]map[string]string{},
+		LocalQueue:   rec.LocalQueue,
+		Priority:     rec.Priority,
+		Submitted:    rec.CreationTime,
 	}
+	for _, ps := range rec.PodSets {
+		r.Requests[ps.Name] = ps.Requests
+	}
+	return r
 }
 
 // --- steps ---
@@ -320,7 +333,7 @@ func ledgerIs(want map[string]int32) step {
 	return step{fmt.Sprintf("ledger holds %v", want), func(h *harness) {
 		w := map[string]ledger.Reservation{}
 		for name, count := range want {
-			w[key(name)] = reserved(count)
+			w[key(name)] = h.expected(name, count)
 		}
 		var diff string
 		h.eventually("ledger", func() (bool, string) {
@@ -541,7 +554,10 @@ func (h *harness) checkAdmittedEventsMatchLedger() {
 }
 
 // TestRestartRebuildsFromTheBuckets: a new replica finds reservations,
-// records and configuration in JetStream and admits nothing twice.
+// records and configuration in JetStream, books what the ledger holds and
+// admits nothing twice. The watchers deliver the three buckets in no fixed
+// order, so the test restarts several times; every restart must leave the
+// ledger as it was, announce nothing again, and explain a new workload.
 func TestRestartRebuildsFromTheBuckets(t *testing.T) {
 	h := newHarness(t)
 	h.configure("4", nil)
@@ -555,21 +571,63 @@ func TestRestartRebuildsFromTheBuckets(t *testing.T) {
 	} {
 		s.do(h)
 	}
-	h.stopF()
 	before := h.reservations()
-	h.start()
-	// The new replica has nothing to do until quota frees up.
-	for _, s := range []step{
-		submit("d", "main", 0, 1, "1"),
-		pending("d", "cq", "pod set main: insufficient unused quota for cpu in flavor default: requested 1, available 0"),
-	} {
-		s.do(h)
-	}
-	if d := cmp.Diff(before, h.reservations()); d != "" {
-		t.Errorf("ledger changed across the restart (-before +after):\n%s", d)
+	rev := h.revision(ledger.Key("cq/cq"))
+	const restarts = 6
+	for i := range restarts {
+		h.stopF()
+		announced := len(eventsOf[events.WorkloadAdmittedV1](h))
+		h.start()
+		probe := fmt.Sprintf("probe%d", i)
+		h.submit(probe, "main", 0, 1, "1")
+		h.eventually(probe+" pending or admitted", func() (bool, string) {
+			_, p := h.lastPending(probe)
+			_, r := h.reservations()[key(probe)]
+			return p || r, "neither"
+		})
+		after := h.reservations()
+		if booked := bookedCPU(after, h.recs); booked > 4 {
+			t.Errorf("restart %d: over-admission: the ledger books %v cpu of cq's 4: %v", i+1, booked, names(after))
+		}
+		if d := cmp.Diff(before, after); d != "" {
+			t.Errorf("restart %d: ledger changed (-before +after):\n%s", i+1, d)
+		}
+		if got := h.revision(ledger.Key("cq/cq")); got != rev {
+			t.Errorf("restart %d: ledger key rewritten: revision %d → %d", i+1, rev, got)
+			rev = got
+		}
+		if again := eventsOf[events.WorkloadAdmittedV1](h)[announced:]; len(again) > 0 {
+			var ns []string
+			for _, ev := range again {
+				ns = append(ns, ev.Workload.Name)
+			}
+			t.Errorf("restart %d: admitted announced (again) for %v", i+1, ns)
+		}
+		if t.Failed() {
+			return
+		}
 	}
 	finish("a").do(h)
-	ledgerIs(map[string]int32{"b": 2, "c": 1, "d": 1}).do(h)
+	ledgerIs(map[string]int32{"b": 2, "c": 1, "probe0": 1}).do(h)
+}
+
+// names lists the workloads of reservations, sorted.
+func names(rs map[string]ledger.Reservation) []string {
+	var out []string
+	for wk := range rs {
+		out = append(out, wk[strings.LastIndex(wk, "/")+1:])
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (h *harness) revision(key string) uint64 {
+	h.t.Helper()
+	v, err := ledger.Read(h.ctx, h.led, key)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return v.Revision
 }
 
 // TestReservationsOfUnknownWorkloadsHoldQuota: the ledger is the authority
@@ -579,7 +637,10 @@ func TestRestartRebuildsFromTheBuckets(t *testing.T) {
 // reservation, and the workload and ledger watchers deliver independently,
 // so a replica can see another replica's reservation before the record.
 func TestReservationsOfUnknownWorkloadsHoldQuota(t *testing.T) {
-	full := ledger.Entry{Reservations: map[string]ledger.Reservation{key("ghost"): reserved(4)}}
+	// ghost holds all of cq's 4 cpu, written as a replica writes it.
+	full := func(h *harness) ledger.Entry {
+		return ledger.Entry{Reservations: map[string]ledger.Reservation{key("ghost"): h.expected("ghost", 4)}}
+	}
 	cases := []struct {
 		name string
 		// before runs before the service starts, after once it runs.
@@ -589,7 +650,7 @@ func TestReservationsOfUnknownWorkloadsHoldQuota(t *testing.T) {
 			name: "record deleted before the release, service restarted in between",
 			before: func(h *harness) {
 				h.submit("ghost", "main", 0, 4, "1")
-				if _, err := ledger.Write(h.ctx, h.led, ledger.Key("cq/cq"), 0, full); err != nil {
+				if _, err := ledger.Write(h.ctx, h.led, ledger.Key("cq/cq"), 0, full(h)); err != nil {
 					h.t.Fatal(err)
 				}
 				if err := h.wls.Delete(h.ctx, workloads.Key(ref("ghost"))); err != nil {
@@ -602,9 +663,9 @@ func TestReservationsOfUnknownWorkloadsHoldQuota(t *testing.T) {
 			after: func(h *harness) {
 				// The other replica admitted ghost from its record; this
 				// replica's workload watcher has not delivered it yet.
-				h.recs["ghost"] = events.WorkloadSubmittedV1{Workload: ref("ghost"), LocalQueue: "main",
+				h.recs["ghost"] = events.WorkloadSubmittedV1{Workload: ref("ghost"), LocalQueue: "main", CreationTime: now.Add(-time.Hour),
 					PodSets: []events.PodSetV1{{Name: "main", Count: 4, Requests: map[string]string{"cpu": "1"}}}}
-				if _, err := ledger.Write(h.ctx, h.led, ledger.Key("cq/cq"), 0, full); err != nil {
+				if _, err := ledger.Write(h.ctx, h.led, ledger.Key("cq/cq"), 0, full(h)); err != nil {
 					h.t.Fatal(err)
 				}
 			},
@@ -654,4 +715,108 @@ func bookedCPU(rs map[string]ledger.Reservation, recs map[string]events.Workload
 		}
 	}
 	return float64(milli) / 1000
+}
+
+// TestRestartWithReservationsDeliveredBeforeRecords: at start the three
+// watchers deliver independently. Here the workload bucket is long (many
+// records waiting for a LocalQueue that does not exist yet) and the
+// admitted workload's record comes last, so the new replica sees the
+// reservation before the record, and both before it has applied any
+// configuration. The reservation must still hold its quota, and the
+// workload must still be known.
+func TestRestartWithReservationsDeliveredBeforeRecords(t *testing.T) {
+	h := newHarness(t)
+	h.configure("4", nil)
+	h.start()
+	for _, s := range []step{
+		submit("a", "main", 0, 4, "1"),
+		ledgerIs(map[string]int32{"a": 4}),
+		submit("c", "main", 0, 1, "1"),
+		pending("c", "cq", "pod set main: insufficient unused quota for cpu in flavor default: requested 1, available 0"),
+	} {
+		s.do(h)
+	}
+	h.stopF()
+	for i := range 300 {
+		h.submit(fmt.Sprintf("filler%03d", i), "later", 0, 1, "1")
+	}
+	// Write a's record again, unchanged, so it is the bucket's last.
+	h.put(h.wls, workloads.Key(ref("a")), h.recs["a"])
+	before := h.reservations()
+
+	h.start()
+	h.submit("probe", "main", 0, 1, "1")
+	h.eventually("probe pending or admitted", func() (bool, string) {
+		_, p := h.lastPending("probe")
+		_, r := h.reservations()[key("probe")]
+		return p || r, "neither"
+	})
+	after := h.reservations()
+	if booked := bookedCPU(after, h.recs); booked > 4 {
+		t.Errorf("over-admission after the restart: the ledger books %v cpu of cq's 4: %v", booked, names(after))
+	}
+	if d := cmp.Diff(before, after); d != "" {
+		t.Errorf("ledger changed across the restart (-before +after):\n%s", d)
+	}
+	// a holds its reservation; finishing it must let c in, which shows
+	// the new replica still tracks a.
+	finish("a").do(h)
+	h.eventually("c admitted after a finished", func() (bool, string) {
+		_, ok := h.reservations()[key("c")]
+		return ok, fmt.Sprint(names(h.reservations()))
+	})
+}
+
+// within polls cond for up to d and reports whether it held.
+func within(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return true
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return cond()
+}
+
+// TestFinishedWorkloadIsNotAdmittedAgain follows a finished job the way
+// the services see it: the job integration deletes the workload record and
+// then publishes finished; quota accounting releases the reservation when
+// the finished event arrives. The admission service's ledger and workload
+// watchers deliver in no fixed order, so it may see the release before the
+// deletion. A finished workload must not be admitted again.
+func TestFinishedWorkloadIsNotAdmittedAgain(t *testing.T) {
+	h := newHarness(t)
+	h.configure("4", nil)
+	h.start()
+	for _, s := range []step{
+		submit("a", "main", 0, 4, "1"),
+		ledgerIs(map[string]int32{"a": 4}),
+		admitted("a", 4),
+		submit("b", "main", 0, 4, "1"),
+		pending("b", "cq", "pod set main: insufficient unused quota for cpu in flavor default: requested 4, available 0"),
+	} {
+		s.do(h)
+	}
+	first := h.reservations()[key("a")]
+	if err := h.wls.Delete(h.ctx, workloads.Key(ref("a"))); err != nil { // the job integration, before publishing
+		t.Fatal(err)
+	}
+	h.release("a") // quota accounting, on the finished event
+	readmitted := within(time.Second, func() bool {
+		_, ok := h.reservations()[key("a")]
+		return ok
+	})
+	if readmitted {
+		n := 0
+		for _, ev := range eventsOf[events.WorkloadAdmittedV1](h) {
+			if ev.Workload.Name == "a" {
+				n++
+			}
+		}
+		t.Errorf("finished workload a was admitted again after its reservation (%s) was released: %d admitted events for a; the ledger now holds %v while b waits",
+			first.AdmittedAt.Format(time.RFC3339), n, names(h.reservations()))
+		return
+	}
+	ledgerIs(map[string]int32{"b": 4}).do(h)
 }

@@ -545,21 +545,17 @@ func toEvent(w Workload) events.WorkloadSubmittedV1 {
 // record; quota accounting then releases its reservation.
 func (s *Service) gone(ctx context.Context, rk string, rec *events.WorkloadSubmittedV1, fin *events.WorkloadFinishedV1) error {
 	r, _ := s.reservation(rec.Workload.Namespace, rec.Workload.Name)
-	if fin != nil {
-		fin.Workload, fin.ClusterQueue = rec.Workload, r.ClusterQueue
-		if err := s.pub.Publish(ctx, *fin, events.ID(fin.Type(), rec.Workload.UID)); err != nil {
-			return err
-		}
-	} else {
-		ev := events.WorkloadDeletedV1{Workload: rec.Workload}
-		if err := s.pub.Publish(ctx, ev, events.ID(ev.Type(), rec.Workload.UID)); err != nil {
-			return err
-		}
-	}
+	// The record goes first: whoever learns of the end from the event
+	// then finds the record gone, and never queues the workload again.
 	if err := s.wlKV.Delete(ctx, rk); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return fmt.Errorf("delete workload %s: %w", rk, err)
 	}
-	return nil
+	if fin != nil {
+		fin.Workload, fin.ClusterQueue = rec.Workload, r.ClusterQueue
+		return s.pub.Publish(ctx, *fin, events.ID(fin.Type(), rec.Workload.UID))
+	}
+	ev := events.WorkloadDeletedV1{Workload: rec.Workload}
+	return s.pub.Publish(ctx, ev, events.ID(ev.Type(), rec.Workload.UID))
 }
 
 // start applies a reservation to a suspended Job: one API write.
