@@ -33,6 +33,8 @@ type Reservation struct {
 	ClusterQueue string                    `json:"clusterQueue"`
 	PodSets      []engine.PodSetAssignment `json:"podSets"`
 	AdmittedAt   time.Time                 `json:"admittedAt"`
+	// UID of the workload's object, for events about it.
+	UID string `json:"uid,omitempty"`
 	// Requests per pod, by pod set then resource, as quantities.
 	Requests map[string]map[string]string `json:"requests,omitempty"`
 	// LocalQueue, Priority and Submitted order the workload among

@@ -64,6 +64,8 @@ type Service struct {
 
 	configDirty bool
 	dirty       bool
+	// unsent holds announcements whose publish failed, retried each tick.
+	unsent []outgoing
 	// ready: all three mirrors delivered their initial state and the
 	// engine was built from them. Before that, updates are only recorded.
 	ready bool
@@ -183,6 +185,11 @@ func (s *Service) Run(ctx context.Context) error {
 			}
 			if !s.ready {
 				s.build()
+			}
+			if len(s.unsent) > 0 {
+				if err := s.retry(ctx); err != nil {
+					s.log.Warn().Err(err).Int("unsent", len(s.unsent)).Msg("events still not published")
+				}
 			}
 			if !(s.dirty || s.configDirty) {
 				continue
@@ -504,12 +511,41 @@ func (s *Service) cycle(ctx context.Context) error {
 func (s *Service) reservation(d engine.Decision, now time.Time) ledger.Reservation {
 	r := ledger.Reservation{ClusterQueue: d.ClusterQueue, PodSets: d.PodSets, AdmittedAt: now.UTC(), Requests: map[string]map[string]string{}}
 	if w := s.wls[d.Key]; w != nil {
-		r.LocalQueue, r.Priority, r.Submitted = w.LocalQueue, w.Priority, w.CreationTime
+		r.LocalQueue, r.Priority, r.Submitted, r.UID = w.LocalQueue, w.Priority, w.CreationTime, w.Workload.UID
 		for _, ps := range w.PodSets {
 			r.Requests[ps.Name] = ps.Requests
 		}
 	}
 	return r
+}
+
+// outgoing is an event that could not be published yet.
+type outgoing struct {
+	ev events.Event
+	id string
+}
+
+// send publishes an event, or keeps it for the next tick if that fails:
+// decisions are made once, so their announcements must not be dropped.
+func (s *Service) send(ctx context.Context, ev events.Event, id string) error {
+	if err := s.pub.Publish(ctx, ev, id); err != nil {
+		s.unsent = append(s.unsent, outgoing{ev, id})
+		return err
+	}
+	return nil
+}
+
+// retry publishes what failed before, in order, keeping what fails again.
+func (s *Service) retry(ctx context.Context) error {
+	pending := s.unsent
+	s.unsent = nil
+	for i, o := range pending {
+		if err := s.pub.Publish(ctx, o.ev, o.id); err != nil {
+			s.unsent = append(s.unsent, pending[i:]...)
+			return err
+		}
+	}
+	return nil
 }
 
 // publish announces the cycle's decisions. Admissions whose reservation
@@ -530,13 +566,13 @@ func (s *Service) publish(ctx context.Context, ds []engine.Decision, lost map[st
 				continue
 			}
 			ev := events.WorkloadAdmittedV1{Workload: ref, ClusterQueue: d.ClusterQueue, PodSets: assignments(d.PodSets)}
-			errs = append(errs, s.pub.Publish(ctx, ev, events.ID(ev.Type(), ref.UID, s.ledger[ledger.Key(s.eng.TreeOf(d.ClusterQueue))].Revision)))
+			errs = append(errs, s.send(ctx, ev, events.ID(ev.Type(), ref.UID, s.ledger[ledger.Key(s.eng.TreeOf(d.ClusterQueue))].Revision)))
 		case engine.KindPending:
 			ev := events.WorkloadPendingV1{Workload: ref, ClusterQueue: d.ClusterQueue, Reason: d.Reason}
-			errs = append(errs, s.pub.Publish(ctx, ev, events.ID(ev.Type(), ref.UID, d.Reason)))
+			errs = append(errs, s.send(ctx, ev, events.ID(ev.Type(), ref.UID, d.Reason)))
 		case engine.KindEvicted:
 			ev := events.WorkloadEvictedV1{Workload: ref, ClusterQueue: d.ClusterQueue, Reason: d.Reason}
-			errs = append(errs, s.pub.Publish(ctx, ev, events.ID(ev.Type(), ref.UID, s.held[d.Key])))
+			errs = append(errs, s.send(ctx, ev, events.ID(ev.Type(), ref.UID, s.held[d.Key])))
 		case engine.KindPreempted:
 			p := preemptions[d.Preemptor]
 			if p == nil {
@@ -557,7 +593,7 @@ func (s *Service) publish(ctx context.Context, ds []engine.Decision, lost map[st
 		for _, v := range p.Victims {
 			victims = append(victims, v.Workload.UID)
 		}
-		errs = append(errs, s.pub.Publish(ctx, *p, events.ID(p.Type(), p.Preemptor.UID, victims)))
+		errs = append(errs, s.send(ctx, *p, events.ID(p.Type(), p.Preemptor.UID, victims)))
 	}
 	return errors.Join(errs...)
 }

@@ -52,6 +52,8 @@ type harness struct {
 	mu    sync.Mutex
 	evs   []events.Envelope
 	stopF func()
+	// wrap, if set, wraps the publisher of the services started next.
+	wrap func(admission.Publisher) admission.Publisher
 }
 
 func newHarness(t *testing.T) *harness {
@@ -99,8 +101,11 @@ func newHarness(t *testing.T) *harness {
 func (h *harness) start() {
 	h.t.Helper()
 	log := zerolog.New(zerolog.NewTestWriter(h.t)).Level(zerolog.WarnLevel)
-	s, err := admission.New(admission.Config{Interval: 5 * time.Millisecond}, h.js,
-		bus.NewPublisher(h.js, events.Source("admission")),
+	var pub admission.Publisher = bus.NewPublisher(h.js, events.Source("admission"))
+	if h.wrap != nil {
+		pub = h.wrap(pub)
+	}
+	s, err := admission.New(admission.Config{Interval: 5 * time.Millisecond}, h.js, pub,
 		admission.WithClock(func() time.Time { return now }), admission.WithLogger(log))
 	if err != nil {
 		h.t.Fatalf("admission.New: %v", err)
@@ -290,6 +295,7 @@ func (h *harness) expected(name string, count int32) ledger.Reservation {
 		ClusterQueue: "cq",
 		PodSets:      []engine.PodSetAssignment{{Name: "main", Count: count, Flavors: map[string]string{"cpu": "default"}}},
 		AdmittedAt:   now,
+		UID:          rec.Workload.UID,
 		Requests:     map[string]map[string]string{},
 		LocalQueue:   rec.LocalQueue,
 		Priority:     rec.Priority,
@@ -819,4 +825,68 @@ func TestFinishedWorkloadIsNotAdmittedAgain(t *testing.T) {
 		return
 	}
 	ledgerIs(map[string]int32{"b": 4}).do(h)
+}
+
+// failOnce fails the first publish of each event type in types, as a
+// JetStream outage would, and publishes everything else.
+type failOnce struct {
+	inner  admission.Publisher
+	mu     sync.Mutex
+	types  map[string]bool
+	failed []string
+}
+
+func (f *failOnce) Publish(ctx context.Context, ev events.Event, id string) error {
+	f.mu.Lock()
+	if f.types[ev.Type()] {
+		delete(f.types, ev.Type())
+		f.failed = append(f.failed, ev.Type()+" "+ev.CESubject())
+		f.mu.Unlock()
+		return fmt.Errorf("publish %s: %w", ev.Type(), context.DeadlineExceeded)
+	}
+	f.mu.Unlock()
+	return f.inner.Publish(ctx, ev, id)
+}
+
+// TestFailedPublishIsRetried: an event the service could not publish (a
+// JetStream hiccup, a restart of NATS) is published later: the admitted
+// event announces a reservation already in the ledger, the pending event
+// is the stated reason the design promises for every waiting job.
+func TestFailedPublishIsRetried(t *testing.T) {
+	cases := []struct {
+		name  string
+		fail  string
+		steps []step
+	}{
+		{
+			name: "admitted",
+			fail: events.TypeWorkloadAdmittedV1,
+			steps: []step{
+				submit("a", "main", 0, 2, "1"),
+				ledgerIs(map[string]int32{"a": 2}),
+				admitted("a", 2),
+			},
+		},
+		{
+			name: "pending",
+			fail: events.TypeWorkloadPendingV1,
+			steps: []step{
+				submit("big", "main", 0, 5, "1"),
+				pending("big", "cq", "pod set main: insufficient quota for cpu in flavor default: requested 5, more than the ClusterQueue can ever use (4)"),
+			},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t)
+			h.configure("4", nil)
+			f := &failOnce{types: map[string]bool{tc.fail: true}}
+			h.wrap = func(p admission.Publisher) admission.Publisher { f.inner = p; return f }
+			h.start()
+			for _, s := range tc.steps {
+				s.do(h)
+			}
+		})
+	}
 }

@@ -135,6 +135,12 @@ func (s *Service) release(ctx context.Context, led ledger.KV, ref events.Workloa
 		return nil // released before: nothing to do twice
 	}
 	s.log.Info().Str("workload", key).Str("queue", cq).Msg("quota released")
+	if ref.UID == "" {
+		// A reservation written without the workload's UID (by an older
+		// admission service): the release stands, the event cannot name it.
+		s.log.Warn().Str("workload", key).Msg("released quota of a workload with no known UID; no event")
+		return nil
+	}
 	ev := events.QuotaReleasedV1{Workload: ref, ClusterQueue: cq}
 	return s.pub.Publish(ctx, ev, events.ID(ev.Type(), ref.UID, cq))
 }
@@ -154,13 +160,13 @@ func (s *Service) reconcile(ctx context.Context, led ledger.KV, wls jetstream.Ke
 			errs = append(errs, err)
 			continue
 		}
-		for wk := range v.Entry.Reservations {
+		for wk, r := range v.Entry.Reservations {
 			_, err := wls.Get(ctx, workloads.KVKeyFromEngine(wk))
 			if !errors.Is(err, jetstream.ErrKeyNotFound) {
 				continue
 			}
 			kind, ns, name := split(wk)
-			errs = append(errs, s.release(ctx, led, events.WorkloadRef{Kind: kind, Namespace: ns, Name: name}))
+			errs = append(errs, s.release(ctx, led, events.WorkloadRef{Kind: kind, Namespace: ns, Name: name, UID: r.UID}))
 		}
 	}
 	return errors.Join(errs...)

@@ -1,0 +1,155 @@
+package preemption_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/sluice-dev/sluice/events"
+	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/internal/engine"
+	"github.com/sluice-dev/sluice/internal/ledger"
+	"github.com/sluice-dev/sluice/internal/natstest"
+	"github.com/sluice-dev/sluice/internal/workloads"
+	"github.com/sluice-dev/sluice/services/preemption"
+)
+
+func ref(name string) events.WorkloadRef {
+	return events.WorkloadRef{Kind: "job", Namespace: "team-a", Name: name, UID: "uid-" + name}
+}
+
+func victim(name string) events.VictimV1 {
+	return events.VictimV1{Workload: ref(name), ClusterQueue: "cq", Reason: engine.ReasonInClusterQueue}
+}
+
+func preempted(name, by string) events.WorkloadPreemptedV1 {
+	return events.WorkloadPreemptedV1{Workload: ref(name), ClusterQueue: "cq", Reason: engine.ReasonInClusterQueue, Preemptor: ref(by)}
+}
+
+func TestPreemption(t *testing.T) {
+	request := func(preemptor string, victims ...string) events.PreemptionRequestedV1 {
+		r := events.PreemptionRequestedV1{Preemptor: ref(preemptor), ClusterQueue: "cq"}
+		for _, v := range victims {
+			r.Victims = append(r.Victims, victim(v))
+		}
+		return r
+	}
+	cases := []struct {
+		name     string
+		holding  []string
+		requests []events.PreemptionRequestedV1
+		want     []events.WorkloadPreemptedV1
+	}{
+		{
+			name:     "every victim holding quota is preempted",
+			holding:  []string{"low1", "low2"},
+			requests: []events.PreemptionRequestedV1{request("high", "low1", "low2")},
+			want:     []events.WorkloadPreemptedV1{preempted("low1", "high"), preempted("low2", "high")},
+		},
+		{
+			name:     "a victim already gone is skipped",
+			holding:  []string{"low2"},
+			requests: []events.PreemptionRequestedV1{request("high", "low1", "low2")},
+			want:     []events.WorkloadPreemptedV1{preempted("low2", "high")},
+		},
+		{
+			name:     "the same victim asked twice by one preemptor is preempted once",
+			holding:  []string{"low1"},
+			requests: []events.PreemptionRequestedV1{request("high", "low1"), request("high", "low1")},
+			want:     []events.WorkloadPreemptedV1{preempted("low1", "high")},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each stop waits out the consumer's pull (2s)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			js := natstest.JetStream(t)
+			if err := bus.Setup(ctx, js, bus.Config{}); err != nil {
+				t.Fatal(err)
+			}
+			led, err := js.KeyValue(ctx, ledger.Bucket)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e := ledger.Entry{Reservations: map[string]ledger.Reservation{}}
+			for _, n := range append(tc.holding, "marker") {
+				e.Reservations[workloads.EngineKey(ref(n))] = ledger.Reservation{ClusterQueue: "cq",
+					PodSets: []engine.PodSetAssignment{{Name: "main", Count: 1, Flavors: map[string]string{"cpu": "default"}}}}
+			}
+			if _, err := ledger.Write(ctx, led, "tree.cq.cq", 0, e); err != nil {
+				t.Fatal(err)
+			}
+
+			var mu sync.Mutex
+			var got []events.WorkloadPreemptedV1
+			cons, err := js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
+				FilterSubjects: []string{events.SubjectFilter("workload", "preempted", "", "")},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cc, err := cons.Consume(func(m jetstream.Msg) {
+				env, err := events.DecodeParts(m.Subject(), m.Headers(), m.Data())
+				var ev events.WorkloadPreemptedV1
+				if err == nil {
+					err = env.As(&ev)
+				}
+				if err != nil {
+					t.Errorf("preempted event: %v", err)
+					return
+				}
+				mu.Lock()
+				got = append(got, ev)
+				mu.Unlock()
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cc.Stop()
+
+			s := preemption.New(js, bus.NewPublisher(js, events.Source("preemption")), zerolog.Nop())
+			runCtx, stop := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() { done <- s.Run(runCtx) }()
+			defer func() {
+				stop()
+				if err := <-done; err != nil {
+					t.Errorf("preemption Run: %v", err)
+				}
+			}()
+
+			pub := bus.NewPublisher(js, events.Source("admission"))
+			for i, r := range append(tc.requests, request("marker-preemptor", "marker")) {
+				if err := pub.Publish(ctx, r, events.ID(r.Type(), r.Preemptor.UID, i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want := append(tc.want, preempted("marker", "marker-preemptor"))
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				mu.Lock()
+				n := len(got)
+				last := events.WorkloadPreemptedV1{}
+				if n > 0 {
+					last = got[n-1]
+				}
+				mu.Unlock()
+				if last.Workload.Name == "marker" || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if d := cmp.Diff(want, got); d != "" {
+				t.Errorf("preempted events (-want +got):\n%s", d)
+			}
+		})
+	}
+}

@@ -1,0 +1,288 @@
+package quota_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/sluice-dev/sluice/events"
+	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/internal/engine"
+	"github.com/sluice-dev/sluice/internal/ledger"
+	"github.com/sluice-dev/sluice/internal/natstest"
+	"github.com/sluice-dev/sluice/internal/workloads"
+	"github.com/sluice-dev/sluice/services/quota"
+)
+
+const ledgerKey = "tree.cq.cq"
+
+type harness struct {
+	t    *testing.T
+	ctx  context.Context
+	js   jetstream.JetStream
+	led  jetstream.KeyValue
+	wls  jetstream.KeyValue
+	pub  *bus.JetStreamPublisher
+	mu   sync.Mutex
+	evs  []events.QuotaReleasedV1
+	logs *lines
+}
+
+type lines struct {
+	mu sync.Mutex
+	l  []string
+}
+
+func (l *lines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.l = append(l.l, string(p))
+	return len(p), nil
+}
+
+func (l *lines) all() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.l...)
+}
+
+func newHarness(t *testing.T, reconcile time.Duration) *harness {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	js := natstest.JetStream(t)
+	if err := bus.Setup(ctx, js, bus.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{t: t, ctx: ctx, js: js, pub: bus.NewPublisher(js, events.Source("job")), logs: &lines{}}
+	var err error
+	if h.led, err = js.KeyValue(ctx, ledger.Bucket); err != nil {
+		t.Fatal(err)
+	}
+	if h.wls, err = js.KeyValue(ctx, workloads.Bucket); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{events.SubjectFilter("quota", "released", "", "")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		env, err := events.DecodeParts(m.Subject(), m.Headers(), m.Data())
+		var ev events.QuotaReleasedV1
+		if err == nil {
+			err = env.As(&ev)
+		}
+		if err != nil {
+			t.Errorf("released event: %v", err)
+			return
+		}
+		h.mu.Lock()
+		h.evs = append(h.evs, ev)
+		h.mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cc.Stop)
+
+	s, err := quota.New(quota.Config{Reconcile: reconcile}, js, bus.NewPublisher(js, events.Source("quota")), zerolog.New(h.logs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- s.Run(runCtx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("quota Run: %v", err)
+		}
+	})
+	return h
+}
+
+func ref(name string) events.WorkloadRef {
+	return events.WorkloadRef{Kind: "job", Namespace: "team-a", Name: name, UID: "uid-" + name}
+}
+
+// reservation is what an admission replica writes for a workload.
+func reservation(name string, count int32) ledger.Reservation {
+	return ledger.Reservation{
+		ClusterQueue: "cq",
+		UID:          ref(name).UID,
+		PodSets:      []engine.PodSetAssignment{{Name: "main", Count: count, Flavors: map[string]string{"cpu": "default"}}},
+		AdmittedAt:   time.Date(2025, 6, 7, 8, 9, 10, 0, time.UTC),
+	}
+}
+
+// hold writes reservations for the named workloads, and their records.
+func (h *harness) hold(names ...string) {
+	h.t.Helper()
+	e := ledger.Entry{Reservations: map[string]ledger.Reservation{}}
+	for i, n := range names {
+		e.Reservations[workloads.EngineKey(ref(n))] = reservation(n, int32(i+1))
+		if _, err := h.wls.Put(h.ctx, workloads.Key(ref(n)), []byte(`{}`)); err != nil {
+			h.t.Fatal(err)
+		}
+	}
+	if _, err := ledger.Write(h.ctx, h.led, ledgerKey, 0, e); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func (h *harness) held() []string {
+	h.t.Helper()
+	v, err := ledger.Read(h.ctx, h.led, ledgerKey)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var out []string
+	for _, n := range []string{"a", "b", "c", "orphan"} {
+		if _, ok := v.Entry.Reservations[workloads.EngineKey(ref(n))]; ok {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func (h *harness) released() []events.QuotaReleasedV1 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]events.QuotaReleasedV1(nil), h.evs...)
+}
+
+func (h *harness) publish(ev events.Event, id string) {
+	h.t.Helper()
+	if err := h.pub.Publish(h.ctx, ev, id); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func waitFor(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return true
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return cond()
+}
+
+func TestReleases(t *testing.T) {
+	stopped := func(n string) events.Event {
+		return events.WorkloadStoppedV1{Workload: ref(n), ClusterQueue: "cq", Reason: "Preempted"}
+	}
+	finished := func(n string) events.Event {
+		return events.WorkloadFinishedV1{Workload: ref(n), ClusterQueue: "cq", Succeeded: true}
+	}
+	deleted := func(n string) events.Event { return events.WorkloadDeletedV1{Workload: ref(n)} }
+	cases := []struct {
+		name string
+		// publish these, in order, each under its own id
+		events       []events.Event
+		wantHeld     []string
+		wantReleased []string
+	}{
+		{name: "stopped", events: []events.Event{stopped("b")}, wantHeld: []string{"a", "c"}, wantReleased: []string{"b"}},
+		{name: "finished", events: []events.Event{finished("a")}, wantHeld: []string{"b", "c"}, wantReleased: []string{"a"}},
+		{name: "deleted", events: []events.Event{deleted("c")}, wantHeld: []string{"a", "b"}, wantReleased: []string{"c"}},
+		{
+			name:         "stopped, then finished, then deleted: released once",
+			events:       []events.Event{stopped("a"), finished("a"), deleted("a")},
+			wantHeld:     []string{"b", "c"},
+			wantReleased: []string{"a"},
+		},
+		{
+			name:         "several workloads",
+			events:       []events.Event{finished("a"), finished("c")},
+			wantHeld:     []string{"b"},
+			wantReleased: []string{"a", "c"},
+		},
+		{name: "a workload holding nothing", events: []events.Event{finished("nobody")}, wantHeld: []string{"a", "b", "c"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each stop waits out the consumer's pull (2s)
+			h := newHarness(t, time.Hour)
+			h.hold("a", "b", "c")
+			for i, ev := range tc.events {
+				h.publish(ev, events.ID(ev.Type(), ev.CESubject(), i))
+			}
+			// A marker processed after the events (the consumer handles
+			// one event at a time, in order) tells when they are done.
+			h.hold2("marker")
+			h.publish(finished("marker"), "marker")
+			if !waitFor(10*time.Second, func() bool { return !h.holds("marker") }) {
+				t.Fatal("quota accounting did not handle the events")
+			}
+			waitFor(2*time.Second, func() bool { return len(h.released()) >= len(tc.wantReleased)+1 })
+			if d := cmp.Diff(tc.wantHeld, h.held()); d != "" {
+				t.Errorf("held after the events (-want +got):\n%s", d)
+			}
+			var want []events.QuotaReleasedV1
+			for _, n := range tc.wantReleased {
+				want = append(want, events.QuotaReleasedV1{Workload: ref(n), ClusterQueue: "cq"})
+			}
+			want = append(want, events.QuotaReleasedV1{Workload: ref("marker"), ClusterQueue: "other"})
+			if d := cmp.Diff(want, h.released()); d != "" {
+				t.Errorf("released events (-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+// hold2 reserves for a workload in a second ledger key.
+func (h *harness) hold2(name string) {
+	h.t.Helper()
+	r := reservation(name, 1)
+	r.ClusterQueue = "other"
+	e := ledger.Entry{Reservations: map[string]ledger.Reservation{workloads.EngineKey(ref(name)): r}}
+	if _, err := h.wls.Put(h.ctx, workloads.Key(ref(name)), []byte(`{}`)); err != nil {
+		h.t.Fatal(err)
+	}
+	if _, err := ledger.Write(h.ctx, h.led, "tree.cq.other", 0, e); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func (h *harness) holds(name string) bool {
+	v, err := ledger.Read(h.ctx, h.led, "tree.cq.other")
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	_, ok := v.Entry.Reservations[workloads.EngineKey(ref(name))]
+	return ok
+}
+
+// TestReconcileReleasesOrphans: a reservation whose workload record is
+// gone (its finished event lost or not handled yet) is released by the
+// reconciliation, and the release is announced like any other.
+func TestReconcileReleasesOrphans(t *testing.T) {
+	h := newHarness(t, 20*time.Millisecond)
+	h.hold("a", "orphan")
+	if err := h.wls.Delete(h.ctx, workloads.Key(ref("orphan"))); err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(5*time.Second, func() bool { return len(h.held()) == 1 }) {
+		t.Fatalf("orphan's reservation not released by reconciliation; held: %v", h.held())
+	}
+	if d := cmp.Diff([]string{"a"}, h.held()); d != "" {
+		t.Errorf("held (-want +got):\n%s", d)
+	}
+	if !waitFor(time.Second, func() bool { return len(h.released()) > 0 }) {
+		t.Errorf("no dev.sluice.quota.v1.released event for the reconciled release of job/team-a/orphan; quota logged: %v", h.logs.all())
+		return
+	}
+	want := []events.QuotaReleasedV1{{Workload: ref("orphan"), ClusterQueue: "cq"}}
+	if d := cmp.Diff(want, h.released()); d != "" {
+		t.Errorf("released events (-want +got):\n%s", d)
+	}
+}

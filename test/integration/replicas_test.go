@@ -1,0 +1,212 @@
+package integration
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-dev/sluice/events"
+	"github.com/sluice-dev/sluice/internal/ledger"
+	"github.com/sluice-dev/sluice/internal/workloads"
+)
+
+// TestTwoAdmissionReplicasNeverOverAdmit runs two admission replicas on one
+// cohort tree while ~300 workloads arrive at once and random reservations
+// are removed (finished jobs) by compare-and-set. Every ledger revision
+// must stay within the configured quota, no workload may be reserved
+// twice, and every workload must be admitted exactly once.
+func TestTwoAdmissionReplicasNeverOverAdmit(t *testing.T) {
+	const n = 300
+	e := newEnv(t, 50*time.Second)
+	e.configure(nil)
+	ws := generate(rand.New(rand.NewPCG(1, 2)), n, false)
+	chk := newChecker(ws)
+	e.followLedger("checker", chk.observe)
+
+	_, pubA := e.startAdmission("admission-a")
+	_, pubB := e.startAdmission("admission-b")
+
+	_, sjs := e.connect("submitter")
+	submitted := make(chan error, 1)
+	go func() { submitted <- e.submit(sjs, ws, nil, 0, nil) }()
+
+	// The finisher: pick a random reservation, delete its record as the
+	// job integration does, and remove the reservation by compare-and-set
+	// as quota accounting does.
+	_, fjs := e.connect("finisher")
+	led, err := fjs.KeyValue(e.ctx, ledger.Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wl, err := fjs.KeyValue(e.ctx, workloads.Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	done := map[string]bool{}
+	var removals, conflicts int
+	// finishOne finishes a random reserved workload; it reports the
+	// number of reservations left before it acted.
+	finishOne := func() (int, error) {
+		v, err := ledger.Read(e.ctx, led, ledgerKey)
+		if err != nil || len(v.Entry.Reservations) == 0 {
+			return 0, err
+		}
+		held := len(v.Entry.Reservations)
+		keys := make([]string, 0, held)
+		for k := range v.Entry.Reservations {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		k := keys[rng.IntN(len(keys))]
+		chk.markFinished(k, v.Revision)
+		done[k] = true
+		rec, _ := ws.get(k)
+		if err := wl.Delete(e.ctx, workloads.Key(rec.Workload)); err != nil {
+			return 0, fmt.Errorf("delete record %s: %w", k, err)
+		}
+		for {
+			delete(v.Entry.Reservations, k)
+			_, err := ledger.Write(e.ctx, led, ledgerKey, v.Revision, v.Entry)
+			if err == nil {
+				removals++
+				return held, nil
+			}
+			if !errors.Is(err, ledger.ErrConflict) {
+				return 0, err
+			}
+			conflicts++
+			if v, err = ledger.Read(e.ctx, led, ledgerKey); err != nil {
+				return 0, err
+			}
+			if _, still := v.Entry.Reservations[k]; !still {
+				return 0, fmt.Errorf("reservation of %s vanished while the finisher was removing it", k)
+			}
+		}
+	}
+	start := time.Now()
+	deadline := start.Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		held, err := finishOne()
+		if err != nil {
+			t.Fatalf("finisher: %v", err)
+		}
+		if held == 0 && len(done) == n {
+			break
+		}
+		if held > 0 {
+			time.Sleep(time.Duration(rng.IntN(1500)) * time.Microsecond) // pacing of finishes
+		} else {
+			time.Sleep(time.Millisecond) // nothing reserved right now
+		}
+	}
+	if err := <-submitted; err != nil {
+		t.Fatalf("submitter: %v", err)
+	}
+	elapsed := time.Since(start)
+
+	// Let the checker catch up with the last revision.
+	v, err := e.readLedger(fjs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !eventually(5*time.Second, func() bool { return chk.seen() >= v.Revision }) {
+		t.Errorf("checker saw revision %d, ledger is at %d", chk.seen(), v.Revision)
+	}
+	chk.report(t)
+	if early := e.exitedEarly(); len(early) > 0 {
+		t.Errorf("services exited on their own: %s", strings.Join(early, "; "))
+	}
+
+	t.Logf("%d of %d workloads admitted and finished in %s (%d reservations removed); finisher lost %d compare-and-set races; admitted events published: replica a %d, replica b %d",
+		len(done), n, elapsed.Round(time.Millisecond), removals, conflicts, pubA.count(), pubB.count())
+	if pubA.count() == 0 || pubB.count() == 0 {
+		t.Logf("note: one replica won every race (a %d, b %d)", pubA.count(), pubB.count())
+	}
+
+	evs, err := e.readEvents(fjs, events.SubjectFilter("workload", "", "", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	admitted := map[string]int{}
+	lastPending := map[string]string{}
+	for _, env := range evs {
+		switch env.Type {
+		case events.TypeWorkloadAdmittedV1:
+			var ev events.WorkloadAdmittedV1
+			if err := env.As(&ev); err != nil {
+				t.Fatal(err)
+			}
+			admitted[workloads.EngineKey(ev.Workload)]++
+		case events.TypeWorkloadPendingV1:
+			var ev events.WorkloadPendingV1
+			if err := env.As(&ev); err != nil {
+				t.Fatal(err)
+			}
+			lastPending[workloads.EngineKey(ev.Workload)] = ev.Reason
+		}
+	}
+	var notAdmitted, twice []string
+	for _, k := range ws.keys {
+		if r := chk.times(k); r != 1 {
+			twice = append(twice, fmt.Sprintf("%s reserved %d times", k, r))
+		}
+		switch a := admitted[k]; {
+		case a == 0:
+			notAdmitted = append(notAdmitted, fmt.Sprintf("%s (last pending reason: %q)", k, lastPending[k]))
+		case a > 1:
+			twice = append(twice, fmt.Sprintf("%s announced admitted %d times", k, a))
+		}
+	}
+	if len(twice) > 0 {
+		t.Errorf("workloads admitted more than once (%d): %s", len(twice), strings.Join(first(twice, 20), "; "))
+	}
+	if len(notAdmitted) > 0 {
+		t.Errorf("workloads never admitted within the deadline (%d): %s", len(notAdmitted), strings.Join(first(notAdmitted, 20), "; "))
+	}
+	if got, err := e.readLedger(fjs); err != nil || len(got.Entry.Reservations) != 0 {
+		t.Errorf("ledger after every workload finished: %v, %v; want empty", got.Entry.Reservations, err)
+	}
+	checkNoDeadLetters(t, e, fjs)
+}
+
+func first(s []string, n int) []string {
+	if len(s) > n {
+		return append(s[:n:n], fmt.Sprintf("… %d more", len(s)-n))
+	}
+	return s
+}
+
+// checkNoDeadLetters: no consumer gave up on an event.
+func checkNoDeadLetters(t *testing.T, e *env, js jetstream.JetStream) {
+	t.Helper()
+	s, err := js.Stream(e.ctx, "SLUICE_DLQ")
+	if err != nil {
+		t.Errorf("DLQ stream: %v", err)
+		return
+	}
+	info, err := s.Info(e.ctx)
+	if err != nil {
+		t.Errorf("DLQ stream: %v", err)
+		return
+	}
+	if info.State.Msgs == 0 {
+		return
+	}
+	var lines []string
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && len(lines) < 10; seq++ {
+		m, err := s.GetMsg(e.ctx, seq)
+		if err != nil {
+			continue
+		}
+		lines = append(lines, fmt.Sprintf("%s from %s: %s (%s)", m.Header.Get("Sluice-Dlq-Consumer"), m.Header.Get("Sluice-Dlq-Subject"),
+			m.Header.Get("Sluice-Dlq-Reason"), m.Header.Get("Sluice-Dlq-Error")))
+	}
+	t.Errorf("%d dead letters: %s", info.State.Msgs, strings.Join(lines, "; "))
+}
