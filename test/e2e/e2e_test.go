@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -137,5 +136,3 @@ spec: {clusterQueue: %[1]s}
 	waitRunning(t, ns, "lost", 30*time.Second)
 	waitComplete(t, ns, "lost", 60*time.Second)
 }
-
-var _ = corev1.EventTypeNormal

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"sync"
@@ -107,7 +108,7 @@ func overQuota(ns string, quota int64) string {
 					PodSets []struct{ Count int64 }
 				}
 			}
-			if jsonUnmarshal(e.Value(), &v) == nil {
+			if json.Unmarshal(e.Value(), &v) == nil {
 				for _, r := range v.Reservations {
 					for _, ps := range r.PodSets {
 						reserved += ps.Count
