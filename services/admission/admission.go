@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -118,21 +119,38 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("admission: open %s: %w", ledger.Bucket, err)
 	}
 	s.kv, s.wlKV = ledKV, wlKV
-	cfgW, err := cfgKV.WatchAll(ctx)
-	if err != nil {
-		return fmt.Errorf("admission: watch %s: %w", configstore.Bucket, err)
+	var cfgW, wlW, ledW jetstream.KeyWatcher
+	stop := func() {
+		for _, w := range []jetstream.KeyWatcher{cfgW, wlW, ledW} {
+			if w != nil {
+				_ = w.Stop()
+			}
+		}
 	}
-	defer cfgW.Stop()
-	wlW, err := wlKV.WatchAll(ctx)
-	if err != nil {
-		return fmt.Errorf("admission: watch %s: %w", workloads.Bucket, err)
+	// watch (re)starts the three mirrors. Entries already applied are
+	// recognised as such, so starting again only costs a re-read.
+	watch := func() error {
+		stop()
+		var err error
+		if cfgW, err = cfgKV.WatchAll(ctx); err != nil {
+			return fmt.Errorf("admission: watch %s: %w", configstore.Bucket, err)
+		}
+		if wlW, err = wlKV.WatchAll(ctx); err != nil {
+			return fmt.Errorf("admission: watch %s: %w", workloads.Bucket, err)
+		}
+		if ledW, err = ledKV.WatchAll(ctx); err != nil {
+			return fmt.Errorf("admission: watch %s: %w", ledger.Bucket, err)
+		}
+		return nil
 	}
-	defer wlW.Stop()
-	ledW, err := ledKV.WatchAll(ctx)
-	if err != nil {
-		return fmt.Errorf("admission: watch %s: %w", ledger.Bucket, err)
+	if err := watch(); err != nil {
+		return err
 	}
-	defer ledW.Stop()
+	defer stop()
+	// After a reconnect the watches would resume only once their missed
+	// heartbeats are noticed, about 20 s later; start them again at once.
+	reconnected := s.js.Conn().StatusChanged(nats.CONNECTED)
+	defer s.js.Conn().RemoveStatusListener(reconnected)
 
 	// Admit nothing before all three mirrors hold their initial state.
 	synced := map[string]bool{}
@@ -179,6 +197,10 @@ func (s *Service) Run(ctx context.Context) error {
 				continue
 			}
 			s.applyLedger(ctx, e.Key(), e)
+		case <-reconnected:
+			if err := watch(); err != nil {
+				s.log.Error().Err(err).Msg("restarting watches after a reconnect")
+			}
 		case <-tick.C:
 			if !ready() {
 				continue
