@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	batchv1 "k8s.io/api/batch/v1"
@@ -313,19 +314,31 @@ func (s *Service) next(ctx context.Context) bool {
 
 // watchKV feeds every entry of a bucket to apply, closing synced once the
 // initial values are in, until ctx ends.
-func watchKV(ctx context.Context, kv jetstream.KeyValue, synced chan<- struct{}, apply func(jetstream.KeyValueEntry, bool)) error {
+func watchKV(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, synced chan<- struct{}, apply func(jetstream.KeyValueEntry, bool)) error {
 	w, err := kv.WatchAll(ctx)
 	if err != nil {
 		return err
 	}
-	defer w.Stop()
+	defer func() { _ = w.Stop() }()
+	// After a reconnect the watch would resume only once its missed
+	// heartbeats are noticed, about 20 s later; start it again at once.
+	reconnected := nc.StatusChanged(nats.CONNECTED)
+	defer nc.RemoveStatusListener(reconnected)
 	done := false
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-reconnected:
+			_ = w.Stop()
+			if w, err = kv.WatchAll(ctx); err != nil {
+				return err
+			}
 		case e, ok := <-w.Updates():
 			if !ok {
+				if ctx.Err() != nil {
+					return nil
+				}
 				return fmt.Errorf("watch of %s closed", kv.Bucket())
 			}
 			if e == nil {
@@ -341,7 +354,7 @@ func watchKV(ctx context.Context, kv jetstream.KeyValue, synced chan<- struct{},
 }
 
 func (s *Service) watchConfig(ctx context.Context, kv jetstream.KeyValue, synced chan<- struct{}) error {
-	return watchKV(ctx, kv, synced, func(e jetstream.KeyValueEntry, live bool) {
+	return watchKV(ctx, s.js.Conn(), kv, synced, func(e jetstream.KeyValueEntry, live bool) {
 		s.mu.Lock()
 		if e.Operation() == jetstream.KeyValuePut {
 			s.config.Apply(e.Key(), e.Value())
@@ -368,7 +381,7 @@ func (s *Service) enqueueAll() {
 }
 
 func (s *Service) watchLedger(ctx context.Context, kv jetstream.KeyValue, synced chan<- struct{}) error {
-	return watchKV(ctx, kv, synced, func(e jetstream.KeyValueEntry, _ bool) {
+	return watchKV(ctx, s.js.Conn(), kv, synced, func(e jetstream.KeyValueEntry, _ bool) {
 		var ent ledger.Entry
 		if e.Operation() == jetstream.KeyValuePut {
 			var err error
