@@ -136,7 +136,7 @@ func (c *cycle) drain() {
 				c.e.evict(ws)
 			}
 			c.touched[cq] = true
-			c.out = append(c.out, Decision{Kind: KindEvicted, Key: ws.key, ClusterQueue: cq.Name, Reason: reasons[i]})
+			c.emit(Decision{Kind: KindEvicted, Key: ws.key, ClusterQueue: cq.Name, Reason: reasons[i]})
 		}
 	}
 }
@@ -359,7 +359,7 @@ func (c *cycle) process(entries []*entry) {
 				t.ws.victimIn = c.id
 				e.evict(t.ws)
 				c.requeued(vcq)
-				c.out = append(c.out, Decision{Kind: KindPreempted, Key: t.ws.key, ClusterQueue: vcq.Name, Reason: t.reason, Preemptor: ws.key})
+				c.emit(Decision{Kind: KindPreempted, Key: t.ws.key, ClusterQueue: vcq.Name, Reason: t.reason, Preemptor: ws.key})
 			}
 			c.admit(ws, en.a)
 		default:
@@ -394,7 +394,7 @@ func (c *cycle) requestPreemption(ws *wlState, en *entry) {
 		t.ws.evicting = true
 		t.ws.victimIn = c.id
 		waiting++
-		c.out = append(c.out, Decision{Kind: KindPreempted, Key: t.ws.key, ClusterQueue: t.ws.admitted.cq.Name, Reason: t.reason, Preemptor: ws.key})
+		c.emit(Decision{Kind: KindPreempted, Key: t.ws.key, ClusterQueue: t.ws.admitted.cq.Name, Reason: t.reason, Preemptor: ws.key})
 	}
 	c.pend(ws, fmt.Sprintf("waiting for %d preempted workload(s) to release quota", waiting))
 	c.blocked[ws.cq] = true
@@ -417,7 +417,19 @@ func (c *cycle) admit(ws *wlState, a *assignment) {
 	ws.reason, ws.why = "", nil
 	ws.parked = false
 	c.touched[cq] = true
-	c.out = append(c.out, Decision{Kind: KindAdmitted, Key: ws.key, ClusterQueue: cq.Name, PodSets: ws.admitted.podSets})
+	c.emit(Decision{Kind: KindAdmitted, Key: ws.key, ClusterQueue: cq.Name, PodSets: ws.admitted.podSets})
+}
+
+// emit appends a decision, doubling the slice when full: append's own
+// growth for large slices (1.25×) copies a cycle's 100,000 pending
+// decisions several times over.
+func (c *cycle) emit(d Decision) {
+	if len(c.out) == cap(c.out) {
+		grown := make([]Decision, len(c.out), max(64, 2*cap(c.out)))
+		copy(grown, c.out)
+		c.out = grown
+	}
+	c.out = append(c.out, d)
 }
 
 // pendWhy records reasons from flavor assignment, rendering them only if
@@ -449,7 +461,7 @@ func (c *cycle) pend(ws *wlState, reason string) {
 	if ws.cq != nil {
 		cq = ws.cq.Name
 	}
-	c.out = append(c.out, Decision{Kind: KindPending, Key: ws.key, ClusterQueue: cq, Reason: reason})
+	c.emit(Decision{Kind: KindPending, Key: ws.key, ClusterQueue: cq, Reason: reason})
 }
 
 // explain gives every pending workload that has none a reason: those in
