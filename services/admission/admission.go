@@ -496,7 +496,12 @@ func (s *Service) cycle(ctx context.Context) error {
 	for _, k := range keys {
 		prev := s.ledger[k]
 		if prev.Entry.Reservations == nil && prev.Revision != 0 {
-			lost[k] = true // corrupt entry: never write over it
+			// A corrupt entry: never write over it, and take back what
+			// this cycle decided in its tree.
+			lost[k] = true
+			for _, d := range byKey[k] {
+				_ = s.eng.Evict(d.Key)
+			}
 			continue
 		}
 		next := ledger.Entry{Reservations: map[string]ledger.Reservation{}}
