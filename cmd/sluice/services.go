@@ -111,15 +111,17 @@ func (f *serviceFlags) bindAdmission(cmd *cobra.Command) {
 }
 func (f *serviceFlags) bindWatcher(cmd *cobra.Command) {
 	cmd.Flags().DurationVar(&f.statusInterval, "status-interval", 5*time.Second, "how often queue status is written (0: never)")
-	cmd.Flags().DurationVar(&f.resync, "resync", 10*time.Minute, "full re-list interval")
+}
+
+// bindResync is shared by the watcher and the job integration, which
+// `sluice dev` runs together under one flag.
+func (f *serviceFlags) bindResync(cmd *cobra.Command) {
+	cmd.Flags().DurationVar(&f.resync, "resync", 10*time.Minute, "full re-list interval of Kubernetes watches")
 }
 func (f *serviceFlags) bindJob(cmd *cobra.Command) {
 	cmd.Flags().IntVar(&f.workers, "workers", 32, "jobs reconciled in parallel")
 	cmd.Flags().StringVar(&f.webhookAddr, "webhook-address", "127.0.0.1:9443", "address of the suspend-on-create webhook (empty: none)")
 	cmd.Flags().StringVar(&f.webhookHost, "webhook-host", "127.0.0.1", "host the API server reaches the webhook by")
-	if f.resync == 0 {
-		cmd.Flags().DurationVar(&f.resync, "resync", 10*time.Minute, "full re-list interval")
-	}
 }
 func (f *serviceFlags) bindQuota(cmd *cobra.Command) {
 	cmd.Flags().DurationVar(&f.reconcile, "reconcile", 30*time.Second, "ledger reconciliation interval")
@@ -249,8 +251,8 @@ func newServiceCmds() []*cobra.Command {
 	q := &serviceFlags{}
 	return []*cobra.Command{
 		newServiceCmd("admission", "Run the admission service", false, a.bindAdmission, admissionRunner(a)),
-		newServiceCmd("watcher", "Run the configuration watcher", true, f.bindWatcher, watcherRunner(f)),
-		newServiceCmd("job", "Run the batch/v1 Job integration", true, j.bindJob, jobRunner(j)),
+		newServiceCmd("watcher", "Run the configuration watcher", true, func(c *cobra.Command) { f.bindWatcher(c); f.bindResync(c) }, watcherRunner(f)),
+		newServiceCmd("job", "Run the batch/v1 Job integration", true, func(c *cobra.Command) { j.bindJob(c); j.bindResync(c) }, jobRunner(j)),
 		newServiceCmd("preemption", "Run the preemption service", false, nil, preemptionRunner()),
 		newServiceCmd("quota", "Run the quota accounting service", false, q.bindQuota, quotaRunner(q)),
 		newDevCmd(),
@@ -300,6 +302,7 @@ func newDevCmd() *cobra.Command {
 	f.bindAdmission(cmd)
 	f.bindWatcher(cmd)
 	f.bindJob(cmd)
+	f.bindResync(cmd)
 	f.bindQuota(cmd)
 	return cmd
 }

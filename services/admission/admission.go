@@ -154,7 +154,7 @@ func (s *Service) Run(ctx context.Context) error {
 
 	// Admit nothing before all three mirrors hold their initial state.
 	synced := map[string]bool{}
-	ready := func() bool { return synced["config"] && synced["workloads"] && synced["ledger"] }
+	allSynced := func() bool { return synced["config"] && synced["workloads"] && synced["ledger"] }
 	tick := time.NewTicker(s.cfg.Interval)
 	defer tick.Stop()
 	for {
@@ -202,7 +202,7 @@ func (s *Service) Run(ctx context.Context) error {
 				s.log.Error().Err(err).Msg("restarting watches after a reconnect")
 			}
 		case <-tick.C:
-			if !ready() {
+			if !allSynced() {
 				continue
 			}
 			if !s.ready {
