@@ -22,6 +22,9 @@ const (
 	BucketWorkloads = "sluice-workloads"
 	// BucketConfig mirrors the queue configuration objects.
 	BucketConfig = "sluice-config"
+	// BucketFence orders each admission's start against its stop
+	// (internal/fence).
+	BucketFence = "sluice-fence"
 )
 
 // StreamSubjects are the subjects of the SLUICE stream.
@@ -31,7 +34,7 @@ var StreamSubjects = []string{"sluice.workload.>", "sluice.preemption.>", "sluic
 var DLQSubjects = []string{events.DLQSubjectPrefix + ">"}
 
 // Buckets are the KV buckets Setup creates.
-var Buckets = []string{BucketQuota, BucketWorkloads, BucketConfig}
+var Buckets = []string{BucketQuota, BucketWorkloads, BucketConfig, BucketFence}
 
 // Defaults of Config.
 const (
@@ -160,6 +163,7 @@ func (c Config) KeyValueConfig(bucket string) jetstream.KeyValueConfig {
 		BucketQuota:     "Sluice quota ledger: reservations per cohort tree or ClusterQueue",
 		BucketWorkloads: "Sluice workloads: one key per known job",
 		BucketConfig:    "Sluice queue configuration mirrored from the CRDs",
+		BucketFence:     "Sluice start/stop fence: one key per admitted workload",
 	}[bucket]
 	return jetstream.KeyValueConfig{
 		Bucket:      bucket,

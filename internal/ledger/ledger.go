@@ -44,6 +44,12 @@ type Reservation struct {
 	Submitted  time.Time `json:"submitted,omitzero"`
 }
 
+// Admission names the admission a reservation records: its admission
+// time, to the nanosecond. A workload admitted again after a preemption
+// gets a new name, so events and fences about one admission never match
+// another.
+func (r Reservation) Admission() string { return r.AdmittedAt.UTC().Format(time.RFC3339Nano) }
+
 // Entry is the value of one ledger key: reservations by workload key.
 type Entry struct {
 	Reservations map[string]Reservation `json:"reservations"`

@@ -38,3 +38,11 @@ func KVKeyFromEngine(key string) string {
 	}
 	return parts[0] + "." + parts[1] + "." + parts[2]
 }
+
+// AdmittedID is the event id of the announcement of one admission
+// (dev.sluice.workload.v1.admitted), named by ledger.Reservation.Admission.
+// The admission service publishes under it, and an integration looks for
+// it before it starts the job, so a start never precedes its admission.
+func AdmittedID(w events.WorkloadRef, admission string) string {
+	return events.ID(events.TypeWorkloadAdmittedV1, w.UID, admission)
+}

@@ -15,8 +15,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/sluice-dev/sluice/events"
+	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/internal/configstore"
 	"github.com/sluice-dev/sluice/internal/engine"
+	"github.com/sluice-dev/sluice/internal/fence"
 	"github.com/sluice-dev/sluice/internal/ledger"
 	"github.com/sluice-dev/sluice/internal/queueconfig"
 	"github.com/sluice-dev/sluice/internal/workloads"
@@ -59,9 +61,13 @@ type Service struct {
 	// ledger is the last seen entry of each ledger key, with its revision.
 	ledger map[string]ledger.Versioned
 	// held maps a workload to the ledger key holding its reservation.
-	held map[string]string
-	kv   ledger.KV
-	wlKV jetstream.KeyValue
+	held    map[string]string
+	kv      ledger.KV
+	wlKV    jetstream.KeyValue
+	fenceKV fence.KV
+	// stream is the event stream, read to find admissions whose
+	// announcement a crash swallowed.
+	stream jetstream.Stream
 
 	configDirty bool
 	dirty       bool
@@ -118,7 +124,15 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("admission: open %s: %w", ledger.Bucket, err)
 	}
-	s.kv, s.wlKV = ledKV, wlKV
+	fenceKV, err := s.js.KeyValue(ctx, fence.Bucket)
+	if err != nil {
+		return fmt.Errorf("admission: open %s: %w", fence.Bucket, err)
+	}
+	stream, err := s.js.Stream(ctx, bus.StreamEvents)
+	if err != nil {
+		return fmt.Errorf("admission: open stream %s: %w", bus.StreamEvents, err)
+	}
+	s.kv, s.wlKV, s.fenceKV, s.stream = ledKV, wlKV, fenceKV, stream
 	var cfgW, wlW, ledW jetstream.KeyWatcher
 	stop := func() {
 		for _, w := range []jetstream.KeyWatcher{cfgW, wlW, ledW} {
@@ -207,6 +221,7 @@ func (s *Service) Run(ctx context.Context) error {
 			}
 			if !s.ready {
 				s.build()
+				s.announceLedger(ctx)
 			}
 			if len(s.unsent) > 0 {
 				if err := s.retry(ctx); err != nil {
@@ -359,11 +374,11 @@ func (s *Service) bookLedger() {
 // fromReservation rebuilds an admitted workload from its reservation
 // alone, for a workload whose record is not known.
 func fromReservation(key string, r ledger.Reservation) (engine.Workload, error) {
-	parts := strings.SplitN(key, "/", 3)
-	if len(parts) != 3 {
+	kind, ns, name, ok := splitKey(key)
+	if !ok {
 		return engine.Workload{}, fmt.Errorf("reservation key %q is not kind/namespace/name", key)
 	}
-	w := engine.Workload{Kind: parts[0], Namespace: parts[1], Name: parts[2], Queue: r.LocalQueue, Priority: r.Priority, Submitted: r.Submitted,
+	w := engine.Workload{Kind: kind, Namespace: ns, Name: name, Queue: r.LocalQueue, Priority: r.Priority, Submitted: r.Submitted,
 		Admission: &engine.Admission{ClusterQueue: r.ClusterQueue, PodSets: r.PodSets, At: r.AdmittedAt}}
 	for _, ps := range r.PodSets {
 		eps := engine.PodSet{Name: ps.Name, Count: ps.Count, Requests: map[string]int64{}}
@@ -546,20 +561,32 @@ func (s *Service) reservation(d engine.Decision, now time.Time) ledger.Reservati
 	return r
 }
 
-// outgoing is an event that could not be published yet.
+// outgoing is an event to publish. One that stops an admission names the
+// admission's fence, which must be moved to stopping first.
 type outgoing struct {
-	ev events.Event
-	id string
+	ev        events.Event
+	id        string
+	fenceKey  string
+	admission string
 }
 
 // send publishes an event, or keeps it for the next tick if that fails:
 // decisions are made once, so their announcements must not be dropped.
-func (s *Service) send(ctx context.Context, ev events.Event, id string) error {
-	if err := s.pub.Publish(ctx, ev, id); err != nil {
-		s.unsent = append(s.unsent, outgoing{ev, id})
+func (s *Service) send(ctx context.Context, o outgoing) error {
+	if err := s.publishOne(ctx, o); err != nil {
+		s.unsent = append(s.unsent, o)
 		return err
 	}
 	return nil
+}
+
+func (s *Service) publishOne(ctx context.Context, o outgoing) error {
+	if o.fenceKey != "" && s.fenceKV != nil {
+		if err := fence.Stop(ctx, s.fenceKV, o.fenceKey, o.admission); err != nil {
+			return err
+		}
+	}
+	return s.pub.Publish(ctx, o.ev, o.id)
 }
 
 // retry publishes what failed before, in order, keeping what fails again.
@@ -567,12 +594,64 @@ func (s *Service) retry(ctx context.Context) error {
 	pending := s.unsent
 	s.unsent = nil
 	for i, o := range pending {
-		if err := s.pub.Publish(ctx, o.ev, o.id); err != nil {
+		if err := s.publishOne(ctx, o); err != nil {
 			s.unsent = append(s.unsent, pending[i:]...)
 			return err
 		}
 	}
 	return nil
+}
+
+// announceLedger publishes the admitted event of every reservation whose
+// announcement is not the last one stored for its workload: a replica that
+// stopped between writing a reservation and announcing it leaves the
+// admission unannounced, and an integration starts a job only once its
+// admission is announced.
+func (s *Service) announceLedger(ctx context.Context) {
+	if s.stream == nil {
+		return
+	}
+	keys := make([]string, 0, len(s.ledger))
+	for k := range s.ledger {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, lk := range keys {
+		res := s.ledger[lk].Entry.Reservations
+		wks := make([]string, 0, len(res))
+		for wk := range res {
+			wks = append(wks, wk)
+		}
+		sort.Strings(wks)
+		for _, wk := range wks {
+			r := res[wk]
+			kind, ns, name, ok := splitKey(wk)
+			if !ok || r.UID == "" {
+				continue
+			}
+			ref := events.WorkloadRef{Kind: kind, Namespace: ns, Name: name, UID: r.UID}
+			id := workloads.AdmittedID(ref, r.Admission())
+			msg, err := s.stream.GetLastMsgForSubject(ctx, events.WorkloadSubject(events.TypeWorkloadAdmittedV1, ref))
+			if err == nil && msg.Header.Get(jetstream.MsgIDHeader) == id {
+				continue
+			}
+			if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+				s.log.Warn().Err(err).Str("workload", wk).Msg("cannot check the announcement of a reservation")
+				continue
+			}
+			ev := events.WorkloadAdmittedV1{Workload: ref, ClusterQueue: r.ClusterQueue, PodSets: assignments(r.PodSets)}
+			s.log.Info().Str("workload", wk).Str("queue", r.ClusterQueue).Msg("announcing an admission a restart left unannounced")
+			_ = s.send(ctx, outgoing{ev: ev, id: id})
+		}
+	}
+}
+
+func splitKey(key string) (kind, ns, name string, ok bool) {
+	parts := strings.SplitN(key, "/", 3)
+	if len(parts) != 3 {
+		return "", "", "", false
+	}
+	return parts[0], parts[1], parts[2], true
 }
 
 // publish announces the cycle's decisions. Admissions whose reservation
@@ -592,14 +671,19 @@ func (s *Service) publish(ctx context.Context, ds []engine.Decision, lost map[st
 			if lost[ledger.Key(s.eng.TreeOf(d.ClusterQueue))] {
 				continue
 			}
+			r := s.ledger[ledger.Key(s.eng.TreeOf(d.ClusterQueue))].Entry.Reservations[d.Key]
 			ev := events.WorkloadAdmittedV1{Workload: ref, ClusterQueue: d.ClusterQueue, PodSets: assignments(d.PodSets)}
-			errs = append(errs, s.send(ctx, ev, events.ID(ev.Type(), ref.UID, s.ledger[ledger.Key(s.eng.TreeOf(d.ClusterQueue))].Revision)))
+			errs = append(errs, s.send(ctx, outgoing{ev: ev, id: workloads.AdmittedID(ref, r.Admission())}))
 		case engine.KindPending:
 			ev := events.WorkloadPendingV1{Workload: ref, ClusterQueue: d.ClusterQueue, Reason: d.Reason}
-			errs = append(errs, s.send(ctx, ev, events.ID(ev.Type(), ref.UID, d.Reason)))
+			errs = append(errs, s.send(ctx, outgoing{ev: ev, id: events.ID(ev.Type(), ref.UID, d.Reason)}))
 		case engine.KindEvicted:
+			// Like a preemption, a drain is fenced: once announced, the
+			// admission never starts.
+			admission := s.ledger[s.held[d.Key]].Entry.Reservations[d.Key].Admission()
 			ev := events.WorkloadEvictedV1{Workload: ref, ClusterQueue: d.ClusterQueue, Reason: d.Reason}
-			errs = append(errs, s.send(ctx, ev, events.ID(ev.Type(), ref.UID, s.held[d.Key])))
+			errs = append(errs, s.send(ctx, outgoing{ev: ev, id: events.ID(ev.Type(), ref.UID, admission),
+				fenceKey: workloads.Key(ref), admission: admission}))
 		case engine.KindPreempted:
 			p := preemptions[d.Preemptor]
 			if p == nil {
@@ -620,7 +704,7 @@ func (s *Service) publish(ctx context.Context, ds []engine.Decision, lost map[st
 		for _, v := range p.Victims {
 			victims = append(victims, v.Workload.UID)
 		}
-		errs = append(errs, s.send(ctx, *p, events.ID(p.Type(), p.Preemptor.UID, victims)))
+		errs = append(errs, s.send(ctx, outgoing{ev: *p, id: events.ID(p.Type(), p.Preemptor.UID, victims)}))
 	}
 	return errors.Join(errs...)
 }

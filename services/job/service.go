@@ -30,6 +30,7 @@ import (
 	"github.com/sluice-dev/sluice/events"
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/internal/configstore"
+	"github.com/sluice-dev/sluice/internal/fence"
 	"github.com/sluice-dev/sluice/internal/ledger"
 	"github.com/sluice-dev/sluice/internal/workloads"
 )
@@ -85,9 +86,15 @@ type Service struct {
 	log  zerolog.Logger
 
 	wlKV     jetstream.KeyValue
+	fenceKV  jetstream.KeyValue
+	events   jetstream.Stream
 	lister   batchlisters.JobLister
 	queue    workqueue.TypedRateLimitingInterface[string]
 	recorder record.EventRecorder
+	// locks serialise the work on one Job across the workqueue and the
+	// eviction consumer, so a start and a stop of the same Job never
+	// interleave.
+	locks keyLocks
 
 	mu     sync.Mutex
 	config *configstore.Store
@@ -112,7 +119,11 @@ func New(cfg Config, kube kubernetes.Interface, js jetstream.JetStream, pub Publ
 		config:     configstore.New(),
 		held:       map[string]ledger.Reservation{},
 		ledgerKeys: map[string][]string{},
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+		locks:      keyLocks{m: map[string]*keyLock{}},
+		// Per-Job backoff only: the default controller limiter adds a
+		// queue-wide 10/s bucket, which throttles every Job once a burst
+		// of write conflicts retries.
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.NewTypedItemExponentialFailureRateLimiter[string](5*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "job"}),
 	}, nil
 }
@@ -122,6 +133,12 @@ func (s *Service) Run(ctx context.Context) error {
 	var err error
 	if s.wlKV, err = s.js.KeyValue(ctx, workloads.Bucket); err != nil {
 		return fmt.Errorf("job: open %s: %w", workloads.Bucket, err)
+	}
+	if s.fenceKV, err = s.js.KeyValue(ctx, fence.Bucket); err != nil {
+		return fmt.Errorf("job: open %s: %w", fence.Bucket, err)
+	}
+	if s.events, err = s.js.Stream(ctx, bus.StreamEvents); err != nil {
+		return fmt.Errorf("job: open stream %s: %w", bus.StreamEvents, err)
 	}
 	cfgKV, err := s.js.KeyValue(ctx, configstore.Bucket)
 	if err != nil {
@@ -304,6 +321,12 @@ func (s *Service) next(ctx context.Context) bool {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	if err := s.sync(wctx, key); err != nil {
+		if errors.Is(err, errNotAnnounced) {
+			// The admission is stored but not yet announced; it will be
+			// within a cycle.
+			s.queue.AddAfter(key, announceWait)
+			return true
+		}
 		s.log.Warn().Err(err).Str("workload", Kind+"/"+key).Msg("job not reconciled; retrying")
 		s.queue.AddRateLimited(key)
 		return true
@@ -441,6 +464,7 @@ func (s *Service) sync(ctx context.Context, key string) error {
 	if err != nil {
 		return nil
 	}
+	defer s.locks.lock(key)()
 	rk := workloads.Key(events.WorkloadRef{Kind: Kind, Namespace: ns, Name: name})
 	rec, err := s.record(ctx, rk)
 	if err != nil {
@@ -480,8 +504,10 @@ func (s *Service) sync(ctx context.Context, key string) error {
 	r, held := s.reservation(ns, name)
 	suspended := job.Spec.Suspend != nil && *job.Spec.Suspend
 	switch {
-	case held && suspended && job.Annotations[StoppedAnnotation] != stamp(r.AdmittedAt):
+	case held && suspended && job.Annotations[StoppedAnnotation] != r.Admission():
 		return s.start(ctx, job, rec, r)
+	case held && !suspended:
+		return s.confirmStart(ctx, rec, r)
 	case !held && !suspended:
 		// Running without quota: suspended by the webhook's absence, or
 		// its reservation is gone. Stop it; a Job only runs while its
@@ -490,8 +516,6 @@ func (s *Service) sync(ctx context.Context, key string) error {
 	}
 	return nil
 }
-
-func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
 func (s *Service) record(ctx context.Context, rk string) (*events.WorkloadSubmittedV1, error) {
 	e, err := s.wlKV.Get(ctx, rk)
@@ -563,6 +587,9 @@ func (s *Service) gone(ctx context.Context, rk string, rec *events.WorkloadSubmi
 	if err := s.wlKV.Delete(ctx, rk); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return fmt.Errorf("delete workload %s: %w", rk, err)
 	}
+	if err := fence.Clear(ctx, s.fenceKV, rk); err != nil {
+		return err
+	}
 	if fin != nil {
 		fin.Workload, fin.ClusterQueue = rec.Workload, r.ClusterQueue
 		return s.pub.Publish(ctx, *fin, events.ID(fin.Type(), rec.Workload.UID))
@@ -571,7 +598,16 @@ func (s *Service) gone(ctx context.Context, rk string, rec *events.WorkloadSubmi
 	return s.pub.Publish(ctx, ev, events.ID(ev.Type(), rec.Workload.UID))
 }
 
-// start applies a reservation to a suspended Job: one API write.
+// start applies a reservation to a suspended Job: one API write. The
+// write is fenced three ways, so that a Job never runs on a reservation
+// that is gone or given away:
+//   - the admission must be announced (its admitted event stored), so its
+//     started event never comes first;
+//   - the fence must let it start (no stop of this admission decided),
+//     and holds off stops until the start is announced;
+//   - the patch carries the resourceVersion the decision was made on, so a
+//     stale view of the Job (the informer lagging behind a stop) fails
+//     with a conflict instead of unsuspending it.
 func (s *Service) start(ctx context.Context, job *batchv1.Job, rec *events.WorkloadSubmittedV1, r ledger.Reservation) error {
 	a := Assignment{ClusterQueue: r.ClusterQueue}
 	for _, ps := range r.PodSets {
@@ -585,12 +621,90 @@ func (s *Service) start(ctx context.Context, job *batchv1.Job, rec *events.Workl
 		s.recorder.Eventf(job, corev1.EventTypeWarning, "AdmissionFailed", "cannot apply admission: %v", err)
 		return nil
 	}
+	if patch, err = withResourceVersion(patch, job.ResourceVersion); err != nil {
+		return err
+	}
+	if err := s.announced(ctx, rec.Workload, r); err != nil {
+		return err
+	}
+	rk := workloads.Key(rec.Workload)
+	admission := r.Admission()
+	if _, err := fence.BeginStart(ctx, s.fenceKV, rk, admission); err != nil {
+		if errors.Is(err, fence.ErrStopping) {
+			return nil // its preemption is under way; the stop follows
+		}
+		return err
+	}
 	if _, err := s.kube.BatchV1().Jobs(job.Namespace).Patch(ctx, job.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		if aerr := fence.AbortStart(ctx, s.fenceKV, rk, admission); aerr != nil {
+			s.log.Warn().Err(aerr).Str("workload", Kind+"/"+job.Namespace+"/"+job.Name).Msg("start not released; stops wait until it is retried")
+		}
 		return fmt.Errorf("unsuspend: %w", err)
 	}
 	s.recorder.Eventf(job, corev1.EventTypeNormal, "Admitted", "admitted by ClusterQueue %s: %s", r.ClusterQueue, describe(r))
+	return s.announceStart(ctx, rec, r)
+}
+
+// announceStart publishes started and then lets stops of the admission
+// proceed.
+func (s *Service) announceStart(ctx context.Context, rec *events.WorkloadSubmittedV1, r ledger.Reservation) error {
 	ev := events.WorkloadStartedV1{Workload: rec.Workload, ClusterQueue: r.ClusterQueue}
-	return s.pub.Publish(ctx, ev, events.ID(ev.Type(), rec.Workload.UID, stamp(r.AdmittedAt)))
+	if err := s.pub.Publish(ctx, ev, events.ID(ev.Type(), rec.Workload.UID, r.Admission())); err != nil {
+		return err
+	}
+	return fence.EndStart(ctx, s.fenceKV, workloads.Key(rec.Workload), r.Admission())
+}
+
+// confirmStart finishes a start that was applied but not announced (the
+// service stopped between the two): stops of that admission wait for it.
+func (s *Service) confirmStart(ctx context.Context, rec *events.WorkloadSubmittedV1, r ledger.Reservation) error {
+	st, err := fence.Get(ctx, s.fenceKV, workloads.Key(rec.Workload))
+	if err != nil {
+		return err
+	}
+	if st.Admission != r.Admission() || st.Phase != fence.Starting {
+		return nil
+	}
+	return s.announceStart(ctx, rec, r)
+}
+
+// errNotAnnounced: the admission's event is not in the stream yet.
+var errNotAnnounced = errors.New("admission not announced yet")
+
+// announceWait is how long a Job whose admission is not announced yet
+// waits before it is looked at again; about one admission cycle.
+const announceWait = 20 * time.Millisecond
+
+// announced checks that the admitted event of the reservation is the last
+// one stored for the workload.
+func (s *Service) announced(ctx context.Context, w events.WorkloadRef, r ledger.Reservation) error {
+	msg, err := s.events.GetLastMsgForSubject(ctx, events.WorkloadSubject(events.TypeWorkloadAdmittedV1, w))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return errNotAnnounced
+	}
+	if err != nil {
+		return fmt.Errorf("read admission of %s: %w", w, err)
+	}
+	if msg.Header.Get(jetstream.MsgIDHeader) != workloads.AdmittedID(w, r.Admission()) {
+		return errNotAnnounced
+	}
+	return nil
+}
+
+// withResourceVersion adds metadata.resourceVersion to a merge patch: the
+// API server then applies it only to that version of the object.
+func withResourceVersion(patch []byte, rv string) ([]byte, error) {
+	var p map[string]any
+	if err := json.Unmarshal(patch, &p); err != nil {
+		return nil, fmt.Errorf("fence patch on resourceVersion: %w", err)
+	}
+	meta, _ := p["metadata"].(map[string]any)
+	if meta == nil {
+		meta = map[string]any{}
+	}
+	meta["resourceVersion"] = rv
+	p["metadata"] = meta
+	return json.Marshal(p)
 }
 
 func describe(r ledger.Reservation) string {
@@ -611,7 +725,7 @@ func (s *Service) stop(ctx context.Context, job *batchv1.Job, ref events.Workloa
 	r, held := s.reservation(job.Namespace, job.Name)
 	if held {
 		mark, err := json.Marshal(map[string]any{"metadata": map[string]any{
-			"uid": job.UID, "annotations": map[string]string{StoppedAnnotation: stamp(r.AdmittedAt)}}})
+			"uid": job.UID, "annotations": map[string]string{StoppedAnnotation: r.Admission()}}})
 		if err != nil {
 			return err
 		}
@@ -643,7 +757,7 @@ func (s *Service) stop(ctx context.Context, job *batchv1.Job, ref events.Workloa
 		cq = r.ClusterQueue
 	}
 	ev := events.WorkloadStoppedV1{Workload: ref, ClusterQueue: cq, Reason: reason}
-	return s.pub.Publish(ctx, ev, events.ID(ev.Type(), ref.UID, stamp(r.AdmittedAt)))
+	return s.pub.Publish(ctx, ev, events.ID(ev.Type(), ref.UID, r.Admission()))
 }
 
 // handleEviction stops a preempted or evicted Job.
@@ -668,6 +782,7 @@ func (s *Service) handleEviction(ctx context.Context, env events.Envelope) error
 	default:
 		return bus.Poison(fmt.Errorf("unexpected event type %s", env.Type))
 	}
+	defer s.locks.lock(ref.Namespace + "/" + ref.Name)()
 	job, err := s.kube.BatchV1().Jobs(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) || (err == nil && string(job.UID) != ref.UID) {
 		return nil // gone: its deletion releases the quota
@@ -690,4 +805,37 @@ func (s *Service) handlePending(_ context.Context, env events.Envelope) error {
 	ref := &corev1.ObjectReference{Kind: "Job", APIVersion: "batch/v1", Namespace: e.Workload.Namespace, Name: e.Workload.Name, UID: types.UID(e.Workload.UID)}
 	s.recorder.Event(ref, corev1.EventTypeNormal, "Pending", e.Reason)
 	return nil
+}
+
+// keyLocks is a mutex per key, kept only while someone holds or waits for
+// it.
+type keyLocks struct {
+	mu sync.Mutex
+	m  map[string]*keyLock
+}
+
+type keyLock struct {
+	sync.Mutex
+	users int
+}
+
+// lock takes key's mutex and returns its release.
+func (k *keyLocks) lock(key string) (unlock func()) {
+	k.mu.Lock()
+	l := k.m[key]
+	if l == nil {
+		l = &keyLock{}
+		k.m[key] = l
+	}
+	l.users++
+	k.mu.Unlock()
+	l.Lock()
+	return func() {
+		l.Unlock()
+		k.mu.Lock()
+		if l.users--; l.users == 0 {
+			delete(k.m, key)
+		}
+		k.mu.Unlock()
+	}
 }

@@ -7,13 +7,16 @@ package preemption
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/sluice-dev/sluice/events"
 	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/internal/fence"
 	"github.com/sluice-dev/sluice/internal/ledger"
 	"github.com/sluice-dev/sluice/internal/workloads"
 )
@@ -41,14 +44,22 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("preemption: open %s: %w", ledger.Bucket, err)
 	}
+	fk, err := s.js.KeyValue(ctx, fence.Bucket)
+	if err != nil {
+		return fmt.Errorf("preemption: open %s: %w", fence.Bucket, err)
+	}
 	return bus.Run(ctx, s.js, bus.ConsumerSpec{
 		Stream:         bus.StreamEvents,
 		Durable:        "preemption",
 		FilterSubjects: []string{events.SubjectFilter("preemption", "requested", "*", "*")},
-	}, func(ctx context.Context, env events.Envelope) error { return s.handle(ctx, led, env) }, bus.WithLogger(s.log))
+	}, func(ctx context.Context, env events.Envelope) error { return s.handle(ctx, led, fk, env) }, bus.WithLogger(s.log))
 }
 
-func (s *Service) handle(ctx context.Context, led ledger.KV, env events.Envelope) error {
+// handle announces each victim that still holds its reservation, after
+// fencing that reservation's start: once a victim's preemption is
+// announced, the admission it loses never starts, so the quota it keeps
+// booked until its job is stopped is never used by it again.
+func (s *Service) handle(ctx context.Context, led ledger.KV, fk fence.KV, env events.Envelope) error {
 	var req events.PreemptionRequestedV1
 	if err := env.As(&req); err != nil {
 		return fmt.Errorf("%w: %v", bus.ErrPoison, err)
@@ -59,34 +70,61 @@ func (s *Service) handle(ctx context.Context, led ledger.KV, env events.Envelope
 	}
 	for _, v := range req.Victims {
 		key := workloads.EngineKey(v.Workload)
-		if !holding[key] {
+		r, ok := holding[key]
+		if !ok {
 			// Already gone: finished, or stopped for an earlier request.
 			continue
+		}
+		if err := stopFenced(ctx, fk, workloads.Key(v.Workload), r.Admission()); err != nil {
+			return err
 		}
 		ev := events.WorkloadPreemptedV1{Workload: v.Workload, ClusterQueue: v.ClusterQueue, Reason: v.Reason, Preemptor: req.Preemptor}
 		s.log.Info().Str("workload", key).Str("queue", v.ClusterQueue).Str("preemptor", workloads.EngineKey(req.Preemptor)).
 			Str("reason", v.Reason).Msg("preempting")
-		if err := s.pub.Publish(ctx, ev, events.ID(ev.Type(), v.Workload.UID, req.Preemptor.UID)); err != nil {
+		if err := s.pub.Publish(ctx, ev, events.ID(ev.Type(), v.Workload.UID, r.Admission(), req.Preemptor.UID)); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// holders lists the workloads that hold quota now.
-func holders(ctx context.Context, led ledger.KV) (map[string]bool, error) {
+// startWait bounds how long a preemption waits for a start in flight
+// (one API write and one publish) before it hands the message back to be
+// redelivered with backoff.
+const (
+	startWait = 2 * time.Second
+	startPoll = 5 * time.Millisecond
+)
+
+func stopFenced(ctx context.Context, fk fence.KV, key, admission string) error {
+	deadline := time.Now().Add(startWait)
+	for {
+		err := fence.Stop(ctx, fk, key, admission)
+		if !errors.Is(err, fence.ErrStarting) || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(startPoll):
+		}
+	}
+}
+
+// holders lists the reservations held now, by workload.
+func holders(ctx context.Context, led ledger.KV) (map[string]ledger.Reservation, error) {
 	keys, err := ledger.Keys(ctx, led)
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]bool{}
+	out := map[string]ledger.Reservation{}
 	for _, k := range keys {
 		v, err := ledger.Read(ctx, led, k)
 		if err != nil {
 			return nil, err
 		}
-		for wk := range v.Entry.Reservations {
-			out[wk] = true
+		for wk, r := range v.Entry.Reservations {
+			out[wk] = r
 		}
 	}
 	return out, nil

@@ -2,7 +2,9 @@ package preemption_test
 
 import (
 	"context"
+	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/sluice-dev/sluice/events"
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/internal/engine"
+	"github.com/sluice-dev/sluice/internal/fence"
 	"github.com/sluice-dev/sluice/internal/ledger"
 	"github.com/sluice-dev/sluice/internal/natstest"
 	"github.com/sluice-dev/sluice/internal/workloads"
@@ -40,11 +43,20 @@ func TestPreemption(t *testing.T) {
 		return r
 	}
 	cases := []struct {
-		name     string
-		holding  []string
+		name    string
+		holding []string
+		// starting victims have a start in flight, which ends 150 ms in.
+		starting []string
 		requests []events.PreemptionRequestedV1
 		want     []events.WorkloadPreemptedV1
 	}{
+		{
+			name:     "a victim whose start is in flight is preempted once the start is announced",
+			holding:  []string{"low1"},
+			starting: []string{"low1"},
+			requests: []events.PreemptionRequestedV1{request("high", "low1")},
+			want:     []events.WorkloadPreemptedV1{preempted("low1", "high")},
+		},
 		{
 			name:     "every victim holding quota is preempted",
 			holding:  []string{"low1", "low2"},
@@ -85,6 +97,23 @@ func TestPreemption(t *testing.T) {
 			if _, err := ledger.Write(ctx, led, "tree.cq.cq", 0, e); err != nil {
 				t.Fatal(err)
 			}
+			fk, err := js.KeyValue(ctx, fence.Bucket)
+			if err != nil {
+				t.Fatal(err)
+			}
+			admission := ledger.Reservation{}.Admission()
+			var ended atomic.Bool
+			for _, n := range tc.starting {
+				if _, err := fence.BeginStart(ctx, fk, workloads.Key(ref(n)), admission); err != nil {
+					t.Fatal(err)
+				}
+				time.AfterFunc(150*time.Millisecond, func() {
+					ended.Store(true)
+					if err := fence.EndStart(ctx, fk, workloads.Key(ref(n)), admission); err != nil {
+						t.Errorf("end start: %v", err)
+					}
+				})
+			}
 
 			var mu sync.Mutex
 			var got []events.WorkloadPreemptedV1
@@ -103,6 +132,9 @@ func TestPreemption(t *testing.T) {
 				if err != nil {
 					t.Errorf("preempted event: %v", err)
 					return
+				}
+				if len(tc.starting) > 0 && !ended.Load() {
+					t.Errorf("%s preempted while its start was in flight", ev.Workload.Name)
 				}
 				mu.Lock()
 				got = append(got, ev)
@@ -149,6 +181,12 @@ func TestPreemption(t *testing.T) {
 			defer mu.Unlock()
 			if d := cmp.Diff(want, got); d != "" {
 				t.Errorf("preempted events (-want +got):\n%s", d)
+			}
+			// A preempted admission never starts.
+			for _, p := range want {
+				if _, err := fence.BeginStart(ctx, fk, workloads.Key(p.Workload), admission); !errors.Is(err, fence.ErrStopping) {
+					t.Errorf("start of preempted %s: error %v, want %v", p.Workload.Name, err, fence.ErrStopping)
+				}
 			}
 		})
 	}

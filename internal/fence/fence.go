@@ -1,0 +1,199 @@
+// Package fence orders the start of an admitted workload against its stop.
+//
+// The integration that starts a job and the services that decide to stop it
+// (preemption, draining) are different processes, so nothing else orders
+// "unsuspend the job" against "announce that it is preempted". Without an
+// order, a job can be unsuspended after its preemption was announced and
+// its quota given away, and run beyond its cohort's quota. The fence is
+// one JetStream KV key per workload, moved only by compare-and-set, that
+// says what the workload's current admission (named by its reservation's
+// admission time) is doing:
+//
+//	(none) ──BeginStart──▶ starting ──EndStart──▶ started
+//	   │                      │                      │
+//	   └────────Stop──────────┼──────────Stop────────┘
+//	                          ▼ (refused: ErrStarting)
+//	                       stopping
+//
+// A start is refused once the admission is stopping (ErrStopping), and a
+// stop waits while a start is in flight (ErrStarting), so an admission's
+// `started` never follows its `preempted`. A new admission of the same
+// workload replaces the state of the old one.
+package fence
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-dev/sluice/internal/bus"
+)
+
+// Bucket is the KV bucket holding one key per workload.
+const Bucket = "sluice-fence"
+
+// Phase of an admission.
+type Phase string
+
+// Phases.
+const (
+	Starting Phase = "starting"
+	Started  Phase = "started"
+	Stopping Phase = "stopping"
+)
+
+// Errors of the fence.
+var (
+	// ErrStopping: the admission is being stopped; it must not start.
+	ErrStopping = errors.New("admission is being stopped")
+	// ErrStarting: a start of the admission is in flight; a stop must
+	// wait until it is announced.
+	ErrStarting = errors.New("admission is starting")
+	// ErrContended: the key kept changing under the compare-and-set.
+	ErrContended = errors.New("fence key contended")
+)
+
+// State is the stored value.
+type State struct {
+	// Admission names the admission: its reservation's admission time.
+	Admission string `json:"admission"`
+	Phase     Phase  `json:"phase"`
+}
+
+// KV is the part of a JetStream KV bucket the fence uses.
+type KV interface {
+	Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error)
+	Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error)
+	Update(ctx context.Context, key string, value []byte, revision uint64) (uint64, error)
+	Delete(ctx context.Context, key string, opts ...jetstream.KVDeleteOpt) error
+}
+
+// maxAttempts bounds the compare-and-set loop; two writers per workload
+// (an integration and a stopper) settle in one or two.
+const maxAttempts = 8
+
+// Get returns the workload's state; the zero State if there is none.
+func Get(ctx context.Context, kv KV, key string) (State, error) {
+	st, _, err := read(ctx, kv, key)
+	return st, err
+}
+
+func read(ctx context.Context, kv KV, key string) (State, uint64, error) {
+	e, err := kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return State{}, 0, nil
+	}
+	if err != nil {
+		return State{}, 0, fmt.Errorf("fence %s: read: %w", key, err)
+	}
+	var st State
+	if len(e.Value()) > 0 {
+		if err := json.Unmarshal(e.Value(), &st); err != nil {
+			// A value nobody can read fences nothing; it is replaced.
+			return State{}, e.Revision(), nil
+		}
+	}
+	return st, e.Revision(), nil
+}
+
+// move applies next to the current state with compare-and-set, retrying
+// when another writer moved first. next returns the new state, or
+// ok=false to leave it as it is, or an error to refuse.
+func move(ctx context.Context, kv KV, key string, next func(State) (State, bool, error)) (State, error) {
+	for range maxAttempts {
+		cur, rev, err := read(ctx, kv, key)
+		if err != nil {
+			return cur, err
+		}
+		want, ok, err := next(cur)
+		if err != nil || !ok {
+			return cur, err
+		}
+		b, err := json.Marshal(want)
+		if err != nil {
+			return cur, fmt.Errorf("fence %s: encode: %w", key, err)
+		}
+		if rev == 0 {
+			_, err = kv.Create(ctx, key, b)
+		} else {
+			_, err = kv.Update(ctx, key, b, rev)
+		}
+		if err == nil {
+			return want, nil
+		}
+		if !bus.IsRevisionConflict(err) {
+			return cur, fmt.Errorf("fence %s: write: %w", key, err)
+		}
+	}
+	return State{}, fmt.Errorf("fence %s: %w", key, ErrContended)
+}
+
+// BeginStart claims the start of an admission. It refuses with
+// ErrStopping once the admission is being stopped; for an admission
+// already starting or started it succeeds again (a retried start).
+func BeginStart(ctx context.Context, kv KV, key, admission string) (State, error) {
+	return move(ctx, kv, key, func(cur State) (State, bool, error) {
+		if cur.Admission == admission {
+			switch cur.Phase {
+			case Stopping:
+				return cur, false, fmt.Errorf("fence %s: admission %s: %w", key, admission, ErrStopping)
+			case Starting, Started:
+				return cur, false, nil
+			}
+		}
+		return State{Admission: admission, Phase: Starting}, true, nil
+	})
+}
+
+// EndStart records that the start was applied and announced.
+func EndStart(ctx context.Context, kv KV, key, admission string) error {
+	_, err := move(ctx, kv, key, func(cur State) (State, bool, error) {
+		if cur.Admission != admission || cur.Phase != Starting {
+			return cur, false, nil
+		}
+		return State{Admission: admission, Phase: Started}, true, nil
+	})
+	return err
+}
+
+// AbortStart gives up a start that was claimed but not applied, so that a
+// stop need not wait for it.
+func AbortStart(ctx context.Context, kv KV, key, admission string) error {
+	_, err := move(ctx, kv, key, func(cur State) (State, bool, error) {
+		if cur.Admission != admission || cur.Phase != Starting {
+			return cur, false, nil
+		}
+		return State{Admission: admission}, true, nil
+	})
+	return err
+}
+
+// Stop marks an admission as being stopped, after which it never starts.
+// It refuses with ErrStarting while a start is in flight; the caller
+// retries shortly (the start ends within one API write). Stopping an
+// admission twice succeeds.
+func Stop(ctx context.Context, kv KV, key, admission string) error {
+	_, err := move(ctx, kv, key, func(cur State) (State, bool, error) {
+		if cur.Admission == admission {
+			switch cur.Phase {
+			case Starting:
+				return cur, false, fmt.Errorf("fence %s: admission %s: %w", key, admission, ErrStarting)
+			case Stopping:
+				return cur, false, nil
+			}
+		}
+		return State{Admission: admission, Phase: Stopping}, true, nil
+	})
+	return err
+}
+
+// Clear forgets a workload that finished or was deleted.
+func Clear(ctx context.Context, kv KV, key string) error {
+	if err := kv.Delete(ctx, key); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("fence %s: delete: %w", key, err)
+	}
+	return nil
+}

@@ -1,0 +1,178 @@
+package fence_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/internal/fence"
+	"github.com/sluice-dev/sluice/internal/natstest"
+)
+
+// step is one call on the fence of workload "job.ns.w".
+type step struct {
+	op        string // begin, end, abort, stop, clear
+	admission string
+	wantErr   error
+}
+
+func TestFence(t *testing.T) {
+	cases := []struct {
+		name      string
+		steps     []step
+		wantState fence.State
+	}{
+		{
+			name:      "a start claimed and ended is started",
+			steps:     []step{{op: "begin", admission: "a1"}, {op: "end", admission: "a1"}},
+			wantState: fence.State{Admission: "a1", Phase: fence.Started},
+		},
+		{
+			name:      "a stop waits while a start is in flight",
+			steps:     []step{{op: "begin", admission: "a1"}, {op: "stop", admission: "a1", wantErr: fence.ErrStarting}},
+			wantState: fence.State{Admission: "a1", Phase: fence.Starting},
+		},
+		{
+			name:      "a started admission can be stopped",
+			steps:     []step{{op: "begin", admission: "a1"}, {op: "end", admission: "a1"}, {op: "stop", admission: "a1"}},
+			wantState: fence.State{Admission: "a1", Phase: fence.Stopping},
+		},
+		{
+			name:      "a stopped admission never starts",
+			steps:     []step{{op: "stop", admission: "a1"}, {op: "begin", admission: "a1", wantErr: fence.ErrStopping}},
+			wantState: fence.State{Admission: "a1", Phase: fence.Stopping},
+		},
+		{
+			name:      "a new admission starts after the old one was stopped",
+			steps:     []step{{op: "stop", admission: "a1"}, {op: "begin", admission: "a2"}},
+			wantState: fence.State{Admission: "a2", Phase: fence.Starting},
+		},
+		{
+			name:      "a retried start of the same admission is let through",
+			steps:     []step{{op: "begin", admission: "a1"}, {op: "begin", admission: "a1"}},
+			wantState: fence.State{Admission: "a1", Phase: fence.Starting},
+		},
+		{
+			name:      "an aborted start lets the stop through",
+			steps:     []step{{op: "begin", admission: "a1"}, {op: "abort", admission: "a1"}, {op: "stop", admission: "a1"}},
+			wantState: fence.State{Admission: "a1", Phase: fence.Stopping},
+		},
+		{
+			name:      "ending the start of an admission being stopped changes nothing",
+			steps:     []step{{op: "stop", admission: "a1"}, {op: "end", admission: "a1"}},
+			wantState: fence.State{Admission: "a1", Phase: fence.Stopping},
+		},
+		{
+			name:      "stopping twice is one stop",
+			steps:     []step{{op: "stop", admission: "a1"}, {op: "stop", admission: "a1"}},
+			wantState: fence.State{Admission: "a1", Phase: fence.Stopping},
+		},
+		{
+			name:      "a cleared workload has no state",
+			steps:     []step{{op: "begin", admission: "a1"}, {op: "clear"}},
+			wantState: fence.State{},
+		},
+		{
+			name:      "a workload starts again after it was cleared",
+			steps:     []step{{op: "stop", admission: "a1"}, {op: "clear"}, {op: "begin", admission: "a1"}},
+			wantState: fence.State{Admission: "a1", Phase: fence.Starting},
+		},
+	}
+	js := natstest.JetStream(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := bus.Setup(ctx, js, bus.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, fence.Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			key := "job.ns.w" + string(rune('a'+i))
+			for j, s := range tc.steps {
+				var err error
+				switch s.op {
+				case "begin":
+					_, err = fence.BeginStart(ctx, kv, key, s.admission)
+				case "end":
+					err = fence.EndStart(ctx, kv, key, s.admission)
+				case "abort":
+					err = fence.AbortStart(ctx, kv, key, s.admission)
+				case "stop":
+					err = fence.Stop(ctx, kv, key, s.admission)
+				case "clear":
+					err = fence.Clear(ctx, kv, key)
+				}
+				if !errors.Is(err, s.wantErr) || (s.wantErr == nil && err != nil) {
+					t.Fatalf("step %d (%s %s): error %v, want %v", j, s.op, s.admission, err, s.wantErr)
+				}
+			}
+			got, err := fence.Get(ctx, kv, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := cmp.Diff(tc.wantState, got); d != "" {
+				t.Errorf("state (-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+// TestFenceRace: a start and a stop of one admission race from many
+// goroutines; exactly one kind wins, and a start never succeeds after a
+// stop did.
+func TestFenceRace(t *testing.T) {
+	js := natstest.JetStream(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := bus.Setup(ctx, js, bus.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, fence.Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := range 50 {
+		key := "job.ns.race"
+		admission := time.Unix(int64(round), 0).UTC().Format(time.RFC3339Nano)
+		type result struct {
+			start bool
+			err   error
+		}
+		res := make(chan result, 8)
+		for g := range 8 {
+			go func() {
+				if g%2 == 0 {
+					_, err := fence.BeginStart(ctx, kv, key, admission)
+					res <- result{start: true, err: err}
+					return
+				}
+				res <- result{err: fence.Stop(ctx, kv, key, admission)}
+			}()
+		}
+		var started, stopped int
+		for range 8 {
+			r := <-res
+			switch {
+			case r.err == nil && r.start:
+				started++
+			case r.err == nil:
+				stopped++
+			case !errors.Is(r.err, fence.ErrStarting) && !errors.Is(r.err, fence.ErrStopping):
+				t.Fatalf("round %d: %v", round, r.err)
+			}
+		}
+		if started > 0 && stopped > 0 {
+			t.Fatalf("round %d: %d starts and %d stops of one admission both succeeded", round, started, stopped)
+		}
+		if started+stopped == 0 {
+			t.Fatalf("round %d: neither a start nor a stop succeeded", round)
+		}
+	}
+}
