@@ -280,10 +280,10 @@ type propRun struct {
 func newPropRun(seed uint64, opts ...Option) *propRun {
 	r := rand.New(rand.NewPCG(seed, 0x51ce))
 	p := &propRun{
-		r:     r,
-		cfg:   propRandomConfig(r),
-		now:   t0,
-		steps: propSteps,
+		r:        r,
+		cfg:      propRandomConfig(r),
+		now:      t0,
+		steps:    propSteps,
 		known:    map[string]Workload{},
 		held:     map[string]Admission{},
 		evicting: map[string]bool{},
