@@ -275,6 +275,11 @@ type WorkloadStoppedV1 struct {
 	Workload     WorkloadRef `json:"workload"`
 	ClusterQueue string      `json:"clusterQueue"`
 	Reason       string      `json:"reason"`
+	// Admission names the admission the job was stopped from (its
+	// reservation's admission time), empty if it held none. Quota
+	// accounting releases only that admission's reservation, so a late or
+	// redelivered stop never frees the quota of a later admission.
+	Admission string `json:"admission,omitempty"`
 }
 
 // Type implements Event.

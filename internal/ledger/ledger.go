@@ -140,6 +140,13 @@ func Write(ctx context.Context, kv KV, key string, rev uint64, e Entry) (uint64,
 // races. It reports the ClusterQueue the reservation was in; a workload
 // with no reservation is not an error (releasing twice changes nothing).
 func Release(ctx context.Context, kv KV, workload string) (string, bool, error) {
+	return ReleaseIf(ctx, kv, workload, func(Reservation) bool { return true })
+}
+
+// ReleaseIf is Release of a reservation that match accepts; another
+// reservation of the workload (a later admission, or a job of the same
+// name created again) is left alone and reported as not released.
+func ReleaseIf(ctx context.Context, kv KV, workload string, match func(Reservation) bool) (string, bool, error) {
 	keys, err := Keys(ctx, kv)
 	if err != nil {
 		return "", false, err
@@ -160,6 +167,9 @@ func Release(ctx context.Context, kv KV, workload string) (string, bool, error) 
 			r, ok := v.Entry.Reservations[workload]
 			if !ok {
 				break
+			}
+			if !match(r) {
+				return "", false, nil
 			}
 			delete(v.Entry.Reservations, workload)
 			_, err = Write(ctx, kv, key, v.Revision, v.Entry)

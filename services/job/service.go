@@ -631,7 +631,10 @@ func (s *Service) start(ctx context.Context, job *batchv1.Job, rec *events.Workl
 	admission := r.Admission()
 	if _, err := fence.BeginStart(ctx, s.fenceKV, rk, admission); err != nil {
 		if errors.Is(err, fence.ErrStopping) {
-			return nil // its preemption is under way; the stop follows
+			// Its preemption (or drain) was announced, maybe before this
+			// service saw the reservation; stop it here so its quota is
+			// released whichever came first.
+			return s.stop(ctx, job, rec.Workload, r.ClusterQueue, "Stopped", "admission withdrawn before the job started: preempted or evicted")
 		}
 		return err
 	}
@@ -757,6 +760,9 @@ func (s *Service) stop(ctx context.Context, job *batchv1.Job, ref events.Workloa
 		cq = r.ClusterQueue
 	}
 	ev := events.WorkloadStoppedV1{Workload: ref, ClusterQueue: cq, Reason: reason}
+	if held {
+		ev.Admission = r.Admission()
+	}
 	return s.pub.Publish(ctx, ev, events.ID(ev.Type(), ref.UID, r.Admission()))
 }
 

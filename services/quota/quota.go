@@ -100,13 +100,22 @@ func (s *Service) Run(ctx context.Context) error {
 // handle releases the reservation of the workload an event is about.
 func (s *Service) handle(ctx context.Context, led ledger.KV, env events.Envelope) error {
 	var ref events.WorkloadRef
+	// A stop releases only the admission it stopped: a late or redelivered
+	// stop must not free the quota of the admission that followed, whose
+	// job may be running. An end (finish, deletion) releases the job's
+	// reservation, whatever its admission, but not one of a job of the
+	// same name created since.
+	admission := ""
 	switch env.Type {
 	case events.TypeWorkloadStoppedV1:
 		var e events.WorkloadStoppedV1
 		if err := env.As(&e); err != nil {
 			return fmt.Errorf("%w: %v", bus.ErrPoison, err)
 		}
-		ref = e.Workload
+		if e.Admission == "" {
+			return nil // it held no reservation when it stopped
+		}
+		ref, admission = e.Workload, e.Admission
 	case events.TypeWorkloadFinishedV1:
 		var e events.WorkloadFinishedV1
 		if err := env.As(&e); err != nil {
@@ -122,12 +131,19 @@ func (s *Service) handle(ctx context.Context, led ledger.KV, env events.Envelope
 	default:
 		return fmt.Errorf("%w: unexpected event type %s", bus.ErrPoison, env.Type)
 	}
-	return s.release(ctx, led, ref)
+	return s.release(ctx, led, ref, admission)
 }
 
-func (s *Service) release(ctx context.Context, led ledger.KV, ref events.WorkloadRef) error {
+// release frees the reservation of ref's job; of its given admission only,
+// if admission is set.
+func (s *Service) release(ctx context.Context, led ledger.KV, ref events.WorkloadRef, admission string) error {
 	key := workloads.EngineKey(ref)
-	cq, released, err := ledger.Release(ctx, led, key)
+	cq, released, err := ledger.ReleaseIf(ctx, led, key, func(r ledger.Reservation) bool {
+		if admission != "" && r.Admission() != admission {
+			return false
+		}
+		return r.UID == "" || ref.UID == "" || r.UID == ref.UID
+	})
 	if err != nil {
 		return err // transient: redelivered with backoff
 	}
@@ -166,7 +182,7 @@ func (s *Service) reconcile(ctx context.Context, led ledger.KV, wls jetstream.Ke
 				continue
 			}
 			kind, ns, name := split(wk)
-			errs = append(errs, s.release(ctx, led, events.WorkloadRef{Kind: kind, Namespace: ns, Name: name, UID: r.UID}))
+			errs = append(errs, s.release(ctx, led, events.WorkloadRef{Kind: kind, Namespace: ns, Name: name, UID: r.UID}, r.Admission()))
 		}
 	}
 	return errors.Join(errs...)

@@ -178,8 +178,12 @@ func waitFor(d time.Duration, cond func() bool) bool {
 
 func TestReleases(t *testing.T) {
 	stopped := func(n string) events.Event {
-		return events.WorkloadStoppedV1{Workload: ref(n), ClusterQueue: "cq", Reason: "Preempted"}
+		return events.WorkloadStoppedV1{Workload: ref(n), ClusterQueue: "cq", Reason: "Preempted", Admission: reservation(n, 1).Admission()}
 	}
+	stoppedFrom := func(n, admission string) events.Event {
+		return events.WorkloadStoppedV1{Workload: ref(n), ClusterQueue: "cq", Reason: "Preempted", Admission: admission}
+	}
+	recreated := func(n string) events.WorkloadRef { r := ref(n); r.UID = "uid-of-an-older-" + n; return r }
 	finished := func(n string) events.Event {
 		return events.WorkloadFinishedV1{Workload: ref(n), ClusterQueue: "cq", Succeeded: true}
 	}
@@ -207,6 +211,21 @@ func TestReleases(t *testing.T) {
 			wantReleased: []string{"a", "c"},
 		},
 		{name: "a workload holding nothing", events: []events.Event{finished("nobody")}, wantHeld: []string{"a", "b", "c"}},
+		{
+			name:     "a stop of an earlier admission leaves the current one booked",
+			events:   []events.Event{stoppedFrom("b", "2025-06-07T08:00:00Z")},
+			wantHeld: []string{"a", "b", "c"},
+		},
+		{
+			name:     "a stop from no admission releases nothing",
+			events:   []events.Event{stoppedFrom("b", "")},
+			wantHeld: []string{"a", "b", "c"},
+		},
+		{
+			name:     "the end of an older job of the same name leaves the new one booked",
+			events:   []events.Event{events.WorkloadFinishedV1{Workload: recreated("a"), ClusterQueue: "cq"}, events.WorkloadDeletedV1{Workload: recreated("c")}},
+			wantHeld: []string{"a", "b", "c"},
+		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
