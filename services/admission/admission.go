@@ -496,11 +496,22 @@ func (s *Service) cycle(ctx context.Context) error {
 	// Reserve first: group admissions by ledger key and write each group
 	// with one compare-and-set.
 	byKey := map[string][]engine.Decision{}
-	for _, d := range decisions {
-		if d.Kind == engine.KindAdmitted {
-			k := ledger.Key(s.eng.TreeOf(d.ClusterQueue))
-			byKey[k] = append(byKey[k], d)
+	for i, d := range decisions {
+		if d.Kind != engine.KindAdmitted {
+			continue
 		}
+		if !s.recordExists(ctx, d.Key) {
+			// The workload ended while this replica's view of the records
+			// lagged behind its view of the ledger (a replica just
+			// started, or the two watches deliver out of step): never
+			// reserve for a job that is gone.
+			delete(s.wls, d.Key)
+			_ = s.eng.Remove(d.Key)
+			decisions[i].Kind = ""
+			continue
+		}
+		k := ledger.Key(s.eng.TreeOf(d.ClusterQueue))
+		byKey[k] = append(byKey[k], d)
 	}
 	lost := map[string]bool{}
 	keys := make([]string, 0, len(byKey))

@@ -155,8 +155,8 @@ func (j *jobs) onPreempted(ctx context.Context, env events.Envelope) error {
 	j.stopped[k] = r.AdmittedAt
 	j.stops++
 	j.mu.Unlock()
-	st := events.WorkloadStoppedV1{Workload: ev.Workload, ClusterQueue: r.ClusterQueue, Reason: "Preempted"}
-	return j.pub.Publish(ctx, st, events.ID(st.Type(), ev.Workload.UID, r.AdmittedAt.UTC().Format(time.RFC3339Nano)))
+	st := events.WorkloadStoppedV1{Workload: ev.Workload, ClusterQueue: r.ClusterQueue, Reason: "Preempted", Admission: r.Admission()}
+	return j.pub.Publish(ctx, st, events.ID(st.Type(), ev.Workload.UID, r.Admission()))
 }
 
 func (j *jobs) finishedCount() int {
