@@ -47,6 +47,7 @@ kind: LocalQueue
 metadata: {name: q, namespace: %[1]s}
 spec: {clusterQueue: %[1]s}
 `, name, gpus, preemption))
+	watchQuota(t)
 }
 
 func TestAdmitAndComplete(t *testing.T) {

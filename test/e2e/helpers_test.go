@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/sluice-dev/sluice/api/v1beta1"
+	"github.com/sluice-dev/sluice/internal/invariant"
 	"github.com/sluice-dev/sluice/internal/ledger"
 )
 
@@ -187,4 +188,47 @@ func reservations(t *testing.T) map[string]ledger.Reservation {
 		}
 	}
 	return out
+}
+
+// watchQuota checks, for the rest of the test, that no ClusterQueue or
+// cohort ever runs Jobs beyond its quota, in the API server's commit
+// order; it fails the test at its end with every violation seen.
+func watchQuota(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan struct{})
+	type result struct {
+		rep *invariant.Report
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		rep, err := invariant.Watch(ctx, env.kube, env.dyn, invariant.WithReady(func() { close(ready) }))
+		done <- result{rep, err}
+	}()
+	select {
+	case <-ready:
+	case r := <-done:
+		cancel()
+		t.Fatalf("quota checker did not start: %v", r.err)
+	case <-time.After(30 * time.Second):
+		cancel()
+		t.Fatal("quota checker not ready within 30s")
+	}
+	t.Cleanup(func() {
+		cancel()
+		r := <-done
+		if r.err != nil {
+			t.Errorf("quota checker: %v", r.err)
+			return
+		}
+		for i, v := range r.rep.Violations {
+			if i == 10 {
+				t.Errorf("… and %d more quota violations", len(r.rep.Violations)+r.rep.Dropped-10)
+				break
+			}
+			t.Errorf("quota violated: %s", v)
+		}
+		t.Logf("quota checker: %d Job events, %d violations", r.rep.Events, len(r.rep.Violations)+r.rep.Dropped)
+	})
 }

@@ -31,6 +31,8 @@ var env struct {
 	js   jetstream.JetStream
 	nats string
 
+	kubeconfig string
+
 	hookAddr   string
 	sluiceBin  string
 	sluiceArgs []string
@@ -122,6 +124,7 @@ func run(m *testing.M) int {
 	}
 	defer func() { _ = sh(top, dc, "down", "--dir", state) }()
 	kubeconfig := filepath.Join(state, "kubeconfig")
+	env.kubeconfig = kubeconfig
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		fmt.Println("e2e:", err)
@@ -173,11 +176,7 @@ func run(m *testing.M) int {
 	code := m.Run()
 	if code != 0 {
 		b, _ := os.ReadFile(logf.Name())
-		lines := strings.Split(string(b), "\n")
-		if len(lines) > 80 {
-			lines = lines[len(lines)-80:]
-		}
-		fmt.Println("e2e: last lines of the sluice log:\n" + strings.Join(lines, "\n"))
+		fmt.Println("e2e: last lines of the sluice log:\n" + tail(string(b), 80))
 	}
 	return code
 }
@@ -257,4 +256,13 @@ func established(crd *apiextensionsv1.CustomResourceDefinition) bool {
 		}
 	}
 	return false
+}
+
+// tail returns the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }

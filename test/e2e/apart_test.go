@@ -1,0 +1,161 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/embeddednats"
+)
+
+// apart runs Sluice as a real deployment does: every service its own
+// process, all against one NATS JetStream server (here in the test
+// process), so that a test can kill one service at a time. While it runs,
+// the suite's `sluice dev` is stopped: two job integrations must not share
+// a cluster.
+type apart struct {
+	t    *testing.T
+	nats *embeddednats.Server
+	dir  string
+	log  *os.File
+	args map[string][]string
+
+	mu    sync.Mutex
+	procs map[string]*exec.Cmd
+	kills map[string]int
+}
+
+// startApart stops `sluice dev` and starts watcher, job, two admission
+// replicas, preemption and quota. Cleanup stops them and starts `sluice
+// dev` again.
+func startApart(t *testing.T) *apart {
+	t.Helper()
+	stopSluice(os.Interrupt)
+	dir := t.TempDir()
+	srv, err := embeddednats.Start(embeddednats.Options{StoreDir: filepath.Join(dir, "jetstream")})
+	if err != nil {
+		t.Fatalf("start NATS: %v", err)
+	}
+	logf, err := os.Create(filepath.Join(dir, "services.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := env.kubeconfig
+	common := []string{"--nats", srv.ClientURL(), "--log-level", "info"}
+	kube := append([]string{"--kubeconfig", kubeconfig}, common...)
+	a := &apart{t: t, nats: srv, dir: dir, log: logf, procs: map[string]*exec.Cmd{}, kills: map[string]int{},
+		args: map[string][]string{
+			"watcher":     append([]string{"watcher", "--status-interval", "1s"}, kube...),
+			"job":         append([]string{"job", "--webhook-address", env.hookAddr}, kube...),
+			"admission-a": append([]string{"admission"}, common...),
+			"admission-b": append([]string{"admission"}, common...),
+			"preemption":  append([]string{"preemption"}, common...),
+			"quota":       append([]string{"quota", "--reconcile", "5s"}, common...),
+		}}
+	t.Cleanup(func() {
+		a.stopAll()
+		srv.Shutdown()
+		if t.Failed() {
+			if b, err := os.ReadFile(logf.Name()); err == nil {
+				lines := tail(string(b), 60)
+				t.Logf("last lines of the services' log:\n%s", lines)
+			}
+		}
+		_ = logf.Close()
+		if err := startSluice(); err != nil {
+			t.Errorf("restart sluice dev: %v", err)
+			return
+		}
+		if err := waitWebhook(30 * time.Second); err != nil {
+			t.Error(err)
+		}
+	})
+	for _, name := range a.names() {
+		a.start(name)
+	}
+	if err := waitWebhook(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func (a *apart) names() []string {
+	var out []string
+	for n := range a.args {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// start launches a service; its output goes to the shared log with its
+// name in front of each line (zerolog's JSON carries "service" too).
+func (a *apart) start(name string) {
+	a.t.Helper()
+	cmd := exec.Command(env.sluiceBin, a.args[name]...)
+	cmd.Stdout, cmd.Stderr = a.log, a.log
+	if err := cmd.Start(); err != nil {
+		a.t.Fatalf("start %s: %v", name, err)
+	}
+	a.mu.Lock()
+	a.procs[name] = cmd
+	a.mu.Unlock()
+}
+
+// kill ends a service with SIGKILL (nothing flushed, nothing acked) and
+// starts it again after pause.
+func (a *apart) kill(name string, pause time.Duration) {
+	a.mu.Lock()
+	cmd := a.procs[name]
+	delete(a.procs, name)
+	a.kills[name]++
+	a.mu.Unlock()
+	if cmd != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}
+	time.Sleep(pause)
+	a.start(name)
+}
+
+func (a *apart) stopAll() {
+	a.mu.Lock()
+	procs := a.procs
+	a.procs = map[string]*exec.Cmd{}
+	a.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, cmd := range procs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = cmd.Process.Signal(os.Interrupt)
+			done := make(chan struct{})
+			go func() { _ = cmd.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(20 * time.Second):
+				_ = cmd.Process.Kill()
+				<-done
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// killed says how often each service was killed.
+func (a *apart) killed() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var parts []string
+	for _, n := range a.names() {
+		if k := a.kills[n]; k > 0 {
+			parts = append(parts, fmt.Sprintf("%s×%d", n, k))
+		}
+	}
+	return fmt.Sprint(parts)
+}
