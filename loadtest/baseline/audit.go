@@ -1,0 +1,174 @@
+package baseline
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Record is one workload event as the audit sees it: the workload it is
+// about (any key, e.g. "job/ns/name/uid"), its transition ("submitted",
+// "admitted", "started", …) and its ce-time.
+type Record struct {
+	Workload   string
+	Transition string
+	Time       time.Time
+}
+
+// OrderViolation is one event that a workload's life does not allow at that
+// point.
+type OrderViolation struct {
+	Workload string
+	Index    int    // of the offending event in Sequence
+	Message  string // what is wrong
+	// Sequence is the workload's events in stream order up to and including
+	// the offending one.
+	Sequence []Record
+}
+
+func (v OrderViolation) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %s; events:", v.Workload, v.Message)
+	seq := v.Sequence
+	const keep = 16
+	if len(seq) > keep {
+		fmt.Fprintf(&b, " …(%d earlier)", len(seq)-keep)
+		seq = seq[len(seq)-keep:]
+	}
+	for _, r := range seq {
+		fmt.Fprintf(&b, " %s@%s", r.Transition, r.Time.UTC().Format("15:04:05.000"))
+	}
+	return b.String()
+}
+
+// lifeState is what the audit knows of one workload.
+type lifeState struct {
+	seq []Record
+	// admitted: an admitted came after the last preempted/evicted/stopped.
+	admitted bool
+	// started: a started came since that admitted.
+	started bool
+	// preempted: a preempted came and no admitted since.
+	preempted bool
+	// ended: finished or deleted came; its transition.
+	ended string
+}
+
+// Audit walks each workload's events in the given (stream) order and
+// reports every event its life does not allow there:
+//
+//   - started without an admitted since the last preempted, evicted or
+//     stopped, or a second started after the same admitted;
+//   - started after a preempted with no admitted in between;
+//   - admitted twice with no stopped, preempted or evicted in between;
+//   - anything after finished or deleted.
+//
+// Other transitions (submitted, pending) are allowed anywhere before the
+// end. Violations are returned in stream order.
+func Audit(records []Record) []OrderViolation {
+	states := map[string]*lifeState{}
+	var out []OrderViolation
+	for _, r := range records {
+		s := states[r.Workload]
+		if s == nil {
+			s = &lifeState{}
+			states[r.Workload] = s
+		}
+		s.seq = append(s.seq, r)
+		msg := s.step(r.Transition)
+		if msg != "" {
+			out = append(out, OrderViolation{Workload: r.Workload, Index: len(s.seq) - 1, Message: msg, Sequence: append([]Record(nil), s.seq...)})
+		}
+	}
+	return out
+}
+
+// step applies one transition and says what is wrong with it, if anything.
+func (s *lifeState) step(tr string) string {
+	if s.ended != "" {
+		return fmt.Sprintf("%s after %s", tr, s.ended)
+	}
+	switch tr {
+	case "started":
+		var msg string
+		switch {
+		case s.preempted:
+			msg = "started after preempted with no admitted in between"
+		case !s.admitted:
+			msg = "started without an admitted since the last preempted/evicted/stopped"
+		case s.started:
+			msg = "started twice after one admitted"
+		}
+		s.started = true
+		return msg
+	case "admitted":
+		var msg string
+		if s.admitted {
+			msg = "admitted twice with no stopped/preempted/evicted in between"
+		}
+		s.admitted, s.started, s.preempted = true, false, false
+		return msg
+	case "preempted":
+		s.admitted, s.started, s.preempted = false, false, true
+	case "evicted", "stopped":
+		s.admitted, s.started = false, false
+	case "finished", "deleted":
+		s.ended = tr
+	}
+	return ""
+}
+
+// Tally counts, over the same records, what the order rules allow but a
+// reader may want to know.
+type Tally struct {
+	// PreemptedNotStopped counts workloads that finished (or were deleted)
+	// after a preempted with no stopped or admitted in between: the
+	// preemption was never carried out.
+	PreemptedNotStopped int
+	// StoppedNotRunning counts stopped events while the workload was not
+	// started since its last admitted (nothing was running to stop).
+	StoppedNotRunning int
+	// RepeatPreempted counts preempted events that repeat one since the
+	// workload's last admitted.
+	RepeatPreempted int
+}
+
+// TallyOf walks the records as Audit does.
+func TallyOf(records []Record) Tally {
+	type st struct{ running, preempted, ended bool }
+	states := map[string]*st{}
+	var t Tally
+	for _, r := range records {
+		s := states[r.Workload]
+		if s == nil {
+			s = &st{}
+			states[r.Workload] = s
+		}
+		if s.ended {
+			continue
+		}
+		switch r.Transition {
+		case "admitted":
+			s.running, s.preempted = false, false
+		case "started":
+			s.running = true
+		case "preempted":
+			if s.preempted {
+				t.RepeatPreempted++
+			}
+			s.preempted = true
+		case "stopped":
+			if !s.running {
+				t.StoppedNotRunning++
+			}
+			s.running, s.preempted = false, false
+		case "evicted":
+		case "finished", "deleted":
+			if s.preempted {
+				t.PreemptedNotStopped++
+			}
+			s.ended = true
+		}
+	}
+	return t
+}

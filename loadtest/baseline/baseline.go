@@ -1,0 +1,689 @@
+// Package baseline replays Kueue's baseline scheduler performance workload
+// (test/performance/scheduler/configs/baseline in the Kueue repository, the
+// same as loadtest/kueuebaseline's simulator scenario) against a live
+// cluster running Sluice, as real batch/v1 Jobs:
+//
+//   - Cohorts × QueuesPerCohort ClusterQueues (default 5 × 6), each with
+//     nominal quota 20 CPU and borrowingLimit 100, preemption
+//     reclaimWithinCohort Any and withinClusterQueue LowerPriority,
+//     namespaceSelector {}, and one LocalQueue each;
+//   - per ClusterQueue, 350 small Jobs (1 CPU, 200ms, priority 50, one every
+//     100ms), 100 medium (5 CPU, 500ms, priority 100, every 500ms) and 50
+//     large (20 CPU, 1s, priority 200, every 1.2s), times Options.Scale.
+//
+// No pods run: every Job has spec.managedBy "sluice.dev/loadtest", so the
+// built-in Job controller leaves it alone, and Run itself plays the Job
+// controller: a Job's runtime starts when Sluice unsuspends it, starts over
+// if Sluice suspends it again (preemption), and when it is over Run marks the
+// Job succeeded with one status write.
+//
+// Meanwhile invariant.Watch checks from the Jobs that no quota is ever
+// exceeded, and afterwards Sluice's event stream is read, if a NATS URL is
+// given, to count events and audit each workload's order of events.
+package baseline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/sluice-dev/sluice/api/v1beta1"
+	"github.com/sluice-dev/sluice/internal/invariant"
+)
+
+// ManagedBy is the spec.managedBy of every Job of the run.
+const ManagedBy = "sluice.dev/loadtest"
+
+// RunLabel marks the Jobs of a run; its value is Options.Prefix.
+const RunLabel = "loadtest.sluice.dev/baseline"
+
+// Options configure Run. Zero values take the defaults.
+type Options struct {
+	// Scale is the fraction of the per-queue counts (1 = 15,000 Jobs with
+	// the default queues; 0.3 = 4,500). The pacing stays the baseline's.
+	Scale float64
+	// Cohorts and QueuesPerCohort shape the queues (default 5 and 6).
+	Cohorts, QueuesPerCohort int
+	// Namespace of the Jobs and LocalQueues (default "baseline"); created
+	// if missing.
+	Namespace string
+	// Prefix of the ClusterQueue, LocalQueue, ResourceFlavor, cohort and
+	// WorkloadPriorityClass names (default "bl").
+	Prefix string
+	// Timeout bounds setup, the replay and the wait for the Jobs (default
+	// 15 min); Jobs not finished by then are reported, not an error.
+	// Reading the event stream and the cleanup may take up to 2 min and
+	// 1 min more.
+	Timeout time.Duration
+	// NATSURL, if set, is read after the run: Sluice's event stream.
+	NATSURL string
+	// Creators is the number of concurrent creators (default 64);
+	// Completers the number of concurrent status writers (default 32).
+	Creators, Completers int
+	// Keep keeps the Jobs at the end instead of deleting them.
+	Keep bool
+	// Log receives progress lines (default: none).
+	Log io.Writer
+	// Ready, if set, is called once the queues are set up, Sluice admits
+	// from every LocalQueue and the quota check watches, right before the
+	// first Job is created.
+	Ready func()
+}
+
+func (o *Options) defaults() error {
+	if o.Scale == 0 {
+		o.Scale = 1
+	}
+	if o.Cohorts == 0 {
+		o.Cohorts = 5
+	}
+	if o.QueuesPerCohort == 0 {
+		o.QueuesPerCohort = 6
+	}
+	if o.Namespace == "" {
+		o.Namespace = "baseline"
+	}
+	if o.Prefix == "" {
+		o.Prefix = "bl"
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 15 * time.Minute
+	}
+	if o.Creators == 0 {
+		o.Creators = 64
+	}
+	if o.Completers == 0 {
+		o.Completers = 32
+	}
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	switch {
+	case o.Scale < 0 || o.Scale > 10:
+		return fmt.Errorf("scale %g: must be in (0, 10]", o.Scale)
+	case o.Cohorts < 0 || o.QueuesPerCohort < 0 || o.Cohorts > 100 || o.QueuesPerCohort > 100:
+		return fmt.Errorf("%d cohorts × %d queues: each must be 1..100", o.Cohorts, o.QueuesPerCohort)
+	case o.Timeout < 0 || o.Creators < 0 || o.Completers < 0:
+		return errors.New("timeout, creators and completers must not be negative")
+	case len(o.Prefix) > 30:
+		return fmt.Errorf("prefix %q: at most 30 characters", o.Prefix)
+	}
+	return nil
+}
+
+// Result is what a run measured.
+type Result struct {
+	Options Options
+	// Jobs is the number of Jobs of the plan, Created how many were
+	// created, Finished how many completed (or failed) before the timeout.
+	Jobs, Created, Finished int
+	// Wall is from the first create to the last Job finishing (or to the
+	// timeout); CreateSpan from the first create to the last.
+	Wall, CreateSpan time.Duration
+	// CreateLate is how late the create requests went out against the
+	// baseline's pacing (the creators or the API server falling behind).
+	CreateLate Stats
+	// CapacityBound is the shortest possible makespan (CapacityBound).
+	CapacityBound time.Duration
+	// TimeToAdmission per class: from just before a Job's create request
+	// to its first unsuspension seen by the watch.
+	TimeToAdmission map[string]Stats
+	// Admissions counts unsuspensions, Preemptions the times a running Job
+	// was suspended again (per class too), PreemptedJobs the Jobs that were.
+	Admissions, Preemptions, PreemptedJobs int
+	PreemptionsByClass                     map[string]int
+	// CompletionLag: from the end of a Job's runtime to its status write
+	// being accepted.
+	CompletionLag Stats
+	// Status writes: accepted, conflicts (re-read and retried), stale
+	// (the Job was suspended or re-admitted before the write).
+	StatusWrites, StatusConflicts, StatusStale int
+	// Quota is invariant.Watch's report; QuotaErr says why it is missing.
+	Quota    *invariant.Report
+	QuotaErr string
+	Events   EventsReport
+	// Unfinished are Jobs not finished at the end (the first 20), Errors
+	// other problems (create or status write failures, the first 20 each).
+	Unfinished, Errors []string
+	// Failed counts Jobs that finished with Failed=True (not by this run),
+	// Gone those deleted before finishing.
+	Failed, Gone int
+}
+
+// Run sets up the queues, replays the workload and reports. It returns an
+// error only if the run could not take place (setup failed, Sluice admitted
+// nothing); what went wrong during the run is in Result.Failures.
+func Run(parent context.Context, kube kubernetes.Interface, dyn dynamic.Interface, o Options) (*Result, error) {
+	if err := o.defaults(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(parent, o.Timeout)
+	defer cancel()
+	logf := func(format string, args ...any) {
+		fmt.Fprintf(o.Log, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05.000")}, args...)...)
+	}
+	n := names{prefix: o.Prefix, namespace: o.Namespace}
+	plan := Plan(o.Scale, o.Cohorts, o.QueuesPerCohort)
+	res := &Result{Options: o, Jobs: len(plan), CapacityBound: CapacityBound(plan, o.QueuesPerCohort),
+		TimeToAdmission: map[string]Stats{}, PreemptionsByClass: map[string]int{}}
+	logf("baseline: %d Jobs in %d ClusterQueues (scale %g), capacity bound %s", len(plan), o.Cohorts*o.QueuesPerCohort, o.Scale, res.CapacityBound.Round(time.Millisecond))
+
+	if err := setup(ctx, kube, dyn, n, o); err != nil {
+		return nil, fmt.Errorf("setup: %w", err)
+	}
+	selector := RunLabel + "=" + o.Prefix
+	if err := deleteJobs(ctx, kube, o.Namespace, selector, true); err != nil {
+		return nil, fmt.Errorf("delete the Jobs of an earlier run: %w", err)
+	}
+	logf("queues set up")
+
+	// The quota check sees every Job change from before the first create.
+	qctx, qcancel := context.WithCancel(ctx)
+	defer qcancel()
+	qready := make(chan struct{})
+	type qresult struct {
+		rep *invariant.Report
+		err error
+	}
+	qdone := make(chan qresult, 1)
+	go func() {
+		rep, err := invariant.Watch(qctx, kube, dyn, invariant.WithReady(func() { close(qready) }),
+			invariant.WithViolationHook(func(v invariant.Violation) { logf("QUOTA VIOLATION: %s", v) }))
+		qdone <- qresult{rep, err}
+	}()
+	select {
+	case <-qready:
+	case r := <-qdone:
+		return nil, fmt.Errorf("quota check: %v", r.err)
+	case <-ctx.Done():
+		return nil, fmt.Errorf("quota check did not start: %w", ctx.Err())
+	}
+
+	tctx, tcancel := context.WithCancel(ctx)
+	defer tcancel()
+	tr := newTracker(kube, o.Namespace, selector, logf)
+	if err := tr.start(tctx, o.Completers); err != nil {
+		return nil, err
+	}
+	if err := probe(ctx, kube, tr, n, o, logf); err != nil {
+		if !o.Keep {
+			cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			_ = deleteJobs(cctx, kube, o.Namespace, selector, false)
+			ccancel()
+		}
+		return nil, err
+	}
+	if o.Ready != nil {
+		o.Ready()
+	}
+
+	// Create the Jobs at the baseline's pacing.
+	begin := time.Now()
+	logf("creating %d Jobs", len(plan))
+	stopProgress := progress(tr, begin, len(plan), logf)
+	late, lastCreate := create(ctx, kube, tr, n, o, plan, begin)
+	res.CreateSpan = lastCreate.Sub(begin)
+	res.CreateLate = StatsOf(late)
+	logf("all creates sent after %s", res.CreateSpan.Round(time.Millisecond))
+	waitErr := tr.waitDone(ctx)
+	stopProgress()
+	end := time.Now()
+	if waitErr != nil {
+		logf("%v", waitErr)
+	}
+
+	// Let the quota check see the last changes, then stop it.
+	time.Sleep(time.Second)
+	qcancel()
+	if r := <-qdone; r.err != nil {
+		res.QuotaErr = r.err.Error()
+	} else {
+		res.Quota = r.rep
+	}
+	tcancel()
+	collect(res, tr, begin, end)
+
+	if o.NATSURL != "" && parent.Err() == nil {
+		logf("reading the event stream at %s", o.NATSURL)
+		jobs := map[string]runJob{}
+		tr.mu.Lock()
+		for _, st := range tr.jobs {
+			if st.uid != "" {
+				jobs[st.uid] = runJob{name: st.name, probe: st.class < 0}
+			}
+		}
+		tr.mu.Unlock()
+		ectx, ecancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+		ev, err := readEvents(ectx, o.NATSURL, jobs, 15*time.Second)
+		ecancel()
+		res.Events = ev
+		if err != nil {
+			res.Events.Err = err.Error()
+		}
+	} else if o.NATSURL != "" {
+		res.Events.Err = "not read: interrupted"
+	}
+
+	if !o.Keep {
+		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		if err := deleteJobs(cctx, kube, o.Namespace, selector, false); err != nil {
+			res.Errors = append(res.Errors, "cleanup: "+err.Error())
+		}
+		ccancel()
+	}
+	return res, nil
+}
+
+// collect fills the Result from the tracker.
+func collect(res *Result, tr *tracker, begin, end time.Time) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tta := map[string][]time.Duration{}
+	var lags []time.Duration
+	var last time.Time
+	for _, st := range tr.jobs {
+		if st.class < 0 {
+			continue
+		}
+		if st.createErr != nil {
+			if len(res.Errors) < 20 {
+				res.Errors = append(res.Errors, fmt.Sprintf("create %s: %v", st.name, st.createErr))
+			}
+			continue
+		}
+		res.Created++
+		cl := Classes[st.class].Name
+		if !st.admitted.IsZero() {
+			tta[cl] = append(tta[cl], st.admitted.Sub(st.created))
+		}
+		res.Admissions += st.unsuspend
+		res.Preemptions += st.suspends
+		res.PreemptionsByClass[cl] += st.suspends
+		if st.suspends > 0 {
+			res.PreemptedJobs++
+		}
+		switch {
+		case st.done && st.gone:
+			res.Gone++
+		case st.done:
+			res.Finished++
+			if st.failed {
+				res.Failed++
+			}
+			if st.finished.After(last) {
+				last = st.finished
+			}
+			if st.lag > 0 {
+				lags = append(lags, st.lag)
+			}
+		default:
+			res.Unfinished = append(res.Unfinished, st.name)
+		}
+	}
+	sort.Strings(res.Unfinished)
+	if len(res.Unfinished) > 20 {
+		res.Unfinished = append(res.Unfinished[:20], fmt.Sprintf("… and %d more", len(res.Unfinished)-20))
+	}
+	for cl, ds := range tta {
+		res.TimeToAdmission[cl] = StatsOf(ds)
+	}
+	res.CompletionLag = StatsOf(lags)
+	if res.Finished < res.Created || last.IsZero() {
+		last = end
+	}
+	res.Wall = last.Sub(begin)
+	res.StatusWrites, res.StatusConflicts, res.StatusStale = tr.writes, tr.conflicts, tr.stale
+	res.Errors = append(res.Errors, tr.writeErrs...)
+}
+
+// progress logs a line every 5 seconds until stopped.
+func progress(tr *tracker, begin time.Time, total int, logf func(string, ...any)) func() {
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(5 * time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			tr.mu.Lock()
+			var created, admitted, running, done, preempt int
+			for _, st := range tr.jobs {
+				if st.class < 0 {
+					continue
+				}
+				if st.createOK {
+					created++
+				}
+				if !st.admitted.IsZero() {
+					admitted++
+				}
+				if st.running {
+					running++
+				}
+				if st.done {
+					done++
+				}
+				preempt += st.suspends
+			}
+			tr.mu.Unlock()
+			logf("t=%5.1fs created %d/%d admitted %d running %d finished %d preemptions %d",
+				time.Since(begin).Seconds(), created, total, admitted, running, done, preempt)
+		}
+	}()
+	return func() { close(stop); wg.Wait() }
+}
+
+// create sends the plan's creates at their times through a pool of
+// creators. It returns how late each create went out and when the last
+// did.
+func create(ctx context.Context, kube kubernetes.Interface, tr *tracker, n names, o Options, plan []Item, begin time.Time) ([]time.Duration, time.Time) {
+	type work struct {
+		it Item
+		at time.Time
+	}
+	ch := make(chan work, o.Creators)
+	var mu sync.Mutex
+	late := make([]time.Duration, 0, len(plan))
+	var last time.Time
+	var wg sync.WaitGroup
+	for range o.Creators {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for w := range ch {
+				name := n.job(w.it)
+				cl := Classes[w.it.Class]
+				now := time.Now()
+				tr.register(&jobState{name: name, class: w.it.Class, cohort: w.it.Cohort, runtime: cl.Runtime, created: now})
+				_, err := kube.BatchV1().Jobs(o.Namespace).Create(ctx, n.jobObject(name, n.queue(w.it.Cohort, w.it.Queue), w.it.Class, cl.CPU), metav1.CreateOptions{})
+				tr.createDone(name, err)
+				mu.Lock()
+				late = append(late, now.Sub(w.at))
+				if now.After(last) {
+					last = now
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+loop:
+	for _, it := range plan {
+		at := begin.Add(it.At)
+		if d := time.Until(at); d > 0 {
+			timer.Reset(d)
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+				break loop
+			}
+		}
+		select {
+		case ch <- work{it, at}:
+		case <-ctx.Done():
+			break loop
+		}
+	}
+	close(ch)
+	wg.Wait()
+	return late, last
+}
+
+// jobObject is one Job of the run: one pod asking for cpu CPUs, suspended
+// (Sluice's webhook would suspend it anyway), labelled with its LocalQueue
+// and priority class, and managed by this run instead of the Job
+// controller.
+func (n names) jobObject(name, queue string, class int, cpu int64) *batchv1.Job {
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: n.namespace, Labels: map[string]string{
+			v1beta1.QueueNameLabel:     queue,
+			v1beta1.PriorityClassLabel: n.priorityClass(class),
+			RunLabel:                   n.prefix,
+		}},
+		Spec: batchv1.JobSpec{
+			ManagedBy:    ptr.To(ManagedBy),
+			Suspend:      ptr.To(true),
+			Parallelism:  ptr.To[int32](1),
+			Completions:  ptr.To[int32](1),
+			BackoffLimit: ptr.To[int32](0),
+			Template: corev1.PodTemplateSpec{
+				Spec: corev1.PodSpec{
+					RestartPolicy: corev1.RestartPolicyNever,
+					Containers: []corev1.Container{{Name: "main", Image: "busybox", Resources: corev1.ResourceRequirements{
+						Requests: corev1.ResourceList{corev1.ResourceCPU: *resource.NewQuantity(cpu, resource.DecimalSI)}}}},
+				},
+			},
+		},
+	}
+}
+
+var gv = v1beta1.GroupVersion
+
+// setup creates or updates (server-side apply) the flavor, the priority
+// classes, the ClusterQueues, the namespace and the LocalQueues.
+func setup(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, n names, o Options) error {
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: o.Namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("namespace %s: %w", o.Namespace, err)
+	}
+	apply := func(resource, ns string, obj map[string]any) error {
+		obj["apiVersion"] = gv.String()
+		u := &unstructured.Unstructured{Object: obj}
+		ri := dyn.Resource(gv.WithResource(resource))
+		var err error
+		if ns != "" {
+			_, err = ri.Namespace(ns).Apply(ctx, u.GetName(), u, metav1.ApplyOptions{FieldManager: "sluice-baseline", Force: true})
+		} else {
+			_, err = ri.Apply(ctx, u.GetName(), u, metav1.ApplyOptions{FieldManager: "sluice-baseline", Force: true})
+		}
+		if err != nil {
+			return fmt.Errorf("apply %s %s: %w", resource, u.GetName(), err)
+		}
+		return nil
+	}
+	if err := apply("resourceflavors", "", map[string]any{"kind": "ResourceFlavor", "metadata": map[string]any{"name": n.flavor()}}); err != nil {
+		return err
+	}
+	for k, cl := range Classes {
+		if err := apply("workloadpriorityclasses", "", map[string]any{"kind": "WorkloadPriorityClass",
+			"metadata": map[string]any{"name": n.priorityClass(k)}, "value": int64(cl.Priority),
+			"description": "Kueue baseline " + cl.Name + " Jobs"}); err != nil {
+			return err
+		}
+	}
+	for c := range o.Cohorts {
+		for q := range o.QueuesPerCohort {
+			cq := n.queue(c, q)
+			if err := apply("clusterqueues", "", map[string]any{"kind": "ClusterQueue", "metadata": map[string]any{"name": cq},
+				"spec": map[string]any{
+					"cohort":            n.cohort(c),
+					"namespaceSelector": map[string]any{},
+					"preemption":        map[string]any{"reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority"},
+					"resourceGroups": []any{map[string]any{
+						"coveredResources": []any{"cpu"},
+						"flavors": []any{map[string]any{"name": n.flavor(), "resources": []any{map[string]any{
+							"name": "cpu", "nominalQuota": fmt.Sprint(NominalCPU), "borrowingLimit": fmt.Sprint(BorrowingLimit)}}}},
+					}},
+				}}); err != nil {
+				return err
+			}
+			if err := apply("localqueues", o.Namespace, map[string]any{"kind": "LocalQueue",
+				"metadata": map[string]any{"name": cq, "namespace": o.Namespace}, "spec": map[string]any{"clusterQueue": cq}}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// probe waits until Sluice admits from every LocalQueue with every priority
+// class: one small Job per queue (the classes in turn), completed as soon as
+// it is unsuspended. A probe not admitted within 15 s (the configuration
+// was not mirrored yet when it was submitted) is replaced by a new one.
+func probe(ctx context.Context, kube kubernetes.Interface, tr *tracker, n names, o Options, logf func(string, ...any)) error {
+	start := time.Now()
+	deadline := time.Now().Add(min(2*time.Minute, o.Timeout/2))
+	type pq struct{ c, q, k int }
+	var todo []pq
+	for c := range o.Cohorts {
+		for q := range o.QueuesPerCohort {
+			todo = append(todo, pq{c, q, (c*o.QueuesPerCohort + q) % len(Classes)})
+		}
+	}
+	for round := 0; len(todo) > 0; round++ {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("Sluice did not admit probe Jobs from %d of %d LocalQueues within %s: is it running, with its webhook, against this cluster?",
+				len(todo), o.Cohorts*o.QueuesPerCohort, time.Since(start).Round(time.Second))
+		}
+		var batch []string
+		for _, p := range todo {
+			name := fmt.Sprintf("probe-c%d-q%d-%d", p.c, p.q, round)
+			tr.register(&jobState{name: name, class: -1, cohort: p.c, created: time.Now()})
+			job := n.jobObject(name, n.queue(p.c, p.q), p.k, 1)
+			if _, err := kube.BatchV1().Jobs(o.Namespace).Create(ctx, job, metav1.CreateOptions{}); err != nil {
+				tr.createFailed(name, err)
+				return fmt.Errorf("create probe Job: %w", err)
+			}
+			batch = append(batch, name)
+		}
+		wctx, wcancel := context.WithTimeout(ctx, 15*time.Second)
+		_ = tr.waitDone(wctx, batch...)
+		wcancel()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		var left []pq
+		tr.mu.Lock()
+		for i, name := range batch {
+			if st := tr.jobs[name]; !st.done {
+				left = append(left, todo[i])
+			}
+		}
+		tr.mu.Unlock()
+		if len(left) > 0 {
+			logf("%d probe Jobs not admitted yet; replacing them", len(left))
+			policy := metav1.DeletePropagationBackground
+			tr.mu.Lock()
+			var stale []string
+			for _, name := range batch {
+				if !tr.jobs[name].done {
+					stale = append(stale, name)
+				}
+			}
+			tr.mu.Unlock()
+			for _, name := range stale {
+				_ = kube.BatchV1().Jobs(o.Namespace).Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: &policy})
+			}
+		}
+		todo = left
+	}
+	logf("Sluice admits from every LocalQueue (probes took %s)", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// deleteJobs deletes the Jobs of the run (background propagation) and, if
+// wait, waits until they are gone.
+func deleteJobs(ctx context.Context, kube kubernetes.Interface, ns, selector string, wait bool) error {
+	policy := metav1.DeletePropagationBackground
+	if err := kube.BatchV1().Jobs(ns).DeleteCollection(ctx, metav1.DeleteOptions{PropagationPolicy: &policy}, metav1.ListOptions{LabelSelector: selector}); err != nil {
+		return err
+	}
+	for wait {
+		l, err := kube.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{LabelSelector: selector, Limit: 1})
+		if err != nil {
+			return err
+		}
+		if len(l.Items) == 0 {
+			return nil
+		}
+		select {
+		case <-time.After(500 * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// Failures are the run's problems as sentences: quota violations, order
+// violations, Jobs not finished, errors. None means the run passed.
+func (r *Result) Failures() []string {
+	var out []string
+	if r.Created < r.Jobs {
+		out = append(out, fmt.Sprintf("only %d of %d Jobs were created", r.Created, r.Jobs))
+	}
+	if left := r.Created - r.Finished - r.Gone; left > 0 {
+		out = append(out, fmt.Sprintf("%d of %d Jobs did not finish: %s", left, r.Created, strings.Join(r.Unfinished, ", ")))
+	}
+	if r.Gone > 0 {
+		out = append(out, fmt.Sprintf("%d Jobs were deleted before they finished", r.Gone))
+	}
+	if r.Failed > 0 {
+		out = append(out, fmt.Sprintf("%d Jobs failed (Failed=True written by someone else)", r.Failed))
+	}
+	if r.QuotaErr != "" {
+		out = append(out, "the quota check did not run: "+r.QuotaErr)
+	}
+	if q := r.Quota; q != nil && len(q.Violations)+q.Dropped > 0 {
+		s := fmt.Sprintf("quota exceeded: %d violations", len(q.Violations)+q.Dropped)
+		for i, v := range q.Violations {
+			if i == 5 {
+				s += fmt.Sprintf("; … (%d more)", len(q.Violations)+q.Dropped-5)
+				break
+			}
+			s += "; " + v.String()
+		}
+		out = append(out, s)
+	}
+	e := r.Events
+	if r.Options.NATSURL != "" {
+		if e.Err != "" {
+			out = append(out, "event stream: "+e.Err)
+		}
+		if e.DuplicateIDs > 0 {
+			out = append(out, fmt.Sprintf("event stream: %d messages repeat an earlier Nats-Msg-Id", e.DuplicateIDs))
+		}
+		if len(e.Order) > 0 {
+			s := fmt.Sprintf("event order: %d violations", len(e.Order))
+			for i, v := range e.Order {
+				if i == 5 {
+					s += fmt.Sprintf("; … (%d more)", len(e.Order)-5)
+					break
+				}
+				s += "; " + v.String()
+			}
+			out = append(out, s)
+		}
+		if e.Read && e.NoFinished > 0 {
+			out = append(out, fmt.Sprintf("event stream: %d Jobs have no workload.finished event", e.NoFinished))
+		}
+		if e.Undecodable > 0 {
+			out = append(out, fmt.Sprintf("event stream: %d messages are not valid Sluice events", e.Undecodable))
+		}
+	}
+	for _, s := range r.Errors {
+		out = append(out, s)
+	}
+	return out
+}

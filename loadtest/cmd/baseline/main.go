@@ -1,0 +1,111 @@
+// Command baseline replays Kueue's baseline scheduler performance workload
+// against a live cluster running Sluice, as real batch/v1 Jobs (see package
+// loadtest/baseline), and prints what it measured:
+//
+//	go run ./loadtest/cmd/baseline --kubeconfig KUBECONFIG --scale 0.1 --nats nats://127.0.0.1:4222
+//
+// It exits 1 if the run found a problem (quota exceeded, events out of
+// order, Jobs not finished) or could not run, and 2 on bad flags.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/sluice-dev/sluice/loadtest/baseline"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("baseline", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o baseline.Options
+	kubeconfig := fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig of the cluster (default $KUBECONFIG)")
+	fs.Float64Var(&o.Scale, "scale", 1, "fraction of the baseline's per-queue Job counts (1 = 15,000 Jobs)")
+	fs.StringVar(&o.NATSURL, "nats", "nats://127.0.0.1:4222", "NATS URL of Sluice's event stream, read after the run (empty: don't)")
+	fs.DurationVar(&o.Timeout, "timeout", 15*time.Minute, "give up after this long")
+	fs.StringVar(&o.Namespace, "namespace", "baseline", "namespace of the Jobs and LocalQueues")
+	fs.StringVar(&o.Prefix, "prefix", "bl", "prefix of the ClusterQueue, LocalQueue, flavor, cohort and priority class names")
+	fs.IntVar(&o.Cohorts, "cohorts", 5, "cohorts")
+	fs.IntVar(&o.QueuesPerCohort, "queues", 6, "ClusterQueues per cohort")
+	fs.BoolVar(&o.Keep, "keep", false, "keep the Jobs at the end")
+	quiet := fs.Bool("quiet", false, "no progress lines")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	usage := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "baseline: "+format+"\n", a...)
+		return 2
+	}
+	switch {
+	case fs.NArg() > 0:
+		return usage("unexpected arguments %q", fs.Args())
+	case *kubeconfig == "":
+		return usage("--kubeconfig (or KUBECONFIG) is required")
+	case !(o.Scale > 0 && o.Scale <= 10):
+		return usage("--scale %g: must be more than 0 and at most 10", o.Scale)
+	case o.Timeout <= 0:
+		return usage("--timeout %s: must be positive", o.Timeout)
+	case o.Cohorts < 1 || o.Cohorts > 100 || o.QueuesPerCohort < 1 || o.QueuesPerCohort > 100:
+		return usage("--cohorts %d and --queues %d: each must be 1..100", o.Cohorts, o.QueuesPerCohort)
+	}
+	if errs := validation.IsDNS1123Label(o.Namespace); len(errs) > 0 {
+		return usage("--namespace %q: %s", o.Namespace, strings.Join(errs, "; "))
+	}
+	if errs := validation.IsDNS1123Label(o.Prefix); len(errs) > 0 || len(o.Prefix) > 30 {
+		return usage("--prefix %q: must be a DNS label of at most 30 characters", o.Prefix)
+	}
+	if o.NATSURL != "" && !strings.HasPrefix(o.NATSURL, "nats://") && !strings.HasPrefix(o.NATSURL, "tls://") {
+		return usage("--nats %q: want nats://HOST:PORT", o.NATSURL)
+	}
+	if !*quiet {
+		o.Log = stderr
+	}
+
+	rc, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	if err != nil {
+		fmt.Fprintln(stderr, "baseline:", err)
+		return 1
+	}
+	rc.QPS, rc.Burst = 2000, 4000
+	kube, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		fmt.Fprintln(stderr, "baseline:", err)
+		return 1
+	}
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		fmt.Fprintln(stderr, "baseline:", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	res, err := baseline.Run(ctx, kube, dyn, o)
+	if err != nil {
+		fmt.Fprintln(stderr, "baseline:", err)
+		return 1
+	}
+	res.Print(stdout)
+	if len(res.Failures()) > 0 {
+		return 1
+	}
+	return 0
+}
