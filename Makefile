@@ -10,7 +10,7 @@ CONTROLLER_GEN := go run sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTR
 # Directories that hold generated files; `verify` fails if they are stale.
 GENERATED_DIRS := api config
 
-.PHONY: all build test test-unit e2e generate verify bench dev dev-down devcluster
+.PHONY: all build test test-unit e2e loadtest generate verify bench dev dev-down devcluster
 
 all: build
 
@@ -31,6 +31,14 @@ test-unit:
 
 e2e:
 	SLUICE_E2E=1 go test -count=1 -timeout 45m ./test/e2e/
+
+# Kueue's baseline workload at full scale (15,000 Jobs) through the local
+# control plane, once through `sluice dev` and once with every service its
+# own process and one killed every few seconds; the quota checker and the
+# event-order audit must find nothing. LOADTEST_SCALE=0.3 for 4,500 Jobs.
+LOADTEST_SCALE ?= 1
+loadtest:
+	SLUICE_E2E=1 SLUICE_BASELINE_SCALE=$(LOADTEST_SCALE) go test -count=1 -timeout 120m -v -run 'TestBaseline' ./test/e2e/
 
 # A local cluster with Sluice running and example Jobs to watch.
 dev: build devcluster

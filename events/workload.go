@@ -182,6 +182,10 @@ type WorkloadPreemptedV1 struct {
 	ClusterQueue string      `json:"clusterQueue"`
 	Reason       string      `json:"reason"`
 	Preemptor    WorkloadRef `json:"preemptor"`
+	// Admission names the admission that is preempted (its reservation's
+	// admission time): the integration stops the job from it and reports
+	// it, even before its own view of the ledger shows it.
+	Admission string `json:"admission,omitempty"`
 }
 
 // Type implements Event.
@@ -218,6 +222,9 @@ type WorkloadEvictedV1 struct {
 	Workload     WorkloadRef `json:"workload"`
 	ClusterQueue string      `json:"clusterQueue"`
 	Reason       string      `json:"reason"`
+	// Admission names the admission that is evicted, as in
+	// WorkloadPreemptedV1.
+	Admission string `json:"admission,omitempty"`
 }
 
 // Type implements Event.

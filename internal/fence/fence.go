@@ -18,7 +18,10 @@
 // A start is refused once the admission is stopping (ErrStopping), and a
 // stop waits while a start is in flight (ErrStarting), so an admission's
 // `started` never follows its `preempted`. A new admission of the same
-// workload replaces the state of the old one.
+// workload replaces the state of the old one. When the job finishes or is
+// deleted its admission becomes finished, and a stop of it is refused
+// (ErrFinished): nothing is preempted after it ended. Finished keys are
+// collected a while later (Collect).
 package fence
 
 import (
@@ -26,6 +29,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -43,6 +47,7 @@ const (
 	Starting Phase = "starting"
 	Started  Phase = "started"
 	Stopping Phase = "stopping"
+	Finished Phase = "finished"
 )
 
 // Errors of the fence.
@@ -52,6 +57,8 @@ var (
 	// ErrStarting: a start of the admission is in flight; a stop must
 	// wait until it is announced.
 	ErrStarting = errors.New("admission is starting")
+	// ErrFinished: the job ended; there is nothing left to stop.
+	ErrFinished = errors.New("admission ended with its job")
 	// ErrContended: the key kept changing under the compare-and-set.
 	ErrContended = errors.New("fence key contended")
 )
@@ -138,7 +145,7 @@ func BeginStart(ctx context.Context, kv KV, key, admission string) (State, error
 	return move(ctx, kv, key, func(cur State) (State, bool, error) {
 		if cur.Admission == admission {
 			switch cur.Phase {
-			case Stopping:
+			case Stopping, Finished:
 				return cur, false, fmt.Errorf("fence %s: admission %s: %w", key, admission, ErrStopping)
 			case Starting, Started:
 				return cur, false, nil
@@ -181,6 +188,8 @@ func Stop(ctx context.Context, kv KV, key, admission string) error {
 			switch cur.Phase {
 			case Starting:
 				return cur, false, fmt.Errorf("fence %s: admission %s: %w", key, admission, ErrStarting)
+			case Finished:
+				return cur, false, fmt.Errorf("fence %s: admission %s: %w", key, admission, ErrFinished)
 			case Stopping:
 				return cur, false, nil
 			}
@@ -190,10 +199,66 @@ func Stop(ctx context.Context, kv KV, key, admission string) error {
 	return err
 }
 
-// Clear forgets a workload that finished or was deleted.
-func Clear(ctx context.Context, kv KV, key string) error {
-	if err := kv.Delete(ctx, key); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
-		return fmt.Errorf("fence %s: delete: %w", key, err)
-	}
-	return nil
+// Finish records that the job of an admission ended (finished or was
+// deleted), before the end is announced, so that no stop of the admission
+// is announced after it.
+func Finish(ctx context.Context, kv KV, key, admission string) error {
+	_, err := move(ctx, kv, key, func(cur State) (State, bool, error) {
+		if cur.Admission == admission && cur.Phase == Finished {
+			return cur, false, nil
+		}
+		return State{Admission: admission, Phase: Finished}, true, nil
+	})
+	return err
 }
+
+// Lister is the part of a KV bucket Collect walks.
+type Lister interface {
+	KV
+	ListKeys(ctx context.Context, opts ...jetstream.WatchOpt) (jetstream.KeyLister, error)
+	PurgeDeletes(ctx context.Context, opts ...jetstream.KVPurgeOpt) error
+}
+
+// Collect deletes the keys of admissions that finished longer than age
+// ago, and then the delete markers older than age, so the bucket holds
+// only live workloads. A key written again since it was read is left.
+func Collect(ctx context.Context, kv Lister, age time.Duration, now time.Time) (int, error) {
+	l, err := kv.ListKeys(ctx)
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("fence: list keys: %w", err)
+	}
+	var keys []string
+	for k := range l.Keys() {
+		keys = append(keys, k)
+	}
+	n := 0
+	var errs []error
+	for _, k := range keys {
+		e, err := kv.Get(ctx, k)
+		if err != nil {
+			if !errors.Is(err, jetstream.ErrKeyNotFound) {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		var st State
+		if json.Unmarshal(e.Value(), &st) != nil || st.Phase != Finished || now.Sub(e.Created()) < age {
+			continue
+		}
+		if err := kv.Delete(ctx, k, jetstream.LastRevision(e.Revision())); err != nil {
+			if !bus.IsRevisionConflict(err) {
+				errs = append(errs, fmt.Errorf("fence %s: delete: %w", k, err))
+			}
+			continue
+		}
+		n++
+	}
+	if err := kv.PurgeDeletes(ctx, jetstream.DeleteMarkersOlderThan(age)); err != nil {
+		errs = append(errs, fmt.Errorf("fence: purge delete markers: %w", err))
+	}
+	return n, errors.Join(errs...)
+}
+

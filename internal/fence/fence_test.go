@@ -15,7 +15,7 @@ import (
 
 // step is one call on the fence of workload "job.ns.w".
 type step struct {
-	op        string // begin, end, abort, stop, clear
+	op        string // begin, end, abort, stop, finish
 	admission string
 	wantErr   error
 }
@@ -72,14 +72,24 @@ func TestFence(t *testing.T) {
 			wantState: fence.State{Admission: "a1", Phase: fence.Stopping},
 		},
 		{
-			name:      "a cleared workload has no state",
-			steps:     []step{{op: "begin", admission: "a1"}, {op: "clear"}},
-			wantState: fence.State{},
+			name:      "an ended job's admission is not stopped",
+			steps:     []step{{op: "begin", admission: "a1"}, {op: "end", admission: "a1"}, {op: "finish", admission: "a1"}, {op: "stop", admission: "a1", wantErr: fence.ErrFinished}},
+			wantState: fence.State{Admission: "a1", Phase: fence.Finished},
 		},
 		{
-			name:      "a workload starts again after it was cleared",
-			steps:     []step{{op: "stop", admission: "a1"}, {op: "clear"}, {op: "begin", admission: "a1"}},
-			wantState: fence.State{Admission: "a1", Phase: fence.Starting},
+			name:      "an ended job's admission never starts again",
+			steps:     []step{{op: "finish", admission: "a1"}, {op: "begin", admission: "a1", wantErr: fence.ErrStopping}},
+			wantState: fence.State{Admission: "a1", Phase: fence.Finished},
+		},
+		{
+			name:      "a job created again under the same name starts with its own admission",
+			steps:     []step{{op: "finish", admission: "a1"}, {op: "begin", admission: "b1"}},
+			wantState: fence.State{Admission: "b1", Phase: fence.Starting},
+		},
+		{
+			name:      "a stop of an older admission does not undo an end",
+			steps:     []step{{op: "finish", admission: "a2"}, {op: "stop", admission: "a1"}},
+			wantState: fence.State{Admission: "a1", Phase: fence.Stopping},
 		},
 	}
 	js := natstest.JetStream(t)
@@ -106,8 +116,8 @@ func TestFence(t *testing.T) {
 					err = fence.AbortStart(ctx, kv, key, s.admission)
 				case "stop":
 					err = fence.Stop(ctx, kv, key, s.admission)
-				case "clear":
-					err = fence.Clear(ctx, kv, key)
+				case "finish":
+					err = fence.Finish(ctx, kv, key, s.admission)
 				}
 				if !errors.Is(err, s.wantErr) || (s.wantErr == nil && err != nil) {
 					t.Fatalf("step %d (%s %s): error %v, want %v", j, s.op, s.admission, err, s.wantErr)
@@ -174,5 +184,49 @@ func TestFenceRace(t *testing.T) {
 		if started+stopped == 0 {
 			t.Fatalf("round %d: neither a start nor a stop succeeded", round)
 		}
+	}
+}
+
+// TestCollect: ended workloads' keys go once old enough; live ones stay.
+func TestCollect(t *testing.T) {
+	js := natstest.JetStream(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := bus.Setup(ctx, js, bus.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, fence.Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fence.Finish(ctx, kv, "job.ns.ended", "a1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fence.BeginStart(ctx, kv, "job.ns.running", "a1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := fence.Stop(ctx, kv, "job.ns.stopping", "a1"); err != nil {
+		t.Fatal(err)
+	}
+	// Too young: nothing goes.
+	if n, err := fence.Collect(ctx, kv, time.Hour, time.Now()); err != nil || n != 0 {
+		t.Fatalf("Collect(age 1h) = %d, %v; want 0, nil", n, err)
+	}
+	n, err := fence.Collect(ctx, kv, time.Minute, time.Now().Add(2*time.Minute))
+	if err != nil || n != 1 {
+		t.Fatalf("Collect = %d, %v; want 1, nil", n, err)
+	}
+	var left []string
+	for _, k := range []string{"job.ns.ended", "job.ns.running", "job.ns.stopping"} {
+		st, err := fence.Get(ctx, kv, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Phase != "" {
+			left = append(left, k+"="+string(st.Phase))
+		}
+	}
+	if d := cmp.Diff([]string{"job.ns.running=starting", "job.ns.stopping=stopping"}, left); d != "" {
+		t.Errorf("keys left (-want +got):\n%s", d)
 	}
 }

@@ -593,7 +593,11 @@ func (s *Service) send(ctx context.Context, o outgoing) error {
 
 func (s *Service) publishOne(ctx context.Context, o outgoing) error {
 	if o.fenceKey != "" && s.fenceKV != nil {
-		if err := fence.Stop(ctx, s.fenceKV, o.fenceKey, o.admission); err != nil {
+		err := fence.Stop(ctx, s.fenceKV, o.fenceKey, o.admission)
+		if errors.Is(err, fence.ErrFinished) {
+			return nil // its job ended: nothing to evict
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -692,7 +696,7 @@ func (s *Service) publish(ctx context.Context, ds []engine.Decision, lost map[st
 			// Like a preemption, a drain is fenced: once announced, the
 			// admission never starts.
 			admission := s.ledger[s.held[d.Key]].Entry.Reservations[d.Key].Admission()
-			ev := events.WorkloadEvictedV1{Workload: ref, ClusterQueue: d.ClusterQueue, Reason: d.Reason}
+			ev := events.WorkloadEvictedV1{Workload: ref, ClusterQueue: d.ClusterQueue, Reason: d.Reason, Admission: admission}
 			errs = append(errs, s.send(ctx, outgoing{ev: ev, id: events.ID(ev.Type(), ref.UID, admission),
 				fenceKey: workloads.Key(ref), admission: admission}))
 		case engine.KindPreempted:

@@ -511,8 +511,25 @@ func (s *Service) sync(ctx context.Context, key string) error {
 	case !held && !suspended:
 		// Running without quota: suspended by the webhook's absence, or
 		// its reservation is gone. Stop it; a Job only runs while its
-		// workload holds a reservation.
-		return s.stop(ctx, job, rec.Workload, "", "NoReservation", "no quota is reserved for this job")
+		// workload holds a reservation. The informer may be behind a stop
+		// that already happened: look at the Job itself first.
+		fresh, err := s.kube.BatchV1().Jobs(ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if fresh.UID != job.UID || (fresh.Spec.Suspend != nil && *fresh.Spec.Suspend) {
+			return nil
+		}
+		if finished, _, _ := IsFinished(fresh); finished {
+			return nil
+		}
+		if _, still := s.reservation(ns, name); still {
+			return nil // admitted meanwhile: the next sync starts it
+		}
+		return s.stop(ctx, fresh, rec.Workload, "", "NoReservation", "no quota is reserved for this job", "")
 	}
 	return nil
 }
@@ -582,13 +599,15 @@ func toEvent(w Workload) events.WorkloadSubmittedV1 {
 // record; quota accounting then releases its reservation.
 func (s *Service) gone(ctx context.Context, rk string, rec *events.WorkloadSubmittedV1, fin *events.WorkloadFinishedV1) error {
 	r, _ := s.reservation(rec.Workload.Namespace, rec.Workload.Name)
-	// The record goes first: whoever learns of the end from the event
-	// then finds the record gone, and never queues the workload again.
+	// The fence first, so no preemption of the admission is announced
+	// after the end; then the record: whoever learns of the end from the
+	// event then finds the record gone, and never queues the workload
+	// again.
+	if err := fence.Finish(ctx, s.fenceKV, rk, r.Admission()); err != nil {
+		return err
+	}
 	if err := s.wlKV.Delete(ctx, rk); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return fmt.Errorf("delete workload %s: %w", rk, err)
-	}
-	if err := fence.Clear(ctx, s.fenceKV, rk); err != nil {
-		return err
 	}
 	if fin != nil {
 		fin.Workload, fin.ClusterQueue = rec.Workload, r.ClusterQueue
@@ -634,7 +653,7 @@ func (s *Service) start(ctx context.Context, job *batchv1.Job, rec *events.Workl
 			// Its preemption (or drain) was announced, maybe before this
 			// service saw the reservation; stop it here so its quota is
 			// released whichever came first.
-			return s.stop(ctx, job, rec.Workload, r.ClusterQueue, "Stopped", "admission withdrawn before the job started: preempted or evicted")
+			return s.stop(ctx, job, rec.Workload, r.ClusterQueue, "Stopped", "admission withdrawn before the job started: preempted or evicted", admission)
 		}
 		return err
 	}
@@ -724,11 +743,17 @@ func describe(r ledger.Reservation) string {
 }
 
 // stop suspends a Job and restores its template, then announces it.
-func (s *Service) stop(ctx context.Context, job *batchv1.Job, ref events.WorkloadRef, cq, reason, message string) error {
+// admission names the admission it is stopped from when the caller knows
+// it (a preemption or eviction names it); otherwise it is the one this
+// service sees in the ledger, if any.
+func (s *Service) stop(ctx context.Context, job *batchv1.Job, ref events.WorkloadRef, cq, reason, message, admission string) error {
 	r, held := s.reservation(job.Namespace, job.Name)
-	if held {
+	if admission == "" && held {
+		admission = r.Admission()
+	}
+	if admission != "" {
 		mark, err := json.Marshal(map[string]any{"metadata": map[string]any{
-			"uid": job.UID, "annotations": map[string]string{StoppedAnnotation: r.Admission()}}})
+			"uid": job.UID, "annotations": map[string]string{StoppedAnnotation: admission}}})
 		if err != nil {
 			return err
 		}
@@ -759,24 +784,21 @@ func (s *Service) stop(ctx context.Context, job *batchv1.Job, ref events.Workloa
 	if cq == "" {
 		cq = r.ClusterQueue
 	}
-	ev := events.WorkloadStoppedV1{Workload: ref, ClusterQueue: cq, Reason: reason}
-	if held {
-		ev.Admission = r.Admission()
-	}
-	return s.pub.Publish(ctx, ev, events.ID(ev.Type(), ref.UID, r.Admission()))
+	ev := events.WorkloadStoppedV1{Workload: ref, ClusterQueue: cq, Reason: reason, Admission: admission}
+	return s.pub.Publish(ctx, ev, events.ID(ev.Type(), ref.UID, admission))
 }
 
 // handleEviction stops a preempted or evicted Job.
 func (s *Service) handleEviction(ctx context.Context, env events.Envelope) error {
 	var ref events.WorkloadRef
-	var cq, reason, message string
+	var cq, reason, message, admission string
 	switch env.Type {
 	case events.TypeWorkloadPreemptedV1:
 		var e events.WorkloadPreemptedV1
 		if err := env.As(&e); err != nil {
 			return bus.Poison(err)
 		}
-		ref, cq = e.Workload, e.ClusterQueue
+		ref, cq, admission = e.Workload, e.ClusterQueue, e.Admission
 		reason = "Preempted"
 		message = fmt.Sprintf("preempted (%s) by %s/%s", e.Reason, e.Preemptor.Namespace, e.Preemptor.Name)
 	case events.TypeWorkloadEvictedV1:
@@ -784,7 +806,7 @@ func (s *Service) handleEviction(ctx context.Context, env events.Envelope) error
 		if err := env.As(&e); err != nil {
 			return bus.Poison(err)
 		}
-		ref, cq, reason, message = e.Workload, e.ClusterQueue, "Evicted", "evicted: "+e.Reason
+		ref, cq, reason, message, admission = e.Workload, e.ClusterQueue, "Evicted", "evicted: "+e.Reason, e.Admission
 	default:
 		return bus.Poison(fmt.Errorf("unexpected event type %s", env.Type))
 	}
@@ -799,7 +821,7 @@ func (s *Service) handleEviction(ctx context.Context, env events.Envelope) error
 	if finished, _, _ := IsFinished(job); finished {
 		return nil
 	}
-	return s.stop(ctx, job, ref, cq, reason, message)
+	return s.stop(ctx, job, ref, cq, reason, message, admission)
 }
 
 // handlePending reports a changed pending reason on the Job.

@@ -75,10 +75,15 @@ func (s *Service) handle(ctx context.Context, led ledger.KV, fk fence.KV, env ev
 			// Already gone: finished, or stopped for an earlier request.
 			continue
 		}
-		if err := stopFenced(ctx, fk, workloads.Key(v.Workload), r.Admission()); err != nil {
+		err := stopFenced(ctx, fk, workloads.Key(v.Workload), r.Admission())
+		if errors.Is(err, fence.ErrFinished) {
+			continue // its job ended: the end releases the quota
+		}
+		if err != nil {
 			return err
 		}
-		ev := events.WorkloadPreemptedV1{Workload: v.Workload, ClusterQueue: v.ClusterQueue, Reason: v.Reason, Preemptor: req.Preemptor}
+		ev := events.WorkloadPreemptedV1{Workload: v.Workload, ClusterQueue: v.ClusterQueue, Reason: v.Reason, Preemptor: req.Preemptor,
+			Admission: r.Admission()}
 		s.log.Info().Str("workload", key).Str("queue", v.ClusterQueue).Str("preemptor", workloads.EngineKey(req.Preemptor)).
 			Str("reason", v.Reason).Msg("preempting")
 		if err := s.pub.Publish(ctx, ev, events.ID(ev.Type(), v.Workload.UID, r.Admission(), req.Preemptor.UID)); err != nil {

@@ -31,7 +31,8 @@ func victim(name string) events.VictimV1 {
 }
 
 func preempted(name, by string) events.WorkloadPreemptedV1 {
-	return events.WorkloadPreemptedV1{Workload: ref(name), ClusterQueue: "cq", Reason: engine.ReasonInClusterQueue, Preemptor: ref(by)}
+	return events.WorkloadPreemptedV1{Workload: ref(name), ClusterQueue: "cq", Reason: engine.ReasonInClusterQueue, Preemptor: ref(by),
+		Admission: ledger.Reservation{}.Admission()}
 }
 
 func TestPreemption(t *testing.T) {
@@ -47,6 +48,8 @@ func TestPreemption(t *testing.T) {
 		holding []string
 		// starting victims have a start in flight, which ends 150 ms in.
 		starting []string
+		// ended victims' jobs finished before the request was handled.
+		ended    []string
 		requests []events.PreemptionRequestedV1
 		want     []events.WorkloadPreemptedV1
 	}{
@@ -62,6 +65,13 @@ func TestPreemption(t *testing.T) {
 			holding:  []string{"low1", "low2"},
 			requests: []events.PreemptionRequestedV1{request("high", "low1", "low2")},
 			want:     []events.WorkloadPreemptedV1{preempted("low1", "high"), preempted("low2", "high")},
+		},
+		{
+			name:     "a victim whose job already ended is not preempted",
+			holding:  []string{"low1", "low2"},
+			ended:    []string{"low1"},
+			requests: []events.PreemptionRequestedV1{request("high", "low1", "low2")},
+			want:     []events.WorkloadPreemptedV1{preempted("low2", "high")},
 		},
 		{
 			name:     "a victim already gone is skipped",
@@ -102,6 +112,11 @@ func TestPreemption(t *testing.T) {
 				t.Fatal(err)
 			}
 			admission := ledger.Reservation{}.Admission()
+			for _, n := range tc.ended {
+				if err := fence.Finish(ctx, fk, workloads.Key(ref(n)), admission); err != nil {
+					t.Fatal(err)
+				}
+			}
 			var ended atomic.Bool
 			for _, n := range tc.starting {
 				if _, err := fence.BeginStart(ctx, fk, workloads.Key(ref(n)), admission); err != nil {

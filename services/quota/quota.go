@@ -21,6 +21,7 @@ import (
 	"github.com/sluice-dev/sluice/events"
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/internal/configstore"
+	"github.com/sluice-dev/sluice/internal/fence"
 	"github.com/sluice-dev/sluice/internal/ledger"
 	"github.com/sluice-dev/sluice/internal/usage"
 	"github.com/sluice-dev/sluice/internal/workloads"
@@ -68,6 +69,10 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("quota: open %s: %w", workloads.Bucket, err)
 	}
+	fk, err := s.js.KeyValue(ctx, fence.Bucket)
+	if err != nil {
+		return fmt.Errorf("quota: open %s: %w", fence.Bucket, err)
+	}
 	errc := make(chan error, 1)
 	go func() {
 		errc <- bus.Run(ctx, s.js, bus.ConsumerSpec{
@@ -93,9 +98,17 @@ func (s *Service) Run(ctx context.Context) error {
 			if err := s.publishUsage(ctx); err != nil && ctx.Err() == nil {
 				s.log.Warn().Err(err).Msg("usage not published")
 			}
+			if _, err := fence.Collect(ctx, fk, fenceAge, time.Now()); err != nil && ctx.Err() == nil {
+				s.log.Warn().Err(err).Msg("collecting ended workloads' fences")
+			}
 		}
 	}
 }
+
+// fenceAge is how long the fence of an ended workload is kept: far longer
+// than a preemption decided before the end takes to be handled, after
+// which the fence refuses it.
+const fenceAge = 2 * time.Minute
 
 // handle releases the reservation of the workload an event is about.
 func (s *Service) handle(ctx context.Context, led ledger.KV, env events.Envelope) error {

@@ -1,0 +1,90 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/loadtest/baseline"
+)
+
+// baselineScale is the share of Kueue's baseline workload (15,000 Jobs at
+// 1) the tests below replay: SLUICE_BASELINE_SCALE, default 0.2 (3,000
+// Jobs, about 30 s each). `make loadtest` runs them at full scale.
+func baselineScale(t *testing.T) float64 {
+	v := os.Getenv("SLUICE_BASELINE_SCALE")
+	if v == "" {
+		return 0.2
+	}
+	s, err := strconv.ParseFloat(v, 64)
+	if err != nil || s <= 0 {
+		t.Fatalf("SLUICE_BASELINE_SCALE=%q: want a positive number", v)
+	}
+	return s
+}
+
+// replay runs the baseline workload against the cluster and fails the test
+// on every quota violation, order violation of the event stream, or Job
+// that did not finish.
+func replay(t *testing.T, natsURL, prefix string) *baseline.Result {
+	t.Helper()
+	var log bytes.Buffer
+	res, err := baseline.Run(context.Background(), env.kube, env.dyn, baseline.Options{
+		Scale:     baselineScale(t),
+		Namespace: prefix,
+		Prefix:    prefix,
+		NATSURL:   natsURL,
+		Timeout:   20 * time.Minute,
+		Log:       &log,
+	})
+	if err != nil {
+		t.Fatalf("baseline run: %v\n%s", err, log.String())
+	}
+	var report bytes.Buffer
+	res.Print(&report)
+	t.Logf("baseline at scale %g:\n%s", baselineScale(t), report.String())
+	for _, f := range res.Failures() {
+		t.Error(f)
+	}
+	if res.Preemptions == 0 {
+		t.Error("no Job was preempted: the run did not meet the race it is meant to")
+	}
+	return res
+}
+
+// TestBaselineQuotaHolds replays Kueue's baseline workload (5 cohorts of 6
+// ClusterQueues, small, medium and large Jobs that preempt each other
+// across the queues of a cohort) through `sluice dev`.
+func TestBaselineQuotaHolds(t *testing.T) {
+	replay(t, env.nats, "bl-dev")
+}
+
+// TestBaselineQuotaHoldsWhileServicesAreKilled replays it with every
+// service its own process (two admission replicas) and one of them killed
+// with SIGKILL every few seconds, in turn.
+func TestBaselineQuotaHoldsWhileServicesAreKilled(t *testing.T) {
+	a := startApart(t)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		victims := []string{"admission-a", "preemption", "quota", "admission-b", "job", "watcher"}
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(3 * time.Second):
+			}
+			a.kill(victims[i%len(victims)], 300*time.Millisecond)
+		}
+	}()
+	replay(t, a.nats.ClientURL(), "bl-apart")
+	close(stop)
+	wg.Wait()
+	t.Logf("services killed: %s", a.killed())
+}
