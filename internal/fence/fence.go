@@ -261,4 +261,3 @@ func Collect(ctx context.Context, kv Lister, age time.Duration, now time.Time) (
 	}
 	return n, errors.Join(errs...)
 }
-
