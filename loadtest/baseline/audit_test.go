@@ -32,6 +32,9 @@ func TestAudit(t *testing.T) {
 	}{
 		{"empty", nil, nil},
 		{"normal life", seq("submitted", "pending", "admitted", "started", "finished"), nil},
+		{"a pending reason published from a view behind the end", seq("submitted", "admitted", "started", "finished", "pending"), nil},
+		{"preempted after finished", seq("submitted", "admitted", "started", "finished", "preempted"),
+			[]want{{4, "preempted after finished"}}},
 		{"preempted and readmitted",
 			seq("submitted", "admitted", "started", "preempted", "stopped", "pending", "admitted", "started", "finished"), nil},
 		{"evicted and readmitted", seq("submitted", "admitted", "started", "evicted", "stopped", "admitted", "started", "finished"), nil},
