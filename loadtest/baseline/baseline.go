@@ -416,7 +416,7 @@ func create(ctx context.Context, kube kubernetes.Interface, tr *tracker, n names
 				cl := Classes[w.it.Class]
 				now := time.Now()
 				tr.register(&jobState{name: name, class: w.it.Class, cohort: w.it.Cohort, runtime: cl.Runtime, created: now})
-				_, err := kube.BatchV1().Jobs(o.Namespace).Create(ctx, n.jobObject(name, n.queue(w.it.Cohort, w.it.Queue), w.it.Class, cl.CPU), metav1.CreateOptions{})
+				err := createJob(ctx, kube, o.Namespace, n.jobObject(name, n.queue(w.it.Cohort, w.it.Queue), w.it.Class, cl.CPU))
 				tr.createDone(name, err)
 				mu.Lock()
 				late = append(late, now.Sub(w.at))
@@ -449,6 +449,33 @@ loop:
 	close(ch)
 	wg.Wait()
 	return late, last
+}
+
+// createRetry bounds how long a create is retried while the API server
+// cannot reach Sluice's webhook (its integration restarting).
+const createRetry = 30 * time.Second
+
+// createJob creates a Job, retrying while the admission webhook is
+// unreachable or the API server is busy; a Job that turns out to exist was
+// created by an earlier try.
+func createJob(ctx context.Context, kube kubernetes.Interface, ns string, j *batchv1.Job) error {
+	deadline := time.Now().Add(createRetry)
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		_, err := kube.BatchV1().Jobs(ns).Create(ctx, j, metav1.CreateOptions{})
+		switch {
+		case err == nil, apierrors.IsAlreadyExists(err):
+			return nil
+		case !(apierrors.IsInternalError(err) || apierrors.IsServerTimeout(err) || apierrors.IsTooManyRequests(err) || apierrors.IsServiceUnavailable(err)):
+			return err
+		case time.Now().After(deadline):
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+	}
 }
 
 // jobObject is one Job of the run: one pod asking for cpu CPUs, suspended
