@@ -670,7 +670,10 @@ func splitKey(key string) (kind, ns, name string, ok bool) {
 }
 
 // publish announces the cycle's decisions. Admissions whose reservation
-// was lost are not announced.
+// was lost are not announced. Admissions, evictions and preemption
+// requests go first and pending reasons last: an integration starts a job
+// only once its admission is announced, and a cycle may also have
+// thousands of pending reasons to tell.
 func (s *Service) publish(ctx context.Context, ds []engine.Decision, lost map[string]bool) error {
 	var errs []error
 	preemptions := map[string]*events.PreemptionRequestedV1{}
@@ -689,9 +692,6 @@ func (s *Service) publish(ctx context.Context, ds []engine.Decision, lost map[st
 			r := s.ledger[ledger.Key(s.eng.TreeOf(d.ClusterQueue))].Entry.Reservations[d.Key]
 			ev := events.WorkloadAdmittedV1{Workload: ref, ClusterQueue: d.ClusterQueue, PodSets: assignments(d.PodSets)}
 			errs = append(errs, s.send(ctx, outgoing{ev: ev, id: workloads.AdmittedID(ref, r.Admission())}))
-		case engine.KindPending:
-			ev := events.WorkloadPendingV1{Workload: ref, ClusterQueue: d.ClusterQueue, Reason: d.Reason}
-			errs = append(errs, s.send(ctx, outgoing{ev: ev, id: events.ID(ev.Type(), ref.UID, d.Reason)}))
 		case engine.KindEvicted:
 			// Like a preemption, a drain is fenced: once announced, the
 			// admission never starts.
@@ -720,6 +720,14 @@ func (s *Service) publish(ctx context.Context, ds []engine.Decision, lost map[st
 			victims = append(victims, v.Workload.UID)
 		}
 		errs = append(errs, s.send(ctx, outgoing{ev: *p, id: events.ID(p.Type(), p.Preemptor.UID, victims)}))
+	}
+	for _, d := range ds {
+		w := s.wls[d.Key]
+		if w == nil || d.Kind != engine.KindPending {
+			continue
+		}
+		ev := events.WorkloadPendingV1{Workload: w.Workload, ClusterQueue: d.ClusterQueue, Reason: d.Reason}
+		errs = append(errs, s.send(ctx, outgoing{ev: ev, id: events.ID(ev.Type(), w.Workload.UID, d.Reason)}))
 	}
 	return errors.Join(errs...)
 }
