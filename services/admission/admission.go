@@ -338,6 +338,28 @@ func (s *Service) build() {
 // engine, including those of workloads whose record is gone or not seen
 // yet: the ledger, not the engine's view, says what is used.
 func (s *Service) bookLedger() {
+	s.eachReservation(func(wk string, r ledger.Reservation) {
+		if s.eng.IsAdmitted(wk) {
+			return
+		}
+		var err error
+		if s.eng.Known(wk) {
+			err = s.eng.Admit(wk, r.ClusterQueue, r.PodSets, r.AdmittedAt)
+		} else {
+			var ew engine.Workload
+			if ew, err = fromReservation(wk, r); err == nil {
+				err = s.eng.Submit(ew)
+			}
+		}
+		if err != nil {
+			s.log.Error().Err(err).Str("workload", wk).Str("queue", r.ClusterQueue).Msg("cannot book a reservation from the ledger")
+		}
+	})
+}
+
+// eachReservation calls f for every reservation in the ledger mirror, in
+// key order, so that rebuilding from it is deterministic.
+func (s *Service) eachReservation(f func(workload string, r ledger.Reservation)) {
 	keys := make([]string, 0, len(s.ledger))
 	for k := range s.ledger {
 		keys = append(keys, k)
@@ -351,22 +373,7 @@ func (s *Service) bookLedger() {
 		}
 		sort.Strings(wks)
 		for _, wk := range wks {
-			if s.eng.IsAdmitted(wk) {
-				continue
-			}
-			r := res[wk]
-			var err error
-			if s.eng.Known(wk) {
-				err = s.eng.Admit(wk, r.ClusterQueue, r.PodSets, r.AdmittedAt)
-			} else {
-				var ew engine.Workload
-				if ew, err = fromReservation(wk, r); err == nil {
-					err = s.eng.Submit(ew)
-				}
-			}
-			if err != nil {
-				s.log.Error().Err(err).Str("workload", wk).Str("queue", r.ClusterQueue).Msg("cannot book a reservation from the ledger")
-			}
+			f(wk, res[wk])
 		}
 	}
 }
@@ -626,39 +633,25 @@ func (s *Service) announceLedger(ctx context.Context) {
 	if s.stream == nil {
 		return
 	}
-	keys := make([]string, 0, len(s.ledger))
-	for k := range s.ledger {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, lk := range keys {
-		res := s.ledger[lk].Entry.Reservations
-		wks := make([]string, 0, len(res))
-		for wk := range res {
-			wks = append(wks, wk)
+	s.eachReservation(func(wk string, r ledger.Reservation) {
+		kind, ns, name, ok := splitKey(wk)
+		if !ok || r.UID == "" {
+			return
 		}
-		sort.Strings(wks)
-		for _, wk := range wks {
-			r := res[wk]
-			kind, ns, name, ok := splitKey(wk)
-			if !ok || r.UID == "" {
-				continue
-			}
-			ref := events.WorkloadRef{Kind: kind, Namespace: ns, Name: name, UID: r.UID}
-			id := workloads.AdmittedID(ref, r.Admission())
-			msg, err := s.stream.GetLastMsgForSubject(ctx, events.WorkloadSubject(events.TypeWorkloadAdmittedV1, ref))
-			if err == nil && msg.Header.Get(jetstream.MsgIDHeader) == id {
-				continue
-			}
-			if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
-				s.log.Warn().Err(err).Str("workload", wk).Msg("cannot check the announcement of a reservation")
-				continue
-			}
-			ev := events.WorkloadAdmittedV1{Workload: ref, ClusterQueue: r.ClusterQueue, PodSets: assignments(r.PodSets)}
-			s.log.Info().Str("workload", wk).Str("queue", r.ClusterQueue).Msg("announcing an admission a restart left unannounced")
-			_ = s.send(ctx, outgoing{ev: ev, id: id})
+		ref := events.WorkloadRef{Kind: kind, Namespace: ns, Name: name, UID: r.UID}
+		id := workloads.AdmittedID(ref, r.Admission())
+		msg, err := s.stream.GetLastMsgForSubject(ctx, events.WorkloadSubject(events.TypeWorkloadAdmittedV1, ref))
+		if err == nil && msg.Header.Get(jetstream.MsgIDHeader) == id {
+			return
 		}
-	}
+		if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+			s.log.Warn().Err(err).Str("workload", wk).Msg("cannot check the announcement of a reservation")
+			return
+		}
+		ev := events.WorkloadAdmittedV1{Workload: ref, ClusterQueue: r.ClusterQueue, PodSets: assignments(r.PodSets)}
+		s.log.Info().Str("workload", wk).Str("queue", r.ClusterQueue).Msg("announcing an admission a restart left unannounced")
+		_ = s.send(ctx, outgoing{ev: ev, id: id})
+	})
 }
 
 func splitKey(key string) (kind, ns, name string, ok bool) {

@@ -890,3 +890,64 @@ func TestFailedPublishIsRetried(t *testing.T) {
 		})
 	}
 }
+
+// TestStartAnnouncesWhatACrashLeftUnannounced: a replica that stopped
+// between writing a reservation and announcing it leaves an admission no
+// integration will start; the next replica announces it, under the id an
+// integration looks for, and announces nothing twice.
+func TestStartAnnouncesWhatACrashLeftUnannounced(t *testing.T) {
+	h := newHarness(t)
+	h.configure("4", nil)
+	h.submit("x", "main", 0, 1, "1")
+	h.submit("y", "main", 0, 1, "1")
+	r := map[string]ledger.Reservation{key("x"): h.expected("x", 1), key("y"): h.expected("y", 1)}
+	if _, err := ledger.Write(h.ctx, h.led, ledger.Key("cq/cq"), 0, ledger.Entry{Reservations: r}); err != nil {
+		t.Fatal(err)
+	}
+	// y's admission was announced before the crash; x's was not.
+	pub := bus.NewPublisher(h.js, events.Source("admission"))
+	yEv := events.WorkloadAdmittedV1{Workload: ref("y"), ClusterQueue: "cq",
+		PodSets: []events.PodSetAssignmentV1{{Name: "main", Count: 1, Flavors: map[string]string{"cpu": "default"}}}}
+	if err := pub.Publish(h.ctx, yEv, workloads.AdmittedID(ref("y"), r[key("y")].Admission())); err != nil {
+		t.Fatal(err)
+	}
+	h.start()
+	h.eventually("x announced", func() (bool, string) {
+		return len(eventsOf[events.WorkloadAdmittedV1](h)) >= 2, fmt.Sprint(eventsOf[events.WorkloadAdmittedV1](h))
+	})
+	// A probe through a full cycle: anything announced twice has been by now.
+	h.submit("probe", "main", 0, 1, "1")
+	h.eventually("probe announced", func() (bool, string) {
+		return len(eventsOf[events.WorkloadAdmittedV1](h)) >= 3, fmt.Sprint(eventsOf[events.WorkloadAdmittedV1](h))
+	})
+	time.Sleep(50 * time.Millisecond) // a repeat would follow at once
+	var got []string
+	for _, env := range h.envelopes(events.TypeWorkloadAdmittedV1) {
+		var ev events.WorkloadAdmittedV1
+		if err := env.As(&ev); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, ev.Workload.Name+" "+env.ID)
+	}
+	want := []string{
+		"y " + workloads.AdmittedID(ref("y"), r[key("y")].Admission()),
+		"x " + workloads.AdmittedID(ref("x"), r[key("x")].Admission()),
+		"probe " + workloads.AdmittedID(ref("probe"), h.reservations()[key("probe")].Admission()),
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("admitted events, name and id (-want +got):\n%s", d)
+	}
+}
+
+// envelopes are the events seen of one type, in stream order.
+func (h *harness) envelopes(eventType string) []events.Envelope {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []events.Envelope
+	for _, env := range h.evs {
+		if env.Type == eventType {
+			out = append(out, env)
+		}
+	}
+	return out
+}
