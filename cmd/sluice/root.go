@@ -5,6 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"time"
 
 	"github.com/spf13/cobra"
 )
@@ -34,6 +38,9 @@ func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	var pprofAddr string
+	root.PersistentFlags().StringVar(&pprofAddr, "pprof-address", "", "serve Go's profiles (net/http/pprof) on this address, e.g. 127.0.0.1:6060 (empty: off)")
+	root.PersistentPreRunE = func(*cobra.Command, []string) error { return servePprof(ctx, pprofAddr) }
 	root.AddCommand(newSimulateCmd())
 	root.AddCommand(newServiceCmds()...)
 	root.AddCommand(newEventsCmd())
@@ -47,4 +54,28 @@ func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitBadInput
 	}
 	return exitFailure
+}
+
+// servePprof serves the runtime profiles on addr until ctx ends, for
+// measuring a live service; "" serves nothing.
+func servePprof(ctx context.Context, addr string) error {
+	if addr == "" {
+		return nil
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return usageError{fmt.Errorf("--pprof-address %s: %w", addr, err)}
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	return nil
 }
