@@ -688,8 +688,8 @@ func (r *Result) Failures() []string {
 		if e.Err != "" {
 			out = append(out, "event stream: "+e.Err)
 		}
-		if e.DuplicateIDs > 0 {
-			out = append(out, fmt.Sprintf("event stream: %d messages repeat an earlier Nats-Msg-Id", e.DuplicateIDs))
+		if e.IDCollisions > 0 {
+			out = append(out, fmt.Sprintf("event stream: %d messages reuse the Nats-Msg-Id of a different event", e.IDCollisions))
 		}
 		if len(e.Order) > 0 {
 			s := fmt.Sprintf("event order: %d violations", len(e.Order))

@@ -1,6 +1,7 @@
 package baseline
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -39,8 +40,14 @@ type EventsReport struct {
 	// NoFinished counts the run's Jobs without a workload.finished event.
 	NoFinished int
 	// DuplicateIDs counts messages whose Nats-Msg-Id an earlier message
-	// already had (the stream's de-duplication should make it 0).
-	DuplicateIDs int
+	// already had: re-sends of one event past the stream's de-duplication
+	// window (after a service restarted), which a subscriber drops by id,
+	// by type in DuplicatesByType. IDCollisions counts those whose data
+	// differs from the first message's: two different events under one
+	// id, which a subscriber would lose.
+	DuplicateIDs     int
+	DuplicatesByType map[string]int
+	IDCollisions     int
 	// Undecodable counts messages that are not valid Sluice events.
 	Undecodable int
 	// Order lists the order audit's findings (Audit), for the run's Jobs;
@@ -101,7 +108,8 @@ func readEvents(ctx context.Context, url string, jobs map[string]runJob, settle 
 	}()
 
 	rep.Read = true
-	ids := map[string]struct{}{}
+	ids := map[string][]byte{}
+	rep.DuplicatesByType = map[string]int{}
 	perJob := map[string]int{}
 	finished := map[string]bool{}
 	var records []Record
@@ -111,10 +119,15 @@ func readEvents(ctx context.Context, url string, jobs map[string]runJob, settle 
 			rep.LastSeq = md.Sequence.Stream
 		}
 		if id := m.Headers().Get(events.HeaderMsgID); id != "" {
-			if _, dup := ids[id]; dup {
+			if first, dup := ids[id]; dup {
 				rep.DuplicateIDs++
+				rep.DuplicatesByType[m.Headers().Get(events.HeaderType)]++
+				if !bytes.Equal(first, m.Data()) {
+					rep.IDCollisions++
+				}
+			} else {
+				ids[id] = m.Data()
 			}
-			ids[id] = struct{}{}
 		}
 		env, err := events.DecodeParts(m.Subject(), m.Headers(), m.Data())
 		if err != nil {

@@ -89,7 +89,8 @@ func (r *Result) Print(w io.Writer) {
 		fmt.Fprintln(w)
 		fmt.Fprintf(w, "    preempted but finished without a stop %d, stopped while not started %d, repeated preempted %d\n",
 			e.Tally.PreemptedNotStopped, e.Tally.StoppedNotRunning, e.Tally.RepeatPreempted)
-		fmt.Fprintf(w, "    duplicate Nats-Msg-Id %d, undecodable %d, order violations %d\n", e.DuplicateIDs, e.Undecodable, len(e.Order))
+		fmt.Fprintf(w, "    re-sent events (same id, same data) %d %v, id collisions (same id, other data) %d, undecodable %d, order violations %d\n",
+			e.DuplicateIDs, e.DuplicatesByType, e.IDCollisions, e.Undecodable, len(e.Order))
 		for i, v := range e.Order {
 			if i == 10 {
 				fmt.Fprintf(w, "    … %d more\n", len(e.Order)-10)
