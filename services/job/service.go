@@ -821,6 +821,13 @@ func (s *Service) handleEviction(ctx context.Context, env events.Envelope) error
 	if finished, _, _ := IsFinished(job); finished {
 		return nil
 	}
+	if admission != "" && job.Annotations[StoppedAnnotation] == admission {
+		if r, held := s.reservation(ref.Namespace, ref.Name); !held || r.Admission() != admission {
+			// A late copy: the Job was stopped from that admission and
+			// its quota released; it may run under a newer one now.
+			return nil
+		}
+	}
 	return s.stop(ctx, job, ref, cq, reason, message, admission)
 }
 
