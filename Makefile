@@ -38,7 +38,7 @@ e2e:
 # event-order audit must find nothing. LOADTEST_SCALE=0.3 for 4,500 Jobs.
 LOADTEST_SCALE ?= 1
 loadtest:
-	SLUICE_E2E=1 SLUICE_BASELINE_SCALE=$(LOADTEST_SCALE) go test -count=1 -timeout 120m -v -run 'TestBaseline' ./test/e2e/
+	SLUICE_E2E=1 SLUICE_BASELINE_SCALE=$(LOADTEST_SCALE) SLUICE_E2E_LOG_LEVEL=info go test -count=1 -timeout 120m -v -run 'TestBaseline' ./test/e2e/
 
 # A local cluster with Sluice running and example Jobs to watch.
 dev: build devcluster

@@ -58,6 +58,9 @@ type Service struct {
 	config *configstore.Store
 	// wls are the known workloads by engine key.
 	wls map[string]*events.WorkloadSubmittedV1
+	// told is the class (reasonClass) of the last pending reason announced
+	// per waiting workload.
+	told map[string]string
 	// ledger is the last seen entry of each ledger key, with its revision.
 	ledger map[string]ledger.Versioned
 	// held maps a workload to the ledger key holding its reservation.
@@ -100,6 +103,7 @@ func New(cfg Config, js jetstream.JetStream, pub Publisher, opts ...Option) (*Se
 		clock:  time.Now,
 		config: configstore.New(),
 		wls:    map[string]*events.WorkloadSubmittedV1{},
+		told:   map[string]string{},
 		ledger: map[string]ledger.Versioned{},
 		held:   map[string]string{},
 	}
@@ -275,6 +279,7 @@ func (s *Service) applyWorkload(e jetstream.KeyValueEntry) {
 	key := workloads.EngineKeyFromKV(e.Key())
 	if e.Operation() != jetstream.KeyValuePut {
 		delete(s.wls, key)
+		delete(s.told, key)
 		if _, held := s.held[key]; held || !s.ready {
 			// Its quota stays booked until the ledger lets go of it.
 			return
@@ -470,6 +475,7 @@ func (s *Service) setLedger(ctx context.Context, key string, prev, next ledger.V
 			// before it reports the end, so asking the bucket settles a
 			// race between the two watches.
 			delete(s.wls, wk)
+			delete(s.told, wk)
 			_ = s.eng.Remove(wk)
 		}
 	}
@@ -513,6 +519,7 @@ func (s *Service) cycle(ctx context.Context) error {
 			// started, or the two watches deliver out of step): never
 			// reserve for a job that is gone.
 			delete(s.wls, d.Key)
+			delete(s.told, d.Key)
 			_ = s.eng.Remove(d.Key)
 			decisions[i].Kind = ""
 			continue
@@ -682,6 +689,7 @@ func (s *Service) publish(ctx context.Context, ds []engine.Decision, lost map[st
 			if lost[ledger.Key(s.eng.TreeOf(d.ClusterQueue))] {
 				continue
 			}
+			delete(s.told, d.Key) // a reason after this admission is news
 			r := s.ledger[ledger.Key(s.eng.TreeOf(d.ClusterQueue))].Entry.Reservations[d.Key]
 			ev := events.WorkloadAdmittedV1{Workload: ref, ClusterQueue: d.ClusterQueue, PodSets: assignments(d.PodSets)}
 			errs = append(errs, s.send(ctx, outgoing{ev: ev, id: workloads.AdmittedID(ref, r.Admission())}))
@@ -719,10 +727,36 @@ func (s *Service) publish(ctx context.Context, ds []engine.Decision, lost map[st
 		if w == nil || d.Kind != engine.KindPending {
 			continue
 		}
+		// Only a reason of another kind is news: a place in line or a
+		// number that moved is not worth an event (and a Kubernetes Event
+		// on the job) for every waiting workload at every admission.
+		class := reasonClass(d.Reason)
+		if told, ok := s.told[d.Key]; ok && told == class {
+			continue
+		}
+		s.told[d.Key] = class
 		ev := events.WorkloadPendingV1{Workload: w.Workload, ClusterQueue: d.ClusterQueue, Reason: d.Reason}
 		errs = append(errs, s.send(ctx, outgoing{ev: ev, id: events.ID(ev.Type(), w.Workload.UID, d.Reason)}))
 	}
 	return errors.Join(errs...)
+}
+
+// reasonClass is what a pending reason says with the workload it waits
+// behind and every number taken out.
+func reasonClass(reason string) string {
+	const behind = "waiting behind "
+	if i := strings.Index(reason, behind); i >= 0 {
+		rest := reason[i+len(behind):]
+		if j := strings.IndexByte(rest, ' '); j >= 0 {
+			reason = reason[:i+len(behind)] + "*" + rest[j:]
+		}
+	}
+	return strings.Map(func(r rune) rune {
+		if r >= '0' && r <= '9' {
+			return '#'
+		}
+		return r
+	}, reason)
 }
 
 func assignments(ps []engine.PodSetAssignment) []events.PodSetAssignmentV1 {

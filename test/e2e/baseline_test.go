@@ -38,7 +38,7 @@ func replay(t *testing.T, natsURL, prefix string) *baseline.Result {
 		Namespace: prefix,
 		Prefix:    prefix,
 		NATSURL:   natsURL,
-		Timeout:   20 * time.Minute,
+		Timeout:   45 * time.Minute,
 		Log:       &log,
 	})
 	if err != nil {

@@ -148,7 +148,7 @@ func run(m *testing.M) int {
 	env.sluiceArgs = []string{"dev", "--kubeconfig", kubeconfig,
 		"--nats-port", fmt.Sprint(natsPort), "--nats-store", filepath.Join(state, "jetstream"),
 		"--webhook-address", fmt.Sprintf("127.0.0.1:%d", hookPort),
-		"--status-interval", "1s", "--log-level", "debug"}
+		"--status-interval", "1s", "--log-level", logLevel()}
 	env.sluiceBin, env.sluiceLog = filepath.Join(bin, "sluice"), logf
 	env.hookAddr = fmt.Sprintf("127.0.0.1:%d", hookPort)
 	if err := startSluice(); err != nil {
@@ -265,4 +265,13 @@ func tail(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// logLevel is sluice's log level in the suite: SLUICE_E2E_LOG_LEVEL, default
+// debug (every event published and handled); full-scale load runs use info.
+func logLevel() string {
+	if l := os.Getenv("SLUICE_E2E_LOG_LEVEL"); l != "" {
+		return l
+	}
+	return "debug"
 }
