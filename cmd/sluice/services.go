@@ -103,11 +103,14 @@ type serviceFlags struct {
 	webhookAddr    string
 	webhookHost    string
 	reconcile      time.Duration
+	// pendingInterval: admission.Config.PendingInterval.
+	pendingInterval time.Duration
 }
 
 func (f *serviceFlags) bindAdmission(cmd *cobra.Command) {
 	cmd.Flags().DurationVar(&f.interval, "interval", 20*time.Millisecond, "admission cycle interval while something changed")
 	cmd.Flags().BoolVar(&f.fairSharing, "fair-sharing", false, "order admission and choose victims by dominant resource share")
+	cmd.Flags().DurationVar(&f.pendingInterval, "pending-interval", admission.DefaultPendingInterval, "least time between two pending events about one workload")
 }
 func (f *serviceFlags) bindWatcher(cmd *cobra.Command) {
 	cmd.Flags().DurationVar(&f.statusInterval, "status-interval", 5*time.Second, "how often queue status is written (0: never)")
@@ -132,7 +135,7 @@ type runner func(ctx context.Context, js jetstream.JetStream, kube *rest.Config,
 
 func admissionRunner(f *serviceFlags) runner {
 	return func(ctx context.Context, js jetstream.JetStream, _ *rest.Config, log zerolog.Logger) (func(context.Context) error, error) {
-		s, err := admission.New(admission.Config{Interval: f.interval, FairSharing: f.fairSharing}, js,
+		s, err := admission.New(admission.Config{Interval: f.interval, FairSharing: f.fairSharing, PendingInterval: f.pendingInterval}, js,
 			bus.NewPublisher(js, events.Source("admission"), bus.WithPublisherLogger(log)), admission.WithLogger(log))
 		if err != nil {
 			return nil, usageError{err}

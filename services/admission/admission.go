@@ -36,12 +36,23 @@ type Config struct {
 	// FairSharing turns on dominant-resource-share ordering and
 	// preemption in every cohort tree.
 	FairSharing bool
+	// PendingInterval is the least time between two pending events about
+	// one workload; a reason of a new kind within it is held back and
+	// announced, if it still holds, when the interval is over. 0 takes
+	// DefaultPendingInterval.
+	PendingInterval time.Duration
 }
+
+// DefaultPendingInterval is Config.PendingInterval's default.
+const DefaultPendingInterval = 30 * time.Second
 
 // Validate checks the configuration.
 func (c Config) Validate() error {
 	if c.Interval <= 0 {
 		return fmt.Errorf("admission: interval %s: must be positive", c.Interval)
+	}
+	if c.PendingInterval < 0 {
+		return fmt.Errorf("admission: pending interval %s: must not be negative", c.PendingInterval)
 	}
 	return nil
 }
@@ -58,9 +69,10 @@ type Service struct {
 	config *configstore.Store
 	// wls are the known workloads by engine key.
 	wls map[string]*events.WorkloadSubmittedV1
-	// told is the class (reasonClass) of the last pending reason announced
-	// per waiting workload.
-	told map[string]string
+	// told is what was last announced of each waiting workload's reason.
+	told map[string]told
+	// lastFlush is when held-back reasons were last looked at.
+	lastFlush time.Time
 	// ledger is the last seen entry of each ledger key, with its revision.
 	ledger map[string]ledger.Versioned
 	// held maps a workload to the ledger key holding its reservation.
@@ -103,12 +115,15 @@ func New(cfg Config, js jetstream.JetStream, pub Publisher, opts ...Option) (*Se
 		clock:  time.Now,
 		config: configstore.New(),
 		wls:    map[string]*events.WorkloadSubmittedV1{},
-		told:   map[string]string{},
+		told:   map[string]told{},
 		ledger: map[string]ledger.Versioned{},
 		held:   map[string]string{},
 	}
 	for _, o := range opts {
 		o(s)
+	}
+	if s.cfg.PendingInterval == 0 {
+		s.cfg.PendingInterval = DefaultPendingInterval
 	}
 	s.eng = engine.New(engine.Config{FairSharing: cfg.FairSharing}, engine.WithDeferredEviction())
 	return s, nil
@@ -231,6 +246,10 @@ func (s *Service) Run(ctx context.Context) error {
 				if err := s.retry(ctx); err != nil {
 					s.log.Warn().Err(err).Int("unsent", len(s.unsent)).Msg("events still not published")
 				}
+			}
+			if now := s.clock(); now.Sub(s.lastFlush) >= time.Second {
+				s.lastFlush = now
+				s.flushPending(ctx, now)
 			}
 			if !(s.dirty || s.configDirty) {
 				continue
@@ -729,16 +748,67 @@ func (s *Service) publish(ctx context.Context, ds []engine.Decision, lost map[st
 		}
 		// Only a reason of another kind is news: a place in line or a
 		// number that moved is not worth an event (and a Kubernetes Event
-		// on the job) for every waiting workload at every admission.
+		// on the job) for every waiting workload at every admission; and
+		// news comes at most once per interval.
 		class := reasonClass(d.Reason)
-		if told, ok := s.told[d.Key]; ok && told == class {
+		t, ok := s.told[d.Key]
+		switch {
+		case ok && t.class == class:
+			t.held = false
+			s.told[d.Key] = t
+			continue
+		case ok && s.clock().Sub(t.at) < s.cfg.PendingInterval:
+			t.held = true
+			s.told[d.Key] = t
 			continue
 		}
-		s.told[d.Key] = class
-		ev := events.WorkloadPendingV1{Workload: w.Workload, ClusterQueue: d.ClusterQueue, Reason: d.Reason}
-		errs = append(errs, s.send(ctx, outgoing{ev: ev, id: events.ID(ev.Type(), w.Workload.UID, d.Reason)}))
+		errs = append(errs, s.tellPending(ctx, w.Workload, d.Key, d.ClusterQueue, d.Reason))
 	}
 	return errors.Join(errs...)
+}
+
+// told is what was last announced of a waiting workload's reason.
+type told struct {
+	class string
+	at    time.Time
+	// held: a reason of another class came within the interval and was
+	// held back.
+	held bool
+}
+
+// tellPending announces a workload's pending reason. Its id names the
+// reason and the time, so that a reason that comes back later is a new
+// event, not a re-send.
+func (s *Service) tellPending(ctx context.Context, ref events.WorkloadRef, key, cq, reason string) error {
+	now := s.clock()
+	s.told[key] = told{class: reasonClass(reason), at: now}
+	ev := events.WorkloadPendingV1{Workload: ref, ClusterQueue: cq, Reason: reason}
+	return s.send(ctx, outgoing{ev: ev, id: events.ID(ev.Type(), ref.UID, reason, now.UnixNano())})
+}
+
+// flushPending announces the reasons held back whose interval is over, if
+// their workload still waits for a reason of that new kind.
+func (s *Service) flushPending(ctx context.Context, now time.Time) {
+	var due []string
+	for key, t := range s.told {
+		if t.held && now.Sub(t.at) >= s.cfg.PendingInterval {
+			due = append(due, key)
+		}
+	}
+	sort.Strings(due)
+	for _, key := range due {
+		t := s.told[key]
+		t.held = false
+		s.told[key] = t
+		w := s.wls[key]
+		reason := s.eng.PendingReason(key)
+		if w == nil || reason == "" || s.eng.IsAdmitted(key) || reasonClass(reason) == t.class {
+			continue
+		}
+		if err := s.tellPending(ctx, w.Workload, key, s.eng.ClusterQueueOf(key), reason); err != nil {
+			s.log.Warn().Err(err).Str("workload", key).Msg("pending reason not announced")
+		}
+	}
 }
 
 // reasonClass is what a pending reason says with the workload it waits

@@ -42,6 +42,11 @@ var now = time.Date(2025, 6, 7, 8, 9, 10, 0, time.UTC)
 // recorder of every workload and preemption event, and (once started) an
 // admission service.
 type harness struct {
+	// clock and pendingInterval, when set, replace the fixed clock and the
+	// default pending interval.
+	clock           func() time.Time
+	pendingInterval time.Duration
+
 	t     *testing.T
 	ctx   context.Context
 	js    jetstream.JetStream
@@ -105,8 +110,12 @@ func (h *harness) start() {
 	if h.wrap != nil {
 		pub = h.wrap(pub)
 	}
-	s, err := admission.New(admission.Config{Interval: 5 * time.Millisecond}, h.js, pub,
-		admission.WithClock(func() time.Time { return now }), admission.WithLogger(log))
+	clock := h.clock
+	if clock == nil {
+		clock = func() time.Time { return now }
+	}
+	s, err := admission.New(admission.Config{Interval: 5 * time.Millisecond, PendingInterval: h.pendingInterval}, h.js, pub,
+		admission.WithClock(clock), admission.WithLogger(log))
 	if err != nil {
 		h.t.Fatalf("admission.New: %v", err)
 	}
@@ -950,4 +959,54 @@ func (h *harness) envelopes(eventType string) []events.Envelope {
 		}
 	}
 	return out
+}
+
+// TestPendingReasonsAreCoalesced: a reason of a new kind within the
+// pending interval is held back and announced when the interval is over, if
+// it still holds; a moved number is never announced.
+func TestPendingReasonsAreCoalesced(t *testing.T) {
+	h := newHarness(t)
+	var mu sync.Mutex
+	clock := now
+	h.clock = func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	advance := func(d time.Duration) { mu.Lock(); clock = clock.Add(d); mu.Unlock() }
+	h.pendingInterval = 10 * time.Second
+	h.configure("4", nil)
+	h.start()
+	insufficient := "pod set main: insufficient unused quota for cpu in flavor default: requested 2, available 0"
+	for _, s := range []step{
+		submit("a", "main", 0, 4, "1"),
+		ledgerIs(map[string]int32{"a": 4}),
+		submit("b", "main", 0, 1, "2"),
+		pending("b", "cq", insufficient),
+	} {
+		s.do(h)
+	}
+	told := func() []string {
+		var out []string
+		for _, ev := range eventsOf[events.WorkloadPendingV1](h) {
+			if ev.Workload.Name == "b" {
+				out = append(out, ev.Reason)
+			}
+		}
+		return out
+	}
+	// The LocalQueue goes: a reason of another kind, 1 s after the last.
+	advance(time.Second)
+	if err := h.cfg.Delete(h.ctx, configstore.Key(configstore.KindLocalQueue, ns, "main")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // many cycles
+	if d := cmp.Diff([]string{insufficient}, told()); d != "" {
+		t.Fatalf("within the interval (-want +got):\n%s", d)
+	}
+	advance(10 * time.Second)
+	lost := "LocalQueue team-a/main does not exist"
+	h.eventually("the held-back reason announced", func() (bool, string) {
+		got := told()
+		return len(got) == 2, fmt.Sprint(got)
+	})
+	if d := cmp.Diff([]string{insufficient, lost}, told()); d != "" {
+		t.Errorf("after the interval (-want +got):\n%s", d)
+	}
 }
