@@ -162,18 +162,17 @@ func (b *cohortBuilder) quota(flavor, res, nominal string, opts ...quotaOpt) *co
 
 func (b *cohortBuilder) obj() v1beta1.Cohort { return *b.c.DeepCopy() }
 
+// queueObject is a builder of a queue object of a Config.
+type queueObject interface{ addTo(*Config) }
+
+func (b *cqBuilder) addTo(c *Config)     { c.ClusterQueues = append(c.ClusterQueues, b.obj()) }
+func (b *cohortBuilder) addTo(c *Config) { c.Cohorts = append(c.Cohorts, b.obj()) }
+
 // config assembles a Config from builders.
-func config(parts ...any) Config {
+func config(parts ...queueObject) Config {
 	var cfg Config
 	for _, p := range parts {
-		switch p := p.(type) {
-		case *cqBuilder:
-			cfg.ClusterQueues = append(cfg.ClusterQueues, p.obj())
-		case *cohortBuilder:
-			cfg.Cohorts = append(cfg.Cohorts, p.obj())
-		default:
-			panic("config: not a queue builder")
-		}
+		p.addTo(&cfg)
 	}
 	return cfg
 }
