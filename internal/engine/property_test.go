@@ -1069,33 +1069,21 @@ func propThreshold(t *int32) string {
 	return fmt.Sprint(*t)
 }
 
-func TestPropertyInvariants(t *testing.T) {
-	failures := 0
-	for seed := uint64(1); seed <= propSeeds; seed++ {
-		p := newPropRun(seed)
-		p.run()
-		if len(p.errs) == 0 {
-			continue
-		}
-		failures++
-		if failures <= propMaxFailures {
-			t.Errorf("seed %d: %s\nconfig:\n%sops:\n  %s", seed, strings.Join(p.errs, "\n"), propDescribeConfig(p.cfg), strings.Join(p.ops, "\n  "))
-		}
-	}
-	if failures > propMaxFailures {
-		t.Errorf("%d of %d seeds failed; the first %d are shown", failures, propSeeds, propMaxFailures)
-	}
-}
+func TestPropertyInvariants(t *testing.T) { propRunSeeds(t) }
 
 // TestPropertyDeferredEviction runs the same random steps with eviction
 // deferred, as in the live services, where several preemptors of one
 // cohort wait for victims that stop at random times. Victims hold their
 // quota until reported gone, and at no step may admitted workloads and
 // victims together exceed any quota rule.
-func TestPropertyDeferredEviction(t *testing.T) {
+func TestPropertyDeferredEviction(t *testing.T) { propRunSeeds(t, WithDeferredEviction()) }
+
+// propRunSeeds runs every seed with an engine built with opts and reports
+// the first failures in full.
+func propRunSeeds(t *testing.T, opts ...Option) {
 	failures := 0
 	for seed := uint64(1); seed <= propSeeds; seed++ {
-		p := newPropRun(seed, WithDeferredEviction())
+		p := newPropRun(seed, opts...)
 		p.run()
 		if len(p.errs) == 0 {
 			continue

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/internal/fence"
@@ -92,16 +93,7 @@ func TestFence(t *testing.T) {
 			wantState: fence.State{Admission: "a1", Phase: fence.Stopping},
 		},
 	}
-	js := natstest.JetStream(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := bus.Setup(ctx, js, bus.Config{}); err != nil {
-		t.Fatal(err)
-	}
-	kv, err := js.KeyValue(ctx, fence.Bucket)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, kv := bucket(t)
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			key := "job.ns.w" + string(rune('a'+i))
@@ -138,16 +130,7 @@ func TestFence(t *testing.T) {
 // goroutines; exactly one kind wins, and a start never succeeds after a
 // stop did.
 func TestFenceRace(t *testing.T) {
-	js := natstest.JetStream(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if err := bus.Setup(ctx, js, bus.Config{}); err != nil {
-		t.Fatal(err)
-	}
-	kv, err := js.KeyValue(ctx, fence.Bucket)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, kv := bucket(t)
 	for round := range 50 {
 		key := "job.ns.race"
 		admission := time.Unix(int64(round), 0).UTC().Format(time.RFC3339Nano)
@@ -189,16 +172,7 @@ func TestFenceRace(t *testing.T) {
 
 // TestCollect: ended workloads' keys go once old enough; live ones stay.
 func TestCollect(t *testing.T) {
-	js := natstest.JetStream(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := bus.Setup(ctx, js, bus.Config{}); err != nil {
-		t.Fatal(err)
-	}
-	kv, err := js.KeyValue(ctx, fence.Bucket)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, kv := bucket(t)
 	if err := fence.Finish(ctx, kv, "job.ns.ended", "a1"); err != nil {
 		t.Fatal(err)
 	}
@@ -229,4 +203,20 @@ func TestCollect(t *testing.T) {
 	if d := cmp.Diff([]string{"job.ns.running=starting", "job.ns.stopping=stopping"}, left); d != "" {
 		t.Errorf("keys left (-want +got):\n%s", d)
 	}
+}
+
+// bucket is the fence's bucket on a fresh embedded JetStream server.
+func bucket(t *testing.T) (context.Context, jetstream.KeyValue) {
+	t.Helper()
+	js := natstest.JetStream(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	if err := bus.Setup(ctx, js, bus.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, fence.Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, kv
 }
