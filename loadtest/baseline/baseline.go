@@ -572,19 +572,19 @@ func probe(ctx context.Context, kube kubernetes.Interface, tr *tracker, n names,
 	start := time.Now()
 	deadline := time.Now().Add(min(2*time.Minute, o.Timeout/2))
 	type pq struct{ c, q, k int }
-	var todo []pq
+	var unproven []pq
 	for c := range o.Cohorts {
 		for q := range o.QueuesPerCohort {
-			todo = append(todo, pq{c, q, (c*o.QueuesPerCohort + q) % len(Classes)})
+			unproven = append(unproven, pq{c, q, (c*o.QueuesPerCohort + q) % len(Classes)})
 		}
 	}
-	for round := 0; len(todo) > 0; round++ {
+	for round := 0; len(unproven) > 0; round++ {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("Sluice did not admit probe Jobs from %d of %d LocalQueues within %s: is it running, with its webhook, against this cluster?",
-				len(todo), o.Cohorts*o.QueuesPerCohort, time.Since(start).Round(time.Second))
+				len(unproven), o.Cohorts*o.QueuesPerCohort, time.Since(start).Round(time.Second))
 		}
 		var batch []string
-		for _, p := range todo {
+		for _, p := range unproven {
 			name := fmt.Sprintf("probe-c%d-q%d-%d", p.c, p.q, round)
 			tr.register(&jobState{name: name, class: -1, cohort: p.c, created: time.Now()})
 			job := n.jobObject(name, n.queue(p.c, p.q), p.k, 1)
@@ -604,7 +604,7 @@ func probe(ctx context.Context, kube kubernetes.Interface, tr *tracker, n names,
 		tr.mu.Lock()
 		for i, name := range batch {
 			if st := tr.jobs[name]; !st.done {
-				left = append(left, todo[i])
+				left = append(left, unproven[i])
 			}
 		}
 		tr.mu.Unlock()
@@ -623,7 +623,7 @@ func probe(ctx context.Context, kube kubernetes.Interface, tr *tracker, n names,
 				_ = kube.BatchV1().Jobs(o.Namespace).Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: &policy})
 			}
 		}
-		todo = left
+		unproven = left
 	}
 	logf("Sluice admits from every LocalQueue (probes took %s)", time.Since(start).Round(time.Millisecond))
 	return nil
