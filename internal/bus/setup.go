@@ -175,7 +175,8 @@ func (c Config) KeyValueConfig(bucket string) jetstream.KeyValueConfig {
 }
 
 // Setup creates the SLUICE and SLUICE_DLQ streams and the sluice-quota,
-// sluice-workloads and sluice-config KV buckets, or updates them to cfg. It
+// sluice-workloads, sluice-config and sluice-fence KV buckets, or updates
+// them to cfg. It
 // is idempotent: running it again with the same cfg changes nothing, and
 // every service may run it at start-up.
 func Setup(ctx context.Context, js jetstream.JetStream, cfg Config) error {
