@@ -47,9 +47,6 @@ const (
 	Starting Phase = "starting"
 	Started  Phase = "started"
 	Stopping Phase = "stopping"
-	// Stopped: the integration suspended the job of a stopping admission;
-	// its quota may be released.
-	Stopped  Phase = "stopped"
 	Finished Phase = "finished"
 )
 
@@ -148,7 +145,7 @@ func BeginStart(ctx context.Context, kv KV, key, admission string) (State, error
 	return move(ctx, kv, key, func(cur State) (State, bool, error) {
 		if cur.Admission == admission {
 			switch cur.Phase {
-			case Stopping, Stopped, Finished:
+			case Stopping, Finished:
 				return cur, false, fmt.Errorf("fence %s: admission %s: %w", key, admission, ErrStopping)
 			case Starting, Started:
 				return cur, false, nil
@@ -193,24 +190,11 @@ func Stop(ctx context.Context, kv KV, key, admission string) error {
 				return cur, false, fmt.Errorf("fence %s: admission %s: %w", key, admission, ErrStarting)
 			case Finished:
 				return cur, false, fmt.Errorf("fence %s: admission %s: %w", key, admission, ErrFinished)
-			case Stopping, Stopped:
+			case Stopping:
 				return cur, false, nil
 			}
 		}
 		return State{Admission: admission, Phase: Stopping}, true, nil
-	})
-	return err
-}
-
-// MarkStopped records that the job of an admission is suspended, so that
-// quota accounting may release the admission's reservation even if the
-// stopped event that says so is missed.
-func MarkStopped(ctx context.Context, kv KV, key, admission string) error {
-	_, err := move(ctx, kv, key, func(cur State) (State, bool, error) {
-		if cur.Admission == admission && (cur.Phase == Stopped || cur.Phase == Finished) {
-			return cur, false, nil
-		}
-		return State{Admission: admission, Phase: Stopped}, true, nil
 	})
 	return err
 }

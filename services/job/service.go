@@ -784,11 +784,6 @@ func (s *Service) stop(ctx context.Context, job *batchv1.Job, ref events.Workloa
 	if cq == "" {
 		cq = r.ClusterQueue
 	}
-	if admission != "" {
-		if err := fence.MarkStopped(ctx, s.fenceKV, workloads.Key(ref), admission); err != nil {
-			return err
-		}
-	}
 	ev := events.WorkloadStoppedV1{Workload: ref, ClusterQueue: cq, Reason: reason, Admission: admission}
 	return s.pub.Publish(ctx, ev, events.ID(ev.Type(), ref.UID, admission))
 }

@@ -92,7 +92,7 @@ func (s *Service) Run(ctx context.Context) error {
 		case err := <-errc:
 			return err
 		case <-t.C:
-			if err := s.reconcile(ctx, led, wls, fk); err != nil && ctx.Err() == nil {
+			if err := s.reconcile(ctx, led, wls); err != nil && ctx.Err() == nil {
 				s.log.Warn().Err(err).Msg("ledger reconciliation")
 			}
 			if err := s.publishUsage(ctx); err != nil && ctx.Err() == nil {
@@ -174,11 +174,10 @@ func (s *Service) release(ctx context.Context, led ledger.KV, ref events.Workloa
 	return s.pub.Publish(ctx, ev, events.ID(ev.Type(), ref.UID, cq))
 }
 
-// reconcile releases reservations whose workload record is gone (the
+// reconcile releases reservations whose workload record is gone: the
 // workload finished or was deleted while its event was lost or not yet
-// handled), and those whose fence says the integration suspended the
-// admission's job (its stop event lost or not handled).
-func (s *Service) reconcile(ctx context.Context, led ledger.KV, wls jetstream.KeyValue, fk fence.KV) error {
+// handled.
+func (s *Service) reconcile(ctx context.Context, led ledger.KV, wls jetstream.KeyValue) error {
 	keys, err := ledger.Keys(ctx, led)
 	if err != nil {
 		return err
@@ -191,18 +190,12 @@ func (s *Service) reconcile(ctx context.Context, led ledger.KV, wls jetstream.Ke
 			continue
 		}
 		for wk, r := range v.Entry.Reservations {
-			kind, ns, name := split(wk)
-			ref := events.WorkloadRef{Kind: kind, Namespace: ns, Name: name, UID: r.UID}
 			_, err := wls.Get(ctx, workloads.KVKeyFromEngine(wk))
 			if !errors.Is(err, jetstream.ErrKeyNotFound) {
-				// The record is there; release only an admission whose job
-				// the integration reported suspended (its stopped event
-				// lost or not handled).
-				if st, ferr := fence.Get(ctx, fk, workloads.Key(ref)); ferr != nil || st.Phase != fence.Stopped || st.Admission != r.Admission() {
-					continue
-				}
+				continue
 			}
-			errs = append(errs, s.release(ctx, led, ref, r.Admission()))
+			kind, ns, name := split(wk)
+			errs = append(errs, s.release(ctx, led, events.WorkloadRef{Kind: kind, Namespace: ns, Name: name, UID: r.UID}, r.Admission()))
 		}
 	}
 	return errors.Join(errs...)

@@ -13,7 +13,6 @@ import (
 	"github.com/sluice-dev/sluice/events"
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/internal/engine"
-	"github.com/sluice-dev/sluice/internal/fence"
 	"github.com/sluice-dev/sluice/internal/ledger"
 	"github.com/sluice-dev/sluice/internal/natstest"
 	"github.com/sluice-dev/sluice/internal/workloads"
@@ -304,30 +303,5 @@ func TestReconcileReleasesOrphans(t *testing.T) {
 	want := []events.QuotaReleasedV1{{Workload: ref("orphan"), ClusterQueue: "cq"}}
 	if d := cmp.Diff(want, h.released()); d != "" {
 		t.Errorf("released events (-want +got):\n%s", d)
-	}
-}
-
-// TestReconcileReleasesStoppedAdmissions: a reservation whose fence says
-// its job was suspended is released by the reconciliation even if no stop
-// event arrives; one still stopping (not yet suspended) is kept.
-func TestReconcileReleasesStoppedAdmissions(t *testing.T) {
-	h := newHarness(t, 20*time.Millisecond)
-	h.hold("a", "b")
-	fk, err := h.js.KeyValue(h.ctx, fence.Bucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := fence.MarkStopped(h.ctx, fk, workloads.Key(ref("a")), reservation("a", 1).Admission()); err != nil {
-		t.Fatal(err)
-	}
-	if err := fence.Stop(h.ctx, fk, workloads.Key(ref("b")), reservation("b", 2).Admission()); err != nil {
-		t.Fatal(err)
-	}
-	if !waitFor(5*time.Second, func() bool { return len(h.held()) == 1 }) {
-		t.Fatalf("a's reservation not released by reconciliation; held: %v", h.held())
-	}
-	time.Sleep(100 * time.Millisecond) // several more reconciliations
-	if d := cmp.Diff([]string{"b"}, h.held()); d != "" {
-		t.Errorf("held (-want +got):\n%s", d)
 	}
 }
