@@ -150,7 +150,7 @@ func watcherRunner(f *serviceFlags) runner {
 		if err != nil {
 			return nil, err
 		}
-		kv, err := js.KeyValue(ctx, configstore.Bucket)
+		kv, err := bus.OpenKV(ctx, js, configstore.Bucket)
 		if err != nil {
 			return nil, err
 		}

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sluice-dev/sluice/internal/bus"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -71,7 +72,7 @@ func Compute(ctx context.Context, js jetstream.JetStream, lqToCQ map[string]stri
 	if err != nil {
 		return rep, err
 	}
-	led, err := js.KeyValue(ctx, ledger.Bucket)
+	led, err := bus.OpenKV(ctx, js, ledger.Bucket)
 	if err != nil {
 		return rep, fmt.Errorf("open %s: %w", ledger.Bucket, err)
 	}
@@ -128,7 +129,7 @@ func Compute(ctx context.Context, js jetstream.JetStream, lqToCQ map[string]stri
 
 // readWorkloads reads every workload record by engine key.
 func readWorkloads(ctx context.Context, js jetstream.JetStream) (map[string]*events.WorkloadSubmittedV1, error) {
-	kv, err := js.KeyValue(ctx, workloads.Bucket)
+	kv, err := bus.OpenKV(ctx, js, workloads.Bucket)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", workloads.Bucket, err)
 	}

@@ -131,19 +131,19 @@ func New(cfg Config, js jetstream.JetStream, pub Publisher, opts ...Option) (*Se
 
 // Run mirrors the buckets and admits until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
-	cfgKV, err := s.js.KeyValue(ctx, configstore.Bucket)
+	cfgKV, err := bus.OpenKV(ctx, s.js, configstore.Bucket)
 	if err != nil {
 		return fmt.Errorf("admission: open %s: %w", configstore.Bucket, err)
 	}
-	wlKV, err := s.js.KeyValue(ctx, workloads.Bucket)
+	wlKV, err := bus.OpenKV(ctx, s.js, workloads.Bucket)
 	if err != nil {
 		return fmt.Errorf("admission: open %s: %w", workloads.Bucket, err)
 	}
-	ledKV, err := s.js.KeyValue(ctx, ledger.Bucket)
+	ledKV, err := bus.OpenKV(ctx, s.js, ledger.Bucket)
 	if err != nil {
 		return fmt.Errorf("admission: open %s: %w", ledger.Bucket, err)
 	}
-	fenceKV, err := s.js.KeyValue(ctx, fence.Bucket)
+	fenceKV, err := bus.OpenKV(ctx, s.js, fence.Bucket)
 	if err != nil {
 		return fmt.Errorf("admission: open %s: %w", fence.Bucket, err)
 	}

@@ -131,20 +131,20 @@ func New(cfg Config, kube kubernetes.Interface, js jetstream.JetStream, pub Publ
 // Run reconciles Jobs until ctx ends, then finishes in-flight work.
 func (s *Service) Run(ctx context.Context) error {
 	var err error
-	if s.wlKV, err = s.js.KeyValue(ctx, workloads.Bucket); err != nil {
+	if s.wlKV, err = bus.OpenKV(ctx, s.js, workloads.Bucket); err != nil {
 		return fmt.Errorf("job: open %s: %w", workloads.Bucket, err)
 	}
-	if s.fenceKV, err = s.js.KeyValue(ctx, fence.Bucket); err != nil {
+	if s.fenceKV, err = bus.OpenKV(ctx, s.js, fence.Bucket); err != nil {
 		return fmt.Errorf("job: open %s: %w", fence.Bucket, err)
 	}
 	if s.events, err = s.js.Stream(ctx, bus.StreamEvents); err != nil {
 		return fmt.Errorf("job: open stream %s: %w", bus.StreamEvents, err)
 	}
-	cfgKV, err := s.js.KeyValue(ctx, configstore.Bucket)
+	cfgKV, err := bus.OpenKV(ctx, s.js, configstore.Bucket)
 	if err != nil {
 		return fmt.Errorf("job: open %s: %w", configstore.Bucket, err)
 	}
-	ledKV, err := s.js.KeyValue(ctx, ledger.Bucket)
+	ledKV, err := bus.OpenKV(ctx, s.js, ledger.Bucket)
 	if err != nil {
 		return fmt.Errorf("job: open %s: %w", ledger.Bucket, err)
 	}

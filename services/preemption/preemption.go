@@ -40,11 +40,11 @@ func New(js jetstream.JetStream, pub Publisher, log zerolog.Logger) *Service {
 
 // Run consumes preemption requests until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
-	led, err := s.js.KeyValue(ctx, ledger.Bucket)
+	led, err := bus.OpenKV(ctx, s.js, ledger.Bucket)
 	if err != nil {
 		return fmt.Errorf("preemption: open %s: %w", ledger.Bucket, err)
 	}
-	fk, err := s.js.KeyValue(ctx, fence.Bucket)
+	fk, err := bus.OpenKV(ctx, s.js, fence.Bucket)
 	if err != nil {
 		return fmt.Errorf("preemption: open %s: %w", fence.Bucket, err)
 	}

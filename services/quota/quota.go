@@ -61,15 +61,15 @@ func New(cfg Config, js jetstream.JetStream, pub Publisher, log zerolog.Logger) 
 // Run consumes stop, finish and delete events and reconciles, until ctx
 // ends.
 func (s *Service) Run(ctx context.Context) error {
-	led, err := s.js.KeyValue(ctx, ledger.Bucket)
+	led, err := bus.OpenKV(ctx, s.js, ledger.Bucket)
 	if err != nil {
 		return fmt.Errorf("quota: open %s: %w", ledger.Bucket, err)
 	}
-	wls, err := s.js.KeyValue(ctx, workloads.Bucket)
+	wls, err := bus.OpenKV(ctx, s.js, workloads.Bucket)
 	if err != nil {
 		return fmt.Errorf("quota: open %s: %w", workloads.Bucket, err)
 	}
-	fk, err := s.js.KeyValue(ctx, fence.Bucket)
+	fk, err := bus.OpenKV(ctx, s.js, fence.Bucket)
 	if err != nil {
 		return fmt.Errorf("quota: open %s: %w", fence.Bucket, err)
 	}
@@ -161,7 +161,8 @@ func (s *Service) release(ctx context.Context, led ledger.KV, ref events.Workloa
 		return err // transient: redelivered with backoff
 	}
 	if !released {
-		return nil // released before: nothing to do twice
+		s.log.Debug().Str("workload", key).Str("admission", admission).Msg("no matching reservation: released before")
+		return nil
 	}
 	s.log.Info().Str("workload", key).Str("queue", cq).Msg("quota released")
 	if ref.UID == "" {
@@ -233,7 +234,7 @@ func (s *Service) publishUsage(ctx context.Context) error {
 // lqToCQ reads which ClusterQueue each LocalQueue submits to.
 func (s *Service) lqToCQ(ctx context.Context) map[string]string {
 	out := map[string]string{}
-	kv, err := s.js.KeyValue(ctx, configstore.Bucket)
+	kv, err := bus.OpenKV(ctx, s.js, configstore.Bucket)
 	if err != nil {
 		return out
 	}
