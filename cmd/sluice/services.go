@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,7 +23,8 @@ import (
 	"github.com/sluice-dev/sluice/internal/configstore"
 	"github.com/sluice-dev/sluice/internal/embeddednats"
 	"github.com/sluice-dev/sluice/services/admission"
-	"github.com/sluice-dev/sluice/services/job"
+	"github.com/sluice-dev/sluice/services/integration"
+	"github.com/sluice-dev/sluice/services/integration/kinds"
 	"github.com/sluice-dev/sluice/services/preemption"
 	"github.com/sluice-dev/sluice/services/quota"
 	"github.com/sluice-dev/sluice/services/watcher"
@@ -116,13 +118,13 @@ func (f *serviceFlags) bindWatcher(cmd *cobra.Command) {
 	cmd.Flags().DurationVar(&f.statusInterval, "status-interval", 5*time.Second, "how often queue status is written (0: never)")
 }
 
-// bindResync is shared by the watcher and the job integration, which
+// bindResync is shared by the watcher and the integrations, which
 // `sluice dev` runs together under one flag.
 func (f *serviceFlags) bindResync(cmd *cobra.Command) {
 	cmd.Flags().DurationVar(&f.resync, "resync", 10*time.Minute, "full re-list interval of Kubernetes watches")
 }
-func (f *serviceFlags) bindJob(cmd *cobra.Command) {
-	cmd.Flags().IntVar(&f.workers, "workers", 32, "jobs reconciled in parallel")
+func (f *serviceFlags) bindIntegration(cmd *cobra.Command) {
+	cmd.Flags().IntVar(&f.workers, "workers", 32, "objects of each kind reconciled in parallel")
 	cmd.Flags().StringVar(&f.webhookAddr, "webhook-address", "127.0.0.1:9443", "address of the suspend-on-create webhook (empty: none)")
 	cmd.Flags().StringVar(&f.webhookHost, "webhook-host", "127.0.0.1", "host the API server reaches the webhook by")
 }
@@ -166,18 +168,33 @@ func watcherRunner(f *serviceFlags) runner {
 	}
 }
 
-func jobRunner(f *serviceFlags) runner {
+// integrationRunner runs the named kinds' integrations, each once its
+// CRD is served.
+func integrationRunner(f *serviceFlags, names func() []string) runner {
 	return func(ctx context.Context, js jetstream.JetStream, kc *rest.Config, log zerolog.Logger) (func(context.Context) error, error) {
+		ads, err := kinds.Select(names())
+		if err != nil {
+			return nil, usageError{err}
+		}
 		kube, err := kubernetes.NewForConfig(kc)
 		if err != nil {
 			return nil, err
 		}
-		s, err := job.New(job.Config{Workers: f.workers, Resync: f.resync, WebhookAddress: f.webhookAddr, WebhookHost: f.webhookHost},
-			kube, js, bus.NewPublisher(js, events.Source("job")), log)
+		dyn, err := dynamic.NewForConfig(kc)
 		if err != nil {
+			return nil, err
+		}
+		cfg := integration.Config{Workers: f.workers, Resync: f.resync, WebhookAddress: f.webhookAddr, WebhookHost: f.webhookHost}
+		if err := cfg.Validate(); err != nil {
 			return nil, usageError{err}
 		}
-		return s.Run, nil
+		pub := bus.NewPublisher(js, events.Source("integration"), bus.WithPublisherLogger(log))
+		mk := func(c integration.Config, ads []integration.Adapter) (*integration.Service, error) {
+			return integration.New(c, ads, kube, dyn, js, pub, log)
+		}
+		return func(ctx context.Context) error {
+			return integration.RunWhenServed(ctx, cfg, ads, kube.Discovery(), mk, log, 10*time.Second)
+		}, nil
 	}
 }
 
@@ -255,11 +272,32 @@ func newServiceCmds() []*cobra.Command {
 	return []*cobra.Command{
 		newServiceCmd("admission", "Run the admission service", false, a.bindAdmission, admissionRunner(a)),
 		newServiceCmd("watcher", "Run the configuration watcher", true, func(c *cobra.Command) { f.bindWatcher(c); f.bindResync(c) }, watcherRunner(f)),
-		newServiceCmd("job", "Run the batch/v1 Job integration", true, func(c *cobra.Command) { j.bindJob(c); j.bindResync(c) }, jobRunner(j)),
+		newIntegrationCmd(j),
 		newServiceCmd("preemption", "Run the preemption service", false, nil, preemptionRunner()),
 		newServiceCmd("quota", "Run the quota accounting service", false, q.bindQuota, quotaRunner(q)),
 		newDevCmd(),
 	}
+}
+
+// newIntegrationCmd is the composition root of `sluice integration KIND...`.
+func newIntegrationCmd(f *serviceFlags) *cobra.Command {
+	var names []string
+	cmd := newServiceCmd("integration", "Run the integration of one or more kinds of job", true,
+		func(c *cobra.Command) { f.bindIntegration(c); f.bindResync(c) }, integrationRunner(f, func() []string { return names }))
+	cmd.Use = "integration KIND [KIND...]"
+	cmd.Long = "Run the integration of the named kinds (" + strings.Join(kinds.Names(), ", ") + "): suspend their objects on create, " +
+		"queue them as workloads, start them when admitted and stop them when preempted. Run any number of replicas."
+	cmd.Args = func(_ *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return usageError{fmt.Errorf("name a kind to integrate: %s", strings.Join(kinds.Names(), ", "))}
+		}
+		if _, err := kinds.Select(args); err != nil {
+			return usageError{err}
+		}
+		names = args
+		return nil
+	}
+	return cmd
 }
 
 // newDevCmd runs every service in one process with an embedded JetStream
@@ -269,6 +307,7 @@ func newDevCmd() *cobra.Command {
 	f := &serviceFlags{}
 	var port int
 	var storeDir string
+	var integrations []string
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run every service in one process with an embedded NATS JetStream server",
@@ -294,7 +333,7 @@ func newDevCmd() *cobra.Command {
 				{"quota", quotaRunner(f)},
 				{"preemption", preemptionRunner()},
 				{"admission", admissionRunner(f)},
-				{"job", jobRunner(f)},
+				{"integration", integrationRunner(f, func() []string { return integrations })},
 			})
 		},
 	}
@@ -304,9 +343,10 @@ func newDevCmd() *cobra.Command {
 	cmd.Flags().StringVar(&storeDir, "nats-store", "", "JetStream store directory (default: a temporary one, removed at exit)")
 	f.bindAdmission(cmd)
 	f.bindWatcher(cmd)
-	f.bindJob(cmd)
+	f.bindIntegration(cmd)
 	f.bindResync(cmd)
 	f.bindQuota(cmd)
+	cmd.Flags().StringSliceVar(&integrations, "integrations", kinds.Names(), "kinds to integrate, each once its CRD is installed ("+strings.Join(kinds.Names(), ", ")+")")
 	return cmd
 }
 

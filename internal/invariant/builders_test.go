@@ -13,7 +13,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/sluice-dev/sluice/api/v1beta1"
-	"github.com/sluice-dev/sluice/services/job"
+	"github.com/sluice-dev/sluice/services/integration"
+	"github.com/sluice-dev/sluice/services/integration/job"
 )
 
 // jobBuilder makes a labelled, running batch/v1 Job in namespace default
@@ -21,7 +22,7 @@ import (
 // it.
 type jobBuilder struct {
 	j         batchv1.Job
-	admission *job.Assignment
+	admission *integration.Assignment
 	raw       *string
 }
 
@@ -57,7 +58,7 @@ func (b *jobBuilder) parallelism(n int32) *jobBuilder { b.j.Spec.Parallelism = p
 // admit records an admission of count pods to cq, every requested resource
 // on flavor.
 func (b *jobBuilder) admit(cq string, count int32, flavor string) *jobBuilder {
-	b.admission = &job.Assignment{ClusterQueue: cq, PodSets: []job.PodSetAssignment{{
+	b.admission = &integration.Assignment{ClusterQueue: cq, PodSets: []integration.PodSetAssignment{{
 		Name: job.MainPodSet, Count: count, Flavors: map[string]string{},
 	}}}
 	for _, r := range slices.Sorted(maps.Keys(b.j.Spec.Template.Spec.Containers[0].Resources.Requests)) {
@@ -89,13 +90,13 @@ func (b *jobBuilder) obj() *batchv1.Job {
 	j := b.j.DeepCopy()
 	switch {
 	case b.raw != nil:
-		j.Annotations = map[string]string{job.AdmissionAnnotation: *b.raw}
+		j.Annotations = map[string]string{integration.AdmissionAnnotation: *b.raw}
 	case b.admission != nil:
 		data, err := json.Marshal(b.admission)
 		if err != nil {
 			panic(err)
 		}
-		j.Annotations = map[string]string{job.AdmissionAnnotation: string(data)}
+		j.Annotations = map[string]string{integration.AdmissionAnnotation: string(data)}
 	}
 	return j
 }

@@ -12,7 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/sluice-dev/sluice/api/v1beta1"
-	"github.com/sluice-dev/sluice/services/job"
+	"github.com/sluice-dev/sluice/services/integration"
+	"github.com/sluice-dev/sluice/services/integration/job"
 )
 
 // Config is the queue configuration the limits come from.
@@ -364,7 +365,7 @@ func (c *Checker) book(j *batchv1.Job) (*booking, []Violation) {
 		return nil, nil
 	}
 	key := j.Namespace + "/" + j.Name
-	a, ok, err := job.AdmissionOf(j)
+	a, ok, err := integration.AdmissionOf(j.Annotations)
 	switch {
 	case err != nil:
 		return nil, []Violation{{
@@ -375,7 +376,7 @@ func (c *Checker) book(j *batchv1.Job) (*booking, []Violation) {
 		return nil, []Violation{{
 			Jobs: []string{key},
 			Message: fmt.Sprintf("Job %s is running without an admission: it is not suspended, not finished and has no %s annotation",
-				key, job.AdmissionAnnotation),
+				key, integration.AdmissionAnnotation),
 		}}
 	}
 	cq, known := c.cqs[a.ClusterQueue]
@@ -391,7 +392,7 @@ func (c *Checker) book(j *batchv1.Job) (*booking, []Violation) {
 	usage := map[fr]int64{}
 	// A batch/v1 Job has one pod template; every pod set of its admission
 	// runs pods of it.
-	perPod := job.PodRequests(&j.Spec.Template.Spec)
+	perPod := integration.PodRequests(&j.Spec.Template.Spec)
 	for _, ps := range a.PodSets {
 		count := int64(max(ps.Count, 0))
 		for _, res := range slices.Sorted(maps.Keys(perPod)) {
@@ -433,7 +434,7 @@ func running(j *batchv1.Job) bool {
 	if j.Spec.Suspend != nil && *j.Spec.Suspend {
 		return false
 	}
-	finished, _, _ := job.IsFinished(j)
+	finished, _, _ := (&job.Job{Job: j}).Finished()
 	return !finished
 }
 

@@ -14,6 +14,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -198,18 +200,27 @@ func connectNATS(url string, within time.Duration) (*nats.Conn, error) {
 // waitWebhook waits until the job integration registered its webhook and
 // serves it.
 func waitWebhook(within time.Duration) error {
+	// A server-side dry run of a labelled Job goes through the webhook:
+	// it succeeds only once the registered configuration (URL and CA) is
+	// the running process's and the API server has picked it up.
+	probe := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "webhook-probe-", Labels: map[string]string{"sluice.dev/queue-name": "probe"}},
+		Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers:    []corev1.Container{{Name: "c", Image: "busybox"}},
+		}}},
+	}
 	deadline := time.Now().Add(within)
+	var last error
 	for time.Now().Before(deadline) {
-		_, err := env.kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(context.Background(), "sluice-job", metav1.GetOptions{})
-		if err == nil {
-			if c, err := net.DialTimeout("tcp", env.hookAddr, time.Second); err == nil {
-				c.Close()
-				return nil
-			}
+		got, err := env.kube.BatchV1().Jobs("default").Create(context.Background(), probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err == nil && got.Spec.Suspend != nil && *got.Spec.Suspend {
+			return nil
 		}
+		last = err
 		time.Sleep(200 * time.Millisecond)
 	}
-	return fmt.Errorf("the job webhook was not registered within %s", within)
+	return fmt.Errorf("the job webhook did not suspend a dry-run Job within %s: %v", within, last)
 }
 
 func installCRDs(cfg *rest.Config, dir string) error {

@@ -3,18 +3,13 @@ package job
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -30,12 +25,13 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/sluice-dev/sluice/api/v1beta1"
+	"github.com/sluice-dev/sluice/services/integration"
 )
 
-func newTestWebhook(t *testing.T, opts ...WebhookOption) *Webhook {
+func newTestWebhook(t *testing.T, opts ...integration.WebhookOption) *integration.Webhook {
 	t.Helper()
-	opts = append([]WebhookOption{WithAddress("127.0.0.1:0"), WithLogger(zerolog.New(io.Discard))}, opts...)
-	w, err := NewWebhook(opts...)
+	opts = append([]integration.WebhookOption{integration.WithAddress("127.0.0.1:0"), integration.WithLogger(zerolog.New(io.Discard))}, opts...)
+	w, err := integration.NewWebhook([]integration.Adapter{Adapter{}}, opts...)
 	if err != nil {
 		t.Fatalf("NewWebhook() unexpected error: %v", err)
 	}
@@ -163,7 +159,7 @@ func TestWebhookMutate(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			object := tc.object(t)
-			resp, err := http.Post(srv.URL+MutatePath, "application/json", bytes.NewReader(reviewFor(t, tc.op, tc.kind, object)))
+			resp, err := http.Post(srv.URL+integration.MutatePath(Kind), "application/json", bytes.NewReader(reviewFor(t, tc.op, tc.kind, object)))
 			if err != nil {
 				t.Fatalf("POST: %v", err)
 			}
@@ -246,6 +242,7 @@ func TestWebhookRealReview(t *testing.T) {
       "spec": {
         "parallelism": 2,
         "completions": 2,
+        "futureField": {"kept": true},
         "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "1"}}}]}}
       }
     },
@@ -256,7 +253,7 @@ func TestWebhookRealReview(t *testing.T) {
 }`
 	w := newTestWebhook(t)
 	rec := httptest.NewRecorder()
-	req := httptest.NewRequest(http.MethodPost, MutatePath, strings.NewReader(body))
+	req := httptest.NewRequest(http.MethodPost, integration.MutatePath(Kind), strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	w.Handler().ServeHTTP(rec, req)
 	if rec.Code != http.StatusOK {
@@ -267,9 +264,12 @@ func TestWebhookRealReview(t *testing.T) {
 		t.Fatalf("decode response: %v", err)
 	}
 	want := &admissionv1.AdmissionResponse{
-		UID:       "3c5a2b51-7c0a-4c6e-9d43-0e2d7f2b9a11",
-		Allowed:   true,
-		Patch:     []byte(`[{"op":"add","path":"/spec/suspend","value":true}]`),
+		UID:     "3c5a2b51-7c0a-4c6e-9d43-0e2d7f2b9a11",
+		Allowed: true,
+		// The whole spec, suspended, with a field Sluice's types do not
+		// know kept as sent.
+		Patch: []byte(`[{"op":"add","path":"/spec","value":{"completions":2,"futureField":{"kept":true},"parallelism":2,"suspend":true,` +
+			`"template":{"spec":{"restartPolicy":"Never","containers":[{"name":"c","image":"busybox","resources":{"requests":{"cpu":"1"}}}]}}}}]`),
 		PatchType: ptrTo(admissionv1.PatchTypeJSONPatch),
 	}
 	if diff := cmp.Diff(want, review.Response); diff != "" {
@@ -354,7 +354,7 @@ func TestWebhookRefusesMalformedRequests(t *testing.T) {
 	defer srv.Close()
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			req, err := http.NewRequest(tc.method, srv.URL+MutatePath, strings.NewReader(tc.body))
+			req, err := http.NewRequest(tc.method, srv.URL+integration.MutatePath(Kind), strings.NewReader(tc.body))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -379,7 +379,7 @@ func TestWebhookRefusesMalformedRequests(t *testing.T) {
 
 // runWebhook starts w.Run and returns a stop function that cancels it and
 // returns Run's result.
-func runWebhook(t *testing.T, w *Webhook) (stop func() error) {
+func runWebhook(t *testing.T, w *integration.Webhook) (stop func() error) {
 	t.Helper()
 	if _, err := w.Listen(); err != nil {
 		t.Fatalf("Listen() unexpected error: %v", err)
@@ -417,183 +417,13 @@ func clientTrusting(t *testing.T, caPEM []byte) *http.Client {
 	}
 }
 
-func TestWebhookServesTLSWithGeneratedCA(t *testing.T) {
-	w := newTestWebhook(t)
-	stop := runWebhook(t, w)
-	client := clientTrusting(t, w.CABundle())
-
-	for _, host := range []string{"127.0.0.1", "localhost"} {
-		t.Run(host, func(t *testing.T) {
-			u, err := w.URL(host)
-			if err != nil {
-				t.Fatalf("URL() unexpected error: %v", err)
-			}
-			body := reviewFor(t, admissionv1.Create, batchJobKind, jobJSON(t, makeJob("j").suspend(false).obj()))
-			resp, err := client.Post(u, "application/json", bytes.NewReader(body))
-			if err != nil {
-				t.Fatalf("POST %s with the generated CA: %v", u, err)
-			}
-			defer resp.Body.Close()
-			var review admissionv1.AdmissionReview
-			if err := json.NewDecoder(resp.Body).Decode(&review); err != nil {
-				t.Fatalf("decode response: %v", err)
-			}
-			if review.Response == nil || !review.Response.Allowed || len(review.Response.Patch) == 0 {
-				t.Errorf("response = %+v, want an allowed response with a patch", review.Response)
-			}
-		})
-	}
-
-	t.Run("a client without the CA is refused", func(t *testing.T) {
-		u, _ := w.URL("127.0.0.1")
-		plain := &http.Client{Timeout: 5 * time.Second}
-		resp, err := plain.Post(u, "application/json", strings.NewReader("{}"))
-		if err == nil {
-			resp.Body.Close()
-			t.Fatalf("POST without the CA succeeded")
-		}
-		var unknown x509.UnknownAuthorityError
-		if !errors.As(err, &unknown) {
-			t.Errorf("error = %v, want an unknown-authority error", err)
-		}
-	})
-
-	t.Run("a host outside the certificate is refused", func(t *testing.T) {
-		addr, _ := w.Listen()
-		_, port, _ := net.SplitHostPort(addr.String())
-		roots := x509.NewCertPool()
-		roots.AppendCertsFromPEM(w.CABundle())
-		conn, err := tls.Dial("tcp", net.JoinHostPort("127.0.0.1", port), &tls.Config{RootCAs: roots, ServerName: "webhook.elsewhere.example"})
-		if err == nil {
-			conn.Close()
-			t.Fatalf("TLS with a wrong server name succeeded")
-		}
-	})
-
-	if err := stop(); err != nil {
-		t.Errorf("Run() after cancel = %v, want nil", err)
-	}
-	if _, err := client.Get("https://" + mustListen(t, w) + HealthzPath); err == nil {
-		t.Errorf("server still answers after shutdown")
-	}
-}
-
-func mustListen(t *testing.T, w *Webhook) string {
+func mustListen(t *testing.T, w *integration.Webhook) string {
 	t.Helper()
 	addr, err := w.Listen()
 	if err != nil {
 		t.Fatal(err)
 	}
 	return addr.String()
-}
-
-func TestWebhookCertificateHosts(t *testing.T) {
-	w := newTestWebhook(t, WithHosts("sluice-webhook.sluice-system.svc", "10.0.0.7", "::1"))
-	leaf := w.cert.Leaf
-	got := struct {
-		DNS []string
-		IPs []string
-	}{DNS: leaf.DNSNames}
-	for _, ip := range leaf.IPAddresses {
-		got.IPs = append(got.IPs, ip.String())
-	}
-	want := struct {
-		DNS []string
-		IPs []string
-	}{DNS: []string{"sluice-webhook.sluice-system.svc"}, IPs: []string{"10.0.0.7", "::1"}}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("certificate SANs mismatch (-want +got):\n%s", diff)
-	}
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(w.CABundle())
-	if _, err := leaf.Verify(x509.VerifyOptions{DNSName: "sluice-webhook.sluice-system.svc", Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
-		t.Errorf("serving certificate does not verify against the CA bundle: %v", err)
-	}
-}
-
-func TestWebhookServesGivenCertFiles(t *testing.T) {
-	sc, err := selfSignedServingCert([]string{"localhost"}, nil, time.Hour, time.Now())
-	if err != nil {
-		t.Fatalf("generate certificate: %v", err)
-	}
-	dir := t.TempDir()
-	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	var certPEM bytes.Buffer
-	for _, der := range sc.cert.Certificate {
-		_ = pem.Encode(&certPEM, &pem.Block{Type: "CERTIFICATE", Bytes: der})
-	}
-	keyDER, err := x509.MarshalECPrivateKey(sc.cert.PrivateKey.(*ecdsa.PrivateKey))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(certFile, certPEM.Bytes(), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-
-	w := newTestWebhook(t, WithCertFiles(certFile, keyFile), WithCABundle(sc.caPEM))
-	if !bytes.Equal(w.CABundle(), sc.caPEM) {
-		t.Errorf("CABundle() is not the given bundle")
-	}
-	runWebhook(t, w)
-	u, err := w.URL("localhost")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := clientTrusting(t, sc.caPEM).Get(strings.Replace(u, MutatePath, HealthzPath, 1))
-	if err != nil {
-		t.Fatalf("GET healthz with the given certificate: %v", err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Errorf("healthz status = %d", resp.StatusCode)
-	}
-}
-
-func TestNewWebhookOptionErrors(t *testing.T) {
-	cases := []struct {
-		name string
-		opt  WebhookOption
-	}{
-		{name: "empty address", opt: WithAddress("")},
-		{name: "no hosts", opt: WithHosts()},
-		{name: "blank host", opt: WithHosts("localhost", " ")},
-		{name: "cert without key", opt: WithCertFiles("tls.crt", "")},
-		{name: "missing cert files", opt: WithCertFiles("/nonexistent/tls.crt", "/nonexistent/tls.key")},
-		{name: "zero validity", opt: WithCertValidity(0)},
-		{name: "negative shutdown timeout", opt: WithShutdownTimeout(-time.Second)},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			if _, err := NewWebhook(tc.opt); err == nil {
-				t.Errorf("NewWebhook() succeeded, want an error")
-			}
-		})
-	}
-}
-
-func TestWebhookRunTwice(t *testing.T) {
-	w := newTestWebhook(t)
-	runWebhook(t, w)
-	// Wait until the first Run owns the server.
-	client := clientTrusting(t, w.CABundle())
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		resp, err := client.Get("https://" + mustListen(t, w) + HealthzPath)
-		if err == nil {
-			resp.Body.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("server never became ready: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err := w.Run(context.Background()); err == nil {
-		t.Errorf("second Run() succeeded, want an error")
-	}
 }
 
 func TestEnsureWebhookConfiguration(t *testing.T) {
@@ -603,7 +433,7 @@ func TestEnsureWebhookConfiguration(t *testing.T) {
 	const url1 = "https://127.0.0.1:9443/mutate-batch-v1-job"
 	ca := []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
 
-	if err := EnsureWebhookConfiguration(ctx, client, name, url1, ca); err != nil {
+	if err := integration.EnsureWebhookConfiguration(ctx, client, Kind, url1, ca); err != nil {
 		t.Fatalf("create: %v", err)
 	}
 	got, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, name, metav1.GetOptions{})
@@ -637,7 +467,7 @@ func TestEnsureWebhookConfiguration(t *testing.T) {
 		ObjectSelector: wh.ObjectSelector.MatchExpressions,
 	}
 	wantSummary := summary{
-		Name:           WebhookName,
+		Name:           integration.WebhookName(Kind),
 		URL:            url1,
 		CABundle:       string(ca),
 		Operations:     []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
@@ -653,7 +483,7 @@ func TestEnsureWebhookConfiguration(t *testing.T) {
 
 	// Same inputs: no write.
 	client.ClearActions()
-	if err := EnsureWebhookConfiguration(ctx, client, name, url1, ca); err != nil {
+	if err := integration.EnsureWebhookConfiguration(ctx, client, Kind, url1, ca); err != nil {
 		t.Fatalf("ensure again: %v", err)
 	}
 	for _, a := range client.Actions() {
@@ -665,7 +495,7 @@ func TestEnsureWebhookConfiguration(t *testing.T) {
 	// New URL: one update.
 	const url2 = "https://10.0.0.7:9443/mutate-batch-v1-job"
 	client.ClearActions()
-	if err := EnsureWebhookConfiguration(ctx, client, name, url2, ca); err != nil {
+	if err := integration.EnsureWebhookConfiguration(ctx, client, Kind, url2, ca); err != nil {
 		t.Fatalf("update: %v", err)
 	}
 	got, _ = client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, name, metav1.GetOptions{})
@@ -683,23 +513,23 @@ func TestEnsureWebhookConfiguration(t *testing.T) {
 
 func TestEnsureWebhookConfigurationRefusesBadInput(t *testing.T) {
 	cases := []struct {
-		name   string
-		config string
-		url    string
+		name string
+		kind integration.Kind
+		url  string
 	}{
-		{name: "http url", config: "c", url: "http://127.0.0.1:9443/mutate-batch-v1-job"},
-		{name: "no host", config: "c", url: "https:///mutate-batch-v1-job"},
-		{name: "query", config: "c", url: "https://127.0.0.1/mutate?x=1"},
-		{name: "fragment", config: "c", url: "https://127.0.0.1/mutate#x"},
-		{name: "user info", config: "c", url: "https://u:p@127.0.0.1/mutate"},
-		{name: "unparsable", config: "c", url: "https://[::1"},
-		{name: "empty name", config: "", url: "https://127.0.0.1/mutate"},
+		{name: "http url", kind: Kind, url: "http://127.0.0.1:9443/mutate-batch-v1-job"},
+		{name: "no host", kind: Kind, url: "https:///mutate-batch-v1-job"},
+		{name: "query", kind: Kind, url: "https://127.0.0.1/mutate?x=1"},
+		{name: "fragment", kind: Kind, url: "https://127.0.0.1/mutate#x"},
+		{name: "user info", kind: Kind, url: "https://u:p@127.0.0.1/mutate"},
+		{name: "unparsable", kind: Kind, url: "https://[::1"},
+		{name: "empty kind", url: "https://127.0.0.1/mutate"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			client := fake.NewClientset()
-			if err := EnsureWebhookConfiguration(context.Background(), client, tc.config, tc.url, nil); err == nil {
-				t.Errorf("EnsureWebhookConfiguration() succeeded, want an error")
+			if err := integration.EnsureWebhookConfiguration(context.Background(), client, tc.kind, tc.url, nil); err == nil {
+				t.Errorf("integration.EnsureWebhookConfiguration() succeeded, want an error")
 			}
 			if n := len(client.Actions()); n != 0 {
 				t.Errorf("bad input reached the API (%d actions)", n)

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/services/integration"
+
 	"github.com/google/go-cmp/cmp"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -83,7 +85,7 @@ func TestAdmissionPatch(t *testing.T) {
 		job           *jobBuilder
 		assignment    Assignment
 		wantJob       *jobBuilder // without the sluice.dev/original and /admission annotations
-		wantOriginal  OriginalSpec
+		wantOriginal  []integration.Original
 		wantAdmission Assignment
 	}{
 		{
@@ -91,7 +93,7 @@ func TestAdmissionPatch(t *testing.T) {
 			job:           makeJob("j").nodeSelector("disk", "ssd"),
 			assignment:    admit(1, "cpu", "on-demand"),
 			wantJob:       makeJob("j").suspend(false).nodeSelector("disk", "ssd").nodeSelector("sluice.dev/capacity", "on-demand"),
-			wantOriginal:  OriginalSpec{Parallelism: ptrTo[int32](1), NodeSelector: map[string]string{"disk": "ssd"}},
+			wantOriginal:  []integration.Original{{Name: MainPodSet, Scale: ptrTo[int32](1), NodeSelector: map[string]string{"disk": "ssd"}}},
 			wantAdmission: admit(1, "cpu", "on-demand"),
 		},
 		{
@@ -101,7 +103,7 @@ func TestAdmissionPatch(t *testing.T) {
 			wantJob: makeJob("j").suspend(false).
 				nodeSelector("sluice.dev/capacity", "spot").
 				toleration(userToleration).toleration(spotToleration),
-			wantOriginal:  OriginalSpec{Parallelism: ptrTo[int32](1), Tolerations: []corev1.Toleration{userToleration}},
+			wantOriginal:  []integration.Original{{Name: MainPodSet, Scale: ptrTo[int32](1), Tolerations: []corev1.Toleration{userToleration}}},
 			wantAdmission: admit(1, "cpu", "spot"),
 		},
 		{
@@ -111,7 +113,7 @@ func TestAdmissionPatch(t *testing.T) {
 			wantJob: makeJob("j").suspend(false).parallelism(2).
 				nodeSelector("sluice.dev/capacity", "spot").nodeSelector("gpu.model", "a100").
 				toleration(gpuToleration).toleration(spotToleration), // flavors in name order
-			wantOriginal:  OriginalSpec{Parallelism: ptrTo[int32](2)},
+			wantOriginal:  []integration.Original{{Name: MainPodSet, Scale: ptrTo[int32](2)}},
 			wantAdmission: admit(2, "cpu", "spot", "nvidia.com/gpu", "a100"),
 		},
 		{
@@ -120,7 +122,7 @@ func TestAdmissionPatch(t *testing.T) {
 			assignment: admit(1, "cpu", "spot"),
 			wantJob: makeJob("j").suspend(false).
 				nodeSelector("sluice.dev/capacity", "spot").toleration(spotToleration),
-			wantOriginal:  OriginalSpec{Parallelism: ptrTo[int32](1), Tolerations: []corev1.Toleration{spotToleration}},
+			wantOriginal:  []integration.Original{{Name: MainPodSet, Scale: ptrTo[int32](1), Tolerations: []corev1.Toleration{spotToleration}}},
 			wantAdmission: admit(1, "cpu", "spot"),
 		},
 		{
@@ -128,7 +130,7 @@ func TestAdmissionPatch(t *testing.T) {
 			job:           makeJob("j").nodeSelector("sluice.dev/capacity", "spot"),
 			assignment:    admit(1, "cpu", "spot"),
 			wantJob:       makeJob("j").suspend(false).nodeSelector("sluice.dev/capacity", "spot").toleration(spotToleration),
-			wantOriginal:  OriginalSpec{Parallelism: ptrTo[int32](1), NodeSelector: map[string]string{"sluice.dev/capacity": "spot"}},
+			wantOriginal:  []integration.Original{{Name: MainPodSet, Scale: ptrTo[int32](1), NodeSelector: map[string]string{"sluice.dev/capacity": "spot"}}},
 			wantAdmission: admit(1, "cpu", "spot"),
 		},
 		{
@@ -136,7 +138,7 @@ func TestAdmissionPatch(t *testing.T) {
 			job:           makeJob("j").nodeSelector("disk", "ssd"),
 			assignment:    admit(1, "cpu", "default"),
 			wantJob:       makeJob("j").suspend(false).nodeSelector("disk", "ssd"),
-			wantOriginal:  OriginalSpec{Parallelism: ptrTo[int32](1), NodeSelector: map[string]string{"disk": "ssd"}},
+			wantOriginal:  []integration.Original{{Name: MainPodSet, Scale: ptrTo[int32](1), NodeSelector: map[string]string{"disk": "ssd"}}},
 			wantAdmission: admit(1, "cpu", "default"),
 		},
 		{
@@ -144,7 +146,7 @@ func TestAdmissionPatch(t *testing.T) {
 			job:           makeJob("j").parallelism(8).annotation(MinParallelismAnnotation, "2"),
 			assignment:    admit(3, "cpu", "default"),
 			wantJob:       makeJob("j").suspend(false).parallelism(3).annotation(MinParallelismAnnotation, "2"),
-			wantOriginal:  OriginalSpec{Parallelism: ptrTo[int32](8)},
+			wantOriginal:  []integration.Original{{Name: MainPodSet, Scale: ptrTo[int32](8)}},
 			wantAdmission: admit(3, "cpu", "default"),
 		},
 		{
@@ -152,7 +154,7 @@ func TestAdmissionPatch(t *testing.T) {
 			job:           makeJob("j").parallelism(5).completions(3),
 			assignment:    admit(3, "cpu", "default"),
 			wantJob:       makeJob("j").suspend(false).parallelism(5).completions(3),
-			wantOriginal:  OriginalSpec{Parallelism: ptrTo[int32](5)},
+			wantOriginal:  []integration.Original{{Name: MainPodSet, Scale: ptrTo[int32](5)}},
 			wantAdmission: admit(3, "cpu", "default"),
 		},
 		{
@@ -160,11 +162,11 @@ func TestAdmissionPatch(t *testing.T) {
 			job: makeJob("j").parallelism(2).
 				nodeSelector("disk", "ssd").nodeSelector("sluice.dev/capacity", "spot").
 				toleration(spotToleration).
-				annotation(OriginalAnnotation, `{"parallelism":4,"nodeSelector":{"disk":"ssd"}}`).
+				annotation(OriginalAnnotation, `[{"name":"main","scale":4,"nodeSelector":{"disk":"ssd"}}]`).
 				annotation(AdmissionAnnotation, `{"clusterQueue":"cq","podSets":[{"name":"main","count":2,"flavors":{"cpu":"spot"}}]}`),
 			assignment:    admit(4, "cpu", "on-demand"),
 			wantJob:       makeJob("j").suspend(false).parallelism(4).nodeSelector("disk", "ssd").nodeSelector("sluice.dev/capacity", "on-demand"),
-			wantOriginal:  OriginalSpec{Parallelism: ptrTo[int32](4), NodeSelector: map[string]string{"disk": "ssd"}},
+			wantOriginal:  []integration.Original{{Name: MainPodSet, Scale: ptrTo[int32](4), NodeSelector: map[string]string{"disk": "ssd"}}},
 			wantAdmission: admit(4, "cpu", "on-demand"),
 		},
 		{
@@ -172,16 +174,16 @@ func TestAdmissionPatch(t *testing.T) {
 			job:           makeJob("j").annotation("team.example/owner", "ana"),
 			assignment:    admit(1, "cpu", "on-demand"),
 			wantJob:       makeJob("j").suspend(false).annotation("team.example/owner", "ana").nodeSelector("sluice.dev/capacity", "on-demand"),
-			wantOriginal:  OriginalSpec{Parallelism: ptrTo[int32](1)},
+			wantOriginal:  []integration.Original{{Name: MainPodSet, Scale: ptrTo[int32](1)}},
 			wantAdmission: admit(1, "cpu", "on-demand"),
 		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			job := tc.job.obj()
-			patch, err := AdmissionPatch(job, tc.assignment, testFlavors)
+			patch, err := admissionPatch(job, tc.assignment, testFlavors)
 			if err != nil {
-				t.Fatalf("AdmissionPatch() unexpected error: %v", err)
+				t.Fatalf("admissionPatch() unexpected error: %v", err)
 			}
 			got, err := apiServerWrite(t, job, "", patch)
 			if err != nil {
@@ -190,22 +192,22 @@ func TestAdmissionPatch(t *testing.T) {
 			if diff := cmp.Diff(tc.wantJob.obj(), withoutSluiceAnnotations(got), quantityCmp); diff != "" {
 				t.Errorf("admitted job mismatch (-want +got):\n%s", diff)
 			}
-			gotOriginal, ok, err := OriginalOf(got)
+			gotOriginal, ok, err := originalOf(got)
 			if err != nil || !ok {
-				t.Fatalf("OriginalOf() = _, %v, %v; want a recorded original", ok, err)
+				t.Fatalf("originalOf() = _, %v, %v; want a recorded original", ok, err)
 			}
 			if diff := cmp.Diff(tc.wantOriginal, gotOriginal); diff != "" {
 				t.Errorf("%s mismatch (-want +got):\n%s", OriginalAnnotation, diff)
 			}
-			gotAdmission, ok, err := AdmissionOf(got)
+			gotAdmission, ok, err := admissionOf(got)
 			if err != nil || !ok {
-				t.Fatalf("AdmissionOf() = _, %v, %v; want a recorded admission", ok, err)
+				t.Fatalf("admissionOf() = _, %v, %v; want a recorded admission", ok, err)
 			}
 			if diff := cmp.Diff(tc.wantAdmission, gotAdmission); diff != "" {
 				t.Errorf("%s mismatch (-want +got):\n%s", AdmissionAnnotation, diff)
 			}
-			if !IsAdmitted(got) {
-				t.Errorf("IsAdmitted() = false after admission")
+			if !isAdmitted(got) {
+				t.Errorf("isAdmitted() = false after admission")
 			}
 		})
 	}
@@ -215,9 +217,9 @@ func TestAdmissionPatch(t *testing.T) {
 // the uid precondition, the annotations and the spec changes.
 func TestAdmissionPatchFormat(t *testing.T) {
 	job := makeJob("j").parallelism(4).nodeSelector("disk", "ssd").obj()
-	patch, err := AdmissionPatch(job, admit(2, "cpu", "spot"), testFlavors)
+	patch, err := admissionPatch(job, admit(2, "cpu", "spot"), testFlavors)
 	if err != nil {
-		t.Fatalf("AdmissionPatch() unexpected error: %v", err)
+		t.Fatalf("admissionPatch() unexpected error: %v", err)
 	}
 	var got map[string]any
 	if err := json.Unmarshal(patch, &got); err != nil {
@@ -227,7 +229,7 @@ func TestAdmissionPatchFormat(t *testing.T) {
 		"metadata": map[string]any{
 			"uid": "uid-j",
 			"annotations": map[string]any{
-				OriginalAnnotation:  `{"parallelism":4,"nodeSelector":{"disk":"ssd"}}`,
+				OriginalAnnotation:  `[{"name":"main","scale":4,"nodeSelector":{"disk":"ssd"}}]`,
 				AdmissionAnnotation: `{"clusterQueue":"cq","podSets":[{"name":"main","count":2,"flavors":{"cpu":"spot"}}]}`,
 			},
 		},
@@ -284,13 +286,6 @@ func TestAdmissionPatchErrors(t *testing.T) {
 			wantErrText: "team-a/j",
 		},
 		{
-			name:        "a suspended job that still has a start time",
-			job:         makeJob("j").started(),
-			assignment:  admit(1, "cpu", "spot"),
-			wantErr:     ErrTemplateLocked,
-			wantErrText: "startTime",
-		},
-		{
 			name:        "zero pods",
 			job:         makeJob("j").parallelism(3),
 			assignment:  admit(0, "cpu", "spot"),
@@ -328,25 +323,25 @@ func TestAdmissionPatchErrors(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			patch, err := AdmissionPatch(tc.job.obj(), tc.assignment, testFlavors)
+			patch, err := admissionPatch(tc.job.obj(), tc.assignment, testFlavors)
 			if !errors.Is(err, tc.wantErr) {
-				t.Fatalf("AdmissionPatch() = %s, %v; want error %v", patch, err, tc.wantErr)
+				t.Fatalf("admissionPatch() = %s, %v; want error %v", patch, err, tc.wantErr)
 			}
 			if !strings.Contains(err.Error(), tc.wantErrText) {
-				t.Errorf("AdmissionPatch() error %q does not contain %q", err, tc.wantErrText)
+				t.Errorf("admissionPatch() error %q does not contain %q", err, tc.wantErrText)
 			}
 		})
 	}
 }
 
 func TestAdmissionPatchNilJob(t *testing.T) {
-	if _, err := AdmissionPatch(nil, admit(1), testFlavors); !errors.Is(err, ErrInvalidJob) {
-		t.Errorf("AdmissionPatch(nil) error = %v, want ErrInvalidJob", err)
+	if _, err := admissionPatch(nil, admit(1), testFlavors); !errors.Is(err, ErrInvalidJob) {
+		t.Errorf("admissionPatch(nil) error = %v, want ErrInvalidJob", err)
 	}
 }
 
 // TestAdmissionThenEviction admits a Job, lets it start, evicts it with
-// EvictionSteps through the simulated API server, and expects the Job back
+// the stop steps through the simulated API server, and expects the Job back
 // exactly as it was created; then does it again on another flavor.
 func TestAdmissionThenEviction(t *testing.T) {
 	cases := []struct {
@@ -361,7 +356,7 @@ func TestAdmissionThenEviction(t *testing.T) {
 			job:       makeJob("j").noParallelism(),
 			first:     admit(1, "cpu", "spot"),
 			second:    admit(1, "cpu", "on-demand"),
-			wantSteps: []string{"suspend", "clear-start-time", "restore"},
+			wantSteps: []string{"suspend", "unlock", "restore"},
 		},
 		{
 			name: "a job with its own selector, tolerations and annotations",
@@ -370,14 +365,14 @@ func TestAdmissionThenEviction(t *testing.T) {
 				annotation("team.example/owner", "ana"),
 			first:     admit(3, "cpu", "spot", "nvidia.com/gpu", "a100"),
 			second:    admit(3, "cpu", "on-demand"),
-			wantSteps: []string{"suspend", "clear-start-time", "restore"},
+			wantSteps: []string{"suspend", "unlock", "restore"},
 		},
 		{
 			name:      "a partially admitted job gets its parallelism back",
 			job:       makeJob("j").parallelism(6).completions(12).annotation(MinParallelismAnnotation, "2"),
 			first:     admit(2, "cpu", "on-demand"),
 			second:    admit(5, "cpu", "spot"),
-			wantSteps: []string{"suspend", "clear-start-time", "restore"},
+			wantSteps: []string{"suspend", "unlock", "restore"},
 		},
 		{
 			name:      "a flavor that changes no template is evicted in one write",
@@ -392,9 +387,9 @@ func TestAdmissionThenEviction(t *testing.T) {
 			original := tc.job.obj()
 			job := original
 			for round, assignment := range []Assignment{tc.first, tc.second} {
-				patch, err := AdmissionPatch(job, assignment, testFlavors)
+				patch, err := admissionPatch(job, assignment, testFlavors)
 				if err != nil {
-					t.Fatalf("round %d: AdmissionPatch() unexpected error: %v", round, err)
+					t.Fatalf("round %d: admissionPatch() unexpected error: %v", round, err)
 				}
 				job, err = apiServerWrite(t, job, "", patch)
 				if err != nil {
@@ -404,25 +399,16 @@ func TestAdmissionThenEviction(t *testing.T) {
 				job = job.DeepCopy()
 				job.Status.StartTime = ptrTo(metav1.NewTime(created.Add(time.Minute)))
 
-				steps, err := EvictionSteps(job)
+				names, stopped, err := stopAll(t, job)
 				if err != nil {
-					t.Fatalf("round %d: EvictionSteps() unexpected error: %v", round, err)
+					t.Fatalf("round %d: stop: unexpected error: %v", round, err)
 				}
 				if round == 0 {
-					var names []string
-					for _, s := range steps {
-						names = append(names, s.Name)
-					}
 					if diff := cmp.Diff(tc.wantSteps, names); diff != "" {
 						t.Errorf("eviction steps mismatch (-want +got):\n%s", diff)
 					}
 				}
-				for _, s := range steps {
-					job, err = apiServerWrite(t, job, s.Subresource, s.Patch)
-					if err != nil {
-						t.Fatalf("round %d: API server refused step %q %s: %v", round, s.Name, s.Patch, err)
-					}
-				}
+				job = stopped
 				// Whether or not the start time was cleared (a one-write
 				// eviction leaves it), the spec and metadata must be
 				// exactly as created.
@@ -431,52 +417,90 @@ func TestAdmissionThenEviction(t *testing.T) {
 				if diff := cmp.Diff(original, evicted, quantityCmp); diff != "" {
 					t.Fatalf("round %d: job after eviction differs from the created job (-want +got):\n%s", round, diff)
 				}
-				if IsAdmitted(job) {
-					t.Errorf("round %d: IsAdmitted() = true after eviction", round)
+				if isAdmitted(job) {
+					t.Errorf("round %d: isAdmitted() = true after eviction", round)
 				}
 			}
 		})
 	}
 }
 
-func TestEvictionPatch(t *testing.T) {
+// stopAll applies the framework's stop steps as the API server would,
+// re-reading between them, and returns the step names and the result.
+func stopAll(t *testing.T, job *batchv1.Job) ([]string, *batchv1.Job, error) {
+	t.Helper()
+	var names []string
+	for range 5 {
+		st, err := nextStopStep(job)
+		if err != nil {
+			return names, nil, err
+		}
+		names = append(names, st.Name)
+		sub := ""
+		if st.Status {
+			sub = "status"
+		}
+		if job, err = apiServerWrite(t, job, sub, st.Patch); err != nil {
+			t.Fatalf("API server refused step %q %s: %v", st.Name, st.Patch, err)
+		}
+		if st.Last {
+			return names, job, nil
+		}
+	}
+	t.Fatalf("no last step after %v", names)
+	return nil, nil, nil
+}
+
+func TestStopSteps(t *testing.T) {
 	admittedOnSpot := func() *jobBuilder {
 		return makeJob("j").parallelism(2).suspend(false).
 			nodeSelector("disk", "ssd").nodeSelector("sluice.dev/capacity", "spot").
 			toleration(spotToleration).
-			annotation(OriginalAnnotation, `{"parallelism":2,"nodeSelector":{"disk":"ssd"}}`).
+			annotation(OriginalAnnotation, `[{"name":"main","scale":2,"nodeSelector":{"disk":"ssd"}}]`).
 			annotation(AdmissionAnnotation, `{"clusterQueue":"cq","podSets":[{"name":"main","count":2,"flavors":{"cpu":"spot"}}]}`)
 	}
 	cases := []struct {
-		name    string
-		job     *jobBuilder
-		wantJob *jobBuilder
-		wantErr error
+		name      string
+		job       *jobBuilder
+		wantSteps []string
+		wantJob   *jobBuilder
+		wantErr   error
 	}{
 		{
-			name:    "a suspended, never-started job is restored in one write",
-			job:     admittedOnSpot().suspend(true),
-			wantJob: makeJob("j").parallelism(2).nodeSelector("disk", "ssd"),
+			name:      "a suspended, never-started job is restored in one write",
+			job:       admittedOnSpot().suspend(true),
+			wantSteps: []string{"restore"},
+			wantJob:   makeJob("j").parallelism(2).nodeSelector("disk", "ssd"),
 		},
 		{
-			name:    "a running job cannot have its template restored in the same write",
-			job:     admittedOnSpot(),
-			wantErr: ErrTemplateLocked,
+			name:      "a running job is suspended, unlocked, then restored",
+			job:       admittedOnSpot().started(),
+			wantSteps: []string{"suspend", "unlock", "restore"},
+			wantJob:   makeJob("j").parallelism(2).nodeSelector("disk", "ssd"),
 		},
 		{
-			name:    "a suspended job that still has a start time cannot either",
-			job:     admittedOnSpot().suspend(true).started(),
-			wantErr: ErrTemplateLocked,
+			name:      "a suspended job that still has a start time is unlocked first",
+			job:       admittedOnSpot().suspend(true).started(),
+			wantSteps: []string{"unlock", "restore"},
+			wantJob:   makeJob("j").parallelism(2).nodeSelector("disk", "ssd"),
 		},
 		{
-			name:    "a job Sluice never admitted is only suspended",
-			job:     makeJob("j").suspend(false).nodeSelector("disk", "ssd"),
-			wantJob: makeJob("j").nodeSelector("disk", "ssd"),
+			name:      "the annotation of a job admitted before pod sets is understood",
+			job:       admittedOnSpot().suspend(true).annotation(OriginalAnnotation, `{"parallelism":2,"nodeSelector":{"disk":"ssd"}}`),
+			wantSteps: []string{"restore"},
+			wantJob:   makeJob("j").parallelism(2).nodeSelector("disk", "ssd"),
 		},
 		{
-			name:    "a stray admission annotation is dropped",
-			job:     makeJob("j").suspend(false).annotation(AdmissionAnnotation, `{}`).annotation("keep", "me"),
-			wantJob: makeJob("j").annotation("keep", "me"),
+			name:      "a job Sluice never admitted is only suspended",
+			job:       makeJob("j").suspend(false).nodeSelector("disk", "ssd").started(),
+			wantSteps: []string{"restore"},
+			wantJob:   makeJob("j").nodeSelector("disk", "ssd").started(),
+		},
+		{
+			name:      "a stray admission annotation is dropped",
+			job:       makeJob("j").suspend(false).annotation(AdmissionAnnotation, `{}`).annotation("keep", "me"),
+			wantSteps: []string{"restore"},
+			wantJob:   makeJob("j").annotation("keep", "me"),
 		},
 		{
 			name:    "a garbled original annotation is an error",
@@ -486,23 +510,21 @@ func TestEvictionPatch(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			job := tc.job.obj()
-			patch, err := EvictionPatch(job)
+			steps, got, err := stopAll(t, tc.job.obj())
 			if tc.wantErr != nil {
 				if !errors.Is(err, tc.wantErr) {
-					t.Fatalf("EvictionPatch() = %s, %v; want error %v", patch, err, tc.wantErr)
+					t.Fatalf("stop error = %v; want %v", err, tc.wantErr)
 				}
 				return
 			}
 			if err != nil {
-				t.Fatalf("EvictionPatch() unexpected error: %v", err)
+				t.Fatalf("stop: unexpected error: %v", err)
 			}
-			got, err := apiServerWrite(t, job, "", patch)
-			if err != nil {
-				t.Fatalf("API server refused eviction %s: %v", patch, err)
+			if diff := cmp.Diff(tc.wantSteps, steps); diff != "" {
+				t.Errorf("steps mismatch (-want +got):\n%s", diff)
 			}
 			if diff := cmp.Diff(tc.wantJob.obj(), got, quantityCmp); diff != "" {
-				t.Errorf("evicted job mismatch (-want +got):\n%s", diff)
+				t.Errorf("stopped job mismatch (-want +got):\n%s", diff)
 			}
 		})
 	}
@@ -515,19 +537,28 @@ func TestPatchesRefuseARecreatedJob(t *testing.T) {
 	recreated := makeJob("j").obj()
 	recreated.UID = "uid-new"
 
-	admission, err := AdmissionPatch(old, admit(1, "cpu", "spot"), testFlavors)
+	admission, err := admissionPatch(old, admit(1, "cpu", "spot"), testFlavors)
 	if err != nil {
-		t.Fatalf("AdmissionPatch() unexpected error: %v", err)
+		t.Fatalf("admissionPatch() unexpected error: %v", err)
 	}
-	stop, err := StopPatch(old)
+	admitted, err := apiServerWrite(t, old, "", admission)
 	if err != nil {
-		t.Fatalf("StopPatch() unexpected error: %v", err)
+		t.Fatal(err)
 	}
-	reset, err := ResetStartTimePatch(old)
+	admitted.Status.StartTime = ptrTo(metav1.NewTime(created.Add(time.Minute)))
+	stop, err := nextStopStep(admitted)
 	if err != nil {
-		t.Fatalf("ResetStartTimePatch() unexpected error: %v", err)
+		t.Fatalf("nextStopStep() unexpected error: %v", err)
 	}
-	for name, p := range map[string][]byte{"admission": admission, "stop": stop, "reset": reset} {
+	suspended, err := apiServerWrite(t, admitted, "", stop.Patch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlock, err := nextStopStep(suspended)
+	if err != nil || unlock.Name != "unlock" {
+		t.Fatalf("nextStopStep() = %q, %v; want the unlock step", unlock.Name, err)
+	}
+	for name, p := range map[string][]byte{"admission": admission, "stop": stop.Patch, "unlock": unlock.Patch} {
 		var doc struct {
 			Metadata struct {
 				UID string `json:"uid"`
@@ -598,16 +629,16 @@ func TestIsFinished(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			finished, succeeded, message := IsFinished(tc.job.obj())
+			finished, succeeded, message := isFinished(tc.job.obj())
 			got := fmt.Sprintf("finished=%v succeeded=%v message=%q", finished, succeeded, message)
 			want := fmt.Sprintf("finished=%v succeeded=%v message=%q", tc.wantFinished, tc.wantSucceeded, tc.wantMessage)
 			if diff := cmp.Diff(want, got); diff != "" {
-				t.Errorf("IsFinished() mismatch (-want +got):\n%s", diff)
+				t.Errorf("isFinished() mismatch (-want +got):\n%s", diff)
 			}
 		})
 	}
-	if finished, _, _ := IsFinished(nil); finished {
-		t.Errorf("IsFinished(nil) = true")
+	if finished, _, _ := isFinished(nil); finished {
+		t.Errorf("isFinished(nil) = true")
 	}
 }
 
@@ -630,30 +661,18 @@ func TestIsAdmitted(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := IsAdmitted(tc.job); got != tc.want {
-				t.Errorf("IsAdmitted() = %v, want %v", got, tc.want)
+			if got := isAdmitted(tc.job); got != tc.want {
+				t.Errorf("isAdmitted() = %v, want %v", got, tc.want)
 			}
 		})
 	}
 }
 
 func TestNilJobsAreRefusedNotPanicked(t *testing.T) {
-	if _, err := EvictionPatch(nil); !errors.Is(err, ErrInvalidJob) {
-		t.Errorf("EvictionPatch(nil) error = %v, want ErrInvalidJob", err)
+	if _, ok, err := admissionOf(nil); ok || err != nil {
+		t.Errorf("admissionOf(nil) = _, %v, %v; want none", ok, err)
 	}
-	if _, err := EvictionSteps(nil); !errors.Is(err, ErrInvalidJob) {
-		t.Errorf("EvictionSteps(nil) error = %v, want ErrInvalidJob", err)
-	}
-	if _, err := StopPatch(nil); !errors.Is(err, ErrInvalidJob) {
-		t.Errorf("StopPatch(nil) error = %v, want ErrInvalidJob", err)
-	}
-	if _, err := ResetStartTimePatch(nil); !errors.Is(err, ErrInvalidJob) {
-		t.Errorf("ResetStartTimePatch(nil) error = %v, want ErrInvalidJob", err)
-	}
-	if _, ok, err := AdmissionOf(nil); ok || err != nil {
-		t.Errorf("AdmissionOf(nil) = _, %v, %v; want none", ok, err)
-	}
-	if _, ok, err := OriginalOf(nil); ok || err != nil {
-		t.Errorf("OriginalOf(nil) = _, %v, %v; want none", ok, err)
+	if _, ok, err := originalOf(nil); ok || err != nil {
+		t.Errorf("originalOf(nil) = _, %v, %v; want none", ok, err)
 	}
 }

@@ -1,4 +1,4 @@
-package job
+package integration
 
 import (
 	"context"
@@ -18,12 +18,13 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/rs/zerolog/log"
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	batchv1 "k8s.io/api/batch/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
@@ -31,15 +32,22 @@ import (
 	"github.com/sluice-dev/sluice/api/v1beta1"
 )
 
+// MutatePath is where the webhook serves the admission of a kind's
+// objects: "/mutate-batch-v1-job".
+func MutatePath(k Kind) string {
+	return "/mutate-" + strings.ReplaceAll(k.GVK.Group, ".", "-") + "-" + k.GVK.Version + "-" + k.Name
+}
+
+// WebhookName is the name of a kind's webhook entry inside its
+// MutatingWebhookConfiguration: "suspend.job.sluice.dev".
+func WebhookName(k Kind) string { return "suspend." + k.Name + ".sluice.dev" }
+
+// ConfigurationName is the name of a kind's MutatingWebhookConfiguration.
+func ConfigurationName(k Kind) string { return "sluice-" + k.Name }
+
 const (
-	// MutatePath is where the webhook serves batch/v1 Job admission.
-	MutatePath = "/mutate-batch-v1-job"
 	// HealthzPath answers 200 while the server runs.
 	HealthzPath = "/healthz"
-
-	// WebhookName is the name of the webhook entry inside the
-	// MutatingWebhookConfiguration.
-	WebhookName = "suspend.job.sluice.dev"
 
 	defaultWebhookAddr     = ":9443"
 	defaultCertValidity    = 365 * 24 * time.Hour
@@ -175,7 +183,7 @@ func WithLogger(l zerolog.Logger) WebhookOption {
 // NewWebhook builds the webhook server. Unless WithCertFiles is given it
 // generates a fresh CA and a serving certificate signed by it; CABundle
 // returns that CA for the webhook configuration.
-func NewWebhook(opts ...WebhookOption) (*Webhook, error) {
+func NewWebhook(adapters []Adapter, opts ...WebhookOption) (*Webhook, error) {
 	cfg := webhookConfig{
 		addr:            defaultWebhookAddr,
 		dnsNames:        []string{"localhost"},
@@ -198,7 +206,7 @@ func NewWebhook(opts ...WebhookOption) (*Webhook, error) {
 	}
 	w := &Webhook{
 		addr:            cfg.addr,
-		log:             logger.With().Str("component", "job-webhook").Logger(),
+		log:             logger.With().Str("component", "webhook").Logger(),
 		shutdownTimeout: cfg.shutdownTimeout,
 	}
 
@@ -217,7 +225,9 @@ func NewWebhook(opts ...WebhookOption) (*Webhook, error) {
 	}
 
 	w.mux = http.NewServeMux()
-	w.mux.HandleFunc(MutatePath, w.serveMutate)
+	for _, ad := range adapters {
+		w.mux.HandleFunc(MutatePath(ad.Kind()), func(rw http.ResponseWriter, r *http.Request) { w.serveMutate(ad, rw, r) })
+	}
 	w.mux.HandleFunc(HealthzPath, func(rw http.ResponseWriter, _ *http.Request) {
 		rw.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = io.WriteString(rw, "ok\n")
@@ -253,10 +263,10 @@ func (w *Webhook) Listen() (net.Addr, error) {
 	return ln.Addr(), nil
 }
 
-// URL returns the webhook's URL at host (a name or IP in the certificate)
-// and the bound port: "https://host:port/mutate-batch-v1-job". It binds the
-// listener if Run or Listen has not yet.
-func (w *Webhook) URL(host string) (string, error) {
+// URL returns the webhook's URL for a kind at host (a name or IP in the
+// certificate) and the bound port: "https://host:port/mutate-batch-v1-job".
+// It binds the listener if Run or Listen has not yet.
+func (w *Webhook) URL(host string, k Kind) (string, error) {
 	addr, err := w.Listen()
 	if err != nil {
 		return "", err
@@ -265,7 +275,7 @@ func (w *Webhook) URL(host string) (string, error) {
 	if !ok {
 		return "", fmt.Errorf("webhook: listener address %v is not TCP", addr)
 	}
-	u := url.URL{Scheme: "https", Host: net.JoinHostPort(host, fmt.Sprint(tcp.Port)), Path: MutatePath}
+	u := url.URL{Scheme: "https", Host: net.JoinHostPort(host, fmt.Sprint(tcp.Port)), Path: MutatePath(k)}
 	return u.String(), nil
 }
 
@@ -333,7 +343,7 @@ func (w *Webhook) Run(ctx context.Context) error {
 // serveMutate is the HTTP side: it checks the request and the
 // AdmissionReview envelope and answers 4xx with a plain message when they
 // are unusable.
-func (w *Webhook) serveMutate(rw http.ResponseWriter, r *http.Request) {
+func (w *Webhook) serveMutate(ad Adapter, rw http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		rw.Header().Set("Allow", http.MethodPost)
 		http.Error(rw, "admission reviews must be POSTed", http.StatusMethodNotAllowed)
@@ -380,7 +390,7 @@ func (w *Webhook) serveMutate(rw http.ResponseWriter, r *http.Request) {
 
 	out := admissionv1.AdmissionReview{
 		TypeMeta: metav1.TypeMeta{APIVersion: want.GroupVersion().String(), Kind: want.Kind},
-		Response: w.mutate(review.Request),
+		Response: w.mutate(ad, review.Request),
 	}
 	b, err := json.Marshal(out)
 	if err != nil {
@@ -391,8 +401,6 @@ func (w *Webhook) serveMutate(rw http.ResponseWriter, r *http.Request) {
 	_, _ = rw.Write(b)
 }
 
-var jobKind = schema.GroupVersionKind{Group: "batch", Version: "v1", Kind: "Job"}
-
 // jsonPatchOp is one RFC 6902 operation.
 type jsonPatchOp struct {
 	Op    string `json:"op"`
@@ -400,56 +408,70 @@ type jsonPatchOp struct {
 	Value any    `json:"value,omitempty"`
 }
 
-// mutate decides one admission request. Only CREATE of a batch/v1 Job with
-// the queue label is changed: it is suspended, and Sluice's own bookkeeping
-// annotations, which a copied manifest may carry, are removed so that a new
-// Job never looks admitted.
-func (w *Webhook) mutate(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+// mutate decides one admission request. Only CREATE of an object of the
+// adapter's kind with the queue label is changed: it is suspended, and
+// Sluice's own bookkeeping annotations, which a copied manifest may carry,
+// are removed so that a new object never looks admitted.
+func (w *Webhook) mutate(ad Adapter, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	resp := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
+	k := ad.Kind()
 	gvk := schema.GroupVersionKind{Group: req.Kind.Group, Version: req.Kind.Version, Kind: req.Kind.Kind}
-	if gvk != jobKind || req.Operation != admissionv1.Create {
+	if gvk != k.GVK || req.Operation != admissionv1.Create {
 		return resp
 	}
-
-	var job batchv1.Job
 	if len(req.Object.Raw) == 0 {
-		return deny(resp, "request has no object")
+		return deny(resp, k, "request has no object")
 	}
-	if err := json.Unmarshal(req.Object.Raw, &job); err != nil {
-		return deny(resp, "request object is not a batch/v1 Job: "+err.Error())
+	u := &unstructured.Unstructured{}
+	if err := u.UnmarshalJSON(req.Object.Raw); err != nil {
+		return deny(resp, k, "request object is not a "+k.GVK.String()+": "+err.Error())
 	}
-	queue := job.Labels[v1beta1.QueueNameLabel]
+	job, err := ad.Decode(u)
+	if err != nil {
+		return deny(resp, k, "request object is not a "+k.GVK.String()+": "+err.Error())
+	}
+	m := job.Meta()
+	queue := m.GetLabels()[v1beta1.QueueNameLabel]
 	if queue == "" {
 		return resp
 	}
 
 	var ops []jsonPatchOp
-	if !isSuspended(&job) {
-		ops = append(ops, jsonPatchOp{Op: "add", Path: "/spec/suspend", Value: true})
+	if !job.IsSuspended() {
+		suspended, err := ad.Decode(u.DeepCopy())
+		if err != nil {
+			return deny(resp, k, err.Error())
+		}
+		suspended.SetSuspended(true)
+		spec, err := suspendedSpec(req.Object.Raw, job, suspended)
+		if err != nil {
+			return deny(resp, k, err.Error())
+		}
+		ops = append(ops, jsonPatchOp{Op: "add", Path: "/spec", Value: spec})
 	}
-	for _, key := range []string{OriginalAnnotation, AdmissionAnnotation} {
-		if _, ok := job.Annotations[key]; ok {
+	for _, key := range []string{OriginalAnnotation, AdmissionAnnotation, StoppedAnnotation} {
+		if _, ok := m.GetAnnotations()[key]; ok {
 			ops = append(ops, jsonPatchOp{Op: "remove", Path: "/metadata/annotations/" + escapeJSONPointer(key)})
 		}
 	}
 
-	name := job.Name
+	name := m.GetName()
 	if name == "" {
-		name = job.GenerateName + "*"
+		name = m.GetGenerateName() + "*"
 	}
 	ev := w.log.Debug()
 	if len(ops) > 0 {
 		ev = w.log.Info()
 	}
-	ev.Str("workload", req.Namespace+"/"+name).Str("queue", queue).Str("uid", string(req.UID)).
-		Bool("dryRun", req.DryRun != nil && *req.DryRun).Int("ops", len(ops)).Msg("job create: suspended for queueing")
+	ev.Str("workload", k.Name+"/"+req.Namespace+"/"+name).Str("queue", queue).Str("uid", string(req.UID)).
+		Bool("dryRun", req.DryRun != nil && *req.DryRun).Int("ops", len(ops)).Msg("create: suspended for queueing")
 
 	if len(ops) == 0 {
 		return resp
 	}
 	patch, err := json.Marshal(ops)
 	if err != nil {
-		return deny(resp, "encoding patch: "+err.Error())
+		return deny(resp, k, "encoding patch: "+err.Error())
 	}
 	pt := admissionv1.PatchTypeJSONPatch
 	resp.Patch = patch
@@ -457,13 +479,35 @@ func (w *Webhook) mutate(req *admissionv1.AdmissionRequest) *admissionv1.Admissi
 	return resp
 }
 
-func deny(resp *admissionv1.AdmissionResponse, msg string) *admissionv1.AdmissionResponse {
+// suspendedSpec returns the request object's spec with the adapter's
+// suspension applied: the difference between the decoded object and its
+// suspended copy, merged into the raw spec, so fields the adapter's types
+// do not know are kept.
+func suspendedSpec(raw []byte, before, after Job) (any, error) {
+	diff, err := MergePatch(before.Object(), after.Object(), "", "")
+	if err != nil {
+		return nil, err
+	}
+	patched, err := jsonpatch.MergePatch(raw, diff)
+	if err != nil {
+		return nil, fmt.Errorf("suspend: %w", err)
+	}
+	var obj struct {
+		Spec json.RawMessage `json:"spec"`
+	}
+	if err := json.Unmarshal(patched, &obj); err != nil {
+		return nil, fmt.Errorf("suspend: %w", err)
+	}
+	return obj.Spec, nil
+}
+
+func deny(resp *admissionv1.AdmissionResponse, k Kind, msg string) *admissionv1.AdmissionResponse {
 	resp.Allowed = false
 	resp.Result = &metav1.Status{
 		Status:  metav1.StatusFailure,
 		Code:    http.StatusBadRequest,
 		Reason:  metav1.StatusReasonBadRequest,
-		Message: "sluice job webhook: " + msg,
+		Message: "sluice " + k.Name + " webhook: " + msg,
 	}
 	return resp
 }
@@ -493,17 +537,18 @@ func escapeJSONPointer(s string) string {
 //     the error and retries; unlabelled Jobs are unaffected.
 //   - sideEffects None, admissionReviewVersions [v1], timeoutSeconds 10,
 //     matchPolicy Equivalent, reinvocationPolicy Never.
-func EnsureWebhookConfiguration(ctx context.Context, client kubernetes.Interface, name, webhookURL string, caBundle []byte) error {
+func EnsureWebhookConfiguration(ctx context.Context, client kubernetes.Interface, k Kind, webhookURL string, caBundle []byte) error {
+	name := ConfigurationName(k)
 	if client == nil {
 		return errors.New("ensure webhook configuration: nil client")
 	}
-	if name == "" {
-		return errors.New("ensure webhook configuration: empty name")
+	if k.Name == "" {
+		return errors.New("ensure webhook configuration: empty kind")
 	}
 	if err := validateWebhookURL(webhookURL); err != nil {
 		return fmt.Errorf("ensure webhook configuration %s: %w", name, err)
 	}
-	desired := webhookConfiguration(name, webhookURL, caBundle)
+	desired := webhookConfiguration(k, webhookURL, caBundle)
 	api := client.AdmissionregistrationV1().MutatingWebhookConfigurations()
 	logger := zerolog.Ctx(ctx).With().Str("webhookConfiguration", name).Logger()
 
@@ -550,7 +595,8 @@ const (
 	managedByValue = "sluice"
 )
 
-func webhookConfiguration(name, webhookURL string, caBundle []byte) *admissionregistrationv1.MutatingWebhookConfiguration {
+func webhookConfiguration(k Kind, webhookURL string, caBundle []byte) *admissionregistrationv1.MutatingWebhookConfiguration {
+	name := ConfigurationName(k)
 	fail := admissionregistrationv1.Fail
 	none := admissionregistrationv1.SideEffectClassNone
 	equivalent := admissionregistrationv1.Equivalent
@@ -564,7 +610,7 @@ func webhookConfiguration(name, webhookURL string, caBundle []byte) *admissionre
 			Labels: map[string]string{managedByLabel: managedByValue},
 		},
 		Webhooks: []admissionregistrationv1.MutatingWebhook{{
-			Name: WebhookName,
+			Name: WebhookName(k),
 			ClientConfig: admissionregistrationv1.WebhookClientConfig{
 				URL:      &u,
 				CABundle: append([]byte(nil), caBundle...),
@@ -572,9 +618,9 @@ func webhookConfiguration(name, webhookURL string, caBundle []byte) *admissionre
 			Rules: []admissionregistrationv1.RuleWithOperations{{
 				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
 				Rule: admissionregistrationv1.Rule{
-					APIGroups:   []string{"batch"},
-					APIVersions: []string{"v1"},
-					Resources:   []string{"jobs"},
+					APIGroups:   []string{k.GVK.Group},
+					APIVersions: []string{k.GVK.Version},
+					Resources:   []string{k.Resource},
 					Scope:       &namespaced,
 				},
 			}},

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluice-dev/sluice/services/integration"
+
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 )
@@ -126,17 +128,17 @@ func TestPodRequests(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			job := tc.job.obj()
-			got := PodRequests(&job.Spec.Template.Spec)
+			got := integration.PodRequests(&job.Spec.Template.Spec)
 			if diff := cmp.Diff(tc.want, got, quantityCmp); diff != "" {
-				t.Errorf("PodRequests() mismatch (-want +got):\n%s", diff)
+				t.Errorf("integration.PodRequests() mismatch (-want +got):\n%s", diff)
 			}
 		})
 	}
 }
 
 func TestPodRequestsNilSpec(t *testing.T) {
-	if got := PodRequests(nil); len(got) != 0 {
-		t.Errorf("PodRequests(nil) = %v, want empty", got)
+	if got := integration.PodRequests(nil); len(got) != 0 {
+		t.Errorf("integration.PodRequests(nil) = %v, want empty", got)
 	}
 }
 
@@ -146,8 +148,8 @@ func TestPodRequestsDoesNotMutateTheJob(t *testing.T) {
 		containers(ctr("a").req("cpu", "1"), ctr("b").req("cpu", "1")).
 		overhead(rl("cpu", "1")).obj()
 	before := job.DeepCopy()
-	_ = PodRequests(&job.Spec.Template.Spec)
-	_ = PodRequests(&job.Spec.Template.Spec)
+	_ = integration.PodRequests(&job.Spec.Template.Spec)
+	_ = integration.PodRequests(&job.Spec.Template.Spec)
 	if diff := cmp.Diff(before, job, quantityCmp); diff != "" {
 		t.Errorf("PodRequests changed its input (-before +after):\n%s", diff)
 	}
@@ -249,18 +251,18 @@ func TestWorkloadFromJobCounts(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			wl, err := WorkloadFromJob(tc.job.obj(), nil)
+			wl, err := workloadFromJob(tc.job.obj(), nil)
 			if tc.wantErr != nil {
 				if !errors.Is(err, tc.wantErr) {
-					t.Fatalf("WorkloadFromJob() error = %v, want %v", err, tc.wantErr)
+					t.Fatalf("workloadFromJob() error = %v, want %v", err, tc.wantErr)
 				}
 				if !strings.Contains(err.Error(), tc.wantErrText) {
-					t.Errorf("WorkloadFromJob() error %q does not name %q", err, tc.wantErrText)
+					t.Errorf("workloadFromJob() error %q does not name %q", err, tc.wantErrText)
 				}
 				return
 			}
 			if err != nil {
-				t.Fatalf("WorkloadFromJob() unexpected error: %v", err)
+				t.Fatalf("workloadFromJob() unexpected error: %v", err)
 			}
 			got := [2]int32{wl.PodSets[0].Count, wl.PodSets[0].MinCount}
 			if diff := cmp.Diff([2]int32{tc.wantCount, tc.wantMinCount}, got); diff != "" {
@@ -271,14 +273,14 @@ func TestWorkloadFromJobCounts(t *testing.T) {
 }
 
 func TestWorkloadFromJobPriority(t *testing.T) {
-	resolver := StaticPriorityResolver{
+	resolver := integration.StaticPriorityResolver{
 		WorkloadPriorityClasses: map[string]int32{"urgent": 1000, "batch": 10},
 		PriorityClasses:         map[string]int32{"system-high": 5000, "low": -5},
 	}
 	cases := []struct {
 		name         string
 		job          *jobBuilder
-		resolver     PriorityResolver
+		resolver     integration.PriorityResolver
 		wantClass    string
 		wantPriority int32
 		wantErr      error
@@ -337,18 +339,18 @@ func TestWorkloadFromJobPriority(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			wl, err := WorkloadFromJob(tc.job.obj(), tc.resolver)
+			wl, err := workloadFromJob(tc.job.obj(), tc.resolver)
 			if tc.wantErr != nil {
 				if !errors.Is(err, tc.wantErr) {
-					t.Fatalf("WorkloadFromJob() error = %v, want %v", err, tc.wantErr)
+					t.Fatalf("workloadFromJob() error = %v, want %v", err, tc.wantErr)
 				}
 				if !strings.Contains(err.Error(), tc.wantErrText) {
-					t.Errorf("WorkloadFromJob() error %q does not mention %q", err, tc.wantErrText)
+					t.Errorf("workloadFromJob() error %q does not mention %q", err, tc.wantErrText)
 				}
 				return
 			}
 			if err != nil {
-				t.Fatalf("WorkloadFromJob() unexpected error: %v", err)
+				t.Fatalf("workloadFromJob() unexpected error: %v", err)
 			}
 			got := struct {
 				Class    string
@@ -369,7 +371,7 @@ func TestWorkloadFromJob(t *testing.T) {
 	cases := []struct {
 		name string
 		job  *jobBuilder
-		want Workload
+		want integration.Workload
 	}{
 		{
 			name: "a plain job",
@@ -378,13 +380,13 @@ func TestWorkloadFromJob(t *testing.T) {
 				containers(ctr("a").req("cpu", "1").lim("nvidia.com/gpu", "2")).
 				nodeSelector("disk", "ssd").
 				toleration(userToleration),
-			want: Workload{
+			want: integration.Workload{
 				Namespace:    "team-a",
 				Name:         "train",
 				UID:          "uid-train",
 				LocalQueue:   "lq",
 				CreationTime: created,
-				PodSets: []PodSet{{
+				PodSets: []integration.WorkloadPodSet{{
 					Name:         MainPodSet,
 					Count:        3,
 					MinCount:     3,
@@ -404,13 +406,13 @@ func TestWorkloadFromJob(t *testing.T) {
 				toleration(spotToleration).
 				annotation(OriginalAnnotation, `{"parallelism":1,"nodeSelector":{"disk":"ssd"}}`).
 				annotation(AdmissionAnnotation, `{"clusterQueue":"cq","podSets":[{"name":"main","count":1,"flavors":{"cpu":"spot"}}]}`),
-			want: Workload{
+			want: integration.Workload{
 				Namespace:    "team-a",
 				Name:         "train",
 				UID:          "uid-train",
 				LocalQueue:   "lq",
 				CreationTime: created,
-				PodSets: []PodSet{{
+				PodSets: []integration.WorkloadPodSet{{
 					Name:         MainPodSet,
 					Count:        1,
 					MinCount:     1,
@@ -422,12 +424,12 @@ func TestWorkloadFromJob(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := WorkloadFromJob(tc.job.obj(), StaticPriorityResolver{})
+			got, err := workloadFromJob(tc.job.obj(), integration.StaticPriorityResolver{})
 			if err != nil {
-				t.Fatalf("WorkloadFromJob() unexpected error: %v", err)
+				t.Fatalf("workloadFromJob() unexpected error: %v", err)
 			}
 			if diff := cmp.Diff(tc.want, got, quantityCmp); diff != "" {
-				t.Errorf("WorkloadFromJob() mismatch (-want +got):\n%s", diff)
+				t.Errorf("workloadFromJob() mismatch (-want +got):\n%s", diff)
 			}
 		})
 	}
@@ -443,16 +445,16 @@ func TestWorkloadFromJobNotManaged(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := WorkloadFromJob(tc.job.obj(), nil)
+			_, err := workloadFromJob(tc.job.obj(), nil)
 			if !errors.Is(err, ErrNotManaged) {
-				t.Errorf("WorkloadFromJob() error = %v, want ErrNotManaged", err)
+				t.Errorf("workloadFromJob() error = %v, want ErrNotManaged", err)
 			}
 		})
 	}
 }
 
 func TestWorkloadFromJobNil(t *testing.T) {
-	if _, err := WorkloadFromJob(nil, nil); !errors.Is(err, ErrInvalidJob) {
-		t.Errorf("WorkloadFromJob(nil) error = %v, want ErrInvalidJob", err)
+	if _, err := workloadFromJob(nil, nil); !errors.Is(err, ErrInvalidJob) {
+		t.Errorf("workloadFromJob(nil) error = %v, want ErrInvalidJob", err)
 	}
 }

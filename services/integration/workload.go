@@ -1,29 +1,17 @@
-package job
+package integration
 
 import (
 	"fmt"
 	"maps"
-	"strconv"
 	"strings"
 	"time"
 
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/sluice-dev/sluice/api/v1beta1"
 )
 
-const (
-	// MainPodSet is the name of the only pod set of a batch/v1 Job.
-	MainPodSet = "main"
-
-	// MinParallelismAnnotation on a Job allows partial admission: Sluice may
-	// start the Job with as few as this many parallel pods (an integer in
-	// 1..parallelism) when the full parallelism does not fit.
-	MinParallelismAnnotation = "sluice.dev/job-min-parallelism"
-)
-
-// Workload is what the queueing core sees of a Job.
+// Workload is what the queueing core sees of an object of any kind.
 type Workload struct {
 	Namespace string
 	Name      string
@@ -36,11 +24,11 @@ type Workload struct {
 	PriorityClass string
 	Priority      int32
 	CreationTime  time.Time
-	PodSets       []PodSet
+	PodSets       []WorkloadPodSet
 }
 
-// PodSet is a group of identical pods.
-type PodSet struct {
+// WorkloadPodSet is a group of identical pods as the queueing core sees it.
+type WorkloadPodSet struct {
 	Name string
 	// Count is the number of pods that run at once when fully admitted.
 	Count int32
@@ -89,113 +77,89 @@ func (r StaticPriorityResolver) PriorityClass(name string) (int32, error) {
 	return v, nil
 }
 
-// WorkloadFromJob translates a Job into a Workload. It returns an error
-// wrapping ErrNotManaged when the Job has no queue label.
+// WorkloadOf translates an object of a kind into a Workload. It returns an
+// error wrapping ErrNotManaged when the object has no queue label, and one
+// wrapping ErrInvalidJob naming the field when its pod sets cannot be read.
 //
-// The pod count is spec.parallelism (default 1), lowered to spec.completions
-// when that is smaller. The per-pod requests follow Kubernetes' effective
-// pod request (see PodRequests). When the Job is or was admitted by Sluice,
-// the values recorded in the sluice.dev/original annotation are used instead
-// of the live template's, so that flavor labels injected at admission and a
-// lowered parallelism never leak back into the workload.
-func WorkloadFromJob(job *batchv1.Job, prio PriorityResolver) (Workload, error) {
-	if job == nil {
-		return Workload{}, fmt.Errorf("nil job: %w", ErrInvalidJob)
-	}
-	queue := job.Labels[v1beta1.QueueNameLabel]
+// The pod sets are read with what Sluice's admission injected taken out
+// again (see Pristine), so flavor labels and a lowered count never leak
+// back into the workload. The per-pod requests follow Kubernetes' effective
+// pod request (see PodRequests).
+func WorkloadOf(kind string, j Job, prio PriorityResolver) (Workload, error) {
+	m := j.Meta()
+	key := m.GetNamespace() + "/" + m.GetName()
+	queue := m.GetLabels()[v1beta1.QueueNameLabel]
 	if queue == "" {
-		return Workload{}, fmt.Errorf("job %s: %w", jobKey(job), ErrNotManaged)
+		return Workload{}, fmt.Errorf("%s %s: %w", kind, key, ErrNotManaged)
 	}
-
-	orig, err := originalOrCurrent(job)
+	if err := Pristine(j); err != nil {
+		return Workload{}, fmt.Errorf("%s %s: %w", kind, key, err)
+	}
+	sets, err := j.PodSets()
 	if err != nil {
-		return Workload{}, fmt.Errorf("job %s: %w", jobKey(job), err)
+		return Workload{}, fmt.Errorf("%s %s: %w", kind, key, err)
 	}
-
-	count, minCount, err := podCounts(job, orig.Parallelism)
+	if len(sets) == 0 {
+		return Workload{}, fmt.Errorf("%s %s: no pod sets: %w", kind, key, ErrInvalidJob)
+	}
+	className, priority, err := resolvePriority(m.GetLabels(), sets, prio)
 	if err != nil {
-		return Workload{}, fmt.Errorf("job %s: %w", jobKey(job), err)
+		return Workload{}, fmt.Errorf("%s %s: %w", kind, key, err)
 	}
-
-	className, priority, err := resolvePriority(job, prio)
-	if err != nil {
-		return Workload{}, fmt.Errorf("job %s: %w", jobKey(job), err)
-	}
-
-	ps := PodSet{
-		Name:         MainPodSet,
-		Count:        count,
-		MinCount:     minCount,
-		Requests:     PodRequests(&job.Spec.Template.Spec),
-		NodeSelector: maps.Clone(orig.NodeSelector),
-		Tolerations:  cloneTolerations(orig.Tolerations),
-	}
-	return Workload{
-		Namespace:     job.Namespace,
-		Name:          job.Name,
-		UID:           string(job.UID),
+	w := Workload{
+		Namespace:     m.GetNamespace(),
+		Name:          m.GetName(),
+		UID:           string(m.GetUID()),
 		LocalQueue:    queue,
 		PriorityClass: className,
 		Priority:      priority,
-		CreationTime:  job.CreationTimestamp.Time,
-		PodSets:       []PodSet{ps},
-	}, nil
-}
-
-// podCounts returns the pod set's count and minimum count. parallelism is
-// the Job's own (original) parallelism; nil means the default, 1.
-func podCounts(job *batchv1.Job, parallelism *int32) (count, minCount int32, err error) {
-	par := int32(1)
-	if parallelism != nil {
-		par = *parallelism
+		CreationTime:  m.GetCreationTimestamp().Time,
 	}
-	if par < 0 {
-		return 0, 0, fmt.Errorf("spec.parallelism is %d: %w", par, ErrInvalidJob)
-	}
-	count = par
-	if c := job.Spec.Completions; c != nil {
-		if *c < 0 {
-			return 0, 0, fmt.Errorf("spec.completions is %d: %w", *c, ErrInvalidJob)
+	for _, ps := range sets {
+		if ps.Count < 0 {
+			return Workload{}, fmt.Errorf("%s %s: pod set %q: count %d is negative: %w", kind, key, ps.Name, ps.Count, ErrInvalidJob)
 		}
-		count = min(count, *c)
+		minCount := ps.MinCount
+		if minCount == 0 || minCount > ps.Count {
+			minCount = ps.Count
+		}
+		w.PodSets = append(w.PodSets, WorkloadPodSet{
+			Name:         ps.Name,
+			Count:        ps.Count,
+			MinCount:     minCount,
+			Requests:     PodRequests(ps.Spec),
+			NodeSelector: maps.Clone(ps.Spec.NodeSelector),
+			Tolerations:  cloneTolerations(ps.Spec.Tolerations),
+		})
 	}
-
-	raw, ok := job.Annotations[MinParallelismAnnotation]
-	if !ok {
-		return count, count, nil
-	}
-	v, perr := strconv.ParseInt(strings.TrimSpace(raw), 10, 32)
-	if perr != nil {
-		return 0, 0, fmt.Errorf("annotation %s=%q is not an integer: %w", MinParallelismAnnotation, raw, ErrBadAnnotation)
-	}
-	if v < 1 || v > int64(par) {
-		return 0, 0, fmt.Errorf("annotation %s=%d must be between 1 and parallelism (%d): %w", MinParallelismAnnotation, v, par, ErrBadAnnotation)
-	}
-	// completions may cap the count below the requested minimum; the
-	// minimum can never exceed what the Job runs at once.
-	return count, min(int32(v), count), nil
+	return w, nil
 }
 
 // resolvePriority applies Sluice's priority rule: the WorkloadPriorityClass
-// label wins; else the pod template's priorityClassName; else 0.
-func resolvePriority(job *batchv1.Job, prio PriorityResolver) (string, int32, error) {
-	if name := job.Labels[v1beta1.PriorityClassLabel]; name != "" {
+// label wins; else the priorityClassName of the first pod set that has one;
+// else 0.
+func resolvePriority(labels map[string]string, sets []PodSet, prio PriorityResolver) (string, int32, error) {
+	if name := labels[v1beta1.PriorityClassLabel]; name != "" {
 		if prio == nil {
 			return "", 0, fmt.Errorf("WorkloadPriorityClass %q: %w", name, ErrNoPriorityResolver)
 		}
 		v, err := prio.WorkloadPriorityClass(name)
 		if err != nil {
-			return "", 0, fmt.Errorf("label %s: WorkloadPriorityClass %q: %w", v1beta1.PriorityClassLabel, name, err)
+			return "", 0, fmt.Errorf("label %s: %w", v1beta1.PriorityClassLabel, err)
 		}
 		return name, v, nil
 	}
-	if name := job.Spec.Template.Spec.PriorityClassName; name != "" {
+	for _, ps := range sets {
+		name := ps.Spec.PriorityClassName
+		if name == "" {
+			continue
+		}
 		if prio == nil {
 			return "", 0, fmt.Errorf("PriorityClass %q: %w", name, ErrNoPriorityResolver)
 		}
 		v, err := prio.PriorityClass(name)
 		if err != nil {
-			return "", 0, fmt.Errorf("spec.template.spec.priorityClassName: PriorityClass %q: %w", name, err)
+			return "", 0, fmt.Errorf("pod set %q: priorityClassName: %w", ps.Name, err)
 		}
 		return name, v, nil
 	}
@@ -323,19 +287,4 @@ func cloneList(l corev1.ResourceList) corev1.ResourceList {
 		out[name] = q.DeepCopy()
 	}
 	return out
-}
-
-func cloneTolerations(in []corev1.Toleration) []corev1.Toleration {
-	if in == nil {
-		return nil
-	}
-	out := make([]corev1.Toleration, len(in))
-	for i := range in {
-		in[i].DeepCopyInto(&out[i])
-	}
-	return out
-}
-
-func jobKey(job *batchv1.Job) string {
-	return job.Namespace + "/" + job.Name
 }

@@ -1,0 +1,106 @@
+package integration
+
+import (
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Adapter teaches the framework one kind of job. It reads and changes the
+// kind's own objects; everything else (the watch, the webhook, the workload
+// record, admission, eviction, finish, events, the bus) is the framework's.
+type Adapter interface {
+	// Kind names the kind: its name in workload keys, subjects, consumer
+	// names and the CLI, its GroupVersionKind and its resource.
+	Kind() Kind
+	// Decode returns the object an informer or the API server handed out
+	// (typed, or *unstructured.Unstructured) as a Job of this kind. The Job
+	// is a copy: changing it changes nothing else.
+	Decode(obj runtime.Object) (Job, error)
+}
+
+// Kind names a kind of job.
+type Kind struct {
+	// Name is short and lower case: "job", "jobset".
+	Name string
+	GVK  schema.GroupVersionKind
+	// Resource is the plural resource name: "jobs", "jobsets".
+	Resource string
+}
+
+// GVR is the kind's group, version and resource.
+func (k Kind) GVR() schema.GroupVersionResource {
+	return k.GVK.GroupVersion().WithResource(k.Resource)
+}
+
+// Job is one object of an adapter's kind, decoded into the adapter's own
+// types. The framework reads it, changes it in memory and sends the API
+// server the difference as a merge patch, so an adapter never builds a
+// patch itself.
+type Job interface {
+	// Object is the typed object: what the framework encodes to compute
+	// patches, and what Kubernetes Events are recorded on.
+	Object() runtime.Object
+	// Meta is the object's metadata, changed in place by the framework
+	// (annotations).
+	Meta() metav1.Object
+	// PodSets returns the pod sets in a fixed order. Each Spec points into
+	// the object: the framework writes node selectors and tolerations there.
+	// An error names the field that cannot be read.
+	PodSets() ([]PodSet, error)
+	// IsSuspended reports whether the object's pods are held back.
+	IsSuspended() bool
+	// SetSuspended suspends (true) or resumes (false) the object.
+	SetSuspended(bool)
+	// Finished reports whether the object reached its end, as its
+	// controller writes it in its status, whether it succeeded, and why.
+	Finished() (finished, succeeded bool, message string)
+}
+
+// PodSet is one group of identical pods of a Job.
+type PodSet struct {
+	Name string
+	// Count is the number of pods that run at once when fully admitted.
+	Count int32
+	// MinCount is the least number of pods the Job may run with (partial
+	// admission); 0 means Count.
+	MinCount int32
+	// Spec is the pod template's spec, inside the object.
+	Spec *corev1.PodSpec
+}
+
+// Optional parts of an adapter's Job, found by type assertion.
+type (
+	// Scaler is a Job that can run a pod set with fewer pods than it
+	// asks for (partial admission). The framework records the original
+	// count and restores it on eviction.
+	Scaler interface {
+		// Scale returns the pod set's count field as written (nil: unset).
+		Scale(podSet string) *int32
+		// SetScale sets it (nil: unset).
+		SetScale(podSet string, count *int32)
+	}
+
+	// Unlocker is a Job whose pod templates can only be restored after a
+	// write to its status (a batch/v1 Job keeps status.startTime, which
+	// locks the template, until it is cleared).
+	Unlocker interface {
+		// UnlockPatch returns the merge patch for the status subresource
+		// that unlocks the templates of the suspended object, or nil when
+		// they are not locked.
+		UnlockPatch() []byte
+	}
+
+	// InformerSource is an adapter that watches its kind with a typed
+	// informer (smaller in memory than an unstructured one).
+	InformerSource interface {
+		// NewInformer returns an informer over the kind's objects that
+		// carry labelSelector.
+		NewInformer(kube kubernetes.Interface, resync time.Duration, labelSelector string) cache.SharedIndexInformer
+	}
+)

@@ -1,0 +1,520 @@
+package integration
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/sluice-dev/sluice/api/v1beta1"
+)
+
+const (
+	// OriginalAnnotation holds, as JSON ([]Original), what Sluice's first
+	// admission changed in each pod set, as the user wrote it.
+	OriginalAnnotation = "sluice.dev/original"
+
+	// AdmissionAnnotation holds, as JSON (Assignment), the admission the
+	// object runs under: the ClusterQueue and, per pod set, the admitted
+	// count and the flavor of each resource.
+	AdmissionAnnotation = "sluice.dev/admission"
+
+	// StoppedAnnotation records the admission time of the reservation an
+	// object was stopped from, so that the same reservation, still in the
+	// ledger until quota accounting releases it, never starts it again.
+	StoppedAnnotation = "sluice.dev/stopped-reservation"
+)
+
+// Assignment is an admission decision for one workload. It is also the JSON
+// recorded in the sluice.dev/admission annotation.
+type Assignment struct {
+	ClusterQueue string             `json:"clusterQueue"`
+	PodSets      []PodSetAssignment `json:"podSets"`
+}
+
+// PodSetAssignment is the admission of one pod set.
+type PodSetAssignment struct {
+	Name string `json:"name"`
+	// Count is the number of pods admitted; lower than the pod set's Count
+	// for a partial admission.
+	Count int32 `json:"count"`
+	// Flavors maps a resource name to the ResourceFlavor it was assigned.
+	Flavors map[string]string `json:"flavors,omitempty"`
+}
+
+// Original is what Sluice changes in one pod set at admission, as the user
+// wrote it. A nil field was unset.
+type Original struct {
+	Name string `json:"name"`
+	// Scale is the count field of a Scaler's pod set.
+	Scale        *int32              `json:"scale,omitempty"`
+	NodeSelector map[string]string   `json:"nodeSelector,omitempty"`
+	Tolerations  []corev1.Toleration `json:"tolerations,omitempty"`
+}
+
+// Admit changes j, in memory, to run under a: into each pod set's template
+// it writes the user's node selector plus the node labels of the assigned
+// flavors, and the user's tolerations plus the flavors'; it lowers a
+// Scaler's count for a partial admission; it records the user's values
+// (sluice.dev/original, unless an earlier admission did) and the admission
+// (sluice.dev/admission); and it resumes j.
+//
+// "The user's values" come from sluice.dev/original when present, so
+// admitting an object whose earlier eviction never restored its templates
+// still yields the right templates. j must be suspended (ErrNotSuspended).
+// A flavor label that contradicts the user's node selector or another
+// flavor's label is ErrNodeSelectorConflict; an assignment that does not
+// name exactly j's pod sets, or a count out of range, ErrInvalidAssignment.
+func Admit(j Job, a Assignment, flavors map[string]*v1beta1.ResourceFlavor) error {
+	if !j.IsSuspended() {
+		return ErrNotSuspended
+	}
+	sets, err := j.PodSets()
+	if err != nil {
+		return err
+	}
+	orig, recorded, err := originalsOf(j, sets)
+	if err != nil {
+		return err
+	}
+	if a.ClusterQueue == "" {
+		return fmt.Errorf("empty clusterQueue: %w", ErrInvalidAssignment)
+	}
+	if err := sameNames(sets, a.PodSets); err != nil {
+		return err
+	}
+	// Counts are checked against the pod sets as the user wrote them.
+	full, err := fullCounts(j, orig)
+	if err != nil {
+		return err
+	}
+	scaler, _ := j.(Scaler)
+	for i, ps := range sets {
+		psa := a.PodSets[i]
+		if psa.Count > full[i] || psa.Count < min(1, full[i]) {
+			return fmt.Errorf("pod set %q: count %d outside 1..%d: %w", psa.Name, psa.Count, full[i], ErrInvalidAssignment)
+		}
+		if psa.Count < full[i] && scaler == nil {
+			return fmt.Errorf("pod set %q: count %d below %d, and this kind cannot run fewer pods: %w", psa.Name, psa.Count, full[i], ErrInvalidAssignment)
+		}
+		names := assignedFlavors(psa)
+		sel, err := mergeNodeSelector(orig[i].NodeSelector, names, flavors)
+		if err != nil {
+			return fmt.Errorf("pod set %q: %w", ps.Name, err)
+		}
+		ps.Spec.NodeSelector = sel
+		ps.Spec.Tolerations = mergeTolerations(orig[i].Tolerations, names, flavors)
+		if scaler != nil {
+			if psa.Count < full[i] {
+				scaler.SetScale(ps.Name, ptr(psa.Count))
+			} else {
+				scaler.SetScale(ps.Name, orig[i].Scale)
+			}
+		}
+	}
+	rec := Assignment{ClusterQueue: a.ClusterQueue}
+	for _, psa := range a.PodSets {
+		psa.Flavors = maps.Clone(psa.Flavors)
+		rec.PodSets = append(rec.PodSets, psa)
+	}
+	admission, err := json.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("encode admission: %w", err)
+	}
+	ann := maps.Clone(j.Meta().GetAnnotations())
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	ann[AdmissionAnnotation] = string(admission)
+	if !recorded {
+		b, err := json.Marshal(orig)
+		if err != nil {
+			return fmt.Errorf("encode original templates: %w", err)
+		}
+		ann[OriginalAnnotation] = string(b)
+	}
+	j.Meta().SetAnnotations(ann)
+	j.SetSuspended(false)
+	return nil
+}
+
+// Restore changes j, in memory, back to what its user wrote: suspended,
+// each template's node selector and tolerations and each Scaler count as
+// recorded in sluice.dev/original, and neither sluice.dev/original nor
+// sluice.dev/admission. It reports whether a pod template changed.
+func Restore(j Job) (templatesChanged bool, err error) {
+	sets, err := j.PodSets()
+	if err != nil {
+		return false, err
+	}
+	orig, recorded, err := originalsOf(j, sets)
+	if err != nil {
+		return false, err
+	}
+	j.SetSuspended(true)
+	if ann := j.Meta().GetAnnotations(); ann != nil {
+		ann = maps.Clone(ann)
+		delete(ann, AdmissionAnnotation)
+		delete(ann, OriginalAnnotation)
+		if len(ann) == 0 {
+			ann = nil
+		}
+		j.Meta().SetAnnotations(ann)
+	}
+	if !recorded {
+		return false, nil
+	}
+	scaler, _ := j.(Scaler)
+	for i, ps := range sets {
+		o := orig[i]
+		if !maps.Equal(ps.Spec.NodeSelector, o.NodeSelector) || !sameTolerations(ps.Spec.Tolerations, o.Tolerations) {
+			templatesChanged = true
+		}
+		ps.Spec.NodeSelector = maps.Clone(o.NodeSelector)
+		ps.Spec.Tolerations = cloneTolerations(o.Tolerations)
+		if scaler != nil {
+			scaler.SetScale(ps.Name, o.Scale)
+		}
+	}
+	return templatesChanged, nil
+}
+
+// Pristine changes j, in memory, back to its user's pod sets (as Restore
+// does, leaving suspension and annotations alone), so that what admission
+// injected never leaks back into the workload read from it.
+func Pristine(j Job) error {
+	sets, err := j.PodSets()
+	if err != nil {
+		return err
+	}
+	orig, recorded, err := originalsOf(j, sets)
+	if err != nil || !recorded {
+		return err
+	}
+	scaler, _ := j.(Scaler)
+	for i, ps := range sets {
+		ps.Spec.NodeSelector = maps.Clone(orig[i].NodeSelector)
+		ps.Spec.Tolerations = cloneTolerations(orig[i].Tolerations)
+		if scaler != nil {
+			scaler.SetScale(ps.Name, orig[i].Scale)
+		}
+	}
+	return nil
+}
+
+// AdmissionOf returns the assignment recorded on an object, whether there
+// is one, and an ErrBadAnnotation error if it cannot be parsed.
+func AdmissionOf(annotations map[string]string) (Assignment, bool, error) {
+	raw, ok := annotations[AdmissionAnnotation]
+	if !ok {
+		return Assignment{}, false, nil
+	}
+	var a Assignment
+	if err := json.Unmarshal([]byte(raw), &a); err != nil {
+		return Assignment{}, true, fmt.Errorf("annotation %s: %w: %v", AdmissionAnnotation, ErrBadAnnotation, err)
+	}
+	return a, true, nil
+}
+
+// originalsOf returns the user's values per pod set, in the pod sets'
+// order: from sluice.dev/original when recorded, else read from the
+// templates now.
+func originalsOf(j Job, sets []PodSet) ([]Original, bool, error) {
+	raw, ok := j.Meta().GetAnnotations()[OriginalAnnotation]
+	if !ok {
+		scaler, _ := j.(Scaler)
+		out := make([]Original, len(sets))
+		for i, ps := range sets {
+			out[i] = Original{Name: ps.Name, NodeSelector: maps.Clone(ps.Spec.NodeSelector), Tolerations: cloneTolerations(ps.Spec.Tolerations)}
+			if scaler != nil {
+				out[i].Scale = clonePtr(scaler.Scale(ps.Name))
+			}
+		}
+		return out, false, nil
+	}
+	var rec []Original
+	if err := json.Unmarshal([]byte(raw), &rec); err != nil {
+		// Before pod sets, a Job's one pod set was recorded as an object.
+		var legacy struct {
+			Parallelism  *int32              `json:"parallelism"`
+			NodeSelector map[string]string   `json:"nodeSelector"`
+			Tolerations  []corev1.Toleration `json:"tolerations"`
+		}
+		if len(sets) != 1 || json.Unmarshal([]byte(raw), &legacy) != nil {
+			return nil, true, fmt.Errorf("annotation %s: %w: %v", OriginalAnnotation, ErrBadAnnotation, err)
+		}
+		rec = []Original{{Name: sets[0].Name, Scale: legacy.Parallelism, NodeSelector: legacy.NodeSelector, Tolerations: legacy.Tolerations}}
+	}
+	byName := map[string]Original{}
+	for _, o := range rec {
+		byName[o.Name] = o
+	}
+	out := make([]Original, len(sets))
+	for i, ps := range sets {
+		o, ok := byName[ps.Name]
+		if !ok {
+			return nil, true, fmt.Errorf("annotation %s has no pod set %q: %w", OriginalAnnotation, ps.Name, ErrBadAnnotation)
+		}
+		out[i] = o
+	}
+	return out, true, nil
+}
+
+// fullCounts returns each pod set's count as its user wrote it.
+func fullCounts(j Job, orig []Original) ([]int32, error) {
+	scaler, ok := j.(Scaler)
+	if !ok {
+		sets, err := j.PodSets()
+		if err != nil {
+			return nil, err
+		}
+		out := make([]int32, len(sets))
+		for i, ps := range sets {
+			out[i] = ps.Count
+		}
+		return out, nil
+	}
+	// Read the counts with the user's scale put back, then undo that.
+	sets, _ := j.PodSets()
+	now := make([]*int32, len(sets))
+	for i, ps := range sets {
+		now[i] = clonePtr(scaler.Scale(ps.Name))
+		scaler.SetScale(ps.Name, orig[i].Scale)
+	}
+	sets, err := j.PodSets()
+	for i, ps := range sets {
+		scaler.SetScale(ps.Name, now[i])
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int32, len(sets))
+	for i, ps := range sets {
+		out[i] = ps.Count
+	}
+	return out, nil
+}
+
+func sameNames(sets []PodSet, assigned []PodSetAssignment) error {
+	want := make([]string, len(sets))
+	for i, ps := range sets {
+		want[i] = ps.Name
+	}
+	got := make([]string, len(assigned))
+	for i, psa := range assigned {
+		got[i] = psa.Name
+	}
+	if !slices.Equal(want, got) {
+		return fmt.Errorf("pod sets %q, want %q: %w", got, want, ErrInvalidAssignment)
+	}
+	return nil
+}
+
+// MergePatch returns the JSON merge patch (types.MergePatchType) from
+// before to after, carrying metadata.uid, so it cannot apply to an object
+// recreated under the same name, and, when rv is set,
+// metadata.resourceVersion, so it applies only to that version.
+func MergePatch(before, after runtime.Object, uid, rv string) ([]byte, error) {
+	a, err := json.Marshal(before)
+	if err != nil {
+		return nil, fmt.Errorf("encode object: %w", err)
+	}
+	b, err := json.Marshal(after)
+	if err != nil {
+		return nil, fmt.Errorf("encode object: %w", err)
+	}
+	diff, err := jsonpatch.CreateMergePatch(a, b)
+	if err != nil {
+		return nil, fmt.Errorf("compute patch: %w", err)
+	}
+	var p map[string]any
+	if err := json.Unmarshal(diff, &p); err != nil {
+		return nil, fmt.Errorf("compute patch: %w", err)
+	}
+	delete(p, "status") // writes to the object itself never touch its status
+	meta, _ := p["metadata"].(map[string]any)
+	if meta == nil {
+		meta = map[string]any{}
+	}
+	if uid != "" {
+		meta["uid"] = uid
+	}
+	if rv != "" {
+		meta["resourceVersion"] = rv
+	}
+	p["metadata"] = meta
+	return json.Marshal(p)
+}
+
+func assignedFlavors(psa PodSetAssignment) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, f := range psa.Flavors {
+		if !seen[f] {
+			seen[f] = true
+			out = append(out, f)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// mergeNodeSelector adds the flavors' node labels to the user's node
+// selector, refusing contradictions.
+func mergeNodeSelector(own map[string]string, flavorNames []string, flavors map[string]*v1beta1.ResourceFlavor) (map[string]string, error) {
+	out := maps.Clone(own)
+	source := map[string]string{} // label key -> flavor that set it
+	for _, name := range flavorNames {
+		rf := flavors[name]
+		if rf == nil {
+			return nil, fmt.Errorf("flavor %q is not known: %w", name, ErrInvalidAssignment)
+		}
+		keys := slices.Sorted(maps.Keys(rf.Spec.NodeLabels))
+		for _, k := range keys {
+			v := rf.Spec.NodeLabels[k]
+			cur, ok := out[k]
+			switch {
+			case !ok:
+				if out == nil {
+					out = map[string]string{}
+				}
+				out[k] = v
+				source[k] = name
+			case cur == v:
+			case source[k] != "":
+				return nil, fmt.Errorf("flavors %q and %q need node label %s=%q and %s=%q: %w", source[k], name, k, cur, k, v, ErrNodeSelectorConflict)
+			default:
+				return nil, fmt.Errorf("flavor %q needs node label %s=%q but the pod template selects %s=%q: %w", name, k, v, k, cur, ErrNodeSelectorConflict)
+			}
+		}
+	}
+	return out, nil
+}
+
+// mergeTolerations appends the flavors' tolerations to the user's,
+// skipping any already present.
+func mergeTolerations(own []corev1.Toleration, flavorNames []string, flavors map[string]*v1beta1.ResourceFlavor) []corev1.Toleration {
+	out := cloneTolerations(own)
+	for _, name := range flavorNames {
+		rf := flavors[name]
+		if rf == nil {
+			continue
+		}
+		for _, t := range rf.Spec.Tolerations {
+			dup := slices.ContainsFunc(out, func(have corev1.Toleration) bool {
+				return apiequality.Semantic.DeepEqual(have, t)
+			})
+			if !dup {
+				out = append(out, *t.DeepCopy())
+			}
+		}
+	}
+	return out
+}
+
+func sameTolerations(a, b []corev1.Toleration) bool {
+	if len(a) == 0 && len(b) == 0 {
+		return true
+	}
+	return apiequality.Semantic.DeepEqual(a, b)
+}
+
+func cloneTolerations(in []corev1.Toleration) []corev1.Toleration {
+	if in == nil {
+		return nil
+	}
+	out := make([]corev1.Toleration, len(in))
+	for i := range in {
+		in[i].DeepCopyInto(&out[i])
+	}
+	return out
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func clonePtr[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
+}
+
+// Step is one API write of a stop.
+type Step struct {
+	// Name says what the write does: "suspend", "unlock" or "restore".
+	Name string
+	// Status: the write goes to the status subresource.
+	Status bool
+	// Patch is a JSON merge patch (types.MergePatchType) carrying
+	// metadata.uid.
+	Patch []byte
+	// Last: the object is stopped and restored once this write is done.
+	Last bool
+}
+
+func (s Step) subresource() []string {
+	if s.Status {
+		return []string{"status"}
+	}
+	return nil
+}
+
+// NextStopStep returns the next write that stops j and restores its pod
+// templates as its user wrote them. Pod templates cannot change while an
+// object runs, so when they must change a running object is first
+// suspended ("suspend"); a kind whose templates stay locked after that
+// (an Unlocker) is then unlocked through its status ("unlock"); the last
+// write ("restore") restores the templates and drops Sluice's annotations.
+// An object whose templates Sluice never changed is stopped in one write.
+// Apply the step, re-read the object, and ask again until Last.
+func NextStopStep(ad Adapter, j Job) (Step, error) {
+	uid := string(j.Meta().GetUID())
+	restored, err := ad.Decode(j.Object().DeepCopyObject())
+	if err != nil {
+		return Step{}, err
+	}
+	changes, err := Restore(restored)
+	if err != nil {
+		return Step{}, err
+	}
+	if changes && !j.IsSuspended() {
+		suspended, err := ad.Decode(j.Object().DeepCopyObject())
+		if err != nil {
+			return Step{}, err
+		}
+		suspended.SetSuspended(true)
+		p, err := MergePatch(j.Object(), suspended.Object(), uid, "")
+		return Step{Name: "suspend", Patch: p}, err
+	}
+	if u, ok := j.(Unlocker); ok && changes {
+		if p := u.UnlockPatch(); p != nil {
+			p, err := withUID(p, uid)
+			return Step{Name: "unlock", Status: true, Patch: p}, err
+		}
+	}
+	p, err := MergePatch(j.Object(), restored.Object(), uid, "")
+	return Step{Name: "restore", Patch: p, Last: true}, err
+}
+
+// withUID adds metadata.uid to a merge patch, so it cannot apply to an
+// object recreated under the same name.
+func withUID(patch []byte, uid string) ([]byte, error) {
+	var p map[string]any
+	if err := json.Unmarshal(patch, &p); err != nil {
+		return nil, fmt.Errorf("unlock patch: %w", err)
+	}
+	meta, _ := p["metadata"].(map[string]any)
+	if meta == nil {
+		meta = map[string]any{}
+	}
+	meta["uid"] = uid
+	p["metadata"] = meta
+	return json.Marshal(p)
+}

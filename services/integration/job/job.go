@@ -1,0 +1,156 @@
+package job
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/sluice-dev/sluice/services/integration"
+)
+
+const (
+	// MainPodSet is the name of the only pod set of a Job.
+	MainPodSet = "main"
+
+	// MinParallelismAnnotation on a Job allows partial admission: Sluice
+	// may start the Job with as few as this many parallel pods (an integer
+	// in 1..parallelism) when the full parallelism does not fit.
+	MinParallelismAnnotation = "sluice.dev/job-min-parallelism"
+)
+
+// Kind is the Job's kind.
+var Kind = integration.Kind{Name: "job", GVK: batchv1.SchemeGroupVersion.WithKind("Job"), Resource: "jobs"}
+
+// Adapter is the batch/v1 Job adapter.
+type Adapter struct{}
+
+// Kind implements integration.Adapter.
+func (Adapter) Kind() integration.Kind { return Kind }
+
+// Decode implements integration.Adapter.
+func (Adapter) Decode(obj runtime.Object) (integration.Job, error) {
+	switch o := obj.(type) {
+	case *batchv1.Job:
+		return &Job{o.DeepCopy()}, nil
+	case *unstructured.Unstructured:
+		var j batchv1.Job
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &j); err != nil {
+			return nil, fmt.Errorf("not a batch/v1 Job: %w", err)
+		}
+		return &Job{&j}, nil
+	default:
+		return nil, fmt.Errorf("not a batch/v1 Job: %T", obj)
+	}
+}
+
+// NewInformer implements integration.InformerSource: a typed informer keeps
+// Jobs in far less memory than unstructured ones.
+func (Adapter) NewInformer(kube kubernetes.Interface, resync time.Duration, labelSelector string) cache.SharedIndexInformer {
+	return informers.NewSharedInformerFactoryWithOptions(kube, resync,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = labelSelector })).Batch().V1().Jobs().Informer()
+}
+
+// Job is a batch/v1 Job under the framework.
+type Job struct{ *batchv1.Job }
+
+// Object implements integration.Job.
+func (j *Job) Object() runtime.Object { return j.Job }
+
+// Meta implements integration.Job.
+func (j *Job) Meta() metav1.Object { return j.Job }
+
+// IsSuspended implements integration.Job.
+func (j *Job) IsSuspended() bool { return j.Spec.Suspend != nil && *j.Spec.Suspend }
+
+// SetSuspended implements integration.Job.
+func (j *Job) SetSuspended(s bool) { j.Spec.Suspend = &s }
+
+// PodSets implements integration.Job: one pod set of
+// min(parallelism (default 1), completions) pods.
+func (j *Job) PodSets() ([]integration.PodSet, error) {
+	par := int32(1)
+	if j.Spec.Parallelism != nil {
+		par = *j.Spec.Parallelism
+	}
+	if par < 0 {
+		return nil, fmt.Errorf("spec.parallelism is %d: %w", par, integration.ErrInvalidJob)
+	}
+	count := par
+	if c := j.Spec.Completions; c != nil {
+		if *c < 0 {
+			return nil, fmt.Errorf("spec.completions is %d: %w", *c, integration.ErrInvalidJob)
+		}
+		count = min(count, *c)
+	}
+	minCount := count
+	if raw, ok := j.Annotations[MinParallelismAnnotation]; ok {
+		v, err := strconv.ParseInt(strings.TrimSpace(raw), 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("annotation %s=%q is not an integer: %w", MinParallelismAnnotation, raw, integration.ErrBadAnnotation)
+		}
+		if v < 1 || v > int64(par) {
+			return nil, fmt.Errorf("annotation %s=%d must be between 1 and parallelism (%d): %w", MinParallelismAnnotation, v, par, integration.ErrBadAnnotation)
+		}
+		// completions may cap the count below the requested minimum; the
+		// minimum can never exceed what the Job runs at once.
+		minCount = min(int32(v), count)
+	}
+	return []integration.PodSet{{Name: MainPodSet, Count: count, MinCount: minCount, Spec: &j.Spec.Template.Spec}}, nil
+}
+
+// Scale implements integration.Scaler: a partial admission lowers
+// spec.parallelism.
+func (j *Job) Scale(string) *int32 { return j.Spec.Parallelism }
+
+// SetScale implements integration.Scaler.
+func (j *Job) SetScale(_ string, n *int32) { j.Spec.Parallelism = n }
+
+// UnlockPatch implements integration.Unlocker. The API server lets a Job's
+// pod template change only while the stored Job is suspended and has no
+// status.startTime (KEP-2926, "mutable scheduling directives"), and the Job
+// controller never clears startTime on suspension; the status subresource
+// may clear it for a suspended Job.
+func (j *Job) UnlockPatch() []byte {
+	if j.Status.StartTime == nil {
+		return nil
+	}
+	return []byte(`{"status":{"startTime":null}}`)
+}
+
+// Finished implements integration.Job: a Complete or Failed condition set
+// to True.
+func (j *Job) Finished() (finished, succeeded bool, message string) {
+	for _, c := range j.Status.Conditions {
+		if c.Status != corev1.ConditionTrue {
+			continue
+		}
+		switch c.Type {
+		case batchv1.JobComplete:
+			return true, true, conditionText(c, "job completed")
+		case batchv1.JobFailed:
+			return true, false, conditionText(c, "job failed")
+		}
+	}
+	return false, false, ""
+}
+
+func conditionText(c batchv1.JobCondition, fallback string) string {
+	switch {
+	case c.Message != "":
+		return c.Message
+	case c.Reason != "":
+		return c.Reason
+	default:
+		return fallback
+	}
+}

@@ -1,0 +1,54 @@
+// Package kinds registers every kind Sluice integrates. Adding a kind is
+// its adapter's own folder under services/integration plus one line in All.
+package kinds
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/sluice-dev/sluice/services/integration"
+	"github.com/sluice-dev/sluice/services/integration/job"
+)
+
+// All lists the adapters, one line per kind.
+var All = []integration.Adapter{
+	job.Adapter{},
+}
+
+// Names returns the kinds' names in the order of All.
+func Names() []string {
+	out := make([]string, len(All))
+	for i, ad := range All {
+		out[i] = ad.Kind().Name
+	}
+	return out
+}
+
+// Select returns the adapters named, in the order given; an unknown name
+// is an error that lists the known ones.
+func Select(names []string) ([]integration.Adapter, error) {
+	var out []integration.Adapter
+	seen := map[string]bool{}
+	for _, n := range names {
+		n = strings.TrimSpace(n)
+		if seen[n] {
+			continue
+		}
+		seen[n] = true
+		ad, ok := byName(n)
+		if !ok {
+			return nil, fmt.Errorf("unknown integration %q: known are %s", n, strings.Join(Names(), ", "))
+		}
+		out = append(out, ad)
+	}
+	return out, nil
+}
+
+func byName(n string) (integration.Adapter, bool) {
+	for _, ad := range All {
+		if ad.Kind().Name == n {
+			return ad, true
+		}
+	}
+	return nil, false
+}

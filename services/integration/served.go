@@ -1,0 +1,106 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/discovery"
+)
+
+// Served reports whether the API server serves a kind: false, with no
+// error, when its group version or resource is unknown (its CRD is not
+// installed).
+func Served(disc discovery.DiscoveryInterface, k Kind) (bool, error) {
+	list, err := disc.ServerResourcesForGroupVersion(k.GVK.GroupVersion().String())
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("discover %s: %w", k.GVK.GroupVersion(), err)
+	}
+	for _, r := range list.APIResources {
+		if r.Name == k.Resource && r.Kind == k.GVK.Kind {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// RunWhenServed runs the adapters' kinds until ctx ends, each once the API
+// server serves it. The kinds served at the start run together; a kind
+// whose CRD is missing is reported once and started when its CRD appears
+// (discovery is asked again every poll). Kinds started later get a webhook
+// on a port of their own next to WebhookAddress's host.
+func RunWhenServed(ctx context.Context, cfg Config, adapters []Adapter, disc discovery.DiscoveryInterface, mk func(Config, []Adapter) (*Service, error), log zerolog.Logger, poll time.Duration) error {
+	if len(adapters) == 0 {
+		return errors.New("integration: no kinds to run")
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	errc := make(chan error, len(adapters))
+	pending := slices.Clone(adapters)
+	reported := map[string]bool{}
+	started := false
+	tick := time.NewTicker(poll)
+	defer tick.Stop()
+	for {
+		var ready, waiting []Adapter
+		for _, ad := range pending {
+			ok, err := Served(disc, ad.Kind())
+			switch {
+			case err != nil:
+				log.Warn().Err(err).Str("kind", ad.Kind().Name).Msg("cannot tell whether the kind is served; asking again")
+				waiting = append(waiting, ad)
+			case ok:
+				ready = append(ready, ad)
+			default:
+				if !reported[ad.Kind().Name] {
+					reported[ad.Kind().Name] = true
+					log.Warn().Str("kind", ad.Kind().Name).Str("resource", ad.Kind().GVR().String()).
+						Msg("kind not served by the API server (CRD not installed): skipped until it is")
+				}
+				waiting = append(waiting, ad)
+			}
+		}
+		pending = waiting
+		if len(ready) > 0 {
+			c := cfg
+			if started && c.WebhookAddress != "" {
+				host, _, err := net.SplitHostPort(c.WebhookAddress)
+				if err != nil {
+					return fmt.Errorf("integration: webhook address %q: %w", c.WebhookAddress, err)
+				}
+				c.WebhookAddress = net.JoinHostPort(host, "0")
+			}
+			svc, err := mk(c, ready)
+			if err != nil {
+				return err
+			}
+			started = true
+			log.Info().Strs("kinds", svc.Kinds()).Msg("integrations started")
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := svc.Run(ctx); err != nil && ctx.Err() == nil {
+					errc <- err
+				}
+			}()
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-errc:
+			return err
+		case <-tick.C:
+		}
+	}
+}

@@ -1,0 +1,997 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/sluice-dev/sluice/api/v1beta1"
+	"github.com/sluice-dev/sluice/events"
+	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/internal/configstore"
+	"github.com/sluice-dev/sluice/internal/fence"
+	"github.com/sluice-dev/sluice/internal/ledger"
+	"github.com/sluice-dev/sluice/internal/workloads"
+)
+
+// Publisher publishes an event under its deterministic id.
+type Publisher interface {
+	Publish(ctx context.Context, ev events.Event, id string) error
+}
+
+// Config is an integration process's configuration.
+type Config struct {
+	// Workers reconcile objects of each kind in parallel.
+	Workers int
+	// Resync re-lists objects this often.
+	Resync time.Duration
+	// WebhookAddress serves the suspend-on-create webhook ("" disables
+	// it; objects are then suspended right after creation, which lets
+	// their pods start for a moment).
+	WebhookAddress string
+	// WebhookHost is the host name or IP the API server uses to reach the
+	// webhook.
+	WebhookHost string
+}
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	if c.Workers < 1 {
+		return fmt.Errorf("integration: workers %d: must be at least 1", c.Workers)
+	}
+	if c.Resync <= 0 {
+		return fmt.Errorf("integration: resync %s: must be positive", c.Resync)
+	}
+	if c.WebhookAddress != "" && c.WebhookHost == "" {
+		return errors.New("integration: a webhook address needs the host the API server reaches it by")
+	}
+	return nil
+}
+
+// Service runs the integrations of one or more kinds: one process, any
+// number of replicas sharing the work through the bus.
+type Service struct {
+	cfg   Config
+	kube  kubernetes.Interface
+	dyn   dynamic.Interface
+	js    jetstream.JetStream
+	pub   Publisher
+	log   zerolog.Logger
+	kinds map[string]*kindRunner
+
+	wlKV     jetstream.KeyValue
+	fenceKV  jetstream.KeyValue
+	events   jetstream.Stream
+	recorder record.EventRecorder
+
+	mu     sync.Mutex
+	config *configstore.Store
+	snap   configstore.Snapshot
+	// held: reservations of the kinds run here, by engine key.
+	held map[string]ledger.Reservation
+	// ledgerKeys: the reservations of those kinds each ledger key holds.
+	ledgerKeys map[string][]string
+}
+
+// kindRunner is the part of the service that belongs to one kind.
+type kindRunner struct {
+	ad    Adapter
+	kind  Kind
+	inf   cache.SharedIndexInformer
+	queue workqueue.TypedRateLimitingInterface[string]
+	// locks serialise the work on one object across the workqueue and the
+	// eviction consumer, so a start and a stop of the same object never
+	// interleave.
+	locks keyLocks
+}
+
+// New returns an integration of the adapters' kinds. Each kind must be
+// served by the API server (see Installed).
+func New(cfg Config, adapters []Adapter, kube kubernetes.Interface, dyn dynamic.Interface, js jetstream.JetStream, pub Publisher, log zerolog.Logger) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if len(adapters) == 0 {
+		return nil, errors.New("integration: no kinds to run")
+	}
+	s := &Service{
+		cfg:        cfg,
+		kube:       kube,
+		dyn:        dyn,
+		js:         js,
+		pub:        pub,
+		log:        log,
+		kinds:      map[string]*kindRunner{},
+		config:     configstore.New(),
+		held:       map[string]ledger.Reservation{},
+		ledgerKeys: map[string][]string{},
+	}
+	for _, ad := range adapters {
+		k := ad.Kind()
+		if k.Name == "" || strings.ContainsAny(k.Name, "/. *>") {
+			return nil, fmt.Errorf("integration: kind name %q: must be a single word", k.Name)
+		}
+		if _, dup := s.kinds[k.Name]; dup {
+			return nil, fmt.Errorf("integration: kind %q given twice", k.Name)
+		}
+		s.kinds[k.Name] = &kindRunner{
+			ad:    ad,
+			kind:  k,
+			locks: keyLocks{m: map[string]*keyLock{}},
+			// Per-object backoff only: the default controller limiter adds
+			// a queue-wide 10/s bucket, which throttles every object once
+			// a burst of write conflicts retries.
+			queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.NewTypedItemExponentialFailureRateLimiter[string](5*time.Millisecond, 30*time.Second),
+				workqueue.TypedRateLimitingQueueConfig[string]{Name: k.Name}),
+		}
+	}
+	return s, nil
+}
+
+// Kinds returns the names of the kinds the service runs, sorted.
+func (s *Service) Kinds() []string {
+	out := make([]string, 0, len(s.kinds))
+	for n := range s.kinds {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Run reconciles objects until ctx ends, then finishes in-flight work.
+func (s *Service) Run(ctx context.Context) error {
+	var err error
+	if s.wlKV, err = bus.OpenKV(ctx, s.js, workloads.Bucket); err != nil {
+		return fmt.Errorf("integration: %w", err)
+	}
+	if s.fenceKV, err = bus.OpenKV(ctx, s.js, fence.Bucket); err != nil {
+		return fmt.Errorf("integration: %w", err)
+	}
+	if s.events, err = s.js.Stream(ctx, bus.StreamEvents); err != nil {
+		return fmt.Errorf("integration: open stream %s: %w", bus.StreamEvents, err)
+	}
+	cfgKV, err := bus.OpenKV(ctx, s.js, configstore.Bucket)
+	if err != nil {
+		return fmt.Errorf("integration: %w", err)
+	}
+	ledKV, err := bus.OpenKV(ctx, s.js, ledger.Bucket)
+	if err != nil {
+		return fmt.Errorf("integration: %w", err)
+	}
+
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: s.kube.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	s.recorder = broadcaster.NewRecorder(runtime.NewScheme(), corev1.EventSource{Component: "sluice-integration"})
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 8+4*len(s.kinds))
+	spawn := func(name string, f func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(runCtx); err != nil && runCtx.Err() == nil {
+				errc <- fmt.Errorf("integration: %s: %w", name, err)
+			}
+		}()
+	}
+
+	cfgSynced := make(chan struct{})
+	spawn("configuration watch", func(ctx context.Context) error { return s.watchConfig(ctx, cfgKV, cfgSynced) })
+	ledSynced := make(chan struct{})
+	spawn("ledger watch", func(ctx context.Context) error { return s.watchLedger(ctx, ledKV, ledSynced) })
+
+	for _, k := range s.kinds {
+		if err := s.startInformer(runCtx, k); err != nil {
+			return err
+		}
+	}
+
+	if s.cfg.WebhookAddress != "" {
+		var ads []Adapter
+		for _, name := range s.Kinds() {
+			ads = append(ads, s.kinds[name].ad)
+		}
+		wh, err := NewWebhook(ads, WithAddress(s.cfg.WebhookAddress), WithHosts(s.cfg.WebhookHost), WithLogger(s.log))
+		if err != nil {
+			return err
+		}
+		if _, err := wh.Listen(); err != nil {
+			return err
+		}
+		for _, ad := range ads {
+			url, err := wh.URL(s.cfg.WebhookHost, ad.Kind())
+			if err != nil {
+				return err
+			}
+			if err := EnsureWebhookConfiguration(ctx, s.kube, ad.Kind(), url, wh.CABundle()); err != nil {
+				return err
+			}
+		}
+		spawn("webhook", wh.Run)
+	}
+
+	// Decide nothing before the objects, the configuration and the ledger
+	// are all known: an object must never run without its reservation,
+	// and must never be stopped for lack of one that is only not seen yet.
+	for _, ch := range []<-chan struct{}{cfgSynced, ledSynced} {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil
+		case err := <-errc:
+			return err
+		}
+	}
+	for _, k := range s.kinds {
+		if !cache.WaitForCacheSync(ctx.Done(), k.inf.HasSynced) {
+			return nil
+		}
+	}
+
+	for _, k := range s.kinds {
+		spawn(k.kind.Name+" eviction consumer", func(ctx context.Context) error {
+			return bus.Run(ctx, s.js, bus.ConsumerSpec{
+				Stream:  bus.StreamEvents,
+				Durable: k.kind.Name + "-evictions",
+				FilterSubjects: []string{
+					events.SubjectFilter("workload", "preempted", k.kind.Name, "*"),
+					events.SubjectFilter("workload", "evicted", k.kind.Name, "*"),
+				},
+			}, func(ctx context.Context, env events.Envelope) error { return s.handleEviction(ctx, k, env) }, bus.WithLogger(s.log))
+		})
+		spawn(k.kind.Name+" pending consumer", func(ctx context.Context) error {
+			return bus.Run(ctx, s.js, bus.ConsumerSpec{
+				Stream:         bus.StreamEvents,
+				Durable:        k.kind.Name + "-pending",
+				FilterSubjects: []string{events.SubjectFilter("workload", "pending", k.kind.Name, "*")},
+			}, func(ctx context.Context, env events.Envelope) error { return s.handlePending(ctx, k, env) }, bus.WithLogger(s.log))
+		})
+	}
+	workersDone := make(chan struct{})
+	go func() {
+		var ww sync.WaitGroup
+		for _, k := range s.kinds {
+			for range s.cfg.Workers {
+				ww.Add(1)
+				go func() {
+					defer ww.Done()
+					for s.next(ctx, k) {
+					}
+				}()
+			}
+		}
+		ww.Wait()
+		close(workersDone)
+	}()
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+	}
+	// Ordered shutdown: stop taking work, finish what is in flight, then
+	// stop consumers and watches.
+	for _, k := range s.kinds {
+		k.queue.ShutDownWithDrain()
+	}
+	<-workersDone
+	cancel()
+	return runErr
+}
+
+// startInformer starts the watch of one kind's labelled objects.
+func (s *Service) startInformer(ctx context.Context, k *kindRunner) error {
+	if src, ok := k.ad.(InformerSource); ok {
+		k.inf = src.NewInformer(s.kube, s.cfg.Resync, v1beta1.QueueNameLabel)
+	} else {
+		k.inf = dynamicinformer.NewFilteredDynamicInformer(s.dyn, k.kind.GVR(), metav1.NamespaceAll, s.cfg.Resync,
+			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
+			func(o *metav1.ListOptions) { o.LabelSelector = v1beta1.QueueNameLabel }).Informer()
+	}
+	enqueue := func(obj any) {
+		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+			k.queue.Add(key)
+		}
+	}
+	if _, err := k.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: enqueue,
+		UpdateFunc: func(o, n any) {
+			if relevant(k.ad, o, n) {
+				enqueue(n)
+			}
+		},
+		DeleteFunc: enqueue,
+	}); err != nil {
+		return fmt.Errorf("integration: watch %s: %w", k.kind.Resource, err)
+	}
+	go k.inf.Run(ctx.Done())
+	return nil
+}
+
+// relevant reports whether an update can change what Sluice does: most
+// updates are pod counts in the status, which it ignores.
+func relevant(ad Adapter, o, n any) bool {
+	oo, ok1 := o.(runtime.Object)
+	no, ok2 := n.(runtime.Object)
+	if !ok1 || !ok2 {
+		return true
+	}
+	oj, err1 := ad.Decode(oo)
+	nj, err2 := ad.Decode(no)
+	if err1 != nil || err2 != nil {
+		return true
+	}
+	om, nm := oj.Meta(), nj.Meta()
+	if om.GetResourceVersion() == nm.GetResourceVersion() {
+		return true // a resync: reconcile anyway
+	}
+	if oj.IsSuspended() != nj.IsSuspended() || om.GetUID() != nm.GetUID() {
+		return true
+	}
+	of, _, _ := oj.Finished()
+	nf, _, _ := nj.Finished()
+	if of != nf {
+		return true
+	}
+	return !maps.Equal(om.GetLabels(), nm.GetLabels()) || !maps.Equal(om.GetAnnotations(), nm.GetAnnotations())
+}
+
+func (s *Service) next(ctx context.Context, k *kindRunner) bool {
+	key, quit := k.queue.Get()
+	if quit {
+		return false
+	}
+	defer k.queue.Done(key)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := s.sync(wctx, k, key); err != nil {
+		if errors.Is(err, errNotAnnounced) || errors.Is(err, errLookAgain) {
+			// The admission is stored but not yet announced (it will be
+			// within a cycle), or a first write waits to be seen.
+			k.queue.AddAfter(key, announceWait)
+			return true
+		}
+		s.log.Warn().Err(err).Str("workload", k.kind.Name+"/"+key).Msg("not reconciled; retrying")
+		k.queue.AddRateLimited(key)
+		return true
+	}
+	k.queue.Forget(key)
+	return true
+}
+
+// watchKV feeds every entry of a bucket to apply, closing synced once the
+// initial values are in, until ctx ends.
+func watchKV(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, synced chan<- struct{}, apply func(jetstream.KeyValueEntry, bool)) error {
+	w, err := kv.WatchAll(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = w.Stop() }()
+	// After a reconnect the watch would resume only once its missed
+	// heartbeats are noticed, about 20 s later; start it again at once.
+	reconnected := nc.StatusChanged(nats.CONNECTED)
+	defer nc.RemoveStatusListener(reconnected)
+	done := false
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-reconnected:
+			_ = w.Stop()
+			if w, err = kv.WatchAll(ctx); err != nil {
+				return err
+			}
+		case e, ok := <-w.Updates():
+			if !ok {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return fmt.Errorf("watch of %s closed", kv.Bucket())
+			}
+			if e == nil {
+				if !done {
+					done = true
+					close(synced)
+				}
+				continue
+			}
+			apply(e, done)
+		}
+	}
+}
+
+func (s *Service) watchConfig(ctx context.Context, kv jetstream.KeyValue, synced chan<- struct{}) error {
+	return watchKV(ctx, s.js.Conn(), kv, synced, func(e jetstream.KeyValueEntry, live bool) {
+		s.mu.Lock()
+		if e.Operation() == jetstream.KeyValuePut {
+			s.config.Apply(e.Key(), e.Value())
+		} else {
+			s.config.Apply(e.Key(), nil)
+		}
+		s.snap, _ = s.config.Snapshot()
+		s.mu.Unlock()
+		if live {
+			// A new queue or priority class may unblock objects.
+			s.enqueueAll()
+		}
+	})
+}
+
+func (s *Service) enqueueAll() {
+	for _, k := range s.kinds {
+		if k.inf == nil {
+			continue
+		}
+		for _, key := range k.inf.GetStore().ListKeys() {
+			k.queue.Add(key)
+		}
+	}
+}
+
+func (s *Service) watchLedger(ctx context.Context, kv jetstream.KeyValue, synced chan<- struct{}) error {
+	return watchKV(ctx, s.js.Conn(), kv, synced, func(e jetstream.KeyValueEntry, _ bool) {
+		var ent ledger.Entry
+		if e.Operation() == jetstream.KeyValuePut {
+			var err error
+			if ent, err = ledger.Decode(e.Value()); err != nil {
+				s.log.Error().Err(err).Str("key", e.Key()).Msg("corrupt ledger entry")
+				return
+			}
+		}
+		for _, wk := range s.setLedger(e.Key(), ent) {
+			kind, key, _ := strings.Cut(wk, "/")
+			s.kinds[kind].queue.Add(key)
+		}
+	})
+}
+
+// setLedger records one ledger key's reservations of the kinds run here
+// and returns the engine keys of the workloads whose reservation changed.
+func (s *Service) setLedger(key string, ent ledger.Entry) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var changed []string
+	now := map[string]bool{}
+	for wk, r := range ent.Reservations {
+		kind, _, _ := strings.Cut(wk, "/")
+		if _, ours := s.kinds[kind]; !ours {
+			continue
+		}
+		now[wk] = true
+		if old, ok := s.held[wk]; !ok || !old.AdmittedAt.Equal(r.AdmittedAt) {
+			changed = append(changed, wk)
+		}
+		s.held[wk] = r
+	}
+	for _, wk := range s.ledgerKeys[key] {
+		if !now[wk] {
+			delete(s.held, wk)
+			changed = append(changed, wk)
+		}
+	}
+	keys := make([]string, 0, len(now))
+	for wk := range now {
+		keys = append(keys, wk)
+	}
+	sort.Strings(keys)
+	s.ledgerKeys[key] = keys
+	return changed
+}
+
+func (s *Service) reservation(ref events.WorkloadRef) (ledger.Reservation, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.held[ref.Kind+"/"+ref.Namespace+"/"+ref.Name]
+	return r, ok
+}
+
+// cached returns the informer's copy of an object, decoded; nil when the
+// informer has none.
+func (s *Service) cached(k *kindRunner, key string) (Job, error) {
+	obj, exists, err := k.inf.GetStore().GetByKey(key)
+	if err != nil || !exists {
+		return nil, err
+	}
+	ro, ok := obj.(runtime.Object)
+	if !ok {
+		return nil, fmt.Errorf("informer of %s holds a %T", k.kind.Resource, obj)
+	}
+	return k.decode(ro.DeepCopyObject())
+}
+
+// fetch reads an object from the API server, decoded; nil when it is gone.
+func (s *Service) fetch(ctx context.Context, k *kindRunner, ns, name string) (Job, error) {
+	u, err := s.dyn.Resource(k.kind.GVR()).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return k.decode(u)
+}
+
+// patch sends a merge patch to an object (subresource "" or "status").
+func (s *Service) patch(ctx context.Context, k *kindRunner, ns, name string, patch []byte, subresource ...string) error {
+	_, err := s.dyn.Resource(k.kind.GVR()).Namespace(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}, subresource...)
+	return err
+}
+
+// sync brings one object and its workload record in line.
+func (s *Service) sync(ctx context.Context, k *kindRunner, key string) error {
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return nil
+	}
+	defer k.locks.lock(key)()
+	ref := events.WorkloadRef{Kind: k.kind.Name, Namespace: ns, Name: name}
+	rk := workloads.Key(ref)
+	rec, err := s.record(ctx, rk)
+	if err != nil {
+		return err
+	}
+	job, err := s.cached(k, key)
+	if err != nil {
+		return err
+	}
+	if job == nil {
+		if rec != nil {
+			return s.gone(ctx, rk, rec, nil)
+		}
+		return nil
+	}
+	m := job.Meta()
+	if rec != nil && rec.Workload.UID != string(m.GetUID()) {
+		// Deleted and created again under the same name.
+		if err := s.gone(ctx, rk, rec, nil); err != nil {
+			return err
+		}
+		rec = nil
+	}
+	if finished, ok, msg := job.Finished(); finished {
+		if rec != nil {
+			return s.gone(ctx, rk, rec, &events.WorkloadFinishedV1{Succeeded: ok, Message: msg})
+		}
+		return nil
+	}
+	if _, managed := m.GetLabels()[v1beta1.QueueNameLabel]; !managed {
+		return nil
+	}
+	if rec == nil {
+		if rec, err = s.submit(ctx, k, rk, job); err != nil || rec == nil {
+			return err
+		}
+	}
+	r, held := s.reservation(rec.Workload)
+	suspended := job.IsSuspended()
+	switch {
+	case held && suspended && m.GetAnnotations()[StoppedAnnotation] != r.Admission():
+		return s.start(ctx, k, job, rec, r)
+	case held && !suspended:
+		return s.confirmStart(ctx, rec, r)
+	case !held && !suspended:
+		// Running without quota: suspended by the webhook's absence, or
+		// its reservation is gone. Stop it; an object only runs while its
+		// workload holds a reservation. The informer may be behind a stop
+		// that already happened: look at the object itself first.
+		fresh, err := s.fetch(ctx, k, ns, name)
+		if err != nil || fresh == nil {
+			return err
+		}
+		if fresh.Meta().GetUID() != m.GetUID() || fresh.IsSuspended() {
+			return nil
+		}
+		if finished, _, _ := fresh.Finished(); finished {
+			return nil
+		}
+		if _, still := s.reservation(rec.Workload); still {
+			return nil // admitted meanwhile: the next sync starts it
+		}
+		return s.stop(ctx, k, fresh, rec.Workload, "", "NoReservation", "no quota is reserved for this workload", "")
+	}
+	return nil
+}
+
+func (s *Service) record(ctx context.Context, rk string) (*events.WorkloadSubmittedV1, error) {
+	e, err := s.wlKV.Get(ctx, rk)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read workload %s: %w", rk, err)
+	}
+	var rec events.WorkloadSubmittedV1
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		return nil, fmt.Errorf("read workload %s: %w", rk, err)
+	}
+	return &rec, nil
+}
+
+// submit writes the workload record and announces it.
+func (s *Service) submit(ctx context.Context, k *kindRunner, rk string, job Job) (*events.WorkloadSubmittedV1, error) {
+	s.mu.Lock()
+	prio := StaticPriorityResolver{WorkloadPriorityClasses: s.snap.WorkloadPriorityClasses, PriorityClasses: s.snap.PriorityClasses}
+	s.mu.Unlock()
+	// WorkloadOf changes its argument (Pristine): give it a copy.
+	view, err := k.decode(job.Object().DeepCopyObject())
+	if err != nil {
+		return nil, err
+	}
+	w, err := WorkloadOf(k.kind.Name, view, prio)
+	if err != nil {
+		// Bad input is reported on the object and not retried: a change
+		// to the object or the configuration brings it back.
+		s.recorder.Eventf(job.Object(), corev1.EventTypeWarning, "InvalidWorkload", "not queued: %v", err)
+		s.log.Warn().Err(err).Str("workload", rk).Msg("not queued")
+		return nil, nil
+	}
+	rec := toEvent(k.kind.Name, w)
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.wlKV.Create(ctx, rk, b); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		return nil, fmt.Errorf("write workload %s: %w", rk, err)
+	}
+	if err := s.pub.Publish(ctx, rec, events.ID(rec.Type(), rec.Workload.UID)); err != nil {
+		return nil, err
+	}
+	return &rec, nil
+}
+
+func toEvent(kind string, w Workload) events.WorkloadSubmittedV1 {
+	ev := events.WorkloadSubmittedV1{
+		Workload:      events.WorkloadRef{Kind: kind, Namespace: w.Namespace, Name: w.Name, UID: w.UID},
+		LocalQueue:    w.LocalQueue,
+		Priority:      w.Priority,
+		PriorityClass: w.PriorityClass,
+		CreationTime:  w.CreationTime,
+	}
+	for _, ps := range w.PodSets {
+		p := events.PodSetV1{Name: ps.Name, Count: ps.Count, MinCount: ps.MinCount, Requests: map[string]string{},
+			NodeSelector: ps.NodeSelector, Tolerations: ps.Tolerations}
+		for r, q := range ps.Requests {
+			p.Requests[string(r)] = q.String()
+		}
+		ev.PodSets = append(ev.PodSets, p)
+	}
+	return ev
+}
+
+// gone announces an object that finished or disappeared and deletes its
+// record; quota accounting then releases its reservation.
+func (s *Service) gone(ctx context.Context, rk string, rec *events.WorkloadSubmittedV1, fin *events.WorkloadFinishedV1) error {
+	r, _ := s.reservation(rec.Workload)
+	// The fence first, so no preemption of the admission is announced
+	// after the end; then the record: whoever learns of the end from the
+	// event then finds the record gone, and never queues the workload
+	// again.
+	if err := fence.Finish(ctx, s.fenceKV, rk, r.Admission()); err != nil {
+		return err
+	}
+	if err := s.wlKV.Delete(ctx, rk); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("delete workload %s: %w", rk, err)
+	}
+	if fin != nil {
+		fin.Workload, fin.ClusterQueue = rec.Workload, r.ClusterQueue
+		return s.pub.Publish(ctx, *fin, events.ID(fin.Type(), rec.Workload.UID))
+	}
+	ev := events.WorkloadDeletedV1{Workload: rec.Workload}
+	return s.pub.Publish(ctx, ev, events.ID(ev.Type(), rec.Workload.UID))
+}
+
+// start applies a reservation to a suspended object: one API write. The
+// write is fenced three ways, so that an object never runs on a
+// reservation that is gone or given away:
+//   - the admission must be announced (its admitted event stored), so its
+//     started event never comes first;
+//   - the fence must let it start (no stop of this admission decided),
+//     and holds off stops until the start is announced;
+//   - the patch carries the resourceVersion the decision was made on, so a
+//     stale view of the object (the informer lagging behind a stop) fails
+//     with a conflict instead of resuming it.
+func (s *Service) start(ctx context.Context, k *kindRunner, job Job, rec *events.WorkloadSubmittedV1, r ledger.Reservation) error {
+	a := Assignment{ClusterQueue: r.ClusterQueue}
+	for _, ps := range r.PodSets {
+		a.PodSets = append(a.PodSets, PodSetAssignment{Name: ps.Name, Count: ps.Count, Flavors: ps.Flavors})
+	}
+	s.mu.Lock()
+	flavors := s.snap.Flavors
+	s.mu.Unlock()
+	m := job.Meta()
+	admitted, err := k.decode(job.Object().DeepCopyObject())
+	if err != nil {
+		return err
+	}
+	if err := Admit(admitted, a, flavors); err != nil {
+		s.recorder.Eventf(job.Object(), corev1.EventTypeWarning, "AdmissionFailed", "cannot apply admission: %v", err)
+		return nil
+	}
+	if u, ok := job.(Unlocker); ok {
+		if p := u.UnlockPatch(); p != nil {
+			// Stopped earlier without its templates unlocked (Sluice had not
+			// changed them): unlock now, start once the informer sees it.
+			p, err := withUID(p, string(m.GetUID()))
+			if err != nil {
+				return err
+			}
+			if err := s.patch(ctx, k, m.GetNamespace(), m.GetName(), p, "status"); err != nil {
+				return fmt.Errorf("unlock templates: %w", err)
+			}
+			return errLookAgain
+		}
+	}
+	patch, err := MergePatch(job.Object(), admitted.Object(), string(m.GetUID()), m.GetResourceVersion())
+	if err != nil {
+		return err
+	}
+	if err := s.announced(ctx, rec.Workload, r); err != nil {
+		return err
+	}
+	rk := workloads.Key(rec.Workload)
+	admission := r.Admission()
+	if _, err := fence.BeginStart(ctx, s.fenceKV, rk, admission); err != nil {
+		if errors.Is(err, fence.ErrStopping) {
+			// Its preemption (or drain) was announced, maybe before this
+			// service saw the reservation; stop it here so its quota is
+			// released whichever came first.
+			return s.stop(ctx, k, job, rec.Workload, r.ClusterQueue, "Stopped", "admission withdrawn before the workload started: preempted or evicted", admission)
+		}
+		return err
+	}
+	if err := s.patch(ctx, k, m.GetNamespace(), m.GetName(), patch); err != nil {
+		if aerr := fence.AbortStart(ctx, s.fenceKV, rk, admission); aerr != nil {
+			s.log.Warn().Err(aerr).Str("workload", rk).Msg("start not released; stops wait until it is retried")
+		}
+		return fmt.Errorf("resume: %w", err)
+	}
+	s.recorder.Eventf(job.Object(), corev1.EventTypeNormal, "Admitted", "admitted by ClusterQueue %s: %s", r.ClusterQueue, describe(r))
+	return s.announceStart(ctx, rec, r)
+}
+
+// announceStart publishes started and then lets stops of the admission
+// proceed.
+func (s *Service) announceStart(ctx context.Context, rec *events.WorkloadSubmittedV1, r ledger.Reservation) error {
+	ev := events.WorkloadStartedV1{Workload: rec.Workload, ClusterQueue: r.ClusterQueue}
+	if err := s.pub.Publish(ctx, ev, events.ID(ev.Type(), rec.Workload.UID, r.Admission())); err != nil {
+		return err
+	}
+	return fence.EndStart(ctx, s.fenceKV, workloads.Key(rec.Workload), r.Admission())
+}
+
+// confirmStart finishes a start that was applied but not announced (the
+// service stopped between the two): stops of that admission wait for it.
+func (s *Service) confirmStart(ctx context.Context, rec *events.WorkloadSubmittedV1, r ledger.Reservation) error {
+	st, err := fence.Get(ctx, s.fenceKV, workloads.Key(rec.Workload))
+	if err != nil {
+		return err
+	}
+	if st.Admission != r.Admission() || st.Phase != fence.Starting {
+		return nil
+	}
+	return s.announceStart(ctx, rec, r)
+}
+
+var (
+	// errNotAnnounced: the admission's event is not in the stream yet.
+	errNotAnnounced = errors.New("admission not announced yet")
+	// errLookAgain: a first write is done; the next waits for the
+	// informer to see it.
+	errLookAgain = errors.New("look again shortly")
+)
+
+// announceWait is how long an object whose admission is not announced yet
+// waits before it is looked at again; about one admission cycle.
+const announceWait = 20 * time.Millisecond
+
+// announced checks that the admitted event of the reservation is the last
+// one stored for the workload.
+func (s *Service) announced(ctx context.Context, w events.WorkloadRef, r ledger.Reservation) error {
+	msg, err := s.events.GetLastMsgForSubject(ctx, events.WorkloadSubject(events.TypeWorkloadAdmittedV1, w))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return errNotAnnounced
+	}
+	if err != nil {
+		return fmt.Errorf("read admission of %s: %w", w, err)
+	}
+	if msg.Header.Get(jetstream.MsgIDHeader) != workloads.AdmittedID(w, r.Admission()) {
+		return errNotAnnounced
+	}
+	return nil
+}
+
+func describe(r ledger.Reservation) string {
+	var parts []string
+	for _, ps := range r.PodSets {
+		var fl []string
+		for res, f := range ps.Flavors {
+			fl = append(fl, res+"="+f)
+		}
+		sort.Strings(fl)
+		parts = append(parts, fmt.Sprintf("%s×%d on %s", ps.Name, ps.Count, strings.Join(fl, ",")))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// stop suspends an object and restores its templates, then announces it.
+// admission names the admission it is stopped from when the caller knows
+// it (a preemption or eviction names it); otherwise it is the one this
+// service sees in the ledger, if any.
+//
+// The writes are: mark the admission stopped; suspend, when the templates
+// must change and the object runs (templates of a running object cannot
+// change); unlock the templates, for a kind that needs it; restore. An
+// object whose templates Sluice never changed is stopped in one write
+// after the mark. Every step is idempotent: a failed stop is retried from
+// the start.
+func (s *Service) stop(ctx context.Context, k *kindRunner, job Job, ref events.WorkloadRef, cq, reason, message, admission string) error {
+	r, held := s.reservation(ref)
+	if admission == "" && held {
+		admission = r.Admission()
+	}
+	m := job.Meta()
+	ns, name, uid := m.GetNamespace(), m.GetName(), string(m.GetUID())
+	if admission != "" {
+		mark, err := json.Marshal(map[string]any{"metadata": map[string]any{
+			"uid": uid, "annotations": map[string]string{StoppedAnnotation: admission}}})
+		if err != nil {
+			return err
+		}
+		if err := s.patch(ctx, k, ns, name, mark); err != nil {
+			return fmt.Errorf("mark stopped: %w", err)
+		}
+	}
+	for n := 0; ; n++ {
+		if n > 3 {
+			return fmt.Errorf("stop: not done after %d writes", n)
+		}
+		step, err := NextStopStep(k.ad, job)
+		if err != nil {
+			return err
+		}
+		if err := s.patch(ctx, k, ns, name, step.Patch, step.subresource()...); err != nil {
+			return fmt.Errorf("stop (%s): %w", step.Name, err)
+		}
+		if step.Last {
+			break
+		}
+		// The next step must see this one: re-read.
+		if job, err = s.fetch(ctx, k, ns, name); err != nil {
+			return err
+		}
+		if job == nil || string(job.Meta().GetUID()) != uid {
+			return nil // gone: its deletion releases the quota
+		}
+	}
+	s.recorder.Event(job.Object(), corev1.EventTypeNormal, reason, message)
+	if cq == "" {
+		cq = r.ClusterQueue
+	}
+	ev := events.WorkloadStoppedV1{Workload: ref, ClusterQueue: cq, Reason: reason, Admission: admission}
+	return s.pub.Publish(ctx, ev, events.ID(ev.Type(), ref.UID, admission))
+}
+
+// handleEviction stops a preempted or evicted object.
+func (s *Service) handleEviction(ctx context.Context, k *kindRunner, env events.Envelope) error {
+	var ref events.WorkloadRef
+	var cq, reason, message, admission string
+	switch env.Type {
+	case events.TypeWorkloadPreemptedV1:
+		var e events.WorkloadPreemptedV1
+		if err := env.As(&e); err != nil {
+			return bus.Poison(err)
+		}
+		ref, cq, admission = e.Workload, e.ClusterQueue, e.Admission
+		reason = "Preempted"
+		message = fmt.Sprintf("preempted (%s) by %s/%s", e.Reason, e.Preemptor.Namespace, e.Preemptor.Name)
+	case events.TypeWorkloadEvictedV1:
+		var e events.WorkloadEvictedV1
+		if err := env.As(&e); err != nil {
+			return bus.Poison(err)
+		}
+		ref, cq, reason, message, admission = e.Workload, e.ClusterQueue, "Evicted", "evicted: "+e.Reason, e.Admission
+	default:
+		return bus.Poison(fmt.Errorf("unexpected event type %s", env.Type))
+	}
+	defer k.locks.lock(ref.Namespace + "/" + ref.Name)()
+	job, err := s.fetch(ctx, k, ref.Namespace, ref.Name)
+	if err != nil {
+		return err
+	}
+	if job == nil || string(job.Meta().GetUID()) != ref.UID {
+		return nil // gone: its deletion releases the quota
+	}
+	if finished, _, _ := job.Finished(); finished {
+		return nil
+	}
+	if admission != "" && job.Meta().GetAnnotations()[StoppedAnnotation] == admission {
+		if r, held := s.reservation(ref); !held || r.Admission() != admission {
+			// A late copy: the object was stopped from that admission and
+			// its quota released; it may run under a newer one now.
+			return nil
+		}
+	}
+	return s.stop(ctx, k, job, ref, cq, reason, message, admission)
+}
+
+// handlePending reports a changed pending reason on the object.
+func (s *Service) handlePending(_ context.Context, k *kindRunner, env events.Envelope) error {
+	var e events.WorkloadPendingV1
+	if err := env.As(&e); err != nil {
+		return bus.Poison(err)
+	}
+	ref := &corev1.ObjectReference{Kind: k.kind.GVK.Kind, APIVersion: k.kind.GVK.GroupVersion().String(),
+		Namespace: e.Workload.Namespace, Name: e.Workload.Name, UID: types.UID(e.Workload.UID)}
+	s.recorder.Event(ref, corev1.EventTypeNormal, "Pending", e.Reason)
+	return nil
+}
+
+// decode decodes an object of the kind and stamps its kind on it, so
+// Kubernetes Events can name it without a scheme.
+func (k *kindRunner) decode(obj runtime.Object) (Job, error) {
+	j, err := k.ad.Decode(obj)
+	if err != nil {
+		return nil, fmt.Errorf("decode %s: %w", k.kind.Resource, err)
+	}
+	j.Object().GetObjectKind().SetGroupVersionKind(k.kind.GVK)
+	return j, nil
+}
+
+// keyLocks is a mutex per key, kept only while someone holds or waits for
+// it.
+type keyLocks struct {
+	mu sync.Mutex
+	m  map[string]*keyLock
+}
+
+type keyLock struct {
+	sync.Mutex
+	users int
+}
+
+// lock takes key's mutex and returns its release.
+func (k *keyLocks) lock(key string) (unlock func()) {
+	k.mu.Lock()
+	l := k.m[key]
+	if l == nil {
+		l = &keyLock{}
+		k.m[key] = l
+	}
+	l.users++
+	k.mu.Unlock()
+	l.Lock()
+	return func() {
+		l.Unlock()
+		k.mu.Lock()
+		if l.users--; l.users == 0 {
+			delete(k.m, key)
+		}
+		k.mu.Unlock()
+	}
+}
