@@ -30,8 +30,8 @@ type apart struct {
 	kills map[string]int
 }
 
-// startApart stops `sluice dev` and starts watcher, two replicas of the
-// Job integration, two admission replicas, preemption and quota. Cleanup stops them and starts `sluice
+// startApart stops `sluice dev` and starts watcher, the Job integration,
+// two admission replicas, preemption and quota. Cleanup stops them and starts `sluice
 // dev` again.
 func startApart(t *testing.T) *apart {
 	t.Helper()
@@ -50,11 +50,8 @@ func startApart(t *testing.T) *apart {
 	kube := append([]string{"--kubeconfig", kubeconfig}, common...)
 	a := &apart{t: t, nats: srv, dir: dir, log: logf, procs: map[string]*exec.Cmd{}, kills: map[string]int{},
 		args: map[string][]string{
-			"watcher": append([]string{"watcher", "--status-interval", "1s"}, kube...),
-			"job":     append([]string{"integration", "job", "--webhook-address", env.hookAddr}, kube...),
-			// A second replica of the Job integration shares the work; its
-			// webhook listens on a port of its own.
-			"job-b":       append([]string{"integration", "job", "--webhook-address", "127.0.0.1:0"}, kube...),
+			"watcher":     append([]string{"watcher", "--status-interval", "1s"}, kube...),
+			"job":         append([]string{"integration", "job", "--webhook-address", env.hookAddr}, kube...),
 			"admission-a": append([]string{"admission"}, common...),
 			"admission-b": append([]string{"admission"}, common...),
 			"preemption":  append([]string{"preemption"}, common...),

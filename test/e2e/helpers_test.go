@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/sluice-dev/sluice/api/v1beta1"
+	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/internal/invariant"
 	"github.com/sluice-dev/sluice/internal/ledger"
 )
@@ -169,7 +170,7 @@ func waitEvent(t *testing.T, ns, name, reason, text string, within time.Duration
 func reservations(t *testing.T) map[string]ledger.Reservation {
 	t.Helper()
 	ctx := context.Background()
-	kv, err := env.js.KeyValue(ctx, ledger.Bucket)
+	kv, err := bus.OpenKV(ctx, env.js, ledger.Bucket)
 	if err != nil {
 		t.Fatalf("open ledger: %v", err)
 	}

@@ -28,6 +28,7 @@ import (
 
 // env is what every test uses.
 var env struct {
+	cfg  *rest.Config
 	kube *kubernetes.Clientset
 	dyn  dynamic.Interface
 	js   jetstream.JetStream
@@ -138,6 +139,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	env.kube = kubernetes.NewForConfigOrDie(cfg)
+	env.cfg = cfg
 	env.dyn = dynamic.NewForConfigOrDie(cfg)
 
 	natsPort, hookPort := freePort(), freePort()
@@ -186,7 +188,9 @@ func run(m *testing.M) int {
 func connectNATS(url string, within time.Duration) (*nats.Conn, error) {
 	deadline := time.Now().Add(within)
 	for {
-		nc, err := nats.Connect(url)
+		// `sluice dev`, whose NATS this is, is stopped for minutes while
+		// a test runs the services apart: never give up reconnecting.
+		nc, err := nats.Connect(url, nats.MaxReconnects(-1))
 		if err == nil {
 			return nc, nil
 		}

@@ -8,11 +8,13 @@ import (
 
 	"github.com/sluice-dev/sluice/services/integration"
 	"github.com/sluice-dev/sluice/services/integration/job"
+	"github.com/sluice-dev/sluice/services/integration/jobset"
 )
 
 // All lists the adapters, one line per kind.
 var All = []integration.Adapter{
 	job.Adapter{},
+	jobset.Adapter{},
 }
 
 // Names returns the kinds' names in the order of All.

@@ -1,0 +1,88 @@
+// Command kindcrds writes the CRDs of the job kinds Sluice integrates into a
+// directory, one file per CRD, taken from the upstream projects' own Go
+// modules at the versions go.mod pins (the same modules the adapters take
+// their types from), so the schema is the real one:
+//
+//	go run ./hack/kindcrds DIR
+//
+// Run it from the repository root; the modules come from the module cache
+// or the module proxy.
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+)
+
+// crd is one CRD file inside a module.
+type crd struct {
+	module string
+	path   string
+}
+
+// crds lists each integrated kind's CRD.
+var crds = []crd{
+	{module: "sigs.k8s.io/jobset", path: "config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml"},
+}
+
+func main() {
+	if len(os.Args) != 2 {
+		fmt.Fprintln(os.Stderr, "usage: go run ./hack/kindcrds DIR")
+		os.Exit(2)
+	}
+	if err := run(os.Args[1]); err != nil {
+		fmt.Fprintln(os.Stderr, "kindcrds:", err)
+		os.Exit(1)
+	}
+}
+
+func run(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, c := range crds {
+		src, err := moduleDir(c.module)
+		if err != nil {
+			return err
+		}
+		b, err := os.ReadFile(filepath.Join(src, c.path))
+		if err != nil {
+			return fmt.Errorf("%s: %w", c.module, err)
+		}
+		// One document per file: drop a leading document marker.
+		b = bytes.TrimPrefix(bytes.TrimSpace(b), []byte("---"))
+		out := filepath.Join(dir, filepath.Base(c.path))
+		if err := os.WriteFile(out, append(bytes.TrimSpace(b), '\n'), 0o644); err != nil {
+			return err
+		}
+		fmt.Println(out)
+	}
+	return nil
+}
+
+// moduleDir downloads a module at go.mod's version and returns its
+// directory.
+func moduleDir(module string) (string, error) {
+	out, err := exec.Command("go", "mod", "download", "-json", module).Output()
+	if err != nil {
+		if ee, ok := err.(*exec.ExitError); ok {
+			return "", fmt.Errorf("go mod download %s: %w: %s", module, err, ee.Stderr)
+		}
+		return "", fmt.Errorf("go mod download %s: %w", module, err)
+	}
+	var info struct {
+		Dir   string
+		Error string
+	}
+	if err := json.Unmarshal(out, &info); err != nil {
+		return "", fmt.Errorf("go mod download %s: %w", module, err)
+	}
+	if info.Error != "" || info.Dir == "" {
+		return "", fmt.Errorf("go mod download %s: %s", module, info.Error)
+	}
+	return info.Dir, nil
+}

@@ -1,0 +1,115 @@
+// Package jobset is Sluice's adapter for JobSets (jobset.x-k8s.io/v1alpha2).
+// Each replicatedJob is one pod set, named after it, of replicas ×
+// min(parallelism (default 1), completions) pods; a JobSet is suspended
+// through spec.suspend (its controller then suspends the child Jobs) and
+// finishes with its Completed or Failed condition.
+package jobset
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	jobsetv1 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+
+	"github.com/sluice-dev/sluice/services/integration"
+)
+
+// Kind is the JobSet's kind.
+var Kind = integration.Kind{Name: "jobset", GVK: jobsetv1.GroupVersion.WithKind("JobSet"), Resource: "jobsets"}
+
+// Adapter is the JobSet adapter.
+type Adapter struct{}
+
+// Kind implements integration.Adapter.
+func (Adapter) Kind() integration.Kind { return Kind }
+
+// Decode implements integration.Adapter.
+func (Adapter) Decode(obj runtime.Object) (integration.Job, error) {
+	switch o := obj.(type) {
+	case *jobsetv1.JobSet:
+		return &JobSet{o.DeepCopy()}, nil
+	case *unstructured.Unstructured:
+		var js jobsetv1.JobSet
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &js); err != nil {
+			return nil, fmt.Errorf("not a JobSet: %w", err)
+		}
+		return &JobSet{&js}, nil
+	default:
+		return nil, fmt.Errorf("not a JobSet: %T", obj)
+	}
+}
+
+// JobSet is a JobSet under the framework.
+type JobSet struct{ *jobsetv1.JobSet }
+
+// Object implements integration.Job.
+func (j *JobSet) Object() runtime.Object { return j.JobSet }
+
+// Meta implements integration.Job.
+func (j *JobSet) Meta() metav1.Object { return j.JobSet }
+
+// IsSuspended implements integration.Job.
+func (j *JobSet) IsSuspended() bool { return j.Spec.Suspend != nil && *j.Spec.Suspend }
+
+// SetSuspended implements integration.Job.
+func (j *JobSet) SetSuspended(s bool) { j.Spec.Suspend = &s }
+
+// PodSets implements integration.Job: one pod set per replicatedJob.
+func (j *JobSet) PodSets() ([]integration.PodSet, error) {
+	if len(j.Spec.ReplicatedJobs) == 0 {
+		return nil, fmt.Errorf("spec.replicatedJobs is empty: %w", integration.ErrInvalidJob)
+	}
+	out := make([]integration.PodSet, 0, len(j.Spec.ReplicatedJobs))
+	for i := range j.Spec.ReplicatedJobs {
+		rj := &j.Spec.ReplicatedJobs[i]
+		field := fmt.Sprintf("spec.replicatedJobs[%d]", i)
+		if rj.Name == "" {
+			return nil, fmt.Errorf("%s.name is empty: %w", field, integration.ErrInvalidJob)
+		}
+		if rj.Replicas < 0 {
+			return nil, fmt.Errorf("%s (%s).replicas is %d: %w", field, rj.Name, rj.Replicas, integration.ErrInvalidJob)
+		}
+		spec := &rj.Template.Spec
+		par := int32(1)
+		if spec.Parallelism != nil {
+			par = *spec.Parallelism
+		}
+		if par < 0 {
+			return nil, fmt.Errorf("%s (%s).template.spec.parallelism is %d: %w", field, rj.Name, par, integration.ErrInvalidJob)
+		}
+		if c := spec.Completions; c != nil {
+			if *c < 0 {
+				return nil, fmt.Errorf("%s (%s).template.spec.completions is %d: %w", field, rj.Name, *c, integration.ErrInvalidJob)
+			}
+			par = min(par, *c)
+		}
+		out = append(out, integration.PodSet{Name: rj.Name, Count: rj.Replicas * par, Spec: &spec.Template.Spec})
+	}
+	return out, nil
+}
+
+// Finished implements integration.Job: the Completed or Failed condition
+// the JobSet controller sets to True.
+func (j *JobSet) Finished() (finished, succeeded bool, message string) {
+	if c := meta.FindStatusCondition(j.Status.Conditions, string(jobsetv1.JobSetCompleted)); c != nil && c.Status == metav1.ConditionTrue {
+		return true, true, text(c, "jobset completed")
+	}
+	if c := meta.FindStatusCondition(j.Status.Conditions, string(jobsetv1.JobSetFailed)); c != nil && c.Status == metav1.ConditionTrue {
+		return true, false, text(c, "jobset failed")
+	}
+	return false, false, ""
+}
+
+func text(c *metav1.Condition, fallback string) string {
+	switch {
+	case c.Message != "":
+		return c.Message
+	case c.Reason != "":
+		return c.Reason
+	default:
+		return fallback
+	}
+}

@@ -1,0 +1,264 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+	jobsetv1 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+
+	"github.com/sluice-dev/sluice/api/v1beta1"
+	"github.com/sluice-dev/sluice/services/integration/jobset"
+)
+
+var kindCRDs struct {
+	once sync.Once
+	err  error
+}
+
+// installKindCRDs installs the job kinds' CRDs from their upstream modules,
+// once, after `sluice dev` started: it must notice them and start their
+// integrations.
+func installKindCRDs(t *testing.T) {
+	t.Helper()
+	kindCRDs.once.Do(func() {
+		dir := t.TempDir()
+		cmd := exec.Command("go", "run", "./hack/kindcrds", dir)
+		cmd.Dir = root()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			kindCRDs.err = fmt.Errorf("go run ./hack/kindcrds: %v\n%s", err, out)
+			return
+		}
+		kindCRDs.err = installCRDs(env.cfg, dir)
+	})
+	if kindCRDs.err != nil {
+		t.Fatal(kindCRDs.err)
+	}
+}
+
+// jobSetSpec describes a test JobSet: a leader of one pod and workers of
+// replicas × parallelism pods, one GPU each.
+type jobSetSpec struct {
+	ns, name, queue, priorityClass string
+	workers, parallelism           int32
+	workerSelector                 map[string]string
+}
+
+func jobSetObject(s jobSetSpec) *jobsetv1.JobSet {
+	labels := map[string]string{v1beta1.QueueNameLabel: s.queue}
+	if s.priorityClass != "" {
+		labels[v1beta1.PriorityClassLabel] = s.priorityClass
+	}
+	tpl := func(par int32, sel map[string]string) batchv1.JobTemplateSpec {
+		res := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), "nvidia.com/gpu": resource.MustParse("1")}
+		return batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{
+			Parallelism: ptr.To(par), Completions: ptr.To(par),
+			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+				RestartPolicy: corev1.RestartPolicyNever,
+				NodeSelector:  maps.Clone(sel),
+				Containers: []corev1.Container{{Name: "main", Image: "busybox",
+					Resources: corev1.ResourceRequirements{Requests: res, Limits: corev1.ResourceList{"nvidia.com/gpu": res["nvidia.com/gpu"]}}}},
+			}},
+		}}
+	}
+	return &jobsetv1.JobSet{
+		TypeMeta:   metav1.TypeMeta{APIVersion: jobsetv1.GroupVersion.String(), Kind: "JobSet"},
+		ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: s.ns, Labels: labels},
+		Spec: jobsetv1.JobSetSpec{ReplicatedJobs: []jobsetv1.ReplicatedJob{
+			{Name: "leader", Replicas: 1, Template: tpl(1, nil)},
+			{Name: "workers", Replicas: s.workers, Template: tpl(s.parallelism, s.workerSelector)},
+		}},
+	}
+}
+
+func createJobSet(t *testing.T, s jobSetSpec) *jobsetv1.JobSet {
+	t.Helper()
+	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(jobSetObject(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := env.dyn.Resource(jobset.Kind.GVR()).Namespace(s.ns).Create(context.Background(), &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create jobset %s/%s: %v", s.ns, s.name, err)
+	}
+	js := decodeJobSet(t, got)
+	if js.Spec.Suspend == nil || !*js.Spec.Suspend {
+		t.Fatalf("jobset %s/%s was not suspended on create by the webhook", s.ns, s.name)
+	}
+	return js
+}
+
+func decodeJobSet(t *testing.T, u *unstructured.Unstructured) *jobsetv1.JobSet {
+	t.Helper()
+	var js jobsetv1.JobSet
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &js); err != nil {
+		t.Fatalf("decode jobset: %v", err)
+	}
+	return &js
+}
+
+func getJobSet(t *testing.T, ns, name string) *jobsetv1.JobSet {
+	t.Helper()
+	u, err := env.dyn.Resource(jobset.Kind.GVR()).Namespace(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get jobset %s/%s: %v", ns, name, err)
+	}
+	return decodeJobSet(t, u)
+}
+
+// selectors describes each replicatedJob's pod nodeSelector.
+func selectors(js *jobsetv1.JobSet) string {
+	var parts []string
+	for _, rj := range js.Spec.ReplicatedJobs {
+		parts = append(parts, fmt.Sprintf("%s=%v", rj.Name, rj.Template.Spec.Template.Spec.NodeSelector))
+	}
+	return strings.Join(parts, " ")
+}
+
+// waitWebhookFor waits until a dry-run create of obj comes back suspended.
+func waitJobSetWebhook(t *testing.T, ns string) {
+	t.Helper()
+	probe := jobSetObject(jobSetSpec{ns: ns, name: "webhook-probe", queue: "q", workers: 1, parallelism: 1})
+	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(probe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, "the jobset integration suspends a dry-run JobSet (its CRD installed after sluice dev started)", func() (bool, string) {
+		got, err := env.dyn.Resource(jobset.Kind.GVR()).Namespace(ns).Create(context.Background(), &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			return false, err.Error()
+		}
+		s, _, _ := unstructured.NestedBool(got.Object, "spec", "suspend")
+		return s, fmt.Sprintf("suspend=%v", s)
+	})
+}
+
+// TestJobSetLifecycle takes a JobSet through Sluice: suspended on create,
+// admitted with the flavor's node labels in every replicatedJob's pod
+// template (the user's own selector kept), preempted by a higher-priority
+// Job (suspended, templates restored, quota released), admitted again once
+// the Job is done, and finished, which releases its quota. No JobSet
+// controller runs: the test writes the JobSet's Completed condition as the
+// controller would.
+func TestJobSetLifecycle(t *testing.T) {
+	installKindCRDs(t)
+	ns := "e2e-jobset"
+	queues(t, ns, 4, "LowerPriority")
+	waitJobSetWebhook(t, ns)
+
+	user := map[string]string{"disk": "ssd"}
+	createJobSet(t, jobSetSpec{ns: ns, name: "train", queue: "q", workers: 2, parallelism: 1, workerSelector: user})
+	key := "jobset/" + ns + "/train"
+
+	admitted := func(js *jobsetv1.JobSet) (bool, string) {
+		if js.Spec.Suspend == nil || *js.Spec.Suspend {
+			return false, "suspended; " + selectors(js)
+		}
+		for _, rj := range js.Spec.ReplicatedJobs {
+			sel := rj.Template.Spec.Template.Spec.NodeSelector
+			if sel["instance-type"] != "a100" {
+				return false, "running without the flavor's label: " + selectors(js)
+			}
+			if rj.Name == "workers" && sel["disk"] != "ssd" {
+				return false, "the user's selector was lost: " + selectors(js)
+			}
+		}
+		return true, ""
+	}
+	eventually(t, 30*time.Second, "jobset admitted with the flavor in every pod template", func() (bool, string) {
+		return admitted(getJobSet(t, ns, "train"))
+	})
+	waitEvent(t, ns, "train", "Admitted", "workers×2", 10*time.Second)
+	if r, ok := reservations(t)[key]; !ok || len(r.PodSets) != 2 {
+		t.Fatalf("reservation of %s = %+v, %v; want one with two pod sets", key, r, ok)
+	}
+
+	// A higher-priority Job needs 2 of the 4 GPUs the JobSet (3) holds.
+	createJob(t, jobSpec{ns: ns, name: "urgent", queue: "q", priorityClass: "high", pods: 2, gpus: 1, runFor: "4s"})
+	eventually(t, 30*time.Second, "jobset preempted: suspended with its templates restored", func() (bool, string) {
+		js := getJobSet(t, ns, "train")
+		if js.Spec.Suspend == nil || !*js.Spec.Suspend {
+			return false, "still running"
+		}
+		for _, rj := range js.Spec.ReplicatedJobs {
+			sel := rj.Template.Spec.Template.Spec.NodeSelector
+			want := map[string]string(nil)
+			if rj.Name == "workers" {
+				want = user
+			}
+			if !maps.Equal(sel, want) {
+				return false, "not restored: " + selectors(js)
+			}
+		}
+		if _, ok := js.Annotations["sluice.dev/admission"]; ok {
+			return false, "admission annotation left"
+		}
+		return true, ""
+	})
+	waitEvent(t, ns, "train", "Preempted", "urgent", 10*time.Second)
+	waitRunning(t, ns, "urgent", 30*time.Second)
+
+	// Once the Job is done, the JobSet is admitted again.
+	waitComplete(t, ns, "urgent", 60*time.Second)
+	eventually(t, 60*time.Second, "jobset resumed after the preemptor finished", func() (bool, string) {
+		return admitted(getJobSet(t, ns, "train"))
+	})
+
+	// The JobSet controller's part: the JobSet completes.
+	js := getJobSet(t, ns, "train")
+	meta.SetStatusCondition(&js.Status.Conditions, metav1.Condition{Type: string(jobsetv1.JobSetCompleted), Status: metav1.ConditionTrue,
+		Reason: "AllJobsCompleted", Message: "jobset completed successfully"})
+	status, err := runtime.DefaultUnstructuredConverter.ToUnstructured(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.dyn.Resource(jobset.Kind.GVR()).Namespace(ns).UpdateStatus(context.Background(), &unstructured.Unstructured{Object: status}, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("complete jobset: %v", err)
+	}
+	eventually(t, 30*time.Second, "quota of the finished jobset released", func() (bool, string) {
+		if r, ok := reservations(t)[key]; ok {
+			return false, fmt.Sprintf("still reserved in %s", r.ClusterQueue)
+		}
+		return true, ""
+	})
+}
+
+// TestJobSetBadInput: a JobSet whose pod sets cannot be read stays
+// suspended, with an Event naming the field.
+func TestJobSetBadInput(t *testing.T) {
+	installKindCRDs(t)
+	ns := "e2e-jobset-bad"
+	queues(t, ns, 4, "Never")
+	waitJobSetWebhook(t, ns)
+	s := jobSetObject(jobSetSpec{ns: ns, name: "bad", queue: "q", workers: 1, parallelism: 1})
+	s.Spec.ReplicatedJobs[1].Template.Spec.Template.Spec.Containers[0].Resources.Requests["nvidia.com/gpu"] = resource.MustParse("1")
+	s.Spec.ReplicatedJobs[1].Template.Spec.Parallelism = ptr.To[int32](-1)
+	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.dyn.Resource(jobset.Kind.GVR()).Namespace(ns).Create(context.Background(), &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{}); err != nil {
+		// The CRD's own validation may refuse it first: also a clear error.
+		if !strings.Contains(err.Error(), "parallelism") {
+			t.Fatalf("create bad jobset: %v; want an error naming parallelism", err)
+		}
+		return
+	}
+	waitEvent(t, ns, "bad", "InvalidWorkload", "parallelism", 30*time.Second)
+	if js := getJobSet(t, ns, "bad"); js.Spec.Suspend == nil || !*js.Spec.Suspend {
+		t.Fatal("a jobset that cannot be read was unsuspended")
+	}
+}
