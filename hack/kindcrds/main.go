@@ -27,6 +27,12 @@ type crd struct {
 // crds lists each integrated kind's CRD.
 var crds = []crd{
 	{module: "sigs.k8s.io/jobset", path: "config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml"},
+	{module: "github.com/ray-project/kuberay/ray-operator", path: "config/crd/bases/ray.io_rayclusters.yaml"},
+	{module: "github.com/ray-project/kuberay/ray-operator", path: "config/crd/bases/ray.io_rayjobs.yaml"},
+	{module: "github.com/kubeflow/training-operator", path: "manifests/base/crds/kubeflow.org_pytorchjobs.yaml"},
+	// MPIJob v2beta1 comes from mpi-operator (training-operator's MPIJob
+	// CRD is the older v1 of the same name).
+	{module: "github.com/kubeflow/mpi-operator", path: "manifests/base/kubeflow.org_mpijobs.yaml"},
 }
 
 func main() {

@@ -12,7 +12,6 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -84,23 +83,6 @@ func jobSetObject(s jobSetSpec) *jobsetv1.JobSet {
 	}
 }
 
-func createJobSet(t *testing.T, s jobSetSpec) *jobsetv1.JobSet {
-	t.Helper()
-	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(jobSetObject(s))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := env.dyn.Resource(jobset.Kind.GVR()).Namespace(s.ns).Create(context.Background(), &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("create jobset %s/%s: %v", s.ns, s.name, err)
-	}
-	js := decodeJobSet(t, got)
-	if js.Spec.Suspend == nil || !*js.Spec.Suspend {
-		t.Fatalf("jobset %s/%s was not suspended on create by the webhook", s.ns, s.name)
-	}
-	return js
-}
-
 func decodeJobSet(t *testing.T, u *unstructured.Unstructured) *jobsetv1.JobSet {
 	t.Helper()
 	var js jobsetv1.JobSet
@@ -119,15 +101,6 @@ func getJobSet(t *testing.T, ns, name string) *jobsetv1.JobSet {
 	return decodeJobSet(t, u)
 }
 
-// selectors describes each replicatedJob's pod nodeSelector.
-func selectors(js *jobsetv1.JobSet) string {
-	var parts []string
-	for _, rj := range js.Spec.ReplicatedJobs {
-		parts = append(parts, fmt.Sprintf("%s=%v", rj.Name, rj.Template.Spec.Template.Spec.NodeSelector))
-	}
-	return strings.Join(parts, " ")
-}
-
 // waitWebhookFor waits until a dry-run create of obj comes back suspended.
 func waitJobSetWebhook(t *testing.T, ns string) {
 	t.Helper()
@@ -143,96 +116,6 @@ func waitJobSetWebhook(t *testing.T, ns string) {
 		}
 		s, _, _ := unstructured.NestedBool(got.Object, "spec", "suspend")
 		return s, fmt.Sprintf("suspend=%v", s)
-	})
-}
-
-// TestJobSetLifecycle takes a JobSet through Sluice: suspended on create,
-// admitted with the flavor's node labels in every replicatedJob's pod
-// template (the user's own selector kept), preempted by a higher-priority
-// Job (suspended, templates restored, quota released), admitted again once
-// the Job is done, and finished, which releases its quota. No JobSet
-// controller runs: the test writes the JobSet's Completed condition as the
-// controller would.
-func TestJobSetLifecycle(t *testing.T) {
-	installKindCRDs(t)
-	ns := "e2e-jobset"
-	queues(t, ns, 4, "LowerPriority")
-	waitJobSetWebhook(t, ns)
-
-	user := map[string]string{"disk": "ssd"}
-	createJobSet(t, jobSetSpec{ns: ns, name: "train", queue: "q", workers: 2, parallelism: 1, workerSelector: user})
-	key := "jobset/" + ns + "/train"
-
-	admitted := func(js *jobsetv1.JobSet) (bool, string) {
-		if js.Spec.Suspend == nil || *js.Spec.Suspend {
-			return false, "suspended; " + selectors(js)
-		}
-		for _, rj := range js.Spec.ReplicatedJobs {
-			sel := rj.Template.Spec.Template.Spec.NodeSelector
-			if sel["instance-type"] != "a100" {
-				return false, "running without the flavor's label: " + selectors(js)
-			}
-			if rj.Name == "workers" && sel["disk"] != "ssd" {
-				return false, "the user's selector was lost: " + selectors(js)
-			}
-		}
-		return true, ""
-	}
-	eventually(t, 30*time.Second, "jobset admitted with the flavor in every pod template", func() (bool, string) {
-		return admitted(getJobSet(t, ns, "train"))
-	})
-	waitEvent(t, ns, "train", "Admitted", "workers×2", 10*time.Second)
-	if r, ok := reservations(t)[key]; !ok || len(r.PodSets) != 2 {
-		t.Fatalf("reservation of %s = %+v, %v; want one with two pod sets", key, r, ok)
-	}
-
-	// A higher-priority Job needs 2 of the 4 GPUs the JobSet (3) holds.
-	createJob(t, jobSpec{ns: ns, name: "urgent", queue: "q", priorityClass: "high", pods: 2, gpus: 1, runFor: "4s"})
-	eventually(t, 30*time.Second, "jobset preempted: suspended with its templates restored", func() (bool, string) {
-		js := getJobSet(t, ns, "train")
-		if js.Spec.Suspend == nil || !*js.Spec.Suspend {
-			return false, "still running"
-		}
-		for _, rj := range js.Spec.ReplicatedJobs {
-			sel := rj.Template.Spec.Template.Spec.NodeSelector
-			want := map[string]string(nil)
-			if rj.Name == "workers" {
-				want = user
-			}
-			if !maps.Equal(sel, want) {
-				return false, "not restored: " + selectors(js)
-			}
-		}
-		if _, ok := js.Annotations["sluice.dev/admission"]; ok {
-			return false, "admission annotation left"
-		}
-		return true, ""
-	})
-	waitEvent(t, ns, "train", "Preempted", "urgent", 10*time.Second)
-	waitRunning(t, ns, "urgent", 30*time.Second)
-
-	// Once the Job is done, the JobSet is admitted again.
-	waitComplete(t, ns, "urgent", 60*time.Second)
-	eventually(t, 60*time.Second, "jobset resumed after the preemptor finished", func() (bool, string) {
-		return admitted(getJobSet(t, ns, "train"))
-	})
-
-	// The JobSet controller's part: the JobSet completes.
-	js := getJobSet(t, ns, "train")
-	meta.SetStatusCondition(&js.Status.Conditions, metav1.Condition{Type: string(jobsetv1.JobSetCompleted), Status: metav1.ConditionTrue,
-		Reason: "AllJobsCompleted", Message: "jobset completed successfully"})
-	status, err := runtime.DefaultUnstructuredConverter.ToUnstructured(js)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := env.dyn.Resource(jobset.Kind.GVR()).Namespace(ns).UpdateStatus(context.Background(), &unstructured.Unstructured{Object: status}, metav1.UpdateOptions{}); err != nil {
-		t.Fatalf("complete jobset: %v", err)
-	}
-	eventually(t, 30*time.Second, "quota of the finished jobset released", func() (bool, string) {
-		if r, ok := reservations(t)[key]; ok {
-			return false, fmt.Sprintf("still reserved in %s", r.ClusterQueue)
-		}
-		return true, ""
 	})
 }
 

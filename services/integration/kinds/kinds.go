@@ -9,12 +9,20 @@ import (
 	"github.com/sluice-dev/sluice/services/integration"
 	"github.com/sluice-dev/sluice/services/integration/job"
 	"github.com/sluice-dev/sluice/services/integration/jobset"
+	"github.com/sluice-dev/sluice/services/integration/mpijob"
+	"github.com/sluice-dev/sluice/services/integration/pytorchjob"
+	"github.com/sluice-dev/sluice/services/integration/raycluster"
+	"github.com/sluice-dev/sluice/services/integration/rayjob"
 )
 
 // All lists the adapters, one line per kind.
 var All = []integration.Adapter{
 	job.Adapter{},
 	jobset.Adapter{},
+	rayjob.Adapter{},
+	raycluster.Adapter{},
+	mpijob.Adapter{},
+	pytorchjob.Adapter{},
 }
 
 // Names returns the kinds' names in the order of All.

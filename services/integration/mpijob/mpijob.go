@@ -1,0 +1,112 @@
+// Package mpijob is Sluice's adapter for MPIJobs (kubeflow.org/v2beta1,
+// mpi-operator): a pod set "launcher" and a pod set "worker" of their
+// replicas (default 1). An MPIJob is suspended through
+// spec.runPolicy.suspend (its CRD defaults it to false, so the webhook sets
+// it on create) and finishes with its Succeeded or Failed condition.
+package mpijob
+
+import (
+	"fmt"
+
+	mpiv2 "github.com/kubeflow/mpi-operator/pkg/apis/kubeflow/v2beta1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/sluice-dev/sluice/services/integration"
+)
+
+// Kind is the MPIJob's kind.
+var Kind = integration.Kind{Name: "mpijob", GVK: mpiv2.SchemeGroupVersion.WithKind("MPIJob"), Resource: "mpijobs"}
+
+// Adapter is the MPIJob adapter.
+type Adapter struct{}
+
+// Kind implements integration.Adapter.
+func (Adapter) Kind() integration.Kind { return Kind }
+
+// Decode implements integration.Adapter.
+func (Adapter) Decode(obj runtime.Object) (integration.Job, error) {
+	switch o := obj.(type) {
+	case *mpiv2.MPIJob:
+		return &MPIJob{o.DeepCopy()}, nil
+	case *unstructured.Unstructured:
+		var mj mpiv2.MPIJob
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &mj); err != nil {
+			return nil, fmt.Errorf("not an MPIJob: %w", err)
+		}
+		return &MPIJob{&mj}, nil
+	default:
+		return nil, fmt.Errorf("not an MPIJob: %T", obj)
+	}
+}
+
+// MPIJob is an MPIJob under the framework.
+type MPIJob struct{ *mpiv2.MPIJob }
+
+// Object implements integration.Job.
+func (m *MPIJob) Object() runtime.Object { return m.MPIJob }
+
+// Meta implements integration.Job.
+func (m *MPIJob) Meta() metav1.Object { return m.MPIJob }
+
+// IsSuspended implements integration.Job.
+func (m *MPIJob) IsSuspended() bool {
+	return m.Spec.RunPolicy.Suspend != nil && *m.Spec.RunPolicy.Suspend
+}
+
+// SetSuspended implements integration.Job.
+func (m *MPIJob) SetSuspended(s bool) { m.Spec.RunPolicy.Suspend = &s }
+
+// PodSets implements integration.Job: launcher, then worker.
+func (m *MPIJob) PodSets() ([]integration.PodSet, error) {
+	var out []integration.PodSet
+	for _, t := range []mpiv2.MPIReplicaType{mpiv2.MPIReplicaTypeLauncher, mpiv2.MPIReplicaTypeWorker} {
+		rs := m.Spec.MPIReplicaSpecs[t]
+		if rs == nil {
+			if t == mpiv2.MPIReplicaTypeLauncher {
+				return nil, fmt.Errorf("spec.mpiReplicaSpecs.Launcher is missing: %w", integration.ErrInvalidJob)
+			}
+			continue
+		}
+		n := int32(1)
+		if rs.Replicas != nil {
+			n = *rs.Replicas
+		}
+		if n < 0 {
+			return nil, fmt.Errorf("spec.mpiReplicaSpecs.%s.replicas is %d: %w", t, n, integration.ErrInvalidJob)
+		}
+		name := "launcher"
+		if t == mpiv2.MPIReplicaTypeWorker {
+			name = "worker"
+		}
+		out = append(out, integration.PodSet{Name: name, Count: n, Spec: &rs.Template.Spec})
+	}
+	for t := range m.Spec.MPIReplicaSpecs {
+		if t != mpiv2.MPIReplicaTypeLauncher && t != mpiv2.MPIReplicaTypeWorker {
+			return nil, fmt.Errorf("spec.mpiReplicaSpecs.%s: only Launcher and Worker are known: %w", t, integration.ErrInvalidJob)
+		}
+	}
+	return out, nil
+}
+
+// Finished implements integration.Job.
+func (m *MPIJob) Finished() (finished, succeeded bool, message string) {
+	for _, c := range m.Status.Conditions {
+		if c.Status != corev1.ConditionTrue {
+			continue
+		}
+		msg := c.Message
+		if msg == "" {
+			msg = c.Reason
+		}
+		switch c.Type {
+		case mpiv2.JobSucceeded:
+			return true, true, msg
+		case mpiv2.JobFailed:
+			return true, false, msg
+		}
+	}
+	return false, false, ""
+}

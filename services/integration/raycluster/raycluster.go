@@ -1,0 +1,99 @@
+// Package raycluster is Sluice's adapter for RayClusters (ray.io/v1): a
+// pod set "head" of one pod and one pod set per worker group, named after
+// it, of replicas × numOfHosts pods (an autoscaling group is counted at its
+// declared replicas). A RayCluster is suspended through spec.suspend and
+// never finishes by itself: deleting it releases its quota.
+package raycluster
+
+import (
+	"fmt"
+
+	rayv1 "github.com/ray-project/kuberay/ray-operator/apis/ray/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/sluice-dev/sluice/services/integration"
+)
+
+// HeadPodSet is the name of the head's pod set.
+const HeadPodSet = "head"
+
+// maxWorkerGroups keeps a workload within 8 pod sets, as Kueue does.
+const maxWorkerGroups = 7
+
+// Kind is the RayCluster's kind.
+var Kind = integration.Kind{Name: "raycluster", GVK: rayv1.GroupVersion.WithKind("RayCluster"), Resource: "rayclusters"}
+
+// Adapter is the RayCluster adapter.
+type Adapter struct{}
+
+// Kind implements integration.Adapter.
+func (Adapter) Kind() integration.Kind { return Kind }
+
+// Decode implements integration.Adapter.
+func (Adapter) Decode(obj runtime.Object) (integration.Job, error) {
+	switch o := obj.(type) {
+	case *rayv1.RayCluster:
+		return &RayCluster{o.DeepCopy()}, nil
+	case *unstructured.Unstructured:
+		var rc rayv1.RayCluster
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &rc); err != nil {
+			return nil, fmt.Errorf("not a RayCluster: %w", err)
+		}
+		return &RayCluster{&rc}, nil
+	default:
+		return nil, fmt.Errorf("not a RayCluster: %T", obj)
+	}
+}
+
+// RayCluster is a RayCluster under the framework.
+type RayCluster struct{ *rayv1.RayCluster }
+
+// Object implements integration.Job.
+func (r *RayCluster) Object() runtime.Object { return r.RayCluster }
+
+// Meta implements integration.Job.
+func (r *RayCluster) Meta() metav1.Object { return r.RayCluster }
+
+// IsSuspended implements integration.Job.
+func (r *RayCluster) IsSuspended() bool { return r.Spec.Suspend != nil && *r.Spec.Suspend }
+
+// SetSuspended implements integration.Job.
+func (r *RayCluster) SetSuspended(s bool) { r.Spec.Suspend = &s }
+
+// PodSets implements integration.Job.
+func (r *RayCluster) PodSets() ([]integration.PodSet, error) {
+	return PodSets(&r.Spec, "spec")
+}
+
+// Finished implements integration.Job: a RayCluster runs until deleted.
+func (r *RayCluster) Finished() (bool, bool, string) { return false, false, "" }
+
+// PodSets reads a Ray cluster's pod sets; field names where the spec is in
+// the object, for errors. RayJob reads its cluster with it too.
+func PodSets(spec *rayv1.RayClusterSpec, field string) ([]integration.PodSet, error) {
+	if len(spec.WorkerGroupSpecs) > maxWorkerGroups {
+		return nil, fmt.Errorf("%s.workerGroupSpecs has %d groups, at most %d are supported: %w", field, len(spec.WorkerGroupSpecs), maxWorkerGroups, integration.ErrInvalidJob)
+	}
+	out := []integration.PodSet{{Name: HeadPodSet, Count: 1, Spec: &spec.HeadGroupSpec.Template.Spec}}
+	seen := map[string]bool{HeadPodSet: true}
+	for i := range spec.WorkerGroupSpecs {
+		g := &spec.WorkerGroupSpecs[i]
+		at := fmt.Sprintf("%s.workerGroupSpecs[%d]", field, i)
+		if g.GroupName == "" || seen[g.GroupName] {
+			return nil, fmt.Errorf("%s.groupName %q is empty or repeated (\"head\" is taken): %w", at, g.GroupName, integration.ErrInvalidJob)
+		}
+		seen[g.GroupName] = true
+		replicas := int32(1)
+		if g.Replicas != nil {
+			replicas = *g.Replicas
+		}
+		if replicas < 0 {
+			return nil, fmt.Errorf("%s (%s).replicas is %d: %w", at, g.GroupName, replicas, integration.ErrInvalidJob)
+		}
+		hosts := max(g.NumOfHosts, 1)
+		out = append(out, integration.PodSet{Name: g.GroupName, Count: replicas * hosts, Spec: &g.Template.Spec})
+	}
+	return out, nil
+}

@@ -1,0 +1,126 @@
+// Package rayjob is Sluice's adapter for RayJobs (ray.io/v1): the pod sets
+// of its rayClusterSpec (head and worker groups, see raycluster) and, when
+// it submits through a Kubernetes Job (the default mode), a "submitter" pod
+// set of one pod. A RayJob is suspended through spec.suspend and finishes
+// when its jobDeploymentStatus is Complete or Failed. A RayJob that runs on
+// an existing cluster (spec.clusterSelector) cannot be queued: Sluice would
+// not know what it uses.
+package rayjob
+
+import (
+	"fmt"
+
+	rayv1 "github.com/ray-project/kuberay/ray-operator/apis/ray/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/sluice-dev/sluice/services/integration"
+	"github.com/sluice-dev/sluice/services/integration/raycluster"
+)
+
+// SubmitterPodSet is the name of the submitter Job's pod set.
+const SubmitterPodSet = "submitter"
+
+// Kind is the RayJob's kind.
+var Kind = integration.Kind{Name: "rayjob", GVK: rayv1.GroupVersion.WithKind("RayJob"), Resource: "rayjobs"}
+
+// Adapter is the RayJob adapter.
+type Adapter struct{}
+
+// Kind implements integration.Adapter.
+func (Adapter) Kind() integration.Kind { return Kind }
+
+// Decode implements integration.Adapter.
+func (Adapter) Decode(obj runtime.Object) (integration.Job, error) {
+	switch o := obj.(type) {
+	case *rayv1.RayJob:
+		return newRayJob(o.DeepCopy()), nil
+	case *unstructured.Unstructured:
+		var rj rayv1.RayJob
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &rj); err != nil {
+			return nil, fmt.Errorf("not a RayJob: %w", err)
+		}
+		return newRayJob(&rj), nil
+	default:
+		return nil, fmt.Errorf("not a RayJob: %T", obj)
+	}
+}
+
+// RayJob is a RayJob under the framework.
+type RayJob struct {
+	*rayv1.RayJob
+	// submitter stands in for the submitter pod KubeRay makes when the
+	// RayJob has no submitterPodTemplate: its requests count, and what is
+	// written into it is not part of the object.
+	submitter corev1.PodSpec
+}
+
+func newRayJob(rj *rayv1.RayJob) *RayJob {
+	return &RayJob{RayJob: rj, submitter: corev1.PodSpec{Containers: []corev1.Container{{
+		Name: "ray-job-submitter",
+		// KubeRay's default submitter requests.
+		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+			corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("200Mi"),
+		}},
+	}}}}
+}
+
+// Object implements integration.Job.
+func (r *RayJob) Object() runtime.Object { return r.RayJob }
+
+// Meta implements integration.Job.
+func (r *RayJob) Meta() metav1.Object { return r.RayJob }
+
+// IsSuspended implements integration.Job.
+func (r *RayJob) IsSuspended() bool { return r.Spec.Suspend }
+
+// SetSuspended implements integration.Job.
+func (r *RayJob) SetSuspended(s bool) { r.Spec.Suspend = s }
+
+// PodSets implements integration.Job.
+func (r *RayJob) PodSets() ([]integration.PodSet, error) {
+	if len(r.Spec.ClusterSelector) > 0 {
+		return nil, fmt.Errorf("spec.clusterSelector is set: a RayJob on an existing RayCluster cannot be queued: %w", integration.ErrInvalidJob)
+	}
+	if r.Spec.RayClusterSpec == nil {
+		return nil, fmt.Errorf("spec.rayClusterSpec is missing: %w", integration.ErrInvalidJob)
+	}
+	sets, err := raycluster.PodSets(r.Spec.RayClusterSpec, "spec.rayClusterSpec")
+	if err != nil {
+		return nil, err
+	}
+	mode := r.Spec.SubmissionMode
+	if mode == "" || mode == rayv1.K8sJobMode {
+		spec := &r.submitter
+		if r.Spec.SubmitterPodTemplate != nil {
+			spec = &r.Spec.SubmitterPodTemplate.Spec
+		}
+		sets = append(sets, integration.PodSet{Name: SubmitterPodSet, Count: 1, Spec: spec})
+	}
+	return sets, nil
+}
+
+// Finished implements integration.Job: KubeRay's jobDeploymentStatus.
+func (r *RayJob) Finished() (finished, succeeded bool, message string) {
+	switch r.Status.JobDeploymentStatus {
+	case rayv1.JobDeploymentStatusComplete:
+		return true, r.Status.JobStatus != rayv1.JobStatusFailed, text(r, "rayjob completed")
+	case rayv1.JobDeploymentStatusFailed:
+		return true, false, text(r, "rayjob failed")
+	}
+	return false, false, ""
+}
+
+func text(r *RayJob, fallback string) string {
+	switch {
+	case r.Status.Message != "":
+		return r.Status.Message
+	case r.Status.Reason != "":
+		return string(r.Status.Reason)
+	default:
+		return fallback
+	}
+}
