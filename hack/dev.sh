@@ -10,6 +10,12 @@ export KUBECONFIG="$state/kubeconfig"
 kubectl() { bin/devcluster kubectl --dir "$state" "$@"; }
 
 kubectl apply -f config/crd/ >/dev/null
+# The job kinds' CRDs (JobSet, RayJob, RayCluster, MPIJob, PyTorchJob) from
+# the upstream modules; server-side, as they are too large for the
+# last-applied annotation.
+kinds="$state/kind-crds"
+go run ./hack/kindcrds "$kinds" >/dev/null
+kubectl apply --server-side -f "$kinds" >/dev/null
 kubectl wait --for condition=established --timeout=60s crd --all >/dev/null
 kubectl apply -f examples/cluster/queues.yaml
 
