@@ -104,6 +104,7 @@ type serviceFlags struct {
 	workers        int
 	webhookAddr    string
 	webhookHost    string
+	replica        string
 	reconcile      time.Duration
 	// pendingInterval: admission.Config.PendingInterval.
 	pendingInterval time.Duration
@@ -127,6 +128,7 @@ func (f *serviceFlags) bindIntegration(cmd *cobra.Command) {
 	cmd.Flags().IntVar(&f.workers, "workers", 32, "objects of each kind reconciled in parallel")
 	cmd.Flags().StringVar(&f.webhookAddr, "webhook-address", "127.0.0.1:9443", "address of the suspend-on-create webhook (empty: none)")
 	cmd.Flags().StringVar(&f.webhookHost, "webhook-host", "127.0.0.1", "host the API server reaches the webhook by")
+	cmd.Flags().StringVar(&f.replica, "replica", "", "name of this replica among the kind's replicas, e.g. the pod name (default: random)")
 }
 func (f *serviceFlags) bindQuota(cmd *cobra.Command) {
 	cmd.Flags().DurationVar(&f.reconcile, "reconcile", 30*time.Second, "ledger reconciliation interval")
@@ -184,7 +186,7 @@ func integrationRunner(f *serviceFlags, names func() []string) runner {
 		if err != nil {
 			return nil, err
 		}
-		cfg := integration.Config{Workers: f.workers, Resync: f.resync, WebhookAddress: f.webhookAddr, WebhookHost: f.webhookHost}
+		cfg := integration.Config{Workers: f.workers, Resync: f.resync, WebhookAddress: f.webhookAddr, WebhookHost: f.webhookHost, Replica: f.replica}
 		if err := cfg.Validate(); err != nil {
 			return nil, usageError{err}
 		}

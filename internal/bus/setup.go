@@ -25,6 +25,12 @@ const (
 	// BucketFence orders each admission's start against its stop
 	// (internal/fence).
 	BucketFence = "sluice-fence"
+	// BucketShards holds the leases by which the replicas of one
+	// integration split its objects (internal/shard). Its keys expire
+	// ShardTTL after their last write.
+	BucketShards = "sluice-shards"
+	// ShardTTL is how long a lease lives unless renewed.
+	ShardTTL = 10 * time.Second
 )
 
 // StreamSubjects are the subjects of the SLUICE stream.
@@ -34,7 +40,7 @@ var StreamSubjects = []string{"sluice.workload.>", "sluice.preemption.>", "sluic
 var DLQSubjects = []string{events.DLQSubjectPrefix + ">"}
 
 // Buckets are the KV buckets Setup creates.
-var Buckets = []string{BucketQuota, BucketWorkloads, BucketConfig, BucketFence}
+var Buckets = []string{BucketQuota, BucketWorkloads, BucketConfig, BucketFence, BucketShards}
 
 // Defaults of Config.
 const (
@@ -164,7 +170,20 @@ func (c Config) KeyValueConfig(bucket string) jetstream.KeyValueConfig {
 		BucketWorkloads: "Sluice workloads: one key per known job",
 		BucketConfig:    "Sluice queue configuration mirrored from the CRDs",
 		BucketFence:     "Sluice start/stop fence: one key per admitted workload",
+		BucketShards:    "Sluice integration leases: which replica handles which shard of a kind's objects",
 	}[bucket]
+	if bucket == BucketShards {
+		// A lease is only worth its last write: no history, and keys
+		// expire so that a dead replica's shards come free.
+		return jetstream.KeyValueConfig{
+			Bucket:      bucket,
+			Description: desc,
+			History:     1,
+			TTL:         ShardTTL,
+			Replicas:    c.Replicas,
+			Storage:     jetstream.FileStorage,
+		}
+	}
 	return jetstream.KeyValueConfig{
 		Bucket:      bucket,
 		Description: desc,
@@ -175,7 +194,7 @@ func (c Config) KeyValueConfig(bucket string) jetstream.KeyValueConfig {
 }
 
 // Setup creates the SLUICE and SLUICE_DLQ streams and the sluice-quota,
-// sluice-workloads, sluice-config and sluice-fence KV buckets, or updates
+// sluice-workloads, sluice-config, sluice-fence and sluice-shards KV buckets, or updates
 // them to cfg. It
 // is idempotent: running it again with the same cfg changes nothing, and
 // every service may run it at start-up.

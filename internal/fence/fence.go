@@ -68,6 +68,9 @@ type State struct {
 	// Admission names the admission: its reservation's admission time.
 	Admission string `json:"admission"`
 	Phase     Phase  `json:"phase"`
+	// UID of the job that finished (Finished only), so that a stale view
+	// of it is never queued again.
+	UID string `json:"uid,omitempty"`
 }
 
 // KV is the part of a JetStream KV bucket the fence uses.
@@ -202,12 +205,12 @@ func Stop(ctx context.Context, kv KV, key, admission string) error {
 // Finish records that the job of an admission ended (finished or was
 // deleted), before the end is announced, so that no stop of the admission
 // is announced after it.
-func Finish(ctx context.Context, kv KV, key, admission string) error {
+func Finish(ctx context.Context, kv KV, key, admission, uid string) error {
 	_, err := move(ctx, kv, key, func(cur State) (State, bool, error) {
-		if cur.Admission == admission && cur.Phase == Finished {
+		if cur.Admission == admission && cur.Phase == Finished && cur.UID == uid {
 			return cur, false, nil
 		}
-		return State{Admission: admission, Phase: Finished}, true, nil
+		return State{Admission: admission, Phase: Finished, UID: uid}, true, nil
 	})
 	return err
 }

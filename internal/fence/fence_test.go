@@ -18,6 +18,7 @@ import (
 type step struct {
 	op        string // begin, end, abort, stop, finish
 	admission string
+	uid       string
 	wantErr   error
 }
 
@@ -78,6 +79,11 @@ func TestFence(t *testing.T) {
 			wantState: fence.State{Admission: "a1", Phase: fence.Finished},
 		},
 		{
+			name:      "an end names the job that ended",
+			steps:     []step{{op: "begin", admission: "a1"}, {op: "finish", admission: "a1", uid: "u1"}},
+			wantState: fence.State{Admission: "a1", Phase: fence.Finished, UID: "u1"},
+		},
+		{
 			name:      "an ended job's admission never starts again",
 			steps:     []step{{op: "finish", admission: "a1"}, {op: "begin", admission: "a1", wantErr: fence.ErrStopping}},
 			wantState: fence.State{Admission: "a1", Phase: fence.Finished},
@@ -109,7 +115,7 @@ func TestFence(t *testing.T) {
 				case "stop":
 					err = fence.Stop(ctx, kv, key, s.admission)
 				case "finish":
-					err = fence.Finish(ctx, kv, key, s.admission)
+					err = fence.Finish(ctx, kv, key, s.admission, s.uid)
 				}
 				if !errors.Is(err, s.wantErr) || (s.wantErr == nil && err != nil) {
 					t.Fatalf("step %d (%s %s): error %v, want %v", j, s.op, s.admission, err, s.wantErr)
@@ -173,7 +179,7 @@ func TestFenceRace(t *testing.T) {
 // TestCollect: ended workloads' keys go once old enough; live ones stay.
 func TestCollect(t *testing.T) {
 	ctx, kv := bucket(t)
-	if err := fence.Finish(ctx, kv, "job.ns.ended", "a1"); err != nil {
+	if err := fence.Finish(ctx, kv, "job.ns.ended", "a1", "u1"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := fence.BeginStart(ctx, kv, "job.ns.running", "a1"); err != nil {

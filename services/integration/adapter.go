@@ -96,6 +96,22 @@ type (
 		UnlockPatch() []byte
 	}
 
+	// Deleter is a Job that cannot be held back again once admitted (a
+	// Pod, whose scheduling gate cannot be added back): the framework
+	// stops it by deleting it, and whoever created it creates it again.
+	Deleter interface {
+		// StopsByDeletion reports whether a stop must delete the object
+		// now.
+		StopsByDeletion() bool
+	}
+
+	// Ignorer is a Job that may belong to another integration (a Pod of
+	// a Job): the framework leaves it alone, webhook included.
+	Ignorer interface {
+		// Ignored reports whether the object is another integration's.
+		Ignored() bool
+	}
+
 	// InformerSource is an adapter that watches its kind with a typed
 	// informer (smaller in memory than an unstructured one).
 	InformerSource interface {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 	"github.com/rs/zerolog"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -33,6 +34,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/configstore"
 	"github.com/sluice-dev/sluice/internal/fence"
 	"github.com/sluice-dev/sluice/internal/ledger"
+	"github.com/sluice-dev/sluice/internal/shard"
 	"github.com/sluice-dev/sluice/internal/workloads"
 )
 
@@ -54,6 +56,9 @@ type Config struct {
 	// WebhookHost is the host name or IP the API server uses to reach the
 	// webhook.
 	WebhookHost string
+	// Replica names this process among the replicas of its kinds (a
+	// subject token); empty picks a random one.
+	Replica string
 }
 
 // Validate checks the configuration.
@@ -67,7 +72,19 @@ func (c Config) Validate() error {
 	if c.WebhookAddress != "" && c.WebhookHost == "" {
 		return errors.New("integration: a webhook address needs the host the API server reaches it by")
 	}
+	if c.Replica != "" && !validToken(c.Replica) {
+		return fmt.Errorf("integration: replica %q: use letters, digits, '-' and '_' only", c.Replica)
+	}
 	return nil
+}
+
+func validToken(s string) bool {
+	for _, r := range s {
+		if !(r == '-' || r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+			return false
+		}
+	}
+	return true
 }
 
 // Service runs the integrations of one or more kinds: one process, any
@@ -83,6 +100,7 @@ type Service struct {
 
 	wlKV     jetstream.KeyValue
 	fenceKV  jetstream.KeyValue
+	shardKV  jetstream.KeyValue
 	events   jetstream.Stream
 	recorder record.EventRecorder
 
@@ -93,6 +111,12 @@ type Service struct {
 	held map[string]ledger.Reservation
 	// ledgerKeys: the reservations of those kinds each ledger key holds.
 	ledgerKeys map[string][]string
+	// fences: the fence state of each workload of those kinds, by KV key.
+	fences map[string]fence.State
+	// stopsAnnounced: the admission whose stop this replica announced, by
+	// KV key, so that the object is not stopped again while quota
+	// accounting has yet to release the reservation.
+	stopsAnnounced map[string]string
 }
 
 // kindRunner is the part of the service that belongs to one kind.
@@ -101,9 +125,11 @@ type kindRunner struct {
 	kind  Kind
 	inf   cache.SharedIndexInformer
 	queue workqueue.TypedRateLimitingInterface[string]
-	// locks serialise the work on one object across the workqueue and the
-	// eviction consumer, so a start and a stop of the same object never
-	// interleave.
+	// owner holds this replica's shards of the kind: it acts only on the
+	// objects of those.
+	owner *shard.Owner
+	// locks serialise the work on one object, so a start and a stop of
+	// the same object never interleave.
 	locks keyLocks
 }
 
@@ -117,16 +143,21 @@ func New(cfg Config, adapters []Adapter, kube kubernetes.Interface, dyn dynamic.
 		return nil, errors.New("integration: no kinds to run")
 	}
 	s := &Service{
-		cfg:        cfg,
-		kube:       kube,
-		dyn:        dyn,
-		js:         js,
-		pub:        pub,
-		log:        log,
-		kinds:      map[string]*kindRunner{},
-		config:     configstore.New(),
-		held:       map[string]ledger.Reservation{},
-		ledgerKeys: map[string][]string{},
+		cfg:            cfg,
+		kube:           kube,
+		dyn:            dyn,
+		js:             js,
+		pub:            pub,
+		log:            log.With().Str("replica", cfg.Replica).Logger(),
+		kinds:          map[string]*kindRunner{},
+		config:         configstore.New(),
+		held:           map[string]ledger.Reservation{},
+		ledgerKeys:     map[string][]string{},
+		fences:         map[string]fence.State{},
+		stopsAnnounced: map[string]string{},
+	}
+	if s.cfg.Replica == "" {
+		s.cfg.Replica = nuid.Next()
 	}
 	for _, ad := range adapters {
 		k := ad.Kind()
@@ -169,6 +200,14 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.fenceKV, err = bus.OpenKV(ctx, s.js, fence.Bucket); err != nil {
 		return fmt.Errorf("integration: %w", err)
 	}
+	if s.shardKV, err = bus.OpenKV(ctx, s.js, bus.BucketShards); err != nil {
+		return fmt.Errorf("integration: %w", err)
+	}
+	for _, k := range s.kinds {
+		if k.owner, err = shard.New(s.shardKV, k.kind.Name, s.cfg.Replica, shard.WithLogger(s.log)); err != nil {
+			return fmt.Errorf("integration: %w", err)
+		}
+	}
 	if s.events, err = s.js.Stream(ctx, bus.StreamEvents); err != nil {
 		return fmt.Errorf("integration: open stream %s: %w", bus.StreamEvents, err)
 	}
@@ -184,7 +223,7 @@ func (s *Service) Run(ctx context.Context) error {
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: s.kube.CoreV1().Events("")})
 	defer broadcaster.Shutdown()
-	s.recorder = broadcaster.NewRecorder(runtime.NewScheme(), corev1.EventSource{Component: "sluice-integration"})
+	s.recorder = broadcaster.NewRecorder(runtime.NewScheme(), corev1.EventSource{Component: "sluice-integration", Host: s.cfg.Replica})
 
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -205,6 +244,8 @@ func (s *Service) Run(ctx context.Context) error {
 	spawn("configuration watch", func(ctx context.Context) error { return s.watchConfig(ctx, cfgKV, cfgSynced) })
 	ledSynced := make(chan struct{})
 	spawn("ledger watch", func(ctx context.Context) error { return s.watchLedger(ctx, ledKV, ledSynced) })
+	fenceSynced := make(chan struct{})
+	spawn("fence watch", func(ctx context.Context) error { return s.watchFences(ctx, fenceSynced) })
 
 	for _, k := range s.kinds {
 		if err := s.startInformer(runCtx, k); err != nil {
@@ -239,7 +280,7 @@ func (s *Service) Run(ctx context.Context) error {
 	// Decide nothing before the objects, the configuration and the ledger
 	// are all known: an object must never run without its reservation,
 	// and must never be stopped for lack of one that is only not seen yet.
-	for _, ch := range []<-chan struct{}{cfgSynced, ledSynced} {
+	for _, ch := range []<-chan struct{}{cfgSynced, ledSynced, fenceSynced} {
 		select {
 		case <-ch:
 		case <-ctx.Done():
@@ -254,17 +295,19 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 	}
 
+	// Leases: this replica takes its share of each kind's shards, and
+	// looks at every object of a shard it takes.
+	leaseCtx, stopLeases := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopLeases()
+	var leases sync.WaitGroup
 	for _, k := range s.kinds {
-		spawn(k.kind.Name+" eviction consumer", func(ctx context.Context) error {
-			return bus.Run(ctx, s.js, bus.ConsumerSpec{
-				Stream:  bus.StreamEvents,
-				Durable: k.kind.Name + "-evictions",
-				FilterSubjects: []string{
-					events.SubjectFilter("workload", "preempted", k.kind.Name, "*"),
-					events.SubjectFilter("workload", "evicted", k.kind.Name, "*"),
-				},
-			}, func(ctx context.Context, env events.Envelope) error { return s.handleEviction(ctx, k, env) }, bus.WithLogger(s.log))
-		})
+		leases.Add(1)
+		go func() {
+			defer leases.Done()
+			_ = k.owner.Run(leaseCtx, func(shards []int) { s.enqueueShards(ctx, k, shards) })
+		}()
+	}
+	for _, k := range s.kinds {
 		spawn(k.kind.Name+" pending consumer", func(ctx context.Context) error {
 			return bus.Run(ctx, s.js, bus.ConsumerSpec{
 				Stream:         bus.StreamEvents,
@@ -295,12 +338,20 @@ func (s *Service) Run(ctx context.Context) error {
 	case <-ctx.Done():
 	case runErr = <-errc:
 	}
-	// Ordered shutdown: stop taking work, finish what is in flight, then
-	// stop consumers and watches.
+	// Ordered shutdown: stop taking work, finish what is in flight, give
+	// the shards back (the other replicas take them at once), then stop
+	// consumers and watches.
 	for _, k := range s.kinds {
 		k.queue.ShutDownWithDrain()
 	}
 	<-workersDone
+	stopLeases()
+	leases.Wait()
+	relCtx, relCancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	for _, k := range s.kinds {
+		k.owner.Release(relCtx)
+	}
+	relCancel()
 	cancel()
 	return runErr
 }
@@ -371,7 +422,7 @@ func (s *Service) next(ctx context.Context, k *kindRunner) bool {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	if err := s.sync(wctx, k, key); err != nil {
-		if errors.Is(err, errNotAnnounced) || errors.Is(err, errLookAgain) {
+		if errors.Is(err, errNotAnnounced) || errors.Is(err, errLookAgain) || errors.Is(err, errStopNotAnnounced) {
 			// The admission is stored but not yet announced (it will be
 			// within a cycle), or a first write waits to be seen.
 			k.queue.AddAfter(key, announceWait)
@@ -471,6 +522,78 @@ func (s *Service) watchLedger(ctx context.Context, kv jetstream.KeyValue, synced
 	})
 }
 
+// watchFences keeps the fence state of the workloads of the kinds run
+// here: a stop decided elsewhere (a preemption, a drain) shows first as
+// the fence of its admission moving to stopping, and the replica owning
+// the object carries it out.
+func (s *Service) watchFences(ctx context.Context, synced chan<- struct{}) error {
+	return watchKV(ctx, s.js.Conn(), s.fenceKV, synced, func(e jetstream.KeyValueEntry, _ bool) {
+		kind, key, ok := strings.Cut(workloads.EngineKeyFromKV(e.Key()), "/")
+		k := s.kinds[kind]
+		if !ok || k == nil {
+			return
+		}
+		var st fence.State
+		if e.Operation() == jetstream.KeyValuePut && json.Unmarshal(e.Value(), &st) != nil {
+			s.log.Error().Str("key", e.Key()).Msg("corrupt fence entry")
+			return
+		}
+		s.mu.Lock()
+		if st.Phase == "" {
+			delete(s.fences, e.Key())
+		} else {
+			s.fences[e.Key()] = st
+		}
+		s.mu.Unlock()
+		if st.Phase == fence.Stopping {
+			k.queue.Add(key)
+		}
+	})
+}
+
+func (s *Service) fenceOf(rk string) fence.State {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.fences[rk]
+}
+
+// enqueueShards looks at every object of the shards this replica just
+// took: those the informer holds, and those only a workload record or a
+// reservation remembers (deleted while no replica owned their shard).
+func (s *Service) enqueueShards(ctx context.Context, k *kindRunner, shards []int) {
+	in := map[int]bool{}
+	for _, sh := range shards {
+		in[sh] = true
+	}
+	add := func(key string) {
+		if in[k.owner.Of(key)] {
+			k.queue.Add(key)
+		}
+	}
+	for _, key := range k.inf.GetStore().ListKeys() {
+		add(key)
+	}
+	s.mu.Lock()
+	for wk := range s.held {
+		if kind, key, _ := strings.Cut(wk, "/"); kind == k.kind.Name {
+			add(key)
+		}
+	}
+	s.mu.Unlock()
+	l, err := s.wlKV.ListKeys(ctx)
+	if err != nil {
+		if !errors.Is(err, jetstream.ErrNoKeysFound) {
+			s.log.Warn().Err(err).Msg("list workload records; objects deleted meanwhile are seen at the next resync")
+		}
+		return
+	}
+	for rk := range l.Keys() {
+		if kind, key, _ := strings.Cut(workloads.EngineKeyFromKV(rk), "/"); kind == k.kind.Name {
+			add(key)
+		}
+	}
+}
+
 // setLedger records one ledger key's reservations of the kinds run here
 // and returns the engine keys of the workloads whose reservation changed.
 func (s *Service) setLedger(key string, ent ledger.Entry) []string {
@@ -543,6 +666,19 @@ func (s *Service) patch(ctx context.Context, k *kindRunner, ns, name string, pat
 	return err
 }
 
+// delete deletes an object, only the one with uid; one already gone is
+// fine.
+func (s *Service) delete(ctx context.Context, k *kindRunner, ns, name, uid string) error {
+	uidp := types.UID(uid)
+	bg := metav1.DeletePropagationBackground
+	err := s.dyn.Resource(k.kind.GVR()).Namespace(ns).Delete(ctx, name, metav1.DeleteOptions{
+		Preconditions: &metav1.Preconditions{UID: &uidp}, PropagationPolicy: &bg})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("delete: %w", err)
+	}
+	return nil
+}
+
 // sync brings one object and its workload record in line.
 func (s *Service) sync(ctx context.Context, k *kindRunner, key string) error {
 	ns, name, err := cache.SplitMetaNamespaceKey(key)
@@ -550,6 +686,14 @@ func (s *Service) sync(ctx context.Context, k *kindRunner, key string) error {
 		return nil
 	}
 	defer k.locks.lock(key)()
+	// Only the replica owning the object's shard acts on it, and only
+	// while its lease lasts.
+	deadline, owned := k.owner.Deadline(key)
+	if !owned {
+		return nil
+	}
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
 	ref := events.WorkloadRef{Kind: k.kind.Name, Namespace: ns, Name: name}
 	rk := workloads.Key(ref)
 	rec, err := s.record(ctx, rk)
@@ -560,27 +704,40 @@ func (s *Service) sync(ctx context.Context, k *kindRunner, key string) error {
 	if err != nil {
 		return err
 	}
-	if job == nil {
-		if rec != nil {
-			return s.gone(ctx, rk, rec, nil)
+	if rec != nil && (job == nil || rec.Workload.UID != string(job.Meta().GetUID())) {
+		// Deleted, or deleted and created again under the same name. The
+		// informer may only be behind (this replica just took the shard
+		// from another that saw the object first): ask the API server
+		// before forgetting a workload.
+		fresh, err := s.fetch(ctx, k, ns, name)
+		if err != nil {
+			return err
 		}
-		return nil
-	}
-	m := job.Meta()
-	if rec != nil && rec.Workload.UID != string(m.GetUID()) {
-		// Deleted and created again under the same name.
+		if fresh != nil && string(fresh.Meta().GetUID()) == rec.Workload.UID {
+			return errLookAgain
+		}
 		if err := s.gone(ctx, rk, rec, nil); err != nil {
 			return err
 		}
 		rec = nil
 	}
+	if job == nil {
+		return nil
+	}
+	m := job.Meta()
 	if finished, ok, msg := job.Finished(); finished {
 		if rec != nil {
 			return s.gone(ctx, rk, rec, &events.WorkloadFinishedV1{Succeeded: ok, Message: msg})
 		}
 		return nil
 	}
+	if m.GetDeletionTimestamp() != nil {
+		return nil // going away: its deletion ends the workload
+	}
 	if _, managed := m.GetLabels()[v1beta1.QueueNameLabel]; !managed {
+		return nil
+	}
+	if ig, ok := job.(Ignorer); ok && ig.Ignored() {
 		return nil
 	}
 	if rec == nil {
@@ -589,6 +746,24 @@ func (s *Service) sync(ctx context.Context, k *kindRunner, key string) error {
 		}
 	}
 	r, held := s.reservation(rec.Workload)
+	if st := s.fenceOf(rk); st.Phase == fence.Stopping && held && r.Admission() == st.Admission && r.UID == rec.Workload.UID {
+		// Its admission is being stopped (preempted, drained): stop the
+		// object and announce it, which releases the reservation.
+		if s.stopAnnounced(rk) == st.Admission {
+			return nil // announced; the release is on its way
+		}
+		cq, reason, message, err := s.stopCause(ctx, rec.Workload, st.Admission)
+		if err != nil {
+			return err
+		}
+		if err := s.stop(ctx, k, job, rec.Workload, cq, reason, message, st.Admission); err != nil {
+			return err
+		}
+		s.mu.Lock()
+		s.stopsAnnounced[rk] = st.Admission
+		s.mu.Unlock()
+		return nil
+	}
 	suspended := job.IsSuspended()
 	switch {
 	case held && suspended && m.GetAnnotations()[StoppedAnnotation] != r.Admission():
@@ -651,6 +826,13 @@ func (s *Service) submit(ctx context.Context, k *kindRunner, rk string, job Job)
 		s.log.Warn().Err(err).Str("workload", rk).Msg("not queued")
 		return nil, nil
 	}
+	// An object that ended is never queued again, even when this
+	// replica's informer is behind the replica that saw it end.
+	if st, err := fence.Get(ctx, s.fenceKV, rk); err != nil {
+		return nil, err
+	} else if st.Phase == fence.Finished && st.UID == w.UID {
+		return nil, nil
+	}
 	rec := toEvent(k.kind.Name, w)
 	b, err := json.Marshal(rec)
 	if err != nil {
@@ -692,9 +874,12 @@ func (s *Service) gone(ctx context.Context, rk string, rec *events.WorkloadSubmi
 	// after the end; then the record: whoever learns of the end from the
 	// event then finds the record gone, and never queues the workload
 	// again.
-	if err := fence.Finish(ctx, s.fenceKV, rk, r.Admission()); err != nil {
+	if err := fence.Finish(ctx, s.fenceKV, rk, r.Admission(), rec.Workload.UID); err != nil {
 		return err
 	}
+	s.mu.Lock()
+	delete(s.stopsAnnounced, rk)
+	s.mu.Unlock()
 	if err := s.wlKV.Delete(ctx, rk); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return fmt.Errorf("delete workload %s: %w", rk, err)
 	}
@@ -758,10 +943,9 @@ func (s *Service) start(ctx context.Context, k *kindRunner, job Job, rec *events
 	admission := r.Admission()
 	if _, err := fence.BeginStart(ctx, s.fenceKV, rk, admission); err != nil {
 		if errors.Is(err, fence.ErrStopping) {
-			// Its preemption (or drain) was announced, maybe before this
-			// service saw the reservation; stop it here so its quota is
-			// released whichever came first.
-			return s.stop(ctx, k, job, rec.Workload, r.ClusterQueue, "Stopped", "admission withdrawn before the workload started: preempted or evicted", admission)
+			// Its preemption (or drain) was decided meanwhile: the next
+			// look sees the fence and stops it once that is announced.
+			return errLookAgain
 		}
 		return err
 	}
@@ -804,6 +988,9 @@ var (
 	// errLookAgain: a first write is done; the next waits for the
 	// informer to see it.
 	errLookAgain = errors.New("look again shortly")
+	// errStopNotAnnounced: a stop is fenced but its preempted or evicted
+	// event is not stored yet.
+	errStopNotAnnounced = errors.New("stop not announced yet")
 )
 
 // announceWait is how long an object whose admission is not announced yet
@@ -857,6 +1044,17 @@ func (s *Service) stop(ctx context.Context, k *kindRunner, job Job, ref events.W
 	}
 	m := job.Meta()
 	ns, name, uid := m.GetNamespace(), m.GetName(), string(m.GetUID())
+	if cq == "" {
+		cq = r.ClusterQueue
+	}
+	if d, ok := job.(Deleter); ok && d.StopsByDeletion() {
+		if err := s.delete(ctx, k, ns, name, uid); err != nil {
+			return err
+		}
+		s.recorder.Event(job.Object(), corev1.EventTypeNormal, reason, message+" (deleted: it cannot be held back once admitted)")
+		ev := events.WorkloadStoppedV1{Workload: ref, ClusterQueue: cq, Reason: reason, Admission: admission}
+		return s.pub.Publish(ctx, ev, events.ID(ev.Type(), ref.UID, admission))
+	}
 	if admission != "" {
 		mark, err := json.Marshal(map[string]any{"metadata": map[string]any{
 			"uid": uid, "annotations": map[string]string{StoppedAnnotation: admission}}})
@@ -890,54 +1088,50 @@ func (s *Service) stop(ctx context.Context, k *kindRunner, job Job, ref events.W
 		}
 	}
 	s.recorder.Event(job.Object(), corev1.EventTypeNormal, reason, message)
-	if cq == "" {
-		cq = r.ClusterQueue
-	}
 	ev := events.WorkloadStoppedV1{Workload: ref, ClusterQueue: cq, Reason: reason, Admission: admission}
 	return s.pub.Publish(ctx, ev, events.ID(ev.Type(), ref.UID, admission))
 }
 
-// handleEviction stops a preempted or evicted object.
-func (s *Service) handleEviction(ctx context.Context, k *kindRunner, env events.Envelope) error {
-	var ref events.WorkloadRef
-	var cq, reason, message, admission string
-	switch env.Type {
-	case events.TypeWorkloadPreemptedV1:
-		var e events.WorkloadPreemptedV1
-		if err := env.As(&e); err != nil {
-			return bus.Poison(err)
+// stopAnnounced returns the admission whose stop this replica announced
+// for the workload, if any.
+func (s *Service) stopAnnounced(rk string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stopsAnnounced[rk]
+}
+
+// stopCause reads the announcement of the stop of an admission (its
+// preempted or evicted event) for the ClusterQueue and the reason to
+// report. The fence moves to stopping just before the announcement is
+// published: until it is stored the stop waits, so that the workload's
+// stopped event never comes before it.
+func (s *Service) stopCause(ctx context.Context, w events.WorkloadRef, admission string) (cq, reason, message string, err error) {
+	for _, typ := range []string{events.TypeWorkloadPreemptedV1, events.TypeWorkloadEvictedV1} {
+		msg, err := s.events.GetLastMsgForSubject(ctx, events.WorkloadSubject(typ, w))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
 		}
-		ref, cq, admission = e.Workload, e.ClusterQueue, e.Admission
-		reason = "Preempted"
-		message = fmt.Sprintf("preempted (%s) by %s/%s", e.Reason, e.Preemptor.Namespace, e.Preemptor.Name)
-	case events.TypeWorkloadEvictedV1:
-		var e events.WorkloadEvictedV1
-		if err := env.As(&e); err != nil {
-			return bus.Poison(err)
+		if err != nil {
+			return "", "", "", fmt.Errorf("read the stop of %s: %w", w, err)
 		}
-		ref, cq, reason, message, admission = e.Workload, e.ClusterQueue, "Evicted", "evicted: "+e.Reason, e.Admission
-	default:
-		return bus.Poison(fmt.Errorf("unexpected event type %s", env.Type))
-	}
-	defer k.locks.lock(ref.Namespace + "/" + ref.Name)()
-	job, err := s.fetch(ctx, k, ref.Namespace, ref.Name)
-	if err != nil {
-		return err
-	}
-	if job == nil || string(job.Meta().GetUID()) != ref.UID {
-		return nil // gone: its deletion releases the quota
-	}
-	if finished, _, _ := job.Finished(); finished {
-		return nil
-	}
-	if admission != "" && job.Meta().GetAnnotations()[StoppedAnnotation] == admission {
-		if r, held := s.reservation(ref); !held || r.Admission() != admission {
-			// A late copy: the object was stopped from that admission and
-			// its quota released; it may run under a newer one now.
-			return nil
+		env, err := events.DecodeParts(msg.Subject, msg.Header, msg.Data)
+		if err != nil {
+			return "", "", "", fmt.Errorf("read the stop of %s: %w", w, err)
+		}
+		switch typ {
+		case events.TypeWorkloadPreemptedV1:
+			var e events.WorkloadPreemptedV1
+			if env.As(&e) == nil && e.Admission == admission && e.Workload.UID == w.UID {
+				return e.ClusterQueue, "Preempted", fmt.Sprintf("preempted (%s) by %s/%s", e.Reason, e.Preemptor.Namespace, e.Preemptor.Name), nil
+			}
+		case events.TypeWorkloadEvictedV1:
+			var e events.WorkloadEvictedV1
+			if env.As(&e) == nil && e.Admission == admission && e.Workload.UID == w.UID {
+				return e.ClusterQueue, "Evicted", "evicted: " + e.Reason, nil
+			}
 		}
 	}
-	return s.stop(ctx, k, job, ref, cq, reason, message, admission)
+	return "", "", "", errStopNotAnnounced
 }
 
 // handlePending reports a changed pending reason on the object.

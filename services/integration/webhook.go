@@ -435,6 +435,9 @@ func (w *Webhook) mutate(ad Adapter, req *admissionv1.AdmissionRequest) *admissi
 	if queue == "" {
 		return resp
 	}
+	if ig, ok := job.(Ignorer); ok && ig.Ignored() {
+		return resp
+	}
 
 	var ops []jsonPatchOp
 	if !job.IsSuspended() {

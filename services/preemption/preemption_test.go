@@ -113,7 +113,7 @@ func TestPreemption(t *testing.T) {
 			}
 			admission := ledger.Reservation{}.Admission()
 			for _, n := range tc.ended {
-				if err := fence.Finish(ctx, fk, workloads.Key(ref(n)), admission); err != nil {
+				if err := fence.Finish(ctx, fk, workloads.Key(ref(n)), admission, ref(n).UID); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -16,8 +16,8 @@ import (
 // apart runs Sluice as a real deployment does: every service its own
 // process, all against one NATS JetStream server (here in the test
 // process), so that a test can kill one service at a time. While it runs,
-// the suite's `sluice dev` is stopped: two job integrations must not share
-// a cluster.
+// the suite's `sluice dev` is stopped, so that the Jobs are the apart
+// services' alone.
 type apart struct {
 	t    *testing.T
 	nats *embeddednats.Server
@@ -30,8 +30,9 @@ type apart struct {
 	kills map[string]int
 }
 
-// startApart stops `sluice dev` and starts watcher, the Job integration,
-// two admission replicas, preemption and quota. Cleanup stops them and starts `sluice
+// startApart stops `sluice dev` and starts watcher, two replicas of the Job
+// integration (one serving the webhook, as a Service would pick one), two
+// admission replicas, preemption and quota. Cleanup stops them and starts `sluice
 // dev` again.
 func startApart(t *testing.T) *apart {
 	t.Helper()
@@ -52,6 +53,7 @@ func startApart(t *testing.T) *apart {
 		args: map[string][]string{
 			"watcher":     append([]string{"watcher", "--status-interval", "1s"}, kube...),
 			"job":         append([]string{"integration", "job", "--webhook-address", env.hookAddr}, kube...),
+			"job-b":       append([]string{"integration", "job", "--webhook-address", ""}, kube...),
 			"admission-a": append([]string{"admission"}, common...),
 			"admission-b": append([]string{"admission"}, common...),
 			"preemption":  append([]string{"preemption"}, common...),

@@ -64,8 +64,9 @@ func TestBaselineQuotaHolds(t *testing.T) {
 }
 
 // TestBaselineQuotaHoldsWhileServicesAreKilled replays it with every
-// service its own process (two admission replicas) and one of them killed
-// with SIGKILL every few seconds, in turn.
+// service its own process (two admission replicas, two replicas of the Job
+// integration) and one of them killed with SIGKILL every few seconds, in
+// turn.
 func TestBaselineQuotaHoldsWhileServicesAreKilled(t *testing.T) {
 	a := startApart(t)
 	stop := make(chan struct{})
@@ -73,7 +74,7 @@ func TestBaselineQuotaHoldsWhileServicesAreKilled(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		victims := []string{"admission-a", "preemption", "quota", "admission-b", "job", "watcher"}
+		victims := []string{"admission-a", "preemption", "quota", "admission-b", "job", "watcher", "job-b"}
 		for i := 0; ; i++ {
 			select {
 			case <-stop:

@@ -10,6 +10,7 @@ import (
 	"github.com/sluice-dev/sluice/services/integration/job"
 	"github.com/sluice-dev/sluice/services/integration/jobset"
 	"github.com/sluice-dev/sluice/services/integration/mpijob"
+	"github.com/sluice-dev/sluice/services/integration/pod"
 	"github.com/sluice-dev/sluice/services/integration/pytorchjob"
 	"github.com/sluice-dev/sluice/services/integration/raycluster"
 	"github.com/sluice-dev/sluice/services/integration/rayjob"
@@ -23,6 +24,7 @@ var All = []integration.Adapter{
 	raycluster.Adapter{},
 	mpijob.Adapter{},
 	pytorchjob.Adapter{},
+	pod.Adapter{},
 }
 
 // Names returns the kinds' names in the order of All.

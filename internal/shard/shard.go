@@ -1,0 +1,352 @@
+// Package shard splits the objects of one integration among its live
+// replicas, so that any number of replicas share the work and no object is
+// handled by two of them at once.
+//
+// The objects of a group (an integration kind) fall into a fixed number of
+// shards by a hash of their key. Each shard is a lease: one key in the
+// sluice-shards bucket holding the id of the replica that owns it. A
+// replica takes a free shard by compare-and-set, renews the shards it holds
+// every fifth of the TTL, and gives back what is above its fair share (the shard
+// count over the live replicas, each announcing itself under a member key).
+// Keys expire a TTL after their last write (bus.ShardTTL, 10 s), so the
+// shards of a replica that died come free on their own.
+//
+// A replica acts on a shard only while its lease is valid: until the TTL
+// minus a margin (30% of it) after the renewal was sent. The bucket counts
+// the TTL from when the server stored that write, which is later, so a
+// lease is considered lost by its holder at least the margin before anyone
+// else can take it. The margin bounds how long one action on an object may
+// still be in flight (Deadline gives the caller that bound).
+package shard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/sluice-dev/sluice/internal/bus"
+)
+
+// Defaults.
+const (
+	// DefaultShards is the shard count; every replica of a group must
+	// use the same.
+	DefaultShards = 32
+)
+
+// KV is the part of a JetStream KV bucket the leases use. Its ListKeys
+// must be exact (bus.OpenKV).
+type KV interface {
+	Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error)
+	Put(ctx context.Context, key string, value []byte) (uint64, error)
+	Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error)
+	Update(ctx context.Context, key string, value []byte, revision uint64) (uint64, error)
+	Delete(ctx context.Context, key string, opts ...jetstream.KVDeleteOpt) error
+	ListKeys(ctx context.Context, opts ...jetstream.WatchOpt) (jetstream.KeyLister, error)
+}
+
+// Owner holds the leases of one replica of a group.
+type Owner struct {
+	kv       KV
+	group    string
+	id       string
+	shards   int
+	interval time.Duration
+	ttl      time.Duration
+	margin   time.Duration
+	now      func() time.Time
+	log      zerolog.Logger
+
+	mu   sync.Mutex
+	held map[int]lease
+}
+
+type lease struct {
+	rev   uint64
+	until time.Time
+}
+
+// Option sets an optional setting of an Owner.
+type Option func(*Owner)
+
+// WithShards sets the shard count (DefaultShards).
+func WithShards(n int) Option { return func(o *Owner) { o.shards = n } }
+
+// WithTTL sets the TTL of the bucket's keys (bus.ShardTTL); it must be
+// the bucket's. Leases are renewed every fifth of it.
+func WithTTL(d time.Duration) Option { return func(o *Owner) { o.ttl = d } }
+
+// WithClock sets the clock (time.Now); tests move it.
+func WithClock(now func() time.Time) Option { return func(o *Owner) { o.now = now } }
+
+// WithLogger sets the logger.
+func WithLogger(l zerolog.Logger) Option { return func(o *Owner) { o.log = l } }
+
+// New returns the Owner of replica id in group. group and id must be valid
+// NATS subject tokens (letters, digits, '-', '_').
+func New(kv KV, group, id string, opts ...Option) (*Owner, error) {
+	o := &Owner{kv: kv, group: group, id: id, shards: DefaultShards, ttl: bus.ShardTTL,
+		now: time.Now, log: zerolog.Nop(), held: map[int]lease{}}
+	for _, opt := range opts {
+		opt(o)
+	}
+	o.interval, o.margin = o.ttl/5, o.ttl*3/10
+	for what, tok := range map[string]string{"group": group, "replica id": id} {
+		if tok == "" || strings.ContainsAny(tok, ".*> \t") {
+			return nil, fmt.Errorf("shard: %s %q: must be a non-empty subject token", what, tok)
+		}
+	}
+	if o.shards < 1 {
+		return nil, fmt.Errorf("shard: shard count %d: must be positive", o.shards)
+	}
+	if o.ttl < 100*time.Millisecond {
+		return nil, fmt.Errorf("shard: TTL %s: must be at least 100ms", o.ttl)
+	}
+	return o, nil
+}
+
+// ID is the replica's id.
+func (o *Owner) ID() string { return o.id }
+
+// Of returns the shard of key.
+func (o *Owner) Of(key string) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key))
+	return int(h.Sum32() % uint32(o.shards))
+}
+
+// Deadline says whether this replica owns key's shard now and, if so,
+// until when: an action on the object must be over by then.
+func (o *Owner) Deadline(key string) (time.Time, bool) {
+	s := o.Of(key)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	l, ok := o.held[s]
+	if !ok || !o.now().Before(l.until) {
+		return time.Time{}, false
+	}
+	return l.until.Add(o.margin), true
+}
+
+// Owns says whether this replica owns key's shard now.
+func (o *Owner) Owns(key string) bool {
+	_, ok := o.Deadline(key)
+	return ok
+}
+
+// Held lists the shards whose leases this replica holds now.
+func (o *Owner) Held() []int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var out []int
+	now := o.now()
+	for s, l := range o.held {
+		if now.Before(l.until) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func (o *Owner) shardKey(s int) string { return o.group + ".shard." + strconv.Itoa(s) }
+func (o *Owner) memberKey() string     { return o.group + ".member." + o.id }
+
+// Run keeps the leases until ctx ends, calling acquired with the shards it
+// takes each time (to look at their objects: another replica may have left
+// work in them). It does not give the leases back: call Release once the
+// work in flight is done.
+func (o *Owner) Run(ctx context.Context, acquired func(shards []int)) error {
+	t := time.NewTicker(o.interval)
+	defer t.Stop()
+	for ctx.Err() == nil {
+		if taken := o.Tick(ctx); len(taken) > 0 {
+			acquired(taken)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// Tick renews, gives back and takes leases once, and returns the shards
+// taken. Errors are logged: a lease that cannot be renewed lapses.
+func (o *Owner) Tick(ctx context.Context) []int {
+	if _, err := o.kv.Put(ctx, o.memberKey(), []byte(o.id)); err != nil {
+		o.log.Warn().Err(err).Str("group", o.group).Msg("announce replica")
+	}
+	o.renew(ctx)
+	members, owners, err := o.survey(ctx)
+	if err != nil {
+		o.log.Warn().Err(err).Str("group", o.group).Msg("read leases")
+		return nil
+	}
+	fair := (o.shards + members - 1) / members
+	held := o.Held()
+	if extra := len(held) - fair; extra > 0 {
+		rand.Shuffle(len(held), func(i, j int) { held[i], held[j] = held[j], held[i] })
+		for _, s := range held[:extra] {
+			o.release(ctx, s)
+		}
+		return nil
+	}
+	var taken []int
+	free := make([]int, 0, o.shards)
+	for s := range o.shards {
+		if h, ok := owners[s]; !ok || h.free {
+			free = append(free, s)
+		}
+	}
+	rand.Shuffle(len(free), func(i, j int) { free[i], free[j] = free[j], free[i] })
+	for _, s := range free {
+		if len(held)+len(taken) >= fair {
+			break
+		}
+		if o.take(ctx, s, owners) {
+			taken = append(taken, s)
+		}
+	}
+	return taken
+}
+
+// renew extends every lease held; one that fails is lost at once.
+func (o *Owner) renew(ctx context.Context) {
+	o.mu.Lock()
+	held := make(map[int]lease, len(o.held))
+	for s, l := range o.held {
+		held[s] = l
+	}
+	o.mu.Unlock()
+	for s, l := range held {
+		sent := o.now()
+		rev, err := o.kv.Update(ctx, o.shardKey(s), []byte(o.id), l.rev)
+		o.mu.Lock()
+		switch {
+		case bus.IsRevisionConflict(err) || errors.Is(err, jetstream.ErrKeyNotFound):
+			// Expired and maybe taken: gone for good.
+			delete(o.held, s)
+			o.log.Warn().Err(err).Str("group", o.group).Int("shard", s).Msg("lease lost")
+		case err != nil:
+			// Not renewed this time: it lapses at its old end unless a
+			// later renewal gets through.
+			o.log.Debug().Err(err).Str("group", o.group).Int("shard", s).Msg("lease not renewed")
+		default:
+			o.held[s] = lease{rev: rev, until: sent.Add(o.ttl - o.margin)}
+		}
+		o.mu.Unlock()
+	}
+}
+
+// survey counts the live replicas of the group and reads each shard's
+// holder (a missing shard is free; an empty holder was given back).
+func (o *Owner) survey(ctx context.Context) (int, map[int]holder, error) {
+	l, err := o.kv.ListKeys(ctx)
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return 1, map[int]holder{}, nil
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	members := 0
+	owners := map[int]holder{}
+	memberPrefix, shardPrefix := o.group+".member.", o.group+".shard."
+	for k := range l.Keys() {
+		switch {
+		case strings.HasPrefix(k, memberPrefix):
+			if _, err := o.kv.Get(ctx, k); err == nil {
+				members++
+			}
+		case strings.HasPrefix(k, shardPrefix):
+			s, err := strconv.Atoi(strings.TrimPrefix(k, shardPrefix))
+			if err != nil || s < 0 || s >= o.shards {
+				continue
+			}
+			e, err := o.kv.Get(ctx, k)
+			switch {
+			case errors.Is(err, jetstream.ErrKeyNotFound):
+			case err != nil:
+				return 0, nil, err
+			default:
+				owners[s] = holder{rev: e.Revision(), free: len(e.Value()) == 0}
+			}
+		}
+	}
+	if members == 0 {
+		members = 1 // this replica, whose announcement failed
+	}
+	return members, owners, nil
+}
+
+// holder is what a shard's key says: given back (free) or held, at a
+// revision.
+type holder struct {
+	rev  uint64
+	free bool
+}
+
+// take claims a free shard: created if its key is gone, updated if it was
+// given back.
+func (o *Owner) take(ctx context.Context, s int, owners map[int]holder) bool {
+	sent := o.now()
+	var rev uint64
+	var err error
+	if h, ok := owners[s]; ok {
+		rev, err = o.kv.Update(ctx, o.shardKey(s), []byte(o.id), h.rev)
+	} else {
+		rev, err = o.kv.Create(ctx, o.shardKey(s), []byte(o.id))
+	}
+	if err != nil {
+		if !bus.IsRevisionConflict(err) && !errors.Is(err, jetstream.ErrKeyExists) {
+			o.log.Warn().Err(err).Str("group", o.group).Int("shard", s).Msg("take lease")
+		}
+		return false
+	}
+	o.mu.Lock()
+	o.held[s] = lease{rev: rev, until: sent.Add(o.ttl - o.margin)}
+	o.mu.Unlock()
+	o.log.Debug().Str("group", o.group).Int("shard", s).Msg("lease taken")
+	return true
+}
+
+// release gives a shard back so another replica can take it at once.
+func (o *Owner) release(ctx context.Context, s int) {
+	o.mu.Lock()
+	l, ok := o.held[s]
+	delete(o.held, s)
+	o.mu.Unlock()
+	if !ok {
+		return
+	}
+	if _, err := o.kv.Update(ctx, o.shardKey(s), nil, l.rev); err != nil {
+		o.log.Debug().Err(err).Str("group", o.group).Int("shard", s).Msg("give lease back")
+	}
+}
+
+// Release gives back every lease and withdraws the replica, so the others
+// take its shards at once instead of after the TTL. Call it after the
+// work in flight is done.
+func (o *Owner) Release(ctx context.Context) {
+	o.mu.Lock()
+	var held []int
+	for s := range o.held {
+		held = append(held, s)
+	}
+	o.mu.Unlock()
+	for _, s := range held {
+		o.release(ctx, s)
+	}
+	if err := o.kv.Delete(ctx, o.memberKey()); err != nil {
+		o.log.Debug().Err(err).Str("group", o.group).Msg("withdraw replica")
+	}
+}

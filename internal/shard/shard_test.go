@@ -1,0 +1,211 @@
+package shard_test
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/internal/natstest"
+	"github.com/sluice-dev/sluice/internal/shard"
+)
+
+// bucket makes a shard bucket with the given TTL on a fresh server.
+func bucket(t *testing.T, ttl time.Duration) shard.KV {
+	t.Helper()
+	ctx := context.Background()
+	js := natstest.JetStream(t)
+	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bus.BucketShards, History: 1, TTL: ttl}); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := bus.OpenKV(ctx, js, bus.BucketShards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv
+}
+
+func owners(t *testing.T, kv shard.KV, ttl time.Duration, ids ...string) []*shard.Owner {
+	t.Helper()
+	var out []*shard.Owner
+	for _, id := range ids {
+		o, err := shard.New(kv, "job", id, shard.WithShards(32), shard.WithTTL(ttl), shard.WithLogger(zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.DebugLevel)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, o)
+	}
+	return out
+}
+
+// tick lets every owner renew and rebalance, rounds times.
+func tick(os []*shard.Owner, rounds int) {
+	for range rounds {
+		for _, o := range os {
+			o.Tick(context.Background())
+		}
+	}
+}
+
+// split returns how many shards each owner holds, and fails on a shard held
+// twice or not at all.
+func split(t *testing.T, os []*shard.Owner, shards int) map[string]int {
+	t.Helper()
+	by := map[int]string{}
+	got := map[string]int{}
+	for _, o := range os {
+		for _, s := range o.Held() {
+			if prev, dup := by[s]; dup {
+				t.Fatalf("shard %d held by both %s and %s", s, prev, o.ID())
+			}
+			by[s] = o.ID()
+			got[o.ID()]++
+		}
+	}
+	if len(by) != shards {
+		t.Fatalf("%d of %d shards held", len(by), shards)
+	}
+	return got
+}
+
+func TestOwnersSplitTheShards(t *testing.T) {
+	kv := bucket(t, 10*time.Second)
+	os := owners(t, kv, 10*time.Second, "a", "b", "c")
+	tick(os, 4)
+	if diff := cmp.Diff(map[string]int{"a": 11, "b": 11, "c": 10}, sortedCounts(split(t, os, 32))); diff != "" {
+		t.Errorf("split of 32 shards over 3 replicas (-want +got, sorted by count):\n%s", diff)
+	}
+	// Every key maps to the one owner of its shard.
+	for i := range 200 {
+		key := fmt.Sprintf("ns/job-%d", i)
+		n := 0
+		for _, o := range os {
+			if o.Owns(key) {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Fatalf("key %s owned by %d replicas", key, n)
+		}
+	}
+}
+
+// sortedCounts renames the counts a, b, c… from largest to smallest, so
+// the expected split does not depend on who took what.
+func sortedCounts(m map[string]int) map[string]int {
+	var c []int
+	for _, n := range m {
+		c = append(c, n)
+	}
+	sort.Sort(sort.Reverse(sort.IntSlice(c)))
+	out := map[string]int{}
+	for i, n := range c {
+		out[string(rune('a'+i))] = n
+	}
+	return out
+}
+
+func TestJoinAndLeave(t *testing.T) {
+	kv := bucket(t, 10*time.Second)
+	os := owners(t, kv, 10*time.Second, "a", "b")
+	a, b := os[0], os[1]
+	tick([]*shard.Owner{a}, 2)
+	if diff := cmp.Diff(map[string]int{"a": 32}, split(t, []*shard.Owner{a}, 32)); diff != "" {
+		t.Errorf("alone (-want +got):\n%s", diff)
+	}
+	// b joins: a gives back half, b takes it.
+	tick(os, 3)
+	if diff := cmp.Diff(map[string]int{"a": 16, "b": 16}, split(t, os, 32)); diff != "" {
+		t.Errorf("after b joined (-want +got):\n%s", diff)
+	}
+	// a leaves cleanly: b takes everything on its next tick, without
+	// waiting for a's leases to expire.
+	a.Release(context.Background())
+	tick([]*shard.Owner{b}, 1)
+	if diff := cmp.Diff(map[string]int{"b": 32}, split(t, []*shard.Owner{b}, 32)); diff != "" {
+		t.Errorf("after a left (-want +got):\n%s", diff)
+	}
+}
+
+// TestDeadReplicaNeverOverlaps: a replica that stops renewing (frozen, cut
+// off) stops acting on its shards before the bucket frees them, and the
+// survivor takes them after. Sampled every few milliseconds, no shard is
+// ever owned by both.
+func TestDeadReplicaNeverOverlaps(t *testing.T) {
+	const ttl = time.Second
+	kv := bucket(t, ttl)
+	os := owners(t, kv, ttl, "a", "b")
+	a, b := os[0], os[1]
+	tick(os, 3)
+	split(t, os, 32)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_ = b.Run(ctx, func([]int) {})
+	}()
+	// a is frozen from now on: it never ticks again.
+	overlaps := 0
+	deadline := time.Now().Add(4 * ttl)
+	for time.Now().Before(deadline) {
+		for s := range 32 {
+			key := keyOf(b, s)
+			if a.Owns(key) && b.Owns(key) {
+				overlaps++
+			}
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	cancel()
+	wg.Wait()
+	if overlaps > 0 {
+		t.Fatalf("%d samples found a shard owned by both replicas", overlaps)
+	}
+	if got := len(a.Held()); got != 0 {
+		t.Errorf("the frozen replica still acts on %d shards", got)
+	}
+	if got := len(b.Held()); got != 32 {
+		t.Errorf("the survivor holds %d shards, want all 32", got)
+	}
+}
+
+// keyOf finds a key in shard s.
+func keyOf(o *shard.Owner, s int) string {
+	for i := 0; ; i++ {
+		k := fmt.Sprintf("k%d", i)
+		if o.Of(k) == s {
+			return k
+		}
+	}
+}
+
+func TestNewRefusesBadSettings(t *testing.T) {
+	kv := bucket(t, 10*time.Second)
+	for name, tc := range map[string]struct {
+		group, id string
+		opts      []shard.Option
+		want      string
+	}{
+		"empty id":      {group: "job", id: "", want: `shard: replica id "": must be a non-empty subject token`},
+		"dotted group":  {group: "a.b", id: "x", want: `shard: group "a.b": must be a non-empty subject token`},
+		"no shards":     {group: "job", id: "x", opts: []shard.Option{shard.WithShards(0)}, want: "shard: shard count 0: must be positive"},
+		"TTL too short": {group: "job", id: "x", opts: []shard.Option{shard.WithTTL(time.Millisecond)}, want: "shard: TTL 1ms: must be at least 100ms"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := shard.New(kv, tc.group, tc.id, tc.opts...)
+			if err == nil || err.Error() != tc.want {
+				t.Errorf("New: got %v, want %q", err, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,142 @@
+package pod
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/sluice-dev/sluice/services/integration"
+)
+
+const (
+	// MainPodSet is the name of the only pod set of a Pod.
+	MainPodSet = "main"
+	// SchedulingGate holds a queued Pod back until it is admitted.
+	SchedulingGate = "sluice.dev/admission"
+)
+
+// Kind is the Pod's kind.
+var Kind = integration.Kind{Name: "pod", GVK: corev1.SchemeGroupVersion.WithKind("Pod"), Resource: "pods"}
+
+// ownedKinds are the API groups and kinds whose Pods belong to another
+// integration: the group of the owner's apiVersion and its kind.
+var ownedKinds = map[string][]string{
+	"batch":                    {"Job"},
+	"jobset.x-k8s.io":          {"JobSet"},
+	"ray.io":                   {"RayCluster", "RayJob"},
+	"kubeflow.org":             {"MPIJob", "PyTorchJob"},
+	"leaderworkerset.x-k8s.io": {"LeaderWorkerSet"},
+}
+
+// Adapter is the plain Pod adapter.
+type Adapter struct{}
+
+// Kind implements integration.Adapter.
+func (Adapter) Kind() integration.Kind { return Kind }
+
+// Decode implements integration.Adapter.
+func (Adapter) Decode(obj runtime.Object) (integration.Job, error) {
+	switch o := obj.(type) {
+	case *corev1.Pod:
+		return &Pod{o.DeepCopy()}, nil
+	case *unstructured.Unstructured:
+		var p corev1.Pod
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &p); err != nil {
+			return nil, fmt.Errorf("not a v1 Pod: %w", err)
+		}
+		return &Pod{&p}, nil
+	default:
+		return nil, fmt.Errorf("not a v1 Pod: %T", obj)
+	}
+}
+
+// NewInformer implements integration.InformerSource.
+func (Adapter) NewInformer(kube kubernetes.Interface, resync time.Duration, labelSelector string) cache.SharedIndexInformer {
+	return informers.NewSharedInformerFactoryWithOptions(kube, resync,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = labelSelector })).Core().V1().Pods().Informer()
+}
+
+// Pod is a plain Pod under the framework.
+type Pod struct{ *corev1.Pod }
+
+// Object implements integration.Job.
+func (p *Pod) Object() runtime.Object { return p.Pod }
+
+// Meta implements integration.Job.
+func (p *Pod) Meta() metav1.Object { return p.Pod }
+
+// IsSuspended implements integration.Job: the Pod carries Sluice's gate.
+func (p *Pod) IsSuspended() bool {
+	return slices.ContainsFunc(p.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == SchedulingGate })
+}
+
+// SetSuspended implements integration.Job: adds or removes the gate. The
+// API server accepts the addition only on create (the webhook).
+func (p *Pod) SetSuspended(s bool) {
+	gates := slices.DeleteFunc(p.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == SchedulingGate })
+	if s {
+		gates = append(gates, corev1.PodSchedulingGate{Name: SchedulingGate})
+	}
+	if len(gates) == 0 {
+		gates = nil
+	}
+	p.Spec.SchedulingGates = gates
+}
+
+// PodSets implements integration.Job: one pod set of one pod.
+func (p *Pod) PodSets() ([]integration.PodSet, error) {
+	return []integration.PodSet{{Name: MainPodSet, Count: 1, Spec: &p.Spec}}, nil
+}
+
+// Finished implements integration.Job: phase Succeeded or Failed.
+func (p *Pod) Finished() (finished, succeeded bool, message string) {
+	switch p.Status.Phase {
+	case corev1.PodSucceeded:
+		return true, true, text(p.Status, "pod succeeded")
+	case corev1.PodFailed:
+		return true, false, text(p.Status, "pod failed")
+	}
+	return false, false, ""
+}
+
+func text(s corev1.PodStatus, fallback string) string {
+	switch {
+	case s.Message != "":
+		return s.Message
+	case s.Reason != "":
+		return s.Reason
+	default:
+		return fallback
+	}
+}
+
+// StopsByDeletion implements integration.Deleter: a Pod that is no longer
+// gated cannot be held back again.
+func (p *Pod) StopsByDeletion() bool { return !p.IsSuspended() }
+
+// Ignored implements integration.Ignorer: Pods of another integrated kind
+// are that kind's.
+func (p *Pod) Ignored() bool {
+	for _, ref := range p.OwnerReferences {
+		if ref.Controller == nil || !*ref.Controller {
+			continue
+		}
+		gv, err := schema.ParseGroupVersion(ref.APIVersion)
+		if err != nil {
+			continue
+		}
+		if slices.Contains(ownedKinds[gv.Group], ref.Kind) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,134 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sluice-dev/sluice/events"
+	"github.com/sluice-dev/sluice/internal/bus"
+)
+
+// TestIntegrationReplicasShareTheWork runs two replicas of the Job
+// integration: both start Jobs, no Job is started twice, and when one
+// replica dies its share is taken over by the other.
+func TestIntegrationReplicasShareTheWork(t *testing.T) {
+	a := startApart(t)
+	ns := "e2e-replicas"
+	queues(t, ns, 200, "Never")
+
+	var names []string
+	create := func(from, n int) {
+		for i := from; i < from+n; i++ {
+			name := fmt.Sprintf("r%03d", i)
+			createJob(t, jobSpec{ns: ns, name: name, queue: "q", pods: 1, gpus: 1, runFor: "1s"})
+			names = append(names, name)
+		}
+	}
+	waitAll := func(within time.Duration) {
+		t.Helper()
+		for _, n := range names {
+			waitComplete(t, ns, n, within)
+		}
+	}
+
+	create(0, 40)
+	waitAll(90 * time.Second)
+	hosts := admittedBy(t, ns, names)
+	if len(hosts) != 2 {
+		t.Errorf("Jobs were started by %d replicas (%v), want both", len(hosts), hosts)
+	}
+
+	// One replica dies (SIGKILL: its leases are not given back) and stays
+	// away for 20 s: Jobs in its shards wait for its leases to expire,
+	// then the other replica starts them.
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		a.kill("job-b", 20*time.Second)
+	}()
+	time.Sleep(500 * time.Millisecond)
+	create(40, 40)
+	waitAll(90 * time.Second)
+	wg.Wait()
+	admittedBy(t, ns, names)
+	startedOnce(t, a.nats.ClientURL(), ns, names)
+}
+
+// admittedBy checks that each Job got exactly one Admitted Event, and
+// returns how many Jobs each replica (the Event's source host) started.
+func admittedBy(t *testing.T, ns string, names []string) map[string]int {
+	t.Helper()
+	evs, err := env.kube.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{FieldSelector: "reason=Admitted"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	per := map[string][]string{}
+	hosts := map[string]int{}
+	for _, e := range evs.Items {
+		for range max(e.Count, 1) {
+			per[e.InvolvedObject.Name] = append(per[e.InvolvedObject.Name], e.Source.Host)
+		}
+		hosts[e.Source.Host]++
+	}
+	for _, n := range names {
+		if got := per[n]; len(got) != 1 {
+			t.Errorf("job %s: %d Admitted events (from %v), want 1", n, len(got), got)
+		}
+	}
+	return hosts
+}
+
+// startedOnce reads the event stream: each Job has exactly one started
+// event.
+func startedOnce(t *testing.T, url, ns string, names []string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subject := events.SubjectFilter("workload", "started", "job", ns)
+	cons, err := js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := map[string]int{}
+	for n := info.NumPending; n > 0; n-- {
+		msg, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			t.Fatalf("read started events: %v", err)
+		}
+		parts := strings.Split(msg.Subject(), ".")
+		count[parts[len(parts)-1]]++
+	}
+	var bad []string
+	for _, n := range names {
+		if count[n] != 1 {
+			bad = append(bad, fmt.Sprintf("%s: %d", n, count[n]))
+		}
+	}
+	sort.Strings(bad)
+	if len(bad) > 0 {
+		t.Errorf("Jobs without exactly one started event: %s", strings.Join(bad, ", "))
+	}
+}
