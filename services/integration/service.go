@@ -422,7 +422,13 @@ func (s *Service) next(ctx context.Context, k *kindRunner) bool {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	if err := s.sync(wctx, k, key); err != nil {
-		if errors.Is(err, errNotAnnounced) || errors.Is(err, errLookAgain) || errors.Is(err, errStopNotAnnounced) {
+		if errors.Is(err, errStopNotAnnounced) {
+			// Announced right after the fence moved, normally; if the
+			// stopper died in between, its retry may take a while.
+			k.queue.AddRateLimited(key)
+			return true
+		}
+		if errors.Is(err, errNotAnnounced) || errors.Is(err, errLookAgain) {
 			// The admission is stored but not yet announced (it will be
 			// within a cycle), or a first write waits to be seen.
 			k.queue.AddAfter(key, announceWait)
