@@ -112,6 +112,22 @@ type (
 		Ignored() bool
 	}
 
+	// Grouper is an adapter whose objects may form a group that is queued
+	// as one workload (pod groups): the members share a label naming the
+	// group and each says how many members the group has in all. The
+	// group is queued once all of them exist and admitted all at once
+	// (gang); its workload is named after the group. Each member has one
+	// pod set; members whose pod sets ask for the same (requests, node
+	// selector, tolerations) share one pod set of the workload.
+	Grouper interface {
+		// GroupLabel is the label that names a member's group.
+		GroupLabel() string
+		// GroupOf returns the group obj belongs to ("" for none) and the
+		// number of members the group has in all. An error names the
+		// field that cannot be read.
+		GroupOf(obj metav1.Object) (name string, total int32, err error)
+	}
+
 	// InformerSource is an adapter that watches its kind with a typed
 	// informer (smaller in memory than an unstructured one).
 	InformerSource interface {

@@ -16,6 +16,9 @@ var (
 	// ErrInvalidJob: the Job cannot be turned into a workload (nil job, bad
 	// annotation, negative counts...).
 	ErrInvalidJob = errors.New("invalid job")
+	// ErrInvalidGroup: a group's members disagree (total count, queue) or
+	// more of them exist than its total count.
+	ErrInvalidGroup = errors.New("invalid group")
 
 	// ErrPriorityClassNotFound: a PriorityResolver could not find the named
 	// class. Resolvers should wrap it so callers can tell "missing" from

@@ -142,6 +142,9 @@ func New(cfg Config, adapters []Adapter, kube kubernetes.Interface, dyn dynamic.
 	if len(adapters) == 0 {
 		return nil, errors.New("integration: no kinds to run")
 	}
+	if cfg.Replica == "" {
+		cfg.Replica = nuid.Next()
+	}
 	s := &Service{
 		cfg:            cfg,
 		kube:           kube,
@@ -155,9 +158,6 @@ func New(cfg Config, adapters []Adapter, kube kubernetes.Interface, dyn dynamic.
 		ledgerKeys:     map[string][]string{},
 		fences:         map[string]fence.State{},
 		stopsAnnounced: map[string]string{},
-	}
-	if s.cfg.Replica == "" {
-		s.cfg.Replica = nuid.Next()
 	}
 	for _, ad := range adapters {
 		k := ad.Kind()
@@ -365,8 +365,13 @@ func (s *Service) startInformer(ctx context.Context, k *kindRunner) error {
 			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
 			func(o *metav1.ListOptions) { o.LabelSelector = v1beta1.QueueNameLabel }).Informer()
 	}
+	if err := indexGroups(k.ad, func(name string, f func(any) ([]string, error)) error {
+		return k.inf.AddIndexers(cache.Indexers{name: f})
+	}); err != nil {
+		return fmt.Errorf("integration: index %s: %w", k.kind.Resource, err)
+	}
 	enqueue := func(obj any) {
-		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+		if key, ok := workKey(k.ad, obj); ok {
 			k.queue.Add(key)
 		}
 	}
@@ -576,8 +581,10 @@ func (s *Service) enqueueShards(ctx context.Context, k *kindRunner, shards []int
 			k.queue.Add(key)
 		}
 	}
-	for _, key := range k.inf.GetStore().ListKeys() {
-		add(key)
+	for _, obj := range k.inf.GetStore().List() {
+		if key, ok := workKey(k.ad, obj); ok {
+			add(key)
+		}
 	}
 	s.mu.Lock()
 	for wk := range s.held {
@@ -706,9 +713,21 @@ func (s *Service) sync(ctx context.Context, k *kindRunner, key string) error {
 	if err != nil {
 		return err
 	}
+	if g, ok := k.ad.(Grouper); ok {
+		members, err := s.members(k, key)
+		if err != nil {
+			return err
+		}
+		if isGroupRecord(rec) || (rec == nil && len(members) > 0) {
+			return s.syncGroup(ctx, k, g, ref, rk, rec, members)
+		}
+	}
 	job, err := s.cached(k, key)
 	if err != nil {
 		return err
+	}
+	if job != nil && groupOf(k.ad, job.Meta()) != "" {
+		job = nil // a member of a group: the group's key covers it
 	}
 	if rec != nil && (job == nil || rec.Workload.UID != string(job.Meta().GetUID())) {
 		// Deleted, or deleted and created again under the same name. The
@@ -719,7 +738,7 @@ func (s *Service) sync(ctx context.Context, k *kindRunner, key string) error {
 		if err != nil {
 			return err
 		}
-		if fresh != nil && string(fresh.Meta().GetUID()) == rec.Workload.UID {
+		if fresh != nil && string(fresh.Meta().GetUID()) == rec.Workload.UID && groupOf(k.ad, fresh.Meta()) == "" {
 			return errLookAgain
 		}
 		if err := s.gone(ctx, rk, rec, nil); err != nil {
@@ -832,6 +851,12 @@ func (s *Service) submit(ctx context.Context, k *kindRunner, rk string, job Job)
 		s.log.Warn().Err(err).Str("workload", rk).Msg("not queued")
 		return nil, nil
 	}
+	return s.store(ctx, k, rk, w)
+}
+
+// store writes a workload's record and announces it; nil, nil for an
+// object that ended already.
+func (s *Service) store(ctx context.Context, k *kindRunner, rk string, w Workload) (*events.WorkloadSubmittedV1, error) {
 	// An object that ended is never queued again, even when this
 	// replica's informer is behind the replica that saw it end.
 	if st, err := fence.Get(ctx, s.fenceKV, rk); err != nil {
@@ -1145,6 +1170,17 @@ func (s *Service) handlePending(_ context.Context, k *kindRunner, env events.Env
 	var e events.WorkloadPendingV1
 	if err := env.As(&e); err != nil {
 		return bus.Poison(err)
+	}
+	if strings.HasPrefix(e.Workload.UID, groupUIDPrefix) {
+		// A group's reason is told on each of its members.
+		members, err := s.members(k, e.Workload.String())
+		if err != nil {
+			return err
+		}
+		for _, m := range members {
+			s.recorder.Event(m.Object(), corev1.EventTypeNormal, "Pending", e.Reason)
+		}
+		return nil
 	}
 	ref := &corev1.ObjectReference{Kind: k.kind.GVK.Kind, APIVersion: k.kind.GVK.GroupVersion().String(),
 		Namespace: e.Workload.Namespace, Name: e.Workload.Name, UID: types.UID(e.Workload.UID)}

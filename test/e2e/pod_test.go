@@ -109,3 +109,119 @@ func TestPodLifecycle(t *testing.T) {
 		return !low && !later, fmt.Sprintf("low held %v, later held %v", low, later)
 	})
 }
+
+// createMember creates a Pod of group in ns that says the group has total
+// members.
+func createMember(t *testing.T, ns, group, name string, total int, gpus int64, runFor string) {
+	t.Helper()
+	g := *resource.NewQuantity(gpus, resource.DecimalSI)
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns,
+			Labels:      map[string]string{v1beta1.QueueNameLabel: "q", pod.GroupNameLabel: group},
+			Annotations: map[string]string{"sluice.dev/run-for": runFor, pod.GroupTotalCountAnnotation: fmt.Sprint(total)}},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			TerminationGracePeriodSeconds: ptr.To[int64](0),
+			Containers: []corev1.Container{{Name: "main", Image: "busybox", Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{"nvidia.com/gpu": g}, Limits: corev1.ResourceList{"nvidia.com/gpu": g}}}},
+		},
+	}
+	got, err := env.kube.CoreV1().Pods(ns).Create(context.Background(), p, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create pod %s/%s: %v", ns, name, err)
+	}
+	if !(&pod.Pod{Pod: got}).IsSuspended() {
+		t.Fatalf("pod %s/%s was not gated on create: gates %v", ns, name, got.Spec.SchedulingGates)
+	}
+}
+
+// admittedPods counts the named Pods that are ungated with the a100
+// flavor's node label.
+func admittedPods(t *testing.T, ns string, names ...string) (int, string) {
+	n, state := 0, ""
+	for _, name := range names {
+		p, ok := getPod(t, ns, name)
+		switch {
+		case !ok:
+			state += name + ":gone "
+		case len(p.Spec.SchedulingGates) == 0 && p.Spec.NodeSelector["instance-type"] == "a100":
+			n++
+			state += name + ":admitted "
+		default:
+			state += name + ":gated "
+		}
+	}
+	return n, state
+}
+
+// TestPodGroupLifecycle: the Pods of a group are one workload. A partial
+// group is never admitted; the last member's arrival admits all at once;
+// a preemption deletes every member; the group created again under the
+// same name waits whole, then runs to its end and releases its quota.
+func TestPodGroupLifecycle(t *testing.T) {
+	ns := "e2e-podgroup"
+	queues(t, ns, 4, "LowerPriority")
+	members := []string{"train-0", "train-1", "train-2"}
+
+	createMember(t, ns, "train", members[0], 3, 1, "600s")
+	createMember(t, ns, "train", members[1], 3, 1, "600s")
+	// The integration sees both within milliseconds; give it time to do
+	// the wrong thing.
+	time.Sleep(3 * time.Second)
+	if n, state := admittedPods(t, ns, members[:2]...); n != 0 {
+		t.Fatalf("a partial group was admitted: %s", state)
+	}
+	if _, held := reservations(t)["pod/"+ns+"/train"]; held {
+		t.Fatal("a partial group holds quota")
+	}
+
+	createMember(t, ns, "train", members[2], 3, 1, "600s")
+	eventually(t, 30*time.Second, "the whole group admitted", func() (bool, string) {
+		n, state := admittedPods(t, ns, members...)
+		return n == 3, state
+	})
+	eventually(t, 10*time.Second, "one reservation for the group", func() (bool, string) {
+		rs := reservations(t)
+		_, group := rs["pod/"+ns+"/train"]
+		_, lone := rs["pod/"+ns+"/"+members[0]]
+		return group && !lone, fmt.Sprintf("group held %v, a member held alone %v", group, lone)
+	})
+	waitEvent(t, ns, members[0], "Admitted", "group train", 10*time.Second)
+
+	createJob(t, jobSpec{ns: ns, name: "high", queue: "q", priorityClass: "high", pods: 4, gpus: 1, runFor: "4s"})
+	eventually(t, 30*time.Second, "every member deleted by the group's preemption", func() (bool, string) {
+		n := 0
+		for _, name := range members {
+			if _, ok := getPod(t, ns, name); ok {
+				n++
+			}
+		}
+		return n == 0, fmt.Sprintf("%d members left", n)
+	})
+	waitRunning(t, ns, "high", 30*time.Second)
+
+	// Created again under the same name while high holds the quota.
+	for _, name := range members {
+		createMember(t, ns, "train", name, 3, 1, "2s")
+	}
+	waitEvent(t, ns, members[0], "Pending", "insufficient unused quota", 20*time.Second)
+	if n, state := admittedPods(t, ns, members...); n != 0 {
+		t.Fatalf("group admitted while high holds the quota: %s", state)
+	}
+	waitComplete(t, ns, "high", 60*time.Second)
+	eventually(t, 60*time.Second, "every member succeeded", func() (bool, string) {
+		n, state := 0, ""
+		for _, name := range members {
+			if p, ok := getPod(t, ns, name); ok && p.Status.Phase == corev1.PodSucceeded {
+				n++
+			} else if ok {
+				state += name + ":" + string(p.Status.Phase) + " "
+			}
+		}
+		return n == 3, state
+	})
+	eventually(t, 20*time.Second, "quota of the group released", func() (bool, string) {
+		_, held := reservations(t)["pod/"+ns+"/train"]
+		return !held, "still held"
+	})
+}

@@ -40,6 +40,12 @@ func TestIntegrationReplicasShareTheWork(t *testing.T) {
 		}
 	}
 
+	// The first replica up holds every shard until the other announces
+	// itself; wait for the split, so both have Jobs to start.
+	eventually(t, 30*time.Second, "job shards split between two replicas", func() (bool, string) {
+		holders := shardHolders(t, a.nats.ClientURL(), "job")
+		return len(holders) == 2, fmt.Sprint(holders)
+	})
 	create(0, 40)
 	waitAll(90 * time.Second)
 	hosts := admittedBy(t, ns, names)
@@ -131,4 +137,33 @@ func startedOnce(t *testing.T, url, ns string, names []string) {
 	if len(bad) > 0 {
 		t.Errorf("Jobs without exactly one started event: %s", strings.Join(bad, ", "))
 	}
+}
+
+// shardHolders returns how many of kind's shards each replica holds.
+func shardHolders(t *testing.T, url, kind string) map[string]int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, bus.BucketShards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for n := range 32 {
+		e, err := kv.Get(ctx, fmt.Sprintf("%s.shard.%d", kind, n))
+		if err != nil || len(e.Value()) == 0 {
+			continue // free
+		}
+		out[string(e.Value())]++
+	}
+	return out
 }

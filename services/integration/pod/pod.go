@@ -3,6 +3,7 @@ package pod
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -22,6 +23,12 @@ const (
 	MainPodSet = "main"
 	// SchedulingGate holds a queued Pod back until it is admitted.
 	SchedulingGate = "sluice.dev/admission"
+	// GroupNameLabel names the pod group a Pod belongs to: the Pods of a
+	// group are one workload, named after the group.
+	GroupNameLabel = "sluice.dev/pod-group-name"
+	// GroupTotalCountAnnotation says how many Pods the group has in all;
+	// the group is queued once that many exist.
+	GroupTotalCountAnnotation = "sluice.dev/pod-group-total-count"
 )
 
 // Kind is the Pod's kind.
@@ -63,6 +70,29 @@ func (Adapter) Decode(obj runtime.Object) (integration.Job, error) {
 func (Adapter) NewInformer(kube kubernetes.Interface, resync time.Duration, labelSelector string) cache.SharedIndexInformer {
 	return informers.NewSharedInformerFactoryWithOptions(kube, resync,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = labelSelector })).Core().V1().Pods().Informer()
+}
+
+var _ integration.Grouper = Adapter{}
+
+// GroupLabel implements integration.Grouper.
+func (Adapter) GroupLabel() string { return GroupNameLabel }
+
+// GroupOf implements integration.Grouper: the group label, and the total
+// count annotation every member of a group must carry.
+func (Adapter) GroupOf(m metav1.Object) (string, int32, error) {
+	name := m.GetLabels()[GroupNameLabel]
+	if name == "" {
+		return "", 0, nil
+	}
+	raw, ok := m.GetAnnotations()[GroupTotalCountAnnotation]
+	if !ok {
+		return name, 0, fmt.Errorf("annotation %s: missing on a member of pod group %q: %w", GroupTotalCountAnnotation, name, integration.ErrInvalidJob)
+	}
+	n, err := strconv.ParseInt(raw, 10, 32)
+	if err != nil || n < 1 {
+		return name, 0, fmt.Errorf("annotation %s: %q is not a positive whole number: %w", GroupTotalCountAnnotation, raw, integration.ErrInvalidJob)
+	}
+	return name, int32(n), nil
 }
 
 // Pod is a plain Pod under the framework.
