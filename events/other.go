@@ -10,6 +10,11 @@ type VictimV1 struct {
 	Workload     WorkloadRef `json:"workload"`
 	ClusterQueue string      `json:"clusterQueue"`
 	Reason       string      `json:"reason"`
+	// Admission is the victim's admission that is to be preempted (see
+	// ledger.Reservation.Admission): a later admission of the same
+	// workload is not preempted by this request. Empty from senders before
+	// the field existed: then whichever admission the victim holds.
+	Admission string `json:"admission,omitempty"`
 }
 
 // PreemptionRequestedV1: admission needs Victims evicted to admit Preemptor.

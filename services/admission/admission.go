@@ -612,6 +612,11 @@ type outgoing struct {
 	id        string
 	fenceKey  string
 	admission string
+	// ended is the engine key of a workload whose admission is not
+	// announced once its record is gone: its job ended while it was being
+	// admitted (the end came after the decision), and quota
+	// reconciliation releases the reservation.
+	ended string
 }
 
 // send publishes an event, or keeps it for the next tick if that fails:
@@ -625,6 +630,10 @@ func (s *Service) send(ctx context.Context, o outgoing) error {
 }
 
 func (s *Service) publishOne(ctx context.Context, o outgoing) error {
+	if o.ended != "" && !s.recordExists(ctx, o.ended) {
+		s.log.Info().Str("workload", o.ended).Msg("admission not announced: the job ended meanwhile")
+		return nil
+	}
 	if o.fenceKey != "" && s.fenceKV != nil {
 		err := fence.Stop(ctx, s.fenceKV, o.fenceKey, o.admission)
 		if errors.Is(err, fence.ErrFinished) {
@@ -676,7 +685,7 @@ func (s *Service) announceLedger(ctx context.Context) {
 		}
 		ev := events.WorkloadAdmittedV1{Workload: ref, ClusterQueue: r.ClusterQueue, PodSets: assignments(r.PodSets)}
 		s.log.Info().Str("workload", wk).Str("queue", r.ClusterQueue).Msg("announcing an admission a restart left unannounced")
-		_ = s.send(ctx, outgoing{ev: ev, id: id})
+		_ = s.send(ctx, outgoing{ev: ev, id: id, ended: wk})
 	})
 }
 
@@ -711,7 +720,7 @@ func (s *Service) publish(ctx context.Context, ds []engine.Decision, lost map[st
 			delete(s.told, d.Key) // a reason after this admission is news
 			r := s.ledger[ledger.Key(s.eng.TreeOf(d.ClusterQueue))].Entry.Reservations[d.Key]
 			ev := events.WorkloadAdmittedV1{Workload: ref, ClusterQueue: d.ClusterQueue, PodSets: assignments(d.PodSets)}
-			errs = append(errs, s.send(ctx, outgoing{ev: ev, id: workloads.AdmittedID(ref, r.Admission())}))
+			errs = append(errs, s.send(ctx, outgoing{ev: ev, id: workloads.AdmittedID(ref, r.Admission()), ended: d.Key}))
 		case engine.KindEvicted:
 			// Like a preemption, a drain is fenced: once announced, the
 			// admission never starts.
@@ -730,7 +739,8 @@ func (s *Service) publish(ctx context.Context, ds []engine.Decision, lost map[st
 				preemptions[d.Preemptor] = p
 				order = append(order, d.Preemptor)
 			}
-			p.Victims = append(p.Victims, events.VictimV1{Workload: ref, ClusterQueue: d.ClusterQueue, Reason: d.Reason})
+			admission := s.ledger[s.held[d.Key]].Entry.Reservations[d.Key].Admission()
+			p.Victims = append(p.Victims, events.VictimV1{Workload: ref, ClusterQueue: d.ClusterQueue, Reason: d.Reason, Admission: admission})
 		}
 	}
 	for _, k := range order {

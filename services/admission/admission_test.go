@@ -397,9 +397,12 @@ func pending(name, cq, reason string) step {
 // preemptionRequested waits for a request by preemptor naming victims.
 func preemptionRequested(preemptor string, victims ...string) step {
 	return step{fmt.Sprintf("%s requests preemption of %v", preemptor, victims), func(h *harness) {
+		// Each victim is named with the admission it holds, the one chosen.
+		held := h.reservations()
 		want := events.PreemptionRequestedV1{Preemptor: ref(preemptor), ClusterQueue: "cq"}
 		for _, v := range victims {
-			want.Victims = append(want.Victims, events.VictimV1{Workload: ref(v), ClusterQueue: "cq", Reason: engine.ReasonInClusterQueue})
+			want.Victims = append(want.Victims, events.VictimV1{Workload: ref(v), ClusterQueue: "cq", Reason: engine.ReasonInClusterQueue,
+				Admission: held[workloads.EngineKey(ref(v))].Admission()})
 		}
 		h.eventually("preemption request", func() (bool, string) {
 			got := eventsOf[events.PreemptionRequestedV1](h)
@@ -945,6 +948,38 @@ func TestStartAnnouncesWhatACrashLeftUnannounced(t *testing.T) {
 	}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("admitted events, name and id (-want +got):\n%s", d)
+	}
+}
+
+// TestAdmissionOfAnEndedJobIsNotAnnounced: a reservation whose workload
+// record is gone (its job ended while it was being admitted) is never
+// announced, so no admitted event follows a finished one; quota
+// reconciliation releases the reservation.
+func TestAdmissionOfAnEndedJobIsNotAnnounced(t *testing.T) {
+	h := newHarness(t)
+	h.configure("4", nil)
+	h.submit("x", "main", 0, 1, "1")
+	h.submit("ended", "main", 0, 1, "1")
+	r := map[string]ledger.Reservation{key("x"): h.expected("x", 1), key("ended"): h.expected("ended", 1)}
+	if _, err := ledger.Write(h.ctx, h.led, ledger.Key("cq/cq"), 0, ledger.Entry{Reservations: r}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.wls.Delete(h.ctx, workloads.Key(ref("ended"))); err != nil { // the integration, as the job ends
+		t.Fatal(err)
+	}
+	h.start()
+	h.submit("probe", "main", 0, 1, "1")
+	h.eventually("x and probe announced", func() (bool, string) {
+		return len(eventsOf[events.WorkloadAdmittedV1](h)) >= 2, fmt.Sprint(eventsOf[events.WorkloadAdmittedV1](h))
+	})
+	time.Sleep(50 * time.Millisecond)
+	var got []string
+	for _, ev := range eventsOf[events.WorkloadAdmittedV1](h) {
+		got = append(got, ev.Workload.Name)
+	}
+	sort.Strings(got)
+	if d := cmp.Diff([]string{"probe", "x"}, got); d != "" {
+		t.Errorf("admitted workloads (-want +got):\n%s", d)
 	}
 }
 

@@ -193,7 +193,12 @@ func (s *Service) syncGroup(ctx context.Context, k *kindRunner, g Grouper, ref e
 		if err != nil {
 			return err
 		}
-		if err := s.stopGroup(ctx, k, live, rec.Workload, cq, reason, message, st.Admission); err != nil {
+		// Members the informer has not seen yet are stopped too.
+		fresh, err := s.listMembers(ctx, k, g, ref.Namespace, ref.Name)
+		if err != nil {
+			return err
+		}
+		if err := s.stopGroup(ctx, k, fresh, rec.Workload, cq, reason, message, st.Admission); err != nil {
 			return err
 		}
 		s.mu.Lock()
@@ -482,6 +487,5 @@ func (s *Service) stopGroup(ctx context.Context, k *kindRunner, members []Job, r
 		}
 		s.recorder.Event(m.Object(), corev1.EventTypeNormal, reason, message+" (group "+ref.Name+" deleted: it runs all together or not at all)")
 	}
-	ev := events.WorkloadStoppedV1{Workload: ref, ClusterQueue: cq, Reason: reason, Admission: admission}
-	return s.pub.Publish(ctx, ev, events.ID(ev.Type(), ref.UID, admission))
+	return s.announceStop(ctx, ref, cq, reason, admission)
 }

@@ -781,7 +781,20 @@ func (s *Service) sync(ctx context.Context, k *kindRunner, key string) error {
 		if err != nil {
 			return err
 		}
-		if err := s.stop(ctx, k, job, rec.Workload, cq, reason, message, st.Admission); err != nil {
+		// The informer may not have seen the start yet (it was applied
+		// before the fence moved): stop what the API server holds, or a
+		// stale suspended copy would announce a stop that never happened.
+		fresh, err := s.fetch(ctx, k, ns, name)
+		if err != nil {
+			return err
+		}
+		if fresh == nil || fresh.Meta().GetUID() != m.GetUID() {
+			return errLookAgain // deleted: its deletion ends the workload
+		}
+		if done, _, _ := fresh.Finished(); done {
+			return errLookAgain // ended: its end releases the quota
+		}
+		if err := s.stop(ctx, k, fresh, rec.Workload, cq, reason, message, st.Admission); err != nil {
 			return err
 		}
 		s.mu.Lock()
@@ -1083,8 +1096,7 @@ func (s *Service) stop(ctx context.Context, k *kindRunner, job Job, ref events.W
 			return err
 		}
 		s.recorder.Event(job.Object(), corev1.EventTypeNormal, reason, message+" (deleted: it cannot be held back once admitted)")
-		ev := events.WorkloadStoppedV1{Workload: ref, ClusterQueue: cq, Reason: reason, Admission: admission}
-		return s.pub.Publish(ctx, ev, events.ID(ev.Type(), ref.UID, admission))
+		return s.announceStop(ctx, ref, cq, reason, admission)
 	}
 	if admission != "" {
 		mark, err := json.Marshal(map[string]any{"metadata": map[string]any{
@@ -1119,6 +1131,20 @@ func (s *Service) stop(ctx context.Context, k *kindRunner, job Job, ref events.W
 		}
 	}
 	s.recorder.Event(job.Object(), corev1.EventTypeNormal, reason, message)
+	return s.announceStop(ctx, ref, cq, reason, admission)
+}
+
+// announceStop publishes stopped, unless the workload ended meanwhile
+// (its object finished while being stopped): its finished event released
+// the quota, and a stop after the end would contradict it.
+func (s *Service) announceStop(ctx context.Context, ref events.WorkloadRef, cq, reason, admission string) error {
+	st, err := fence.Get(ctx, s.fenceKV, workloads.Key(ref))
+	if err != nil {
+		return err
+	}
+	if st.Phase == fence.Finished && st.UID == ref.UID {
+		return nil
+	}
 	ev := events.WorkloadStoppedV1{Workload: ref, ClusterQueue: cq, Reason: reason, Admission: admission}
 	return s.pub.Publish(ctx, ev, events.ID(ev.Type(), ref.UID, admission))
 }

@@ -75,6 +75,12 @@ func (s *Service) handle(ctx context.Context, led ledger.KV, fk fence.KV, env ev
 			// Already gone: finished, or stopped for an earlier request.
 			continue
 		}
+		if v.Admission != "" && r.Admission() != v.Admission {
+			// The admission chosen is gone and the workload admitted
+			// again since (a request redelivered late): the new admission
+			// was never chosen as a victim.
+			continue
+		}
 		err := stopFenced(ctx, fk, workloads.Key(v.Workload), r.Admission())
 		if errors.Is(err, fence.ErrFinished) {
 			continue // its job ended: the end releases the quota

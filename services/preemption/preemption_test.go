@@ -80,6 +80,16 @@ func TestPreemption(t *testing.T) {
 			want:     []events.WorkloadPreemptedV1{preempted("low2", "high")},
 		},
 		{
+			name:    "a victim admitted again since it was chosen keeps its new admission",
+			holding: []string{"low1", "low2"},
+			requests: []events.PreemptionRequestedV1{func() events.PreemptionRequestedV1 {
+				r := request("high", "low1", "low2")
+				r.Victims[0].Admission = "an-earlier-admission"
+				return r
+			}()},
+			want: []events.WorkloadPreemptedV1{preempted("low2", "high")},
+		},
+		{
 			name:     "the same victim asked twice by one preemptor is preempted once",
 			holding:  []string{"low1"},
 			requests: []events.PreemptionRequestedV1{request("high", "low1"), request("high", "low1")},

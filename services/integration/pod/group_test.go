@@ -34,6 +34,8 @@ func (b *podBuilder) gpus(n int) *podBuilder {
 	return b
 }
 
+func (b *podBuilder) label(k, v string) *podBuilder { b.p.Labels[k] = v; return b }
+
 func (b *podBuilder) queue(q string) *podBuilder { b.p.Labels[v1beta1.QueueNameLabel] = q; return b }
 
 func TestGroupOf(t *testing.T) {
@@ -48,6 +50,7 @@ func TestGroupOf(t *testing.T) {
 		{name: "a member says its group and its total", pod: member("a", 0, "3"), wantGroup: "train", wantTotal: 3},
 		{name: "a member without the total count is named", pod: member("a", 0, ""), wantGroup: "train", wantErr: "annotation sluice.dev/pod-group-total-count: missing"},
 		{name: "a total that is not a number is named", pod: member("a", 0, "three"), wantGroup: "train", wantErr: `"three" is not a positive whole number`},
+		{name: "a group name that cannot name a workload is refused", pod: member("a", 0, "2").label(GroupNameLabel, "Train_1"), wantGroup: "Train_1", wantErr: "must be a lower-case DNS name"},
 		{name: "a total of zero is refused", pod: member("a", 0, "0"), wantGroup: "train", wantErr: "not a positive whole number"},
 	}
 	for _, tc := range cases {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -11,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -83,6 +85,10 @@ func (Adapter) GroupOf(m metav1.Object) (string, int32, error) {
 	name := m.GetLabels()[GroupNameLabel]
 	if name == "" {
 		return "", 0, nil
+	}
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+		return name, 0, fmt.Errorf("label %s: %q names the group's workload and must be a lower-case DNS name: %s: %w",
+			GroupNameLabel, name, strings.Join(errs, "; "), integration.ErrInvalidJob)
 	}
 	raw, ok := m.GetAnnotations()[GroupTotalCountAnnotation]
 	if !ok {
