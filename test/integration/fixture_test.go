@@ -238,16 +238,30 @@ type countingPublisher struct {
 	inner    admission.Publisher
 	mu       sync.Mutex
 	admitted int
+	// announced: the engine keys of the workloads whose admission was
+	// published.
+	announced map[string]bool
 }
 
 func (p *countingPublisher) Publish(ctx context.Context, ev events.Event, id string) error {
 	err := p.inner.Publish(ctx, ev, id)
-	if err == nil && ev.Type() == events.TypeWorkloadAdmittedV1 {
+	if a, ok := ev.(events.WorkloadAdmittedV1); ok && err == nil {
 		p.mu.Lock()
 		p.admitted++
+		if p.announced == nil {
+			p.announced = map[string]bool{}
+		}
+		p.announced[workloads.EngineKey(a.Workload)] = true
 		p.mu.Unlock()
 	}
 	return err
+}
+
+// has reports whether the workload's admission was published.
+func (p *countingPublisher) has(key string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.announced[key]
 }
 
 func (p *countingPublisher) count() int {

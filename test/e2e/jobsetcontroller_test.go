@@ -1,0 +1,285 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+
+	"github.com/sluice-dev/sluice/services/integration/jobset"
+)
+
+// The JobSet controller is built from the JobSet module Sluice's go.mod
+// pins, cached next to the devcluster's binaries. It runs on the host with
+// its own webhooks registered by URL (its defaulting webhook fills fields
+// the controller needs), limited to the test's namespace.
+
+// jobSetControllerBinary builds the controller once and returns its path.
+func jobSetControllerBinary(t *testing.T) string {
+	t.Helper()
+	dl := exec.Command("go", "mod", "download", "-json", "sigs.k8s.io/jobset")
+	dl.Dir = root() // the version Sluice's go.mod pins
+	out, err := dl.Output()
+	if err != nil {
+		t.Fatalf("go mod download sigs.k8s.io/jobset: %v", err)
+	}
+	var mod struct{ Dir, Version string }
+	if err := json.Unmarshal(out, &mod); err != nil || mod.Dir == "" {
+		t.Fatalf("go mod download sigs.k8s.io/jobset: %v (%s)", err, out)
+	}
+	cache := os.Getenv("DEVCLUSTER_CACHE")
+	if cache == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cache = filepath.Join(home, ".cache", "sluice-devcluster")
+	}
+	bin := filepath.Join(cache, "bin", "jobset-controller-"+mod.Version)
+	if _, err := os.Stat(bin); err == nil {
+		return bin
+	}
+	t.Logf("building the JobSet controller %s (once; about 2 minutes on 2 cores)", mod.Version)
+	tmp := bin + ".tmp"
+	cmd := exec.Command("go", "build", "-o", tmp, ".")
+	cmd.Dir = mod.Dir
+	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build the JobSet controller: %v\n%s", err, out)
+	}
+	if err := os.Rename(tmp, bin); err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+// servingCert writes a self-signed certificate for 127.0.0.1 into dir as
+// tls.crt and tls.key and returns the certificate's PEM.
+func servingCert(t *testing.T, dir string) []byte {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: "jobset-e2e"},
+		NotBefore:    time.Now().Add(-time.Minute),
+		NotAfter:     time.Now().Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+		IsCA:         true, BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tpl, tpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crt := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	if err := os.WriteFile(filepath.Join(dir, "tls.crt"), crt, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tls.key"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return crt
+}
+
+// startJobSetController runs the JobSet controller for the test, with its
+// JobSet webhooks registered for namespace ns only.
+func startJobSetController(t *testing.T, ns string) {
+	t.Helper()
+	bin := jobSetControllerBinary(t)
+	dir := t.TempDir()
+	ca := servingCert(t, dir)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	config := fmt.Sprintf(`apiVersion: config.jobset.x-k8s.io/v1alpha1
+kind: Configuration
+internalCertManagement: {enable: false}
+webhook: {port: %d, host: 127.0.0.1, certDir: %q}
+metrics: {bindAddress: "0"}
+health: {healthProbeBindAddress: "0"}
+leaderElection: {leaderElect: false}
+`, port, dir)
+	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	cmd := exec.Command(bin, "--config", filepath.Join(dir, "config.yaml"), "--kubeconfig", env.kubeconfig)
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start the JobSet controller: %v", err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+
+	url := func(path string) *string { return ptr.To(fmt.Sprintf("https://127.0.0.1:%d%s", port, path)) }
+	scope := &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}}
+	rule := func(ops ...admissionv1.OperationType) []admissionv1.RuleWithOperations {
+		return []admissionv1.RuleWithOperations{{Operations: ops, Rule: admissionv1.Rule{
+			APIGroups: []string{"jobset.x-k8s.io"}, APIVersions: []string{"v1alpha2"}, Resources: []string{"jobsets"}}}}
+	}
+	none := admissionv1.SideEffectClassNone
+	fail := admissionv1.Fail
+	reg := env.kube.AdmissionregistrationV1()
+	name := "jobset-e2e"
+	if _, err := reg.MutatingWebhookConfigurations().Create(context.Background(), &admissionv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Webhooks: []admissionv1.MutatingWebhook{{Name: "mjobset.kb.io", AdmissionReviewVersions: []string{"v1"},
+			ClientConfig: admissionv1.WebhookClientConfig{URL: url("/mutate-jobset-x-k8s-io-v1alpha2-jobset"), CABundle: ca},
+			Rules:        rule(admissionv1.Create), FailurePolicy: &fail, SideEffects: &none, NamespaceSelector: scope}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("register the JobSet mutating webhook: %v", err)
+	}
+	if _, err := reg.ValidatingWebhookConfigurations().Create(context.Background(), &admissionv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Webhooks: []admissionv1.ValidatingWebhook{{Name: "vjobset.kb.io", AdmissionReviewVersions: []string{"v1"},
+			ClientConfig: admissionv1.WebhookClientConfig{URL: url("/validate-jobset-x-k8s-io-v1alpha2-jobset"), CABundle: ca},
+			Rules:        rule(admissionv1.Create, admissionv1.Update), FailurePolicy: &fail, SideEffects: &none, NamespaceSelector: scope}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("register the JobSet validating webhook: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = reg.MutatingWebhookConfigurations().Delete(context.Background(), name, metav1.DeleteOptions{})
+		_ = reg.ValidatingWebhookConfigurations().Delete(context.Background(), name, metav1.DeleteOptions{})
+		_ = cmd.Process.Kill()
+		<-done
+		if t.Failed() {
+			t.Logf("JobSet controller log (last 40 lines):\n%s", tail(logs.String(), 40))
+		}
+	})
+}
+
+// jobSetPods lists the pods of a JobSet's child Jobs.
+func jobSetPods(t *testing.T, ns, name string) []corev1.Pod {
+	t.Helper()
+	l, err := env.kube.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "jobset.sigs.k8s.io/jobset-name=" + name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l.Items
+}
+
+// TestJobSetWithItsController runs the real JobSet controller: a queued
+// JobSet admitted by Sluice gets child Jobs whose pods run on nodes of the
+// assigned flavor; preempted, the controller takes its pods away; admitted
+// again, it runs to completion, which the controller reports and Sluice
+// turns into a released quota.
+func TestJobSetWithItsController(t *testing.T) {
+	installKindCRDs(t)
+	ns := "e2e-jobset-ctrl"
+	queues(t, ns, 4, "LowerPriority")
+	startJobSetController(t, ns)
+	waitJobSetWebhook(t, ns)
+
+	s := jobSetObject(jobSetSpec{ns: ns, name: "train", queue: "q", workers: 1, parallelism: 2})
+	for i := range s.Spec.ReplicatedJobs {
+		s.Spec.ReplicatedJobs[i].Template.Spec.Template.Annotations = map[string]string{"sluice.dev/run-for": "15s"}
+	}
+	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ri := env.dyn.Resource(jobset.Kind.GVR()).Namespace(ns)
+	if _, err := ri.Create(context.Background(), &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create jobset: %v", err)
+	}
+	running := func(what string) {
+		t.Helper()
+		eventually(t, 60*time.Second, what, func() (bool, string) {
+			pods := jobSetPods(t, ns, "train")
+			var state []string
+			n := 0
+			for _, p := range pods {
+				if p.DeletionTimestamp != nil {
+					continue
+				}
+				state = append(state, fmt.Sprintf("%s on %q with %v", p.Name, p.Spec.NodeName, p.Spec.NodeSelector))
+				if p.Spec.NodeName != "" && strings.HasPrefix(p.Spec.NodeName, "a100") && p.Spec.NodeSelector["instance-type"] == "a100" {
+					n++
+				}
+			}
+			return n == 3, strings.Join(state, "; ")
+		})
+	}
+	running("the JobSet's 3 pods bound to a100 nodes with the flavor's selector")
+
+	createJob(t, jobSpec{ns: ns, name: "urgent", queue: "q", priorityClass: "high", pods: 2, gpus: 1, runFor: "4s"})
+	eventually(t, 30*time.Second, "the preempted JobSet suspended and its pods gone", func() (bool, string) {
+		js := getJobSet(t, ns, "train")
+		live := 0
+		for _, p := range jobSetPods(t, ns, "train") {
+			if p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+				live++
+			}
+		}
+		suspended := js.Spec.Suspend != nil && *js.Spec.Suspend
+		return suspended && live == 0, fmt.Sprintf("suspended %v, %d pods left", suspended, live)
+	})
+	waitEvent(t, ns, "train", "Preempted", "urgent", 10*time.Second)
+	waitComplete(t, ns, "urgent", 60*time.Second)
+	running("the JobSet's pods back on a100 nodes once the preemptor finished")
+
+	eventually(t, 90*time.Second, "the JobSet completed, as its controller reports", func() (bool, string) {
+		js := getJobSet(t, ns, "train")
+		for _, c := range js.Status.Conditions {
+			if c.Type == "Completed" && c.Status == metav1.ConditionTrue {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("conditions %v", js.Status.Conditions)
+	})
+	eventually(t, 30*time.Second, "quota of the completed JobSet released", func() (bool, string) {
+		_, held := reservations(t)["jobset/"+ns+"/train"]
+		return !held, "still reserved"
+	})
+	jobs, err := env.kube.BatchV1().Jobs(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "jobset.sigs.k8s.io/jobset-name=train"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range jobs.Items {
+		if !jobDone(j) {
+			t.Errorf("child Job %s not complete: %+v", j.Name, j.Status.Conditions)
+		}
+	}
+}
+
+func jobDone(j batchv1.Job) bool {
+	for _, c := range j.Status.Conditions {
+		if c.Type == batchv1.JobComplete && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
