@@ -1,10 +1,12 @@
 package integration
 
 import (
+	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
@@ -136,3 +138,24 @@ type (
 		NewInformer(kube kubernetes.Interface, resync time.Duration, labelSelector string) cache.SharedIndexInformer
 	}
 )
+
+// DecodeAs returns obj as a copy of the typed object *T: a *T is deep
+// copied, an unstructured object converted. what names the kind in errors
+// ("batch/v1 Job"). It is the usual body of an adapter's Decode.
+func DecodeAs[T any, PT interface {
+	*T
+	runtime.Object
+}](obj runtime.Object, what string) (PT, error) {
+	switch o := obj.(type) {
+	case PT:
+		return o.DeepCopyObject().(PT), nil
+	case *unstructured.Unstructured:
+		out := PT(new(T))
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, out); err != nil {
+			return nil, fmt.Errorf("not a %s: %w", what, err)
+		}
+		return out, nil
+	default:
+		return nil, fmt.Errorf("not a %s: %T", what, obj)
+	}
+}

@@ -42,8 +42,9 @@ func TestIntegrationReplicasShareTheWork(t *testing.T) {
 
 	// The first replica up holds every shard until the other announces
 	// itself; wait for the split, so both have Jobs to start.
+	js := jetStreamAt(t, a.nats.ClientURL())
 	eventually(t, 30*time.Second, "job shards split between two replicas", func() (bool, string) {
-		holders := shardHolders(t, a.nats.ClientURL(), "job")
+		holders := shardHolders(t, js, "job")
 		return len(holders) == 2, fmt.Sprint(holders)
 	})
 	create(0, 40)
@@ -100,15 +101,7 @@ func startedOnce(t *testing.T, url, ns string, names []string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := jetStreamAt(t, url)
 	subject := events.SubjectFilter("workload", "started", "job", ns)
 	cons, err := js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
 	if err != nil {
@@ -140,19 +133,10 @@ func startedOnce(t *testing.T, url, ns string, names []string) {
 }
 
 // shardHolders returns how many of kind's shards each replica holds.
-func shardHolders(t *testing.T, url, kind string) map[string]int {
+func shardHolders(t *testing.T, js jetstream.JetStream, kind string) map[string]int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	kv, err := js.KeyValue(ctx, bus.BucketShards)
 	if err != nil {
 		t.Fatal(err)
@@ -166,4 +150,19 @@ func shardHolders(t *testing.T, url, kind string) map[string]int {
 		out[string(e.Value())]++
 	}
 	return out
+}
+
+// jetStreamAt connects to the NATS server at url for the rest of the test.
+func jetStreamAt(t *testing.T, url string) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
 }

@@ -9,7 +9,6 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -39,18 +38,11 @@ func (Adapter) Kind() integration.Kind { return Kind }
 
 // Decode implements integration.Adapter.
 func (Adapter) Decode(obj runtime.Object) (integration.Job, error) {
-	switch o := obj.(type) {
-	case *batchv1.Job:
-		return &Job{o.DeepCopy()}, nil
-	case *unstructured.Unstructured:
-		var j batchv1.Job
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &j); err != nil {
-			return nil, fmt.Errorf("not a batch/v1 Job: %w", err)
-		}
-		return &Job{&j}, nil
-	default:
-		return nil, fmt.Errorf("not a batch/v1 Job: %T", obj)
+	o, err := integration.DecodeAs[batchv1.Job](obj, "batch/v1 Job")
+	if err != nil {
+		return nil, err
 	}
+	return &Job{o}, nil
 }
 
 // NewInformer implements integration.InformerSource: a typed informer keeps

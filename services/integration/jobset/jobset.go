@@ -10,7 +10,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	jobsetv1 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
@@ -28,18 +27,11 @@ func (Adapter) Kind() integration.Kind { return Kind }
 
 // Decode implements integration.Adapter.
 func (Adapter) Decode(obj runtime.Object) (integration.Job, error) {
-	switch o := obj.(type) {
-	case *jobsetv1.JobSet:
-		return &JobSet{o.DeepCopy()}, nil
-	case *unstructured.Unstructured:
-		var js jobsetv1.JobSet
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &js); err != nil {
-			return nil, fmt.Errorf("not a JobSet: %w", err)
-		}
-		return &JobSet{&js}, nil
-	default:
-		return nil, fmt.Errorf("not a JobSet: %T", obj)
+	o, err := integration.DecodeAs[jobsetv1.JobSet](obj, "JobSet")
+	if err != nil {
+		return nil, err
 	}
+	return &JobSet{o}, nil
 }
 
 // JobSet is a JobSet under the framework.

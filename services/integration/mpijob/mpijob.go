@@ -11,7 +11,6 @@ import (
 	mpiv2 "github.com/kubeflow/mpi-operator/pkg/apis/kubeflow/v2beta1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/sluice-dev/sluice/services/integration"
@@ -28,18 +27,11 @@ func (Adapter) Kind() integration.Kind { return Kind }
 
 // Decode implements integration.Adapter.
 func (Adapter) Decode(obj runtime.Object) (integration.Job, error) {
-	switch o := obj.(type) {
-	case *mpiv2.MPIJob:
-		return &MPIJob{o.DeepCopy()}, nil
-	case *unstructured.Unstructured:
-		var mj mpiv2.MPIJob
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &mj); err != nil {
-			return nil, fmt.Errorf("not an MPIJob: %w", err)
-		}
-		return &MPIJob{&mj}, nil
-	default:
-		return nil, fmt.Errorf("not an MPIJob: %T", obj)
+	o, err := integration.DecodeAs[mpiv2.MPIJob](obj, "MPIJob")
+	if err != nil {
+		return nil, err
 	}
+	return &MPIJob{o}, nil
 }
 
 // MPIJob is an MPIJob under the framework.

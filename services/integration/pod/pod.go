@@ -9,7 +9,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -54,18 +53,11 @@ func (Adapter) Kind() integration.Kind { return Kind }
 
 // Decode implements integration.Adapter.
 func (Adapter) Decode(obj runtime.Object) (integration.Job, error) {
-	switch o := obj.(type) {
-	case *corev1.Pod:
-		return &Pod{o.DeepCopy()}, nil
-	case *unstructured.Unstructured:
-		var p corev1.Pod
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &p); err != nil {
-			return nil, fmt.Errorf("not a v1 Pod: %w", err)
-		}
-		return &Pod{&p}, nil
-	default:
-		return nil, fmt.Errorf("not a v1 Pod: %T", obj)
+	o, err := integration.DecodeAs[corev1.Pod](obj, "v1 Pod")
+	if err != nil {
+		return nil, err
 	}
+	return &Pod{o}, nil
 }
 
 // NewInformer implements integration.InformerSource.

@@ -14,7 +14,6 @@ import (
 	kftov1 "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/sluice-dev/sluice/services/integration"
@@ -31,18 +30,11 @@ func (Adapter) Kind() integration.Kind { return Kind }
 
 // Decode implements integration.Adapter.
 func (Adapter) Decode(obj runtime.Object) (integration.Job, error) {
-	switch o := obj.(type) {
-	case *kftov1.PyTorchJob:
-		return &PyTorchJob{o.DeepCopy()}, nil
-	case *unstructured.Unstructured:
-		var pj kftov1.PyTorchJob
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &pj); err != nil {
-			return nil, fmt.Errorf("not a PyTorchJob: %w", err)
-		}
-		return &PyTorchJob{&pj}, nil
-	default:
-		return nil, fmt.Errorf("not a PyTorchJob: %T", obj)
+	o, err := integration.DecodeAs[kftov1.PyTorchJob](obj, "PyTorchJob")
+	if err != nil {
+		return nil, err
 	}
+	return &PyTorchJob{o}, nil
 }
 
 // PyTorchJob is a PyTorchJob under the framework.

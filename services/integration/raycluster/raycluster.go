@@ -10,7 +10,6 @@ import (
 
 	rayv1 "github.com/ray-project/kuberay/ray-operator/apis/ray/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/sluice-dev/sluice/services/integration"
@@ -33,18 +32,11 @@ func (Adapter) Kind() integration.Kind { return Kind }
 
 // Decode implements integration.Adapter.
 func (Adapter) Decode(obj runtime.Object) (integration.Job, error) {
-	switch o := obj.(type) {
-	case *rayv1.RayCluster:
-		return &RayCluster{o.DeepCopy()}, nil
-	case *unstructured.Unstructured:
-		var rc rayv1.RayCluster
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &rc); err != nil {
-			return nil, fmt.Errorf("not a RayCluster: %w", err)
-		}
-		return &RayCluster{&rc}, nil
-	default:
-		return nil, fmt.Errorf("not a RayCluster: %T", obj)
+	o, err := integration.DecodeAs[rayv1.RayCluster](obj, "RayCluster")
+	if err != nil {
+		return nil, err
 	}
+	return &RayCluster{o}, nil
 }
 
 // RayCluster is a RayCluster under the framework.

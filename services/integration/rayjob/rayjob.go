@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/sluice-dev/sluice/services/integration"
@@ -35,18 +34,11 @@ func (Adapter) Kind() integration.Kind { return Kind }
 
 // Decode implements integration.Adapter.
 func (Adapter) Decode(obj runtime.Object) (integration.Job, error) {
-	switch o := obj.(type) {
-	case *rayv1.RayJob:
-		return newRayJob(o.DeepCopy()), nil
-	case *unstructured.Unstructured:
-		var rj rayv1.RayJob
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &rj); err != nil {
-			return nil, fmt.Errorf("not a RayJob: %w", err)
-		}
-		return newRayJob(&rj), nil
-	default:
-		return nil, fmt.Errorf("not a RayJob: %T", obj)
+	o, err := integration.DecodeAs[rayv1.RayJob](obj, "RayJob")
+	if err != nil {
+		return nil, err
 	}
+	return newRayJob(o), nil
 }
 
 // RayJob is a RayJob under the framework.
