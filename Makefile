@@ -10,7 +10,7 @@ CONTROLLER_GEN := go run sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTR
 # Directories that hold generated files; `verify` fails if they are stale.
 GENERATED_DIRS := api config
 
-.PHONY: all build test test-unit e2e loadtest generate verify bench dev dev-down devcluster
+.PHONY: all build test test-unit fuzz e2e loadtest generate verify bench dev dev-down devcluster
 
 all: build
 
@@ -21,13 +21,26 @@ devcluster:
 	cd hack/devcluster && go build -o ../../bin/devcluster .
 
 # Everything: unit and integration tests (real JetStream, the API server's
-# own CRD validation), the devcluster's own tests, and the end-to-end tests
-# on a real control plane (the first run builds Kubernetes: ~10 minutes).
-test: test-unit e2e
+# own CRD validation), the devcluster's own tests, the fuzz targets, and the
+# end-to-end tests on a real control plane (the first run builds Kubernetes:
+# ~10 minutes).
+test: test-unit fuzz e2e
 
 test-unit:
 	go test ./...
 	cd hack/devcluster && go test ./...
+
+# Each fuzz target for FUZZTIME (no panic, every bad input refused with a
+# message). Minimizing a new input is capped: Go's default of 60 s per input
+# would take all the time on inputs of a few KB.
+FUZZTIME ?= 10s
+FUZZ_TARGETS := events:FuzzDecode internal/simulate:FuzzLoad internal/queueconfig:FuzzToEngine services/integration/job:FuzzWebhookReview
+fuzz:
+	@for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "fuzz $$name ($$pkg, $(FUZZTIME))"; \
+		go test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 200x ./$$pkg/ || exit 1; \
+	done
 
 e2e:
 	SLUICE_E2E=1 go test -count=1 -timeout 45m ./test/e2e/
