@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -365,6 +366,9 @@ func (s *Service) startInformer(ctx context.Context, k *kindRunner) error {
 			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
 			func(o *metav1.ListOptions) { o.LabelSelector = v1beta1.QueueNameLabel }).Informer()
 	}
+	if err := k.inf.SetTransform(trimForCache); err != nil {
+		return fmt.Errorf("integration: watch %s: %w", k.kind.Resource, err)
+	}
 	if err := indexGroups(k.ad, func(name string, f func(any) ([]string, error)) error {
 		return k.inf.AddIndexers(cache.Indexers{name: f})
 	}); err != nil {
@@ -388,6 +392,32 @@ func (s *Service) startInformer(ctx context.Context, k *kindRunner) error {
 	}
 	go k.inf.Run(ctx.Done())
 	return nil
+}
+
+// lastApplied is kubectl's copy of the manifest it applied.
+const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
+
+// trimForCache drops from the informer's copy of an object what no
+// decision reads: its managed fields, often as large as the rest of the
+// object, and kubectl's last-applied manifest. Patches are computed
+// between two copies of the cached object, so what is dropped here is
+// never written back or removed.
+func trimForCache(obj any) (any, error) {
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return obj, nil // a tombstone: kept as it is
+	}
+	m.SetManagedFields(nil)
+	if a := m.GetAnnotations(); a[lastApplied] != "" {
+		trimmed := make(map[string]string, len(a)-1)
+		for k, v := range a {
+			if k != lastApplied {
+				trimmed[k] = v
+			}
+		}
+		m.SetAnnotations(trimmed)
+	}
+	return obj, nil
 }
 
 // relevant reports whether an update can change what Sluice does: most

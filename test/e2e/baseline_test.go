@@ -3,8 +3,10 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -61,6 +63,28 @@ func replay(t *testing.T, natsURL, prefix string) *baseline.Result {
 // across the queues of a cohort) through `sluice dev`.
 func TestBaselineQuotaHolds(t *testing.T) {
 	replay(t, env.nats, "bl-dev")
+	if env.sluice != nil {
+		if peak, err := peakResident(env.sluice.Process.Pid); err == nil {
+			t.Logf("sluice dev peak resident memory so far: %d MB", peak>>20)
+		} else {
+			t.Logf("sluice dev peak resident memory unknown: %v", err)
+		}
+	}
+}
+
+// peakResident reads a process's peak resident set size (VmHWM) in bytes.
+func peakResident(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
 }
 
 // TestBaselineQuotaHoldsWhileServicesAreKilled replays it with every
