@@ -3,13 +3,13 @@ package integration
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"sort"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -17,9 +17,7 @@ import (
 
 	"github.com/sluice-dev/sluice/api/v1beta1"
 	"github.com/sluice-dev/sluice/events"
-	"github.com/sluice-dev/sluice/internal/fence"
 	"github.com/sluice-dev/sluice/internal/ledger"
-	"github.com/sluice-dev/sluice/internal/workloads"
 )
 
 // Groups (see Grouper): the members of a group share one work-queue key,
@@ -53,7 +51,7 @@ func workKey(ad Adapter, obj any) (string, bool) {
 	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = tomb.Obj
 	}
-	m, err := metaOf(obj)
+	m, err := meta.Accessor(obj)
 	if err != nil {
 		return "", false
 	}
@@ -64,12 +62,12 @@ func workKey(ad Adapter, obj any) (string, bool) {
 }
 
 // indexGroups adds the group index to a Grouper's informer.
-func indexGroups(ad Adapter, add func(name string, f func(obj any) ([]string, error)) error) error {
+func indexGroups(ad Adapter, inf cache.SharedIndexInformer) error {
 	if _, ok := ad.(Grouper); !ok {
 		return nil
 	}
-	return add(groupIndex, func(obj any) ([]string, error) {
-		m, err := metaOf(obj)
+	return inf.AddIndexers(cache.Indexers{groupIndex: func(obj any) ([]string, error) {
+		m, err := meta.Accessor(obj)
 		if err != nil {
 			return nil, nil
 		}
@@ -77,16 +75,7 @@ func indexGroups(ad Adapter, add func(name string, f func(obj any) ([]string, er
 			return []string{m.GetNamespace() + "/" + g}, nil
 		}
 		return nil, nil
-	})
-}
-
-// metaOf reads an informer's object's metadata.
-func metaOf(obj any) (metav1.Object, error) {
-	m, ok := obj.(metav1.Object)
-	if !ok {
-		return nil, fmt.Errorf("object %T has no metadata", obj)
-	}
-	return m, nil
+	}})
 }
 
 // members decodes a group's objects as the informer holds them, in the
@@ -184,28 +173,17 @@ func (s *Service) syncGroup(ctx context.Context, k *kindRunner, g Grouper, ref e
 			return err
 		}
 	}
-	r, held := s.reservation(rec.Workload)
-	if st := s.fenceOf(rk); st.Phase == fence.Stopping && held && r.Admission() == st.Admission && r.UID == rec.Workload.UID {
-		if s.stopAnnounced(rk) == st.Admission {
-			return nil
-		}
-		cq, reason, message, err := s.stopCause(ctx, rec.Workload, st.Admission)
-		if err != nil {
-			return err
-		}
+	if stopping, err := s.fencedStop(ctx, rk, rec, func(cq, reason, message, admission string) error {
 		// Members the informer has not seen yet are stopped too.
 		fresh, err := s.listMembers(ctx, k, g, ref.Namespace, ref.Name)
 		if err != nil {
 			return err
 		}
-		if err := s.stopGroup(ctx, k, fresh, rec.Workload, cq, reason, message, st.Admission); err != nil {
-			return err
-		}
-		s.mu.Lock()
-		s.stopsAnnounced[rk] = st.Admission
-		s.mu.Unlock()
-		return nil
+		return s.stopGroup(ctx, k, fresh, rec.Workload, cq, reason, message, admission)
+	}); stopping {
+		return err
 	}
+	r, held := s.reservation(rec.Workload)
 	var gated []Job
 	running := false
 	for _, m := range live {
@@ -385,8 +363,7 @@ func roleOf(k *kindRunner, m Job) (string, error) {
 	if len(sets) != 1 {
 		return "", fmt.Errorf("%d pod sets, a group member must have one: %w", len(sets), ErrInvalidGroup)
 	}
-	spec := sets[0].Spec
-	return roleName(WorkloadPodSet{Requests: PodRequests(spec), NodeSelector: spec.NodeSelector, Tolerations: spec.Tolerations}), nil
+	return roleName(askOf(sets[0].Spec)), nil
 }
 
 // startGroup applies a group's reservation to its gated members, one API
@@ -439,32 +416,18 @@ func (s *Service) startGroup(ctx context.Context, k *kindRunner, rec *events.Wor
 	if len(writes) == 0 {
 		return nil
 	}
-	if err := s.announced(ctx, rec.Workload, r); err != nil {
-		return err
-	}
-	rk := workloads.Key(rec.Workload)
-	admission := r.Admission()
-	st, err := fence.BeginStart(ctx, s.fenceKV, rk, admission)
-	if err != nil {
-		if errors.Is(err, fence.ErrStopping) {
-			return errLookAgain
-		}
-		return err
-	}
-	for _, w := range writes {
-		m := w.job.Meta()
-		if err := s.patch(ctx, k, m.GetNamespace(), m.GetName(), w.patch); err != nil {
-			if st.Phase == fence.Starting {
-				if aerr := fence.AbortStart(ctx, s.fenceKV, rk, admission); aerr != nil {
-					s.log.Warn().Err(aerr).Str("workload", rk).Msg("start not released; stops wait until it is retried")
-				}
+	startedBefore, err := s.fencedStart(ctx, rec, r, func() error {
+		for _, w := range writes {
+			m := w.job.Meta()
+			if err := s.patch(ctx, k, m.GetNamespace(), m.GetName(), w.patch); err != nil {
+				return fmt.Errorf("resume %s: %w", m.GetName(), err)
 			}
-			return fmt.Errorf("resume %s: %w", m.GetName(), err)
+			s.recorder.Eventf(w.job.Object(), corev1.EventTypeNormal, "Admitted", "admitted with group %s by ClusterQueue %s: %s", rec.Workload.Name, r.ClusterQueue, describe(r))
 		}
-		s.recorder.Eventf(w.job.Object(), corev1.EventTypeNormal, "Admitted", "admitted with group %s by ClusterQueue %s: %s", rec.Workload.Name, r.ClusterQueue, describe(r))
-	}
-	if st.Phase == fence.Started {
-		return nil // replacements of a group already announced
+		return nil
+	})
+	if err != nil || startedBefore {
+		return err // a failure, or replacements of a group already announced
 	}
 	return s.announceStart(ctx, rec, r)
 }

@@ -369,9 +369,7 @@ func (s *Service) startInformer(ctx context.Context, k *kindRunner) error {
 	if err := k.inf.SetTransform(trimForCache); err != nil {
 		return fmt.Errorf("integration: watch %s: %w", k.kind.Resource, err)
 	}
-	if err := indexGroups(k.ad, func(name string, f func(any) ([]string, error)) error {
-		return k.inf.AddIndexers(cache.Indexers{name: f})
-	}); err != nil {
+	if err := indexGroups(k.ad, k.inf); err != nil {
 		return fmt.Errorf("integration: index %s: %w", k.kind.Resource, err)
 	}
 	enqueue := func(obj any) {
@@ -800,17 +798,7 @@ func (s *Service) sync(ctx context.Context, k *kindRunner, key string) error {
 			return err
 		}
 	}
-	r, held := s.reservation(rec.Workload)
-	if st := s.fenceOf(rk); st.Phase == fence.Stopping && held && r.Admission() == st.Admission && r.UID == rec.Workload.UID {
-		// Its admission is being stopped (preempted, drained): stop the
-		// object and announce it, which releases the reservation.
-		if s.stopAnnounced(rk) == st.Admission {
-			return nil // announced; the release is on its way
-		}
-		cq, reason, message, err := s.stopCause(ctx, rec.Workload, st.Admission)
-		if err != nil {
-			return err
-		}
+	if stopping, err := s.fencedStop(ctx, rk, rec, func(cq, reason, message, admission string) error {
 		// The informer may not have seen the start yet (it was applied
 		// before the fence moved): stop what the API server holds, or a
 		// stale suspended copy would announce a stop that never happened.
@@ -824,14 +812,11 @@ func (s *Service) sync(ctx context.Context, k *kindRunner, key string) error {
 		if done, _, _ := fresh.Finished(); done {
 			return errLookAgain // ended: its end releases the quota
 		}
-		if err := s.stop(ctx, k, fresh, rec.Workload, cq, reason, message, st.Admission); err != nil {
-			return err
-		}
-		s.mu.Lock()
-		s.stopsAnnounced[rk] = st.Admission
-		s.mu.Unlock()
-		return nil
+		return s.stop(ctx, k, fresh, rec.Workload, cq, reason, message, admission)
+	}); stopping {
+		return err
 	}
+	r, held := s.reservation(rec.Workload)
 	suspended := job.IsSuspended()
 	switch {
 	case held && suspended && m.GetAnnotations()[StoppedAnnotation] != r.Admission():
@@ -1010,27 +995,44 @@ func (s *Service) start(ctx context.Context, k *kindRunner, job Job, rec *events
 	if err != nil {
 		return err
 	}
-	if err := s.announced(ctx, rec.Workload, r); err != nil {
-		return err
-	}
-	rk := workloads.Key(rec.Workload)
-	admission := r.Admission()
-	if _, err := fence.BeginStart(ctx, s.fenceKV, rk, admission); err != nil {
-		if errors.Is(err, fence.ErrStopping) {
-			// Its preemption (or drain) was decided meanwhile: the next
-			// look sees the fence and stops it once that is announced.
-			return errLookAgain
+	if _, err := s.fencedStart(ctx, rec, r, func() error {
+		if err := s.patch(ctx, k, m.GetNamespace(), m.GetName(), patch); err != nil {
+			return fmt.Errorf("resume: %w", err)
 		}
+		return nil
+	}); err != nil {
 		return err
-	}
-	if err := s.patch(ctx, k, m.GetNamespace(), m.GetName(), patch); err != nil {
-		if aerr := fence.AbortStart(ctx, s.fenceKV, rk, admission); aerr != nil {
-			s.log.Warn().Err(aerr).Str("workload", rk).Msg("start not released; stops wait until it is retried")
-		}
-		return fmt.Errorf("resume: %w", err)
 	}
 	s.recorder.Eventf(job.Object(), corev1.EventTypeNormal, "Admitted", "admitted by ClusterQueue %s: %s", r.ClusterQueue, describe(r))
 	return s.announceStart(ctx, rec, r)
+}
+
+// fencedStart runs apply, the API writes of a start, under the fences
+// start describes: the admission must be announced, and the fence must let
+// it start; a failed write releases the fence. It reports whether the
+// admission had started before (a start retried or extended).
+func (s *Service) fencedStart(ctx context.Context, rec *events.WorkloadSubmittedV1, r ledger.Reservation, apply func() error) (startedBefore bool, err error) {
+	if err := s.announced(ctx, rec.Workload, r); err != nil {
+		return false, err
+	}
+	rk := workloads.Key(rec.Workload)
+	admission := r.Admission()
+	st, err := fence.BeginStart(ctx, s.fenceKV, rk, admission)
+	if err != nil {
+		if errors.Is(err, fence.ErrStopping) {
+			// Its preemption (or drain) was decided meanwhile: the next
+			// look sees the fence and stops it once that is announced.
+			return false, errLookAgain
+		}
+		return false, err
+	}
+	if err := apply(); err != nil {
+		if aerr := fence.AbortStart(ctx, s.fenceKV, rk, admission); aerr != nil {
+			s.log.Warn().Err(aerr).Str("workload", rk).Msg("start not released; stops wait until it is retried")
+		}
+		return false, err
+	}
+	return st.Phase == fence.Started, nil
 }
 
 // announceStart publishes started and then lets stops of the admission
@@ -1179,12 +1181,34 @@ func (s *Service) announceStop(ctx context.Context, ref events.WorkloadRef, cq, 
 	return s.pub.Publish(ctx, ev, events.ID(ev.Type(), ref.UID, admission))
 }
 
-// stopAnnounced returns the admission whose stop this replica announced
-// for the workload, if any.
-func (s *Service) stopAnnounced(rk string) string {
+// fencedStop reports whether the admission a workload holds is being
+// stopped (preempted, drained: its fence moved to stopping). Then, unless
+// this replica announced that stop already, it reads the stop's cause and
+// has stop stop the object and announce it, which releases the
+// reservation.
+func (s *Service) fencedStop(ctx context.Context, rk string, rec *events.WorkloadSubmittedV1, stop func(cq, reason, message, admission string) error) (bool, error) {
+	r, held := s.reservation(rec.Workload)
+	st := s.fenceOf(rk)
+	if st.Phase != fence.Stopping || !held || r.Admission() != st.Admission || r.UID != rec.Workload.UID {
+		return false, nil
+	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.stopsAnnounced[rk]
+	announced := s.stopsAnnounced[rk] == st.Admission
+	s.mu.Unlock()
+	if announced {
+		return true, nil // the release is on its way
+	}
+	cq, reason, message, err := s.stopCause(ctx, rec.Workload, st.Admission)
+	if err != nil {
+		return true, err
+	}
+	if err := stop(cq, reason, message, st.Admission); err != nil {
+		return true, err
+	}
+	s.mu.Lock()
+	s.stopsAnnounced[rk] = st.Admission
+	s.mu.Unlock()
+	return true, nil
 }
 
 // stopCause reads the announcement of the stop of an admission (its

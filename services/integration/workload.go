@@ -123,16 +123,21 @@ func WorkloadOf(kind string, j Job, prio PriorityResolver) (Workload, error) {
 		if minCount == 0 || minCount > ps.Count {
 			minCount = ps.Count
 		}
-		w.PodSets = append(w.PodSets, WorkloadPodSet{
-			Name:         ps.Name,
-			Count:        ps.Count,
-			MinCount:     minCount,
-			Requests:     PodRequests(ps.Spec),
-			NodeSelector: maps.Clone(ps.Spec.NodeSelector),
-			Tolerations:  cloneTolerations(ps.Spec.Tolerations),
-		})
+		wps := askOf(ps.Spec)
+		wps.Name, wps.Count, wps.MinCount = ps.Name, ps.Count, minCount
+		w.PodSets = append(w.PodSets, wps)
 	}
 	return w, nil
+}
+
+// askOf is what one pod built from spec asks for: its effective requests,
+// node selector and tolerations (copies).
+func askOf(spec *corev1.PodSpec) WorkloadPodSet {
+	return WorkloadPodSet{
+		Requests:     PodRequests(spec),
+		NodeSelector: maps.Clone(spec.NodeSelector),
+		Tolerations:  cloneTolerations(spec.Tolerations),
+	}
 }
 
 // resolvePriority applies Sluice's priority rule: the WorkloadPriorityClass
