@@ -903,6 +903,22 @@ func TestFailedPublishIsRetried(t *testing.T) {
 	}
 }
 
+// reservedBeforeStart submits one-pod workloads and writes their
+// reservations to the ledger, as a replica that stopped before announcing
+// them would have left them.
+func (h *harness) reservedBeforeStart(names ...string) map[string]ledger.Reservation {
+	h.t.Helper()
+	r := map[string]ledger.Reservation{}
+	for _, n := range names {
+		h.submit(n, "main", 0, 1, "1")
+		r[key(n)] = h.expected(n, 1)
+	}
+	if _, err := ledger.Write(h.ctx, h.led, ledger.Key("cq/cq"), 0, ledger.Entry{Reservations: r}); err != nil {
+		h.t.Fatal(err)
+	}
+	return r
+}
+
 // TestStartAnnouncesWhatACrashLeftUnannounced: a replica that stopped
 // between writing a reservation and announcing it leaves an admission no
 // integration will start; the next replica announces it, under the id an
@@ -910,12 +926,7 @@ func TestFailedPublishIsRetried(t *testing.T) {
 func TestStartAnnouncesWhatACrashLeftUnannounced(t *testing.T) {
 	h := newHarness(t)
 	h.configure("4", nil)
-	h.submit("x", "main", 0, 1, "1")
-	h.submit("y", "main", 0, 1, "1")
-	r := map[string]ledger.Reservation{key("x"): h.expected("x", 1), key("y"): h.expected("y", 1)}
-	if _, err := ledger.Write(h.ctx, h.led, ledger.Key("cq/cq"), 0, ledger.Entry{Reservations: r}); err != nil {
-		t.Fatal(err)
-	}
+	r := h.reservedBeforeStart("x", "y")
 	// y's admission was announced before the crash; x's was not.
 	pub := bus.NewPublisher(h.js, events.Source("admission"))
 	yEv := events.WorkloadAdmittedV1{Workload: ref("y"), ClusterQueue: "cq",
@@ -958,12 +969,7 @@ func TestStartAnnouncesWhatACrashLeftUnannounced(t *testing.T) {
 func TestAdmissionOfAnEndedJobIsNotAnnounced(t *testing.T) {
 	h := newHarness(t)
 	h.configure("4", nil)
-	h.submit("x", "main", 0, 1, "1")
-	h.submit("ended", "main", 0, 1, "1")
-	r := map[string]ledger.Reservation{key("x"): h.expected("x", 1), key("ended"): h.expected("ended", 1)}
-	if _, err := ledger.Write(h.ctx, h.led, ledger.Key("cq/cq"), 0, ledger.Entry{Reservations: r}); err != nil {
-		t.Fatal(err)
-	}
+	h.reservedBeforeStart("x", "ended")
 	if err := h.wls.Delete(h.ctx, workloads.Key(ref("ended"))); err != nil { // the integration, as the job ends
 		t.Fatal(err)
 	}
