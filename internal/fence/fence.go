@@ -20,7 +20,10 @@
 // `started` never follows its `preempted`. A new admission of the same
 // workload replaces the state of the old one. When the job finishes or is
 // deleted its admission becomes finished, and a stop of it is refused
-// (ErrFinished): nothing is preempted after it ended. Finished keys are
+// (ErrFinished): nothing is preempted after it ended. A stop names the
+// decision it carries out; an admission is stopped by one decision only
+// (ErrStopTaken), and never once the workload was admitted again
+// (ErrSuperseded). Finished keys are
 // collected a while later (Collect).
 package fence
 
@@ -61,6 +64,12 @@ var (
 	ErrFinished = errors.New("admission ended with its job")
 	// ErrContended: the key kept changing under the compare-and-set.
 	ErrContended = errors.New("fence key contended")
+	// ErrSuperseded: the workload was admitted again since; the stop of
+	// an admission that is over is void.
+	ErrSuperseded = errors.New("admission superseded by a later one")
+	// ErrStopTaken: another decision (another preemptor, an eviction)
+	// already stops the admission; it is stopped, and announced, once.
+	ErrStopTaken = errors.New("admission already being stopped by another decision")
 )
 
 // State is the stored value.
@@ -71,6 +80,11 @@ type State struct {
 	// UID of the job that finished (Finished only), so that a stale view
 	// of it is never queued again.
 	UID string `json:"uid,omitempty"`
+	// StopID is the id of the announcement of the stop (Stopping only):
+	// the decision that stops the admission. A redelivered decision
+	// carries the same id and may announce again (the stream drops the
+	// duplicate); any other decision to stop it is refused.
+	StopID string `json:"stopId,omitempty"`
 }
 
 // KV is the part of a JetStream KV bucket the fence uses.
@@ -181,11 +195,15 @@ func AbortStart(ctx context.Context, kv KV, key, admission string) error {
 	return err
 }
 
-// Stop marks an admission as being stopped, after which it never starts.
-// It refuses with ErrStarting while a start is in flight; the caller
-// retries shortly (the start ends within one API write). Stopping an
-// admission twice succeeds.
-func Stop(ctx context.Context, kv KV, key, admission string) error {
+// Stop marks an admission as being stopped by the decision announced with
+// stopID, after which it never starts. It refuses with ErrStarting while
+// a start is in flight (the caller retries shortly: the start ends within
+// one API write), with ErrFinished once its job ended, with ErrSuperseded
+// when the workload was admitted again since (a decision made on a stale
+// view), and with ErrStopTaken when another decision stops it already.
+// The same decision stopping it again succeeds, so a redelivered decision
+// can announce what a crash left unannounced.
+func Stop(ctx context.Context, kv KV, key, admission, stopID string) error {
 	_, err := move(ctx, kv, key, func(cur State) (State, bool, error) {
 		if cur.Admission == admission {
 			switch cur.Phase {
@@ -194,12 +212,26 @@ func Stop(ctx context.Context, kv KV, key, admission string) error {
 			case Finished:
 				return cur, false, fmt.Errorf("fence %s: admission %s: %w", key, admission, ErrFinished)
 			case Stopping:
+				if cur.StopID != "" && cur.StopID != stopID {
+					return cur, false, fmt.Errorf("fence %s: admission %s: %w", key, admission, ErrStopTaken)
+				}
 				return cur, false, nil
 			}
+		} else if later(cur.Admission, admission) {
+			return cur, false, fmt.Errorf("fence %s: admission %s (now %s): %w", key, admission, cur.Admission, ErrSuperseded)
 		}
-		return State{Admission: admission, Phase: Stopping}, true, nil
+		return State{Admission: admission, Phase: Stopping, StopID: stopID}, true, nil
 	})
 	return err
+}
+
+// later reports whether admission a is known to come after b. Admissions
+// are named by their reservation's admission time (RFC 3339); names that
+// are not times have no order.
+func later(a, b string) bool {
+	ta, errA := time.Parse(time.RFC3339Nano, a)
+	tb, errB := time.Parse(time.RFC3339Nano, b)
+	return errA == nil && errB == nil && ta.After(tb)
 }
 
 // Finish records that the job of an admission ended (finished or was

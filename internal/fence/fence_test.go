@@ -19,8 +19,15 @@ type step struct {
 	op        string // begin, end, abort, stop, finish
 	admission string
 	uid       string
+	stopID    string // stop: the decision's announcement; "p1" when empty
 	wantErr   error
 }
+
+// Admissions named by their admission time, as the ledger names them.
+const (
+	t1 = "2026-11-25T12:11:56.034Z"
+	t2 = "2026-11-25T12:11:57.4Z" // later than t1, though it sorts first as text
+)
 
 func TestFence(t *testing.T) {
 	cases := []struct {
@@ -41,12 +48,12 @@ func TestFence(t *testing.T) {
 		{
 			name:      "a started admission can be stopped",
 			steps:     []step{{op: "begin", admission: "a1"}, {op: "end", admission: "a1"}, {op: "stop", admission: "a1"}},
-			wantState: fence.State{Admission: "a1", Phase: fence.Stopping},
+			wantState: fence.State{Admission: "a1", Phase: fence.Stopping, StopID: "p1"},
 		},
 		{
 			name:      "a stopped admission never starts",
 			steps:     []step{{op: "stop", admission: "a1"}, {op: "begin", admission: "a1", wantErr: fence.ErrStopping}},
-			wantState: fence.State{Admission: "a1", Phase: fence.Stopping},
+			wantState: fence.State{Admission: "a1", Phase: fence.Stopping, StopID: "p1"},
 		},
 		{
 			name:      "a new admission starts after the old one was stopped",
@@ -61,17 +68,17 @@ func TestFence(t *testing.T) {
 		{
 			name:      "an aborted start lets the stop through",
 			steps:     []step{{op: "begin", admission: "a1"}, {op: "abort", admission: "a1"}, {op: "stop", admission: "a1"}},
-			wantState: fence.State{Admission: "a1", Phase: fence.Stopping},
+			wantState: fence.State{Admission: "a1", Phase: fence.Stopping, StopID: "p1"},
 		},
 		{
 			name:      "ending the start of an admission being stopped changes nothing",
 			steps:     []step{{op: "stop", admission: "a1"}, {op: "end", admission: "a1"}},
-			wantState: fence.State{Admission: "a1", Phase: fence.Stopping},
+			wantState: fence.State{Admission: "a1", Phase: fence.Stopping, StopID: "p1"},
 		},
 		{
 			name:      "stopping twice is one stop",
 			steps:     []step{{op: "stop", admission: "a1"}, {op: "stop", admission: "a1"}},
-			wantState: fence.State{Admission: "a1", Phase: fence.Stopping},
+			wantState: fence.State{Admission: "a1", Phase: fence.Stopping, StopID: "p1"},
 		},
 		{
 			name:      "an ended job's admission is not stopped",
@@ -94,9 +101,36 @@ func TestFence(t *testing.T) {
 			wantState: fence.State{Admission: "b1", Phase: fence.Starting},
 		},
 		{
-			name:      "a stop of an older admission does not undo an end",
+			name:      "admissions that are not times have no order: a stop of another one replaces the state",
 			steps:     []step{{op: "finish", admission: "a2"}, {op: "stop", admission: "a1"}},
-			wantState: fence.State{Admission: "a1", Phase: fence.Stopping},
+			wantState: fence.State{Admission: "a1", Phase: fence.Stopping, StopID: "p1"},
+		},
+		{
+			name:      "a stop of an older admission does not undo an end",
+			steps:     []step{{op: "finish", admission: t2}, {op: "stop", admission: t1, wantErr: fence.ErrSuperseded}},
+			wantState: fence.State{Admission: t2, Phase: fence.Finished},
+		},
+		{
+			name: "a stale stop of an older admission leaves a later start in flight alone",
+			steps: []step{{op: "stop", admission: t1}, {op: "begin", admission: t2},
+				{op: "stop", admission: t1, stopID: "p2", wantErr: fence.ErrSuperseded}},
+			wantState: fence.State{Admission: t2, Phase: fence.Starting},
+		},
+		{
+			name: "a second decision to stop one admission is refused",
+			steps: []step{{op: "begin", admission: t1}, {op: "end", admission: t1}, {op: "stop", admission: t1},
+				{op: "stop", admission: t1, stopID: "p2", wantErr: fence.ErrStopTaken}},
+			wantState: fence.State{Admission: t1, Phase: fence.Stopping, StopID: "p1"},
+		},
+		{
+			name: "the same decision redelivered stops it again",
+			steps: []step{{op: "stop", admission: t1, stopID: "p2"}, {op: "stop", admission: t1, stopID: "p2"}},
+			wantState: fence.State{Admission: t1, Phase: fence.Stopping, StopID: "p2"},
+		},
+		{
+			name:      "a later admission is stopped over an earlier one",
+			steps:     []step{{op: "stop", admission: t1}, {op: "stop", admission: t2, stopID: "p2"}},
+			wantState: fence.State{Admission: t2, Phase: fence.Stopping, StopID: "p2"},
 		},
 	}
 	ctx, kv := bucket(t)
@@ -113,7 +147,11 @@ func TestFence(t *testing.T) {
 				case "abort":
 					err = fence.AbortStart(ctx, kv, key, s.admission)
 				case "stop":
-					err = fence.Stop(ctx, kv, key, s.admission)
+					id := s.stopID
+					if id == "" {
+						id = "p1"
+					}
+					err = fence.Stop(ctx, kv, key, s.admission, id)
 				case "finish":
 					err = fence.Finish(ctx, kv, key, s.admission, s.uid)
 				}
@@ -152,7 +190,7 @@ func TestFenceRace(t *testing.T) {
 					res <- result{start: true, err: err}
 					return
 				}
-				res <- result{err: fence.Stop(ctx, kv, key, admission)}
+				res <- result{err: fence.Stop(ctx, kv, key, admission, "p1")}
 			}()
 		}
 		var started, stopped int
@@ -185,7 +223,7 @@ func TestCollect(t *testing.T) {
 	if _, err := fence.BeginStart(ctx, kv, "job.ns.running", "a1"); err != nil {
 		t.Fatal(err)
 	}
-	if err := fence.Stop(ctx, kv, "job.ns.stopping", "a1"); err != nil {
+	if err := fence.Stop(ctx, kv, "job.ns.stopping", "a1", "p1"); err != nil {
 		t.Fatal(err)
 	}
 	// Too young: nothing goes.

@@ -635,9 +635,11 @@ func (s *Service) publishOne(ctx context.Context, o outgoing) error {
 		return nil
 	}
 	if o.fenceKey != "" && s.fenceKV != nil {
-		err := fence.Stop(ctx, s.fenceKV, o.fenceKey, o.admission)
-		if errors.Is(err, fence.ErrFinished) {
-			return nil // its job ended: nothing to evict
+		err := fence.Stop(ctx, s.fenceKV, o.fenceKey, o.admission, o.id)
+		if errors.Is(err, fence.ErrFinished) || errors.Is(err, fence.ErrStopTaken) || errors.Is(err, fence.ErrSuperseded) {
+			// Its job ended, or a preemption stops it already, or it was
+			// admitted again since: nothing of this admission to evict.
+			return nil
 		}
 		if err != nil {
 			return err

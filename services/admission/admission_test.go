@@ -555,20 +555,21 @@ func (h *harness) checkAdmittedEventsMatchLedger() {
 			h.t.Errorf("admitted event %s stored %d times", id, n)
 		}
 	}
-	got := map[string]bool{}
-	for _, ev := range eventsOf[events.WorkloadAdmittedV1](h) {
-		got[workloads.EngineKey(ev.Workload)] = true
-	}
-	var missing []string
-	for wk := range h.reservations() {
-		if !got[wk] {
-			missing = append(missing, wk)
+	// The announcement follows the ledger write: wait for it.
+	h.eventually("every reservation announced", func() (bool, string) {
+		got := map[string]bool{}
+		for _, ev := range eventsOf[events.WorkloadAdmittedV1](h) {
+			got[workloads.EngineKey(ev.Workload)] = true
 		}
-	}
-	sort.Strings(missing)
-	if len(missing) > 0 {
-		h.t.Errorf("reservations never announced: %s", strings.Join(missing, ", "))
-	}
+		var missing []string
+		for wk := range h.reservations() {
+			if !got[wk] {
+				missing = append(missing, wk)
+			}
+		}
+		sort.Strings(missing)
+		return len(missing) == 0, "never announced: " + strings.Join(missing, ", ")
+	})
 }
 
 // TestRestartRebuildsFromTheBuckets: a new replica finds reservations,

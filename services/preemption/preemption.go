@@ -81,18 +81,26 @@ func (s *Service) handle(ctx context.Context, led ledger.KV, fk fence.KV, env ev
 			// was never chosen as a victim.
 			continue
 		}
-		err := stopFenced(ctx, fk, workloads.Key(v.Workload), r.Admission())
-		if errors.Is(err, fence.ErrFinished) {
-			continue // its job ended: the end releases the quota
-		}
-		if err != nil {
-			return err
-		}
 		ev := events.WorkloadPreemptedV1{Workload: v.Workload, ClusterQueue: v.ClusterQueue, Reason: v.Reason, Preemptor: req.Preemptor,
 			Admission: r.Admission()}
+		id := events.ID(ev.Type(), v.Workload.UID, r.Admission(), req.Preemptor.UID)
+		err := stopFenced(ctx, fk, workloads.Key(v.Workload), r.Admission(), id)
+		switch {
+		case errors.Is(err, fence.ErrFinished):
+			continue // its job ended: the end releases the quota
+		case errors.Is(err, fence.ErrStopTaken), errors.Is(err, fence.ErrSuperseded):
+			// Another preemptor (or an eviction) stops this admission
+			// already, or it is over and the workload admitted again
+			// (the ledger read above was stale): one preemption is
+			// announced per admission, and none of a later one.
+			s.log.Debug().Err(err).Str("workload", key).Str("preemptor", workloads.EngineKey(req.Preemptor)).Msg("victim not preempted again")
+			continue
+		case err != nil:
+			return err
+		}
 		s.log.Info().Str("workload", key).Str("queue", v.ClusterQueue).Str("preemptor", workloads.EngineKey(req.Preemptor)).
 			Str("reason", v.Reason).Msg("preempting")
-		if err := s.pub.Publish(ctx, ev, events.ID(ev.Type(), v.Workload.UID, r.Admission(), req.Preemptor.UID)); err != nil {
+		if err := s.pub.Publish(ctx, ev, id); err != nil {
 			return err
 		}
 	}
@@ -107,10 +115,10 @@ const (
 	startPoll = 5 * time.Millisecond
 )
 
-func stopFenced(ctx context.Context, fk fence.KV, key, admission string) error {
+func stopFenced(ctx context.Context, fk fence.KV, key, admission, stopID string) error {
 	deadline := time.Now().Add(startWait)
 	for {
-		err := fence.Stop(ctx, fk, key, admission)
+		err := fence.Stop(ctx, fk, key, admission, stopID)
 		if !errors.Is(err, fence.ErrStarting) || time.Now().After(deadline) {
 			return err
 		}

@@ -49,7 +49,10 @@ func TestPreemption(t *testing.T) {
 		// starting victims have a start in flight, which ends 150 ms in.
 		starting []string
 		// ended victims' jobs finished before the request was handled.
-		ended    []string
+		ended []string
+		// readmitted victims were admitted again (a later admission started)
+		// though the ledger still shows the admission the request names.
+		readmitted []string
 		requests []events.PreemptionRequestedV1
 		want     []events.WorkloadPreemptedV1
 	}{
@@ -90,6 +93,19 @@ func TestPreemption(t *testing.T) {
 			want: []events.WorkloadPreemptedV1{preempted("low2", "high")},
 		},
 		{
+			name:     "a victim asked by two preemptors is preempted once, by the first",
+			holding:  []string{"low1"},
+			requests: []events.PreemptionRequestedV1{request("high", "low1"), request("higher", "low1")},
+			want:     []events.WorkloadPreemptedV1{preempted("low1", "high")},
+		},
+		{
+			name:       "a victim admitted again after its ledger entry was read is not preempted",
+			holding:    []string{"low1", "low2"},
+			readmitted: []string{"low1"},
+			requests:   []events.PreemptionRequestedV1{request("high", "low1", "low2")},
+			want:       []events.WorkloadPreemptedV1{preempted("low2", "high")},
+		},
+		{
 			name:     "the same victim asked twice by one preemptor is preempted once",
 			holding:  []string{"low1"},
 			requests: []events.PreemptionRequestedV1{request("high", "low1"), request("high", "low1")},
@@ -124,6 +140,12 @@ func TestPreemption(t *testing.T) {
 			admission := ledger.Reservation{}.Admission()
 			for _, n := range tc.ended {
 				if err := fence.Finish(ctx, fk, workloads.Key(ref(n)), admission, ref(n).UID); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, n := range tc.readmitted {
+				later := ledger.Reservation{AdmittedAt: time.Unix(1, 0)}.Admission()
+				if _, err := fence.BeginStart(ctx, fk, workloads.Key(ref(n)), later); err != nil {
 					t.Fatal(err)
 				}
 			}
