@@ -141,6 +141,10 @@ type WorkloadAdmittedV1 struct {
 	Workload     WorkloadRef          `json:"workload"`
 	ClusterQueue string               `json:"clusterQueue"`
 	PodSets      []PodSetAssignmentV1 `json:"podSets"`
+	// Admission names this admission (its reservation's admission time,
+	// RFC 3339): the name later events about it (started, preempted,
+	// evicted, stopped) carry. Empty from senders before the field existed.
+	Admission string `json:"admission,omitempty"`
 }
 
 // Type implements Event.
@@ -254,6 +258,8 @@ func (e WorkloadEvictedV1) Validate() error {
 type WorkloadStartedV1 struct {
 	Workload     WorkloadRef `json:"workload"`
 	ClusterQueue string      `json:"clusterQueue"`
+	// Admission names the admission started, as in WorkloadAdmittedV1.
+	Admission string `json:"admission,omitempty"`
 }
 
 // Type implements Event.

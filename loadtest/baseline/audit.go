@@ -13,6 +13,9 @@ type Record struct {
 	Workload   string
 	Transition string
 	Time       time.Time
+	// Admission the event names (admitted, started, preempted, evicted,
+	// stopped carry one); empty when it names none.
+	Admission string
 }
 
 // OrderViolation is one event that a workload's life does not allow at that
@@ -37,6 +40,9 @@ func (v OrderViolation) String() string {
 	}
 	for _, r := range seq {
 		fmt.Fprintf(&b, " %s@%s", r.Transition, r.Time.UTC().Format("15:04:05.000"))
+		if r.Admission != "" {
+			fmt.Fprintf(&b, "[%s]", r.Admission)
+		}
 	}
 	return b.String()
 }
@@ -52,6 +58,10 @@ type lifeState struct {
 	preempted bool
 	// ended: finished or deleted came; its transition.
 	ended string
+	// current: the admission of the last admitted; stopping: the
+	// admissions preempted or evicted so far.
+	current  string
+	stopping map[string]bool
 }
 
 // Audit walks each workload's events in the given (stream) order and
@@ -61,7 +71,14 @@ type lifeState struct {
 //     stopped, or a second started after the same admitted;
 //   - started after a preempted with no admitted in between;
 //   - admitted twice with no stopped, preempted or evicted in between;
-//   - anything but pending after finished or deleted.
+//   - anything but pending after finished or deleted;
+//
+// and, where events name their admission:
+//
+//   - started, preempted or evicted of an admission other than the
+//     workload's latest admitted one;
+//   - an admission preempted or evicted twice;
+//   - started of an admission after its preempted or evicted.
 //
 // Other transitions (submitted, pending) are allowed anywhere before the
 // end, and pending after it too: the admission service publishes pending
@@ -77,7 +94,14 @@ func Audit(records []Record) []OrderViolation {
 			states[r.Workload] = s
 		}
 		s.seq = append(s.seq, r)
-		msg := s.step(r.Transition)
+		// An event about an admission that is over says nothing of the
+		// current one: it is reported, and the life goes on without it.
+		msg, stale := s.stepAdmission(r)
+		if !stale {
+			if m := s.step(r.Transition); m != "" {
+				msg = m
+			}
+		}
 		if msg != "" {
 			out = append(out, OrderViolation{Workload: r.Workload, Index: len(s.seq) - 1, Message: msg, Sequence: append([]Record(nil), s.seq...)})
 		}
@@ -121,6 +145,37 @@ func (s *lifeState) step(tr string) string {
 		s.ended = tr
 	}
 	return ""
+}
+
+// stepAdmission checks an event against the admission it names. stale
+// reports an event about an admission other than the latest admitted.
+func (s *lifeState) stepAdmission(r Record) (msg string, stale bool) {
+	if r.Admission == "" || s.ended != "" {
+		return "", false
+	}
+	switch r.Transition {
+	case "admitted":
+		s.current = r.Admission
+	case "started", "preempted", "evicted":
+		if s.current != "" && r.Admission != s.current {
+			return fmt.Sprintf("%s admission %s while the latest admitted is %s", r.Transition, r.Admission, s.current), true
+		}
+		if s.stopping[r.Admission] {
+			if r.Transition == "started" {
+				return fmt.Sprintf("started admission %s after it was preempted or evicted", r.Admission), false
+			}
+			return fmt.Sprintf("%s admission %s that was preempted or evicted before", r.Transition, r.Admission), false
+		}
+		if r.Transition != "started" {
+			if s.stopping == nil {
+				s.stopping = map[string]bool{}
+			}
+			s.stopping[r.Admission] = true
+		}
+	case "stopped":
+		return "", s.current != "" && r.Admission != s.current
+	}
+	return "", false
 }
 
 // Tally counts, over the same records, what the order rules allow but a

@@ -9,7 +9,7 @@ import (
 func TestAudit(t *testing.T) {
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	// seq builds records of workload "w" one millisecond apart; "x:" prefixes
-	// an event of another workload "x".
+	// an event of another workload "x"; "@a1" suffixes the admission named.
 	seq := func(trs ...string) []Record {
 		var out []Record
 		for i, tr := range trs {
@@ -17,7 +17,8 @@ func TestAudit(t *testing.T) {
 			if s, ok := strings.CutPrefix(tr, "x:"); ok {
 				w, tr = "x", s
 			}
-			out = append(out, Record{Workload: w, Transition: tr, Time: t0.Add(time.Duration(i) * time.Millisecond)})
+			tr, adm, _ := strings.Cut(tr, "@")
+			out = append(out, Record{Workload: w, Transition: tr, Admission: adm, Time: t0.Add(time.Duration(i) * time.Millisecond)})
 		}
 		return out
 	}
@@ -58,6 +59,20 @@ func TestAudit(t *testing.T) {
 			[]want{{4, "stopped after finished"}, {5, "deleted after finished"}}},
 		{"after deleted", seq("submitted", "deleted", "admitted"),
 			[]want{{2, "admitted after deleted"}}},
+		{"admissions named: preempted and readmitted",
+			seq("submitted", "admitted@a1", "started@a1", "preempted@a1", "stopped@a1", "admitted@a2", "started@a2", "finished"), nil},
+		{"a stale preemption of an admission that is over",
+			seq("submitted", "admitted@a1", "preempted@a1", "stopped@a1", "admitted@a2", "preempted@a1", "started@a2"),
+			[]want{{5, "preempted admission a1 while the latest admitted is a2"}}},
+		{"one admission preempted twice",
+			seq("submitted", "admitted@a1", "started@a1", "preempted@a1", "preempted@a1", "stopped@a1"),
+			[]want{{4, "preempted admission a1 that was preempted or evicted before"}}},
+		{"an admission evicted after it was preempted",
+			seq("submitted", "admitted@a1", "preempted@a1", "evicted@a1"),
+			[]want{{3, "evicted admission a1 that was preempted or evicted before"}}},
+		{"a start of an older admission",
+			seq("submitted", "admitted@a1", "stopped@a1", "admitted@a2", "started@a1"),
+			[]want{{4, "started admission a1 while the latest admitted is a2"}}},
 		{"workloads are separate", seq("submitted", "x:submitted", "admitted", "x:started", "started", "x:admitted", "x:started"),
 			[]want{{1, "started without an admitted"}}},
 	}
@@ -82,11 +97,12 @@ func TestAudit(t *testing.T) {
 
 func TestOrderViolationString(t *testing.T) {
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	v := Audit([]Record{{"job/ns/a", "submitted", t0}, {"job/ns/a", "started", t0.Add(1500 * time.Millisecond)}})
+	v := Audit([]Record{{Workload: "job/ns/a", Transition: "submitted", Time: t0},
+		{Workload: "job/ns/a", Transition: "started", Time: t0.Add(1500 * time.Millisecond), Admission: "a1"}})
 	if len(v) != 1 {
 		t.Fatalf("got %v", v)
 	}
-	want := "job/ns/a: started without an admitted since the last preempted/evicted/stopped; events: submitted@03:04:05.000 started@03:04:06.500"
+	want := "job/ns/a: started without an admitted since the last preempted/evicted/stopped; events: submitted@03:04:05.000 started@03:04:06.500[a1]"
 	if got := v[0].String(); got != want {
 		t.Errorf("got  %s\nwant %s", got, want)
 	}

@@ -138,6 +138,7 @@ func readEvents(ctx context.Context, url string, jobs map[string]runJob, settle 
 		key := entity + "." + transition
 		var refs struct {
 			Workload, Preemptor *events.WorkloadRef
+			Admission           string
 		}
 		_ = json.Unmarshal(env.Data, &refs)
 		ref := refs.Workload
@@ -160,7 +161,8 @@ func readEvents(ctx context.Context, url string, jobs map[string]runJob, settle 
 			perJob[ref.UID]++
 		}
 		if entity == "workload" {
-			records = append(records, Record{Workload: ref.Kind + "/" + ref.Namespace + "/" + ref.Name, Transition: transition, Time: env.Time})
+			records = append(records, Record{Workload: ref.Kind + "/" + ref.Namespace + "/" + ref.Name, Transition: transition, Time: env.Time,
+				Admission: refs.Admission})
 			if transition == "finished" {
 				finished[ref.UID] = true
 			}

@@ -685,7 +685,7 @@ func (s *Service) announceLedger(ctx context.Context) {
 			s.log.Warn().Err(err).Str("workload", wk).Msg("cannot check the announcement of a reservation")
 			return
 		}
-		ev := events.WorkloadAdmittedV1{Workload: ref, ClusterQueue: r.ClusterQueue, PodSets: assignments(r.PodSets)}
+		ev := events.WorkloadAdmittedV1{Workload: ref, ClusterQueue: r.ClusterQueue, PodSets: assignments(r.PodSets), Admission: r.Admission()}
 		s.log.Info().Str("workload", wk).Str("queue", r.ClusterQueue).Msg("announcing an admission a restart left unannounced")
 		_ = s.send(ctx, outgoing{ev: ev, id: id, ended: wk})
 	})
@@ -721,7 +721,7 @@ func (s *Service) publish(ctx context.Context, ds []engine.Decision, lost map[st
 			}
 			delete(s.told, d.Key) // a reason after this admission is news
 			r := s.ledger[ledger.Key(s.eng.TreeOf(d.ClusterQueue))].Entry.Reservations[d.Key]
-			ev := events.WorkloadAdmittedV1{Workload: ref, ClusterQueue: d.ClusterQueue, PodSets: assignments(d.PodSets)}
+			ev := events.WorkloadAdmittedV1{Workload: ref, ClusterQueue: d.ClusterQueue, PodSets: assignments(d.PodSets), Admission: r.Admission()}
 			errs = append(errs, s.send(ctx, outgoing{ev: ev, id: workloads.AdmittedID(ref, r.Admission()), ended: d.Key}))
 		case engine.KindEvicted:
 			// Like a preemption, a drain is fenced: once announced, the

@@ -362,7 +362,8 @@ func ledgerIs(want map[string]int32) step {
 func admitted(name string, count int32) step {
 	return step{"admitted event for " + name, func(h *harness) {
 		want := events.WorkloadAdmittedV1{Workload: ref(name), ClusterQueue: "cq",
-			PodSets: []events.PodSetAssignmentV1{{Name: "main", Count: count, Flavors: map[string]string{"cpu": "default"}}}}
+			PodSets:   []events.PodSetAssignmentV1{{Name: "main", Count: count, Flavors: map[string]string{"cpu": "default"}}},
+			Admission: ledger.Reservation{AdmittedAt: now}.Admission()}
 		h.eventually("admitted event for "+name, func() (bool, string) {
 			var got []events.WorkloadAdmittedV1
 			for _, ev := range eventsOf[events.WorkloadAdmittedV1](h) {
@@ -931,7 +932,8 @@ func TestStartAnnouncesWhatACrashLeftUnannounced(t *testing.T) {
 	// y's admission was announced before the crash; x's was not.
 	pub := bus.NewPublisher(h.js, events.Source("admission"))
 	yEv := events.WorkloadAdmittedV1{Workload: ref("y"), ClusterQueue: "cq",
-		PodSets: []events.PodSetAssignmentV1{{Name: "main", Count: 1, Flavors: map[string]string{"cpu": "default"}}}}
+		PodSets:   []events.PodSetAssignmentV1{{Name: "main", Count: 1, Flavors: map[string]string{"cpu": "default"}}},
+		Admission: r[key("y")].Admission()}
 	if err := pub.Publish(h.ctx, yEv, workloads.AdmittedID(ref("y"), r[key("y")].Admission())); err != nil {
 		t.Fatal(err)
 	}

@@ -1038,7 +1038,7 @@ func (s *Service) fencedStart(ctx context.Context, rec *events.WorkloadSubmitted
 // announceStart publishes started and then lets stops of the admission
 // proceed.
 func (s *Service) announceStart(ctx context.Context, rec *events.WorkloadSubmittedV1, r ledger.Reservation) error {
-	ev := events.WorkloadStartedV1{Workload: rec.Workload, ClusterQueue: r.ClusterQueue}
+	ev := events.WorkloadStartedV1{Workload: rec.Workload, ClusterQueue: r.ClusterQueue, Admission: r.Admission()}
 	if err := s.pub.Publish(ctx, ev, events.ID(ev.Type(), rec.Workload.UID, r.Admission())); err != nil {
 		return err
 	}
