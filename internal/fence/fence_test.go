@@ -123,8 +123,8 @@ func TestFence(t *testing.T) {
 			wantState: fence.State{Admission: t1, Phase: fence.Stopping, StopID: "p1"},
 		},
 		{
-			name: "the same decision redelivered stops it again",
-			steps: []step{{op: "stop", admission: t1, stopID: "p2"}, {op: "stop", admission: t1, stopID: "p2"}},
+			name:      "the same decision redelivered stops it again",
+			steps:     []step{{op: "stop", admission: t1, stopID: "p2"}, {op: "stop", admission: t1, stopID: "p2"}},
 			wantState: fence.State{Admission: t1, Phase: fence.Stopping, StopID: "p2"},
 		},
 		{

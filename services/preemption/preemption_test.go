@@ -53,8 +53,8 @@ func TestPreemption(t *testing.T) {
 		// readmitted victims were admitted again (a later admission started)
 		// though the ledger still shows the admission the request names.
 		readmitted []string
-		requests []events.PreemptionRequestedV1
-		want     []events.WorkloadPreemptedV1
+		requests   []events.PreemptionRequestedV1
+		want       []events.WorkloadPreemptedV1
 	}{
 		{
 			name:     "a victim whose start is in flight is preempted once the start is announced",
