@@ -7,12 +7,12 @@ import (
 	"io"
 	"strings"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"github.com/sluice-dev/sluice/events"
 	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/internal/natsconn"
 )
 
 // newEventsCmd groups the event commands.
@@ -26,7 +26,8 @@ func newEventsCmd() *cobra.Command {
 // uses an ordered consumer, which keeps no state on the server and never
 // acknowledges, so it cannot disturb the services.
 func newTailCmd() *cobra.Command {
-	var natsURL, typ, namespace, kind string
+	var typ, namespace, kind string
+	c := &common{}
 	var all bool
 	cmd := &cobra.Command{
 		Use:   "tail [--type admitted] [--namespace NS]",
@@ -50,9 +51,13 @@ func newTailCmd() *cobra.Command {
 				}
 			}
 			filter := events.SubjectFilter(entity, transition, kind, namespace)
-			nc, err := nats.Connect(natsURL, nats.Name("sluice-events-tail"))
+			connCfg, err := c.natsConfig()
 			if err != nil {
-				return fmt.Errorf("connect to NATS at %s: %w", natsURL, err)
+				return err
+			}
+			nc, err := natsconn.Connect(connCfg, "sluice-events-tail")
+			if err != nil {
+				return err
 			}
 			defer nc.Close()
 			js, err := jetstream.New(nc)
@@ -89,7 +94,7 @@ func newTailCmd() *cobra.Command {
 			}
 		},
 	}
-	cmd.Flags().StringVar(&natsURL, "nats", nats.DefaultURL, "NATS server URL")
+	c.bindNATS(cmd)
 	cmd.Flags().StringVar(&typ, "type", "", "only this transition, e.g. admitted, pending, preempted (default: all)")
 	cmd.Flags().StringVar(&namespace, "namespace", "", "only workloads in this namespace")
 	cmd.Flags().StringVar(&kind, "kind", "", "only this job kind, e.g. job")

@@ -22,6 +22,8 @@ import (
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/internal/configstore"
 	"github.com/sluice-dev/sluice/internal/embeddednats"
+	"github.com/sluice-dev/sluice/internal/health"
+	"github.com/sluice-dev/sluice/internal/natsconn"
 	"github.com/sluice-dev/sluice/services/admission"
 	"github.com/sluice-dev/sluice/services/integration"
 	"github.com/sluice-dev/sluice/services/integration/kinds"
@@ -32,19 +34,52 @@ import (
 
 // common holds the flags every service shares.
 type common struct {
-	natsURL    string
+	nats       natsconn.Config
 	kubeconfig string
 	logLevel   string
 	replicas   int
+	// setup: create or update the streams and buckets at start; off when
+	// `sluice setup` did it with a user allowed to (least privilege).
+	setup bool
+	// httpAddr serves /healthz and /readyz ("" for none).
+	httpAddr string
 }
 
 func (c *common) bind(cmd *cobra.Command, kube bool) {
-	cmd.Flags().StringVar(&c.natsURL, "nats", nats.DefaultURL, "NATS server URL")
-	cmd.Flags().StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	c.bindNATS(cmd)
 	cmd.Flags().IntVar(&c.replicas, "replicas", 1, "replicas of Sluice's streams and buckets (3 on a 3-node NATS cluster)")
+	cmd.Flags().StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	cmd.Flags().BoolVar(&c.setup, "setup", true, "create or update Sluice's streams and buckets at start (false: they must exist, see `sluice setup`)")
+	cmd.Flags().StringVar(&c.httpAddr, "http-address", "", "address serving /healthz and /readyz, e.g. :8080 (empty: none)")
 	if kube {
 		cmd.Flags().StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
 	}
+}
+
+// bindNATS binds the connection flags; the password comes from the
+// environment only.
+func (c *common) bindNATS(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&c.nats.URL, "nats", nats.DefaultURL, "NATS server URL(s), comma-separated (tls:// for TLS)")
+	f.StringVar(&c.nats.CredsFile, "nats-creds", "", "NATS credentials file (user JWT and seed)")
+	f.StringVar(&c.nats.NKeyFile, "nats-nkey", "", "file with the NKey seed of this service's NATS user")
+	f.StringVar(&c.nats.User, "nats-user", "", "NATS user name (password in $"+natsconn.PasswordEnv+")")
+	f.StringVar(&c.nats.CAFile, "nats-ca", "", "CA certificate (PEM) that verifies the NATS server")
+	f.StringVar(&c.nats.CertFile, "nats-cert", "", "client certificate (PEM) for NATS servers that verify clients")
+	f.StringVar(&c.nats.KeyFile, "nats-key", "", "key of the client certificate (PEM)")
+}
+
+// natsConfig is the connection configuration, the password read from the
+// environment.
+func (c *common) natsConfig() (natsconn.Config, error) {
+	cfg := c.nats
+	if cfg.Password == "" {
+		cfg.Password = os.Getenv(natsconn.PasswordEnv)
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, usageError{err}
+	}
+	return cfg, nil
 }
 
 func (c *common) logger(service string) (zerolog.Logger, error) {
@@ -75,24 +110,63 @@ func (c *common) kube() (*rest.Config, error) {
 	return cfg, nil
 }
 
-// connect opens NATS and JetStream and makes sure streams and buckets exist.
+// connect opens NATS and JetStream and, unless --setup=false, makes sure
+// streams and buckets exist.
 func (c *common) connect(ctx context.Context, name string) (*nats.Conn, jetstream.JetStream, error) {
-	nc, err := nats.Connect(c.natsURL, nats.Name("sluice-"+name), nats.MaxReconnects(-1))
+	cfg, err := c.natsConfig()
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect to NATS at %s: %w", c.natsURL, err)
+		return nil, nil, err
+	}
+	if c.replicas < 1 || c.replicas > 5 {
+		return nil, nil, usageError{fmt.Errorf("--replicas %d: must be 1 to 5", c.replicas)}
+	}
+	nc, err := natsconn.Connect(cfg, "sluice-"+name)
+	if err != nil {
+		return nil, nil, err
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		nc.Close()
 		return nil, nil, err
 	}
-	cfg := bus.DefaultConfig()
-	cfg.Replicas = c.replicas
-	if err := bus.Setup(ctx, js, cfg); err != nil {
-		nc.Close()
-		return nil, nil, err
+	if c.setup {
+		bc := bus.DefaultConfig()
+		bc.Replicas = c.replicas
+		if err := bus.Setup(ctx, js, bc); err != nil {
+			nc.Close()
+			return nil, nil, err
+		}
 	}
 	return nc, js, nil
+}
+
+// serveHealth serves the probes on --http-address, if set: live while the
+// NATS connection is not closed for good, ready while it is connected and
+// the service says it is.
+func (c *common) serveHealth(ctx context.Context, nc *nats.Conn, ready func() error, log zerolog.Logger) error {
+	if c.httpAddr == "" {
+		return nil
+	}
+	p := health.New()
+	p.Live("nats", func() error {
+		if nc.IsClosed() {
+			return errors.New("connection closed")
+		}
+		return nil
+	})
+	p.Ready("nats", func() error {
+		if !nc.IsConnected() {
+			return fmt.Errorf("not connected (%s)", nc.Status())
+		}
+		return nil
+	})
+	p.Ready("service", ready)
+	addr, _, err := health.Serve(ctx, c.httpAddr, p.Handler())
+	if err != nil {
+		return usageError{fmt.Errorf("--http-address: %w", err)}
+	}
+	log.Info().Str("address", addr.String()).Msg("serving /healthz and /readyz")
+	return nil
 }
 
 // serviceFlags are the settings of every service, for `sluice dev` too.
@@ -134,22 +208,29 @@ func (f *serviceFlags) bindQuota(cmd *cobra.Command) {
 	cmd.Flags().DurationVar(&f.reconcile, "reconcile", 30*time.Second, "ledger reconciliation interval")
 }
 
-// runner builds one service's Run function.
-type runner func(ctx context.Context, js jetstream.JetStream, kube *rest.Config, log zerolog.Logger) (func(context.Context) error, error)
+// service is what a runner builds: it runs until its context ends, and
+// says whether it is ready (synced, consuming).
+type service interface {
+	Run(ctx context.Context) error
+	Ready() error
+}
+
+// runner builds one service.
+type runner func(ctx context.Context, js jetstream.JetStream, kube *rest.Config, log zerolog.Logger) (service, error)
 
 func admissionRunner(f *serviceFlags) runner {
-	return func(ctx context.Context, js jetstream.JetStream, _ *rest.Config, log zerolog.Logger) (func(context.Context) error, error) {
+	return func(ctx context.Context, js jetstream.JetStream, _ *rest.Config, log zerolog.Logger) (service, error) {
 		s, err := admission.New(admission.Config{Interval: f.interval, FairSharing: f.fairSharing, PendingInterval: f.pendingInterval}, js,
 			bus.NewPublisher(js, events.Source("admission"), bus.WithPublisherLogger(log)), admission.WithLogger(log))
 		if err != nil {
 			return nil, usageError{err}
 		}
-		return s.Run, nil
+		return s, nil
 	}
 }
 
 func watcherRunner(f *serviceFlags) runner {
-	return func(ctx context.Context, js jetstream.JetStream, kc *rest.Config, log zerolog.Logger) (func(context.Context) error, error) {
+	return func(ctx context.Context, js jetstream.JetStream, kc *rest.Config, log zerolog.Logger) (service, error) {
 		dyn, err := dynamic.NewForConfig(kc)
 		if err != nil {
 			return nil, err
@@ -166,14 +247,14 @@ func watcherRunner(f *serviceFlags) runner {
 		if err != nil {
 			return nil, usageError{err}
 		}
-		return s.Run, nil
+		return s, nil
 	}
 }
 
 // integrationRunner runs the named kinds' integrations, each once its
 // CRD is served.
 func integrationRunner(f *serviceFlags, names func() []string) runner {
-	return func(ctx context.Context, js jetstream.JetStream, kc *rest.Config, log zerolog.Logger) (func(context.Context) error, error) {
+	return func(ctx context.Context, js jetstream.JetStream, kc *rest.Config, log zerolog.Logger) (service, error) {
 		ads, err := kinds.Select(names())
 		if err != nil {
 			return nil, usageError{err}
@@ -191,28 +272,65 @@ func integrationRunner(f *serviceFlags, names func() []string) runner {
 			return nil, usageError{err}
 		}
 		pub := bus.NewPublisher(js, events.Source("integration"), bus.WithPublisherLogger(log))
-		mk := func(c integration.Config, ads []integration.Adapter) (*integration.Service, error) {
-			return integration.New(c, ads, kube, dyn, js, pub, log)
-		}
-		return func(ctx context.Context) error {
+		g := &integrations{}
+		g.run = func(ctx context.Context) error {
+			mk := func(c integration.Config, ads []integration.Adapter) (*integration.Service, error) {
+				svc, err := integration.New(c, ads, kube, dyn, js, pub, log)
+				if err == nil {
+					g.add(svc)
+				}
+				return svc, err
+			}
 			return integration.RunWhenServed(ctx, cfg, ads, kube.Discovery(), mk, log, 10*time.Second)
-		}, nil
+		}
+		return g, nil
 	}
 }
 
+// integrations are the services RunWhenServed starts, one per batch of
+// kinds served together: ready when each started is.
+type integrations struct {
+	run  func(context.Context) error
+	mu   sync.Mutex
+	svcs []*integration.Service
+}
+
+func (g *integrations) Run(ctx context.Context) error { return g.run(ctx) }
+
+func (g *integrations) add(s *integration.Service) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.svcs = append(g.svcs, s)
+}
+
+// Ready: no kind served yet is not ready (the webhook does not serve).
+func (g *integrations) Ready() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.svcs) == 0 {
+		return errors.New("no kind served by the API server yet")
+	}
+	for _, s := range g.svcs {
+		if err := s.Ready(); err != nil {
+			return fmt.Errorf("%s: %w", strings.Join(s.Kinds(), ","), err)
+		}
+	}
+	return nil
+}
+
 func preemptionRunner() runner {
-	return func(ctx context.Context, js jetstream.JetStream, _ *rest.Config, log zerolog.Logger) (func(context.Context) error, error) {
-		return preemption.New(js, bus.NewPublisher(js, events.Source("preemption")), log).Run, nil
+	return func(ctx context.Context, js jetstream.JetStream, _ *rest.Config, log zerolog.Logger) (service, error) {
+		return preemption.New(js, bus.NewPublisher(js, events.Source("preemption")), log), nil
 	}
 }
 
 func quotaRunner(f *serviceFlags) runner {
-	return func(ctx context.Context, js jetstream.JetStream, _ *rest.Config, log zerolog.Logger) (func(context.Context) error, error) {
+	return func(ctx context.Context, js jetstream.JetStream, _ *rest.Config, log zerolog.Logger) (service, error) {
 		s, err := quota.New(quota.Config{Reconcile: f.reconcile}, js, bus.NewPublisher(js, events.Source("quota")), log)
 		if err != nil {
 			return nil, usageError{err}
 		}
-		return s.Run, nil
+		return s, nil
 	}
 }
 
@@ -240,12 +358,15 @@ func newServiceCmd(name, short string, kube bool, bind func(*cobra.Command), mk 
 				return err
 			}
 			defer nc.Close()
-			run, err := mk(ctx, js, kc, log)
+			svc, err := mk(ctx, js, kc, log)
 			if err != nil {
 				return err
 			}
+			if err := c.serveHealth(ctx, nc, svc.Ready, log); err != nil {
+				return err
+			}
 			log.Info().Msg("started")
-			err = run(ctx)
+			err = svc.Run(ctx)
 			// Flush what was published before closing.
 			_ = nc.Drain()
 			log.Info().Err(err).Msg("stopped")
@@ -278,7 +399,37 @@ func newServiceCmds() []*cobra.Command {
 		newServiceCmd("preemption", "Run the preemption service", false, nil, preemptionRunner()),
 		newServiceCmd("quota", "Run the quota accounting service", false, q.bindQuota, quotaRunner(q)),
 		newDevCmd(),
+		newSetupCmd(),
 	}
+}
+
+// newSetupCmd creates or updates Sluice's streams and buckets and exits:
+// run once per install or upgrade by a NATS user allowed to manage them,
+// so that the services' own users need not be.
+func newSetupCmd() *cobra.Command {
+	c := &common{setup: true}
+	cmd := &cobra.Command{
+		Use:   "setup",
+		Short: "Create or update Sluice's JetStream streams and buckets, then exit",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := c.logger("setup")
+			if err != nil {
+				return err
+			}
+			nc, _, err := c.connect(cmd.Context(), "setup")
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			log.Info().Int("replicas", c.replicas).Msg("streams and buckets ready")
+			return nil
+		},
+	}
+	c.bindNATS(cmd)
+	cmd.Flags().IntVar(&c.replicas, "replicas", 1, "replicas of Sluice's streams and buckets (3 on a 3-node NATS cluster)")
+	cmd.Flags().StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	return cmd
 }
 
 // newIntegrationCmd is the composition root of `sluice integration KIND...`.
@@ -328,8 +479,8 @@ func newDevCmd() *cobra.Command {
 				return err
 			}
 			defer srv.Shutdown()
-			c.natsURL = srv.ClientURL()
-			log.Info().Str("nats", c.natsURL).Msg("embedded JetStream server started")
+			c.nats.URL = srv.ClientURL()
+			log.Info().Str("nats", c.nats.URL).Msg("embedded JetStream server started")
 			return runAll(cmd.Context(), c, kc, log, []named{
 				{"watcher", watcherRunner(f)},
 				{"quota", quotaRunner(f)},
@@ -340,7 +491,12 @@ func newDevCmd() *cobra.Command {
 		},
 	}
 	c.bind(cmd, true)
-	_ = cmd.Flags().MarkHidden("nats")
+	// The embedded server needs no address, credentials or TLS.
+	for _, f := range []string{"nats", "nats-creds", "nats-nkey", "nats-user", "nats-ca", "nats-cert", "nats-key", "setup"} {
+		_ = cmd.Flags().MarkHidden(f)
+	}
+	_ = cmd.Flags().Set("http-address", "127.0.0.1:8090")
+	cmd.Flags().Lookup("http-address").DefValue = "127.0.0.1:8090"
 	cmd.Flags().IntVar(&port, "nats-port", 4222, "port of the embedded NATS server (0: any free port)")
 	cmd.Flags().StringVar(&storeDir, "nats-store", "", "JetStream store directory (default: a temporary one, removed at exit)")
 	f.bindAdmission(cmd)
@@ -369,20 +525,36 @@ func runAll(ctx context.Context, c *common, kc *rest.Config, log zerolog.Logger,
 	defer cancel()
 	var wg sync.WaitGroup
 	errc := make(chan error, len(svcs))
+	var started []named
+	var ready []func() error
 	for _, s := range svcs {
-		run, err := s.mk(ctx, js, kc, serviceLogger(log, s.name))
+		svc, err := s.mk(ctx, js, kc, serviceLogger(log, s.name))
 		if err != nil {
 			cancel()
 			wg.Wait()
 			return fmt.Errorf("%s: %w", s.name, err)
 		}
+		started = append(started, s)
+		ready = append(ready, svc.Ready)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			if err := svc.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 				errc <- fmt.Errorf("%s: %w", s.name, err)
 			}
 		}()
+	}
+	if err := c.serveHealth(ctx, nc, func() error {
+		for i, r := range ready {
+			if err := r(); err != nil {
+				return fmt.Errorf("%s: %w", started[i].name, err)
+			}
+		}
+		return nil
+	}, log); err != nil {
+		cancel()
+		wg.Wait()
+		return err
 	}
 	log.Info().Msg("all services started")
 	var runErr error

@@ -158,6 +158,7 @@ type runOptions struct {
 	fetchWait    time.Duration
 	drainTimeout time.Duration
 	ackSync      bool
+	started      func()
 }
 
 // WithLogger sets the logger (default: zerolog.Ctx of Run's context).
@@ -179,6 +180,10 @@ func WithFetchWait(d time.Duration) RunOption { return func(o *runOptions) { o.f
 // WithDrainTimeout bounds how long handlers in flight may run after Run's
 // context is cancelled (default 10s); then their context is cancelled too.
 func WithDrainTimeout(d time.Duration) RunOption { return func(o *runOptions) { o.drainTimeout = d } }
+
+// WithStarted calls f once the consumer exists and pulling begins (a
+// readiness gate).
+func WithStarted(f func()) RunOption { return func(o *runOptions) { o.started = f } }
 
 // WithAckSync makes every ack wait for the server's confirmation.
 func WithAckSync() RunOption { return func(o *runOptions) { o.ackSync = true } }
@@ -251,6 +256,9 @@ func (r *runner) run(ctx context.Context) error {
 	cons, err := r.consumer(ctx)
 	if err != nil {
 		return err
+	}
+	if r.opts.started != nil {
+		r.opts.started()
 	}
 	base, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelBase()

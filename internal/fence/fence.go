@@ -85,6 +85,19 @@ type State struct {
 	// carries the same id and may announce again (the stream drops the
 	// duplicate); any other decision to stop it is refused.
 	StopID string `json:"stopId,omitempty"`
+	// End is how the job ended (Finished only), kept until the end is
+	// announced for good: a replica that takes over after a crash between
+	// the two announces it from here.
+	End *End `json:"end,omitempty"`
+}
+
+// End is the announcement of a job's end.
+type End struct {
+	// Deleted: the object went away; otherwise it finished.
+	Deleted      bool   `json:"deleted,omitempty"`
+	ClusterQueue string `json:"clusterQueue,omitempty"`
+	Succeeded    bool   `json:"succeeded,omitempty"`
+	Message      string `json:"message,omitempty"`
 }
 
 // KV is the part of a JetStream KV bucket the fence uses.
@@ -236,13 +249,13 @@ func later(a, b string) bool {
 
 // Finish records that the job of an admission ended (finished or was
 // deleted), before the end is announced, so that no stop of the admission
-// is announced after it.
-func Finish(ctx context.Context, kv KV, key, admission, uid string) error {
+// is announced after it. end (optional) is the announcement to make.
+func Finish(ctx context.Context, kv KV, key, admission, uid string, end *End) error {
 	_, err := move(ctx, kv, key, func(cur State) (State, bool, error) {
-		if cur.Admission == admission && cur.Phase == Finished && cur.UID == uid {
+		if cur.Admission == admission && cur.Phase == Finished && cur.UID == uid && (end == nil || cur.End != nil) {
 			return cur, false, nil
 		}
-		return State{Admission: admission, Phase: Finished, UID: uid}, true, nil
+		return State{Admission: admission, Phase: Finished, UID: uid, End: end}, true, nil
 	})
 	return err
 }

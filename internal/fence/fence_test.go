@@ -153,7 +153,7 @@ func TestFence(t *testing.T) {
 					}
 					err = fence.Stop(ctx, kv, key, s.admission, id)
 				case "finish":
-					err = fence.Finish(ctx, kv, key, s.admission, s.uid)
+					err = fence.Finish(ctx, kv, key, s.admission, s.uid, nil)
 				}
 				if !errors.Is(err, s.wantErr) || (s.wantErr == nil && err != nil) {
 					t.Fatalf("step %d (%s %s): error %v, want %v", j, s.op, s.admission, err, s.wantErr)
@@ -217,7 +217,7 @@ func TestFenceRace(t *testing.T) {
 // TestCollect: ended workloads' keys go once old enough; live ones stay.
 func TestCollect(t *testing.T) {
 	ctx, kv := bucket(t)
-	if err := fence.Finish(ctx, kv, "job.ns.ended", "a1", "u1"); err != nil {
+	if err := fence.Finish(ctx, kv, "job.ns.ended", "a1", "u1", &fence.End{Succeeded: true}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := fence.BeginStart(ctx, kv, "job.ns.running", "a1"); err != nil {

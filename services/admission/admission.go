@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/configstore"
 	"github.com/sluice-dev/sluice/internal/engine"
 	"github.com/sluice-dev/sluice/internal/fence"
+	"github.com/sluice-dev/sluice/internal/health"
 	"github.com/sluice-dev/sluice/internal/ledger"
 	"github.com/sluice-dev/sluice/internal/queueconfig"
 	"github.com/sluice-dev/sluice/internal/workloads"
@@ -59,11 +60,13 @@ func (c Config) Validate() error {
 
 // Service is one admission replica.
 type Service struct {
-	cfg   Config
-	js    jetstream.JetStream
-	pub   Publisher
-	log   zerolog.Logger
-	clock func() time.Time
+	// synced opens once the mirrors hold their initial state (Ready).
+	synced *health.Gate
+	cfg    Config
+	js     jetstream.JetStream
+	pub    Publisher
+	log    zerolog.Logger
+	clock  func() time.Time
 
 	eng    *engine.Engine
 	config *configstore.Store
@@ -107,7 +110,7 @@ func New(cfg Config, js jetstream.JetStream, pub Publisher, opts ...Option) (*Se
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Service{
+	s := &Service{synced: health.NewGate("configuration, workloads and ledger not loaded yet"),
 		cfg:    cfg,
 		js:     js,
 		pub:    pub,
@@ -128,6 +131,9 @@ func New(cfg Config, js jetstream.JetStream, pub Publisher, opts ...Option) (*Se
 	s.eng = engine.New(engine.Config{FairSharing: cfg.FairSharing}, engine.WithDeferredEviction())
 	return s, nil
 }
+
+// Ready reports whether the service has loaded its state and admits.
+func (s *Service) Ready() error { return s.synced.Check() }
 
 // Run mirrors the buckets and admits until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
@@ -346,6 +352,7 @@ func (s *Service) submit(key string) {
 // that has not arrived yet.
 func (s *Service) build() {
 	s.ready = true
+	s.synced.Open()
 	s.reconfigure()
 	keys := make([]string, 0, len(s.wls))
 	for k := range s.wls {

@@ -34,6 +34,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/internal/configstore"
 	"github.com/sluice-dev/sluice/internal/fence"
+	"github.com/sluice-dev/sluice/internal/health"
 	"github.com/sluice-dev/sluice/internal/ledger"
 	"github.com/sluice-dev/sluice/internal/shard"
 	"github.com/sluice-dev/sluice/internal/workloads"
@@ -91,13 +92,16 @@ func validToken(s string) bool {
 // Service runs the integrations of one or more kinds: one process, any
 // number of replicas sharing the work through the bus.
 type Service struct {
-	cfg   Config
-	kube  kubernetes.Interface
-	dyn   dynamic.Interface
-	js    jetstream.JetStream
-	pub   Publisher
-	log   zerolog.Logger
-	kinds map[string]*kindRunner
+	// synced opens once objects, configuration, ledger and fences are
+	// loaded and the webhook serves (Ready).
+	synced *health.Gate
+	cfg    Config
+	kube   kubernetes.Interface
+	dyn    dynamic.Interface
+	js     jetstream.JetStream
+	pub    Publisher
+	log    zerolog.Logger
+	kinds  map[string]*kindRunner
 
 	wlKV     jetstream.KeyValue
 	fenceKV  jetstream.KeyValue
@@ -118,6 +122,9 @@ type Service struct {
 	// KV key, so that the object is not stopped again while quota
 	// accounting has yet to release the reservation.
 	stopsAnnounced map[string]string
+	// unverified: workloads (KV keys) taken over whose announcements are
+	// to be checked at their next look.
+	unverified map[string]bool
 }
 
 // kindRunner is the part of the service that belongs to one kind.
@@ -147,6 +154,7 @@ func New(cfg Config, adapters []Adapter, kube kubernetes.Interface, dyn dynamic.
 		cfg.Replica = nuid.Next()
 	}
 	s := &Service{
+		synced:         health.NewGate("objects, configuration, ledger or fences not loaded yet"),
 		cfg:            cfg,
 		kube:           kube,
 		dyn:            dyn,
@@ -159,6 +167,7 @@ func New(cfg Config, adapters []Adapter, kube kubernetes.Interface, dyn dynamic.
 		ledgerKeys:     map[string][]string{},
 		fences:         map[string]fence.State{},
 		stopsAnnounced: map[string]string{},
+		unverified:     map[string]bool{},
 	}
 	for _, ad := range adapters {
 		k := ad.Kind()
@@ -191,6 +200,9 @@ func (s *Service) Kinds() []string {
 	sort.Strings(out)
 	return out
 }
+
+// Ready reports whether the service has loaded what it decides on.
+func (s *Service) Ready() error { return s.synced.Check() }
 
 // Run reconciles objects until ctx ends, then finishes in-flight work.
 func (s *Service) Run(ctx context.Context) error {
@@ -295,6 +307,8 @@ func (s *Service) Run(ctx context.Context) error {
 			return nil
 		}
 	}
+
+	s.synced.Open()
 
 	// Leases: this replica takes its share of each kind's shards, and
 	// looks at every object of a shard it takes.
@@ -606,6 +620,7 @@ func (s *Service) enqueueShards(ctx context.Context, k *kindRunner, shards []int
 	}
 	add := func(key string) {
 		if in[k.owner.Of(key)] {
+			s.markUnverified(workloads.KVKeyFromEngine(k.kind.Name + "/" + key))
 			k.queue.Add(key)
 		}
 	}
@@ -615,12 +630,22 @@ func (s *Service) enqueueShards(ctx context.Context, k *kindRunner, shards []int
 		}
 	}
 	s.mu.Lock()
+	var keys []string
 	for wk := range s.held {
 		if kind, key, _ := strings.Cut(wk, "/"); kind == k.kind.Name {
-			add(key)
+			keys = append(keys, key)
+		}
+	}
+	// Ended workloads whose end this replica may have to announce.
+	for fk, st := range s.fences {
+		if kind, key, _ := strings.Cut(workloads.EngineKeyFromKV(fk), "/"); kind == k.kind.Name && st.Phase == fence.Finished {
+			keys = append(keys, key)
 		}
 	}
 	s.mu.Unlock()
+	for _, key := range keys {
+		add(key)
+	}
 	l, err := s.wlKV.ListKeys(ctx)
 	if err != nil {
 		if !errors.Is(err, jetstream.ErrNoKeysFound) {
@@ -633,6 +658,25 @@ func (s *Service) enqueueShards(ctx context.Context, k *kindRunner, shards []int
 			add(key)
 		}
 	}
+}
+
+// markUnverified notes that a workload's announcements are to be checked
+// at its next look (reannounce).
+func (s *Service) markUnverified(rk string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.unverified[rk] = true
+}
+
+// takeUnverified reports and clears the note.
+func (s *Service) takeUnverified(rk string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.unverified[rk] {
+		return false
+	}
+	delete(s.unverified, rk)
+	return true
 }
 
 // setLedger records one ledger key's reservations of the kinds run here
@@ -740,6 +784,12 @@ func (s *Service) sync(ctx context.Context, k *kindRunner, key string) error {
 	rec, err := s.record(ctx, rk)
 	if err != nil {
 		return err
+	}
+	if s.takeUnverified(rk) {
+		if err := s.reannounce(ctx, rk, ref, rec); err != nil {
+			s.markUnverified(rk)
+			return err
+		}
 	}
 	if g, ok := k.ad.(Grouper); ok {
 		members, err := s.members(k, key)
@@ -933,7 +983,13 @@ func (s *Service) gone(ctx context.Context, rk string, rec *events.WorkloadSubmi
 	// after the end; then the record: whoever learns of the end from the
 	// event then finds the record gone, and never queues the workload
 	// again.
-	if err := fence.Finish(ctx, s.fenceKV, rk, r.Admission(), rec.Workload.UID); err != nil {
+	// The fence keeps the announcement too, for whoever takes over if
+	// this replica stops before making it.
+	end := &fence.End{Deleted: fin == nil, ClusterQueue: r.ClusterQueue}
+	if fin != nil {
+		end.Succeeded, end.Message = fin.Succeeded, fin.Message
+	}
+	if err := fence.Finish(ctx, s.fenceKV, rk, r.Admission(), rec.Workload.UID, end); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -942,12 +998,52 @@ func (s *Service) gone(ctx context.Context, rk string, rec *events.WorkloadSubmi
 	if err := s.wlKV.Delete(ctx, rk); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return fmt.Errorf("delete workload %s: %w", rk, err)
 	}
-	if fin != nil {
-		fin.Workload, fin.ClusterQueue = rec.Workload, r.ClusterQueue
-		return s.pub.Publish(ctx, *fin, events.ID(fin.Type(), rec.Workload.UID))
+	ev, id := endEvent(rec.Workload, end)
+	return s.pub.Publish(ctx, ev, id)
+}
+
+// endEvent is the announcement of a workload's end and its id.
+func endEvent(w events.WorkloadRef, end *fence.End) (events.Event, string) {
+	if end.Deleted {
+		ev := events.WorkloadDeletedV1{Workload: w}
+		return ev, events.ID(ev.Type(), w.UID)
 	}
-	ev := events.WorkloadDeletedV1{Workload: rec.Workload}
-	return s.pub.Publish(ctx, ev, events.ID(ev.Type(), rec.Workload.UID))
+	ev := events.WorkloadFinishedV1{Workload: w, ClusterQueue: end.ClusterQueue, Succeeded: end.Succeeded, Message: end.Message}
+	return ev, events.ID(ev.Type(), w.UID)
+}
+
+// reannounce makes sure what a replica stored about a workload was also
+// announced, for a workload this replica just took over (at its start, or
+// from a replica that stopped between storing and announcing): the record
+// (submitted) and, for an ended workload, its end (kept in its fence). An
+// announcement is looked up by its id as the last one on its subject;
+// publishing it again keeps that id.
+func (s *Service) reannounce(ctx context.Context, rk string, ref events.WorkloadRef, rec *events.WorkloadSubmittedV1) error {
+	if rec != nil {
+		if err := s.ensureAnnounced(ctx, *rec, events.ID(rec.Type(), rec.Workload.UID)); err != nil {
+			return err
+		}
+	}
+	st := s.fenceOf(rk)
+	if st.Phase != fence.Finished || st.End == nil || st.UID == "" {
+		return nil
+	}
+	ref.UID = st.UID
+	ev, id := endEvent(ref, st.End)
+	return s.ensureAnnounced(ctx, ev, id)
+}
+
+func (s *Service) ensureAnnounced(ctx context.Context, ev events.Event, id string) error {
+	msg, err := s.events.GetLastMsgForSubject(ctx, ev.NATSSubject())
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+	case err != nil:
+		return fmt.Errorf("read the last %s: %w", ev.Type(), err)
+	case msg.Header.Get(jetstream.MsgIDHeader) == id:
+		return nil
+	}
+	s.log.Info().Str("event_type", ev.Type()).Str("subject", ev.NATSSubject()).Msg("announcing what a stopped replica stored but did not announce")
+	return s.pub.Publish(ctx, ev, id)
 }
 
 // start applies a reservation to a suspended object: one API write. The

@@ -17,6 +17,7 @@ import (
 	"github.com/sluice-dev/sluice/events"
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/internal/fence"
+	"github.com/sluice-dev/sluice/internal/health"
 	"github.com/sluice-dev/sluice/internal/ledger"
 	"github.com/sluice-dev/sluice/internal/workloads"
 )
@@ -28,15 +29,20 @@ type Publisher interface {
 
 // Service is the preemption service.
 type Service struct {
-	js  jetstream.JetStream
-	pub Publisher
-	log zerolog.Logger
+	// consuming opens once the consumer exists (Ready).
+	consuming *health.Gate
+	js        jetstream.JetStream
+	pub       Publisher
+	log       zerolog.Logger
 }
 
 // New returns the service.
 func New(js jetstream.JetStream, pub Publisher, log zerolog.Logger) *Service {
-	return &Service{js: js, pub: pub, log: log}
+	return &Service{consuming: health.NewGate("preemption requests not consumed yet"), js: js, pub: pub, log: log}
 }
+
+// Ready reports whether the service consumes preemption requests.
+func (s *Service) Ready() error { return s.consuming.Check() }
 
 // Run consumes preemption requests until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
@@ -52,7 +58,8 @@ func (s *Service) Run(ctx context.Context) error {
 		Stream:         bus.StreamEvents,
 		Durable:        "preemption",
 		FilterSubjects: []string{events.SubjectFilter("preemption", "requested", "*", "*")},
-	}, func(ctx context.Context, env events.Envelope) error { return s.handle(ctx, led, fk, env) }, bus.WithLogger(s.log))
+	}, func(ctx context.Context, env events.Envelope) error { return s.handle(ctx, led, fk, env) }, bus.WithLogger(s.log),
+		bus.WithStarted(s.consuming.Open))
 }
 
 // handle announces each victim that still holds its reservation, after

@@ -139,7 +139,7 @@ func TestPreemption(t *testing.T) {
 			}
 			admission := ledger.Reservation{}.Admission()
 			for _, n := range tc.ended {
-				if err := fence.Finish(ctx, fk, workloads.Key(ref(n)), admission, ref(n).UID); err != nil {
+				if err := fence.Finish(ctx, fk, workloads.Key(ref(n)), admission, ref(n).UID, nil); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -22,6 +22,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/internal/configstore"
 	"github.com/sluice-dev/sluice/internal/fence"
+	"github.com/sluice-dev/sluice/internal/health"
 	"github.com/sluice-dev/sluice/internal/ledger"
 	"github.com/sluice-dev/sluice/internal/usage"
 	"github.com/sluice-dev/sluice/internal/workloads"
@@ -42,10 +43,12 @@ type Config struct {
 
 // Service is the quota accounting service.
 type Service struct {
-	cfg Config
-	js  jetstream.JetStream
-	pub Publisher
-	log zerolog.Logger
+	// consuming opens once the consumer exists (Ready).
+	consuming *health.Gate
+	cfg       Config
+	js        jetstream.JetStream
+	pub       Publisher
+	log       zerolog.Logger
 	// lastUsage is the id of the last usage event per ClusterQueue.
 	lastUsage map[string]string
 }
@@ -55,8 +58,12 @@ func New(cfg Config, js jetstream.JetStream, pub Publisher, log zerolog.Logger) 
 	if cfg.Reconcile <= 0 {
 		return nil, fmt.Errorf("quota: reconcile interval %s: must be positive", cfg.Reconcile)
 	}
-	return &Service{cfg: cfg, js: js, pub: pub, log: log, lastUsage: map[string]string{}}, nil
+	return &Service{consuming: health.NewGate("workload ends not consumed yet"), cfg: cfg, js: js, pub: pub, log: log,
+		lastUsage: map[string]string{}}, nil
 }
+
+// Ready reports whether the service consumes workload ends.
+func (s *Service) Ready() error { return s.consuming.Check() }
 
 // Run consumes stop, finish and delete events and reconciles, until ctx
 // ends.
@@ -83,7 +90,8 @@ func (s *Service) Run(ctx context.Context) error {
 				events.SubjectFilter("workload", "finished", "*", "*"),
 				events.SubjectFilter("workload", "deleted", "*", "*"),
 			},
-		}, func(ctx context.Context, env events.Envelope) error { return s.handle(ctx, led, env) }, bus.WithLogger(s.log))
+		}, func(ctx context.Context, env events.Envelope) error { return s.handle(ctx, led, env) }, bus.WithLogger(s.log),
+			bus.WithStarted(s.consuming.Open))
 	}()
 	t := time.NewTicker(s.cfg.Reconcile)
 	defer t.Stop()

@@ -28,6 +28,7 @@ import (
 	"github.com/sluice-dev/sluice/api/v1beta1"
 	"github.com/sluice-dev/sluice/events"
 	"github.com/sluice-dev/sluice/internal/configstore"
+	"github.com/sluice-dev/sluice/internal/health"
 )
 
 // Publisher publishes an event under its deterministic id.
@@ -65,12 +66,14 @@ type Config struct {
 
 // Service is the watcher.
 type Service struct {
-	cfg   Config
-	dyn   dynamic.Interface
-	kv    KV
-	pub   Publisher
-	log   zerolog.Logger
-	queue workqueue.TypedRateLimitingInterface[item]
+	// synced opens once the informers have synced (Ready).
+	synced *health.Gate
+	cfg    Config
+	dyn    dynamic.Interface
+	kv     KV
+	pub    Publisher
+	log    zerolog.Logger
+	queue  workqueue.TypedRateLimitingInterface[item]
 	// indexers by KV kind, for reading the current object of a key.
 	stores map[string]cache.Store
 	status *statusWriter
@@ -102,6 +105,7 @@ func New(cfg Config, dyn dynamic.Interface, kv KV, pub Publisher, opts ...Option
 		return nil, fmt.Errorf("watcher: resync %s: must be positive", cfg.Resync)
 	}
 	s := &Service{
+		synced:  health.NewGate("queue objects not listed yet"),
 		cfg:     cfg,
 		dyn:     dyn,
 		kv:      kv,
@@ -118,6 +122,9 @@ func New(cfg Config, dyn dynamic.Interface, kv KV, pub Publisher, opts ...Option
 	}
 	return s, nil
 }
+
+// Ready reports whether the queue objects are listed and mirrored.
+func (s *Service) Ready() error { return s.synced.Check() }
 
 // Run mirrors until ctx ends, then drains the queue and returns.
 func (s *Service) Run(ctx context.Context) error {
@@ -145,6 +152,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return nil // ctx ended
 	}
+	s.synced.Open()
 	if err := s.prune(ctx); err != nil {
 		s.log.Error().Err(err).Msg("pruning stale configuration")
 	}

@@ -1,0 +1,151 @@
+// Package health answers a process's liveness and readiness probes over
+// HTTP, the way Kubernetes asks for them: /healthz says the process should
+// keep running, /readyz that it does its work now (connected to NATS, its
+// watches synced). Each says which check failed, so a probe's failure in
+// `kubectl describe pod` names the cause.
+package health
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Check reports nil when what it checks is fine, or why it is not.
+type Check func() error
+
+// Probe holds named liveness and readiness checks. The zero value is not
+// usable; use New.
+type Probe struct {
+	mu    sync.Mutex
+	live  map[string]Check
+	ready map[string]Check
+}
+
+// New returns a probe with no checks (live and ready).
+func New() *Probe {
+	return &Probe{live: map[string]Check{}, ready: map[string]Check{}}
+}
+
+// Live adds a liveness check: a failure that only a restart cures (a
+// connection closed for good).
+func (p *Probe) Live(name string, c Check) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.live[name] = c
+}
+
+// Ready adds a readiness check: a state the process gets out of by itself
+// (reconnecting, syncing a watch).
+func (p *Probe) Ready(name string, c Check) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ready[name] = c
+}
+
+// Failing returns "name: reason" for each failing check of the set
+// ("live" or "ready"), sorted by name. A readiness probe also fails on a
+// failing liveness check.
+func (p *Probe) Failing(set string) []string {
+	p.mu.Lock()
+	checks := map[string]Check{}
+	for n, c := range p.live {
+		checks[n] = c
+	}
+	if set == "ready" {
+		for n, c := range p.ready {
+			checks[n] = c
+		}
+	}
+	p.mu.Unlock()
+	var out []string
+	for n, c := range checks {
+		if err := c(); err != nil {
+			out = append(out, n+": "+err.Error())
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Handler serves /healthz (liveness) and /readyz (readiness): 200 "ok", or
+// 503 with one failing check per line.
+func (p *Probe) Handler() http.Handler {
+	mux := http.NewServeMux()
+	p.Mount(mux)
+	return mux
+}
+
+// Mount adds the probe's two paths to mux.
+func (p *Probe) Mount(mux *http.ServeMux) {
+	mux.HandleFunc("GET /healthz", p.serve("live"))
+	mux.HandleFunc("GET /readyz", p.serve("ready"))
+}
+
+func (p *Probe) serve(set string) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		failing := p.Failing(set)
+		if len(failing) > 0 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, strings.Join(failing, "\n"))
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	}
+}
+
+// Gate is a readiness condition a service opens once, when it has synced.
+type Gate struct {
+	open atomic.Bool
+	what string
+}
+
+// NewGate returns a closed gate; what says what it waits for ("watches
+// not synced").
+func NewGate(what string) *Gate { return &Gate{what: what} }
+
+// Open marks the condition met.
+func (g *Gate) Open() { g.open.Store(true) }
+
+// Check reports the gate as a readiness check.
+func (g *Gate) Check() error {
+	if g.open.Load() {
+		return nil
+	}
+	return errors.New(g.what)
+}
+
+// Serve serves h on addr until ctx ends, then shuts down within a second.
+// It returns once the listener is bound or fails, with the address bound
+// (addr may name port 0) and a channel that yields Serve's end.
+func Serve(ctx context.Context, addr string, h http.Handler) (net.Addr, <-chan error, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	done := make(chan error, 1)
+	go func() {
+		err := srv.Serve(l)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		done <- err
+	}()
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	return l.Addr(), done, nil
+}
