@@ -55,7 +55,7 @@ func newTailCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			nc, err := natsconn.Connect(connCfg, "sluice-events-tail")
+			nc, err := natsconn.Connect(connCfg, "sluice-reader")
 			if err != nil {
 				return err
 			}

@@ -82,10 +82,15 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// InboxPrefix is the reply-subject prefix of a client named name (e.g.
+// "sluice-admission"): a server can then let replies to its requests reach
+// it alone ("_INBOX_sluice_admission.>").
+func InboxPrefix(name string) string { return "_INBOX_" + strings.ReplaceAll(name, "-", "_") }
+
 // Options returns the connection options for a client named name, after
-// Validate.
+// Validate. Replies come on the client's own inbox prefix.
 func (c Config) Options(name string) ([]nats.Option, error) {
-	opts := []nats.Option{nats.Name(name), nats.MaxReconnects(-1)}
+	opts := []nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.CustomInboxPrefix(InboxPrefix(name))}
 	switch {
 	case c.CredsFile != "":
 		opts = append(opts, nats.UserCredentials(c.CredsFile))

@@ -1,0 +1,176 @@
+// Package natsperm says which NATS subjects each Sluice service may publish
+// and subscribe to: its own events, the JetStream API calls on the streams
+// and buckets it uses, and replies on its own inbox prefix. A NATS server
+// configured with these permissions (one user per service; see
+// ServerConfig) refuses a service that publishes outside its part.
+//
+// The table is the one place these rules live: the NATS configuration in
+// docs/deploy.md and the chart's example are rendered from it, and a test
+// runs the services against a real server that enforces it.
+package natsperm
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/internal/configstore"
+	"github.com/sluice-dev/sluice/internal/fence"
+	"github.com/sluice-dev/sluice/internal/ledger"
+	"github.com/sluice-dev/sluice/internal/natsconn"
+	"github.com/sluice-dev/sluice/internal/workloads"
+)
+
+// Permissions of one NATS user.
+type Permissions struct {
+	Publish   []string
+	Subscribe []string
+}
+
+// rules accumulates subjects without duplicates.
+type rules struct{ pub, sub map[string]bool }
+
+func newRules(client string) *rules {
+	r := &rules{pub: map[string]bool{}, sub: map[string]bool{}}
+	r.sub[natsconn.InboxPrefix(client)+".>"] = true
+	// Opening a stream or bucket asks for its info; the account's limits
+	// are read once per JetStream context.
+	r.pub["$JS.API.INFO"] = true
+	return r
+}
+
+func (r *rules) publish(subjects ...string) *rules {
+	for _, s := range subjects {
+		r.pub[s] = true
+	}
+	return r
+}
+
+// stream: reads of a stream's info and of single messages (the last one
+// of a subject).
+func (r *rules) readStream(stream string) *rules {
+	return r.publish("$JS.API.STREAM.INFO."+stream, "$JS.API.STREAM.MSG.GET."+stream, "$JS.API.DIRECT.GET."+stream+".>")
+}
+
+// consume: a durable pull consumer (created or updated by each replica),
+// its pulls and its acks; dead letters go to sluice.dlq.<durable>.
+func (r *rules) consume(stream, durable string) *rules {
+	return r.publish(
+		"$JS.API.CONSUMER.CREATE."+stream+"."+durable, "$JS.API.CONSUMER.CREATE."+stream+"."+durable+".>",
+		"$JS.API.CONSUMER.INFO."+stream+"."+durable, "$JS.API.CONSUMER.MSG.NEXT."+stream+"."+durable,
+		"$JS.ACK."+stream+"."+durable+".>", "sluice.dlq."+durable,
+	)
+}
+
+// kvRead: gets and watches of a bucket (a watch is an ordered consumer
+// with flow control).
+func (r *rules) kvRead(bucket string) *rules {
+	s := "KV_" + bucket
+	r.readStream(s)
+	return r.publish("$JS.API.CONSUMER.CREATE."+s+".>", "$JS.API.CONSUMER.DELETE."+s+".>", "$JS.API.CONSUMER.INFO."+s+".>", "$JS.FC."+s+".>")
+}
+
+// kvWrite: puts, compare-and-set updates and deletes, and purging delete
+// markers.
+func (r *rules) kvWrite(bucket string) *rules {
+	r.kvRead(bucket)
+	return r.publish("$KV."+bucket+".>", "$JS.API.STREAM.PURGE.KV_"+bucket)
+}
+
+func (r *rules) done() Permissions {
+	p := Permissions{}
+	for s := range r.pub {
+		p.Publish = append(p.Publish, s)
+	}
+	for s := range r.sub {
+		p.Subscribe = append(p.Subscribe, s)
+	}
+	sort.Strings(p.Publish)
+	sort.Strings(p.Subscribe)
+	return p
+}
+
+// event subjects by producer (docs/events.md's table).
+func workloadEvents(types ...string) []string {
+	var out []string
+	for _, t := range types {
+		out = append(out, "sluice.workload.v1."+t+".>")
+	}
+	return out
+}
+
+// Services names the users, one per service, plus "setup" (creates the
+// streams and buckets: `sluice setup`) and "reader" (a read-only subscriber
+// for external tools: `sluice events tail`).
+var Services = []string{"admission", "integration", "preemption", "quota", "watcher", "setup", "reader"}
+
+// For returns the permissions of a service's user.
+func For(service string) (Permissions, error) {
+	r := newRules("sluice-" + service)
+	switch service {
+	case "admission":
+		r.publish(workloadEvents("pending", "admitted", "evicted")...)
+		r.publish("sluice.preemption.v1.requested.>")
+		r.readStream(bus.StreamEvents)
+		r.kvRead(configstore.Bucket).kvRead(workloads.Bucket).kvWrite(ledger.Bucket).kvWrite(fence.Bucket)
+	case "integration":
+		r.publish(workloadEvents("submitted", "started", "stopped", "finished", "deleted")...)
+		r.readStream(bus.StreamEvents)
+		// Each kind's consumer of pending reasons: <kind>-pending.
+		r.publish("$JS.API.CONSUMER.CREATE."+bus.StreamEvents+".*-pending", "$JS.API.CONSUMER.CREATE."+bus.StreamEvents+".*-pending.>",
+			"$JS.API.CONSUMER.INFO."+bus.StreamEvents+".*-pending", "$JS.API.CONSUMER.MSG.NEXT."+bus.StreamEvents+".*-pending",
+			"$JS.ACK."+bus.StreamEvents+".*-pending.>", "sluice.dlq.*-pending")
+		r.kvRead(configstore.Bucket).kvRead(ledger.Bucket).kvWrite(workloads.Bucket).kvWrite(fence.Bucket).kvWrite(bus.BucketShards)
+	case "preemption":
+		r.publish(workloadEvents("preempted")...)
+		r.consume(bus.StreamEvents, "preemption")
+		r.kvRead(ledger.Bucket).kvWrite(fence.Bucket)
+	case "quota":
+		r.publish("sluice.quota.v1.>")
+		r.consume(bus.StreamEvents, "quota")
+		r.readStream(bus.StreamEvents)
+		r.kvRead(configstore.Bucket).kvRead(workloads.Bucket).kvWrite(ledger.Bucket).kvWrite(fence.Bucket)
+	case "watcher":
+		r.publish("sluice.config.v1.>")
+		r.kvWrite(configstore.Bucket).kvRead(ledger.Bucket).kvRead(workloads.Bucket)
+		r.readStream(bus.StreamEvents)
+	case "setup":
+		r.publish("$JS.API.STREAM.CREATE.*", "$JS.API.STREAM.UPDATE.*", "$JS.API.STREAM.INFO.*", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST")
+	case "reader":
+		// An ordered consumer: ephemeral, created and deleted by the
+		// reader, pulled, never acknowledged.
+		r.readStream(bus.StreamEvents)
+		r.publish("$JS.API.CONSUMER.CREATE."+bus.StreamEvents+".>", "$JS.API.CONSUMER.DELETE."+bus.StreamEvents+".>",
+			"$JS.API.CONSUMER.INFO."+bus.StreamEvents+".>", "$JS.API.CONSUMER.MSG.NEXT."+bus.StreamEvents+".>", "$JS.FC."+bus.StreamEvents+".>")
+	default:
+		return Permissions{}, fmt.Errorf("natsperm: unknown service %q (known: %s)", service, strings.Join(Services, ", "))
+	}
+	return r.done(), nil
+}
+
+// ServerConfig renders the authorization block of a nats-server
+// configuration with one user per service; each password is the
+// environment variable SLUICE_<SERVICE>_PASSWORD, which the server reads
+// at start.
+func ServerConfig() string {
+	var b strings.Builder
+	b.WriteString("authorization {\n  users = [\n")
+	for _, svc := range Services {
+		p, _ := For(svc)
+		fmt.Fprintf(&b, "    {\n      user: %q\n      password: $SLUICE_%s_PASSWORD\n      permissions: {\n", svc, strings.ToUpper(svc))
+		fmt.Fprintf(&b, "        publish: { allow: %s }\n", quoteList(p.Publish))
+		fmt.Fprintf(&b, "        subscribe: { allow: %s }\n", quoteList(p.Subscribe))
+		b.WriteString("      }\n    }\n")
+	}
+	b.WriteString("  ]\n}\n")
+	return b.String()
+}
+
+func quoteList(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = fmt.Sprintf("%q", s)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
+}

@@ -1,0 +1,378 @@
+package natsperm_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sluice-dev/sluice/api/v1beta1"
+	"github.com/sluice-dev/sluice/events"
+	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/internal/configstore"
+	"github.com/sluice-dev/sluice/internal/ledger"
+	"github.com/sluice-dev/sluice/internal/natsconn"
+	"github.com/sluice-dev/sluice/internal/natsperm"
+	"github.com/sluice-dev/sluice/internal/workloads"
+	"github.com/sluice-dev/sluice/services/admission"
+	"github.com/sluice-dev/sluice/services/preemption"
+	"github.com/sluice-dev/sluice/services/quota"
+)
+
+// TestServicesUnderTheirPermissions runs admission, preemption and quota
+// against a real nats-server over TLS that enforces the table, each as its
+// own user, and plays the integration's and the watcher's parts with their
+// users: a workload is admitted, preempted by a higher priority one, stopped
+// and released, and the other admitted and finished. No service meets a
+// permission error; a service publishing outside its part is refused.
+func TestServicesUnderTheirPermissions(t *testing.T) {
+	srv, caFile := startServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	violations := &errorsSeen{}
+	connect := func(service string) (*nats.Conn, jetstream.JetStream) {
+		t.Helper()
+		cfg := natsconn.Config{URL: srv, User: service, Password: "pw-" + service, CAFile: caFile}
+		if err := cfg.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		opts, err := cfg.Options("sluice-" + service)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { violations.add(service, err) }))
+		nc, err := nats.Connect(srv, opts...)
+		if err != nil {
+			t.Fatalf("%s: connect: %v", service, err)
+		}
+		t.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return nc, js
+	}
+
+	_, setupJS := connect("setup")
+	if err := bus.Setup(ctx, setupJS, bus.Config{}); err != nil {
+		t.Fatalf("setup user: bus.Setup: %v", err)
+	}
+
+	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
+	run := func(name string, r interface{ Run(context.Context) error }) {
+		runCtx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- r.Run(runCtx) }()
+		t.Cleanup(func() {
+			stop()
+			if err := <-done; err != nil {
+				t.Errorf("%s Run: %v", name, err)
+			}
+		})
+	}
+	_, ajs := connect("admission")
+	adm, err := admission.New(admission.Config{Interval: 10 * time.Millisecond}, ajs, bus.NewPublisher(ajs, events.Source("admission")), admission.WithLogger(log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run("admission", adm)
+	_, pjs := connect("preemption")
+	run("preemption", preemption.New(pjs, bus.NewPublisher(pjs, events.Source("preemption")), log))
+	_, qjs := connect("quota")
+	q, err := quota.New(quota.Config{Reconcile: time.Second}, qjs, bus.NewPublisher(qjs, events.Source("quota")), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run("quota", q)
+
+	// The reader follows the stream, as `sluice events tail` does.
+	_, rjs := connect("reader")
+	seen := &eventLog{}
+	cons, err := rjs.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{"sluice.>"}})
+	if err != nil {
+		t.Fatalf("reader: ordered consumer: %v", err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		if env, err := events.DecodeParts(m.Subject(), m.Headers(), m.Data()); err == nil {
+			seen.add(env)
+		}
+	})
+	if err != nil {
+		t.Fatalf("reader: consume: %v", err)
+	}
+	defer cc.Stop()
+
+	// The watcher's part: queue configuration.
+	_, wjs := connect("watcher")
+	cfgKV, err := wjs.KeyValue(ctx, configstore.Bucket)
+	if err != nil {
+		t.Fatalf("watcher: open %s: %v", configstore.Bucket, err)
+	}
+	put(t, ctx, cfgKV, configstore.Key(configstore.KindResourceFlavor, "", "default"), v1beta1.ResourceFlavor{ObjectMeta: metav1.ObjectMeta{Name: "default"}})
+	put(t, ctx, cfgKV, configstore.Key(configstore.KindClusterQueue, "", "cq"), v1beta1.ClusterQueue{
+		ObjectMeta: metav1.ObjectMeta{Name: "cq"},
+		Spec: v1beta1.ClusterQueueSpec{
+			NamespaceSelector: &metav1.LabelSelector{},
+			Preemption:        &v1beta1.ClusterQueuePreemption{WithinClusterQueue: v1beta1.PreemptionLowerPriority},
+			ResourceGroups: []v1beta1.ResourceGroup{{
+				CoveredResources: []corev1.ResourceName{"cpu"},
+				Flavors: []v1beta1.FlavorQuotas{{Name: "default", Resources: []v1beta1.ResourceQuota{
+					{Name: "cpu", NominalQuota: resource.MustParse("4")}}}},
+			}},
+		},
+	})
+	put(t, ctx, cfgKV, configstore.Key(configstore.KindLocalQueue, "team-a", "main"), v1beta1.LocalQueue{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "main"}, Spec: v1beta1.LocalQueueSpec{ClusterQueue: "cq"}})
+
+	// The integration's part: records, and the job's own transitions.
+	_, ijs := connect("integration")
+	wlKV, err := ijs.KeyValue(ctx, workloads.Bucket)
+	if err != nil {
+		t.Fatalf("integration: open %s: %v", workloads.Bucket, err)
+	}
+	ipub := bus.NewPublisher(ijs, events.Source("integration"))
+	submit := func(name string, prio int32) events.WorkloadSubmittedV1 {
+		rec := events.WorkloadSubmittedV1{
+			Workload:   events.WorkloadRef{Kind: "job", Namespace: "team-a", Name: name, UID: "uid-" + name},
+			LocalQueue: "main", Priority: prio, CreationTime: time.Now().UTC().Truncate(time.Second),
+			PodSets: []events.PodSetV1{{Name: "main", Count: 4, Requests: map[string]string{"cpu": "1"}}},
+		}
+		put(t, ctx, wlKV, workloads.Key(rec.Workload), rec)
+		if err := ipub.Publish(ctx, rec, events.ID(rec.Type(), rec.Workload.UID)); err != nil {
+			t.Fatalf("integration: publish submitted: %v", err)
+		}
+		return rec
+	}
+	low := submit("low", 0)
+	adm1 := seen.wait(t, "admitted low", func(e events.Envelope) bool { return e.Type == events.TypeWorkloadAdmittedV1 && strings.HasSuffix(e.Subject, "/low") })
+	var a events.WorkloadAdmittedV1
+	if err := adm1.As(&a); err != nil {
+		t.Fatal(err)
+	}
+	started := events.WorkloadStartedV1{Workload: low.Workload, ClusterQueue: "cq", Admission: a.Admission}
+	if err := ipub.Publish(ctx, started, events.ID(started.Type(), low.Workload.UID, a.Admission)); err != nil {
+		t.Fatalf("integration: publish started: %v", err)
+	}
+
+	high := submit("high", 100)
+	seen.wait(t, "preempted low", func(e events.Envelope) bool {
+		return e.Type == events.TypeWorkloadPreemptedV1 && strings.HasSuffix(e.Subject, "/low")
+	})
+	stopped := events.WorkloadStoppedV1{Workload: low.Workload, ClusterQueue: "cq", Reason: "Preempted", Admission: a.Admission}
+	if err := ipub.Publish(ctx, stopped, events.ID(stopped.Type(), low.Workload.UID, a.Admission)); err != nil {
+		t.Fatalf("integration: publish stopped: %v", err)
+	}
+	seen.wait(t, "admitted high", func(e events.Envelope) bool {
+		return e.Type == events.TypeWorkloadAdmittedV1 && strings.HasSuffix(e.Subject, "/high")
+	})
+	if err := wlKV.Delete(ctx, workloads.Key(high.Workload)); err != nil {
+		t.Fatalf("integration: delete record: %v", err)
+	}
+	fin := events.WorkloadFinishedV1{Workload: high.Workload, ClusterQueue: "cq", Succeeded: true}
+	if err := ipub.Publish(ctx, fin, events.ID(fin.Type(), high.Workload.UID)); err != nil {
+		t.Fatalf("integration: publish finished: %v", err)
+	}
+	seen.wait(t, "quota of high released", func(e events.Envelope) bool {
+		return e.Type == events.TypeQuotaReleasedV1 && strings.HasSuffix(e.Subject, "/high")
+	})
+	if v := violations.all(); len(v) > 0 {
+		t.Fatalf("permission errors while every service kept to its part:\n%s", strings.Join(v, "\n"))
+	}
+
+	// Outside their parts: refused by the server.
+	cases := []struct {
+		name, user, subject string
+	}{
+		{"the admission service cannot announce a start", "admission", "sluice.workload.v1.started.job.team-a.low"},
+		{"the integration cannot write the quota ledger", "integration", "$KV." + ledger.Bucket + ".cq"},
+		{"the preemption service cannot admit", "preemption", "sluice.workload.v1.admitted.job.team-a.x"},
+		{"the reader cannot publish events", "reader", "sluice.workload.v1.submitted.job.team-a.x"},
+		{"the watcher cannot delete a stream", "watcher", "$JS.API.STREAM.DELETE." + bus.StreamEvents},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			nc, _ := connect(tc.user)
+			_, err := nc.Request(tc.subject, []byte("{}"), 2*time.Second)
+			if err == nil {
+				t.Fatalf("%s published to %s", tc.user, tc.subject)
+			}
+			if !violations.has(tc.user, "Permissions Violation for Publish to \""+tc.subject+"\"") {
+				t.Errorf("no permission violation for %s on %s (request error: %v; seen: %v)", tc.user, tc.subject, err, violations.all())
+			}
+		})
+	}
+}
+
+func put(t *testing.T, ctx context.Context, kv jetstream.KeyValue, key string, v any) {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, key, b); err != nil {
+		t.Fatalf("put %s: %v", key, err)
+	}
+}
+
+// errorsSeen collects the asynchronous errors the server sent each user.
+type errorsSeen struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (e *errorsSeen) add(user string, err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.got = append(e.got, user+": "+err.Error())
+}
+
+func (e *errorsSeen) all() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]string(nil), e.got...)
+}
+
+func (e *errorsSeen) has(user, text string) bool {
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		for _, s := range e.all() {
+			if strings.HasPrefix(s, user+": ") && strings.Contains(s, text) {
+				return true
+			}
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+type eventLog struct {
+	mu  sync.Mutex
+	evs []events.Envelope
+}
+
+func (l *eventLog) add(e events.Envelope) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.evs = append(l.evs, e)
+}
+
+func (l *eventLog) wait(t *testing.T, what string, match func(events.Envelope) bool) events.Envelope {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		l.mu.Lock()
+		for _, e := range l.evs {
+			if match(e) {
+				l.mu.Unlock()
+				return e
+			}
+		}
+		var types []string
+		for _, e := range l.evs {
+			types = append(types, e.Type+" "+e.Subject)
+		}
+		l.mu.Unlock()
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not seen within 20s; events: %s", what, strings.Join(types, "; "))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// startServer starts a nats-server with JetStream on loopback that serves
+// TLS with a fresh CA and knows one user per service with the table's
+// permissions (password "pw-<service>"). It returns the URL and the CA file.
+func startServer(t *testing.T) (string, string) {
+	t.Helper()
+	dir := t.TempDir()
+	caFile, tlsCfg := serverTLS(t, dir)
+	var users []*server.User
+	for _, svc := range natsperm.Services {
+		p, err := natsperm.For(svc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		users = append(users, &server.User{Username: svc, Password: "pw-" + svc, Permissions: &server.Permissions{
+			Publish:   &server.SubjectPermission{Allow: p.Publish},
+			Subscribe: &server.SubjectPermission{Allow: p.Subscribe},
+		}})
+	}
+	opts := &server.Options{
+		Host: "127.0.0.1", Port: server.RANDOM_PORT, NoSigs: true, NoLog: true,
+		JetStream: true, StoreDir: filepath.Join(dir, "js"),
+		Users: users, TLSConfig: tlsCfg, TLS: true,
+	}
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	t.Cleanup(ns.Shutdown)
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	return "tls://" + ns.Addr().String(), caFile
+}
+
+// serverTLS makes a CA and a server certificate for 127.0.0.1; it writes
+// the CA to dir and returns its path and the server's TLS configuration.
+func serverTLS(t *testing.T, dir string) (string, *tls.Config) {
+	t.Helper()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "nats"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		KeyUsage: x509.KeyUsageDigitalSignature}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile := filepath.Join(dir, "ca.pem")
+	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return caFile, &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}
+}
+
