@@ -24,6 +24,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/embeddednats"
 	"github.com/sluice-dev/sluice/internal/health"
 	"github.com/sluice-dev/sluice/internal/natsconn"
+	"github.com/sluice-dev/sluice/internal/natsperm"
 	"github.com/sluice-dev/sluice/services/admission"
 	"github.com/sluice-dev/sluice/services/integration"
 	"github.com/sluice-dev/sluice/services/integration/kinds"
@@ -400,6 +401,23 @@ func newServiceCmds() []*cobra.Command {
 		newServiceCmd("quota", "Run the quota accounting service", false, q.bindQuota, quotaRunner(q)),
 		newDevCmd(),
 		newSetupCmd(),
+		newNATSAuthCmd(),
+	}
+}
+
+// newNATSAuthCmd prints the nats-server authorization block with one user
+// per service and the permissions it needs.
+func newNATSAuthCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "nats-authorization",
+		Short: "Print a nats-server authorization block: one user per service, each allowed only its subjects",
+		Long: "Print a nats-server authorization block: one user per service (" + strings.Join(natsperm.Services, ", ") +
+			"), each allowed only the subjects it uses. Passwords are read by the server from $SLUICE_<USER>_PASSWORD.",
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			_, err := fmt.Fprint(cmd.OutOrStdout(), natsperm.ServerConfig())
+			return err
+		},
 	}
 }
 

@@ -54,21 +54,29 @@ func (p *Probe) Ready(name string, c Check) {
 // ("live" or "ready"), sorted by name. A readiness probe also fails on a
 // failing liveness check.
 func (p *Probe) Failing(set string) []string {
+	type named struct {
+		name  string
+		check Check
+	}
 	p.mu.Lock()
-	checks := map[string]Check{}
+	var checks []named
 	for n, c := range p.live {
-		checks[n] = c
+		checks = append(checks, named{n, c})
 	}
 	if set == "ready" {
 		for n, c := range p.ready {
-			checks[n] = c
+			checks = append(checks, named{n, c})
 		}
 	}
 	p.mu.Unlock()
+	seen := map[string]bool{}
 	var out []string
-	for n, c := range checks {
-		if err := c(); err != nil {
-			out = append(out, n+": "+err.Error())
+	for _, c := range checks {
+		if err := c.check(); err != nil {
+			if line := c.name + ": " + err.Error(); !seen[line] {
+				seen[line] = true
+				out = append(out, line)
+			}
 		}
 	}
 	sort.Strings(out)

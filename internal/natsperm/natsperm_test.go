@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -166,7 +167,9 @@ func TestServicesUnderTheirPermissions(t *testing.T) {
 		return rec
 	}
 	low := submit("low", 0)
-	adm1 := seen.wait(t, "admitted low", func(e events.Envelope) bool { return e.Type == events.TypeWorkloadAdmittedV1 && strings.HasSuffix(e.Subject, "/low") })
+	adm1 := seen.wait(t, "admitted low", func(e events.Envelope) bool {
+		return e.Type == events.TypeWorkloadAdmittedV1 && strings.HasSuffix(e.Subject, "/low")
+	})
 	var a events.WorkloadAdmittedV1
 	if err := adm1.As(&a); err != nil {
 		t.Fatal(err)
@@ -376,3 +379,39 @@ func serverTLS(t *testing.T, dir string) (string, *tls.Config) {
 	return caFile, &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}
 }
 
+// TestServerConfigLoads: the rendered authorization block is a valid
+// nats-server configuration that gives each service its table's
+// permissions.
+func TestServerConfigLoads(t *testing.T) {
+	dir := t.TempDir()
+	for _, svc := range natsperm.Services {
+		t.Setenv("SLUICE_"+strings.ToUpper(svc)+"_PASSWORD", "pw-"+svc)
+	}
+	conf := filepath.Join(dir, "nats.conf")
+	if err := os.WriteFile(conf, []byte("jetstream: {store_dir: \""+filepath.Join(dir, "js")+"\"}\n"+natsperm.ServerConfig()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := server.ProcessConfigFile(conf)
+	if err != nil {
+		t.Fatalf("nats-server refuses the rendered configuration: %v", err)
+	}
+	got := map[string]bool{}
+	for _, u := range opts.Users {
+		want, err := natsperm.For(u.Username)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if u.Password != "pw-"+u.Username {
+			t.Errorf("user %s: password not taken from its environment variable", u.Username)
+		}
+		if u.Permissions == nil || !slices.Equal(u.Permissions.Publish.Allow, want.Publish) || !slices.Equal(u.Permissions.Subscribe.Allow, want.Subscribe) {
+			t.Errorf("user %s: permissions differ from the table", u.Username)
+		}
+		got[u.Username] = true
+	}
+	for _, svc := range natsperm.Services {
+		if !got[svc] {
+			t.Errorf("no user %s in the rendered configuration", svc)
+		}
+	}
+}
