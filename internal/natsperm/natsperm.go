@@ -129,12 +129,11 @@ func For(service string) (Permissions, error) {
 	case "quota":
 		r.publish("sluice.quota.v1.>")
 		r.consume(bus.StreamEvents, "quota")
-		r.readStream(bus.StreamEvents)
 		r.kvRead(configstore.Bucket).kvRead(workloads.Bucket).kvWrite(ledger.Bucket).kvWrite(fence.Bucket)
 	case "watcher":
 		r.publish("sluice.config.v1.>")
+		// Queue status: usage from the ledger, pending counts from records.
 		r.kvWrite(configstore.Bucket).kvRead(ledger.Bucket).kvRead(workloads.Bucket)
-		r.readStream(bus.StreamEvents)
 	case "setup":
 		r.publish("$JS.API.STREAM.CREATE.*", "$JS.API.STREAM.UPDATE.*", "$JS.API.STREAM.INFO.*", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST")
 	case "reader":
