@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/pprof"
-	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/sluice-dev/sluice/internal/health"
 )
 
 // Exit codes.
@@ -62,20 +62,13 @@ func servePprof(ctx context.Context, addr string) error {
 	if addr == "" {
 		return nil
 	}
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return usageError{fmt.Errorf("--pprof-address %s: %w", addr, err)}
-	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(l) }()
-	go func() {
-		<-ctx.Done()
-		_ = srv.Close()
-	}()
+	if _, err := health.Serve(ctx, addr, mux); err != nil {
+		return usageError{fmt.Errorf("--pprof-address: %w", err)}
+	}
 	return nil
 }

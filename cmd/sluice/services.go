@@ -46,15 +46,23 @@ type common struct {
 	httpAddr string
 }
 
+// bind binds the flags of a service; c's httpAddr is the default of
+// --http-address.
 func (c *common) bind(cmd *cobra.Command, kube bool) {
-	c.bindNATS(cmd)
-	cmd.Flags().IntVar(&c.replicas, "replicas", 1, "replicas of Sluice's streams and buckets (3 on a 3-node NATS cluster)")
-	cmd.Flags().StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	c.bindSetup(cmd)
 	cmd.Flags().BoolVar(&c.setup, "setup", true, "create or update Sluice's streams and buckets at start (false: they must exist, see `sluice setup`)")
-	cmd.Flags().StringVar(&c.httpAddr, "http-address", "", "address serving /healthz and /readyz, e.g. :8080 (empty: none)")
+	cmd.Flags().StringVar(&c.httpAddr, "http-address", c.httpAddr, "address serving /healthz and /readyz, e.g. :8080 (empty: none)")
 	if kube {
 		cmd.Flags().StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
 	}
+}
+
+// bindSetup binds what `sluice setup` needs too: the connection, the
+// streams' replicas and the log level.
+func (c *common) bindSetup(cmd *cobra.Command) {
+	c.bindNATS(cmd)
+	cmd.Flags().IntVar(&c.replicas, "replicas", 1, "replicas of Sluice's streams and buckets (3 on a 3-node NATS cluster)")
+	cmd.Flags().StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 }
 
 // bindNATS binds the connection flags; the password comes from the
@@ -143,8 +151,8 @@ func (c *common) connect(ctx context.Context, name string) (*nats.Conn, jetstrea
 
 // serveHealth serves the probes on --http-address, if set: live while the
 // NATS connection is not closed for good, ready while it is connected and
-// the service says it is.
-func (c *common) serveHealth(ctx context.Context, nc *nats.Conn, ready func() error, log zerolog.Logger) error {
+// each service (by name) says it is.
+func (c *common) serveHealth(ctx context.Context, nc *nats.Conn, ready map[string]health.Check, log zerolog.Logger) error {
 	if c.httpAddr == "" {
 		return nil
 	}
@@ -161,8 +169,10 @@ func (c *common) serveHealth(ctx context.Context, nc *nats.Conn, ready func() er
 		}
 		return nil
 	})
-	p.Ready("service", ready)
-	addr, _, err := health.Serve(ctx, c.httpAddr, p.Handler())
+	for name, check := range ready {
+		p.Ready(name, check)
+	}
+	addr, err := health.Serve(ctx, c.httpAddr, p.Handler())
 	if err != nil {
 		return usageError{fmt.Errorf("--http-address: %w", err)}
 	}
@@ -363,7 +373,7 @@ func newServiceCmd(name, short string, kube bool, bind func(*cobra.Command), mk 
 			if err != nil {
 				return err
 			}
-			if err := c.serveHealth(ctx, nc, svc.Ready, log); err != nil {
+			if err := c.serveHealth(ctx, nc, map[string]health.Check{name: svc.Ready}, log); err != nil {
 				return err
 			}
 			log.Info().Msg("started")
@@ -444,9 +454,7 @@ func newSetupCmd() *cobra.Command {
 			return nil
 		},
 	}
-	c.bindNATS(cmd)
-	cmd.Flags().IntVar(&c.replicas, "replicas", 1, "replicas of Sluice's streams and buckets (3 on a 3-node NATS cluster)")
-	cmd.Flags().StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	c.bindSetup(cmd)
 	return cmd
 }
 
@@ -474,7 +482,7 @@ func newIntegrationCmd(f *serviceFlags) *cobra.Command {
 // newDevCmd runs every service in one process with an embedded JetStream
 // server, against the cluster in KUBECONFIG.
 func newDevCmd() *cobra.Command {
-	c := &common{}
+	c := &common{httpAddr: "127.0.0.1:8090"}
 	f := &serviceFlags{}
 	var port int
 	var storeDir string
@@ -513,8 +521,6 @@ func newDevCmd() *cobra.Command {
 	for _, f := range []string{"nats", "nats-creds", "nats-nkey", "nats-user", "nats-ca", "nats-cert", "nats-key", "setup"} {
 		_ = cmd.Flags().MarkHidden(f)
 	}
-	_ = cmd.Flags().Set("http-address", "127.0.0.1:8090")
-	cmd.Flags().Lookup("http-address").DefValue = "127.0.0.1:8090"
 	cmd.Flags().IntVar(&port, "nats-port", 4222, "port of the embedded NATS server (0: any free port)")
 	cmd.Flags().StringVar(&storeDir, "nats-store", "", "JetStream store directory (default: a temporary one, removed at exit)")
 	f.bindAdmission(cmd)
@@ -543,8 +549,7 @@ func runAll(ctx context.Context, c *common, kc *rest.Config, log zerolog.Logger,
 	defer cancel()
 	var wg sync.WaitGroup
 	errc := make(chan error, len(svcs))
-	var started []named
-	var ready []func() error
+	ready := map[string]health.Check{}
 	for _, s := range svcs {
 		svc, err := s.mk(ctx, js, kc, serviceLogger(log, s.name))
 		if err != nil {
@@ -552,8 +557,7 @@ func runAll(ctx context.Context, c *common, kc *rest.Config, log zerolog.Logger,
 			wg.Wait()
 			return fmt.Errorf("%s: %w", s.name, err)
 		}
-		started = append(started, s)
-		ready = append(ready, svc.Ready)
+		ready[s.name] = svc.Ready
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -562,14 +566,7 @@ func runAll(ctx context.Context, c *common, kc *rest.Config, log zerolog.Logger,
 			}
 		}()
 	}
-	if err := c.serveHealth(ctx, nc, func() error {
-		for i, r := range ready {
-			if err := r(); err != nil {
-				return fmt.Errorf("%s: %w", started[i].name, err)
-			}
-		}
-		return nil
-	}, log); err != nil {
+	if err := c.serveHealth(ctx, nc, ready, log); err != nil {
 		cancel()
 		wg.Wait()
 		return err

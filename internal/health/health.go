@@ -50,10 +50,10 @@ func (p *Probe) Ready(name string, c Check) {
 	p.ready[name] = c
 }
 
-// Failing returns "name: reason" for each failing check of the set
-// ("live" or "ready"), sorted by name. A readiness probe also fails on a
+// failing returns "name: reason" for each failing liveness check and,
+// withReady, readiness check, sorted: a readiness probe also fails on a
 // failing liveness check.
-func (p *Probe) Failing(set string) []string {
+func (p *Probe) failing(withReady bool) []string {
 	type named struct {
 		name  string
 		check Check
@@ -63,7 +63,7 @@ func (p *Probe) Failing(set string) []string {
 	for n, c := range p.live {
 		checks = append(checks, named{n, c})
 	}
-	if set == "ready" {
+	if withReady {
 		for n, c := range p.ready {
 			checks = append(checks, named{n, c})
 		}
@@ -87,21 +87,16 @@ func (p *Probe) Failing(set string) []string {
 // 503 with one failing check per line.
 func (p *Probe) Handler() http.Handler {
 	mux := http.NewServeMux()
-	p.Mount(mux)
+	mux.HandleFunc("GET /healthz", p.serve(false))
+	mux.HandleFunc("GET /readyz", p.serve(true))
 	return mux
 }
 
-// Mount adds the probe's two paths to mux.
-func (p *Probe) Mount(mux *http.ServeMux) {
-	mux.HandleFunc("GET /healthz", p.serve("live"))
-	mux.HandleFunc("GET /readyz", p.serve("ready"))
-}
-
-func (p *Probe) serve(set string) http.HandlerFunc {
+func (p *Probe) serve(withReady bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-store")
-		failing := p.Failing(set)
+		failing := p.failing(withReady)
 		if len(failing) > 0 {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprintln(w, strings.Join(failing, "\n"))
@@ -133,27 +128,20 @@ func (g *Gate) Check() error {
 }
 
 // Serve serves h on addr until ctx ends, then shuts down within a second.
-// It returns once the listener is bound or fails, with the address bound
-// (addr may name port 0) and a channel that yields Serve's end.
-func Serve(ctx context.Context, addr string, h http.Handler) (net.Addr, <-chan error, error) {
+// It returns once the listener is bound, with the address bound (addr may
+// name port 0).
+func Serve(ctx context.Context, addr string, h http.Handler) (net.Addr, error) {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, nil, fmt.Errorf("listen on %s: %w", addr, err)
+		return nil, fmt.Errorf("listen on %s: %w", addr, err)
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
-	done := make(chan error, 1)
-	go func() {
-		err := srv.Serve(l)
-		if errors.Is(err, http.ErrServerClosed) {
-			err = nil
-		}
-		done <- err
-	}()
+	go func() { _ = srv.Serve(l) }()
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		_ = srv.Shutdown(sctx)
 	}()
-	return l.Addr(), done, nil
+	return l.Addr(), nil
 }
