@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -37,6 +39,7 @@ var env struct {
 	kubeconfig string
 
 	hookAddr   string
+	httpAddr   string // `sluice dev`'s /healthz and /readyz
 	sluiceBin  string
 	sluiceArgs []string
 	sluiceLog  *os.File
@@ -142,7 +145,7 @@ func run(m *testing.M) int {
 	env.cfg = cfg
 	env.dyn = dynamic.NewForConfigOrDie(cfg)
 
-	natsPort, hookPort := freePort(), freePort()
+	natsPort, hookPort, httpPort := freePort(), freePort(), freePort()
 	env.nats = fmt.Sprintf("nats://127.0.0.1:%d", natsPort)
 	logf, err := os.Create(filepath.Join(state, "sluice.log"))
 	if err != nil {
@@ -152,7 +155,9 @@ func run(m *testing.M) int {
 	env.sluiceArgs = []string{"dev", "--kubeconfig", kubeconfig,
 		"--nats-port", fmt.Sprint(natsPort), "--nats-store", filepath.Join(state, "jetstream"),
 		"--webhook-address", fmt.Sprintf("127.0.0.1:%d", hookPort),
+		"--http-address", fmt.Sprintf("127.0.0.1:%d", httpPort),
 		"--status-interval", "1s", "--log-level", logLevel()}
+	env.httpAddr = fmt.Sprintf("127.0.0.1:%d", httpPort)
 	env.sluiceBin, env.sluiceLog = filepath.Join(bin, "sluice"), logf
 	env.hookAddr = fmt.Sprintf("127.0.0.1:%d", hookPort)
 	if err := startSluice(); err != nil {
@@ -174,6 +179,10 @@ func run(m *testing.M) int {
 	defer nc.Close()
 	env.js, _ = jetstream.New(nc)
 	if err := waitWebhook(30 * time.Second); err != nil {
+		fmt.Println("e2e:", err)
+		return 1
+	}
+	if err := waitReady(30 * time.Second); err != nil {
 		fmt.Println("e2e:", err)
 		return 1
 	}
@@ -225,6 +234,31 @@ func waitWebhook(within time.Duration) error {
 		time.Sleep(200 * time.Millisecond)
 	}
 	return fmt.Errorf("the job webhook did not suspend a dry-run Job within %s: %v", within, last)
+}
+
+// waitReady waits until `sluice dev` says every service is ready.
+func waitReady(within time.Duration) error {
+	deadline := time.Now().Add(within)
+	var last string
+	for time.Now().Before(deadline) {
+		code, body, err := httpGet("http://" + env.httpAddr + "/readyz")
+		if err == nil && code == http.StatusOK {
+			return nil
+		}
+		last = fmt.Sprintf("%d %s %v", code, body, err)
+		time.Sleep(200 * time.Millisecond)
+	}
+	return fmt.Errorf("sluice dev not ready within %s: last /readyz: %s", within, last)
+}
+
+func httpGet(url string) (int, string, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, strings.TrimSpace(string(b)), err
 }
 
 func installCRDs(cfg *rest.Config, dir string) error {

@@ -54,6 +54,10 @@ func TestCrashAndRestartLosesNothing(t *testing.T) {
 			if err := waitWebhook(30 * time.Second); err != nil {
 				t.Fatal(err)
 			}
+			// A restarted process says when it is ready again.
+			if err := waitReady(30 * time.Second); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	for i := range jobs {
