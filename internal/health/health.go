@@ -119,9 +119,12 @@ func NewGate(what string) *Gate { return &Gate{what: what} }
 // Open marks the condition met.
 func (g *Gate) Open() { g.open.Store(true) }
 
+// IsOpen reports whether the condition is met.
+func (g *Gate) IsOpen() bool { return g.open.Load() }
+
 // Check reports the gate as a readiness check.
 func (g *Gate) Check() error {
-	if g.open.Load() {
+	if g.IsOpen() {
 		return nil
 	}
 	return errors.New(g.what)

@@ -60,7 +60,9 @@ func (c Config) Validate() error {
 
 // Service is one admission replica.
 type Service struct {
-	// synced opens once the mirrors hold their initial state (Ready).
+	// synced opens once all three mirrors delivered their initial state
+	// and the engine was built from them (Ready); before that, updates
+	// are only recorded.
 	synced *health.Gate
 	cfg    Config
 	js     jetstream.JetStream
@@ -91,9 +93,6 @@ type Service struct {
 	dirty       bool
 	// unsent holds announcements whose publish failed, retried each tick.
 	unsent []outgoing
-	// ready: all three mirrors delivered their initial state and the
-	// engine was built from them. Before that, updates are only recorded.
-	ready bool
 }
 
 // Option tunes a Service.
@@ -110,7 +109,8 @@ func New(cfg Config, js jetstream.JetStream, pub Publisher, opts ...Option) (*Se
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Service{synced: health.NewGate("configuration, workloads and ledger not loaded yet"),
+	s := &Service{
+		synced: health.NewGate("configuration, workloads and ledger not loaded yet"),
 		cfg:    cfg,
 		js:     js,
 		pub:    pub,
@@ -244,7 +244,7 @@ func (s *Service) Run(ctx context.Context) error {
 			if !allSynced() {
 				continue
 			}
-			if !s.ready {
+			if !s.synced.IsOpen() {
 				s.build()
 				s.announceLedger(ctx)
 			}
@@ -305,7 +305,7 @@ func (s *Service) applyWorkload(e jetstream.KeyValueEntry) {
 	if e.Operation() != jetstream.KeyValuePut {
 		delete(s.wls, key)
 		delete(s.told, key)
-		if _, held := s.held[key]; held || !s.ready {
+		if _, held := s.held[key]; held || !s.synced.IsOpen() {
 			// Its quota stays booked until the ledger lets go of it.
 			return
 		}
@@ -322,7 +322,7 @@ func (s *Service) applyWorkload(e jetstream.KeyValueEntry) {
 		return // workloads do not change once submitted
 	}
 	s.wls[key] = &w
-	if s.ready {
+	if s.synced.IsOpen() {
 		s.submit(key)
 	}
 }
@@ -351,7 +351,6 @@ func (s *Service) submit(key string) {
 // so that no reservation is booked against a configuration or a record
 // that has not arrived yet.
 func (s *Service) build() {
-	s.ready = true
 	s.synced.Open()
 	s.reconfigure()
 	keys := make([]string, 0, len(s.wls))
@@ -490,7 +489,7 @@ func (s *Service) setLedger(ctx context.Context, key string, prev, next ledger.V
 		if s.held[wk] == key {
 			delete(s.held, wk)
 		}
-		if !s.ready {
+		if !s.synced.IsOpen() {
 			continue
 		}
 		if _, known := s.wls[wk]; known && s.recordExists(ctx, wk) {
@@ -505,7 +504,7 @@ func (s *Service) setLedger(ctx context.Context, key string, prev, next ledger.V
 			_ = s.eng.Remove(wk)
 		}
 	}
-	if s.ready {
+	if s.synced.IsOpen() {
 		s.bookLedger()
 	}
 }
