@@ -667,6 +667,12 @@ func (s *Service) retry(ctx context.Context) error {
 	return nil
 }
 
+// heldAdmission names the admission a workload holds (its reservation's
+// admission time).
+func (s *Service) heldAdmission(key string) string {
+	return s.ledger[s.held[key]].Entry.Reservations[key].Admission()
+}
+
 // announceLedger publishes the admitted event of every reservation whose
 // announcement is not the last one stored for its workload: a replica that
 // stopped between writing a reservation and announcing it leaves the
@@ -732,7 +738,7 @@ func (s *Service) publish(ctx context.Context, ds []engine.Decision, lost map[st
 		case engine.KindEvicted:
 			// Like a preemption, a drain is fenced: once announced, the
 			// admission never starts.
-			admission := s.ledger[s.held[d.Key]].Entry.Reservations[d.Key].Admission()
+			admission := s.heldAdmission(d.Key)
 			ev := events.WorkloadEvictedV1{Workload: ref, ClusterQueue: d.ClusterQueue, Reason: d.Reason, Admission: admission}
 			errs = append(errs, s.send(ctx, outgoing{ev: ev, id: events.ID(ev.Type(), ref.UID, admission),
 				fenceKey: workloads.Key(ref), admission: admission}))
@@ -747,7 +753,7 @@ func (s *Service) publish(ctx context.Context, ds []engine.Decision, lost map[st
 				preemptions[d.Preemptor] = p
 				order = append(order, d.Preemptor)
 			}
-			admission := s.ledger[s.held[d.Key]].Entry.Reservations[d.Key].Admission()
+			admission := s.heldAdmission(d.Key)
 			p.Victims = append(p.Victims, events.VictimV1{Workload: ref, ClusterQueue: d.ClusterQueue, Reason: d.Reason, Admission: admission})
 		}
 	}
