@@ -148,7 +148,10 @@ func DecodeAs[T any, PT interface {
 }](obj runtime.Object, what string) (PT, error) {
 	switch o := obj.(type) {
 	case PT:
-		return o.DeepCopyObject().(PT), nil
+		if cp, ok := o.DeepCopyObject().(PT); ok {
+			return cp, nil
+		}
+		return nil, fmt.Errorf("not a %s: nil", what)
 	case *unstructured.Unstructured:
 		out := PT(new(T))
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, out); err != nil {

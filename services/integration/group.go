@@ -96,7 +96,7 @@ func (s *Service) decodeMembers(k *kindRunner, objs []any) ([]Job, error) {
 		if !ok {
 			return nil, fmt.Errorf("informer of %s holds a %T", k.kind.Resource, o)
 		}
-		j, err := k.decode(ro.DeepCopyObject())
+		j, err := k.decode(ro)
 		if err != nil {
 			return nil, err
 		}
@@ -349,7 +349,7 @@ func roleName(ps WorkloadPodSet) string {
 
 // roleOf returns the pod set of the group's workload a member belongs to.
 func roleOf(k *kindRunner, m Job) (string, error) {
-	view, err := k.decode(m.Object().DeepCopyObject())
+	view, err := k.decode(m.Object())
 	if err != nil {
 		return "", err
 	}
@@ -394,7 +394,7 @@ func (s *Service) startGroup(ctx context.Context, k *kindRunner, rec *events.Wor
 				"asks for what no pod set of group %s's admission has; it stays gated", rec.Workload.Name)
 			continue
 		}
-		admitted, err := k.decode(m.Object().DeepCopyObject())
+		admitted, err := k.decode(m.Object())
 		if err != nil {
 			return err
 		}

@@ -730,7 +730,7 @@ func (s *Service) cached(k *kindRunner, key string) (Job, error) {
 	if !ok {
 		return nil, fmt.Errorf("informer of %s holds a %T", k.kind.Resource, obj)
 	}
-	return k.decode(ro.DeepCopyObject())
+	return k.decode(ro)
 }
 
 // fetch reads an object from the API server, decoded; nil when it is gone.
@@ -917,7 +917,7 @@ func (s *Service) submit(ctx context.Context, k *kindRunner, rk string, job Job)
 	prio := StaticPriorityResolver{WorkloadPriorityClasses: s.snap.WorkloadPriorityClasses, PriorityClasses: s.snap.PriorityClasses}
 	s.mu.Unlock()
 	// WorkloadOf changes its argument (Pristine): give it a copy.
-	view, err := k.decode(job.Object().DeepCopyObject())
+	view, err := k.decode(job.Object())
 	if err != nil {
 		return nil, err
 	}
@@ -1065,7 +1065,7 @@ func (s *Service) start(ctx context.Context, k *kindRunner, job Job, rec *events
 	flavors := s.snap.Flavors
 	s.mu.Unlock()
 	m := job.Meta()
-	admitted, err := k.decode(job.Object().DeepCopyObject())
+	admitted, err := k.decode(job.Object())
 	if err != nil {
 		return err
 	}
