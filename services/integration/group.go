@@ -270,17 +270,17 @@ func GroupWorkload(ad Adapter, ns, group string, live []Job, prio PriorityResolv
 	}
 	kind := ad.Kind().Name
 	first := live[0].Meta()
-	_, total, err := g.GroupOf(first)
-	if err != nil {
-		return Workload{}, false, fmt.Errorf("%s: %w", first.GetName(), err)
-	}
+	var total int32
 	queue := first.GetLabels()[v1beta1.QueueNameLabel]
 	roles := map[string]*WorkloadPodSet{}
-	for _, m := range live {
+	for i, m := range live {
 		meta := m.Meta()
 		_, t, err := g.GroupOf(meta)
 		if err != nil {
 			return Workload{}, false, fmt.Errorf("%s: %w", meta.GetName(), err)
+		}
+		if i == 0 {
+			total = t // the oldest member's count is the group's
 		}
 		if t != total {
 			return Workload{}, false, fmt.Errorf("%s says the group has %d members, %s says %d: %w", meta.GetName(), t, first.GetName(), total, ErrInvalidGroup)
@@ -300,7 +300,7 @@ func GroupWorkload(ad Adapter, ns, group string, live []Job, prio PriorityResolv
 		if len(mw.PodSets) != 1 {
 			return Workload{}, false, fmt.Errorf("%s has %d pod sets, a group member must have one: %w", meta.GetName(), len(mw.PodSets), ErrInvalidGroup)
 		}
-		if m == live[0] {
+		if i == 0 {
 			w = Workload{Namespace: ns, Name: group, UID: groupUIDPrefix + mw.UID, LocalQueue: queue,
 				PriorityClass: mw.PriorityClass, Priority: mw.Priority, CreationTime: mw.CreationTime}
 		}
