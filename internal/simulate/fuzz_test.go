@@ -7,8 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/sluice-dev/sluice/internal/queueconfig"
 )
 
 // FuzzLoad feeds the scenario loader any file: it must never panic, and
@@ -36,8 +34,9 @@ func FuzzLoad(f *testing.F) {
 			}
 			return
 		}
-		if _, err := queueconfig.ToEngine(sc.Config); err != nil && err.Error() == "" {
-			t.Fatal("conversion refused without a message")
+		// What Load accepts runs, or is refused as bad input.
+		if _, err := Run(sc, Options{}); err != nil && !errors.Is(err, ErrInvalid) {
+			t.Fatalf("a loaded scenario failed to run: %v", err)
 		}
 	})
 }

@@ -21,7 +21,6 @@ import (
 	"time"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -49,13 +48,14 @@ func jobSetControllerBinary(t *testing.T) string {
 	if err := json.Unmarshal(out, &mod); err != nil || mod.Dir == "" {
 		t.Fatalf("go mod download sigs.k8s.io/jobset: %v (%s)", err, out)
 	}
+	// Where the devcluster caches its binaries (hack/devcluster's default).
 	cache := os.Getenv("DEVCLUSTER_CACHE")
 	if cache == "" {
-		home, err := os.UserHomeDir()
+		d, err := os.UserCacheDir()
 		if err != nil {
 			t.Fatal(err)
 		}
-		cache = filepath.Join(home, ".cache", "sluice-devcluster")
+		cache = filepath.Join(d, "sluice-devcluster")
 	}
 	bin := filepath.Join(cache, "bin", "jobset-controller-"+mod.Version)
 	if _, err := os.Stat(bin); err == nil {
@@ -269,17 +269,8 @@ func TestJobSetWithItsController(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, j := range jobs.Items {
-		if !jobDone(j) {
+		if !complete(&j) {
 			t.Errorf("child Job %s not complete: %+v", j.Name, j.Status.Conditions)
 		}
 	}
-}
-
-func jobDone(j batchv1.Job) bool {
-	for _, c := range j.Status.Conditions {
-		if c.Type == batchv1.JobComplete && c.Status == corev1.ConditionTrue {
-			return true
-		}
-	}
-	return false
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluice-dev/sluice/events"
 	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/internal/shard"
 )
 
 // TestIntegrationReplicasShareTheWork runs two replicas of the Job
@@ -142,7 +143,7 @@ func shardHolders(t *testing.T, js jetstream.JetStream, kind string) map[string]
 		t.Fatal(err)
 	}
 	out := map[string]int{}
-	for n := range 32 {
+	for n := range shard.DefaultShards {
 		e, err := kv.Get(ctx, fmt.Sprintf("%s.shard.%d", kind, n))
 		if err != nil || len(e.Value()) == 0 {
 			continue // free
