@@ -1,0 +1,8 @@
+package integration
+
+// Unexported helpers under test from integration_test, which can import
+// the adapters.
+var (
+	WorkKey       = workKey
+	GroupFinished = groupFinished
+)
