@@ -125,6 +125,8 @@ func For(service string) (Permissions, error) {
 	case "preemption":
 		r.publish(workloadEvents("preempted")...)
 		r.consume(bus.StreamEvents, "preemption")
+		// A victim's admission must be announced before its preemption.
+		r.readStream(bus.StreamEvents)
 		r.kvRead(ledger.Bucket).kvWrite(fence.Bucket)
 	case "quota":
 		r.publish("sluice.quota.v1.>")

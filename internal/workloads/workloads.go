@@ -6,7 +6,12 @@
 package workloads
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-dev/sluice/events"
 )
@@ -45,4 +50,27 @@ func KVKeyFromEngine(key string) string {
 // it before it starts the job, so a start never precedes its admission.
 func AdmittedID(w events.WorkloadRef, admission string) string {
 	return events.ID(events.TypeWorkloadAdmittedV1, w.UID, admission)
+}
+
+// LastMsgReader reads the last message stored on a subject of the event
+// stream (a jetstream.Stream).
+type LastMsgReader interface {
+	GetLastMsgForSubject(ctx context.Context, subject string) (*jetstream.RawStreamMsg, error)
+}
+
+// Announced reports whether the admission is the last one announced for
+// the workload: its admitted event is the last stored on the workload's
+// admitted subject. Whoever acts on an admission read from the ledger (to
+// start it, to preempt it, to evict it) asks first, so that on the stream
+// nothing about an admission comes before its admitted event, even when
+// the replica that reserved it is slow to announce it or stopped before.
+func Announced(ctx context.Context, s LastMsgReader, w events.WorkloadRef, admission string) (bool, error) {
+	msg, err := s.GetLastMsgForSubject(ctx, events.WorkloadSubject(events.TypeWorkloadAdmittedV1, w))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read the admission announced for %s: %w", EngineKey(w), err)
+	}
+	return msg.Header.Get(jetstream.MsgIDHeader) == AdmittedID(w, admission), nil
 }

@@ -623,6 +623,10 @@ type outgoing struct {
 	// admitted (the end came after the decision), and quota
 	// reconciliation releases the reservation.
 	ended string
+	// admitted is the announcement of the admission a stop ends, published
+	// first if it is not on the stream yet: the replica that reserved the
+	// admission may be slow to announce it, or stopped before it did.
+	admitted *events.WorkloadAdmittedV1
 }
 
 // send publishes an event, or keeps it for the next tick if that fails:
@@ -649,6 +653,17 @@ func (s *Service) publishOne(ctx context.Context, o outgoing) error {
 		}
 		if err != nil {
 			return err
+		}
+	}
+	if a := o.admitted; a != nil && s.stream != nil {
+		done, err := workloads.Announced(ctx, s.stream, a.Workload, a.Admission)
+		if err != nil {
+			return err
+		}
+		if !done {
+			if err := s.pub.Publish(ctx, *a, workloads.AdmittedID(a.Workload, a.Admission)); err != nil {
+				return err
+			}
 		}
 	}
 	return s.pub.Publish(ctx, o.ev, o.id)
@@ -689,18 +704,23 @@ func (s *Service) announceLedger(ctx context.Context) {
 		}
 		ref := events.WorkloadRef{Kind: kind, Namespace: ns, Name: name, UID: r.UID}
 		id := workloads.AdmittedID(ref, r.Admission())
-		msg, err := s.stream.GetLastMsgForSubject(ctx, events.WorkloadSubject(events.TypeWorkloadAdmittedV1, ref))
-		if err == nil && msg.Header.Get(jetstream.MsgIDHeader) == id {
-			return
-		}
-		if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		done, err := workloads.Announced(ctx, s.stream, ref, r.Admission())
+		if err != nil {
 			s.log.Warn().Err(err).Str("workload", wk).Msg("cannot check the announcement of a reservation")
 			return
 		}
-		ev := events.WorkloadAdmittedV1{Workload: ref, ClusterQueue: r.ClusterQueue, PodSets: assignments(r.PodSets), Admission: r.Admission()}
+		if done {
+			return
+		}
+		ev := admittedOf(ref, r)
 		s.log.Info().Str("workload", wk).Str("queue", r.ClusterQueue).Msg("announcing an admission a restart left unannounced")
 		_ = s.send(ctx, outgoing{ev: ev, id: id, ended: wk})
 	})
+}
+
+// admittedOf is the announcement of a reservation.
+func admittedOf(ref events.WorkloadRef, r ledger.Reservation) events.WorkloadAdmittedV1 {
+	return events.WorkloadAdmittedV1{Workload: ref, ClusterQueue: r.ClusterQueue, PodSets: assignments(r.PodSets), Admission: r.Admission()}
 }
 
 func splitKey(key string) (kind, ns, name string, ok bool) {
@@ -733,15 +753,17 @@ func (s *Service) publish(ctx context.Context, ds []engine.Decision, lost map[st
 			}
 			delete(s.told, d.Key) // a reason after this admission is news
 			r := s.ledger[ledger.Key(s.eng.TreeOf(d.ClusterQueue))].Entry.Reservations[d.Key]
-			ev := events.WorkloadAdmittedV1{Workload: ref, ClusterQueue: d.ClusterQueue, PodSets: assignments(d.PodSets), Admission: r.Admission()}
+			ev := admittedOf(ref, r)
 			errs = append(errs, s.send(ctx, outgoing{ev: ev, id: workloads.AdmittedID(ref, r.Admission()), ended: d.Key}))
 		case engine.KindEvicted:
 			// Like a preemption, a drain is fenced: once announced, the
 			// admission never starts.
-			admission := s.heldAdmission(d.Key)
+			r := s.ledger[s.held[d.Key]].Entry.Reservations[d.Key]
+			admission := r.Admission()
 			ev := events.WorkloadEvictedV1{Workload: ref, ClusterQueue: d.ClusterQueue, Reason: d.Reason, Admission: admission}
+			admitted := admittedOf(ref, r)
 			errs = append(errs, s.send(ctx, outgoing{ev: ev, id: events.ID(ev.Type(), ref.UID, admission),
-				fenceKey: workloads.Key(ref), admission: admission}))
+				fenceKey: workloads.Key(ref), admission: admission, admitted: &admitted}))
 		case engine.KindPreempted:
 			p := preemptions[d.Preemptor]
 			if p == nil {

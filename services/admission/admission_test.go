@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/sluice-dev/sluice/api/v1beta1"
 	"github.com/sluice-dev/sluice/events"
@@ -1052,5 +1054,58 @@ func TestPendingReasonsAreCoalesced(t *testing.T) {
 	})
 	if d := cmp.Diff([]string{insufficient, lost}, told()); d != "" {
 		t.Errorf("after the interval (-want +got):\n%s", d)
+	}
+}
+
+// TestEvictionAnnouncesTheAdmissionFirst: a replica drains a ClusterQueue
+// holding an admission another replica reserved but has not announced yet
+// (it is slow, or stopped in between): the admitted event is published
+// before the evicted one, so no subscriber sees a stop of an admission it
+// never saw.
+func TestEvictionAnnouncesTheAdmissionFirst(t *testing.T) {
+	h := newHarness(t)
+	h.configure("4", nil)
+	h.start()
+	h.submit("probe", "main", 0, 1, "1")
+	h.eventually("probe announced", func() (bool, string) {
+		return len(eventsOf[events.WorkloadAdmittedV1](h)) == 1, fmt.Sprint(eventsOf[events.WorkloadAdmittedV1](h))
+	})
+	// The other replica's reservation of x, next to the probe's.
+	h.submit("x", "main", 0, 1, "1")
+	rs := h.reservations()
+	rs[key("x")] = h.expected("x", 1)
+	if _, err := ledger.Write(h.ctx, h.led, ledger.Key("cq/cq"), h.revision(ledger.Key("cq/cq")), ledger.Entry{Reservations: rs}); err != nil {
+		t.Fatal(err)
+	}
+	cq := clusterQueue("cq", "4", nil)
+	cq.Spec.StopPolicy = ptr.To(v1beta1.HoldAndDrain)
+	h.put(h.cfg, configstore.Key(configstore.KindClusterQueue, "", "cq"), cq)
+	h.eventually("both evicted", func() (bool, string) {
+		return len(eventsOf[events.WorkloadEvictedV1](h)) == 2, fmt.Sprint(eventsOf[events.WorkloadEvictedV1](h))
+	})
+	var got []string
+	h.mu.Lock()
+	for _, env := range h.evs {
+		if env.Type != events.TypeWorkloadAdmittedV1 && env.Type != events.TypeWorkloadEvictedV1 {
+			continue
+		}
+		var w struct {
+			Workload  events.WorkloadRef `json:"workload"`
+			Admission string             `json:"admission"`
+		}
+		if err := json.Unmarshal(env.Data, &w); err != nil {
+			t.Fatal(err)
+		}
+		want := rs[key(w.Workload.Name)].Admission()
+		if w.Admission != want {
+			t.Errorf("%s of %s names admission %s, want %s", env.Type, w.Workload.Name, w.Admission, want)
+		}
+		got = append(got, strings.TrimPrefix(env.Type, "dev.sluice.workload.v1.")+" "+w.Workload.Name)
+	}
+	h.mu.Unlock()
+	// The two evictions come in either order; x's admission before its eviction.
+	if len(got) != 4 || got[0] != "admitted probe" || slices.Index(got, "admitted x") > slices.Index(got, "evicted x") ||
+		!slices.Contains(got, "evicted probe") {
+		t.Errorf("events in stream order = %v, want probe admitted, then x admitted before x evicted, and probe evicted", got)
 	}
 }

@@ -1172,14 +1172,11 @@ const announceWait = 20 * time.Millisecond
 // announced checks that the admitted event of the reservation is the last
 // one stored for the workload.
 func (s *Service) announced(ctx context.Context, w events.WorkloadRef, r ledger.Reservation) error {
-	msg, err := s.events.GetLastMsgForSubject(ctx, events.WorkloadSubject(events.TypeWorkloadAdmittedV1, w))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return errNotAnnounced
-	}
+	ok, err := workloads.Announced(ctx, s.events, w, r.Admission())
 	if err != nil {
-		return fmt.Errorf("read admission of %s: %w", w, err)
+		return err
 	}
-	if msg.Header.Get(jetstream.MsgIDHeader) != workloads.AdmittedID(w, r.Admission()) {
+	if !ok {
 		return errNotAnnounced
 	}
 	return nil

@@ -54,11 +54,15 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("preemption: open %s: %w", fence.Bucket, err)
 	}
+	stream, err := s.js.Stream(ctx, bus.StreamEvents)
+	if err != nil {
+		return fmt.Errorf("preemption: open stream %s: %w", bus.StreamEvents, err)
+	}
 	return bus.Run(ctx, s.js, bus.ConsumerSpec{
 		Stream:         bus.StreamEvents,
 		Durable:        "preemption",
 		FilterSubjects: []string{events.SubjectFilter("preemption", "requested", "*", "*")},
-	}, func(ctx context.Context, env events.Envelope) error { return s.handle(ctx, led, fk, env) }, bus.WithLogger(s.log),
+	}, func(ctx context.Context, env events.Envelope) error { return s.handle(ctx, led, fk, stream, env) }, bus.WithLogger(s.log),
 		bus.WithStarted(s.consuming.Open))
 }
 
@@ -66,7 +70,7 @@ func (s *Service) Run(ctx context.Context) error {
 // fencing that reservation's start: once a victim's preemption is
 // announced, the admission it loses never starts, so the quota it keeps
 // booked until its job is stopped is never used by it again.
-func (s *Service) handle(ctx context.Context, led ledger.KV, fk fence.KV, env events.Envelope) error {
+func (s *Service) handle(ctx context.Context, led ledger.KV, fk fence.KV, stream workloads.LastMsgReader, env events.Envelope) error {
 	var req events.PreemptionRequestedV1
 	if err := env.As(&req); err != nil {
 		return fmt.Errorf("%w: %v", bus.ErrPoison, err)
@@ -87,6 +91,13 @@ func (s *Service) handle(ctx context.Context, led ledger.KV, fk fence.KV, env ev
 			// again since (a request redelivered late): the new admission
 			// was never chosen as a victim.
 			continue
+		}
+		// The replica that reserved the victim's quota may not have
+		// announced the admission yet (it is slow, or stopped in between
+		// and its successor announces it): a preemption never comes
+		// before its admission on the stream.
+		if err := awaitAnnounced(ctx, stream, v.Workload, r.Admission()); err != nil {
+			return err
 		}
 		ev := events.WorkloadPreemptedV1{Workload: v.Workload, ClusterQueue: v.ClusterQueue, Reason: v.Reason, Preemptor: req.Preemptor,
 			Admission: r.Admission()}
@@ -121,6 +132,28 @@ const (
 	startWait = 2 * time.Second
 	startPoll = 5 * time.Millisecond
 )
+
+// ErrNotAnnounced: a victim's admission is still unannounced after
+// startWait; the request is handed back and redelivered with backoff.
+var ErrNotAnnounced = errors.New("victim's admission not announced yet")
+
+func awaitAnnounced(ctx context.Context, stream workloads.LastMsgReader, w events.WorkloadRef, admission string) error {
+	deadline := time.Now().Add(startWait)
+	for {
+		ok, err := workloads.Announced(ctx, stream, w, admission)
+		if err != nil || ok {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: %s, admission %s", ErrNotAnnounced, workloads.EngineKey(w), admission)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(startPoll):
+		}
+	}
+}
 
 func stopFenced(ctx context.Context, fk fence.KV, key, admission, stopID string) error {
 	deadline := time.Now().Add(startWait)

@@ -3,6 +3,7 @@ package preemption_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -53,7 +54,10 @@ func TestPreemption(t *testing.T) {
 		// readmitted victims were admitted again (a later admission started)
 		// though the ledger still shows the admission the request names.
 		readmitted []string
-		requests   []events.PreemptionRequestedV1
+		// late victims' admissions are announced 150 ms in (the replica
+		// that reserved them is slow); the others' before the request.
+		late     []string
+		requests []events.PreemptionRequestedV1
 		want       []events.WorkloadPreemptedV1
 	}{
 		{
@@ -106,6 +110,13 @@ func TestPreemption(t *testing.T) {
 			want:       []events.WorkloadPreemptedV1{preempted("low2", "high")},
 		},
 		{
+			name:     "a victim whose admission is not announced yet is preempted after its announcement",
+			holding:  []string{"low1", "low2"},
+			late:     []string{"low1"},
+			requests: []events.PreemptionRequestedV1{request("high", "low1", "low2")},
+			want:     []events.WorkloadPreemptedV1{preempted("low1", "high"), preempted("low2", "high")},
+		},
+		{
 			name:     "the same victim asked twice by one preemptor is preempted once",
 			holding:  []string{"low1"},
 			requests: []events.PreemptionRequestedV1{request("high", "low1"), request("high", "low1")},
@@ -149,6 +160,28 @@ func TestPreemption(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			admPub := bus.NewPublisher(js, events.Source("admission"))
+			announce := func(n string) {
+				ev := events.WorkloadAdmittedV1{Workload: ref(n), ClusterQueue: "cq", Admission: admission,
+					PodSets: []events.PodSetAssignmentV1{{Name: "main", Count: 1, Flavors: map[string]string{"cpu": "default"}}}}
+				if err := admPub.Publish(ctx, ev, workloads.AdmittedID(ref(n), admission)); err != nil {
+					t.Errorf("announce %s: %v", n, err)
+				}
+			}
+			var announcedLate atomic.Bool
+			for _, n := range append(tc.holding, "marker") {
+				if !slices.Contains(tc.late, n) {
+					announce(n)
+				}
+			}
+			if len(tc.late) > 0 {
+				time.AfterFunc(150*time.Millisecond, func() {
+					announcedLate.Store(true)
+					for _, n := range tc.late {
+						announce(n)
+					}
+				})
+			}
 			var ended atomic.Bool
 			for _, n := range tc.starting {
 				if _, err := fence.BeginStart(ctx, fk, workloads.Key(ref(n)), admission); err != nil {
@@ -179,6 +212,9 @@ func TestPreemption(t *testing.T) {
 				if err != nil {
 					t.Errorf("preempted event: %v", err)
 					return
+				}
+				if slices.Contains(tc.late, ev.Workload.Name) && !announcedLate.Load() {
+					t.Errorf("%s preempted before its admission was announced", ev.Workload.Name)
 				}
 				if len(tc.starting) > 0 && !ended.Load() {
 					t.Errorf("%s preempted while its start was in flight", ev.Workload.Name)
