@@ -58,7 +58,7 @@ func TestPreemption(t *testing.T) {
 		// that reserved them is slow); the others' before the request.
 		late     []string
 		requests []events.PreemptionRequestedV1
-		want       []events.WorkloadPreemptedV1
+		want     []events.WorkloadPreemptedV1
 	}{
 		{
 			name:     "a victim whose start is in flight is preempted once the start is announced",
