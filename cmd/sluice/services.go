@@ -189,8 +189,11 @@ type serviceFlags struct {
 	workers        int
 	webhookAddr    string
 	webhookHost    string
-	replica        string
-	reconcile      time.Duration
+	webhookCertDir string
+	// webhookExternal: the chart installs the webhook configurations.
+	webhookExternal bool
+	replica         string
+	reconcile       time.Duration
 	// pendingInterval: admission.Config.PendingInterval.
 	pendingInterval time.Duration
 }
@@ -213,6 +216,9 @@ func (f *serviceFlags) bindIntegration(cmd *cobra.Command) {
 	cmd.Flags().IntVar(&f.workers, "workers", 32, "objects of each kind reconciled in parallel")
 	cmd.Flags().StringVar(&f.webhookAddr, "webhook-address", "127.0.0.1:9443", "address of the suspend-on-create webhook (empty: none)")
 	cmd.Flags().StringVar(&f.webhookHost, "webhook-host", "127.0.0.1", "host the API server reaches the webhook by")
+	cmd.Flags().StringVar(&f.webhookCertDir, "webhook-cert-dir", "", "directory with the webhook's serving certificate (tls.crt, tls.key; ca.crt optional) (empty: self-signed at start)")
+	cmd.Flags().BoolVar(&f.webhookExternal, "webhook-configuration-external", false,
+		"the MutatingWebhookConfigurations are installed by someone else (the Helm chart): do not write them (needs --webhook-cert-dir)")
 	cmd.Flags().StringVar(&f.replica, "replica", "", "name of this replica among the kind's replicas, e.g. the pod name (default: random)")
 }
 func (f *serviceFlags) bindQuota(cmd *cobra.Command) {
@@ -278,7 +284,8 @@ func integrationRunner(f *serviceFlags, names func() []string) runner {
 		if err != nil {
 			return nil, err
 		}
-		cfg := integration.Config{Workers: f.workers, Resync: f.resync, WebhookAddress: f.webhookAddr, WebhookHost: f.webhookHost, Replica: f.replica}
+		cfg := integration.Config{Workers: f.workers, Resync: f.resync, WebhookAddress: f.webhookAddr, WebhookHost: f.webhookHost,
+			WebhookCertDir: f.webhookCertDir, ExternalWebhookConfiguration: f.webhookExternal, Replica: f.replica}
 		if err := cfg.Validate(); err != nil {
 			return nil, usageError{err}
 		}

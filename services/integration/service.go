@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -58,6 +60,14 @@ type Config struct {
 	// WebhookHost is the host name or IP the API server uses to reach the
 	// webhook.
 	WebhookHost string
+	// WebhookCertDir holds the webhook's serving certificate as tls.crt
+	// and tls.key (a Kubernetes TLS Secret mounted); empty generates a
+	// self-signed one at start.
+	WebhookCertDir string
+	// ExternalWebhookConfiguration: the MutatingWebhookConfigurations are
+	// installed by someone else (the Helm chart), so the process neither
+	// writes them nor needs the permission to.
+	ExternalWebhookConfiguration bool
 	// Replica names this process among the replicas of its kinds (a
 	// subject token); empty picks a random one.
 	Replica string
@@ -71,8 +81,11 @@ func (c Config) Validate() error {
 	if c.Resync <= 0 {
 		return fmt.Errorf("integration: resync %s: must be positive", c.Resync)
 	}
-	if c.WebhookAddress != "" && c.WebhookHost == "" {
+	if c.WebhookAddress != "" && c.WebhookHost == "" && !c.ExternalWebhookConfiguration {
 		return errors.New("integration: a webhook address needs the host the API server reaches it by")
+	}
+	if c.ExternalWebhookConfiguration && c.WebhookCertDir == "" && c.WebhookAddress != "" {
+		return errors.New("integration: an external webhook configuration needs the serving certificate it trusts (a certificate directory)")
 	}
 	if c.Replica != "" && !validToken(c.Replica) {
 		return fmt.Errorf("integration: replica %q: use letters, digits, '-' and '_' only", c.Replica)
@@ -271,20 +284,31 @@ func (s *Service) Run(ctx context.Context) error {
 		for _, name := range s.Kinds() {
 			ads = append(ads, s.kinds[name].ad)
 		}
-		wh, err := NewWebhook(ads, WithAddress(s.cfg.WebhookAddress), WithHosts(s.cfg.WebhookHost), WithLogger(s.log))
+		opts := []WebhookOption{WithAddress(s.cfg.WebhookAddress), WithLogger(s.log)}
+		if s.cfg.WebhookCertDir != "" {
+			opts = append(opts, WithCertFiles(filepath.Join(s.cfg.WebhookCertDir, "tls.crt"), filepath.Join(s.cfg.WebhookCertDir, "tls.key")))
+			if ca, err := os.ReadFile(filepath.Join(s.cfg.WebhookCertDir, "ca.crt")); err == nil {
+				opts = append(opts, WithCABundle(ca))
+			}
+		} else {
+			opts = append(opts, WithHosts(s.cfg.WebhookHost))
+		}
+		wh, err := NewWebhook(ads, opts...)
 		if err != nil {
 			return err
 		}
 		if _, err := wh.Listen(); err != nil {
 			return err
 		}
-		for _, ad := range ads {
-			url, err := wh.URL(s.cfg.WebhookHost, ad.Kind())
-			if err != nil {
-				return err
-			}
-			if err := EnsureWebhookConfiguration(ctx, s.kube, ad.Kind(), url, wh.CABundle()); err != nil {
-				return err
+		if !s.cfg.ExternalWebhookConfiguration {
+			for _, ad := range ads {
+				url, err := wh.URL(s.cfg.WebhookHost, ad.Kind())
+				if err != nil {
+					return err
+				}
+				if err := EnsureWebhookConfiguration(ctx, s.kube, ad.Kind(), url, wh.CABundle()); err != nil {
+					return err
+				}
 			}
 		}
 		spawn("webhook", wh.Run)

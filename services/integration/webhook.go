@@ -63,9 +63,12 @@ const (
 // EnsureWebhookConfiguration(…, w.URL(host), w.CABundle()), and serve it with
 // Run.
 type Webhook struct {
-	addr            string
-	log             zerolog.Logger
-	cert            tls.Certificate
+	addr string
+	log  zerolog.Logger
+	cert tls.Certificate
+	// files serves the certificate of WithCertFiles, reloaded when the
+	// files change; nil when the certificate was generated (cert).
+	files           *fileCert
 	caBundle        []byte
 	shutdownTimeout time.Duration
 	mux             *http.ServeMux
@@ -211,11 +214,13 @@ func NewWebhook(adapters []Adapter, opts ...WebhookOption) (*Webhook, error) {
 	}
 
 	if cfg.certFile != "" {
-		cert, err := tls.LoadX509KeyPair(cfg.certFile, cfg.keyFile)
+		fc, err := newFileCert(cfg.certFile, cfg.keyFile, cfg.now, func(err error) {
+			w.log.Warn().Err(err).Msg("serving certificate changed but does not load; serving the previous one")
+		})
 		if err != nil {
-			return nil, fmt.Errorf("webhook: load serving certificate: %w", err)
+			return nil, fmt.Errorf("webhook: %w", err)
 		}
-		w.cert, w.caBundle = cert, cfg.caBundle
+		w.files, w.caBundle = fc, cfg.caBundle
 	} else {
 		sc, err := selfSignedServingCert(cfg.dnsNames, cfg.ips, cfg.validity, cfg.now())
 		if err != nil {
@@ -233,6 +238,14 @@ func NewWebhook(adapters []Adapter, opts ...WebhookOption) (*Webhook, error) {
 		_, _ = io.WriteString(rw, "ok\n")
 	})
 	return w, nil
+}
+
+// certificate is the serving certificate of a handshake.
+func (w *Webhook) certificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+	if w.files != nil {
+		return w.files.GetCertificate(hello)
+	}
+	return &w.cert, nil
 }
 
 // CABundle returns the PEM CA that verifies the serving certificate: the
@@ -303,8 +316,8 @@ func (w *Webhook) Run(ctx context.Context) error {
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 		TLSConfig: &tls.Config{
-			MinVersion:   tls.VersionTLS12,
-			Certificates: []tls.Certificate{w.cert},
+			MinVersion:     tls.VersionTLS12,
+			GetCertificate: w.certificate,
 		},
 		ErrorLog: stdlog.New(w.log.With().Str("level", "warn").Logger(), "", 0),
 		BaseContext: func(net.Listener) context.Context {
