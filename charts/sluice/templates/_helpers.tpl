@@ -1,0 +1,313 @@
+{{/* Names, labels and the pieces every Deployment shares. */}}
+
+{{- define "sluice.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "sluice.labels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{/* Selector labels of one component: dict "root" $ "component" "admission". */}}
+{{- define "sluice.selectorLabels" -}}
+app.kubernetes.io/name: {{ .root.Chart.Name }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "sluice.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{/*
+The enabled kinds, in the order of the kinds table (_kinds.tpl); a name
+under integrations: that is not a kind fails the render.
+*/}}
+{{- define "sluice.enabledKinds" -}}
+{{- $kinds := include "sluice.kinds" . | fromYaml -}}
+{{- range $name, $_ := .Values.integrations -}}
+{{- if not (hasKey $kinds $name) -}}
+{{- fail (printf "integrations.%s: not a kind Sluice integrates (known: %s)" $name (keys $kinds | sortAlpha | join ", ")) -}}
+{{- end -}}
+{{- end -}}
+{{- $out := list -}}
+{{- range $line := include "sluice.kinds" . | splitList "\n" -}}
+{{- $name := regexFind "^[a-z0-9]+" $line -}}
+{{- if and $name (hasKey $.Values.integrations $name) (index $.Values.integrations $name).enabled -}}
+{{- $out = append $out $name -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $out -}}
+{{- end -}}
+
+{{/* The webhook Service of a kind: dict "root" $ "kind" "job". */}}
+{{- define "sluice.webhookService" -}}
+{{- printf "%s-%s-webhook" (include "sluice.fullname" .root) .kind | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "sluice.webhookCertSecret" -}}
+{{- printf "%s-webhook-cert" (include "sluice.fullname" .) -}}
+{{- end -}}
+
+{{/*
+Arguments and environment every service shares, for NATS: dict "root" $
+"user" "admission". The password is only ever in the environment.
+*/}}
+{{- define "sluice.natsArgs" -}}
+{{- $v := .root.Values.nats -}}
+{{- $user := index $v.auth.users .user -}}
+- --nats={{ $v.url }}
+- --replicas={{ $v.replicas }}
+{{- if eq $v.auth.mode "password" }}
+- --nats-user={{ $user }}
+{{- else if eq $v.auth.mode "creds" }}
+- --nats-creds=/etc/sluice/nats-auth/{{ $user }}.creds
+{{- else if eq $v.auth.mode "nkey" }}
+- --nats-nkey=/etc/sluice/nats-auth/{{ $user }}.nk
+{{- end }}
+{{- if $v.tls.caSecret }}
+- --nats-ca=/etc/sluice/nats-ca/ca.crt
+{{- end }}
+{{- if $v.tls.clientSecret }}
+- --nats-cert=/etc/sluice/nats-client/tls.crt
+- --nats-key=/etc/sluice/nats-client/tls.key
+{{- end }}
+{{- end -}}
+
+{{- define "sluice.natsEnv" -}}
+{{- $v := .root.Values.nats -}}
+{{- if eq $v.auth.mode "password" }}
+- name: SLUICE_NATS_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ $v.auth.secretName }}
+      key: {{ index $v.auth.users .user }}
+{{- end }}
+{{- end -}}
+
+{{- define "sluice.natsVolumeMounts" -}}
+{{- $v := .root.Values.nats -}}
+{{- if or (eq $v.auth.mode "creds") (eq $v.auth.mode "nkey") }}
+- {name: nats-auth, mountPath: /etc/sluice/nats-auth, readOnly: true}
+{{- end }}
+{{- if $v.tls.caSecret }}
+- {name: nats-ca, mountPath: /etc/sluice/nats-ca, readOnly: true}
+{{- end }}
+{{- if $v.tls.clientSecret }}
+- {name: nats-client, mountPath: /etc/sluice/nats-client, readOnly: true}
+{{- end }}
+{{- end -}}
+
+{{/* Only the user's own file of the shared Secret is mounted. */}}
+{{- define "sluice.natsVolumes" -}}
+{{- $v := .root.Values.nats -}}
+{{- $user := index $v.auth.users .user -}}
+{{- if or (eq $v.auth.mode "creds") (eq $v.auth.mode "nkey") }}
+{{- $file := printf "%s.%s" $user (ternary "creds" "nk" (eq $v.auth.mode "creds")) }}
+- name: nats-auth
+  secret:
+    secretName: {{ $v.auth.secretName }}
+    items: [{key: {{ $file }}, path: {{ $file }}}]
+{{- end }}
+{{- if $v.tls.caSecret }}
+- name: nats-ca
+  secret:
+    secretName: {{ $v.tls.caSecret }}
+    items: [{key: ca.crt, path: ca.crt}]
+{{- end }}
+{{- if $v.tls.clientSecret }}
+- name: nats-client
+  secret:
+    secretName: {{ $v.tls.clientSecret }}
+{{- end }}
+{{- end -}}
+
+{{/*
+One service's Deployment (and its PodDisruptionBudget when it has more than
+one replica): dict "root" $ "component" "admission" "user" "admission"
+"values" .Values.admission "args" (list …) "serviceAccount" true|false
+"webhookCerts" true|false.
+*/}}
+{{- define "sluice.deployment" -}}
+{{- $root := .root -}}
+{{- $name := printf "%s-%s" (include "sluice.fullname" $root) .component -}}
+{{- $sel := include "sluice.selectorLabels" (dict "root" $root "component" .component) -}}
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {{ $name }}
+  namespace: {{ $root.Release.Namespace }}
+  labels:
+    {{- include "sluice.labels" $root | nindent 4 }}
+    app.kubernetes.io/component: {{ .component }}
+spec:
+  replicas: {{ .values.replicas }}
+  selector:
+    matchLabels:
+      {{- $sel | nindent 6 }}
+  template:
+    metadata:
+      labels:
+        {{- $sel | nindent 8 }}
+        {{- with $root.Values.podLabels }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
+      annotations:
+        {{- if and .webhookCerts (not $root.Values.webhook.certManager.enabled) }}
+        {{- /* the certificate Secret's content: a new one restarts the pods */}}
+        checksum/webhook-cert: {{ include "sluice.webhookCertificate" $root | sha256sum }}
+        {{- end }}
+        {{- with $root.Values.podAnnotations }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
+    spec:
+      serviceAccountName: {{ $name }}
+      {{- /* only the services that talk to the API server get a token */}}
+      automountServiceAccountToken: {{ .serviceAccount }}
+      {{- with $root.Values.imagePullSecrets }}
+      imagePullSecrets:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      securityContext:
+        {{- toYaml $root.Values.podSecurityContext | nindent 8 }}
+      terminationGracePeriodSeconds: 30
+      containers:
+        - name: {{ .component }}
+          image: {{ include "sluice.image" $root }}
+          imagePullPolicy: {{ $root.Values.image.pullPolicy }}
+          args:
+            {{- range .args }}
+            - {{ . | quote }}
+            {{- end }}
+            - --http-address=:{{ $root.Values.httpPort }}
+            - --log-level={{ $root.Values.logLevel }}
+            - --setup=false
+            {{- include "sluice.natsArgs" (dict "root" $root "user" .user) | nindent 12 }}
+            {{- range .values.extraArgs }}
+            - {{ . | quote }}
+            {{- end }}
+          env:
+            - name: POD_NAME
+              valueFrom:
+                fieldRef: {fieldPath: metadata.name}
+            {{- with include "sluice.natsEnv" (dict "root" $root "user" .user) }}{{ . | nindent 12 }}{{ end }}
+          ports:
+            - {name: http, containerPort: {{ $root.Values.httpPort }}, protocol: TCP}
+            {{- if .webhookCerts }}
+            - {name: webhook, containerPort: {{ $root.Values.webhook.port }}, protocol: TCP}
+            {{- end }}
+          livenessProbe:
+            httpGet: {path: /healthz, port: http}
+            periodSeconds: 10
+            failureThreshold: 3
+          readinessProbe:
+            httpGet: {path: /readyz, port: http}
+            periodSeconds: 5
+            failureThreshold: 2
+          startupProbe:
+            httpGet: {path: /healthz, port: http}
+            periodSeconds: 2
+            failureThreshold: 30
+          resources:
+            {{- toYaml .values.resources | nindent 12 }}
+          securityContext:
+            {{- toYaml $root.Values.securityContext | nindent 12 }}
+          volumeMounts:
+            {{- if .webhookCerts }}
+            - {name: webhook-cert, mountPath: /etc/sluice/webhook, readOnly: true}
+            {{- end }}
+            {{- with include "sluice.natsVolumeMounts" (dict "root" $root) }}{{ . | nindent 12 }}{{ end }}
+      volumes:
+        {{- if .webhookCerts }}
+        - name: webhook-cert
+          secret:
+            secretName: {{ include "sluice.webhookCertSecret" $root }}
+        {{- end }}
+        {{- with include "sluice.natsVolumes" (dict "root" $root "user" .user) }}{{ . | nindent 8 }}{{ end }}
+      {{- with .values.nodeSelector }}
+      nodeSelector:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with .values.tolerations }}
+      tolerations:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with .values.affinity }}
+      affinity:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+{{- if gt (int .values.replicas) 1 }}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: {{ $name }}
+  namespace: {{ $root.Release.Namespace }}
+  labels:
+    {{- include "sluice.labels" $root | nindent 4 }}
+    app.kubernetes.io/component: {{ .component }}
+spec:
+  maxUnavailable: 1
+  selector:
+    matchLabels:
+      {{- $sel | nindent 6 }}
+{{- end }}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: {{ $name }}
+  namespace: {{ $root.Release.Namespace }}
+  labels:
+    {{- include "sluice.labels" $root | nindent 4 }}
+    app.kubernetes.io/component: {{ .component }}
+automountServiceAccountToken: false
+{{- end -}}
+
+{{/* The DNS names of the webhook Services, comma-separated. */}}
+{{- define "sluice.webhookHosts" -}}
+{{- $hosts := list -}}
+{{- range $kind := include "sluice.enabledKinds" . | fromJsonArray -}}
+{{- $svc := include "sluice.webhookService" (dict "root" $ "kind" $kind) -}}
+{{- $hosts = append $hosts (printf "%s.%s.svc" $svc $.Release.Namespace) -}}
+{{- $hosts = append $hosts (printf "%s.%s.svc.cluster.local" $svc $.Release.Namespace) -}}
+{{- end -}}
+{{- join "," $hosts -}}
+{{- end -}}
+
+{{/*
+The webhook's CA and serving certificate when the chart makes them, as
+JSON {ca, crt, key} (PEM). Computed once per render (kept in .Values, so
+the Secret, each caBundle and the pods' checksum agree), and taken from the
+existing Secret on upgrade while it names the same hosts, so an upgrade
+does not rotate it.
+*/}}
+{{- define "sluice.webhookCertificate" -}}
+{{- if not (hasKey .Values "__webhookCertificate") -}}
+{{- $hosts := include "sluice.webhookHosts" . -}}
+{{- $c := dict -}}
+{{- $old := lookup "v1" "Secret" .Release.Namespace (include "sluice.webhookCertSecret" .) -}}
+{{- $oldHosts := "" -}}
+{{- if $old -}}{{- $oldHosts = index ($old.metadata.annotations | default dict) "sluice.dev/webhook-hosts" | default "" -}}{{- end -}}
+{{- if and $old (eq $oldHosts $hosts) (hasKey ($old.data | default dict) "ca.crt") -}}
+{{- $c = dict "ca" (index $old.data "ca.crt" | b64dec) "crt" (index $old.data "tls.crt" | b64dec) "key" (index $old.data "tls.key" | b64dec) -}}
+{{- else -}}
+{{- $list := list -}}
+{{- range splitList "," $hosts }}{{ $list = append $list . }}{{ end -}}
+{{- $days := int .Values.webhook.certValidityDays -}}
+{{- $ca := genCA (printf "%s-webhook-ca" (include "sluice.fullname" .)) $days -}}
+{{- $cert := genSignedCert (first $list) nil $list $days $ca -}}
+{{- $c = dict "ca" $ca.Cert "crt" $cert.Cert "key" $cert.Key -}}
+{{- end -}}
+{{- $_ := set .Values "__webhookCertificate" $c -}}
+{{- end -}}
+{{- toJson (get .Values "__webhookCertificate") -}}
+{{- end -}}
