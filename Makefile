@@ -26,8 +26,9 @@ devcluster:
 # ~10 minutes).
 test: test-unit fuzz e2e
 
+# The chart's tests render it with helm, built once from its Go module.
 test-unit:
-	go test ./...
+	SLUICE_HELM="$$(hack/helm.sh)" go test ./...
 	cd hack/devcluster && go test ./...
 
 # Each fuzz target for FUZZTIME (no panic, every bad input refused with a
@@ -43,7 +44,7 @@ fuzz:
 	done
 
 e2e:
-	SLUICE_E2E=1 go test -count=1 -timeout 45m ./test/e2e/
+	SLUICE_HELM="$$(hack/helm.sh)" SLUICE_E2E=1 go test -count=1 -timeout 45m ./test/e2e/
 
 # Kueue's baseline workload at full scale (15,000 Jobs) through the local
 # control plane, once through `sluice dev` and once with every service its

@@ -564,7 +564,7 @@ func EnsureWebhookConfiguration(ctx context.Context, client kubernetes.Interface
 	if err := validateWebhookURL(webhookURL); err != nil {
 		return fmt.Errorf("ensure webhook configuration %s: %w", name, err)
 	}
-	desired := webhookConfiguration(k, webhookURL, caBundle)
+	desired := WebhookConfiguration(k, webhookURL, caBundle)
 	api := client.AdmissionregistrationV1().MutatingWebhookConfigurations()
 	logger := zerolog.Ctx(ctx).With().Str("webhookConfiguration", name).Logger()
 
@@ -611,7 +611,10 @@ const (
 	managedByValue = "sluice"
 )
 
-func webhookConfiguration(k Kind, webhookURL string, caBundle []byte) *admissionregistrationv1.MutatingWebhookConfiguration {
+// WebhookConfiguration is the MutatingWebhookConfiguration that sends a
+// kind's labelled objects to the webhook at webhookURL on create. The Helm
+// chart renders the same rules with a Service in place of the URL.
+func WebhookConfiguration(k Kind, webhookURL string, caBundle []byte) *admissionregistrationv1.MutatingWebhookConfiguration {
 	name := ConfigurationName(k)
 	fail := admissionregistrationv1.Fail
 	none := admissionregistrationv1.SideEffectClassNone

@@ -1,0 +1,471 @@
+package chart_test
+
+import (
+	"bytes"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/sluice-dev/sluice/services/integration"
+	"github.com/sluice-dev/sluice/services/integration/kinds"
+)
+
+const (
+	chartDir    = "../../charts/sluice"
+	release     = "t"
+	namespace   = "sluice-system"
+	fullname    = "t-sluice"
+	kubeVersion = "1.34.4"
+)
+
+var (
+	helmOnce sync.Once
+	helmPath string
+	helmErr  error
+)
+
+// helm returns the helm binary: $SLUICE_HELM, or the one hack/helm.sh
+// builds (once) and caches.
+func helm(t *testing.T) string {
+	t.Helper()
+	helmOnce.Do(func() {
+		if p := os.Getenv("SLUICE_HELM"); p != "" {
+			helmPath = p
+			return
+		}
+		var out bytes.Buffer
+		cmd := exec.Command("../../hack/helm.sh")
+		cmd.Stdout, cmd.Stderr = &out, os.Stderr
+		helmErr = cmd.Run()
+		helmPath = strings.TrimSpace(out.String())
+	})
+	if helmErr != nil {
+		t.Fatalf("hack/helm.sh: %v", helmErr)
+	}
+	return helmPath
+}
+
+// allKinds sets every kind enabled.
+func allKinds() []string {
+	var out []string
+	for _, n := range kinds.Names() {
+		out = append(out, "integrations."+n+".enabled=true")
+	}
+	return out
+}
+
+// render runs helm template with the --set values given, returning the
+// objects, or the error output.
+func render(t *testing.T, set ...string) ([]*unstructured.Unstructured, error) {
+	t.Helper()
+	args := []string{"template", release, chartDir, "--namespace", namespace, "--kube-version", kubeVersion}
+	for _, s := range set {
+		args = append(args, "--set", s)
+	}
+	var out, errOut bytes.Buffer
+	cmd := exec.Command(helm(t), args...)
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		return nil, errors.New(errOut.String())
+	}
+	var objs []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(&out, 4096)
+	for {
+		var m map[string]any
+		err := dec.Decode(&m)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("decode rendered chart: %v", err)
+		}
+		if m != nil {
+			objs = append(objs, &unstructured.Unstructured{Object: m})
+		}
+	}
+	return objs, nil
+}
+
+func mustRender(t *testing.T, set ...string) []*unstructured.Unstructured {
+	t.Helper()
+	objs, err := render(t, set...)
+	if err != nil {
+		t.Fatalf("helm template %v: %s", set, err)
+	}
+	return objs
+}
+
+// find decodes the object of a kind and name into out; false if absent.
+func find(t *testing.T, objs []*unstructured.Unstructured, kind, name string, out any) bool {
+	t.Helper()
+	for _, o := range objs {
+		if o.GetKind() == kind && o.GetName() == name {
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, out); err != nil {
+				t.Fatalf("%s %s: %v", kind, name, err)
+			}
+			return true
+		}
+	}
+	return false
+}
+
+func names(objs []*unstructured.Unstructured, kind string) []string {
+	var out []string
+	for _, o := range objs {
+		if o.GetKind() == kind {
+			out = append(out, o.GetName())
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestChartLints(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		set  []string
+	}{
+		{name: "defaults"},
+		{name: "every kind, NATS users with passwords over TLS, two replicas each",
+			set: append(allKinds(), "nats.auth.mode=password", "nats.auth.secretName=nats-users", "nats.tls.caSecret=nats-ca",
+				"nats.tls.clientSecret=nats-client", "nats.replicas=3", "admission.replicas=2", "integrations.job.replicas=2")},
+		{name: "cert-manager", set: []string{"webhook.certManager.enabled=true"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := []string{"lint", "--strict", chartDir, "--namespace", namespace, "--kube-version", kubeVersion}
+			for _, s := range tc.set {
+				args = append(args, "--set", s)
+			}
+			out, err := exec.Command(helm(t), args...).CombinedOutput()
+			if err != nil {
+				t.Fatalf("helm lint: %v\n%s", err, out)
+			}
+		})
+	}
+}
+
+func TestChartRefusesBadValuesNamingThem(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		set     []string
+		wantErr []string
+	}{
+		{name: "an unknown key", set: []string{"admission.bogus=1"}, wantErr: []string{"/admission", "bogus"}},
+		{name: "stream replicas a cluster cannot have", set: []string{"nats.replicas=2"}, wantErr: []string{"/nats/replicas"}},
+		{name: "a URL that is not NATS", set: []string{"nats.url=http://nats:4222"}, wantErr: []string{"/nats/url"}},
+		{name: "credentials without their Secret", set: []string{"nats.auth.mode=creds"}, wantErr: []string{"/nats/auth/secretName"}},
+		{name: "an unknown auth mode", set: []string{"nats.auth.mode=token"}, wantErr: []string{"/nats/auth/mode"}},
+		{name: "a duration that is not one", set: []string{"admission.pendingInterval=30"}, wantErr: []string{"/admission/pendingInterval"}},
+		{name: "an unknown log level", set: []string{"logLevel=trace"}, wantErr: []string{"/logLevel"}},
+		{name: "negative replicas", set: []string{"quota.replicas=-1"}, wantErr: []string{"/quota/replicas"}},
+		{name: "a kind Sluice does not integrate", set: []string{"integrations.tfjob.enabled=true"},
+			wantErr: []string{"integrations.tfjob: not a kind Sluice integrates", "pytorchjob"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := render(t, tc.set...)
+			if err == nil {
+				t.Fatalf("helm template %v: rendered, want an error naming %q", tc.set, tc.wantErr)
+			}
+			for _, w := range tc.wantErr {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error does not name %q:\n%s", w, err)
+				}
+			}
+		})
+	}
+}
+
+// Each kind's MutatingWebhookConfiguration is the one the integration
+// would write itself, with the chart's Service in place of a URL.
+func TestChartWebhooksAreTheIntegrationsOwn(t *testing.T) {
+	objs := mustRender(t, allKinds()...)
+	var secret corev1.Secret
+	if !find(t, objs, "Secret", fullname+"-webhook-cert", &secret) {
+		t.Fatalf("no webhook certificate Secret; Secrets: %v", names(objs, "Secret"))
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(secret.Data["ca.crt"]) {
+		t.Fatal("ca.crt of the webhook Secret holds no certificate")
+	}
+	block, _ := pem.Decode(secret.Data["tls.crt"])
+	if block == nil {
+		t.Fatal("tls.crt of the webhook Secret holds no PEM block")
+	}
+	serving, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, ad := range kinds.All {
+		k := ad.Kind()
+		t.Run(k.Name, func(t *testing.T) {
+			var got admissionregistrationv1.MutatingWebhookConfiguration
+			if !find(t, objs, "MutatingWebhookConfiguration", fullname+"-"+k.Name, &got) {
+				t.Fatalf("no MutatingWebhookConfiguration for %s; have %v", k.Name, names(objs, "MutatingWebhookConfiguration"))
+			}
+			want := integration.WebhookConfiguration(k, "https://unused", nil).Webhooks
+			if len(got.Webhooks) != 1 {
+				t.Fatalf("%d webhooks, want 1", len(got.Webhooks))
+			}
+			svc := fullname + "-" + k.Name + "-webhook"
+			cc := got.Webhooks[0].ClientConfig
+			if cc.Service == nil || cc.Service.Name != svc || cc.Service.Namespace != namespace ||
+				cc.Service.Path == nil || *cc.Service.Path != integration.MutatePath(k) {
+				t.Errorf("clientConfig.service = %+v, want %s/%s path %s", cc.Service, namespace, svc, integration.MutatePath(k))
+			}
+			if !bytes.Equal(cc.CABundle, secret.Data["ca.crt"]) {
+				t.Error("caBundle is not the CA of the webhook Secret")
+			}
+			// The serving certificate is valid for the Service's name.
+			if _, err := serving.Verify(x509.VerifyOptions{DNSName: svc + "." + namespace + ".svc", Roots: roots}); err != nil {
+				t.Errorf("serving certificate for %s: %v", svc, err)
+			}
+			// Everything else as the integration writes it (the chart's
+			// namespaceSelector default is the integration's: all).
+			got.Webhooks[0].ClientConfig, want[0].ClientConfig = admissionregistrationv1.WebhookClientConfig{}, admissionregistrationv1.WebhookClientConfig{}
+			if diff := cmp.Diff(want, got.Webhooks); diff != "" {
+				t.Errorf("webhook differs from the integration's (-want +got):\n%s", diff)
+			}
+
+			var dep appsv1.Deployment
+			if !find(t, objs, "Deployment", fullname+"-integration-"+k.Name, &dep) {
+				t.Fatalf("no Deployment for %s", k.Name)
+			}
+			args := dep.Spec.Template.Spec.Containers[0].Args
+			if len(args) < 2 || args[0] != "integration" || args[1] != k.Name {
+				t.Errorf("args %q, want integration %s …", args, k.Name)
+			}
+			for _, want := range []string{"--webhook-configuration-external", "--webhook-cert-dir=/etc/sluice/webhook", "--setup=false"} {
+				if !slices.Contains(args, want) {
+					t.Errorf("args %q lack %s", args, want)
+				}
+			}
+		})
+	}
+}
+
+// The kind each integration's ClusterRole names, with the verbs the
+// integration uses on it: nothing on any other kind.
+func TestChartIntegrationRBACIsItsKindOnly(t *testing.T) {
+	objs := mustRender(t, allKinds()...)
+	for _, ad := range kinds.All {
+		k := ad.Kind()
+		t.Run(k.Name, func(t *testing.T) {
+			var role rbacv1.ClusterRole
+			if !find(t, objs, "ClusterRole", fullname+"-integration-"+k.Name, &role) {
+				t.Fatalf("no ClusterRole; have %v", names(objs, "ClusterRole"))
+			}
+			u := &unstructured.Unstructured{}
+			u.SetGroupVersionKind(k.GVK)
+			j, err := ad.Decode(u)
+			if err != nil {
+				t.Fatal(err)
+			}
+			verbs := []string{"get", "list", "watch", "patch"}
+			if _, ok := j.(integration.Deleter); ok {
+				verbs = append(verbs, "delete")
+			}
+			want := []rbacv1.PolicyRule{{APIGroups: []string{k.GVK.Group}, Resources: []string{k.Resource}, Verbs: verbs}}
+			if _, ok := j.(integration.Unlocker); ok {
+				want = append(want, rbacv1.PolicyRule{APIGroups: []string{k.GVK.Group}, Resources: []string{k.Resource + "/status"}, Verbs: []string{"patch"}})
+			}
+			want = append(want, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}})
+			if diff := cmp.Diff(want, role.Rules); diff != "" {
+				t.Errorf("rules (-want +got):\n%s", diff)
+			}
+			var binding rbacv1.ClusterRoleBinding
+			if !find(t, objs, "ClusterRoleBinding", role.Name, &binding) {
+				t.Fatal("no ClusterRoleBinding")
+			}
+			wantSubjects := []rbacv1.Subject{{Kind: "ServiceAccount", Name: role.Name, Namespace: namespace}}
+			if diff := cmp.Diff(wantSubjects, binding.Subjects); diff != "" || binding.RoleRef.Name != role.Name {
+				t.Errorf("binding to %s, subjects (-want +got):\n%s", binding.RoleRef.Name, diff)
+			}
+		})
+	}
+}
+
+// Admission, preemption and quota never talk to the API server: no token
+// is mounted and nothing is bound to their ServiceAccounts. No rule
+// anywhere reads Secrets or uses a wildcard.
+func TestChartGivesNoKubernetesAccessWhereNoneIsUsed(t *testing.T) {
+	objs := mustRender(t, allKinds()...)
+	bound := map[string]bool{}
+	for _, kind := range []string{"ClusterRoleBinding", "RoleBinding"} {
+		for _, n := range names(objs, kind) {
+			var b rbacv1.ClusterRoleBinding
+			find(t, objs, kind, n, &b)
+			for _, s := range b.Subjects {
+				bound[s.Name] = true
+			}
+		}
+	}
+	for _, svc := range []string{"admission", "preemption", "quota"} {
+		var dep appsv1.Deployment
+		if !find(t, objs, "Deployment", fullname+"-"+svc, &dep) {
+			t.Fatalf("no Deployment for %s", svc)
+		}
+		spec := dep.Spec.Template.Spec
+		if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+			t.Errorf("%s: a service account token is mounted", svc)
+		}
+		if bound[spec.ServiceAccountName] {
+			t.Errorf("%s: its ServiceAccount %s is bound to a role", svc, spec.ServiceAccountName)
+		}
+	}
+	for _, kind := range []string{"ClusterRole", "Role"} {
+		for _, n := range names(objs, kind) {
+			var r rbacv1.ClusterRole
+			find(t, objs, kind, n, &r)
+			for _, rule := range r.Rules {
+				if slices.Contains(rule.Resources, "secrets") || slices.Contains(rule.Resources, "*") ||
+					slices.Contains(rule.Verbs, "*") || slices.Contains(rule.APIGroups, "*") {
+					t.Errorf("%s %s: rule %+v is too broad", kind, n, rule)
+				}
+			}
+		}
+	}
+	// Every Deployment's pod runs as non-root on a read-only file system.
+	for _, n := range names(objs, "Deployment") {
+		var dep appsv1.Deployment
+		find(t, objs, "Deployment", n, &dep)
+		sc := dep.Spec.Template.Spec.SecurityContext
+		c := dep.Spec.Template.Spec.Containers[0]
+		if sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot || c.SecurityContext == nil ||
+			c.SecurityContext.ReadOnlyRootFilesystem == nil || !*c.SecurityContext.ReadOnlyRootFilesystem {
+			t.Errorf("Deployment %s: not non-root with a read-only root file system", n)
+		}
+		if c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz" ||
+			c.LivenessProbe == nil || c.LivenessProbe.HTTPGet == nil || c.LivenessProbe.HTTPGet.Path != "/healthz" {
+			t.Errorf("Deployment %s: probes are not /readyz and /healthz", n)
+		}
+	}
+}
+
+// NATS credentials reach each service as its own user, and only its own
+// file of the shared Secret is mounted.
+func TestChartNATSCredentialsPerService(t *testing.T) {
+	for _, tc := range []struct {
+		mode     string
+		wantArg  func(user string) string
+		wantFile func(user string) string
+	}{
+		{mode: "password", wantArg: func(u string) string { return "--nats-user=" + u }},
+		{mode: "creds", wantArg: func(u string) string { return "--nats-creds=/etc/sluice/nats-auth/" + u + ".creds" },
+			wantFile: func(u string) string { return u + ".creds" }},
+		{mode: "nkey", wantArg: func(u string) string { return "--nats-nkey=/etc/sluice/nats-auth/" + u + ".nk" },
+			wantFile: func(u string) string { return u + ".nk" }},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			objs := mustRender(t, "nats.auth.mode="+tc.mode, "nats.auth.secretName=nats-users", "nats.auth.users.quota=q-user")
+			for _, c := range []struct{ dep, user string }{
+				{"watcher", "watcher"}, {"admission", "admission"}, {"preemption", "preemption"}, {"quota", "q-user"}, {"integration-job", "integration"},
+			} {
+				var dep appsv1.Deployment
+				if !find(t, objs, "Deployment", fullname+"-"+c.dep, &dep) {
+					t.Fatalf("no Deployment %s", c.dep)
+				}
+				pod := dep.Spec.Template.Spec
+				if !slices.Contains(pod.Containers[0].Args, tc.wantArg(c.user)) {
+					t.Errorf("%s: args %q lack %s", c.dep, pod.Containers[0].Args, tc.wantArg(c.user))
+				}
+				var env *corev1.EnvVar
+				for i := range pod.Containers[0].Env {
+					if pod.Containers[0].Env[i].Name == "SLUICE_NATS_PASSWORD" {
+						env = &pod.Containers[0].Env[i]
+					}
+				}
+				if tc.mode == "password" {
+					if env == nil || env.ValueFrom == nil || env.ValueFrom.SecretKeyRef == nil ||
+						env.ValueFrom.SecretKeyRef.Name != "nats-users" || env.ValueFrom.SecretKeyRef.Key != c.user {
+						t.Errorf("%s: password env %+v, want key %s of Secret nats-users", c.dep, env, c.user)
+					}
+				} else if env != nil {
+					t.Errorf("%s: a password env with mode %s", c.dep, tc.mode)
+				}
+				if tc.wantFile == nil {
+					continue
+				}
+				var items []string
+				for _, v := range pod.Volumes {
+					if v.Name == "nats-auth" && v.Secret != nil {
+						for _, it := range v.Secret.Items {
+							items = append(items, it.Key)
+						}
+					}
+				}
+				if diff := cmp.Diff([]string{tc.wantFile(c.user)}, items); diff != "" {
+					t.Errorf("%s: mounted keys of the NATS Secret (-want +got):\n%s", c.dep, diff)
+				}
+			}
+		})
+	}
+}
+
+func TestChartCertManagerIssuesTheWebhookCertificate(t *testing.T) {
+	objs := mustRender(t, "webhook.certManager.enabled=true", "integrations.pod.enabled=true")
+	if got := names(objs, "Secret"); len(got) != 0 {
+		t.Errorf("Secrets %v rendered; cert-manager writes the certificate", got)
+	}
+	var cert unstructured.Unstructured
+	if !find(t, objs, "Certificate", fullname+"-webhook-cert", &cert.Object) {
+		t.Fatal("no Certificate")
+	}
+	dns, _, _ := unstructured.NestedStringSlice(cert.Object, "spec", "dnsNames")
+	wantDNS := []string{
+		fullname + "-job-webhook." + namespace + ".svc", fullname + "-job-webhook." + namespace + ".svc.cluster.local",
+		fullname + "-pod-webhook." + namespace + ".svc", fullname + "-pod-webhook." + namespace + ".svc.cluster.local",
+	}
+	if diff := cmp.Diff(wantDNS, dns); diff != "" {
+		t.Errorf("dnsNames (-want +got):\n%s", diff)
+	}
+	for _, k := range []string{"job", "pod"} {
+		var mwc admissionregistrationv1.MutatingWebhookConfiguration
+		if !find(t, objs, "MutatingWebhookConfiguration", fullname+"-"+k, &mwc) {
+			t.Fatalf("no MutatingWebhookConfiguration for %s", k)
+		}
+		if got, want := mwc.Annotations["cert-manager.io/inject-ca-from"], namespace+"/"+fullname+"-webhook-cert"; got != want {
+			t.Errorf("%s: inject-ca-from %q, want %q", k, got, want)
+		}
+		if len(mwc.Webhooks[0].ClientConfig.CABundle) != 0 {
+			t.Errorf("%s: a caBundle rendered; cert-manager injects it", k)
+		}
+	}
+}
+
+func TestChartCRDsAreTheGeneratedOnes(t *testing.T) {
+	want, _ := filepath.Glob("../../config/crd/*.yaml")
+	if len(want) == 0 {
+		t.Fatal("no CRDs in config/crd")
+	}
+	for _, p := range want {
+		a, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(filepath.Join(chartDir, "crds", filepath.Base(p)))
+		if err != nil {
+			t.Fatalf("chart lacks %s (make generate): %v", filepath.Base(p), err)
+		}
+		if !bytes.Equal(a, b) {
+			t.Errorf("charts/sluice/crds/%s differs from config/crd (make generate)", filepath.Base(p))
+		}
+	}
+}
