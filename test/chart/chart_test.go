@@ -141,17 +141,22 @@ func TestChartLints(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		set  []string
+		file string
 	}{
 		{name: "defaults"},
 		{name: "every kind, NATS users with passwords over TLS, two replicas each",
 			set: append(allKinds(), "nats.auth.mode=password", "nats.auth.secretName=nats-users", "nats.tls.caSecret=nats-ca",
 				"nats.tls.clientSecret=nats-client", "nats.replicas=3", "admission.replicas=2", "integrations.job.replicas=2")},
 		{name: "cert-manager", set: []string{"webhook.certManager.enabled=true"}},
+		{name: "the three-node JetStream example", file: "../../charts/examples/three-node-jetstream.yaml"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := []string{"lint", "--strict", chartDir, "--namespace", namespace, "--kube-version", kubeVersion}
 			for _, s := range tc.set {
 				args = append(args, "--set", s)
+			}
+			if tc.file != "" {
+				args = append(args, "--values", tc.file)
 			}
 			out, err := exec.Command(helm(t), args...).CombinedOutput()
 			if err != nil {

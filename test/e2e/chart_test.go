@@ -1,0 +1,414 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/sluice-dev/sluice/api/v1beta1"
+	"github.com/sluice-dev/sluice/internal/embeddednats"
+)
+
+// chartNamespace and chartRelease name the test's install of the chart.
+const (
+	chartNamespace = "sluice-system"
+	chartRelease   = "rbac"
+	chartFullname  = "rbac-sluice"
+)
+
+// renderChart runs helm template on charts/sluice with the values given.
+func renderChart(t *testing.T, set ...string) []*unstructured.Unstructured {
+	t.Helper()
+	bin := os.Getenv("SLUICE_HELM")
+	if bin == "" {
+		out, err := exec.Command(filepath.Join(root(), "hack", "helm.sh")).Output()
+		if err != nil {
+			t.Fatalf("hack/helm.sh: %v", err)
+		}
+		bin = strings.TrimSpace(string(out))
+	}
+	args := []string{"template", chartRelease, filepath.Join(root(), "charts", "sluice"), "--namespace", chartNamespace, "--kube-version", "1.34.4"}
+	for _, s := range set {
+		args = append(args, "--set", s)
+	}
+	var out, errOut bytes.Buffer
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("helm template: %v\n%s", err, errOut.String())
+	}
+	var objs []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(&out, 4096)
+	for {
+		var m map[string]any
+		if err := dec.Decode(&m); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatalf("decode rendered chart: %v", err)
+		}
+		if m != nil {
+			objs = append(objs, &unstructured.Unstructured{Object: m})
+		}
+	}
+	return objs
+}
+
+// chartClient creates the rendered objects through the API server: dryRun
+// only validates them (as kubectl apply --dry-run=server does).
+type chartClient struct {
+	t      *testing.T
+	mapper meta.RESTMapper
+}
+
+func newChartClient(t *testing.T) *chartClient {
+	dc := discovery.NewDiscoveryClientForConfigOrDie(env.cfg)
+	return &chartClient{t: t, mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))}
+}
+
+func (c *chartClient) create(u *unstructured.Unstructured, dryRun bool) error {
+	gvk := u.GroupVersionKind()
+	m, err := c.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", gvk.Kind, u.GetName(), err)
+	}
+	opts := metav1.CreateOptions{}
+	if dryRun {
+		opts.DryRun = []string{metav1.DryRunAll}
+	}
+	ri := env.dyn.Resource(m.Resource)
+	if m.Scope.Name() == meta.RESTScopeNameNamespace {
+		_, err = ri.Namespace(u.GetNamespace()).Create(context.Background(), u, opts)
+	} else {
+		_, err = ri.Create(context.Background(), u, opts)
+	}
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("%s %s: %w", gvk.Kind, u.GetName(), err)
+	}
+	return nil
+}
+
+func (c *chartClient) delete(u *unstructured.Unstructured) {
+	gvk := u.GroupVersionKind()
+	m, err := c.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		c.t.Errorf("delete %s %s: %v", gvk.Kind, u.GetName(), err)
+		return
+	}
+	ri := env.dyn.Resource(m.Resource)
+	if m.Scope.Name() == meta.RESTScopeNameNamespace {
+		err = ri.Namespace(u.GetNamespace()).Delete(context.Background(), u.GetName(), metav1.DeleteOptions{})
+	} else {
+		err = ri.Delete(context.Background(), u.GetName(), metav1.DeleteOptions{})
+	}
+	if err != nil && !apierrors.IsNotFound(err) {
+		c.t.Errorf("delete %s %s: %v", gvk.Kind, u.GetName(), err)
+	}
+}
+
+// tokenKubeconfig writes a kubeconfig that authenticates as a
+// ServiceAccount, by a token the API server mints for it (kubectl create
+// token), and nothing else: no client certificate.
+func tokenKubeconfig(t *testing.T, dir, sa string) string {
+	t.Helper()
+	tr, err := env.kube.CoreV1().ServiceAccounts(chartNamespace).CreateToken(context.Background(), sa,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptrTo(int64(3600))}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("token of %s: %v", sa, err)
+	}
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["devcluster"] = &clientcmdapi.Cluster{Server: env.cfg.Host, CertificateAuthorityData: env.cfg.CAData, CertificateAuthority: env.cfg.CAFile}
+	cfg.AuthInfos[sa] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
+	cfg.Contexts[sa] = &clientcmdapi.Context{Cluster: "devcluster", AuthInfo: sa}
+	cfg.CurrentContext = sa
+	path := filepath.Join(dir, sa+".kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// canI asks the API server, as kubectl auth can-i --as does: a
+// SelfSubjectAccessReview sent while impersonating the ServiceAccount.
+func canI(t *testing.T, sa, verb, group, resource, sub string) bool {
+	t.Helper()
+	cfg := rest.CopyConfig(env.cfg)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + chartNamespace + ":" + sa}
+	kc := kubernetes.NewForConfigOrDie(cfg)
+	r, err := kc.AuthorizationV1().SelfSubjectAccessReviews().Create(context.Background(), &authorizationv1.SelfSubjectAccessReview{
+		Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Namespace: "default", Verb: verb, Group: group, Resource: resource, Subresource: sub}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("can-i %s %s %s/%s as %s: %v", verb, group, resource, sub, sa, err)
+	}
+	return r.Status.Allowed
+}
+
+// TestChartLeastPrivilege installs the chart's ServiceAccounts and RBAC,
+// runs each service on the host with the arguments the chart gives its
+// pod and a kubeconfig holding only its ServiceAccount's token, drives Jobs
+// through admission, preemption and completion, and asks the API server
+// what each ServiceAccount may do.
+func TestChartLeastPrivilege(t *testing.T) {
+	stopSluice(os.Interrupt)
+	dir := t.TempDir()
+	srv, err := embeddednats.Start(embeddednats.Options{StoreDir: filepath.Join(dir, "jetstream")})
+	if err != nil {
+		t.Fatalf("start NATS: %v", err)
+	}
+	logf, err := os.Create(filepath.Join(dir, "services.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var procs []*exec.Cmd
+	client := newChartClient(t)
+	var created []*unstructured.Unstructured
+	t.Cleanup(func() {
+		for _, p := range procs {
+			_ = p.Process.Signal(os.Interrupt)
+			_ = p.Wait()
+		}
+		srv.Shutdown()
+		for _, u := range created {
+			client.delete(u)
+		}
+		if t.Failed() {
+			b, _ := os.ReadFile(logf.Name())
+			t.Logf("last lines of the services' log:\n%s", tail(string(b), 60))
+		}
+		_ = logf.Close()
+		if err := startSluice(); err != nil {
+			t.Errorf("restart sluice dev: %v", err)
+			return
+		}
+		if err := waitWebhook(30 * time.Second); err != nil {
+			t.Error(err)
+		}
+	})
+
+	objs := renderChart(t, "nats.url="+srv.ClientURL(), "watcher.statusInterval=1s", "quota.reconcile=5s")
+	if _, err := env.kube.CoreV1().Namespaces().Create(context.Background(),
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: chartNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	// Everything the chart renders is valid to the API server.
+	for _, u := range objs {
+		if err := client.create(u, true); err != nil {
+			t.Errorf("server-side dry run: %v", err)
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	// The RBAC for real; the webhook configuration with the test's
+	// certificate and address in place of the Service (no cluster network
+	// here), everything else as rendered. `sluice dev`'s own configuration
+	// goes away while it is stopped (it writes it again at start).
+	certDir := filepath.Join(dir, "webhook")
+	if err := os.MkdirAll(certDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	ca := servingCert(t, certDir)
+	hookAddr := fmt.Sprintf("127.0.0.1:%d", freePort())
+	if err := env.kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(context.Background(), "sluice-job", metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	var deployments []appsv1.Deployment
+	for _, u := range objs {
+		switch u.GetKind() {
+		case "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
+		case "MutatingWebhookConfiguration":
+			var mwc admissionregistrationv1.MutatingWebhookConfiguration
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &mwc); err != nil {
+				t.Fatal(err)
+			}
+			for i := range mwc.Webhooks {
+				cc := &mwc.Webhooks[i].ClientConfig
+				url := "https://" + hookAddr + *cc.Service.Path
+				cc.Service, cc.URL, cc.CABundle = nil, &url, ca
+			}
+			m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&mwc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			u = &unstructured.Unstructured{Object: m}
+		case "Deployment":
+			var d appsv1.Deployment
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &d); err != nil {
+				t.Fatal(err)
+			}
+			deployments = append(deployments, d)
+			continue
+		default:
+			continue
+		}
+		if err := client.create(u, false); err != nil {
+			t.Fatal(err)
+		}
+		created = append(created, u)
+	}
+
+	// The streams and buckets, as the chart's setup hook makes them.
+	if out, err := exec.Command(env.sluiceBin, "setup", "--nats", srv.ClientURL()).CombinedOutput(); err != nil {
+		t.Fatalf("sluice setup: %v\n%s", err, out)
+	}
+	var ready []string
+	for _, d := range deployments {
+		pod := d.Spec.Template.Spec
+		component := d.Spec.Template.Labels["app.kubernetes.io/component"]
+		httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort())
+		var args []string
+		for _, a := range pod.Containers[0].Args {
+			switch {
+			case strings.HasPrefix(a, "--http-address="):
+				a = "--http-address=" + httpAddr
+			case strings.HasPrefix(a, "--webhook-address="):
+				a = "--webhook-address=" + hookAddr
+			case strings.HasPrefix(a, "--webhook-cert-dir="):
+				a = "--webhook-cert-dir=" + certDir
+			case a == "--replica=$(POD_NAME)":
+				a = "--replica=" + component + "-0"
+			}
+			args = append(args, a)
+		}
+		cmd := exec.Command(env.sluiceBin, args...)
+		// No kubeconfig but the ServiceAccount's, and only for the pods
+		// the chart gives a token.
+		cmd.Env = append(os.Environ(), "KUBECONFIG="+filepath.Join(dir, "none"), "HOME="+dir)
+		if pod.AutomountServiceAccountToken != nil && *pod.AutomountServiceAccountToken {
+			cmd.Env = append(cmd.Env, "KUBECONFIG="+tokenKubeconfig(t, dir, pod.ServiceAccountName))
+		}
+		cmd.Stdout, cmd.Stderr = logf, logf
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("start %s: %v", component, err)
+		}
+		procs = append(procs, cmd)
+		ready = append(ready, component+"="+httpAddr)
+	}
+	if len(deployments) != 5 {
+		t.Fatalf("%d Deployments rendered, want watcher, admission, preemption, quota and the Job integration", len(deployments))
+	}
+	eventually(t, 60*time.Second, "every service ready", func() (bool, string) {
+		for _, r := range ready {
+			name, addr, _ := strings.Cut(r, "=")
+			code, body, err := httpGet("http://" + addr + "/readyz")
+			if err != nil || code != http.StatusOK {
+				return false, fmt.Sprintf("%s: %d %s %v", name, code, body, err)
+			}
+		}
+		return true, ""
+	})
+	if err := waitWebhook(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+
+	// A Job is admitted, preempted by a higher-priority one, and resumes
+	// once that one finished.
+	ns := "e2e-rbac"
+	queues(t, ns, 4, "LowerPriority")
+	createJob(t, jobSpec{ns: ns, name: "low", queue: "q", pods: 4, gpus: 1, runFor: "600s"})
+	waitRunning(t, ns, "low", 30*time.Second)
+	waitEvent(t, ns, "low", "Admitted", "ClusterQueue "+ns, 10*time.Second)
+	createJob(t, jobSpec{ns: ns, name: "high", queue: "q", priorityClass: "high", pods: 4, gpus: 1, runFor: "3s"})
+	waitEvent(t, ns, "low", "Preempted", "InClusterQueue", 30*time.Second)
+	waitRunning(t, ns, "high", 30*time.Second)
+	if !suspended(getJob(t, ns, "low")) {
+		t.Fatal("low runs beside high")
+	}
+	waitComplete(t, ns, "high", 60*time.Second)
+	waitRunning(t, ns, "low", 30*time.Second)
+	// The watcher writes queue status through its status-only permission.
+	eventually(t, 20*time.Second, "ClusterQueue status written", func() (bool, string) {
+		cq, err := env.dyn.Resource(v1beta1.GroupVersion.WithResource("clusterqueues")).Get(context.Background(), ns, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		n, _, _ := unstructured.NestedInt64(cq.Object, "status", "admittedWorkloads")
+		return n == 1, fmt.Sprintf("status %v", cq.Object["status"])
+	})
+	b, err := os.ReadFile(logf.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line, "forbidden") {
+			t.Errorf("a service was refused by the API server: %s", line)
+		}
+	}
+
+	// What each ServiceAccount may and may not do.
+	sa := func(component string) string { return chartFullname + "-" + component }
+	for _, c := range []struct {
+		sa, verb, group, resource, sub string
+		want                           bool
+	}{
+		{sa("integration-job"), "patch", "batch", "jobs", "", true},
+		{sa("integration-job"), "patch", "batch", "jobs", "status", true},
+		{sa("integration-job"), "create", "", "events", "", true},
+		{sa("integration-job"), "delete", "batch", "jobs", "", false},
+		{sa("integration-job"), "create", "batch", "jobs", "", false},
+		{sa("integration-job"), "patch", "jobset.x-k8s.io", "jobsets", "", false},
+		{sa("integration-job"), "list", "", "pods", "", false},
+		{sa("integration-job"), "get", "", "secrets", "", false},
+		{sa("integration-job"), "create", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", false},
+		{sa("integration-job"), "patch", "sluice.dev", "clusterqueues", "status", false},
+		{sa("watcher"), "watch", "sluice.dev", "clusterqueues", "", true},
+		{sa("watcher"), "patch", "sluice.dev", "clusterqueues", "status", true},
+		{sa("watcher"), "patch", "sluice.dev", "localqueues", "status", true},
+		{sa("watcher"), "update", "sluice.dev", "clusterqueues", "", false},
+		{sa("watcher"), "delete", "sluice.dev", "localqueues", "", false},
+		{sa("watcher"), "patch", "batch", "jobs", "", false},
+		{sa("watcher"), "get", "", "secrets", "", false},
+		{sa("watcher"), "patch", "", "namespaces", "", false},
+		{sa("admission"), "patch", "batch", "jobs", "", false},
+		{sa("admission"), "list", "batch", "jobs", "", false},
+		{sa("admission"), "list", "sluice.dev", "clusterqueues", "", false},
+		{sa("admission"), "get", "", "secrets", "", false},
+		{sa("preemption"), "patch", "batch", "jobs", "", false},
+		{sa("preemption"), "get", "", "secrets", "", false},
+		{sa("quota"), "patch", "batch", "jobs", "", false},
+		{sa("quota"), "get", "", "secrets", "", false},
+	} {
+		if got := canI(t, c.sa, c.verb, c.group, c.resource, c.sub); got != c.want {
+			res := c.resource
+			if c.group != "" {
+				res += "." + c.group
+			}
+			if c.sub != "" {
+				res += "/" + c.sub
+			}
+			t.Errorf("can %s %s %s: %v, want %v", c.sa, c.verb, res, got, c.want)
+		}
+	}
+}
