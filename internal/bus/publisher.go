@@ -2,8 +2,11 @@ package bus
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
@@ -23,7 +26,19 @@ type JetStreamPublisher struct {
 	source string
 	stream string
 	log    *zerolog.Logger
+	// ackWait bounds one attempt; attempts is how many are made when an
+	// acknowledgement does not come.
+	ackWait  time.Duration
+	attempts int
 }
+
+// Defaults of WithAckWait: an acknowledgement lost with a stream leader
+// that died is not waited for longer than ackWait; the next attempt, with
+// the same message id, reaches the new leader and is stored once.
+const (
+	defaultAckWait  = 2 * time.Second
+	defaultAttempts = 4
+)
 
 var _ Publisher = (*JetStreamPublisher)(nil)
 
@@ -42,10 +57,25 @@ func WithExpectStream(stream string) PublisherOption {
 	return func(p *JetStreamPublisher) { p.stream = stream }
 }
 
+// WithAckWait bounds each publish attempt to wait and makes up to attempts
+// of them while the acknowledgement does not come (no stream leader, or
+// the message or its acknowledgement lost with a server), each with the
+// same message id, so a retried event is stored once.
+func WithAckWait(wait time.Duration, attempts int) PublisherOption {
+	return func(p *JetStreamPublisher) {
+		if wait > 0 {
+			p.ackWait = wait
+		}
+		if attempts > 0 {
+			p.attempts = attempts
+		}
+	}
+}
+
 // NewPublisher returns a publisher whose events carry ce-source source, e.g.
 // events.Source("admission").
 func NewPublisher(js jetstream.JetStream, source string, opts ...PublisherOption) *JetStreamPublisher {
-	p := &JetStreamPublisher{js: js, source: source, stream: StreamEvents}
+	p := &JetStreamPublisher{js: js, source: source, stream: StreamEvents, ackWait: defaultAckWait, attempts: defaultAttempts}
 	for _, o := range opts {
 		o(p)
 	}
@@ -69,7 +99,7 @@ func (p *JetStreamPublisher) PublishAck(ctx context.Context, ev events.Event, id
 	if p.stream != "" {
 		opts = append(opts, jetstream.WithExpectStream(p.stream))
 	}
-	ack, err := p.js.PublishMsg(ctx, msg, opts...)
+	ack, err := p.publishAttempts(ctx, msg, opts)
 	if err != nil {
 		return nil, fmt.Errorf("bus: publish %s %s: %w", ev.Type(), msg.Subject, err)
 	}
@@ -86,4 +116,36 @@ func (p *JetStreamPublisher) PublishAck(ctx context.Context, ev events.Event, id
 		Bool("duplicate", ack.Duplicate).
 		Msg("published")
 	return ack, nil
+}
+
+// publishAttempts publishes msg, again while no acknowledgement comes
+// within ackWait and ctx allows. Any other error ends it at once.
+func (p *JetStreamPublisher) publishAttempts(ctx context.Context, msg *nats.Msg, opts []jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	var err error
+	for n := 0; n < p.attempts; n++ {
+		if n > 0 {
+			select {
+			case <-ctx.Done():
+				return nil, errors.Join(err, ctx.Err())
+			case <-time.After(time.Duration(n) * 50 * time.Millisecond):
+			}
+		}
+		actx, cancel := context.WithTimeout(ctx, p.ackWait)
+		var ack *jetstream.PubAck
+		ack, err = p.js.PublishMsg(actx, msg, opts...)
+		cancel()
+		if err == nil {
+			return ack, nil
+		}
+		if ctx.Err() != nil || !noAcknowledgement(err) {
+			return nil, err
+		}
+	}
+	return nil, fmt.Errorf("no acknowledgement in %d attempts of %s: %w", p.attempts, p.ackWait, err)
+}
+
+// noAcknowledgement: the publish may be retried with the same id.
+func noAcknowledgement(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)
 }

@@ -1,0 +1,436 @@
+package natscluster_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sluice-dev/sluice/api/v1beta1"
+	"github.com/sluice-dev/sluice/events"
+	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/internal/configstore"
+	"github.com/sluice-dev/sluice/internal/workloads"
+	"github.com/sluice-dev/sluice/services/admission"
+	"github.com/sluice-dev/sluice/services/preemption"
+	"github.com/sluice-dev/sluice/services/quota"
+)
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// cluster is three nats-servers in one JetStream cluster.
+type cluster struct {
+	servers map[string]*server.Server
+	urls    []string
+}
+
+func startCluster(t *testing.T) *cluster {
+	t.Helper()
+	dir := t.TempDir()
+	names := []string{"n1", "n2", "n3"}
+	routePorts := map[string]int{}
+	for _, n := range names {
+		routePorts[n] = freePort(t)
+	}
+	c := &cluster{servers: map[string]*server.Server{}}
+	for _, n := range names {
+		var routes []string
+		for _, o := range names {
+			if o != n {
+				routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", routePorts[o]))
+			}
+		}
+		opts := &server.Options{
+			ServerName: n, Host: "127.0.0.1", Port: server.RANDOM_PORT, NoSigs: true, NoLog: true,
+			JetStream: true, StoreDir: filepath.Join(dir, n),
+			Cluster: server.ClusterOpts{Name: "sluice", Host: "127.0.0.1", Port: routePorts[n]},
+			Routes:  server.RoutesFromStr(strings.Join(routes, ",")),
+		}
+		s, err := server.NewServer(opts)
+		if err != nil {
+			t.Fatalf("server %s: %v", n, err)
+		}
+		go s.Start()
+		t.Cleanup(s.Shutdown)
+		c.servers[n] = s
+	}
+	for _, n := range names {
+		s := c.servers[n]
+		if !s.ReadyForConnections(10 * time.Second) {
+			t.Fatalf("server %s not ready", n)
+		}
+		c.urls = append(c.urls, s.ClientURL())
+	}
+	return c
+}
+
+// waitMetaLeader waits until the servers are routed to each other and
+// have elected JetStream's meta leader.
+func (c *cluster) waitMetaLeader(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var state []string
+		for n, s := range c.servers {
+			if s.JetStreamIsLeader() {
+				return
+			}
+			state = append(state, fmt.Sprintf("%s: routes %d, clustered %v", n, s.NumRoutes(), s.JetStreamIsClustered()))
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no JetStream meta leader within 30 s: %s", strings.Join(state, "; "))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// connect opens a connection that knows every server and reconnects for
+// ever, as a service given all URLs does.
+func (c *cluster) connect(t *testing.T, name string) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(strings.Join(c.urls, ","), nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatalf("%s: connect: %v", name, err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js
+}
+
+// streamLog keeps every event of the SLUICE stream in stream order.
+type streamLog struct {
+	mu  sync.Mutex
+	all []events.Envelope
+	at  []time.Time
+}
+
+func (l *streamLog) add(e events.Envelope) {
+	l.mu.Lock()
+	l.all = append(l.all, e)
+	l.at = append(l.at, time.Now())
+	l.mu.Unlock()
+}
+
+func (l *streamLog) snapshot() ([]events.Envelope, []time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]events.Envelope(nil), l.all...), append([]time.Time(nil), l.at...)
+}
+
+func put(t *testing.T, ctx context.Context, kv jetstream.KeyValue, key string, v any) {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err = kv.Put(ctx, key, b); err == nil {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("put %s: %v", key, err)
+		}
+		time.Sleep(50 * time.Millisecond) // a leader election in progress
+	}
+}
+
+// TestThreeNodeClusterSurvivesTheLossOfALeader: with --replicas 3, the
+// services keep admitting when the server leading the event stream dies.
+// Workloads are submitted for 12 s; at 4 s the stream's leader is shut
+// down. Every workload is admitted and released; in stream order the
+// workloads admitted and not yet finished never exceed the quota (a
+// finished run is stored before its quota can be released, so a later
+// admission that used that quota follows it in the stream); and the
+// longest gap between two admissions is logged as the pause a leader loss
+// costs.
+func TestThreeNodeClusterSurvivesTheLossOfALeader(t *testing.T) {
+	c := startCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+
+	c.waitMetaLeader(t)
+	_, setupJS := c.connect(t, "setup")
+	for {
+		sctx, scancel := context.WithTimeout(ctx, 5*time.Second)
+		err := bus.Setup(sctx, setupJS, bus.Config{Replicas: 3})
+		scancel()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("setup with 3 replicas: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	info, err := setupJS.Stream(ctx, bus.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	si := info.CachedInfo()
+	if si.Config.Replicas != 3 || si.Cluster == nil || len(si.Cluster.Replicas) != 2 {
+		t.Fatalf("stream %s: replicas %d, cluster %+v; want 3 replicas", bus.StreamEvents, si.Config.Replicas, si.Cluster)
+	}
+
+	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel)
+	run := func(name string, r interface{ Run(context.Context) error }) {
+		runCtx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- r.Run(runCtx) }()
+		t.Cleanup(func() {
+			stop()
+			if err := <-done; err != nil {
+				t.Errorf("%s Run: %v", name, err)
+			}
+		})
+	}
+	for _, name := range []string{"admission-a", "admission-b"} {
+		_, js := c.connect(t, name)
+		adm, err := admission.New(admission.Config{Interval: 10 * time.Millisecond}, js, bus.NewPublisher(js, events.Source("admission")), admission.WithLogger(log))
+		if err != nil {
+			t.Fatal(err)
+		}
+		run(name, adm)
+	}
+	_, pjs := c.connect(t, "preemption")
+	run("preemption", preemption.New(pjs, bus.NewPublisher(pjs, events.Source("preemption")), log))
+	_, qjs := c.connect(t, "quota")
+	q, err := quota.New(quota.Config{Reconcile: time.Second}, qjs, bus.NewPublisher(qjs, events.Source("quota")), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run("quota", q)
+
+	// The outside subscriber.
+	_, rjs := c.connect(t, "reader")
+	seen := &streamLog{}
+	cons, err := rjs.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{"sluice.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		if e, err := events.DecodeParts(m.Subject(), m.Headers(), m.Data()); err == nil {
+			seen.add(e)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Stop()
+
+	// The watcher's part: 8 CPUs of quota.
+	const quotaCPU = 8
+	_, wjs := c.connect(t, "watcher")
+	cfgKV, err := wjs.KeyValue(ctx, configstore.Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put(t, ctx, cfgKV, configstore.Key(configstore.KindResourceFlavor, "", "default"), v1beta1.ResourceFlavor{ObjectMeta: metav1.ObjectMeta{Name: "default"}})
+	put(t, ctx, cfgKV, configstore.Key(configstore.KindClusterQueue, "", "cq"), v1beta1.ClusterQueue{
+		ObjectMeta: metav1.ObjectMeta{Name: "cq"},
+		Spec: v1beta1.ClusterQueueSpec{
+			NamespaceSelector: &metav1.LabelSelector{},
+			ResourceGroups: []v1beta1.ResourceGroup{{
+				CoveredResources: []corev1.ResourceName{"cpu"},
+				Flavors: []v1beta1.FlavorQuotas{{Name: "default", Resources: []v1beta1.ResourceQuota{
+					{Name: "cpu", NominalQuota: *resource.NewQuantity(quotaCPU, resource.DecimalSI)}}}},
+			}},
+		},
+	})
+	put(t, ctx, cfgKV, configstore.Key(configstore.KindLocalQueue, "team-a", "main"), v1beta1.LocalQueue{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "main"}, Spec: v1beta1.LocalQueueSpec{ClusterQueue: "cq"}})
+
+	// The integration's part: submit, start what is admitted, finish it
+	// 200 ms later (record deleted, finished published).
+	_, ijs := c.connect(t, "integration")
+	wlKV, err := ijs.KeyValue(ctx, workloads.Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ipub := bus.NewPublisher(ijs, events.Source("integration"))
+	publish := func(e events.Event, id string) {
+		for {
+			err := ipub.Publish(ctx, e, id)
+			if err == nil {
+				return
+			} else if ctx.Err() != nil {
+				t.Errorf("integration: publish %s: %v", e.Type(), err)
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	var subMu sync.Mutex
+	submitted := map[string]events.WorkloadRef{}
+	handled := map[string]bool{}
+	ic, err := ijs.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{"sluice.workload.v1.admitted.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	icc, err := ic.Consume(func(m jetstream.Msg) {
+		e, err := events.DecodeParts(m.Subject(), m.Headers(), m.Data())
+		if err != nil {
+			return
+		}
+		var a events.WorkloadAdmittedV1
+		if e.As(&a) != nil {
+			return
+		}
+		subMu.Lock()
+		first := !handled[a.Workload.Name]
+		handled[a.Workload.Name] = true
+		subMu.Unlock()
+		if !first {
+			return
+		}
+		go func() {
+			publish(events.WorkloadStartedV1{Workload: a.Workload, ClusterQueue: "cq", Admission: a.Admission},
+				events.ID(events.TypeWorkloadStartedV1, a.Workload.UID, a.Admission))
+			time.Sleep(200 * time.Millisecond)
+			// Finished is stored before the record goes: quota is released
+			// (by the event, or by the reconciler once the record is gone)
+			// only after the stream holds the end of the run.
+			publish(events.WorkloadFinishedV1{Workload: a.Workload, ClusterQueue: "cq", Succeeded: true},
+				events.ID(events.TypeWorkloadFinishedV1, a.Workload.UID))
+			for ctx.Err() == nil {
+				if err := wlKV.Delete(ctx, workloads.Key(a.Workload)); err == nil {
+					break
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer icc.Stop()
+
+	submit := func(i int) {
+		name := fmt.Sprintf("w-%03d", i)
+		rec := events.WorkloadSubmittedV1{
+			Workload:   events.WorkloadRef{Kind: "job", Namespace: "team-a", Name: name, UID: "uid-" + name},
+			LocalQueue: "main", CreationTime: time.Now().UTC().Truncate(time.Second),
+			PodSets: []events.PodSetV1{{Name: "main", Count: 1, Requests: map[string]string{"cpu": "2"}}},
+		}
+		put(t, ctx, wlKV, workloads.Key(rec.Workload), rec)
+		publish(rec, events.ID(rec.Type(), rec.Workload.UID))
+		subMu.Lock()
+		submitted[name] = rec.Workload
+		subMu.Unlock()
+	}
+
+	// Submit for 12 s; kill the stream's leader at 4 s.
+	start := time.Now()
+	var killedAt time.Time
+	var killed string
+	for i := 0; time.Since(start) < 12*time.Second; i++ {
+		submit(i)
+		if killed == "" && time.Since(start) > 4*time.Second {
+			si, err := setupJS.Stream(ctx, bus.StreamEvents)
+			if err != nil {
+				t.Fatal(err)
+			}
+			killed = si.CachedInfo().Cluster.Leader
+			killedAt = time.Now()
+			c.servers[killed].Shutdown()
+			t.Logf("shut down %s, the leader of %s", killed, bus.StreamEvents)
+		}
+		time.Sleep(40 * time.Millisecond)
+	}
+	if killed == "" {
+		t.Fatal("no leader was shut down")
+	}
+
+	// Everything submitted is admitted once and released.
+	subMu.Lock()
+	total := len(submitted)
+	subMu.Unlock()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		evs, _ := seen.snapshot()
+		released := map[string]bool{}
+		for _, e := range evs {
+			if e.Type == events.TypeQuotaReleasedV1 {
+				released[e.Subject] = true
+			}
+		}
+		if len(released) == total {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d workloads released within 60 s of the last submission", len(released), total)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+
+	evs, at := seen.snapshot()
+	admittedIDs := map[string]map[string]bool{}
+	holding := map[string]bool{}
+	peak := 0
+	var admittedAt []time.Time
+	for i, e := range evs {
+		switch e.Type {
+		case events.TypeWorkloadAdmittedV1:
+			if admittedIDs[e.Subject] == nil {
+				admittedIDs[e.Subject] = map[string]bool{}
+			}
+			admittedIDs[e.Subject][e.ID] = true
+			holding[e.Subject] = true
+			peak = max(peak, len(holding))
+			admittedAt = append(admittedAt, at[i])
+		case events.TypeWorkloadFinishedV1:
+			delete(holding, e.Subject)
+		}
+	}
+	if len(admittedIDs) != total {
+		t.Errorf("%d workloads admitted, want %d", len(admittedIDs), total)
+	}
+	// Known (issue "full scale at full pace"): a leader loss can make a
+	// workload announced as admitted under a second admission id, with no
+	// eviction between. Counted, not yet refused.
+	twice := 0
+	for _, ids := range admittedIDs {
+		if len(ids) > 1 {
+			twice++
+		}
+	}
+	if peak > quotaCPU/2 {
+		t.Errorf("in stream order, %d workloads admitted and not finished at once; the quota fits %d", peak, quotaCPU/2)
+	}
+	sort.Slice(admittedAt, func(i, j int) bool { return admittedAt[i].Before(admittedAt[j]) })
+	var gapBefore, gapAfter time.Duration
+	for i := 1; i < len(admittedAt); i++ {
+		g := admittedAt[i].Sub(admittedAt[i-1])
+		if admittedAt[i].After(killedAt) {
+			gapAfter = max(gapAfter, g)
+		} else {
+			gapBefore = max(gapBefore, g)
+		}
+	}
+	t.Logf("%d workloads, %d events; peak %d of %d; %d announced as admitted twice; longest gap between two admissions: %s before the leader loss, %s after",
+		total, len(evs), peak, quotaCPU/2, twice, gapBefore.Round(time.Millisecond), gapAfter.Round(time.Millisecond))
+}
