@@ -55,10 +55,10 @@ loadtest:
 	SLUICE_E2E=1 SLUICE_BASELINE_SCALE=$(LOADTEST_SCALE) SLUICE_E2E_LOG_LEVEL=info go test -count=1 -timeout 120m -v -run 'TestBaseline' ./test/e2e/
 
 # The services on a three-node JetStream cluster whose event-stream leader
-# is shut down under load (test/natscluster), three times. Not in `test` yet:
-# see docs/deploy.md.
+# is shut down under load (test/natscluster, also part of test-unit), five
+# times in a row.
 natscluster:
-	SLUICE_NATS_CLUSTER=1 go test -count=3 -v -timeout 15m -run TestThreeNode ./test/natscluster/
+	go test -count=5 -v -timeout 15m -run TestThreeNode ./test/natscluster/
 
 # A local cluster with Sluice running and example Jobs to watch.
 dev: build devcluster

@@ -492,7 +492,7 @@ func (s *Service) setLedger(ctx context.Context, key string, prev, next ledger.V
 		if !s.synced.IsOpen() {
 			continue
 		}
-		if _, known := s.wls[wk]; known && s.recordExists(ctx, wk) {
+		if _, known := s.wls[wk]; known && !s.recordGone(ctx, wk) {
 			// Stopped (preempted or drained): back to its queue.
 			_ = s.eng.Evict(wk)
 		} else {
@@ -513,11 +513,32 @@ func (s *Service) setLedger(ctx context.Context, key string, prev, next ledger.V
 // the record exists, which at worst queues a finished workload until its
 // deletion arrives.
 func (s *Service) recordExists(ctx context.Context, key string) bool {
+	exists, _ := s.record(ctx, key)
+	return exists
+}
+
+// recordGone: the bucket says the record is gone (not only unreachable).
+func (s *Service) recordGone(ctx context.Context, key string) bool {
+	exists, known := s.record(ctx, key)
+	return known && !exists
+}
+
+// record asks the workload bucket directly whether a record exists; known
+// is false when the bucket did not answer (e.g. while a NATS server that
+// led it is replaced), and exists is then true.
+func (s *Service) record(ctx context.Context, key string) (exists, known bool) {
 	if s.wlKV == nil {
-		return true
+		return true, true
 	}
 	_, err := s.wlKV.Get(ctx, workloads.KVKeyFromEngine(key))
-	return !errors.Is(err, jetstream.ErrKeyNotFound)
+	switch {
+	case err == nil:
+		return true, true
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return false, true
+	default:
+		return true, false
+	}
 }
 
 // cycle runs the engine once and makes its decisions durable.
@@ -538,7 +559,16 @@ func (s *Service) cycle(ctx context.Context) error {
 		if d.Kind != engine.KindAdmitted {
 			continue
 		}
-		if !s.recordExists(ctx, d.Key) {
+		exists, known := s.record(ctx, d.Key)
+		if !known {
+			// The bucket does not answer: the job may have ended. Reserve
+			// nothing for it until the bucket says it is there.
+			_ = s.eng.Evict(d.Key)
+			decisions[i].Kind = ""
+			s.dirty = true
+			continue
+		}
+		if !exists {
 			// The workload ended while this replica's view of the records
 			// lagged behind its view of the ledger (a replica just
 			// started, or the two watches deliver out of step): never
