@@ -51,6 +51,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="type(self.nominalQuota) == int ? self.nominalQuota >= 0 : (!isQuantity(self.nominalQuota) || !quantity(self.nominalQuota).isLessThan(quantity('0')))",fieldPath=".nominalQuota",message="nominalQuota must not be negative"
 // +kubebuilder:validation:XValidation:rule="!has(self.borrowingLimit) || (type(self.borrowingLimit) == int ? self.borrowingLimit >= 0 : (!isQuantity(self.borrowingLimit) || !quantity(self.borrowingLimit).isLessThan(quantity('0'))))",fieldPath=".borrowingLimit",message="borrowingLimit must not be negative"
 // +kubebuilder:validation:XValidation:rule="!has(self.lendingLimit) || (type(self.lendingLimit) == int ? self.lendingLimit >= 0 : (!isQuantity(self.lendingLimit) || !quantity(self.lendingLimit).isLessThan(quantity('0'))))",fieldPath=".lendingLimit",message="lendingLimit must not be negative"
+// +kubebuilder:validation:XValidation:rule="!has(self.lendingLimit) || !isQuantity(string(self.lendingLimit)) || !isQuantity(string(self.nominalQuota)) || !quantity(string(self.nominalQuota)).isLessThan(quantity(string(self.lendingLimit)))",fieldPath=".lendingLimit",message="lendingLimit must not be more than nominalQuota"
 
 // ResourceQuota is the quota of one resource in one flavor.
 type ResourceQuota struct {
@@ -138,19 +139,24 @@ const (
 	// TryNextFlavor looks at the next flavor first and comes back only if
 	// none fits better.
 	TryNextFlavor FlavorFungibilityPolicy = "TryNextFlavor"
+	// MayStopSearch is Kueue's current name for Borrow (in whenCanBorrow)
+	// and Preempt (in whenCanPreempt): the search may stop at this flavor.
+	MayStopSearch FlavorFungibilityPolicy = "MayStopSearch"
 )
 
 // FlavorFungibility decides whether to move on to the next flavor.
 type FlavorFungibility struct {
-	// whenCanBorrow: Borrow (default) or TryNextFlavor.
+	// whenCanBorrow: Borrow (default) or its Kueue name MayStopSearch, or
+	// TryNextFlavor.
 	// +optional
 	// +kubebuilder:default=Borrow
-	// +kubebuilder:validation:Enum=Borrow;TryNextFlavor
+	// +kubebuilder:validation:Enum=Borrow;MayStopSearch;TryNextFlavor
 	WhenCanBorrow FlavorFungibilityPolicy `json:"whenCanBorrow,omitempty"`
-	// whenCanPreempt: Preempt or TryNextFlavor (default).
+	// whenCanPreempt: Preempt or its Kueue name MayStopSearch, or
+	// TryNextFlavor (default).
 	// +optional
 	// +kubebuilder:default=TryNextFlavor
-	// +kubebuilder:validation:Enum=Preempt;TryNextFlavor
+	// +kubebuilder:validation:Enum=Preempt;MayStopSearch;TryNextFlavor
 	WhenCanPreempt FlavorFungibilityPolicy `json:"whenCanPreempt,omitempty"`
 }
 
@@ -180,6 +186,8 @@ type BorrowWithinCohort struct {
 }
 
 // ClusterQueuePreemption says whom a pending workload may preempt.
+// Preempting while borrowing is reclaiming too, so it needs reclaiming on.
+// +kubebuilder:validation:XValidation:rule="!has(self.borrowWithinCohort) || !has(self.borrowWithinCohort.policy) || self.borrowWithinCohort.policy == 'Never' || (has(self.reclaimWithinCohort) && self.reclaimWithinCohort != 'Never')",fieldPath=".borrowWithinCohort",message="borrowWithinCohort needs reclaimWithinCohort other than Never"
 type ClusterQueuePreemption struct {
 	// withinClusterQueue: Never (default), LowerPriority or
 	// LowerOrNewerEqualPriority.

@@ -81,11 +81,12 @@ func TestCRDCostCheckIsLive(t *testing.T) {
 			got = append(got, e.Field)
 		}
 	}
-	// The three quantity rules of ResourceQuota (nominalQuota, borrowingLimit,
-	// lendingLimit) each run up to 16×16×16 times.
+	// The four quantity rules of ResourceQuota (nominalQuota, borrowingLimit,
+	// lendingLimit not negative; lendingLimit not above nominalQuota) each
+	// run up to 16×16×16 times.
 	quota := "spec.validation.openAPIV3Schema.properties[spec].properties[resourceGroups].items" +
 		".properties[flavors].items.properties[resources].items.x-kubernetes-validations"
-	want := []string{quota + "[0].rule", quota + "[1].rule", quota + "[2].rule"}
+	want := []string{quota + "[0].rule", quota + "[1].rule", quota + "[2].rule", quota + "[3].rule"}
 	if diff := cmp.Diff(want, got, cmpopts.SortSlices(func(a, b string) bool { return a < b })); diff != "" {
 		t.Errorf("rules over the per-rule cost budget without maxLength (-want +got):\n%s", diff)
 	}

@@ -189,6 +189,51 @@ func TestClusterQueueValidation(t *testing.T) {
 			},
 		},
 		{
+			name: "lendingLimit up to nominalQuota, in any notation",
+			obj: clusterQueue(`
+				cohort: research
+				resourceGroups:
+				- coveredResources: [cpu, memory]
+				  flavors:
+				  - name: on-demand
+				    resources:
+				    - {name: cpu, nominalQuota: "2", lendingLimit: 2000m}
+				    - {name: memory, nominalQuota: 1Gi, lendingLimit: 1024Mi}
+			`),
+		},
+		{
+			name: "lendingLimit above nominalQuota (Kueue refuses it too)",
+			obj: clusterQueue(`
+				cohort: research
+				resourceGroups:
+				- coveredResources: [cpu, memory]
+				  flavors:
+				  - name: on-demand
+				    resources:
+				    - {name: cpu, nominalQuota: 2, lendingLimit: 3}
+				    - {name: memory, nominalQuota: 1Gi, lendingLimit: 1025Mi}
+			`),
+			wantErrs: []fieldError{
+				{quota + ".lendingLimit", `Invalid value: "object": lendingLimit must not be more than nominalQuota`},
+				{"spec.resourceGroups[0].flavors[0].resources[1].lendingLimit", `Invalid value: "object": lendingLimit must not be more than nominalQuota`},
+			},
+		},
+		{
+			name: "Kueue's MayStopSearch in both fungibility fields",
+			obj:  clusterQueue(`flavorFungibility: {whenCanBorrow: MayStopSearch, whenCanPreempt: MayStopSearch}`),
+		},
+		{
+			name: "borrowWithinCohort with reclaiming on",
+			obj:  clusterQueue(`preemption: {reclaimWithinCohort: Any, borrowWithinCohort: {policy: LowerPriority, maxPriorityThreshold: 100}}`),
+		},
+		{
+			name: "borrowWithinCohort without reclaiming (Kueue refuses it too)",
+			obj:  clusterQueue(`preemption: {borrowWithinCohort: {policy: LowerPriority}}`),
+			wantErrs: []fieldError{
+				{"spec.preemption.borrowWithinCohort", `Invalid value: "object": borrowWithinCohort needs reclaimWithinCohort other than Never`},
+			},
+		},
+		{
 			name: "malformed quantity gets one error, from the pattern",
 			obj: clusterQueue(`
 				resourceGroups:
@@ -411,7 +456,7 @@ func TestClusterQueueValidation(t *testing.T) {
 			obj:  clusterQueue(`flavorFungibility: {whenCanBorrow: Preempt}`),
 			wantErrs: []fieldError{
 				{"<nil>", notChecked},
-				{"spec.flavorFungibility.whenCanBorrow", `Unsupported value: "Preempt": supported values: "Borrow", "TryNextFlavor"`},
+				{"spec.flavorFungibility.whenCanBorrow", `Unsupported value: "Preempt": supported values: "Borrow", "MayStopSearch", "TryNextFlavor"`},
 			},
 		},
 		{
@@ -435,6 +480,40 @@ func TestCohortValidation(t *testing.T) {
 			obj: cohort("research", `
 				parent: company
 				fairSharing: {weight: 2}
+				resourceGroups:
+				- coveredResources: [cpu]
+				  flavors:
+				  - name: on-demand
+				    resources:
+				    - {name: cpu, nominalQuota: 100, borrowingLimit: 10, lendingLimit: 50}
+			`),
+		},
+		{
+			name: "Kueue's parentName",
+			obj:  cohort("research", `parentName: company`),
+		},
+		{
+			name: "parent and parentName alike",
+			obj:  cohort("research", `{parent: company, parentName: company}`),
+		},
+		{
+			name: "parent and parentName differ",
+			obj:  cohort("research", `{parent: company, parentName: other}`),
+			wantErrs: []fieldError{
+				{"spec.parentName", `Invalid value: "object": parent and parentName name the same field: give one, or the same value`},
+			},
+		},
+		{
+			name: "cohort is its own parentName",
+			obj:  cohort("research", `parentName: research`),
+			wantErrs: []fieldError{
+				{"spec.parentName", `Invalid value: "object": a Cohort cannot be its own parent`},
+			},
+		},
+		{
+			name: "limits under a parentName",
+			obj: cohort("research", `
+				parentName: company
 				resourceGroups:
 				- coveredResources: [cpu]
 				  flavors:

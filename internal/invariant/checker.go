@@ -151,7 +151,7 @@ func New(cfg Config) (*Checker, error) {
 		if err := c.setQuota(n, co.Spec.ResourceGroups); err != nil {
 			return nil, err
 		}
-		if p := co.Spec.Parent; p != "" {
+		if p := co.Spec.ParentOf(); p != "" {
 			if p == co.Name {
 				return nil, fmt.Errorf("Cohort/%s is its own parent", co.Name)
 			}

@@ -42,7 +42,7 @@ func ToEngine(o Objects) (engine.Config, error) {
 	for _, c := range o.Cohorts {
 		cfg.Cohorts = append(cfg.Cohorts, engine.Cohort{
 			Name:           c.Name,
-			Parent:         c.Spec.Parent,
+			Parent:         c.Spec.ParentOf(),
 			ResourceGroups: groups(c.Spec.ResourceGroups),
 			FairWeight:     weight(c.Spec.FairSharing),
 		})
@@ -85,7 +85,7 @@ func clusterQueue(cq *v1beta1.ClusterQueue) (engine.ClusterQueue, error) {
 		if f.WhenCanBorrow == v1beta1.TryNextFlavor {
 			out.WhenCanBorrow = engine.TryNextFlavor
 		}
-		if f.WhenCanPreempt == v1beta1.Preempt {
+		if f.WhenCanPreempt == v1beta1.Preempt || f.WhenCanPreempt == v1beta1.MayStopSearch {
 			out.WhenCanPreempt = engine.Preempt
 		}
 	}

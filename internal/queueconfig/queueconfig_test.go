@@ -58,6 +58,22 @@ func TestValidateClusterQueue(t *testing.T) {
 			wantErrs: []string{"spec.resourceGroups[0].flavors[0].resources: Required value: flavor default must give quota for covered resource memory"},
 		},
 		{
+			name:     "lendingLimit above nominalQuota",
+			spec:     v1beta1.ClusterQueueSpec{Cohort: "all", ResourceGroups: cpuGroup("2", nil, qp("2001m"))},
+			wantErrs: []string{`spec.resourceGroups[0].flavors[0].resources[0].lendingLimit: Invalid value: "2001m": must not be more than nominalQuota`},
+		},
+		{
+			name: "borrowWithinCohort without reclaiming",
+			spec: v1beta1.ClusterQueueSpec{Preemption: &v1beta1.ClusterQueuePreemption{
+				BorrowWithinCohort: &v1beta1.BorrowWithinCohort{Policy: v1beta1.PreemptionLowerPriority}}},
+			wantErrs: []string{`spec.preemption.borrowWithinCohort: Invalid value: "LowerPriority": borrowWithinCohort needs reclaimWithinCohort other than Never`},
+		},
+		{
+			name: "Kueue's MayStopSearch in both fungibility fields",
+			spec: v1beta1.ClusterQueueSpec{FlavorFungibility: &v1beta1.FlavorFungibility{
+				WhenCanBorrow: v1beta1.MayStopSearch, WhenCanPreempt: v1beta1.MayStopSearch}},
+		},
+		{
 			name:     "unknown stop policy",
 			spec:     v1beta1.ClusterQueueSpec{StopPolicy: &bad},
 			wantErrs: []string{`spec.stopPolicy: Unsupported value: "Pause": supported values: "None", "Hold", "HoldAndDrain"`},
@@ -128,5 +144,46 @@ func TestToEngine(t *testing.T) {
 	}
 	if s := cfg.ClusterQueues[1].StopPolicy; !strings.EqualFold(string(s), "None") {
 		t.Errorf("default stop policy = %q, want None", s)
+	}
+}
+
+// Kueue's names reach the engine as the values they name.
+func TestKueueNamesToEngine(t *testing.T) {
+	cases := []struct {
+		name             string
+		fungibility      v1beta1.FlavorFungibility
+		cohort           v1beta1.CohortSpec
+		wantBorrow       engine.FungibilityPolicy
+		wantPreempt      engine.FungibilityPolicy
+		wantCohortParent string
+	}{
+		{name: "MayStopSearch in both, parentName",
+			fungibility: v1beta1.FlavorFungibility{WhenCanBorrow: v1beta1.MayStopSearch, WhenCanPreempt: v1beta1.MayStopSearch},
+			cohort:      v1beta1.CohortSpec{ParentName: "company"},
+			wantBorrow:  engine.Borrow, wantPreempt: engine.Preempt, wantCohortParent: "company"},
+		{name: "TryNextFlavor in both, parent",
+			fungibility: v1beta1.FlavorFungibility{WhenCanBorrow: v1beta1.TryNextFlavor, WhenCanPreempt: v1beta1.TryNextFlavor},
+			cohort:      v1beta1.CohortSpec{Parent: "company"},
+			wantBorrow:  engine.TryNextFlavor, wantPreempt: engine.TryNextFlavor, wantCohortParent: "company"},
+		{name: "Sluice's own names, no parent",
+			fungibility: v1beta1.FlavorFungibility{WhenCanBorrow: v1beta1.Borrow, WhenCanPreempt: v1beta1.Preempt},
+			wantBorrow:  engine.Borrow, wantPreempt: engine.Preempt},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := tc.fungibility
+			cfg, err := ToEngine(Objects{
+				ClusterQueues: []v1beta1.ClusterQueue{{ObjectMeta: metav1.ObjectMeta{Name: "cq"}, Spec: v1beta1.ClusterQueueSpec{FlavorFungibility: &f}}},
+				Cohorts:       []v1beta1.Cohort{{ObjectMeta: metav1.ObjectMeta{Name: "research"}, Spec: tc.cohort}},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := []string{string(cfg.ClusterQueues[0].WhenCanBorrow), string(cfg.ClusterQueues[0].WhenCanPreempt), cfg.Cohorts[0].Parent}
+			want := []string{string(tc.wantBorrow), string(tc.wantPreempt), tc.wantCohortParent}
+			if d := cmp.Diff(want, got); d != "" {
+				t.Errorf("whenCanBorrow, whenCanPreempt, cohort parent (-want +got):\n%s", d)
+			}
+		})
 	}
 }

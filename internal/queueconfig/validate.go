@@ -75,6 +75,9 @@ func validateGroups(p *field.Path, groups []v1beta1.ResourceGroup, hasCohort boo
 				errs = append(errs, nonNegative(qp.Child("nominalQuota"), &q.NominalQuota)...)
 				errs = append(errs, nonNegative(qp.Child("borrowingLimit"), q.BorrowingLimit)...)
 				errs = append(errs, nonNegative(qp.Child("lendingLimit"), q.LendingLimit)...)
+				if q.LendingLimit != nil && q.LendingLimit.Cmp(q.NominalQuota) > 0 {
+					errs = append(errs, field.Invalid(qp.Child("lendingLimit"), q.LendingLimit.String(), "must not be more than nominalQuota"))
+				}
 				if !hasCohort && q.BorrowingLimit != nil {
 					errs = append(errs, field.Forbidden(qp.Child("borrowingLimit"), "needs a cohort"))
 				}
@@ -121,8 +124,8 @@ func ValidateClusterQueue(cq *v1beta1.ClusterQueue) field.ErrorList {
 	}
 	if f := s.FlavorFungibility; f != nil {
 		fp := sp.Child("flavorFungibility")
-		errs = append(errs, oneOf(fp.Child("whenCanBorrow"), &f.WhenCanBorrow, v1beta1.Borrow, v1beta1.TryNextFlavor)...)
-		errs = append(errs, oneOf(fp.Child("whenCanPreempt"), &f.WhenCanPreempt, v1beta1.Preempt, v1beta1.TryNextFlavor)...)
+		errs = append(errs, oneOf(fp.Child("whenCanBorrow"), &f.WhenCanBorrow, v1beta1.Borrow, v1beta1.MayStopSearch, v1beta1.TryNextFlavor)...)
+		errs = append(errs, oneOf(fp.Child("whenCanPreempt"), &f.WhenCanPreempt, v1beta1.Preempt, v1beta1.MayStopSearch, v1beta1.TryNextFlavor)...)
 	}
 	if pr := s.Preemption; pr != nil {
 		pp := sp.Child("preemption")
@@ -133,6 +136,10 @@ func ValidateClusterQueue(cq *v1beta1.ClusterQueue) field.ErrorList {
 		if b := pr.BorrowWithinCohort; b != nil {
 			errs = append(errs, oneOf(pp.Child("borrowWithinCohort", "policy"), &b.Policy,
 				v1beta1.PreemptionNever, v1beta1.PreemptionLowerPriority)...)
+			if b.Policy != "" && b.Policy != v1beta1.PreemptionNever &&
+				(pr.ReclaimWithinCohort == "" || pr.ReclaimWithinCohort == v1beta1.PreemptionNever) {
+				errs = append(errs, field.Invalid(pp.Child("borrowWithinCohort"), b.Policy, "borrowWithinCohort needs reclaimWithinCohort other than Never"))
+			}
 		}
 	}
 	errs = append(errs, validateFairSharing(sp.Child("fairSharing"), s.FairSharing)...)
@@ -143,10 +150,13 @@ func ValidateClusterQueue(cq *v1beta1.ClusterQueue) field.ErrorList {
 func ValidateCohort(c *v1beta1.Cohort) field.ErrorList {
 	errs := validateName(field.NewPath("metadata", "name"), c.Name)
 	sp := field.NewPath("spec")
-	if c.Spec.Parent != "" && c.Spec.Parent == c.Name {
-		errs = append(errs, field.Invalid(sp.Child("parent"), c.Spec.Parent, "a cohort cannot be its own parent"))
+	if c.Spec.Parent != "" && c.Spec.ParentName != "" && c.Spec.Parent != c.Spec.ParentName {
+		errs = append(errs, field.Invalid(sp.Child("parentName"), c.Spec.ParentName, "parent and parentName name the same field: give one, or the same value"))
 	}
-	errs = append(errs, validateGroups(sp.Child("resourceGroups"), c.Spec.ResourceGroups, c.Spec.Parent != "")...)
+	if p := c.Spec.ParentOf(); p != "" && p == c.Name {
+		errs = append(errs, field.Invalid(sp.Child("parent"), p, "a cohort cannot be its own parent"))
+	}
+	errs = append(errs, validateGroups(sp.Child("resourceGroups"), c.Spec.ResourceGroups, c.Spec.ParentOf() != "")...)
 	errs = append(errs, validateFairSharing(sp.Child("fairSharing"), c.Spec.FairSharing)...)
 	return errs
 }

@@ -75,6 +75,18 @@ func decode(loc string, doc, js []byte, obj any) error {
 	if err := json.Unmarshal(js, &generic); err != nil {
 		return docError(loc, err.Error())
 	}
+	// A status is what a cluster wrote (a manifest exported with kubectl
+	// get -o yaml, Kueue's status fields included): accepted and ignored.
+	if m, ok := generic.(map[string]any); ok {
+		if _, has := m["status"]; has {
+			delete(m, "status")
+			stripped, err := json.Marshal(m)
+			if err != nil {
+				return docError(loc, err.Error())
+			}
+			js = stripped
+		}
+	}
 	errs = append(errs, typeCheck(nil, generic, reflect.TypeOf(obj).Elem())...)
 	if len(errs) > 0 {
 		return fieldErrors(loc, errs)

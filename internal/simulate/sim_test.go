@@ -786,3 +786,69 @@ func TestWorkloadInMissingLocalQueueWaits(t *testing.T) {
 		t.Errorf("summary of default/lost = %+v", w)
 	}
 }
+
+// A manifest exported from a cluster running Kueue, apiVersion changed:
+// status stanzas (Kueue's fields, unknown to Sluice) and server-set
+// metadata are ignored, and Kueue's names (parentName, MayStopSearch) are
+// understood.
+func TestLoadAcceptsExportedKueueManifests(t *testing.T) {
+	sc := load(t, `apiVersion: sluice.dev/v1beta1
+kind: ResourceFlavor
+metadata:
+  name: default
+  uid: 0b5d1c9e-1111-4222-8333-944455556666
+  resourceVersion: "123"
+  generation: 1
+  creationTimestamp: "2026-01-01T00:00:00Z"
+  managedFields: [{manager: kubectl, operation: Apply, apiVersion: kueue.x-k8s.io/v1beta1}]
+---
+apiVersion: sluice.dev/v1beta1
+kind: Cohort
+metadata: {name: research}
+spec: {parentName: org}
+status: {fairSharing: {weightedShare: 0}}
+---
+apiVersion: sluice.dev/v1beta1
+kind: ClusterQueue
+metadata: {name: cq, resourceVersion: "7"}
+spec:
+  cohort: research
+  namespaceSelector: {}
+  flavorFungibility: {whenCanBorrow: MayStopSearch, whenCanPreempt: MayStopSearch}
+  resourceGroups:
+  - coveredResources: [cpu]
+    flavors:
+    - name: default
+      resources: [{name: cpu, nominalQuota: 4}]
+status:
+  reservingWorkloads: 0
+  flavorsReservation: [{name: default, resources: [{name: cpu, total: "0", borrowed: "0"}]}]
+  conditions: [{type: Active, status: "True", reason: Ready, message: Can admit new workloads, lastTransitionTime: "2026-01-01T00:00:00Z"}]
+---
+apiVersion: sluice.dev/v1beta1
+kind: LocalQueue
+metadata: {name: lq, namespace: ns}
+spec: {clusterQueue: cq}
+status: {pendingWorkloads: 0, reservingWorkloads: 0, flavorUsage: []}
+---
+apiVersion: sluice.dev/v1beta1
+kind: SimulatedWorkload
+metadata: {name: w, namespace: ns}
+spec:
+  queueName: lq
+  podSets: [{name: main, count: 1, requests: {cpu: "1"}}]
+  runtime: 10s
+`)
+	recs, err := Run(sc, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range recs {
+		got = append(got, r.Type)
+	}
+	want := []string{"dev.sluice.workload.v1.submitted", "dev.sluice.workload.v1.admitted", "dev.sluice.workload.v1.finished", "dev.sluice.simulation.v1.summary"}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("records (-want +got):\n%s", d)
+	}
+}
