@@ -217,7 +217,18 @@ type FairSharing struct {
 	Weight *resource.Quantity `json:"weight,omitempty"`
 }
 
+// AdmissionScope is Kueue's switch for Admission Fair Sharing (ordering
+// by recent usage). Sluice does not implement it and refuses it, so that a
+// manifest relying on it is not silently admitted in another order.
+type AdmissionScope struct {
+	// admissionMode is Kueue's mode, e.g. UsageBasedAdmissionFairSharing.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	AdmissionMode string `json:"admissionMode,omitempty"`
+}
+
 // ClusterQueueSpec is the quota and policy of one ClusterQueue.
+// +kubebuilder:validation:XValidation:rule="!has(self.admissionScope)",fieldPath=".admissionScope",message="admissionScope (Kueue's Admission Fair Sharing) is not supported by Sluice; remove it (fairSharing orders by dominant resource share instead)"
 // +kubebuilder:validation:XValidation:rule="has(self.cohort) || !has(self.resourceGroups) || self.resourceGroups.all(g, g.flavors.all(f, f.resources.all(r, !has(r.borrowingLimit) && !has(r.lendingLimit))))",message="borrowingLimit and lendingLimit need a cohort"
 type ClusterQueueSpec struct {
 	// resourceGroups give the quota, by flavor.
@@ -256,6 +267,10 @@ type ClusterQueueSpec struct {
 
 	// +optional
 	FairSharing *FairSharing `json:"fairSharing,omitempty"`
+
+	// admissionScope is refused (see AdmissionScope).
+	// +optional
+	AdmissionScope *AdmissionScope `json:"admissionScope,omitempty"`
 }
 
 // FlavorUsage is the usage of one flavor.

@@ -5,6 +5,7 @@ import (
 )
 
 // LocalQueueSpec points a namespace's queue at a ClusterQueue.
+// +kubebuilder:validation:XValidation:rule="!has(self.fairSharing)",fieldPath=".fairSharing",message="fairSharing on a LocalQueue (Kueue's Admission Fair Sharing weight) is not supported by Sluice; remove it"
 type LocalQueueSpec struct {
 	// clusterQueue cannot change once set.
 	// +kubebuilder:validation:MinLength=1
@@ -17,6 +18,11 @@ type LocalQueueSpec struct {
 	// +optional
 	// +kubebuilder:default=None
 	StopPolicy *StopPolicy `json:"stopPolicy,omitempty"`
+
+	// fairSharing is refused: Kueue uses it for Admission Fair Sharing,
+	// which Sluice does not implement.
+	// +optional
+	FairSharing *FairSharing `json:"fairSharing,omitempty"`
 }
 
 // LocalQueueStatus is written by the watcher on a timer.

@@ -219,6 +219,13 @@ func TestClusterQueueValidation(t *testing.T) {
 			},
 		},
 		{
+			name: "Kueue's admissionScope is refused by name",
+			obj:  clusterQueue(`admissionScope: {admissionMode: UsageBasedAdmissionFairSharing}`),
+			wantErrs: []fieldError{
+				{"spec.admissionScope", `Invalid value: "object": admissionScope (Kueue's Admission Fair Sharing) is not supported by Sluice; remove it (fairSharing orders by dominant resource share instead)`},
+			},
+		},
+		{
 			name: "Kueue's MayStopSearch in both fungibility fields",
 			obj:  clusterQueue(`flavorFungibility: {whenCanBorrow: MayStopSearch, whenCanPreempt: MayStopSearch}`),
 		},
@@ -590,6 +597,13 @@ func TestLocalQueueValidation(t *testing.T) {
 		{
 			name: "held",
 			obj:  localQueue(`{clusterQueue: team-a, stopPolicy: Hold}`),
+		},
+		{
+			name: "Kueue's fairSharing weight is refused by name",
+			obj:  localQueue(`{clusterQueue: team-a, fairSharing: {weight: 2}}`),
+			wantErrs: []fieldError{
+				{"spec.fairSharing", `Invalid value: "object": fairSharing on a LocalQueue (Kueue's Admission Fair Sharing weight) is not supported by Sluice; remove it`},
+			},
 		},
 		{
 			name: "missing spec",

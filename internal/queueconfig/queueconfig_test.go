@@ -74,6 +74,11 @@ func TestValidateClusterQueue(t *testing.T) {
 				WhenCanBorrow: v1beta1.MayStopSearch, WhenCanPreempt: v1beta1.MayStopSearch}},
 		},
 		{
+			name: "Kueue's admissionScope",
+			spec: v1beta1.ClusterQueueSpec{AdmissionScope: &v1beta1.AdmissionScope{AdmissionMode: "UsageBasedAdmissionFairSharing"}},
+			wantErrs: []string{"spec.admissionScope: Forbidden: Kueue's Admission Fair Sharing is not supported by Sluice; remove it (fairSharing orders by dominant resource share instead)"},
+		},
+		{
 			name:     "unknown stop policy",
 			spec:     v1beta1.ClusterQueueSpec{StopPolicy: &bad},
 			wantErrs: []string{`spec.stopPolicy: Unsupported value: "Pause": supported values: "None", "Hold", "HoldAndDrain"`},
