@@ -42,6 +42,7 @@ func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root.PersistentFlags().StringVar(&pprofAddr, "pprof-address", "", "serve Go's profiles (net/http/pprof) on this address, e.g. 127.0.0.1:6060 (empty: off)")
 	root.PersistentPreRunE = func(*cobra.Command, []string) error { return servePprof(ctx, pprofAddr) }
 	root.AddCommand(newSimulateCmd())
+	root.AddCommand(newConvertCmd())
 	root.AddCommand(newServiceCmds()...)
 	root.AddCommand(newEventsCmd())
 	err := root.ExecuteContext(ctx)

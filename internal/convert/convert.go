@@ -1,0 +1,307 @@
+package convert
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	sigsjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
+
+	"github.com/sluice-dev/sluice/api/v1beta1"
+)
+
+// ErrUnsupported marks a Kueue kind or field Sluice does not implement.
+var ErrUnsupported = errors.New("not supported by Sluice")
+
+// Options tune a conversion.
+type Options struct {
+	// DropUnsupported drops what Sluice does not implement, with a warning,
+	// instead of failing.
+	DropUnsupported bool
+}
+
+// Result is the converted text and the warnings of what was dropped.
+type Result struct {
+	Output   []byte
+	Warnings []string
+}
+
+// kinds Sluice has, by Kueue's kind name: an empty object of Sluice's type
+// checks that nothing unknown is left after the renames.
+var kinds = map[string]func() any{
+	"ResourceFlavor":        func() any { return &v1beta1.ResourceFlavor{} },
+	"ClusterQueue":          func() any { return &v1beta1.ClusterQueue{} },
+	"LocalQueue":            func() any { return &v1beta1.LocalQueue{} },
+	"Cohort":                func() any { return &v1beta1.Cohort{} },
+	"WorkloadPriorityClass": func() any { return &v1beta1.WorkloadPriorityClass{} },
+}
+
+// unsupported fields by kind, as paths under the object, with why.
+var unsupported = map[string]map[string]string{
+	"ResourceFlavor": {"spec.topologyName": "topology-aware scheduling"},
+	"ClusterQueue": {
+		"spec.admissionChecks":         "admission checks",
+		"spec.admissionChecksStrategy": "admission checks",
+		"spec.admissionScope":          "Admission Fair Sharing",
+	},
+	"LocalQueue": {"spec.fairSharing": "Admission Fair Sharing"},
+}
+
+// serverSet is metadata the API server writes: not part of what a user
+// applies.
+var serverSet = []string{"uid", "resourceVersion", "generation", "creationTimestamp", "managedFields", "selfLink", "deletionTimestamp", "deletionGracePeriodSeconds"}
+
+// docSeparator is a line holding only "---" (and maybe a comment).
+var docSeparator = regexp.MustCompile(`(?m)^---[ \t]*(#.*)?$`)
+
+// Convert converts the documents of one file; name is how errors and
+// warnings call it.
+func Convert(name string, in []byte, opts Options) (Result, error) {
+	var res Result
+	var out [][]byte
+	docs := docSeparator.Split(string(in), -1)
+	n := 0
+	for _, doc := range docs {
+		if strings.TrimSpace(stripComments(doc)) == "" {
+			continue
+		}
+		n++
+		loc := fmt.Sprintf("%s: document %d", name, n)
+		converted, warnings, err := convertDoc(loc, []byte(doc), opts)
+		if err != nil {
+			return Result{}, err
+		}
+		res.Warnings = append(res.Warnings, warnings...)
+		if converted != nil {
+			out = append(out, converted)
+		}
+	}
+	for i, d := range out {
+		if i > 0 {
+			res.Output = append(res.Output, "---\n"...)
+		}
+		d = bytes.TrimLeft(d, "\n")
+		res.Output = append(res.Output, d...)
+		if len(d) > 0 && d[len(d)-1] != '\n' {
+			res.Output = append(res.Output, '\n')
+		}
+	}
+	return res, nil
+}
+
+func stripComments(doc string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(doc, "\n") {
+		if t := strings.TrimSpace(line); t != "" && !strings.HasPrefix(t, "#") {
+			b.WriteString(line)
+			b.WriteByte('\n')
+		}
+	}
+	return b.String()
+}
+
+// convertDoc converts one document; nil output drops it.
+func convertDoc(loc string, doc []byte, opts Options) ([]byte, []string, error) {
+	js, err := yaml.YAMLToJSON(doc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: not valid YAML: %w", loc, err)
+	}
+	var obj map[string]any
+	if err := json.Unmarshal(js, &obj); err != nil || obj == nil {
+		return nil, nil, fmt.Errorf("%s: a document must be a mapping with apiVersion and kind", loc)
+	}
+	apiVersion, _ := obj["apiVersion"].(string)
+	kind, _ := obj["kind"].(string)
+	group, version, _ := strings.Cut(apiVersion, "/")
+	if !strings.HasSuffix(group, "kueue.x-k8s.io") {
+		return doc, nil, nil // not Kueue's: as written
+	}
+	what := kind
+	if md, ok := obj["metadata"].(map[string]any); ok {
+		if nm, _ := md["name"].(string); nm != "" {
+			what = kind + " " + nm
+			if ns, _ := md["namespace"].(string); ns != "" {
+				what = kind + " " + ns + "/" + nm
+			}
+		}
+	}
+	loc = loc + " (" + what + ")"
+	newType, known := kinds[kind]
+	if group != "kueue.x-k8s.io" || !known || (version != "v1beta1" && version != "v1beta2" && version != "v1alpha1") {
+		err := fmt.Errorf("%s: %s of %s: %w", loc, kind, apiVersion, ErrUnsupported)
+		if opts.DropUnsupported {
+			return nil, []string{"dropped " + err.Error()}, nil
+		}
+		return nil, nil, err
+	}
+
+	obj["apiVersion"] = v1beta1.GroupVersion.String()
+	delete(obj, "status")
+	if md, ok := obj["metadata"].(map[string]any); ok {
+		for _, f := range serverSet {
+			delete(md, f)
+		}
+	}
+	if err := rename(obj, kind); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", loc, err)
+	}
+	var warnings []string
+	for _, path := range sortedKeys(unsupported[kind]) {
+		if !has(obj, path) {
+			continue
+		}
+		err := fmt.Errorf("%s: %s (%s): %w", loc, path, unsupported[kind][path], ErrUnsupported)
+		if !opts.DropUnsupported {
+			return nil, nil, err
+		}
+		remove(obj, path)
+		warnings = append(warnings, "dropped "+err.Error())
+	}
+	// Anything else Sluice's type lacks is unsupported too.
+	for {
+		b, err := json.Marshal(obj)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", loc, err)
+		}
+		strict, err := sigsjson.UnmarshalStrict(b, newType())
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", loc, err)
+		}
+		paths := unknownFields(strict)
+		if len(paths) == 0 {
+			break
+		}
+		err = fmt.Errorf("%s: %s: %w", loc, strings.Join(paths, ", "), ErrUnsupported)
+		if !opts.DropUnsupported {
+			return nil, nil, err
+		}
+		for _, p := range paths {
+			remove(obj, p)
+		}
+		warnings = append(warnings, "dropped "+err.Error())
+	}
+	out, err := yaml.Marshal(obj)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", loc, err)
+	}
+	return out, warnings, nil
+}
+
+// rename applies the field renames of Kueue's versions.
+func rename(obj map[string]any, kind string) error {
+	spec, _ := obj["spec"].(map[string]any)
+	if spec == nil {
+		return nil
+	}
+	move := func(from, to string) error {
+		v, ok := spec[from]
+		if !ok {
+			return nil
+		}
+		if w, both := spec[to]; both && fmt.Sprint(w) != fmt.Sprint(v) {
+			return fmt.Errorf("spec.%s and spec.%s name the same field with different values", from, to)
+		}
+		delete(spec, from)
+		spec[to] = v
+		return nil
+	}
+	switch kind {
+	case "ClusterQueue":
+		return move("cohortName", "cohort") // v1beta2
+	case "Cohort":
+		return move("parentName", "parent") // v1beta1, v1beta2
+	}
+	return nil
+}
+
+var unknownField = regexp.MustCompile(`unknown field "([^"]+)"`)
+
+func unknownFields(errs []error) []string {
+	var out []string
+	for _, e := range errs {
+		if m := unknownField.FindStringSubmatch(e.Error()); m != nil {
+			out = append(out, m[1])
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// path steps: names and [index].
+func steps(path string) []string {
+	var out []string
+	for _, part := range strings.Split(path, ".") {
+		for part != "" {
+			i := strings.IndexByte(part, '[')
+			if i < 0 {
+				out = append(out, part)
+				break
+			}
+			if i > 0 {
+				out = append(out, part[:i])
+			}
+			j := strings.IndexByte(part, ']')
+			if j < i {
+				out = append(out, part)
+				break
+			}
+			out = append(out, part[i:j+1])
+			part = part[j+1:]
+		}
+	}
+	return out
+}
+
+// walk returns the container holding the last step of path, and that step.
+func walk(obj map[string]any, path string) (any, string) {
+	st := steps(path)
+	var cur any = obj
+	for _, s := range st[:len(st)-1] {
+		switch c := cur.(type) {
+		case map[string]any:
+			cur = c[s]
+		case []any:
+			i, err := strconv.Atoi(strings.Trim(s, "[]"))
+			if err != nil || i < 0 || i >= len(c) {
+				return nil, ""
+			}
+			cur = c[i]
+		default:
+			return nil, ""
+		}
+	}
+	return cur, st[len(st)-1]
+}
+
+func has(obj map[string]any, path string) bool {
+	c, last := walk(obj, path)
+	m, ok := c.(map[string]any)
+	if !ok {
+		return false
+	}
+	_, ok = m[last]
+	return ok
+}
+
+func remove(obj map[string]any, path string) {
+	if c, last := walk(obj, path); c != nil {
+		if m, ok := c.(map[string]any); ok {
+			delete(m, last)
+		}
+	}
+}
+
+func sortedKeys(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,239 @@
+package convert
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestConvert(t *testing.T) {
+	cases := []struct {
+		name         string
+		in           string
+		drop         bool
+		want         string
+		wantWarnings []string
+		wantErr      string
+	}{
+		{
+			name: "v1beta1 ClusterQueue: only the apiVersion changes",
+			in: `apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {name: team-a}
+spec:
+  cohort: research
+  namespaceSelector: {}
+  flavorFungibility: {whenCanBorrow: MayStopSearch, whenCanPreempt: TryNextFlavor}
+  preemption: {reclaimWithinCohort: Any, withinClusterQueue: LowerPriority}
+  resourceGroups:
+  - coveredResources: [cpu]
+    flavors:
+    - name: default
+      resources: [{name: cpu, nominalQuota: 9, lendingLimit: 4}]
+`,
+			want: `apiVersion: sluice.dev/v1beta1
+kind: ClusterQueue
+metadata:
+  name: team-a
+spec:
+  cohort: research
+  flavorFungibility:
+    whenCanBorrow: MayStopSearch
+    whenCanPreempt: TryNextFlavor
+  namespaceSelector: {}
+  preemption:
+    reclaimWithinCohort: Any
+    withinClusterQueue: LowerPriority
+  resourceGroups:
+  - coveredResources:
+    - cpu
+    flavors:
+    - name: default
+      resources:
+      - lendingLimit: 4
+        name: cpu
+        nominalQuota: 9
+`,
+		},
+		{
+			name: "v1beta2 renames: cohortName and parentName",
+			in: `apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: team-a}
+spec: {cohortName: research}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: Cohort
+metadata: {name: research}
+spec: {parentName: company}
+`,
+			want: `apiVersion: sluice.dev/v1beta1
+kind: ClusterQueue
+metadata:
+  name: team-a
+spec:
+  cohort: research
+---
+apiVersion: sluice.dev/v1beta1
+kind: Cohort
+metadata:
+  name: research
+spec:
+  parent: company
+`,
+		},
+		{
+			name: "status and server-set metadata go; labels and annotations stay",
+			in: `apiVersion: kueue.x-k8s.io/v1beta1
+kind: LocalQueue
+metadata:
+  name: main
+  namespace: team-a
+  labels: {team: a}
+  uid: 0b5d1c9e-1111-4222-8333-944455556666
+  resourceVersion: "42"
+  generation: 3
+  creationTimestamp: "2026-01-01T00:00:00Z"
+  managedFields: [{manager: kubectl}]
+spec: {clusterQueue: team-a}
+status: {pendingWorkloads: 3, admittedWorkloads: 1}
+`,
+			want: `apiVersion: sluice.dev/v1beta1
+kind: LocalQueue
+metadata:
+  labels:
+    team: a
+  name: main
+  namespace: team-a
+spec:
+  clusterQueue: team-a
+`,
+		},
+		{
+			name: "other API groups pass through as written, comments and all",
+			in: `# a job
+apiVersion: batch/v1
+kind: Job
+metadata: {name: train, labels: {kueue.x-k8s.io/queue-name: main}}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: WorkloadPriorityClass
+metadata: {name: high}
+value: 1000
+`,
+			want: `# a job
+apiVersion: batch/v1
+kind: Job
+metadata: {name: train, labels: {kueue.x-k8s.io/queue-name: main}}
+---
+apiVersion: sluice.dev/v1beta1
+kind: WorkloadPriorityClass
+metadata:
+  name: high
+value: 1000
+`,
+		},
+		{
+			name:    "an AdmissionCheck is refused with file, document and object",
+			in:      "apiVersion: kueue.x-k8s.io/v1beta1\nkind: AdmissionCheck\nmetadata: {name: prov}\nspec: {controllerName: kueue.x-k8s.io/provisioning-request}\n",
+			wantErr: "queues.yaml: document 1 (AdmissionCheck prov): AdmissionCheck of kueue.x-k8s.io/v1beta1: not supported by Sluice",
+		},
+		{
+			name: "an AdmissionCheck is dropped when asked, with a warning",
+			in: `apiVersion: kueue.x-k8s.io/v1beta1
+kind: AdmissionCheck
+metadata: {name: prov}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ResourceFlavor
+metadata: {name: default}
+`,
+			drop:         true,
+			want:         "apiVersion: sluice.dev/v1beta1\nkind: ResourceFlavor\nmetadata:\n  name: default\n",
+			wantWarnings: []string{"dropped queues.yaml: document 1 (AdmissionCheck prov): AdmissionCheck of kueue.x-k8s.io/v1beta1: not supported by Sluice"},
+		},
+		{
+			name:    "MultiKueue and Topology kinds are refused",
+			in:      "apiVersion: kueue.x-k8s.io/v1beta1\nkind: MultiKueueCluster\nmetadata: {name: worker}\n---\napiVersion: kueue.x-k8s.io/v1alpha1\nkind: Topology\nmetadata: {name: t}\n",
+			wantErr: "queues.yaml: document 1 (MultiKueueCluster worker): MultiKueueCluster of kueue.x-k8s.io/v1beta1: not supported by Sluice",
+		},
+		{
+			name:    "a flavor's topologyName is refused by path",
+			in:      "apiVersion: kueue.x-k8s.io/v1beta1\nkind: ResourceFlavor\nmetadata: {name: tas}\nspec: {nodeLabels: {pool: a}, topologyName: default}\n",
+			wantErr: "queues.yaml: document 1 (ResourceFlavor tas): spec.topologyName (topology-aware scheduling): not supported by Sluice",
+		},
+		{
+			name: "admission checks on a ClusterQueue are dropped when asked",
+			in: `apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {name: cq}
+spec:
+  admissionChecks: [prov]
+  admissionChecksStrategy: {admissionChecks: [{name: prov, onFlavors: [a]}]}
+`,
+			drop: true,
+			want: "apiVersion: sluice.dev/v1beta1\nkind: ClusterQueue\nmetadata:\n  name: cq\nspec: {}\n",
+			wantWarnings: []string{
+				"dropped queues.yaml: document 1 (ClusterQueue cq): spec.admissionChecks (admission checks): not supported by Sluice",
+				"dropped queues.yaml: document 1 (ClusterQueue cq): spec.admissionChecksStrategy (admission checks): not supported by Sluice",
+			},
+		},
+		{
+			name:    "a LocalQueue's fairSharing is refused",
+			in:      "apiVersion: kueue.x-k8s.io/v1beta1\nkind: LocalQueue\nmetadata: {name: q, namespace: ns}\nspec: {clusterQueue: cq, fairSharing: {weight: 2}}\n",
+			wantErr: "queues.yaml: document 1 (LocalQueue ns/q): spec.fairSharing (Admission Fair Sharing): not supported by Sluice",
+		},
+		{
+			name:    "any other field Sluice lacks is refused by its path",
+			in:      "apiVersion: kueue.x-k8s.io/v1beta2\nkind: ClusterQueue\nmetadata: {name: cq}\nspec:\n  flavorFungibility: {whenCanBorrow: TryNextFlavor, preference: BorrowingOverPreemption}\n",
+			wantErr: "queues.yaml: document 1 (ClusterQueue cq): spec.flavorFungibility.preference: not supported by Sluice",
+		},
+		{
+			name:         "and dropped when asked",
+			in:           "apiVersion: kueue.x-k8s.io/v1beta2\nkind: ClusterQueue\nmetadata: {name: cq}\nspec:\n  flavorFungibility: {whenCanBorrow: TryNextFlavor, preference: BorrowingOverPreemption}\n",
+			drop:         true,
+			want:         "apiVersion: sluice.dev/v1beta1\nkind: ClusterQueue\nmetadata:\n  name: cq\nspec:\n  flavorFungibility:\n    whenCanBorrow: TryNextFlavor\n",
+			wantWarnings: []string{"dropped queues.yaml: document 1 (ClusterQueue cq): spec.flavorFungibility.preference: not supported by Sluice"},
+		},
+		{
+			name:    "cohort and cohortName that disagree",
+			in:      "apiVersion: kueue.x-k8s.io/v1beta2\nkind: ClusterQueue\nmetadata: {name: cq}\nspec: {cohort: a, cohortName: b}\n",
+			wantErr: "queues.yaml: document 1 (ClusterQueue cq): spec.cohortName and spec.cohort name the same field with different values",
+		},
+		{
+			name:    "not YAML",
+			in:      "apiVersion: kueue.x-k8s.io/v1beta1\nkind: [\n",
+			wantErr: "queues.yaml: document 1: not valid YAML",
+		},
+		{
+			name:    "a document that is not a mapping",
+			in:      "- a\n- b\n",
+			wantErr: "queues.yaml: document 1: a document must be a mapping with apiVersion and kind",
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := Convert("queues.yaml", []byte(tc.in), Options{DropUnsupported: tc.drop})
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
+				}
+				if strings.Contains(tc.wantErr, "not supported") && !errors.Is(err, ErrUnsupported) {
+					t.Errorf("error %v is not ErrUnsupported", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := cmp.Diff(tc.want, string(res.Output)); d != "" {
+				t.Errorf("output (-want +got):\n%s", d)
+			}
+			if d := cmp.Diff(tc.wantWarnings, res.Warnings); d != "" {
+				t.Errorf("warnings (-want +got):\n%s", d)
+			}
+		})
+	}
+}
