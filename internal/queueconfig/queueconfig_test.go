@@ -74,8 +74,8 @@ func TestValidateClusterQueue(t *testing.T) {
 				WhenCanBorrow: v1beta1.MayStopSearch, WhenCanPreempt: v1beta1.MayStopSearch}},
 		},
 		{
-			name: "Kueue's admissionScope",
-			spec: v1beta1.ClusterQueueSpec{AdmissionScope: &v1beta1.AdmissionScope{AdmissionMode: "UsageBasedAdmissionFairSharing"}},
+			name:     "Kueue's admissionScope",
+			spec:     v1beta1.ClusterQueueSpec{AdmissionScope: &v1beta1.AdmissionScope{AdmissionMode: "UsageBasedAdmissionFairSharing"}},
 			wantErrs: []string{"spec.admissionScope: Forbidden: Kueue's Admission Fair Sharing is not supported by Sluice; remove it (fairSharing orders by dominant resource share instead)"},
 		},
 		{
