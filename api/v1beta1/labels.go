@@ -6,3 +6,12 @@ const (
 	// PriorityClassLabel on a job names a WorkloadPriorityClass.
 	PriorityClassLabel = "sluice.dev/priority-class"
 )
+
+// Kueue's labels for the same two things. With the integrations'
+// --kueue-labels, a job created with these (and not Sluice's) is given
+// Sluice's labels with the same values on create, for clusters moving off
+// Kueue.
+const (
+	KueueQueueNameLabel     = "kueue.x-k8s.io/queue-name"
+	KueuePriorityClassLabel = "kueue.x-k8s.io/priority-class"
+)

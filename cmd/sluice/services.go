@@ -192,8 +192,10 @@ type serviceFlags struct {
 	webhookCertDir string
 	// webhookExternal: the chart installs the webhook configurations.
 	webhookExternal bool
-	replica         string
-	reconcile       time.Duration
+	// kueueLabels: integration.Config.KueueLabels.
+	kueueLabels bool
+	replica     string
+	reconcile   time.Duration
 	// pendingInterval: admission.Config.PendingInterval.
 	pendingInterval time.Duration
 }
@@ -220,6 +222,8 @@ func (f *serviceFlags) bindIntegration(cmd *cobra.Command) {
 	cmd.Flags().BoolVar(&f.webhookExternal, "webhook-configuration-external", false,
 		"the MutatingWebhookConfigurations are installed by someone else (the Helm chart): do not write them (needs --webhook-cert-dir)")
 	cmd.Flags().StringVar(&f.replica, "replica", "", "name of this replica among the kind's replicas, e.g. the pod name (default: random)")
+	cmd.Flags().BoolVar(&f.kueueLabels, "kueue-labels", false,
+		"also queue objects created with Kueue's kueue.x-k8s.io/queue-name label (and priority-class), giving them Sluice's labels")
 }
 func (f *serviceFlags) bindQuota(cmd *cobra.Command) {
 	cmd.Flags().DurationVar(&f.reconcile, "reconcile", 30*time.Second, "ledger reconciliation interval")
@@ -285,7 +289,7 @@ func integrationRunner(f *serviceFlags, names func() []string) runner {
 			return nil, err
 		}
 		cfg := integration.Config{Workers: f.workers, Resync: f.resync, WebhookAddress: f.webhookAddr, WebhookHost: f.webhookHost,
-			WebhookCertDir: f.webhookCertDir, ExternalWebhookConfiguration: f.webhookExternal, Replica: f.replica}
+			WebhookCertDir: f.webhookCertDir, ExternalWebhookConfiguration: f.webhookExternal, KueueLabels: f.kueueLabels, Replica: f.replica}
 		if err := cfg.Validate(); err != nil {
 			return nil, usageError{err}
 		}

@@ -64,6 +64,9 @@ type Config struct {
 	// and tls.key (a Kubernetes TLS Secret mounted); empty generates a
 	// self-signed one at start.
 	WebhookCertDir string
+	// KueueLabels: objects labelled with Kueue's queue label (and not
+	// Sluice's) are Sluice's too; the webhook gives them Sluice's labels.
+	KueueLabels bool
 	// ExternalWebhookConfiguration: the MutatingWebhookConfigurations are
 	// installed by someone else (the Helm chart), so the process neither
 	// writes them nor needs the permission to.
@@ -285,6 +288,9 @@ func (s *Service) Run(ctx context.Context) error {
 			ads = append(ads, s.kinds[name].ad)
 		}
 		opts := []WebhookOption{WithAddress(s.cfg.WebhookAddress), WithLogger(s.log)}
+		if s.cfg.KueueLabels {
+			opts = append(opts, WithKueueLabels())
+		}
 		if s.cfg.WebhookCertDir != "" {
 			opts = append(opts, WithCertFiles(filepath.Join(s.cfg.WebhookCertDir, "tls.crt"), filepath.Join(s.cfg.WebhookCertDir, "tls.key")))
 			if ca, err := os.ReadFile(filepath.Join(s.cfg.WebhookCertDir, "ca.crt")); err == nil {
@@ -306,7 +312,7 @@ func (s *Service) Run(ctx context.Context) error {
 				if err != nil {
 					return err
 				}
-				if err := EnsureWebhookConfiguration(ctx, s.kube, ad.Kind(), url, wh.CABundle()); err != nil {
+				if err := EnsureWebhookConfiguration(ctx, s.kube, ad.Kind(), url, wh.CABundle(), s.cfg.KueueLabels); err != nil {
 					return err
 				}
 			}

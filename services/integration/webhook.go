@@ -69,6 +69,7 @@ type Webhook struct {
 	// files serves the certificate of WithCertFiles, reloaded when the
 	// files change; nil when the certificate was generated (cert).
 	files           *fileCert
+	kueueLabels     bool
 	caBundle        []byte
 	shutdownTimeout time.Duration
 	mux             *http.ServeMux
@@ -92,6 +93,17 @@ type webhookConfig struct {
 	shutdownTimeout time.Duration
 	log             *zerolog.Logger
 	now             func() time.Time
+	kueueLabels     bool
+}
+
+// WithKueueLabels makes a create labelled with Kueue's queue label (and
+// not Sluice's) Sluice's: the webhook copies Kueue's queue and priority
+// labels to Sluice's, then suspends it like any other.
+func WithKueueLabels() WebhookOption {
+	return func(c *webhookConfig) error {
+		c.kueueLabels = true
+		return nil
+	}
 }
 
 // WithAddress sets the listen address (default ":9443"; use
@@ -211,6 +223,7 @@ func NewWebhook(adapters []Adapter, opts ...WebhookOption) (*Webhook, error) {
 		addr:            cfg.addr,
 		log:             logger.With().Str("component", "webhook").Logger(),
 		shutdownTimeout: cfg.shutdownTimeout,
+		kueueLabels:     cfg.kueueLabels,
 	}
 
 	if cfg.certFile != "" {
@@ -444,7 +457,19 @@ func (w *Webhook) mutate(ad Adapter, req *admissionv1.AdmissionRequest) *admissi
 		return deny(resp, k, "request object is not a "+k.GVK.String()+": "+err.Error())
 	}
 	m := job.Meta()
+	var ops []jsonPatchOp
 	queue := m.GetLabels()[v1beta1.QueueNameLabel]
+	if queue == "" && w.kueueLabels {
+		// Kueue's labels, made Sluice's (the object has labels: Kueue's).
+		queue = m.GetLabels()[v1beta1.KueueQueueNameLabel]
+		if queue != "" {
+			ops = append(ops, jsonPatchOp{Op: "add", Path: "/metadata/labels/" + escapeJSONPointer(v1beta1.QueueNameLabel), Value: queue})
+			_, own := m.GetLabels()[v1beta1.PriorityClassLabel]
+			if pc := m.GetLabels()[v1beta1.KueuePriorityClassLabel]; pc != "" && !own {
+				ops = append(ops, jsonPatchOp{Op: "add", Path: "/metadata/labels/" + escapeJSONPointer(v1beta1.PriorityClassLabel), Value: pc})
+			}
+		}
+	}
 	if queue == "" {
 		return resp
 	}
@@ -452,7 +477,6 @@ func (w *Webhook) mutate(ad Adapter, req *admissionv1.AdmissionRequest) *admissi
 		return resp
 	}
 
-	var ops []jsonPatchOp
 	if !job.IsSuspended() {
 		suspended, err := ad.Decode(u.DeepCopy())
 		if err != nil {
@@ -553,7 +577,7 @@ func escapeJSONPointer(s string) string {
 //     the error and retries; unlabelled Jobs are unaffected.
 //   - sideEffects None, admissionReviewVersions [v1], timeoutSeconds 10,
 //     matchPolicy Equivalent, reinvocationPolicy Never.
-func EnsureWebhookConfiguration(ctx context.Context, client kubernetes.Interface, k Kind, webhookURL string, caBundle []byte) error {
+func EnsureWebhookConfiguration(ctx context.Context, client kubernetes.Interface, k Kind, webhookURL string, caBundle []byte, kueueLabels bool) error {
 	name := ConfigurationName(k)
 	if client == nil {
 		return errors.New("ensure webhook configuration: nil client")
@@ -564,7 +588,7 @@ func EnsureWebhookConfiguration(ctx context.Context, client kubernetes.Interface
 	if err := validateWebhookURL(webhookURL); err != nil {
 		return fmt.Errorf("ensure webhook configuration %s: %w", name, err)
 	}
-	desired := WebhookConfiguration(k, webhookURL, caBundle)
+	desired := WebhookConfiguration(k, webhookURL, caBundle, kueueLabels)
 	api := client.AdmissionregistrationV1().MutatingWebhookConfigurations()
 	logger := zerolog.Ctx(ctx).With().Str("webhookConfiguration", name).Logger()
 
@@ -614,7 +638,7 @@ const (
 // WebhookConfiguration is the MutatingWebhookConfiguration that sends a
 // kind's labelled objects to the webhook at webhookURL on create. The Helm
 // chart renders the same rules with a Service in place of the URL.
-func WebhookConfiguration(k Kind, webhookURL string, caBundle []byte) *admissionregistrationv1.MutatingWebhookConfiguration {
+func WebhookConfiguration(k Kind, webhookURL string, caBundle []byte, kueueLabels bool) *admissionregistrationv1.MutatingWebhookConfiguration {
 	name := ConfigurationName(k)
 	fail := admissionregistrationv1.Fail
 	none := admissionregistrationv1.SideEffectClassNone
@@ -623,7 +647,7 @@ func WebhookConfiguration(k Kind, webhookURL string, caBundle []byte) *admission
 	namespaced := admissionregistrationv1.NamespacedScope
 	timeout := int32(10)
 	u := webhookURL
-	return &admissionregistrationv1.MutatingWebhookConfiguration{
+	cfg := &admissionregistrationv1.MutatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:   name,
 			Labels: map[string]string{managedByLabel: managedByValue},
@@ -658,7 +682,23 @@ func WebhookConfiguration(k Kind, webhookURL string, caBundle []byte) *admission
 			ReinvocationPolicy:      &never,
 		}},
 	}
+	if kueueLabels {
+		// Objects with Kueue's queue label and not Sluice's (an object
+		// with both goes to the first webhook only).
+		kw := *cfg.Webhooks[0].DeepCopy()
+		kw.Name = KueueLabelsWebhookName(k)
+		kw.ObjectSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+			{Key: v1beta1.KueueQueueNameLabel, Operator: metav1.LabelSelectorOpExists},
+			{Key: v1beta1.QueueNameLabel, Operator: metav1.LabelSelectorOpDoesNotExist},
+		}}
+		cfg.Webhooks = append(cfg.Webhooks, kw)
+	}
+	return cfg
 }
+
+// KueueLabelsWebhookName names the webhook entry for objects labelled the
+// Kueue way: "kueue-labels.suspend.job.sluice.dev".
+func KueueLabelsWebhookName(k Kind) string { return "kueue-labels." + WebhookName(k) }
 
 // validateWebhookURL applies the API server's rules for a webhook URL: https,
 // a host, no user info, query or fragment.

@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -200,7 +201,15 @@ func TestChartRefusesBadValuesNamingThem(t *testing.T) {
 // Each kind's MutatingWebhookConfiguration is the one the integration
 // would write itself, with the chart's Service in place of a URL.
 func TestChartWebhooksAreTheIntegrationsOwn(t *testing.T) {
-	objs := mustRender(t, allKinds()...)
+	for _, kueueLabels := range []bool{false, true} {
+		t.Run(fmt.Sprintf("kueueLabels=%t", kueueLabels), func(t *testing.T) {
+			webhooksAreTheIntegrationsOwn(t, kueueLabels)
+		})
+	}
+}
+
+func webhooksAreTheIntegrationsOwn(t *testing.T, kueueLabels bool) {
+	objs := mustRender(t, append(allKinds(), fmt.Sprintf("kueueLabels=%t", kueueLabels))...)
 	var secret corev1.Secret
 	if !find(t, objs, "Secret", fullname+"-webhook-cert", &secret) {
 		t.Fatalf("no webhook certificate Secret; Secrets: %v", names(objs, "Secret"))
@@ -225,18 +234,21 @@ func TestChartWebhooksAreTheIntegrationsOwn(t *testing.T) {
 			if !find(t, objs, "MutatingWebhookConfiguration", fullname+"-"+k.Name, &got) {
 				t.Fatalf("no MutatingWebhookConfiguration for %s; have %v", k.Name, names(objs, "MutatingWebhookConfiguration"))
 			}
-			want := integration.WebhookConfiguration(k, "https://unused", nil).Webhooks
-			if len(got.Webhooks) != 1 {
-				t.Fatalf("%d webhooks, want 1", len(got.Webhooks))
+			want := integration.WebhookConfiguration(k, "https://unused", nil, kueueLabels).Webhooks
+			if len(got.Webhooks) != len(want) {
+				t.Fatalf("%d webhooks, want %d", len(got.Webhooks), len(want))
 			}
 			svc := fullname + "-" + k.Name + "-webhook"
-			cc := got.Webhooks[0].ClientConfig
-			if cc.Service == nil || cc.Service.Name != svc || cc.Service.Namespace != namespace ||
-				cc.Service.Path == nil || *cc.Service.Path != integration.MutatePath(k) {
-				t.Errorf("clientConfig.service = %+v, want %s/%s path %s", cc.Service, namespace, svc, integration.MutatePath(k))
-			}
-			if !bytes.Equal(cc.CABundle, secret.Data["ca.crt"]) {
-				t.Error("caBundle is not the CA of the webhook Secret")
+			for i := range got.Webhooks {
+				cc := got.Webhooks[i].ClientConfig
+				if cc.Service == nil || cc.Service.Name != svc || cc.Service.Namespace != namespace ||
+					cc.Service.Path == nil || *cc.Service.Path != integration.MutatePath(k) {
+					t.Errorf("webhook %d: clientConfig.service = %+v, want %s/%s path %s", i, cc.Service, namespace, svc, integration.MutatePath(k))
+				}
+				if !bytes.Equal(cc.CABundle, secret.Data["ca.crt"]) {
+					t.Errorf("webhook %d: caBundle is not the CA of the webhook Secret", i)
+				}
+				got.Webhooks[i].ClientConfig, want[i].ClientConfig = admissionregistrationv1.WebhookClientConfig{}, admissionregistrationv1.WebhookClientConfig{}
 			}
 			// The serving certificate is valid for the Service's name.
 			if _, err := serving.Verify(x509.VerifyOptions{DNSName: svc + "." + namespace + ".svc", Roots: roots}); err != nil {
@@ -244,7 +256,6 @@ func TestChartWebhooksAreTheIntegrationsOwn(t *testing.T) {
 			}
 			// Everything else as the integration writes it (the chart's
 			// namespaceSelector default is the integration's: all).
-			got.Webhooks[0].ClientConfig, want[0].ClientConfig = admissionregistrationv1.WebhookClientConfig{}, admissionregistrationv1.WebhookClientConfig{}
 			if diff := cmp.Diff(want, got.Webhooks); diff != "" {
 				t.Errorf("webhook differs from the integration's (-want +got):\n%s", diff)
 			}
@@ -257,7 +268,8 @@ func TestChartWebhooksAreTheIntegrationsOwn(t *testing.T) {
 			if len(args) < 2 || args[0] != "integration" || args[1] != k.Name {
 				t.Errorf("args %q, want integration %s …", args, k.Name)
 			}
-			for _, want := range []string{"--webhook-configuration-external", "--webhook-cert-dir=/etc/sluice/webhook", "--setup=false"} {
+			for _, want := range []string{"--webhook-configuration-external", "--webhook-cert-dir=/etc/sluice/webhook", "--setup=false",
+				fmt.Sprintf("--kueue-labels=%t", kueueLabels)} {
 				if !slices.Contains(args, want) {
 					t.Errorf("args %q lack %s", args, want)
 				}

@@ -18,9 +18,11 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -216,7 +218,7 @@ func TestChartLeastPrivilege(t *testing.T) {
 		}
 	})
 
-	objs := renderChart(t, "nats.url="+srv.ClientURL(), "watcher.statusInterval=1s", "quota.reconcile=5s")
+	objs := renderChart(t, "nats.url="+srv.ClientURL(), "watcher.statusInterval=1s", "quota.reconcile=5s", "kueueLabels=true")
 	if _, err := env.kube.CoreV1().Namespaces().Create(context.Background(),
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: chartNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
@@ -337,6 +339,27 @@ func TestChartLeastPrivilege(t *testing.T) {
 	// once that one finished.
 	ns := "e2e-rbac"
 	queues(t, ns, 4, "LowerPriority")
+
+	// With kueueLabels, a Job labelled the Kueue way is queued too.
+	kj := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: "from-kueue", Namespace: ns,
+			Labels: map[string]string{v1beta1.KueueQueueNameLabel: "q", v1beta1.KueuePriorityClassLabel: "high"}},
+		Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{"sluice.dev/run-for": "1s"}},
+			Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "main", Image: "busybox",
+				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")},
+					Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}}}}},
+		}},
+	}
+	got, err := env.kube.BatchV1().Jobs(ns).Create(context.Background(), kj, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create a Job with Kueue's labels: %v", err)
+	}
+	if !suspended(got) || got.Labels[v1beta1.QueueNameLabel] != "q" || got.Labels[v1beta1.PriorityClassLabel] != "high" {
+		t.Fatalf("a Job with Kueue's labels: suspended %v, labels %v; want suspended with Sluice's labels", suspended(got), got.Labels)
+	}
+	waitEvent(t, ns, "from-kueue", "Admitted", "ClusterQueue "+ns, 30*time.Second)
+	waitComplete(t, ns, "from-kueue", 60*time.Second)
 	createJob(t, jobSpec{ns: ns, name: "low", queue: "q", pods: 4, gpus: 1, runFor: "600s"})
 	waitRunning(t, ns, "low", 30*time.Second)
 	waitEvent(t, ns, "low", "Admitted", "ClusterQueue "+ns, 10*time.Second)

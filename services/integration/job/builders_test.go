@@ -63,6 +63,11 @@ func (b *jobBuilder) noQueue() *jobBuilder {
 	return b
 }
 
+func (b *jobBuilder) label(k, v string) *jobBuilder {
+	b.job.Labels[k] = v
+	return b
+}
+
 func (b *jobBuilder) workloadPriorityClass(name string) *jobBuilder {
 	b.job.Labels[v1beta1.PriorityClassLabel] = name
 	return b

@@ -81,6 +81,7 @@ func TestWebhookMutate(t *testing.T) {
 		wantPatched bool
 		wantJob     *jobBuilder // the object after the patch, when patched
 		wantCode    int32       // Result.Code when denied
+		kueueLabels bool        // the webhook honours Kueue's labels
 	}{
 		{
 			name:        "a managed job is suspended on create",
@@ -130,6 +131,42 @@ func TestWebhookMutate(t *testing.T) {
 			wantAllowed: true,
 		},
 		{
+			name: "Kueue's labels, honoured: Sluice's labels added, suspended",
+			op:   admissionv1.Create,
+			kind: batchJobKind,
+			object: func(t *testing.T) []byte {
+				return jobJSON(t, makeJob("j").noQueue().label(v1beta1.KueueQueueNameLabel, "lq").label(v1beta1.KueuePriorityClassLabel, "high").suspend(false).obj())
+			},
+			kueueLabels: true,
+			wantAllowed: true,
+			wantPatched: true,
+			wantJob: makeJob("j").label(v1beta1.KueueQueueNameLabel, "lq").label(v1beta1.KueuePriorityClassLabel, "high").
+				workloadPriorityClass("high"),
+		},
+		{
+			name: "Kueue's labels, honoured: Sluice's own labels win",
+			op:   admissionv1.Create,
+			kind: batchJobKind,
+			object: func(t *testing.T) []byte {
+				return jobJSON(t, makeJob("j").queue("mine").workloadPriorityClass("low").label(v1beta1.KueueQueueNameLabel, "lq").
+					label(v1beta1.KueuePriorityClassLabel, "high").suspend(false).obj())
+			},
+			kueueLabels: true,
+			wantAllowed: true,
+			wantPatched: true,
+			wantJob: makeJob("j").queue("mine").workloadPriorityClass("low").label(v1beta1.KueueQueueNameLabel, "lq").
+				label(v1beta1.KueuePriorityClassLabel, "high"),
+		},
+		{
+			name: "Kueue's labels, not honoured (the default): unchanged",
+			op:   admissionv1.Create,
+			kind: batchJobKind,
+			object: func(t *testing.T) []byte {
+				return jobJSON(t, makeJob("j").noQueue().label(v1beta1.KueueQueueNameLabel, "lq").suspend(false).obj())
+			},
+			wantAllowed: true,
+		},
+		{
 			name:        "an update of a managed job passes unchanged",
 			op:          admissionv1.Update,
 			kind:        batchJobKind,
@@ -152,14 +189,19 @@ func TestWebhookMutate(t *testing.T) {
 			wantCode:    http.StatusBadRequest,
 		},
 	}
-	w := newTestWebhook(t)
-	srv := httptest.NewServer(w.Handler())
+	srv := httptest.NewServer(newTestWebhook(t).Handler())
 	defer srv.Close()
+	kueueSrv := httptest.NewServer(newTestWebhook(t, integration.WithKueueLabels()).Handler())
+	defer kueueSrv.Close()
 
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			object := tc.object(t)
-			resp, err := http.Post(srv.URL+integration.MutatePath(Kind), "application/json", bytes.NewReader(reviewFor(t, tc.op, tc.kind, object)))
+			url := srv.URL
+			if tc.kueueLabels {
+				url = kueueSrv.URL
+			}
+			resp, err := http.Post(url+integration.MutatePath(Kind), "application/json", bytes.NewReader(reviewFor(t, tc.op, tc.kind, object)))
 			if err != nil {
 				t.Fatalf("POST: %v", err)
 			}
@@ -433,7 +475,7 @@ func TestEnsureWebhookConfiguration(t *testing.T) {
 	const url1 = "https://127.0.0.1:9443/mutate-batch-v1-job"
 	ca := []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
 
-	if err := integration.EnsureWebhookConfiguration(ctx, client, Kind, url1, ca); err != nil {
+	if err := integration.EnsureWebhookConfiguration(ctx, client, Kind, url1, ca, false); err != nil {
 		t.Fatalf("create: %v", err)
 	}
 	got, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, name, metav1.GetOptions{})
@@ -483,7 +525,7 @@ func TestEnsureWebhookConfiguration(t *testing.T) {
 
 	// Same inputs: no write.
 	client.ClearActions()
-	if err := integration.EnsureWebhookConfiguration(ctx, client, Kind, url1, ca); err != nil {
+	if err := integration.EnsureWebhookConfiguration(ctx, client, Kind, url1, ca, false); err != nil {
 		t.Fatalf("ensure again: %v", err)
 	}
 	for _, a := range client.Actions() {
@@ -495,7 +537,7 @@ func TestEnsureWebhookConfiguration(t *testing.T) {
 	// New URL: one update.
 	const url2 = "https://10.0.0.7:9443/mutate-batch-v1-job"
 	client.ClearActions()
-	if err := integration.EnsureWebhookConfiguration(ctx, client, Kind, url2, ca); err != nil {
+	if err := integration.EnsureWebhookConfiguration(ctx, client, Kind, url2, ca, false); err != nil {
 		t.Fatalf("update: %v", err)
 	}
 	got, _ = client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, name, metav1.GetOptions{})
@@ -528,7 +570,7 @@ func TestEnsureWebhookConfigurationRefusesBadInput(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			client := fake.NewClientset()
-			if err := integration.EnsureWebhookConfiguration(context.Background(), client, tc.kind, tc.url, nil); err == nil {
+			if err := integration.EnsureWebhookConfiguration(context.Background(), client, tc.kind, tc.url, nil, false); err == nil {
 				t.Errorf("integration.EnsureWebhookConfiguration() succeeded, want an error")
 			}
 			if n := len(client.Actions()); n != 0 {
