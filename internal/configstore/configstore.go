@@ -67,6 +67,9 @@ type Snapshot struct {
 	// WorkloadPriorityClasses and PriorityClasses by name.
 	WorkloadPriorityClasses map[string]int32
 	PriorityClasses         map[string]int32
+	// DefaultPriorityClass is the PriorityClass marked globalDefault ("" if
+	// none; the first by name if, against the API server's rule, several).
+	DefaultPriorityClass string
 }
 
 // Snapshot decodes every object. Objects that do not decode are returned
@@ -134,6 +137,9 @@ func (s *Store) Snapshot() (Snapshot, []error) {
 				continue
 			}
 			snap.PriorityClasses[o.Name] = o.Value
+			if o.GlobalDefault && (snap.DefaultPriorityClass == "" || o.Name < snap.DefaultPriorityClass) {
+				snap.DefaultPriorityClass = o.Name
+			}
 		case KindNamespace:
 			var o metav1.PartialObjectMetadata
 			if err := json.Unmarshal(b, &o); err != nil {

@@ -242,7 +242,7 @@ func groupFinished(all []Job) (finished, succeeded bool, message string) {
 // missing, or when the group is invalid (reported on its members).
 func (s *Service) submitGroup(ctx context.Context, k *kindRunner, rk string, ref events.WorkloadRef, live []Job) (*events.WorkloadSubmittedV1, error) {
 	s.mu.Lock()
-	prio := StaticPriorityResolver{WorkloadPriorityClasses: s.snap.WorkloadPriorityClasses, PriorityClasses: s.snap.PriorityClasses}
+	prio := s.priorities()
 	s.mu.Unlock()
 	w, complete, err := GroupWorkload(k.ad, ref.Namespace, ref.Name, live, prio)
 	if err != nil {

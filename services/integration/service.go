@@ -944,7 +944,7 @@ func (s *Service) record(ctx context.Context, rk string) (*events.WorkloadSubmit
 // submit writes the workload record and announces it.
 func (s *Service) submit(ctx context.Context, k *kindRunner, rk string, job Job) (*events.WorkloadSubmittedV1, error) {
 	s.mu.Lock()
-	prio := StaticPriorityResolver{WorkloadPriorityClasses: s.snap.WorkloadPriorityClasses, PriorityClasses: s.snap.PriorityClasses}
+	prio := s.priorities()
 	s.mu.Unlock()
 	// WorkloadOf changes its argument (Pristine): give it a copy.
 	view, err := k.decode(job.Object())
@@ -1433,4 +1433,10 @@ func (k *keyLocks) lock(key string) (unlock func()) {
 		}
 		k.mu.Unlock()
 	}
+}
+
+// priorities resolves priority classes from the configuration snapshot.
+func (s *Service) priorities() StaticPriorityResolver {
+	return StaticPriorityResolver{WorkloadPriorityClasses: s.snap.WorkloadPriorityClasses, PriorityClasses: s.snap.PriorityClasses,
+		DefaultPriorityClass: s.snap.DefaultPriorityClass}
 }

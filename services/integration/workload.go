@@ -57,6 +57,24 @@ type PriorityResolver interface {
 type StaticPriorityResolver struct {
 	WorkloadPriorityClasses map[string]int32
 	PriorityClasses         map[string]int32
+	// DefaultPriorityClass names the PriorityClass marked globalDefault, if
+	// any: the priority of a job that names no class, as in Kueue.
+	DefaultPriorityClass string
+}
+
+// DefaultPriority implements Defaulter.
+func (r StaticPriorityResolver) DefaultPriority() (string, int32, bool) {
+	if r.DefaultPriorityClass == "" {
+		return "", 0, false
+	}
+	v, ok := r.PriorityClasses[r.DefaultPriorityClass]
+	return r.DefaultPriorityClass, v, ok
+}
+
+// Defaulter is a PriorityResolver that knows the cluster's default
+// priority: the PriorityClass marked globalDefault.
+type Defaulter interface {
+	DefaultPriority() (name string, value int32, ok bool)
 }
 
 // WorkloadPriorityClass implements PriorityResolver.
@@ -140,9 +158,9 @@ func askOf(spec *corev1.PodSpec) WorkloadPodSet {
 	}
 }
 
-// resolvePriority applies Sluice's priority rule: the WorkloadPriorityClass
-// label wins; else the priorityClassName of the first pod set that has one;
-// else 0.
+// resolvePriority applies Sluice's priority rule, Kueue's: the
+// WorkloadPriorityClass label wins; else the priorityClassName of the first
+// pod set that has one; else the PriorityClass marked globalDefault; else 0.
 func resolvePriority(labels map[string]string, sets []PodSet, prio PriorityResolver) (string, int32, error) {
 	if name := labels[v1beta1.PriorityClassLabel]; name != "" {
 		if prio == nil {
@@ -167,6 +185,11 @@ func resolvePriority(labels map[string]string, sets []PodSet, prio PriorityResol
 			return "", 0, fmt.Errorf("pod set %q: priorityClassName: %w", ps.Name, err)
 		}
 		return name, v, nil
+	}
+	if d, ok := prio.(Defaulter); ok {
+		if name, v, ok := d.DefaultPriority(); ok {
+			return name, v, nil
+		}
 	}
 	return "", 0, nil
 }

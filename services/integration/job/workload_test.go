@@ -277,6 +277,8 @@ func TestWorkloadFromJobPriority(t *testing.T) {
 		WorkloadPriorityClasses: map[string]int32{"urgent": 1000, "batch": 10},
 		PriorityClasses:         map[string]int32{"system-high": 5000, "low": -5},
 	}
+	withDefault := resolver
+	withDefault.DefaultPriorityClass = "low"
 	cases := []struct {
 		name         string
 		job          *jobBuilder
@@ -335,6 +337,26 @@ func TestWorkloadFromJobPriority(t *testing.T) {
 		{
 			name: "no class needs no resolver",
 			job:  makeJob("j"),
+		},
+		{
+			name:         "no class: the globalDefault PriorityClass, as in Kueue",
+			job:          makeJob("j"),
+			resolver:     withDefault,
+			wantClass:    "low",
+			wantPriority: -5,
+		},
+		{
+			name:         "a named class wins over the globalDefault",
+			job:          makeJob("j").podPriorityClass("system-high"),
+			resolver:     withDefault,
+			wantClass:    "system-high",
+			wantPriority: 5000,
+		},
+		{
+			name:         "a globalDefault that is gone counts as none",
+			job:          makeJob("j"),
+			resolver:     integration.StaticPriorityResolver{PriorityClasses: map[string]int32{}, DefaultPriorityClass: "gone"},
+			wantPriority: 0,
 		},
 	}
 	for _, tc := range cases {
