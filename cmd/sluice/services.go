@@ -50,7 +50,7 @@ type common struct {
 // --http-address.
 func (c *common) bind(cmd *cobra.Command, kube bool) {
 	c.bindSetup(cmd)
-	cmd.Flags().BoolVar(&c.setup, "setup", true, "create or update Sluice's streams and buckets at start (false: they must exist, see `sluice setup`)")
+	cmd.Flags().BoolVar(&c.setup, "setup", true, "create or update Sluice's streams and buckets at start (false: they must exist, see sluice setup)")
 	cmd.Flags().StringVar(&c.httpAddr, "http-address", c.httpAddr, "address serving /healthz and /readyz, e.g. :8080 (empty: none)")
 	if kube {
 		cmd.Flags().StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")

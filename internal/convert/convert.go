@@ -118,6 +118,9 @@ func convertDoc(loc string, doc []byte, opts Options) ([]byte, []string, error) 
 	}
 	apiVersion, _ := obj["apiVersion"].(string)
 	kind, _ := obj["kind"].(string)
+	if apiVersion == "v1" && kind == "List" {
+		return convertList(loc, obj, opts)
+	}
 	group, version, _ := strings.Cut(apiVersion, "/")
 	if !strings.HasSuffix(group, "kueue.x-k8s.io") {
 		return doc, nil, nil // not Kueue's: as written
@@ -147,6 +150,7 @@ func convertDoc(loc string, doc []byte, opts Options) ([]byte, []string, error) 
 		for _, f := range serverSet {
 			delete(md, f)
 		}
+		dropKueueMetadata(md)
 	}
 	if err := rename(obj, kind); err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", loc, err)
@@ -191,6 +195,57 @@ func convertDoc(loc string, doc []byte, opts Options) ([]byte, []string, error) 
 		return nil, nil, fmt.Errorf("%s: %w", loc, err)
 	}
 	return out, warnings, nil
+}
+
+// convertList converts the items of a List (kubectl get -o yaml of
+// several objects) as documents of their own.
+func convertList(loc string, obj map[string]any, opts Options) ([]byte, []string, error) {
+	items, _ := obj["items"].([]any)
+	var out [][]byte
+	var warnings []string
+	for i, item := range items {
+		b, err := yaml.Marshal(item)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: items[%d]: %w", loc, i, err)
+		}
+		converted, w, err := convertDoc(fmt.Sprintf("%s, items[%d]", loc, i), b, opts)
+		if err != nil {
+			return nil, nil, err
+		}
+		warnings = append(warnings, w...)
+		if converted != nil {
+			out = append(out, bytes.TrimRight(converted, "\n"))
+		}
+	}
+	if len(out) == 0 {
+		return nil, warnings, nil
+	}
+	return append(bytes.Join(out, []byte("\n---\n")), '\n'), warnings, nil
+}
+
+// dropKueueMetadata removes what Kueue's controllers and kubectl wrote:
+// Kueue's finalizers (nothing would ever remove them from a Sluice object)
+// and kubectl's record of the last applied Kueue manifest.
+func dropKueueMetadata(md map[string]any) {
+	if fs, ok := md["finalizers"].([]any); ok {
+		var keep []any
+		for _, f := range fs {
+			if s, _ := f.(string); !strings.HasPrefix(s, "kueue.x-k8s.io/") {
+				keep = append(keep, f)
+			}
+		}
+		if len(keep) == 0 {
+			delete(md, "finalizers")
+		} else {
+			md["finalizers"] = keep
+		}
+	}
+	if an, ok := md["annotations"].(map[string]any); ok {
+		delete(an, "kubectl.kubernetes.io/last-applied-configuration")
+		if len(an) == 0 {
+			delete(md, "annotations")
+		}
+	}
 }
 
 // rename applies the field renames of Kueue's versions.

@@ -112,6 +112,44 @@ spec:
 `,
 		},
 		{
+			name: "a List from kubectl get -o yaml: each item a document; Kueue's finalizer and kubectl's record go",
+			in: `apiVersion: v1
+kind: List
+items:
+- apiVersion: kueue.x-k8s.io/v1beta1
+  kind: ResourceFlavor
+  metadata:
+    name: default
+    finalizers: [kueue.x-k8s.io/resource-in-use, example.com/keep]
+    annotations: {kubectl.kubernetes.io/last-applied-configuration: "{}"}
+- apiVersion: kueue.x-k8s.io/v1beta1
+  kind: LocalQueue
+  metadata: {name: lq, namespace: ns, finalizers: [kueue.x-k8s.io/resource-in-use]}
+  spec: {clusterQueue: cq}
+metadata: {resourceVersion: ""}
+`,
+			want: `apiVersion: sluice.dev/v1beta1
+kind: ResourceFlavor
+metadata:
+  finalizers:
+  - example.com/keep
+  name: default
+---
+apiVersion: sluice.dev/v1beta1
+kind: LocalQueue
+metadata:
+  name: lq
+  namespace: ns
+spec:
+  clusterQueue: cq
+`,
+		},
+		{
+			name:    "an unsupported item of a List is named by its index",
+			in:      "apiVersion: v1\nkind: List\nitems:\n- {apiVersion: kueue.x-k8s.io/v1beta1, kind: Topology, metadata: {name: t}}\n",
+			wantErr: "queues.yaml: document 1, items[0] (Topology t): Topology of kueue.x-k8s.io/v1beta1: not supported by Sluice",
+		},
+		{
 			name: "other API groups pass through as written, comments and all",
 			in: `# a job
 apiVersion: batch/v1
