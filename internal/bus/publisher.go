@@ -26,18 +26,14 @@ type JetStreamPublisher struct {
 	source string
 	stream string
 	log    *zerolog.Logger
-	// ackWait bounds one attempt; attempts is how many are made when an
-	// acknowledgement does not come.
-	ackWait  time.Duration
-	attempts int
 }
 
-// Defaults of WithAckWait: an acknowledgement lost with a stream leader
-// that died is not waited for longer than ackWait; the next attempt, with
-// the same message id, reaches the new leader and is stored once.
+// An acknowledgement lost with a stream leader that died is not waited
+// for longer than ackWait; the next attempt, with the same message id,
+// reaches the new leader and is stored once. At most ackAttempts are made.
 const (
-	defaultAckWait  = 2 * time.Second
-	defaultAttempts = 4
+	ackWait     = 2 * time.Second
+	ackAttempts = 4
 )
 
 var _ Publisher = (*JetStreamPublisher)(nil)
@@ -57,25 +53,10 @@ func WithExpectStream(stream string) PublisherOption {
 	return func(p *JetStreamPublisher) { p.stream = stream }
 }
 
-// WithAckWait bounds each publish attempt to wait and makes up to attempts
-// of them while the acknowledgement does not come (no stream leader, or
-// the message or its acknowledgement lost with a server), each with the
-// same message id, so a retried event is stored once.
-func WithAckWait(wait time.Duration, attempts int) PublisherOption {
-	return func(p *JetStreamPublisher) {
-		if wait > 0 {
-			p.ackWait = wait
-		}
-		if attempts > 0 {
-			p.attempts = attempts
-		}
-	}
-}
-
 // NewPublisher returns a publisher whose events carry ce-source source, e.g.
 // events.Source("admission").
 func NewPublisher(js jetstream.JetStream, source string, opts ...PublisherOption) *JetStreamPublisher {
-	p := &JetStreamPublisher{js: js, source: source, stream: StreamEvents, ackWait: defaultAckWait, attempts: defaultAttempts}
+	p := &JetStreamPublisher{js: js, source: source, stream: StreamEvents}
 	for _, o := range opts {
 		o(p)
 	}
@@ -122,7 +103,7 @@ func (p *JetStreamPublisher) PublishAck(ctx context.Context, ev events.Event, id
 // within ackWait and ctx allows. Any other error ends it at once.
 func (p *JetStreamPublisher) publishAttempts(ctx context.Context, msg *nats.Msg, opts []jetstream.PublishOpt) (*jetstream.PubAck, error) {
 	var err error
-	for n := 0; n < p.attempts; n++ {
+	for n := 0; n < ackAttempts; n++ {
 		if n > 0 {
 			select {
 			case <-ctx.Done():
@@ -130,7 +111,7 @@ func (p *JetStreamPublisher) publishAttempts(ctx context.Context, msg *nats.Msg,
 			case <-time.After(time.Duration(n) * 50 * time.Millisecond):
 			}
 		}
-		actx, cancel := context.WithTimeout(ctx, p.ackWait)
+		actx, cancel := context.WithTimeout(ctx, ackWait)
 		var ack *jetstream.PubAck
 		ack, err = p.js.PublishMsg(actx, msg, opts...)
 		cancel()
@@ -141,7 +122,7 @@ func (p *JetStreamPublisher) publishAttempts(ctx context.Context, msg *nats.Msg,
 			return nil, err
 		}
 	}
-	return nil, fmt.Errorf("no acknowledgement in %d attempts of %s: %w", p.attempts, p.ackWait, err)
+	return nil, fmt.Errorf("no acknowledgement in %d attempts of %s: %w", ackAttempts, ackWait, err)
 }
 
 // noAcknowledgement: the publish may be retried with the same id.

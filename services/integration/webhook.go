@@ -686,7 +686,7 @@ func WebhookConfiguration(k Kind, webhookURL string, caBundle []byte, kueueLabel
 		// Objects with Kueue's queue label and not Sluice's (an object
 		// with both goes to the first webhook only).
 		kw := *cfg.Webhooks[0].DeepCopy()
-		kw.Name = KueueLabelsWebhookName(k)
+		kw.Name = kueueLabelsWebhookName(k)
 		kw.ObjectSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
 			{Key: v1beta1.KueueQueueNameLabel, Operator: metav1.LabelSelectorOpExists},
 			{Key: v1beta1.QueueNameLabel, Operator: metav1.LabelSelectorOpDoesNotExist},
@@ -696,9 +696,9 @@ func WebhookConfiguration(k Kind, webhookURL string, caBundle []byte, kueueLabel
 	return cfg
 }
 
-// KueueLabelsWebhookName names the webhook entry for objects labelled the
+// kueueLabelsWebhookName names the webhook entry for objects labelled the
 // Kueue way: "kueue-labels.suspend.job.sluice.dev".
-func KueueLabelsWebhookName(k Kind) string { return "kueue-labels." + WebhookName(k) }
+func kueueLabelsWebhookName(k Kind) string { return "kueue-labels." + WebhookName(k) }
 
 // validateWebhookURL applies the API server's rules for a webhook URL: https,
 // a host, no user info, query or fragment.

@@ -62,7 +62,7 @@ type StaticPriorityResolver struct {
 	DefaultPriorityClass string
 }
 
-// DefaultPriority implements Defaulter.
+// DefaultPriority implements defaulter.
 func (r StaticPriorityResolver) DefaultPriority() (string, int32, bool) {
 	if r.DefaultPriorityClass == "" {
 		return "", 0, false
@@ -71,9 +71,9 @@ func (r StaticPriorityResolver) DefaultPriority() (string, int32, bool) {
 	return r.DefaultPriorityClass, v, ok
 }
 
-// Defaulter is a PriorityResolver that knows the cluster's default
+// defaulter is a PriorityResolver that knows the cluster's default
 // priority: the PriorityClass marked globalDefault.
-type Defaulter interface {
+type defaulter interface {
 	DefaultPriority() (name string, value int32, ok bool)
 }
 
@@ -186,7 +186,7 @@ func resolvePriority(labels map[string]string, sets []PodSet, prio PriorityResol
 		}
 		return name, v, nil
 	}
-	if d, ok := prio.(Defaulter); ok {
+	if d, ok := prio.(defaulter); ok {
 		if name, v, ok := d.DefaultPriority(); ok {
 			return name, v, nil
 		}
