@@ -311,3 +311,39 @@ does not rotate it.
 {{- end -}}
 {{- toJson (get .Values "__webhookCertificate") -}}
 {{- end -}}
+
+{{/*
+One entry of a kind's MutatingWebhookConfiguration: dict "root" $ "kind"
+(a line of the kinds table) "service" "ca" "name" "selector" (the
+objectSelector's matchExpressions).
+*/}}
+{{- define "sluice.webhookEntry" -}}
+{{- $v := .root.Values -}}
+- name: {{ .name }}
+  admissionReviewVersions: [v1]
+  clientConfig:
+    service:
+      name: {{ .service }}
+      namespace: {{ .root.Release.Namespace }}
+      path: {{ .kind.path }}
+      port: 443
+    {{- if not $v.webhook.certManager.enabled }}
+    caBundle: {{ .ca | b64enc }}
+    {{- end }}
+  rules:
+    - operations: [CREATE]
+      apiGroups: [{{ .kind.group | quote }}]
+      apiVersions: [{{ .kind.version | quote }}]
+      resources: [{{ .kind.resource }}]
+      scope: Namespaced
+  failurePolicy: Fail
+  matchPolicy: Equivalent
+  sideEffects: None
+  timeoutSeconds: {{ $v.webhook.timeoutSeconds }}
+  reinvocationPolicy: Never
+  namespaceSelector:
+    {{- toYaml $v.webhook.namespaceSelector | nindent 4 }}
+  objectSelector:
+    matchExpressions:
+      {{- toYaml .selector | nindent 6 }}
+{{- end -}}
