@@ -6,13 +6,11 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -22,45 +20,26 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/sluice-dev/sluice/services/integration"
 	"github.com/sluice-dev/sluice/services/integration/kinds"
+	"github.com/sluice-dev/sluice/test/chart"
 )
 
 const (
-	chartDir    = "../../charts/sluice"
-	release     = "t"
-	namespace   = "sluice-system"
-	fullname    = "t-sluice"
-	kubeVersion = "1.34.4"
+	release   = "t"
+	namespace = "sluice-system"
+	fullname  = "t-sluice"
 )
 
-var (
-	helmOnce sync.Once
-	helmPath string
-	helmErr  error
-)
-
-// helm returns the helm binary: $SLUICE_HELM, or the one hack/helm.sh
-// builds (once) and caches.
+// helm is the helm binary.
 func helm(t *testing.T) string {
 	t.Helper()
-	helmOnce.Do(func() {
-		if p := os.Getenv("SLUICE_HELM"); p != "" {
-			helmPath = p
-			return
-		}
-		var out bytes.Buffer
-		cmd := exec.Command("../../hack/helm.sh")
-		cmd.Stdout, cmd.Stderr = &out, os.Stderr
-		helmErr = cmd.Run()
-		helmPath = strings.TrimSpace(out.String())
-	})
-	if helmErr != nil {
-		t.Fatalf("hack/helm.sh: %v", helmErr)
+	bin, err := chart.Helm()
+	if err != nil {
+		t.Fatal(err)
 	}
-	return helmPath
+	return bin
 }
 
 // allKinds sets every kind enabled.
@@ -72,36 +51,16 @@ func allKinds() []string {
 	return out
 }
 
-// render runs helm template with the --set values given, returning the
-// objects, or the error output.
+// render renders the chart with the --set values given: the objects, or
+// helm's refusal.
 func render(t *testing.T, set ...string) ([]*unstructured.Unstructured, error) {
 	t.Helper()
-	args := []string{"template", release, chartDir, "--namespace", namespace, "--kube-version", kubeVersion}
-	for _, s := range set {
-		args = append(args, "--set", s)
+	objs, err := chart.Render(release, namespace, set...)
+	var refused *chart.RenderError
+	if err != nil && !errors.As(err, &refused) {
+		t.Fatal(err)
 	}
-	var out, errOut bytes.Buffer
-	cmd := exec.Command(helm(t), args...)
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	if err := cmd.Run(); err != nil {
-		return nil, errors.New(errOut.String())
-	}
-	var objs []*unstructured.Unstructured
-	dec := utilyaml.NewYAMLOrJSONDecoder(&out, 4096)
-	for {
-		var m map[string]any
-		err := dec.Decode(&m)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatalf("decode rendered chart: %v", err)
-		}
-		if m != nil {
-			objs = append(objs, &unstructured.Unstructured{Object: m})
-		}
-	}
-	return objs, nil
+	return objs, err
 }
 
 func mustRender(t *testing.T, set ...string) []*unstructured.Unstructured {
@@ -152,7 +111,7 @@ func TestChartLints(t *testing.T) {
 		{name: "the three-node JetStream example", file: "../../charts/examples/three-node-jetstream.yaml"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			args := []string{"lint", "--strict", chartDir, "--namespace", namespace, "--kube-version", kubeVersion}
+			args := []string{"lint", "--strict", chart.Dir(), "--namespace", namespace, "--kube-version", chart.KubeVersion}
 			for _, s := range tc.set {
 				args = append(args, "--set", s)
 			}
@@ -477,7 +436,7 @@ func TestChartCRDsAreTheGeneratedOnes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := os.ReadFile(filepath.Join(chartDir, "crds", filepath.Base(p)))
+		b, err := os.ReadFile(filepath.Join(chart.Dir(), "crds", filepath.Base(p)))
 		if err != nil {
 			t.Fatalf("chart lacks %s (make generate): %v", filepath.Base(p), err)
 		}

@@ -1,11 +1,8 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -26,7 +23,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/kubernetes"
@@ -37,6 +33,7 @@ import (
 
 	"github.com/sluice-dev/sluice/api/v1beta1"
 	"github.com/sluice-dev/sluice/internal/embeddednats"
+	"github.com/sluice-dev/sluice/test/chart"
 )
 
 // chartNamespace and chartRelease name the test's install of the chart.
@@ -46,39 +43,12 @@ const (
 	chartFullname  = "rbac-sluice"
 )
 
-// renderChart runs helm template on charts/sluice with the values given.
+// renderChart renders charts/sluice as the test's release.
 func renderChart(t *testing.T, set ...string) []*unstructured.Unstructured {
 	t.Helper()
-	bin := os.Getenv("SLUICE_HELM")
-	if bin == "" {
-		out, err := exec.Command(filepath.Join(root(), "hack", "helm.sh")).Output()
-		if err != nil {
-			t.Fatalf("hack/helm.sh: %v", err)
-		}
-		bin = strings.TrimSpace(string(out))
-	}
-	args := []string{"template", chartRelease, filepath.Join(root(), "charts", "sluice"), "--namespace", chartNamespace, "--kube-version", "1.34.4"}
-	for _, s := range set {
-		args = append(args, "--set", s)
-	}
-	var out, errOut bytes.Buffer
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("helm template: %v\n%s", err, errOut.String())
-	}
-	var objs []*unstructured.Unstructured
-	dec := utilyaml.NewYAMLOrJSONDecoder(&out, 4096)
-	for {
-		var m map[string]any
-		if err := dec.Decode(&m); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			t.Fatalf("decode rendered chart: %v", err)
-		}
-		if m != nil {
-			objs = append(objs, &unstructured.Unstructured{Object: m})
-		}
+	objs, err := chart.Render(chartRelease, chartNamespace, set...)
+	if err != nil {
+		t.Fatalf("helm template: %v", err)
 	}
 	return objs
 }
