@@ -36,16 +36,7 @@ type apart struct {
 // dev` again.
 func startApart(t *testing.T) *apart {
 	t.Helper()
-	stopSluice(os.Interrupt)
-	dir := t.TempDir()
-	srv, err := embeddednats.Start(embeddednats.Options{StoreDir: filepath.Join(dir, "jetstream")})
-	if err != nil {
-		t.Fatalf("start NATS: %v", err)
-	}
-	logf, err := os.Create(filepath.Join(dir, "services.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, dir, logf := withoutSluiceDev(t)
 	kubeconfig := env.kubeconfig
 	common := []string{"--nats", srv.ClientURL(), "--log-level", "info"}
 	kube := append([]string{"--kubeconfig", kubeconfig}, common...)
@@ -59,24 +50,7 @@ func startApart(t *testing.T) *apart {
 			"preemption":  append([]string{"preemption"}, common...),
 			"quota":       append([]string{"quota", "--reconcile", "5s"}, common...),
 		}}
-	t.Cleanup(func() {
-		a.stopAll()
-		srv.Shutdown()
-		if t.Failed() {
-			if b, err := os.ReadFile(logf.Name()); err == nil {
-				lines := tail(string(b), 60)
-				t.Logf("last lines of the services' log:\n%s", lines)
-			}
-		}
-		_ = logf.Close()
-		if err := startSluice(); err != nil {
-			t.Errorf("restart sluice dev: %v", err)
-			return
-		}
-		if err := waitWebhook(30 * time.Second); err != nil {
-			t.Error(err)
-		}
-	})
+	t.Cleanup(a.stopAll)
 	for _, name := range a.names() {
 		a.start(name)
 	}
@@ -160,4 +134,40 @@ func (a *apart) killed() string {
 		}
 	}
 	return fmt.Sprint(parts)
+}
+
+// withoutSluiceDev stops the suite's `sluice dev` for a test that runs
+// services of its own: it starts a JetStream server for them and a shared
+// log file in a temporary directory. Cleanup, after the test's own, prints
+// the log's end if the test failed, stops the server and starts `sluice dev`
+// again.
+func withoutSluiceDev(t *testing.T) (*embeddednats.Server, string, *os.File) {
+	t.Helper()
+	stopSluice(os.Interrupt)
+	dir := t.TempDir()
+	srv, err := embeddednats.Start(embeddednats.Options{StoreDir: filepath.Join(dir, "jetstream")})
+	if err != nil {
+		t.Fatalf("start NATS: %v", err)
+	}
+	logf, err := os.Create(filepath.Join(dir, "services.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		srv.Shutdown()
+		if t.Failed() {
+			if b, err := os.ReadFile(logf.Name()); err == nil {
+				t.Logf("last lines of the services' log:\n%s", tail(string(b), 60))
+			}
+		}
+		_ = logf.Close()
+		if err := startSluice(); err != nil {
+			t.Errorf("restart sluice dev: %v", err)
+			return
+		}
+		if err := waitWebhook(30 * time.Second); err != nil {
+			t.Error(err)
+		}
+	})
+	return srv, dir, logf
 }

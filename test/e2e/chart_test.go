@@ -32,7 +32,6 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/sluice-dev/sluice/api/v1beta1"
-	"github.com/sluice-dev/sluice/internal/embeddednats"
 	"github.com/sluice-dev/sluice/test/chart"
 )
 
@@ -152,16 +151,7 @@ func canI(t *testing.T, sa, verb, group, resource, sub string) bool {
 // through admission, preemption and completion, and asks the API server
 // what each ServiceAccount may do.
 func TestChartLeastPrivilege(t *testing.T) {
-	stopSluice(os.Interrupt)
-	dir := t.TempDir()
-	srv, err := embeddednats.Start(embeddednats.Options{StoreDir: filepath.Join(dir, "jetstream")})
-	if err != nil {
-		t.Fatalf("start NATS: %v", err)
-	}
-	logf, err := os.Create(filepath.Join(dir, "services.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, dir, logf := withoutSluiceDev(t)
 	var procs []*exec.Cmd
 	client := newChartClient(t)
 	var created []*unstructured.Unstructured
@@ -170,21 +160,8 @@ func TestChartLeastPrivilege(t *testing.T) {
 			_ = p.Process.Signal(os.Interrupt)
 			_ = p.Wait()
 		}
-		srv.Shutdown()
 		for _, u := range created {
 			client.delete(u)
-		}
-		if t.Failed() {
-			b, _ := os.ReadFile(logf.Name())
-			t.Logf("last lines of the services' log:\n%s", tail(string(b), 60))
-		}
-		_ = logf.Close()
-		if err := startSluice(); err != nil {
-			t.Errorf("restart sluice dev: %v", err)
-			return
-		}
-		if err := waitWebhook(30 * time.Second); err != nil {
-			t.Error(err)
 		}
 	})
 
