@@ -301,7 +301,7 @@ func stopSearch(o flavorOutcome, cq *cqState) bool {
 // appending why it falls short to why and the flavor-resources that need
 // preemption to preempt.
 func (e *Engine) tryFlavor(cq *cqState, a *assignment, g *group, gf *groupFlavor, ps *PodSet, reqs []resReq, count int64, why *[]reason, preempt *[]int) flavorOutcome {
-	if r, bad := ineligible(g, gf, ps); bad {
+	if r, bad := ineligible(gf, ps); bad {
 		*why = append(*why, r)
 		return flavorOutcome{mode: noFit}
 	}
@@ -344,7 +344,7 @@ func (e *Engine) tryFlavor(cq *cqState, a *assignment, g *group, gf *groupFlavor
 }
 
 // ineligible says why a pod set cannot land on a flavor's nodes.
-func ineligible(g *group, gf *groupFlavor, ps *PodSet) (reason, bool) {
+func ineligible(gf *groupFlavor, ps *PodSet) (reason, bool) {
 	f, flavor := gf.flavor, gf.name
 	for ti := range f.NodeTaints {
 		t := &f.NodeTaints[ti]
@@ -358,19 +358,21 @@ func ineligible(g *group, gf *groupFlavor, ps *PodSet) (reason, bool) {
 	if len(ps.NodeSelector) == 0 {
 		return reason{}, false
 	}
-	keys := make([]string, 0, len(ps.NodeSelector))
-	for k := range ps.NodeSelector {
-		if g.labelKeys[k] {
-			keys = append(keys, k)
+	// Only the keys this flavor's own nodeLabels define are compared, as in
+	// Kueue: a key the flavor does not set says nothing about its nodes, so
+	// a flavor without nodeLabels matches any selector.
+	var bad []string
+	for k, v := range ps.NodeSelector {
+		if got, ok := f.NodeLabels[k]; ok && got != v {
+			bad = append(bad, k)
 		}
 	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		if got, ok := f.NodeLabels[k]; !ok || got != ps.NodeSelector[k] {
-			return reason{kind: reasonSelector, podSet: ps.Name, flavor: flavor, key: k, value: ps.NodeSelector[k]}, true
-		}
+	if len(bad) == 0 {
+		return reason{}, false
 	}
-	return reason{}, false
+	sort.Strings(bad)
+	k := bad[0]
+	return reason{kind: reasonSelector, podSet: ps.Name, flavor: flavor, key: k, value: ps.NodeSelector[k]}, true
 }
 
 // canPreemptIn reports whether any admitted workload that ws's queue may

@@ -167,6 +167,21 @@ func TestFlavorAssignment(t *testing.T) {
 			},
 		},
 		{
+			name: "a flavor is judged only on the label keys it defines itself",
+			cfg: twoFlavors(newCQ("cq").quota("zone-a", "cpu", 4000).quota("unlabelled", "cpu", 4000),
+				Flavor{Name: "zone-a", NodeLabels: map[string]string{"zone": "a"}}, Flavor{Name: "unlabelled"}),
+			workloads: []Workload{
+				newWL("ns", "wants-b").pods("main", 1, "cpu", 1000).selector("zone", "b").obj(),
+				newWL("ns", "wants-gpu").at(time.Second).pods("main", 1, "cpu", 1000).selector("gpu", "h100").obj(),
+			},
+			wantAdmitted: map[string]string{
+				// zone-a sets zone to another value; the unlabelled flavor matches any selector.
+				"ns/wants-b": "cq main=1:cpu=unlabelled",
+				// zone-a does not define gpu, so the selector says nothing against it.
+				"ns/wants-gpu": "cq main=1:cpu=zone-a",
+			},
+		},
+		{
 			name: "whenCanBorrow Borrow takes the first flavor even if it borrows",
 			cfg: Config{
 				Flavors: flavors("first", "second"),

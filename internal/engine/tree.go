@@ -194,9 +194,6 @@ type cqState struct {
 type group struct {
 	resources []string
 	flavors   []groupFlavor
-	// labelKeys are the node label keys any flavor of the group sets; a
-	// workload's nodeSelector is checked only on these keys.
-	labelKeys map[string]bool
 }
 
 type groupFlavor struct {
@@ -293,7 +290,7 @@ func buildTree(cfg Config) *tree {
 		s.node = n
 		t.setQuota(n, cq.ResourceGroups)
 		for gi, g := range cq.ResourceGroups {
-			cg := group{resources: g.CoveredResources, labelKeys: map[string]bool{}}
+			cg := group{resources: g.CoveredResources}
 			for _, r := range g.CoveredResources {
 				s.groupOf[r] = gi
 			}
@@ -305,11 +302,7 @@ func buildTree(cfg Config) *tree {
 					gf.frs = append(gf.frs, i)
 				}
 				cg.flavors = append(cg.flavors, gf)
-				if fl, ok := t.flavors[f.Name]; ok {
-					for k := range fl.NodeLabels {
-						cg.labelKeys[k] = true
-					}
-				} else if s.inactive == "" {
+				if _, ok := t.flavors[f.Name]; !ok && s.inactive == "" {
 					s.inactive = fmt.Sprintf("ClusterQueue %s is inactive: ResourceFlavor %s does not exist", cq.Name, f.Name)
 				}
 			}
