@@ -272,6 +272,19 @@ var facts = map[string]func(s *story){
 			s.t.Errorf("%d preemptions, want none", n)
 		}
 	},
+	"hierarchical-reclaim.yaml": func(s *story) {
+		s.admitted("prod/train", 1, 0, "cq-prod", "main×8 nvidia.com/gpu=gpu")
+		s.preempted("prod/train", 5*minute, "research/tune", "InCohortReclamation")
+		s.admitted("research/tune", 1, 5*minute, "cq-research", "main×4 nvidia.com/gpu=gpu")
+		s.pendingWith("prod/train", 5*minute, "requested 8, available 4")
+		s.admitted("prod/etl", 1, 1*second, "cq-prod", "main×2 cpu=spot")
+		s.preempted("prod/etl", 10*minute, "batch/urgent", "InCohortReclamation")
+		s.admitted("batch/urgent", 1, 10*minute, "cq-batch", "main×2 cpu=spot")
+		s.admitted("prod/etl", 2, 20*minute, "cq-prod", "main×2 cpu=spot")
+		if p := s.of("preempted", "batch/filler"); len(p) != 0 {
+			s.t.Errorf("batch/filler preempted: %v", p)
+		}
+	},
 	"flavor-fungibility.yaml": func(s *story) {
 		s.admitted("borrow-first/job", 1, 0, "borrow-first", "main×6 cpu=on-demand")
 		s.admitted("spot-first/job", 1, 0, "spot-first", "main×6 cpu=spot")

@@ -144,7 +144,23 @@ const (
 	MayStopSearch FlavorFungibilityPolicy = "MayStopSearch"
 )
 
+// FlavorFungibilityPreference ranks flavors when every one needs borrowing,
+// preemption or both.
+type FlavorFungibilityPreference string
+
+const (
+	// BorrowingOverPreemption (the default) prefers a flavor that needs no
+	// preemption, or a gentler one (reclaiming lent quota over preempting
+	// in the own queue), and then the one that borrows least far up the
+	// cohort tree.
+	BorrowingOverPreemption FlavorFungibilityPreference = "BorrowingOverPreemption"
+	// PreemptionOverBorrowing prefers the flavor that borrows least far up
+	// the cohort tree, and then the gentler preemption.
+	PreemptionOverBorrowing FlavorFungibilityPreference = "PreemptionOverBorrowing"
+)
+
 // FlavorFungibility decides whether to move on to the next flavor.
+// +kubebuilder:validation:XValidation:rule="!has(self.preference) || (has(self.whenCanBorrow) && self.whenCanBorrow == 'TryNextFlavor' && has(self.whenCanPreempt) && self.whenCanPreempt == 'TryNextFlavor')",message="preference can only be set when both whenCanBorrow and whenCanPreempt are TryNextFlavor"
 type FlavorFungibility struct {
 	// whenCanBorrow: Borrow (default) or its Kueue name MayStopSearch, or
 	// TryNextFlavor.
@@ -158,6 +174,13 @@ type FlavorFungibility struct {
 	// +kubebuilder:default=TryNextFlavor
 	// +kubebuilder:validation:Enum=Preempt;MayStopSearch;TryNextFlavor
 	WhenCanPreempt FlavorFungibilityPolicy `json:"whenCanPreempt,omitempty"`
+	// preference: how to rank flavors when all need borrowing, preemption
+	// or both; only with whenCanBorrow and whenCanPreempt both
+	// TryNextFlavor, since otherwise the search stops at the first such
+	// flavor. BorrowingOverPreemption when unset.
+	// +optional
+	// +kubebuilder:validation:Enum=BorrowingOverPreemption;PreemptionOverBorrowing
+	Preference *FlavorFungibilityPreference `json:"preference,omitempty"`
 }
 
 // As with FlavorFungibilityPolicy, the enum is on each field of this type.

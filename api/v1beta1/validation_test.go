@@ -230,6 +230,17 @@ func TestClusterQueueValidation(t *testing.T) {
 			obj:  clusterQueue(`flavorFungibility: {whenCanBorrow: MayStopSearch, whenCanPreempt: MayStopSearch}`),
 		},
 		{
+			name: "flavorFungibility preference with both policies TryNextFlavor",
+			obj:  clusterQueue(`flavorFungibility: {whenCanBorrow: TryNextFlavor, whenCanPreempt: TryNextFlavor, preference: PreemptionOverBorrowing}`),
+		},
+		{
+			name: "flavorFungibility preference while the search may stop (Kueue refuses it too)",
+			obj:  clusterQueue(`flavorFungibility: {whenCanPreempt: TryNextFlavor, preference: BorrowingOverPreemption}`),
+			wantErrs: []fieldError{
+				{"spec.flavorFungibility", `Invalid value: "object": preference can only be set when both whenCanBorrow and whenCanPreempt are TryNextFlavor`},
+			},
+		},
+		{
 			name: "borrowWithinCohort with reclaiming on",
 			obj:  clusterQueue(`preemption: {reclaimWithinCohort: Any, borrowWithinCohort: {policy: LowerPriority, maxPriorityThreshold: 100}}`),
 		},

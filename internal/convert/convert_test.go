@@ -225,15 +225,15 @@ spec:
 		},
 		{
 			name:    "any other field Sluice lacks is refused by its path",
-			in:      "apiVersion: kueue.x-k8s.io/v1beta2\nkind: ClusterQueue\nmetadata: {name: cq}\nspec:\n  flavorFungibility: {whenCanBorrow: TryNextFlavor, preference: BorrowingOverPreemption}\n",
-			wantErr: "queues.yaml: document 1 (ClusterQueue cq): spec.flavorFungibility.preference: not supported by Sluice",
+			in:      "apiVersion: kueue.x-k8s.io/v1beta2\nkind: ClusterQueue\nmetadata: {name: cq}\nspec:\n  flavorFungibility: {whenCanBorrow: TryNextFlavor, futurePolicy: Sometimes}\n",
+			wantErr: "queues.yaml: document 1 (ClusterQueue cq): spec.flavorFungibility.futurePolicy: not supported by Sluice",
 		},
 		{
 			name:         "and dropped when asked",
-			in:           "apiVersion: kueue.x-k8s.io/v1beta2\nkind: ClusterQueue\nmetadata: {name: cq}\nspec:\n  flavorFungibility: {whenCanBorrow: TryNextFlavor, preference: BorrowingOverPreemption}\n",
+			in:           "apiVersion: kueue.x-k8s.io/v1beta2\nkind: ClusterQueue\nmetadata: {name: cq}\nspec:\n  flavorFungibility: {whenCanBorrow: TryNextFlavor, futurePolicy: Sometimes}\n",
 			drop:         true,
 			want:         "apiVersion: sluice.dev/v1beta1\nkind: ClusterQueue\nmetadata:\n  name: cq\nspec:\n  flavorFungibility:\n    whenCanBorrow: TryNextFlavor\n",
-			wantWarnings: []string{"dropped queues.yaml: document 1 (ClusterQueue cq): spec.flavorFungibility.preference: not supported by Sluice"},
+			wantWarnings: []string{"dropped queues.yaml: document 1 (ClusterQueue cq): spec.flavorFungibility.futurePolicy: not supported by Sluice"},
 		},
 		{
 			name:    "cohort and cohortName that disagree",

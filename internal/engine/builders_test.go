@@ -41,6 +41,10 @@ func (b *cqBuilder) fungibility(borrow, preempt FungibilityPolicy) *cqBuilder {
 	b.cq.WhenCanBorrow, b.cq.WhenCanPreempt = borrow, preempt
 	return b
 }
+func (b *cqBuilder) preference(p FlavorPreference) *cqBuilder {
+	b.cq.FlavorPreference = p
+	return b
+}
 func (b *cqBuilder) preemption(within, reclaim PreemptionPolicy) *cqBuilder {
 	b.cq.Preemption.WithinClusterQueue, b.cq.Preemption.ReclaimWithinCohort = within, reclaim
 	return b

@@ -179,19 +179,64 @@ func (a *assignment) admission(cq *cqState, ws *wlState) []PodSetAssignment {
 	return out
 }
 
-// flavorOutcome is how one flavor serves one resource group of a pod set.
-type flavorOutcome struct {
-	mode    mode
-	borrows bool
+// grade ranks how a flavor can take a request, worst first, as Kueue's
+// flavor assigner does.
+type grade uint8
+
+const (
+	gradeNoFit grade = iota
+	// gradeNoCandidates: preemption would be needed, but nobody can be
+	// preempted.
+	gradeNoCandidates
+	// gradePreempt: preemption needed, some victim in the preemptor's own
+	// ClusterQueue.
+	gradePreempt
+	// gradeReclaim: preemption needed, every victim in other queues, taking
+	// back quota lent to them.
+	gradeReclaim
+	gradeFit
+)
+
+func (g grade) mode() mode {
+	switch g {
+	case gradeFit:
+		return fit
+	case gradePreempt, gradeReclaim:
+		return preemptFit
+	}
+	return noFit
 }
 
-// better ranks flavor outcomes: fit over preempt over no fit, and within a
-// mode, not borrowing over borrowing.
-func (o flavorOutcome) better(than flavorOutcome) bool {
-	if o.mode != than.mode {
-		return o.mode > than.mode
+// flavorOutcome is how one flavor serves one resource group of a pod set.
+type flavorOutcome struct {
+	grade grade
+	// borrow is the borrowing level (node.borrowLevel): 0 without
+	// borrowing, higher when quota comes from farther up the tree.
+	borrow int
+}
+
+// better reports whether o is preferred to than. A flavor that fits in
+// neither way loses; one where nobody can be preempted loses to any that
+// can admit. Then, by default (BorrowingOverPreemption), the better grade
+// wins and the more local borrowing breaks ties; PreemptionOverBorrowing
+// compares borrowing first.
+func (o flavorOutcome) better(than flavorOutcome, pref FlavorPreference) bool {
+	if o.grade == gradeNoFit {
+		return false
 	}
-	return !o.borrows && than.borrows
+	if than.grade == gradeNoFit {
+		return true
+	}
+	if (o.grade == gradeNoCandidates) != (than.grade == gradeNoCandidates) {
+		return than.grade == gradeNoCandidates
+	}
+	if pref == PreemptionOverBorrowing && o.borrow != than.borrow {
+		return o.borrow < than.borrow
+	}
+	if o.grade != than.grade {
+		return o.grade > than.grade
+	}
+	return o.borrow < than.borrow
 }
 
 // assign chooses flavors for every pod set of ws in its ClusterQueue, with
@@ -224,16 +269,17 @@ func (e *Engine) assign(ws *wlState, counts []int32, a *assignment) *assignment 
 			for fi := range g.flavors {
 				start := len(why)
 				preempt = preempt[:0]
-				out := e.tryFlavor(cq, a, g, &g.flavors[fi], ps, gr.reqs, count, &why, &preempt)
-				if out.mode == preemptFit {
+				out := e.tryFlavor(ws, a, &g.flavors[fi], ps, gr.reqs, count, len(g.flavors) > 1, &why, &preempt)
+				if out.grade == gradePreempt || out.grade == gradeReclaim || out.grade == gradeNoCandidates {
 					a.consulted = true
 				}
-				if out.mode == preemptFit && !e.canPreemptIn(ws, preempt) {
-					// Nobody could be preempted here: for choosing a
-					// flavor this is no better than not fitting.
-					out.mode = noFit
+				if out.grade == gradePreempt && len(g.flavors) == 1 && !e.canPreemptIn(ws, preempt) {
+					// With one flavor there is no choice to rank, so
+					// tryFlavor only graded preemption as possible; this
+					// is the cheap check that somebody could go.
+					out.grade = gradeNoCandidates
 				}
-				if best < 0 || out.better(bestOut) {
+				if best < 0 || out.better(bestOut, cq.FlavorPreference) {
 					best, bestOut = fi, out
 					bestReasons = why[start:len(why):len(why)]
 					bestPreempt = append(bestPreempt[:0], preempt...)
@@ -242,7 +288,7 @@ func (e *Engine) assign(ws *wlState, counts []int32, a *assignment) *assignment 
 					break
 				}
 			}
-			if bestOut.mode == noFit {
+			if bestOut.grade.mode() == noFit {
 				a.mode = noFit
 				sc.arena = append(sc.arena, why...)
 				continue
@@ -252,10 +298,10 @@ func (e *Engine) assign(ws *wlState, counts []int32, a *assignment) *assignment 
 			for _, rr := range gr.reqs {
 				a.addUsage(gf.frs[rr.slot], rr.perPod*count)
 			}
-			if bestOut.mode < a.mode {
-				a.mode = bestOut.mode
+			if m := bestOut.grade.mode(); m < a.mode {
+				a.mode = m
 			}
-			if bestOut.mode == preemptFit {
+			if bestOut.grade.mode() == preemptFit {
 				if a.preemptFRs == nil {
 					a.preemptFRs = map[int]bool{}
 				}
@@ -264,7 +310,7 @@ func (e *Engine) assign(ws *wlState, counts []int32, a *assignment) *assignment 
 				}
 				sc.arena = append(sc.arena, bestReasons...)
 			}
-			a.borrows = a.borrows || bestOut.borrows
+			a.borrows = a.borrows || bestOut.borrow > 0
 		}
 		if a.mode != noFit {
 			a.podSets = append(a.podSets, psa)
@@ -286,26 +332,38 @@ func (cq *cqState) mayPreempt() bool {
 }
 
 // stopSearch applies flavorFungibility: whether to settle for this flavor
-// rather than look at the next one.
+// rather than look at the next one. A flavor that cannot admit never
+// stops the search; one that needs preemption stops it only with
+// whenCanPreempt Preempt (MayStopSearch), and one that borrows only with
+// whenCanBorrow Borrow (MayStopSearch).
 func stopSearch(o flavorOutcome, cq *cqState) bool {
-	switch o.mode {
-	case fit:
-		return !o.borrows || cq.WhenCanBorrow != TryNextFlavor
-	case preemptFit:
-		return cq.WhenCanPreempt == Preempt
+	if o.grade.mode() == noFit {
+		return false
 	}
-	return false
+	if o.grade.mode() == preemptFit && cq.WhenCanPreempt != Preempt {
+		return false
+	}
+	return o.borrow == 0 || cq.WhenCanBorrow != TryNextFlavor
 }
 
 // tryFlavor checks one flavor for one group's requests of a pod set,
 // appending why it falls short to why and the flavor-resources that need
-// preemption to preempt.
-func (e *Engine) tryFlavor(cq *cqState, a *assignment, g *group, gf *groupFlavor, ps *PodSet, reqs []resReq, count int64, why *[]reason, preempt *[]int) flavorOutcome {
+// preemption to preempt. The flavor's grade is the worst over its
+// resources. With rank set (the group has several flavors to choose
+// from), a resource that needs preemption is graded by simulating it:
+// reclaiming from other queues ranks above preempting in one's own.
+func (e *Engine) tryFlavor(ws *wlState, a *assignment, gf *groupFlavor, ps *PodSet, reqs []resReq, count int64, rank bool, why *[]reason, preempt *[]int) flavorOutcome {
+	cq := ws.cq
 	if r, bad := ineligible(gf, ps); bad {
 		*why = append(*why, r)
-		return flavorOutcome{mode: noFit}
+		return flavorOutcome{grade: gradeNoFit}
 	}
-	out := flavorOutcome{mode: fit}
+	out := flavorOutcome{grade: gradeFit}
+	worst := func(o flavorOutcome) {
+		if out.better(o, cq.FlavorPreference) {
+			out = o
+		}
+	}
 	n := cq.node
 	for _, rr := range reqs {
 		i := gf.frs[rr.slot]
@@ -313,34 +371,61 @@ func (e *Engine) tryFlavor(cq *cqState, a *assignment, g *group, gf *groupFlavor
 		// flavor-resource.
 		val := rr.perPod*count + a.usageOf(i)
 		avail := n.available(i)
+		level, below := n.borrowLevel(i, val)
 		if val <= avail {
-			if n.usage[i]+val > n.subtree[i] {
-				out.borrows = true
-			}
+			worst(flavorOutcome{grade: gradeFit, borrow: level})
 			continue
 		}
 		pot := n.potential(i)
 		r := reason{kind: reasonInsufficient, podSet: ps.Name, flavor: gf.name, resource: rr.resource, requested: val, available: avail}
 		canPreempt := val <= pot && cq.mayPreempt() &&
-			(val <= n.nominal[i] || cq.Preemption.BorrowWithinCohort == LowerPriority || e.tree.fair)
-		if canPreempt {
+			(val <= n.nominal[i] || below || cq.Preemption.BorrowWithinCohort == LowerPriority || e.tree.fair)
+		if !canPreempt {
+			if val > pot {
+				r.kind, r.available = reasonNeverFits, pot
+			}
 			*why = append(*why, r)
-			*preempt = append(*preempt, i)
-			if out.mode > preemptFit {
-				out.mode = preemptFit
-			}
-			if val > n.nominal[i] {
-				out.borrows = true
-			}
+			out = flavorOutcome{grade: gradeNoFit}
 			continue
 		}
-		if val > pot {
-			r.kind, r.available = reasonNeverFits, pot
-		}
 		*why = append(*why, r)
-		out.mode = noFit
+		*preempt = append(*preempt, i)
+		if !rank {
+			// Not simulated: borrowing is judged against nominal quota,
+			// as if the own queue's victims were gone.
+			if val <= n.nominal[i] {
+				level = 0
+			}
+			worst(flavorOutcome{grade: gradePreempt, borrow: level})
+			continue
+		}
+		worst(e.gradePreemption(ws, i, val))
 	}
 	return out
+}
+
+// gradePreemption simulates preempting for val of flavor-resource i alone,
+// as Kueue's preemption oracle does, and grades the outcome.
+func (e *Engine) gradePreemption(ws *wlState, i int, val int64) flavorOutcome {
+	probe := assignment{usage: []frAmount{{i, val}}, preemptFRs: map[int]bool{i: true}}
+	targets := e.preemptionTargets(ws, &probe)
+	n := ws.cq.node
+	if len(targets) == 0 {
+		level, _ := n.borrowLevel(i, val)
+		return flavorOutcome{grade: gradeNoCandidates, borrow: level}
+	}
+	g := gradeReclaim
+	for _, t := range targets {
+		e.take(t.ws)
+		if t.ws.admitted.cq == ws.cq {
+			g = gradePreempt
+		}
+	}
+	level, _ := n.borrowLevel(i, val)
+	for _, t := range targets {
+		e.putBack(t.ws)
+	}
+	return flavorOutcome{grade: g, borrow: level}
 }
 
 // ineligible says why a pod set cannot land on a flavor's nodes.
@@ -382,7 +467,11 @@ func (e *Engine) canPreemptIn(ws *wlState, frs []int) bool {
 	for _, i := range frs {
 		set[i] = true
 	}
-	return len(e.collectCandidates(ws, set, true)) > 0
+	if e.tree.fair {
+		return len(e.collectCandidates(ws, set, true)) > 0
+	}
+	hier, other, same := e.classicalCandidates(ws, &assignment{preemptFRs: set}, true)
+	return len(hier)+len(other)+len(same) > 0
 }
 
 func tolerated(t *corev1.Taint, tols []corev1.Toleration) bool {

@@ -26,6 +26,18 @@ const (
 	HoldAndDrain StopPolicy = "HoldAndDrain"
 )
 
+// FlavorPreference is Kueue's flavorFungibility.preference.
+type FlavorPreference string
+
+const (
+	// BorrowingOverPreemption prefers the flavor that needs no preemption
+	// (or the gentler kind), then the one that borrows least far up.
+	BorrowingOverPreemption FlavorPreference = "BorrowingOverPreemption"
+	// PreemptionOverBorrowing prefers the flavor that borrows least far
+	// up, then the gentler preemption.
+	PreemptionOverBorrowing FlavorPreference = "PreemptionOverBorrowing"
+)
+
 // PreemptionPolicy names whom a workload may preempt.
 type PreemptionPolicy string
 
@@ -109,8 +121,11 @@ type ClusterQueue struct {
 	NamespaceSelector labels.Selector
 	WhenCanBorrow     FungibilityPolicy
 	WhenCanPreempt    FungibilityPolicy
-	Preemption        Preemption
-	StopPolicy        StopPolicy
+	// FlavorPreference ranks flavors when none can be taken as it is;
+	// empty means BorrowingOverPreemption.
+	FlavorPreference FlavorPreference
+	Preemption       Preemption
+	StopPolicy       StopPolicy
 	// FairWeight is the fair-sharing weight in milli-units (1000 = 1).
 	FairWeight int64
 }

@@ -14,52 +14,256 @@ type target struct {
 // eviction lets ws fit with assignment a, following the ClusterQueue's
 // preemption policy. It returns nil if no such set exists.
 func (e *Engine) preemptionTargets(ws *wlState, a *assignment) []target {
+	if !e.tree.fair {
+		return e.classicalTargets(ws, a)
+	}
 	cq := ws.cq
 	candidates := e.candidates(ws, a)
 	if len(candidates) == 0 {
 		return nil
 	}
-	var sameQueue []*wlState
+	sameQueue := 0
 	for _, c := range candidates {
 		if c.admitted.cq == cq {
-			sameQueue = append(sameQueue, c)
+			sameQueue++
 		}
 	}
-	if len(sameQueue) == len(candidates) {
-		return e.minimalSet(ws, a, candidates, true, nil)
+	if sameQueue == len(candidates) {
+		return e.minimalSet(ws, a, candidates)
 	}
-	borrowWithinCohort := cq.Preemption.BorrowWithinCohort == LowerPriority
 	var threshold *int32
-	if borrowWithinCohort {
+	if cq.Preemption.BorrowWithinCohort == LowerPriority {
 		t := ws.w.Priority
 		if m := cq.Preemption.MaxPriorityThreshold; m != nil && *m < t {
 			t = *m + 1
 		}
 		threshold = &t
 	}
-	if e.tree.fair {
-		return e.fairSet(ws, a, candidates, threshold)
+	return e.fairSet(ws, a, candidates, threshold)
+}
+
+// variant is the ground on which a candidate may be preempted, after
+// Kueue's classical preemption.
+type variant uint8
+
+const (
+	// withinCQ: a workload of the preemptor's own ClusterQueue, by its
+	// withinClusterQueue policy.
+	withinCQ variant = iota
+	// hierarchyReclaim: the candidate uses quota of a subtree whose quota
+	// would hold the preemptor, so the preemptor has the better claim to
+	// it whatever their priorities.
+	hierarchyReclaim
+	// reclaimNoBorrow: preemptible only if the preemptor's queue does not
+	// borrow once it is admitted.
+	reclaimNoBorrow
+	// reclaimBorrowing: preemptible even while the preemptor's queue
+	// borrows (borrowWithinCohort, below maxPriorityThreshold).
+	reclaimBorrowing
+)
+
+func (v variant) reason() string {
+	switch v {
+	case withinCQ:
+		return ReasonInClusterQueue
+	case reclaimBorrowing:
+		return ReasonInCohortReclaimWhileBorrowing
+	default:
+		return ReasonInCohortReclamation
 	}
-	if borrowWithinCohort {
-		if !e.underNominal(cq, a) {
-			// Borrowing while preempting: only other queues' workloads below
-			// the threshold may go.
-			var keep []*wlState
-			for _, c := range candidates {
-				if c.admitted.cq == cq || c.w.Priority < *threshold {
-					keep = append(keep, c)
+}
+
+// candidate is an admitted workload ws may preempt, with the lowest cohort
+// its queue shares with ws's queue (nil in the same queue).
+type candidate struct {
+	ws  *wlState
+	lca *node
+	v   variant
+}
+
+// classicalTargets chooses victims as Kueue's classical preemption does in
+// a cohort tree of any depth. Candidates come from the preemptor's own
+// queue and from queues whose subtrees exceed their quota, walking up from
+// the preemptor's queue one cohort at a time. Once the preemptor's
+// requests fit in the quota of the subtree reached so far, it has a
+// hierarchical claim on everything borrowed from that subtree, whatever
+// the priorities; otherwise other queues' workloads are candidates by
+// priority, under reclaimWithinCohort and borrowWithinCohort. Victims are
+// taken in order until ws fits, with or without borrowing as the policy
+// allows, and those not needed are put back.
+func (e *Engine) classicalTargets(ws *wlState, a *assignment) []target {
+	cq := ws.cq
+	hier, other, same := e.classicalCandidates(ws, a, false)
+	if len(hier)+len(other)+len(same) == 0 {
+		return nil
+	}
+	for _, l := range [][]candidate{hier, other, same} {
+		e.sortCandidates(cq, l)
+	}
+	// Workloads already on their way out go first, as they cost nothing
+	// more; within each part the groups keep their order.
+	order := make([]candidate, 0, len(hier)+len(other)+len(same))
+	for _, evicting := range []bool{true, false} {
+		for _, l := range [][]candidate{hier, other, same} {
+			for _, c := range l {
+				if c.ws.evicting == evicting {
+					order = append(order, c)
 				}
 			}
-			candidates = keep
-		}
-		return e.minimalSet(ws, a, candidates, true, threshold)
-	}
-	if e.underNominal(cq, a) {
-		if t := e.minimalSet(ws, a, candidates, false, nil); len(t) > 0 {
-			return t
 		}
 	}
-	return e.minimalSet(ws, a, sameQueue, true, nil)
+	noBorrowWithin := cq.Preemption.BorrowWithinCohort != LowerPriority
+	var attempts []bool // allowBorrowing, in the order tried
+	switch {
+	case len(hier)+len(other) == 0 || (noBorrowWithin && !e.underNominal(cq, a)):
+		attempts = []bool{true}
+	case noBorrowWithin && len(hier) == 0:
+		attempts = []bool{false, true}
+	default:
+		attempts = []bool{true, false}
+	}
+	for _, allowBorrowing := range attempts {
+		var targets []target
+		for _, c := range order {
+			if !e.stillPreemptible(cq, c, a, allowBorrowing) {
+				continue
+			}
+			e.take(c.ws)
+			targets = append(targets, target{ws: c.ws, reason: c.v.reason()})
+			if e.fits(cq, a, allowBorrowing) {
+				targets = e.fillBack(ws, a, targets, allowBorrowing)
+				for _, t := range targets {
+					e.putBack(t.ws)
+				}
+				return targets
+			}
+		}
+		for _, t := range targets {
+			e.putBack(t.ws)
+		}
+	}
+	return nil
+}
+
+// classicalCandidates lists the workloads ws may preempt for a, in three
+// groups: those of other queues it has a hierarchical claim over, those of
+// other queues it may take by priority, and its own queue's. With first
+// set it stops at the first one found.
+func (e *Engine) classicalCandidates(ws *wlState, a *assignment, first bool) (hier, other, same []candidate) {
+	cq := ws.cq
+	p := cq.Preemption
+	frs := a.preemptFRs
+	if p.WithinClusterQueue != Never && p.WithinClusterQueue != "" {
+		for _, c := range cq.admitted {
+			if c != ws && usesAny(c, frs) && withinAllows(p.WithinClusterQueue, c, ws) {
+				same = append(same, candidate{ws: c, v: withinCQ})
+				if first {
+					return
+				}
+			}
+		}
+	}
+	if cq.node.parent == nil || p.ReclaimWithinCohort == Never || p.ReclaimWithinCohort == "" {
+		return
+	}
+	var threshold *int32
+	if p.BorrowWithinCohort == LowerPriority {
+		threshold = p.MaxPriorityThreshold
+	}
+	classify := func(c *wlState, claim bool) (variant, bool) {
+		if !usesAny(c, frs) || (p.ReclaimWithinCohort == LowerPriority && c.w.Priority >= ws.w.Priority) {
+			return 0, false
+		}
+		switch {
+		case claim:
+			return hierarchyReclaim, true
+		case p.BorrowWithinCohort != LowerPriority,
+			c.w.Priority >= ws.w.Priority,
+			threshold != nil && c.w.Priority > *threshold:
+			return reclaimNoBorrow, true
+		}
+		return reclaimBorrowing, true
+	}
+	// walk visits the subtree under n except skip, descending only into
+	// cohorts and queues that exceed their quota in frs.
+	var walk func(n, lca, skip *node, claim bool) bool
+	walk = func(n, lca, skip *node, claim bool) bool {
+		for _, ch := range n.children {
+			if ch == skip || !ch.borrowingAny(frs) {
+				continue
+			}
+			if ch.cq == nil {
+				if walk(ch, lca, skip, claim) {
+					return true
+				}
+				continue
+			}
+			for _, c := range ch.cq.admitted {
+				v, ok := classify(c, claim)
+				if !ok {
+					continue
+				}
+				if claim {
+					hier = append(hier, candidate{ws: c, lca: lca, v: v})
+				} else {
+					other = append(other, candidate{ws: c, lca: lca, v: v})
+				}
+				if first {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	claim, rest := cq.node.fitsQuota(a.usage)
+	prev := cq.node
+	for anc := cq.node.parent; anc != nil; anc = anc.parent {
+		if walk(anc, anc, prev, claim) {
+			return
+		}
+		var fits bool
+		fits, rest = anc.fitsQuota(rest)
+		claim = claim || fits
+		prev = anc
+	}
+	return
+}
+
+// stillPreemptible reports whether candidate c may still go, given the
+// victims taken so far: a victim from another queue must be one the
+// attempt allows, and its queue and every cohort up to the one it shares
+// with the preemptor must still exceed their quota.
+func (e *Engine) stillPreemptible(cq *cqState, c candidate, a *assignment, allowBorrowing bool) bool {
+	q := c.ws.admitted.cq
+	if q == cq {
+		return true
+	}
+	if allowBorrowing && c.v == reclaimNoBorrow {
+		return false
+	}
+	for n := q.node; n != nil && n != c.lca; n = n.parent {
+		if !n.borrowingAny(a.preemptFRs) {
+			return false
+		}
+	}
+	return true
+}
+
+// usesAny reports whether admitted workload c uses any of frs.
+func usesAny(c *wlState, frs map[int]bool) bool {
+	for _, u := range c.admitted.usage {
+		if frs[u.fr] && u.v > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// sortCandidates orders candidates as Kueue does: those already being
+// evicted first, other queues' before the preemptor's own, lower priority
+// first, most recently admitted first.
+func (e *Engine) sortCandidates(cq *cqState, l []candidate) {
+	sort.Slice(l, func(i, j int) bool { return victimLess(cq, l[i].ws, l[j].ws) })
 }
 
 // underNominal reports whether the queue currently uses less than its
@@ -80,24 +284,7 @@ func (e *Engine) underNominal(cq *cqState, a *assignment) bool {
 func (e *Engine) candidates(ws *wlState, a *assignment) []*wlState {
 	out := e.collectCandidates(ws, a.preemptFRs, false)
 	cq := ws.cq
-	sort.Slice(out, func(i, j int) bool {
-		a, b := out[i], out[j]
-		// Workloads already on their way out cost nothing more.
-		if a.evicting != b.evicting {
-			return a.evicting
-		}
-		aOther, bOther := a.admitted.cq != cq, b.admitted.cq != cq
-		if aOther != bOther {
-			return aOther
-		}
-		if a.w.Priority != b.w.Priority {
-			return a.w.Priority < b.w.Priority
-		}
-		if !a.admitted.at.Equal(b.admitted.at) {
-			return a.admitted.at.After(b.admitted.at)
-		}
-		return a.key < b.key
-	})
+	sort.Slice(out, func(i, j int) bool { return victimLess(cq, out[i], out[j]) })
 	return out
 }
 
@@ -108,29 +295,9 @@ func (e *Engine) collectCandidates(ws *wlState, frs map[int]bool, first bool) []
 	cq := ws.cq
 	p := cq.Preemption
 	var out []*wlState
-	uses := func(c *wlState) bool {
-		for _, u := range c.admitted.usage {
-			if frs[u.fr] && u.v > 0 {
-				return true
-			}
-		}
-		return false
-	}
-	borrowingIn := func(q *cqState) bool {
-		for i := range frs {
-			if q.node.borrowing(i) {
-				return true
-			}
-		}
-		return false
-	}
 	if p.WithinClusterQueue != Never && p.WithinClusterQueue != "" {
 		for _, c := range cq.admitted {
-			if c == ws || !uses(c) {
-				continue
-			}
-			if c.w.Priority < ws.w.Priority ||
-				(p.WithinClusterQueue == LowerOrNewerEqualPriority && c.w.Priority == ws.w.Priority && newer(c, ws)) {
+			if c != ws && usesAny(c, frs) && withinAllows(p.WithinClusterQueue, c, ws) {
 				out = append(out, c)
 				if first {
 					return out
@@ -141,11 +308,11 @@ func (e *Engine) collectCandidates(ws *wlState, frs map[int]bool, first bool) []
 	if cq.node.parent != nil && p.ReclaimWithinCohort != Never && p.ReclaimWithinCohort != "" {
 		root := cq.node.root()
 		for _, other := range e.tree.members[root] {
-			if other == cq || other.node.root() != root || !borrowingIn(other) {
+			if other == cq || other.node.root() != root || !other.node.borrowingAny(frs) {
 				continue
 			}
 			for _, c := range other.admitted {
-				if !uses(c) {
+				if !usesAny(c, frs) {
 					continue
 				}
 				if p.ReclaimWithinCohort == Any || c.w.Priority < ws.w.Priority {
@@ -158,6 +325,32 @@ func (e *Engine) collectCandidates(ws *wlState, frs map[int]bool, first bool) []
 		}
 	}
 	return out
+}
+
+// victimLess orders preemption candidates for a preemptor of queue cq.
+func victimLess(cq *cqState, a, b *wlState) bool {
+	// Workloads already on their way out cost nothing more.
+	if a.evicting != b.evicting {
+		return a.evicting
+	}
+	aOther, bOther := a.admitted.cq != cq, b.admitted.cq != cq
+	if aOther != bOther {
+		return aOther
+	}
+	if a.w.Priority != b.w.Priority {
+		return a.w.Priority < b.w.Priority
+	}
+	if !a.admitted.at.Equal(b.admitted.at) {
+		return a.admitted.at.After(b.admitted.at)
+	}
+	return a.key < b.key
+}
+
+// withinAllows reports whether a withinClusterQueue policy lets ws preempt
+// c of its own queue.
+func withinAllows(p PreemptionPolicy, c, ws *wlState) bool {
+	return c.w.Priority < ws.w.Priority ||
+		(p == LowerOrNewerEqualPriority && c.w.Priority == ws.w.Priority && newer(c, ws))
 }
 
 // newer reports whether c was submitted after w.
@@ -208,33 +401,17 @@ func (e *Engine) putBack(ws *wlState) {
 	}
 }
 
-func reasonFor(preemptor *cqState, victim *wlState, allowBorrowing bool) string {
-	switch {
-	case victim.admitted.cq == preemptor:
-		return ReasonInClusterQueue
-	case allowBorrowing:
-		return ReasonInCohortReclaimWhileBorrowing
-	default:
-		return ReasonInCohortReclamation
-	}
-}
-
-// minimalSet removes candidates in order until ws fits, then puts back
-// every one that turns out not to be needed.
-func (e *Engine) minimalSet(ws *wlState, a *assignment, candidates []*wlState, allowBorrowing bool, threshold *int32) []target {
+// minimalSet takes the preemptor's own queue's candidates in order until
+// ws fits, borrowing allowed, then puts back every one that turns out not
+// to be needed.
+func (e *Engine) minimalSet(ws *wlState, a *assignment, candidates []*wlState) []target {
 	cq := ws.cq
 	var targets []target
 	found := false
 	for _, c := range candidates {
-		if c.admitted.cq != cq && !e.borrowingIn(c.admitted.cq, a) {
-			continue
-		}
-		if c.admitted.cq != cq && threshold != nil && c.w.Priority >= *threshold {
-			allowBorrowing = false
-		}
 		e.take(c)
-		targets = append(targets, target{ws: c})
-		if e.fits(cq, a, allowBorrowing) {
+		targets = append(targets, target{ws: c, reason: ReasonInClusterQueue})
+		if e.fits(cq, a, true) {
 			found = true
 			break
 		}
@@ -245,14 +422,9 @@ func (e *Engine) minimalSet(ws *wlState, a *assignment, candidates []*wlState, a
 		}
 		return nil
 	}
-	targets = e.fillBack(ws, a, targets, allowBorrowing)
+	targets = e.fillBack(ws, a, targets, true)
 	for _, t := range targets {
 		e.putBack(t.ws)
-	}
-	for i := range targets {
-		if targets[i].reason == "" {
-			targets[i].reason = reasonFor(cq, targets[i].ws, allowBorrowing)
-		}
 	}
 	return targets
 }

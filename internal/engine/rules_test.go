@@ -239,6 +239,67 @@ func TestFlavorAssignment(t *testing.T) {
 			wantPreempted: map[string]string{"ns/low": "InClusterQueue by ns/high"},
 		},
 		{
+			name: "reclaiming quota lent to another queue is preferred to preempting in one's own queue",
+			cfg: Config{
+				Flavors: flavors("first", "second"),
+				ClusterQueues: []ClusterQueue{
+					newCQ("cq").cohort("all").preemption(LowerPriority, Any).quota("first", "cpu", 4000).quota("second", "cpu", 4000).obj(),
+					newCQ("lender").cohort("all").quota("first", "cpu", 0).quota("second", "cpu", 0).obj(),
+				},
+				LocalQueues: lqs("ns", "cq", "other", "lender"),
+			},
+			workloads: []Workload{
+				newWL("ns", "own-low").pods("main", 1, "cpu", 4000).admittedIn("cq", "first", -time.Minute).obj(),
+				newWL("other", "borrower").prio(50).pods("main", 1, "cpu", 4000).admittedIn("lender", "second", -time.Minute).obj(),
+				newWL("ns", "high").prio(10).pods("main", 1, "cpu", 4000).obj(),
+			},
+			wantAdmitted:  map[string]string{"ns/high": "cq main=1:cpu=second"},
+			wantPreempted: map[string]string{"other/borrower": "InCohortReclamation by ns/high"},
+			wantPending: map[string]string{
+				"other/borrower": "pod set main: insufficient unused quota for cpu in flavor first: requested 4, available 0; " +
+					"insufficient unused quota for cpu in flavor second: requested 4, available 0",
+			},
+		},
+		{
+			name: "by default a flavor that fits by borrowing beats one that needs preemption",
+			cfg: Config{
+				Flavors: flavors("first", "second"),
+				ClusterQueues: []ClusterQueue{
+					newCQ("cq").cohort("all").preemption(LowerPriority, Never).fungibility(TryNextFlavor, TryNextFlavor).
+						quota("first", "cpu", 0).quota("second", "cpu", 4000).obj(),
+					newCQ("lender").cohort("all").quota("first", "cpu", 4000).quota("second", "cpu", 0).obj(),
+				},
+				LocalQueues: lqs("ns", "cq"),
+			},
+			workloads: []Workload{
+				newWL("ns", "own-low").pods("main", 1, "cpu", 4000).admittedIn("cq", "second", -time.Minute).obj(),
+				newWL("ns", "high").prio(10).pods("main", 1, "cpu", 4000).obj(),
+			},
+			wantAdmitted: map[string]string{"ns/high": "cq main=1:cpu=first"},
+		},
+		{
+			name: "preference PreemptionOverBorrowing takes the flavor that needs no borrowing",
+			cfg: Config{
+				Flavors: flavors("first", "second"),
+				ClusterQueues: []ClusterQueue{
+					newCQ("cq").cohort("all").preemption(LowerPriority, Never).fungibility(TryNextFlavor, TryNextFlavor).
+						preference(PreemptionOverBorrowing).quota("first", "cpu", 0).quota("second", "cpu", 4000).obj(),
+					newCQ("lender").cohort("all").quota("first", "cpu", 4000).quota("second", "cpu", 0).obj(),
+				},
+				LocalQueues: lqs("ns", "cq"),
+			},
+			workloads: []Workload{
+				newWL("ns", "own-low").pods("main", 1, "cpu", 4000).admittedIn("cq", "second", -time.Minute).obj(),
+				newWL("ns", "high").prio(10).pods("main", 1, "cpu", 4000).obj(),
+			},
+			// The victim is requeued and borrows the first flavor.
+			wantAdmitted: map[string]string{
+				"ns/high":    "cq main=1:cpu=second",
+				"ns/own-low": "cq main=1:cpu=first",
+			},
+			wantPreempted: map[string]string{"ns/own-low": "InClusterQueue by ns/high"},
+		},
+		{
 			name: "resource groups get flavors independently",
 			cfg: Config{
 				Flavors: flavors("cpu-pool", "a100"),
@@ -452,6 +513,114 @@ func TestPreemption(t *testing.T) {
 			wantPreempted: map[string]string{"b/borrower": "InCohortReclamation by a/high"},
 			wantPending: map[string]string{
 				"b/borrower": "pod set main: insufficient unused quota for cpu in flavor default: requested 15, available 10",
+			},
+		},
+	})
+}
+
+func TestHierarchicalPreemption(t *testing.T) {
+	// org holds two sub-cohorts; each ClusterQueue sits in one of them.
+	tree := func(cohorts []Cohort, cqs ...*cqBuilder) Config {
+		cfg := Config{Flavors: flavors("default"), Cohorts: cohorts}
+		for _, q := range cqs {
+			cfg.ClusterQueues = append(cfg.ClusterQueues, q.obj())
+		}
+		cfg.LocalQueues = lqs("a", "cq-a", "b", "cq-b", "b2", "cq-b2", "c", "cq-c")
+		return cfg
+	}
+	cohort := func(name, parent string, cpu int64) Cohort {
+		c := Cohort{Name: name, Parent: parent, FairWeight: 1000}
+		if cpu > 0 {
+			c.ResourceGroups = addQuota(nil, "default", "cpu", cpu)
+		}
+		return c
+	}
+	runCases(t, []cycleCase{
+		{
+			name: "a queue takes back its cohort's quota from another subtree whatever the borrower's priority",
+			cfg: tree([]Cohort{cohort("org", "", 0), cohort("team-a", "org", 10000), cohort("team-b", "org", 0)},
+				newCQ("cq-a").cohort("team-a").preemption(Never, Any).quota("default", "cpu", 0),
+				newCQ("cq-b").cohort("team-b").quota("default", "cpu", 0)),
+			workloads: []Workload{
+				newWL("b", "borrower").prio(100).pods("main", 1, "cpu", 10000).admittedIn("cq-b", "default", -time.Minute).obj(),
+				newWL("a", "owner").prio(1).pods("main", 1, "cpu", 6000).obj(),
+			},
+			wantAdmitted:  map[string]string{"a/owner": "cq-a main=1:cpu=default"},
+			wantPreempted: map[string]string{"b/borrower": "InCohortReclamation by a/owner"},
+			wantPending: map[string]string{
+				"b/borrower": "pod set main: insufficient unused quota for cpu in flavor default: requested 10, available 4",
+			},
+		},
+		{
+			name: "a borrower inside a subtree that stays within its quota is not a candidate",
+			cfg: tree([]Cohort{cohort("org", "", 0), cohort("team-a", "org", 0), cohort("team-b", "org", 0)},
+				newCQ("cq-a").cohort("team-a").preemption(Never, Any).quota("default", "cpu", 4000),
+				newCQ("cq-b").cohort("team-b").quota("default", "cpu", 4000),
+				newCQ("cq-b2").cohort("team-b").quota("default", "cpu", 4000),
+				newCQ("cq-c").cohort("org").quota("default", "cpu", 0)),
+			workloads: []Workload{
+				// cq-b borrows 2 from cq-b2, inside team-b, which uses no
+				// more than its own quota: nothing of team-a's is there.
+				newWL("b", "inside").prio(0).pods("main", 1, "cpu", 6000).admittedIn("cq-b", "default", -time.Minute).obj(),
+				newWL("b2", "home").prio(0).pods("main", 1, "cpu", 2000).admittedIn("cq-b2", "default", -time.Minute).obj(),
+				// cq-c borrows cq-a's unused 4.
+				newWL("c", "borrower").prio(5).pods("main", 1, "cpu", 4000).admittedIn("cq-c", "default", -time.Minute).obj(),
+				newWL("a", "owner").prio(1).pods("main", 1, "cpu", 4000).obj(),
+			},
+			wantAdmitted:  map[string]string{"a/owner": "cq-a main=1:cpu=default"},
+			wantPreempted: map[string]string{"c/borrower": "InCohortReclamation by a/owner"},
+			wantPending: map[string]string{
+				"c/borrower": "pod set main: insufficient unused quota for cpu in flavor default: requested 4, available 0",
+			},
+		},
+		{
+			name: "without a claim below the root, priority decides and borrowWithinCohort lets the preemptor borrow",
+			cfg: tree([]Cohort{cohort("org", "", 10000), cohort("team-a", "org", 0), cohort("team-b", "org", 0)},
+				newCQ("cq-a").cohort("team-a").preemption(Never, LowerPriority).borrowWithinCohort(nil).quota("default", "cpu", 0),
+				newCQ("cq-b").cohort("team-b").quota("default", "cpu", 0)),
+			workloads: []Workload{
+				newWL("b", "low").prio(1).pods("main", 1, "cpu", 10000).admittedIn("cq-b", "default", -time.Minute).obj(),
+				newWL("a", "high").prio(10).pods("main", 1, "cpu", 5000).obj(),
+			},
+			wantAdmitted:  map[string]string{"a/high": "cq-a main=1:cpu=default"},
+			wantPreempted: map[string]string{"b/low": "InCohortReclaimWhileBorrowing by a/high"},
+			wantPending: map[string]string{
+				"b/low": "pod set main: insufficient unused quota for cpu in flavor default: requested 10, available 5",
+			},
+		},
+		{
+			name: "without a claim below the root and without borrowWithinCohort, a borrowing preemptor waits",
+			cfg: tree([]Cohort{cohort("org", "", 10000), cohort("team-a", "org", 0), cohort("team-b", "org", 0)},
+				newCQ("cq-a").cohort("team-a").preemption(Never, Any).quota("default", "cpu", 0),
+				newCQ("cq-b").cohort("team-b").quota("default", "cpu", 0)),
+			workloads: []Workload{
+				newWL("b", "low").prio(1).pods("main", 1, "cpu", 10000).admittedIn("cq-b", "default", -time.Minute).obj(),
+				newWL("a", "high").prio(10).pods("main", 1, "cpu", 5000).obj(),
+			},
+			wantPending: map[string]string{
+				"a/high": "pod set main: insufficient unused quota for cpu in flavor default: requested 5, available 0",
+			},
+		},
+		{
+			name: "a lending limit keeps a cohort's quota local, and the claim on it holds",
+			cfg: tree([]Cohort{cohort("org", "", 0),
+				{Name: "team-a", Parent: "org", FairWeight: 1000, ResourceGroups: addQuota(nil, "default", "cpu", 10000, noLimit, Limited(4000))},
+				cohort("team-b", "org", 0)},
+				newCQ("cq-a").cohort("team-a").preemption(Never, Any).quota("default", "cpu", 0),
+				newCQ("cq-b").cohort("team-b").quota("default", "cpu", 0)),
+			workloads: []Workload{
+				// team-a lends at most 4 of its 10 to the rest of org.
+				newWL("b", "borrower").prio(100).pods("main", 1, "cpu", 4000).admittedIn("cq-b", "default", -time.Minute).obj(),
+				newWL("a", "fits-local").prio(1).pods("main", 1, "cpu", 6000).obj(),
+				newWL("a", "needs-lent").at(time.Second).prio(1).pods("main", 1, "cpu", 2000).obj(),
+			},
+			wantAdmitted: map[string]string{
+				"a/fits-local": "cq-a main=1:cpu=default",
+				"a/needs-lent": "cq-a main=1:cpu=default",
+			},
+			wantPreempted: map[string]string{"b/borrower": "InCohortReclamation by a/needs-lent"},
+			wantPending: map[string]string{
+				"b/borrower": "pod set main: insufficient unused quota for cpu in flavor default: requested 4, available 2",
 			},
 		},
 	})

@@ -34,6 +34,9 @@ type node struct {
 	usage []int64
 	// weight for fair sharing in milli-units.
 	weight int64
+	// height is the distance to the farthest leaf below: 0 for a
+	// ClusterQueue, 1 for a cohort of ClusterQueues only.
+	height int
 }
 
 // guaranteed is the part of the subtree quota kept from the parent by a
@@ -90,6 +93,57 @@ func (n *node) potential(i int) int64 {
 
 // borrowing reports whether the node uses more than its subtree quota.
 func (n *node) borrowing(i int) bool { return n.usage[i] > n.subtree[i] }
+
+// borrowingAny reports whether the node uses more than its subtree quota
+// in any of frs.
+func (n *node) borrowingAny(frs map[int]bool) bool {
+	for i := range frs {
+		if n.borrowing(i) {
+			return true
+		}
+	}
+	return false
+}
+
+// localFree is the part of the node's guaranteed quota (kept from the
+// parent by a lending limit) that is unused.
+func (n *node) localFree(i int) int64 { return max(0, n.guaranteed(i)-n.usage[i]) }
+
+// borrowLevel says how far up the tree a further use of val of
+// flavor-resource i finds its quota: 0 when the node's own quota holds it,
+// otherwise the height of the lowest cohort above whose subtree quota holds
+// it, or the root's height when none does. Lower is more local; Kueue ranks
+// flavors by the same measure. below reports whether quota was found in a
+// cohort under the root, where reclaiming it needs no help from the rest of
+// the tree.
+func (n *node) borrowLevel(i int, val int64) (level int, below bool) {
+	if n.parent == nil || n.usage[i]+val <= n.subtree[i] {
+		return 0, n.parent != nil
+	}
+	rest := val - n.localFree(i)
+	for a := n.parent; a != nil; a = a.parent {
+		if a.usage[i]+rest <= a.subtree[i] {
+			return a.height, a.parent != nil
+		}
+		rest -= a.localFree(i)
+	}
+	return n.root().height, false
+}
+
+// fitsQuota reports whether usage plus reqs stays within the node's
+// subtree quota, and returns what of reqs its unused guaranteed quota does
+// not cover, which is what the parent has to hold.
+func (n *node) fitsQuota(reqs []frAmount) (bool, []frAmount) {
+	fits := true
+	rest := make([]frAmount, len(reqs))
+	for k, r := range reqs {
+		if n.usage[r.fr]+r.v > n.subtree[r.fr] {
+			fits = false
+		}
+		rest[k] = frAmount{r.fr, max(0, r.v-n.localFree(r.fr))}
+	}
+	return fits, rest
+}
 
 func (n *node) root() *node {
 	for n.parent != nil {
@@ -405,10 +459,12 @@ func (t *tree) breakCycles() map[string]bool {
 
 func (t *tree) computeSubtree(n *node) {
 	copy(n.subtree, n.nominal)
+	n.height = 0
 	for _, c := range n.children {
 		t.computeSubtree(c)
 		for i := range t.frs {
 			n.subtree[i] += c.subtree[i] - c.guaranteed(i)
 		}
+		n.height = max(n.height, c.height+1)
 	}
 }

@@ -88,6 +88,9 @@ func clusterQueue(cq *v1beta1.ClusterQueue) (engine.ClusterQueue, error) {
 		if f.WhenCanPreempt == v1beta1.Preempt || f.WhenCanPreempt == v1beta1.MayStopSearch {
 			out.WhenCanPreempt = engine.Preempt
 		}
+		if f.Preference != nil {
+			out.FlavorPreference = engine.FlavorPreference(*f.Preference)
+		}
 	}
 	if p := s.Preemption; p != nil {
 		out.Preemption.WithinClusterQueue = policy(p.WithinClusterQueue)

@@ -126,6 +126,13 @@ func ValidateClusterQueue(cq *v1beta1.ClusterQueue) field.ErrorList {
 		fp := sp.Child("flavorFungibility")
 		errs = append(errs, oneOf(fp.Child("whenCanBorrow"), &f.WhenCanBorrow, v1beta1.Borrow, v1beta1.MayStopSearch, v1beta1.TryNextFlavor)...)
 		errs = append(errs, oneOf(fp.Child("whenCanPreempt"), &f.WhenCanPreempt, v1beta1.Preempt, v1beta1.MayStopSearch, v1beta1.TryNextFlavor)...)
+		if f.Preference != nil {
+			errs = append(errs, oneOf(fp.Child("preference"), f.Preference, v1beta1.BorrowingOverPreemption, v1beta1.PreemptionOverBorrowing)...)
+			if f.WhenCanBorrow != v1beta1.TryNextFlavor || f.WhenCanPreempt != v1beta1.TryNextFlavor {
+				errs = append(errs, field.Invalid(fp.Child("preference"), *f.Preference,
+					"preference can only be set when both whenCanBorrow and whenCanPreempt are TryNextFlavor"))
+			}
+		}
 	}
 	if pr := s.Preemption; pr != nil {
 		pp := sp.Child("preemption")
