@@ -404,6 +404,35 @@ func (e *Engine) Admit(key, clusterQueue string, podSets []PodSetAssignment, at 
 	return nil
 }
 
+// SetPriority changes a workload's priority, as when its priority class
+// label changes. A pending workload moves to its new place in its queue
+// and is judged afresh; an admitted one keeps its quota, and from the next
+// cycle on the new priority decides whether it may be preempted, and by
+// whom.
+func (e *Engine) SetPriority(key string, priority int32) error {
+	ws, ok := e.workloads[key]
+	if !ok {
+		return fmt.Errorf("set priority of %s: %w", key, ErrUnknownWorkload)
+	}
+	if ws.w.Priority == priority {
+		return nil
+	}
+	// The pending list is sorted by priority: take the entry out under
+	// the old one and put it back under the new.
+	queued := ws.queued && ws.cq != nil
+	if queued {
+		ws.cq.removePending(ws)
+	}
+	w := *ws.w
+	w.Priority = priority
+	ws.w = &w
+	ws.parked = false
+	if queued {
+		ws.cq.insertPending(ws)
+	}
+	return nil
+}
+
 // Known reports whether the engine knows the workload.
 func (e *Engine) Known(key string) bool {
 	_, ok := e.workloads[key]

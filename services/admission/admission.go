@@ -318,8 +318,21 @@ func (s *Service) applyWorkload(e jetstream.KeyValueEntry) {
 		return
 	}
 	key = workloads.EngineKey(w.Workload)
-	if _, known := s.wls[key]; known {
-		return // workloads do not change once submitted
+	if old, known := s.wls[key]; known {
+		// Only the priority of a record changes after submission (its
+		// priority class label was changed); its pod sets never do.
+		if old.Workload.UID != w.Workload.UID || (old.Priority == w.Priority && old.PriorityClass == w.PriorityClass) {
+			return
+		}
+		upd := *old
+		upd.Priority, upd.PriorityClass = w.Priority, w.PriorityClass
+		s.wls[key] = &upd
+		if s.synced.IsOpen() && s.eng.Known(key) {
+			if err := s.eng.SetPriority(key, w.Priority); err != nil {
+				s.log.Error().Err(err).Str("workload", key).Msg("cannot change priority")
+			}
+		}
+		return
 	}
 	s.wls[key] = &w
 	if s.synced.IsOpen() {

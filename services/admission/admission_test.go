@@ -210,6 +210,16 @@ func (h *harness) submit(name, queue string, priority int32, count int32, cpu st
 	h.put(h.wls, workloads.Key(rec.Workload), rec)
 }
 
+// reprioritize changes the priority in a workload's record, as the job
+// integration does when the priority class label changes.
+func (h *harness) reprioritize(name string, priority int32) {
+	h.t.Helper()
+	rec := h.recs[name]
+	rec.Priority, rec.PriorityClass = priority, fmt.Sprintf("class-%d", priority)
+	h.recs[name] = rec
+	h.put(h.wls, workloads.Key(rec.Workload), rec)
+}
+
 // release removes a workload's reservation as quota accounting does.
 func (h *harness) release(name string) {
 	h.t.Helper()
@@ -330,6 +340,10 @@ func submit(name, queue string, priority, count int32, cpu string) step {
 		func(h *harness) { h.submit(name, queue, priority, count, cpu) }}
 }
 
+func reprioritize(name string, priority int32) step {
+	return step{fmt.Sprintf("change %s's priority to %d", name, priority), func(h *harness) { h.reprioritize(name, priority) }}
+}
+
 func release(name string) step {
 	return step{"release " + name + " (stopped: record kept)", func(h *harness) { h.release(name) }}
 }
@@ -415,6 +429,15 @@ func preemptionRequested(preemptor string, victims ...string) step {
 			d := cmp.Diff([]events.PreemptionRequestedV1{want}, got)
 			return d == "", "(-want +got):\n" + d
 		})
+	}}
+}
+
+// noPreemption checks that no preemption was requested so far.
+func noPreemption() step {
+	return step{"no preemption requested", func(h *harness) {
+		if got := eventsOf[events.PreemptionRequestedV1](h); len(got) > 0 {
+			h.t.Errorf("preemption requested: %+v", got)
+		}
 	}}
 }
 
@@ -513,6 +536,34 @@ func TestAdmission(t *testing.T) {
 				ledgerIs(map[string]int32{"high": 4}),
 				admitted("high", 4),
 				pending("low", "cq", "pod set main: insufficient unused quota for cpu in flavor default: requested 4, available 0"),
+			},
+		},
+		{
+			name:  "a priority raised while queued moves the workload ahead",
+			quota: "4",
+			steps: []step{
+				submit("a", "main", 0, 4, "1"),
+				ledgerIs(map[string]int32{"a": 4}),
+				submit("b", "main", 0, 3, "1"),
+				submit("c", "main", 0, 3, "1"),
+				pending("c", "cq", "pod set main: insufficient unused quota for cpu in flavor default: requested 3, available 0"),
+				reprioritize("c", 10),
+				finish("a"),
+				ledgerIs(map[string]int32{"c": 3}),
+				admitted("c", 3),
+			},
+		},
+		{
+			name:       "a priority raised while admitted protects the workload from preemption",
+			quota:      "4",
+			preemption: lowerPriority,
+			steps: []step{
+				submit("low", "main", 0, 4, "1"),
+				ledgerIs(map[string]int32{"low": 4}),
+				reprioritize("low", 200),
+				submit("high", "main", 100, 4, "1"),
+				pending("high", "cq", "pod set main: insufficient unused quota for cpu in flavor default: requested 4, available 0"),
+				noPreemption(),
 			},
 		},
 		{

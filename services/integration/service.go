@@ -877,6 +877,8 @@ func (s *Service) sync(ctx context.Context, k *kindRunner, key string) error {
 		if rec, err = s.submit(ctx, k, rk, job); err != nil || rec == nil {
 			return err
 		}
+	} else if rec, err = s.reprioritize(ctx, rk, rec, job); err != nil {
+		return err
 	}
 	if stopping, err := s.fencedStop(ctx, rk, rec, func(cq, reason, message, admission string) error {
 		// The informer may not have seen the start yet (it was applied
@@ -939,6 +941,45 @@ func (s *Service) record(ctx context.Context, rk string) (*events.WorkloadSubmit
 		return nil, fmt.Errorf("read workload %s: %w", rk, err)
 	}
 	return &rec, nil
+}
+
+// reprioritize follows a change of the priority class label of a queued
+// or admitted object, as Kueue does: the record takes the class's value,
+// and admission applies it to the queue's order and to preemption from its
+// next cycle. A class that does not exist is reported on the object and
+// the old priority stays; creating the class brings the object back here.
+func (s *Service) reprioritize(ctx context.Context, rk string, rec *events.WorkloadSubmittedV1, job Job) (*events.WorkloadSubmittedV1, error) {
+	m := job.Meta()
+	name := m.GetLabels()[v1beta1.PriorityClassLabel]
+	if name == "" || name == rec.PriorityClass || rec.Workload.UID != string(m.GetUID()) {
+		return rec, nil
+	}
+	s.mu.Lock()
+	prio := s.priorities()
+	s.mu.Unlock()
+	v, err := prio.WorkloadPriorityClass(name)
+	if err != nil {
+		s.recorder.Eventf(job.Object(), corev1.EventTypeWarning, "PriorityClassNotFound", "priority not changed: label %s: %v", v1beta1.PriorityClassLabel, err)
+		return rec, nil
+	}
+	e, err := s.wlKV.Get(ctx, rk)
+	if err != nil {
+		return nil, fmt.Errorf("read workload %s: %w", rk, err)
+	}
+	upd := *rec
+	upd.PriorityClass, upd.Priority = name, v
+	b, err := json.Marshal(upd)
+	if err != nil {
+		return nil, err
+	}
+	// Compare-and-set: another replica or a delete in between makes this
+	// sync run again on what is stored now.
+	if _, err := s.wlKV.Update(ctx, rk, b, e.Revision()); err != nil {
+		return nil, fmt.Errorf("change priority of %s: %w", rk, err)
+	}
+	s.recorder.Eventf(job.Object(), corev1.EventTypeNormal, "PriorityChanged", "priority %d (%s), was %d (%s)", v, name, rec.Priority, rec.PriorityClass)
+	s.log.Info().Str("workload", rk).Int32("priority", v).Int32("was", rec.Priority).Msg("priority changed")
+	return &upd, nil
 }
 
 // submit writes the workload record and announces it.
