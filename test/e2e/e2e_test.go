@@ -7,6 +7,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // queues creates a flavor for the a100 nodes, one ClusterQueue with the
@@ -136,4 +137,30 @@ spec: {clusterQueue: %[1]s}
 `, ns))
 	waitRunning(t, ns, "lost", 30*time.Second)
 	waitComplete(t, ns, "lost", 60*time.Second)
+}
+
+func TestPriorityChangeTakesEffect(t *testing.T) {
+	ns := "e2e-reprioritize"
+	queues(t, ns, 4, "LowerPriority")
+	apply(t, `apiVersion: sluice.dev/v1beta1
+kind: WorkloadPriorityClass
+metadata: {name: urgent}
+value: 2000
+`)
+	createJob(t, jobSpec{ns: ns, name: "running", queue: "q", priorityClass: "high", pods: 4, gpus: 1, runFor: "600s"})
+	waitRunning(t, ns, "running", 30*time.Second)
+	createJob(t, jobSpec{ns: ns, name: "waiting", queue: "q", priorityClass: "high", pods: 4, gpus: 1, runFor: "4s"})
+	// Equal priority: LowerPriority preempts nobody.
+	waitEvent(t, ns, "waiting", "Pending", "insufficient unused quota", 20*time.Second)
+
+	// Raising the waiting Job's class makes it the higher priority.
+	patch := []byte(`{"metadata":{"labels":{"sluice.dev/priority-class":"urgent"}}}`)
+	if _, err := env.kube.BatchV1().Jobs(ns).Patch(context.Background(), "waiting", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("relabel waiting: %v", err)
+	}
+	waitEvent(t, ns, "waiting", "PriorityChanged", "priority 2000 (urgent), was 1000 (high)", 20*time.Second)
+	waitEvent(t, ns, "running", "Preempted", "InClusterQueue", 30*time.Second)
+	waitRunning(t, ns, "waiting", 30*time.Second)
+	waitComplete(t, ns, "waiting", 60*time.Second)
+	waitRunning(t, ns, "running", 30*time.Second)
 }
