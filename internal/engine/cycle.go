@@ -69,6 +69,9 @@ type cycle struct {
 	// lastWhy and lastText cache the last rendering of reasons.
 	lastWhy  []reason
 	lastText string
+	// podsBlocked: waitForPodsReady's blockAdmission holds every
+	// admission back this cycle.
+	podsBlocked bool
 }
 
 // Cycle admits every pending workload that fits, in queue order, preempts
@@ -85,8 +88,10 @@ func (e *Engine) Cycle(now time.Time) []Decision {
 		blocked: map[*cqState]bool{},
 		touched: map[*cqState]bool{},
 	}
+	c.podsReadyTimeouts()
 	c.drain()
-	for round := 0; round < maxRoundsPerCycle; round++ {
+	c.podsBlocked = c.podsReadyBlock()
+	for round := 0; round < maxRoundsPerCycle && !c.podsBlocked; round++ {
 		heads := c.heads()
 		if len(heads) == 0 {
 			break
@@ -167,7 +172,7 @@ func (c *cycle) heads() []*wlState {
 		i := c.cursor[cq]
 		for i < len(cq.pending) {
 			ws := cq.pending[i]
-			if ws.admitted != nil || ws.parked || lqStopped(ws) {
+			if ws.admitted != nil || ws.parked || lqStopped(ws) || c.heldBack(ws) != "" {
 				i++
 				continue
 			}
@@ -413,6 +418,7 @@ func (c *cycle) requeued(cq *cqState) {
 func (c *cycle) admit(ws *wlState, a *assignment) {
 	cq := ws.cq
 	ws.admitted = &admitted{cq: cq, usage: a.usage, podSets: a.admission(cq, ws), at: c.now}
+	ws.admittedNow()
 	c.e.hold(ws)
 	ws.reason, ws.why = "", nil
 	ws.parked = false
@@ -481,6 +487,11 @@ func (c *cycle) explain() {
 				c.pend(ws, stop)
 			case lqStopped(ws):
 				c.pend(ws, fmt.Sprintf("LocalQueue %s/%s is stopped (stopPolicy %s)", ws.lq.Namespace, ws.lq.Name, ws.lq.StopPolicy))
+			case c.heldBack(ws) != "":
+				c.pend(ws, c.heldBack(ws))
+				continue // not a head others wait behind
+			case c.podsBlocked:
+				c.pend(ws, waitingForPodsReady)
 			case (ws.seenIn == c.id || ws.parked) && ws.reason != "":
 				// Judged this cycle or earlier; its reason stands.
 			case head != nil:

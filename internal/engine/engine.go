@@ -60,6 +60,11 @@ type wlState struct {
 	// seenIn and victimIn hold the id of the last cycle that judged or
 	// preempted the workload.
 	seenIn, victimIn uint64
+	// orderAt places the workload in its queue among equal priorities:
+	// its submission, or its last PodsReadyTimeout eviction.
+	orderAt time.Time
+	// pods is what waitForPodsReady knows of it.
+	pods readiness
 }
 
 // Engine holds configuration, queues and quota usage. It is not safe for
@@ -227,7 +232,7 @@ func (e *Engine) Submit(w Workload) error {
 	if _, ok := e.workloads[key]; ok {
 		return fmt.Errorf("submit %s: %w", key, ErrDuplicate)
 	}
-	ws := &wlState{w: &w, key: key}
+	ws := &wlState{w: &w, key: key, orderAt: w.Submitted}
 	if w.Admission != nil {
 		cq, ok := e.tree.cqs[w.Admission.ClusterQueue]
 		if !ok {
@@ -238,6 +243,7 @@ func (e *Engine) Submit(w Workload) error {
 			return fmt.Errorf("submit %s: %w", key, err)
 		}
 		ws.admitted = &admitted{cq: cq, usage: usage, podSets: w.Admission.PodSets, at: w.Admission.At}
+		ws.admittedNow()
 	}
 	e.resolve(ws)
 	if ws.admitted != nil {
@@ -399,6 +405,7 @@ func (e *Engine) Admit(key, clusterQueue string, podSets []PodSetAssignment, at 
 		ws.cq.removePending(ws)
 	}
 	ws.admitted = &admitted{cq: cq, usage: usage, podSets: podSets, at: at}
+	ws.admittedNow()
 	ws.reason, ws.why, ws.parked = "", nil, false
 	e.hold(ws)
 	return nil

@@ -163,6 +163,9 @@ type Config struct {
 	LocalQueues    []LocalQueue
 	NamespaceLabel map[string]map[string]string // namespace → labels
 	FairSharing    bool
+	// WaitForPodsReady, when set, times out admitted workloads whose pods
+	// are not ready (see WaitForPodsReady).
+	WaitForPodsReady *WaitForPodsReady
 }
 
 // PodSet is a group of identical pods.

@@ -3,13 +3,13 @@ package engine
 import "sort"
 
 // queueLess orders a ClusterQueue's pending workloads: higher priority
-// first, then earlier submission, then key.
+// first, then earlier submission (or requeue, see orderAt), then key.
 func queueLess(a, b *wlState) bool {
 	if a.w.Priority != b.w.Priority {
 		return a.w.Priority > b.w.Priority
 	}
-	if !a.w.Submitted.Equal(b.w.Submitted) {
-		return a.w.Submitted.Before(b.w.Submitted)
+	if !a.orderAt.Equal(b.orderAt) {
+		return a.orderAt.Before(b.orderAt)
 	}
 	return a.key < b.key
 }

@@ -1,0 +1,230 @@
+package engine
+
+import (
+	"fmt"
+	"time"
+)
+
+// WaitForPodsReady is Kueue's waitForPodsReady: an admitted workload must
+// report all its pods ready within Timeout of its admission, or it is
+// evicted (reason PodsReadyTimeout) and requeued after a backoff.
+type WaitForPodsReady struct {
+	// Timeout counts from admission until the pods are first ready.
+	Timeout time.Duration
+	// RecoveryTimeout counts from the moment pods that were ready stop
+	// being ready (a pod failed and its replacement waits). Zero turns
+	// the check off; callers default it to Timeout, as Kueue does.
+	RecoveryTimeout time.Duration
+	// BlockAdmission admits nothing, in any ClusterQueue, while an
+	// admitted workload waits for its pods to be ready.
+	BlockAdmission bool
+	// RequeueByCreation orders a requeued workload by its submission
+	// (Kueue's timestamp Creation) rather than by its eviction (Eviction,
+	// the default).
+	RequeueByCreation bool
+	// BackoffLimitCount, when set, deactivates a workload instead of
+	// requeuing it once it has been requeued this many times.
+	BackoffLimitCount *int32
+	// BackoffBase and BackoffMax bound the requeue delay: Base×2^(n-1)
+	// after the n-th timeout, at most Max.
+	BackoffBase time.Duration
+	BackoffMax  time.Duration
+}
+
+// Reasons of waitForPodsReady.
+const (
+	// ReasonPodsReadyTimeout: evicted because its pods were not ready in
+	// time; it is requeued after a backoff.
+	ReasonPodsReadyTimeout = "PodsReadyTimeout"
+	// ReasonRequeuingLimitExceeded: evicted and deactivated because it
+	// timed out once more after BackoffLimitCount requeues.
+	ReasonRequeuingLimitExceeded = "DeactivatedDueToRequeuingLimitExceeded"
+)
+
+// waitingForPodsReady is the reason of workloads held back by
+// BlockAdmission.
+const waitingForPodsReady = "waiting for all admitted workloads to be in PodsReady condition"
+
+// readiness is what the engine knows of an admitted workload's pods, and
+// of the requeues they caused.
+type readiness struct {
+	// ready: all pods are ready now; once: they have been, in this
+	// admission; lostAt: when they stopped being ready after that.
+	ready, once bool
+	lostAt      time.Time
+	// requeues counts PodsReadyTimeout evictions; requeueAt holds the
+	// workload back until then.
+	requeues  int32
+	requeueAt time.Time
+	// deactivated, when set, is why the workload is never admitted again.
+	deactivated string
+}
+
+// SetPodsReady records whether all pods of an admitted workload are ready,
+// as the job integration observes it; at is when that became so. It is
+// ignored for a workload that holds no admission.
+func (e *Engine) SetPodsReady(key string, ready bool, at time.Time) error {
+	ws, ok := e.workloads[key]
+	if !ok {
+		return fmt.Errorf("set pods ready of %s: %w", key, ErrUnknownWorkload)
+	}
+	if ws.admitted == nil {
+		return nil
+	}
+	r := &ws.pods
+	switch {
+	case ready:
+		r.ready, r.once, r.lostAt = true, true, time.Time{}
+	case r.ready:
+		r.ready, r.lostAt = false, at
+	}
+	return nil
+}
+
+// PodsReady reports whether an admitted workload's pods are all ready.
+func (e *Engine) PodsReady(key string) bool {
+	ws, ok := e.workloads[key]
+	return ok && ws.admitted != nil && ws.pods.ready
+}
+
+// Requeues reports how often a workload was requeued after a
+// PodsReadyTimeout, and until when it is held back.
+func (e *Engine) Requeues(key string) (int32, time.Time) {
+	ws, ok := e.workloads[key]
+	if !ok {
+		return 0, time.Time{}
+	}
+	return ws.pods.requeues, ws.pods.requeueAt
+}
+
+// SetRequeues restores what Requeues reported, for a workload submitted
+// again after a restart.
+func (e *Engine) SetRequeues(key string, requeues int32, until time.Time) error {
+	ws, ok := e.workloads[key]
+	if !ok {
+		return fmt.Errorf("set requeues of %s: %w", key, ErrUnknownWorkload)
+	}
+	ws.pods.requeues, ws.pods.requeueAt = requeues, until
+	return nil
+}
+
+// admittedNow starts a new admission's wait for ready pods.
+func (ws *wlState) admittedNow() {
+	ws.pods.ready, ws.pods.once, ws.pods.lostAt = false, false, time.Time{}
+}
+
+// deadline is when an admitted workload times out, if it can.
+func (w *WaitForPodsReady) deadline(ws *wlState) (time.Time, bool) {
+	r := &ws.pods
+	switch {
+	case ws.admitted == nil || ws.evicting || r.ready:
+		return time.Time{}, false
+	case !r.once:
+		return ws.admitted.at.Add(w.Timeout), true
+	case w.RecoveryTimeout > 0:
+		return r.lostAt.Add(w.RecoveryTimeout), true
+	}
+	return time.Time{}, false
+}
+
+// backoff is the requeue delay after the n-th timeout.
+func (w *WaitForPodsReady) backoff(n int32) time.Duration {
+	d := w.BackoffBase
+	for i := int32(1); i < n && d < w.BackoffMax; i++ {
+		d *= 2
+	}
+	return min(d, w.BackoffMax)
+}
+
+// podsReadyTimeouts evicts admitted workloads whose pods were not ready in
+// time: requeued after a backoff, or deactivated past the limit.
+func (c *cycle) podsReadyTimeouts() {
+	w := c.e.cfg.WaitForPodsReady
+	if w == nil {
+		return
+	}
+	for _, cq := range c.e.tree.cqOrder {
+		var late []*wlState
+		for _, ws := range cq.admitted {
+			if at, ok := w.deadline(ws); ok && !c.now.Before(at) {
+				late = append(late, ws)
+			}
+		}
+		for _, ws := range late {
+			r := &ws.pods
+			reason := ReasonPodsReadyTimeout
+			if lim := w.BackoffLimitCount; lim != nil && r.requeues+1 > *lim {
+				reason = ReasonRequeuingLimitExceeded
+				r.deactivated = "deactivated: exceeding the maximum number of re-queuing retries"
+			} else {
+				r.requeues++
+				r.requeueAt = c.now.Add(w.backoff(r.requeues))
+				if !w.RequeueByCreation {
+					// Back in line by the time of its eviction.
+					ws.orderAt = c.now
+				}
+			}
+			if c.e.deferred {
+				ws.evicting = true
+			} else {
+				c.e.evict(ws)
+			}
+			c.touched[cq] = true
+			c.emit(Decision{Kind: KindEvicted, Key: ws.key, ClusterQueue: cq.Name, Reason: reason})
+		}
+	}
+}
+
+// podsReadyBlock reports whether BlockAdmission holds every admission
+// back: some admitted workload still waits for its pods.
+func (c *cycle) podsReadyBlock() bool {
+	w := c.e.cfg.WaitForPodsReady
+	if w == nil || !w.BlockAdmission {
+		return false
+	}
+	for _, cq := range c.e.tree.cqOrder {
+		for _, ws := range cq.admitted {
+			if !ws.evicting && !ws.pods.ready {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// heldBack says why a pending workload is kept out of this cycle by
+// waitForPodsReady, or "".
+func (c *cycle) heldBack(ws *wlState) string {
+	r := &ws.pods
+	switch {
+	case r.deactivated != "":
+		return r.deactivated
+	case c.now.Before(r.requeueAt):
+		return fmt.Sprintf("requeued after PodsReadyTimeout: backing off until %s", r.requeueAt.UTC().Format(time.RFC3339))
+	}
+	return ""
+}
+
+// NextTimer returns the earliest moment after now at which a cycle would
+// decide something because time passed: a pods-ready timeout or the end
+// of a requeue backoff. ok is false when nothing waits on time.
+func (e *Engine) NextTimer(now time.Time) (next time.Time, ok bool) {
+	w := e.cfg.WaitForPodsReady
+	if w == nil {
+		return time.Time{}, false
+	}
+	consider := func(t time.Time) {
+		if t.After(now) && (!ok || t.Before(next)) {
+			next, ok = t, true
+		}
+	}
+	for _, ws := range e.workloads {
+		if at, due := w.deadline(ws); due {
+			consider(at)
+		}
+		if ws.admitted == nil && ws.pods.deactivated == "" {
+			consider(ws.pods.requeueAt)
+		}
+	}
+	return next, ok
+}
