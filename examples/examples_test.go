@@ -285,6 +285,22 @@ var facts = map[string]func(s *story){
 			s.t.Errorf("batch/filler preempted: %v", p)
 		}
 	},
+	"wait-for-pods-ready.yaml": func(s *story) {
+		s.admitted("team/first", 1, 0, "cq", "main×4 nvidia.com/gpu=gpu")
+		s.pendingWith("team/second", 1*second, "waiting for all admitted workloads to be in PodsReady condition")
+		s.admitted("team/second", 1, 30*second, "cq", "main×4 nvidia.com/gpu=gpu")
+		evicted := s.of("evicted", "team/second")
+		var got []string
+		for _, e := range evicted {
+			got = append(got, fmt.Sprintf("%s %s", e.At, e.Data.Reason))
+		}
+		if want := []string{"2m30s PodsReadyTimeout", "4m40s DeactivatedDueToRequeuingLimitExceeded"}; strings.Join(got, "; ") != strings.Join(want, "; ") {
+			s.t.Errorf("team/second evictions %v, want %v", got, want)
+		}
+		s.admitted("team/second", 2, 2*minute+40*second, "cq", "main×4 nvidia.com/gpu=gpu")
+		s.pendingWith("team/second", 4*minute+40*second, "deactivated: exceeding the maximum number of re-queuing retries")
+		s.finished("team/first", 10*minute+30*second)
+	},
 	"flavor-fungibility.yaml": func(s *story) {
 		s.admitted("borrow-first/job", 1, 0, "borrow-first", "main×6 cpu=on-demand")
 		s.admitted("spot-first/job", 1, 0, "spot-first", "main×6 cpu=spot")

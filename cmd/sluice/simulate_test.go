@@ -682,6 +682,49 @@ spec:
 			kind: "SimulatedWorkload", object: "gilded-job", path: "spec.admitted.podSets[0].flavors[cpu]",
 		},
 		{
+			name: "podsReadyAfter neither Never nor a duration",
+			doc: `apiVersion: sluice.dev/v1beta1
+kind: SimulatedWorkload
+metadata: {name: hopeful-job, namespace: team}
+spec:
+  queueName: team-queue
+  podsReadyAfter: soon
+  podSets:
+  - {name: main, count: 1, requests: {cpu: "1"}}
+`,
+			kind: "SimulatedWorkload", object: "hopeful-job", path: "spec.podsReadyAfter",
+		},
+		{
+			name: "negative podsReadyAfter",
+			doc: `apiVersion: sluice.dev/v1beta1
+kind: SimulatedWorkload
+metadata: {name: eager-job, namespace: team}
+spec:
+  queueName: team-queue
+  podsReadyAfter: -1s
+  podSets:
+  - {name: main, count: 1, requests: {cpu: "1"}}
+`,
+			kind: "SimulatedWorkload", object: "eager-job", path: "spec.podsReadyAfter",
+		},
+		{
+			name: "waitForPodsReady timeout of zero",
+			doc: `apiVersion: sluice.dev/v1beta1
+kind: Configuration
+waitForPodsReady: {timeout: 0s}
+`,
+			kind: "Configuration", path: "waitForPodsReady.timeout",
+		},
+		{
+			name: "waitForPodsReady requeuing timestamp unknown",
+			doc: `apiVersion: sluice.dev/v1beta1
+kind: Configuration
+waitForPodsReady:
+  requeuingStrategy: {timestamp: Admission}
+`,
+			kind: "Configuration", path: "waitForPodsReady.requeuingStrategy.timestamp",
+		},
+		{
 			name: "admitted after the start",
 			doc: `apiVersion: sluice.dev/v1beta1
 kind: SimulatedWorkload

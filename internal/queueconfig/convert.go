@@ -19,11 +19,13 @@ type Objects struct {
 	// Namespaces maps a namespace to its labels, for namespaceSelectors.
 	Namespaces  map[string]map[string]string
 	FairSharing bool
+	// WaitForPodsReady is nil when the feature is off.
+	WaitForPodsReady *engine.WaitForPodsReady
 }
 
 // ToEngine converts validated objects into the engine's configuration.
 func ToEngine(o Objects) (engine.Config, error) {
-	cfg := engine.Config{NamespaceLabel: o.Namespaces, FairSharing: o.FairSharing}
+	cfg := engine.Config{NamespaceLabel: o.Namespaces, FairSharing: o.FairSharing, WaitForPodsReady: o.WaitForPodsReady}
 	for _, f := range o.Flavors {
 		cfg.Flavors = append(cfg.Flavors, engine.Flavor{
 			Name:        f.Name,

@@ -48,6 +48,35 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 // MarshalJSON writes the duration string.
 func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
 
+// ReadyAfter is a duration, or "Never" for pods that are never all ready.
+type ReadyAfter struct {
+	Never bool
+	After time.Duration
+}
+
+// UnmarshalJSON accepts "Never", "1m30s" or 90.
+func (r *ReadyAfter) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil && s == "Never" {
+		*r = ReadyAfter{Never: true}
+		return nil
+	}
+	var d Duration
+	if err := d.UnmarshalJSON(b); err != nil {
+		return fmt.Errorf("%s is not Never or a duration such as 30s or 5m", b)
+	}
+	*r = ReadyAfter{After: d.Duration}
+	return nil
+}
+
+// MarshalJSON writes "Never" or the duration string.
+func (r ReadyAfter) MarshalJSON() ([]byte, error) {
+	if r.Never {
+		return json.Marshal("Never")
+	}
+	return json.Marshal(r.After.String())
+}
+
 // SimulatedWorkload is a simulator-only stand-in for a job.
 type SimulatedWorkload struct {
 	metav1.TypeMeta   `json:",inline"`
@@ -65,6 +94,10 @@ type SimulatedWorkloadSpec struct {
 	Runtime           *Duration     `json:"runtime,omitempty"`
 	PodSets           []SimPodSet   `json:"podSets"`
 	Admitted          *SimAdmission `json:"admitted,omitempty"`
+	// PodsReadyAfter is how long after each admission the workload's
+	// pods are all ready (default 0s), or "Never"; it matters only with
+	// waitForPodsReady.
+	PodsReadyAfter *ReadyAfter `json:"podsReadyAfter,omitempty"`
 }
 
 // SimPodSet is a group of identical pods.
@@ -97,6 +130,7 @@ type Configuration struct {
 	FairSharing     *struct {
 		Enable bool `json:"enable"`
 	} `json:"fairSharing,omitempty"`
+	WaitForPodsReady *queueconfig.WaitForPodsReady `json:"waitForPodsReady,omitempty"`
 }
 
 // namespace is the part of a v1 Namespace the simulator reads.
@@ -288,7 +322,11 @@ func (sc *Scenario) add(base string, doc []byte, seen map[string]string, sawConf
 			return docError(loc, "only one Configuration document is allowed (the first is "+*sawConfig+")")
 		}
 		*sawConfig = loc
+		if err := fieldErrors(loc, o.WaitForPodsReady.Validate(field.NewPath("waitForPodsReady"))); err != nil {
+			return err
+		}
 		sc.Config.FairSharing = o.FairSharing != nil && o.FairSharing.Enable
+		sc.Config.WaitForPodsReady = o.WaitForPodsReady.Engine()
 	case "SimulatedWorkload":
 		var o SimulatedWorkload
 		if err := decode(loc, doc, js, &o); err != nil {
@@ -323,6 +361,9 @@ func validateWorkload(w *SimulatedWorkload) field.ErrorList {
 	}
 	if s.SubmitAt.Duration < 0 {
 		errs = append(errs, field.Invalid(sp.Child("submitAt"), s.SubmitAt.String(), "must not be negative"))
+	}
+	if r := s.PodsReadyAfter; r != nil && !r.Never && r.After < 0 {
+		errs = append(errs, field.Invalid(sp.Child("podsReadyAfter"), r.After.String(), "must not be negative"))
 	}
 	if s.Runtime != nil && s.Runtime.Duration <= 0 {
 		errs = append(errs, field.Invalid(sp.Child("runtime"), s.Runtime.String(), "must be positive (leave it out for a workload that never finishes)"))

@@ -53,7 +53,11 @@ type WorkloadData struct {
 // event kinds in the order they are handled at one instant.
 const (
 	evFinish = iota
+	evReady
 	evSubmit
+	// evTimer only runs a cycle: a pods-ready timeout or a requeue
+	// backoff ends.
+	evTimer
 )
 
 type simEvent struct {
@@ -125,6 +129,10 @@ type sim struct {
 	area    map[frKey]float64
 	lastT   time.Duration
 	nominal map[frKey]int64
+	// podsReady: waitForPodsReady is on, so readiness is simulated.
+	podsReady bool
+	// timers holds the instants an evTimer is already queued for.
+	timers map[time.Duration]bool
 }
 
 // Run simulates a loaded scenario. It returns every record in order, the
@@ -141,9 +149,11 @@ func Run(sc *Scenario, opts Options) ([]Record, error) {
 		opts:    opts,
 		eng:     engine.New(cfg),
 		byKey:   map[string]*wlRun{},
-		usage:   map[frKey]int64{},
-		area:    map[frKey]float64{},
-		nominal: map[frKey]int64{},
+		usage:     map[frKey]int64{},
+		area:      map[frKey]float64{},
+		nominal:   map[frKey]int64{},
+		podsReady: cfg.WaitForPodsReady != nil,
+		timers:    map[time.Duration]bool{},
 	}
 	for _, cq := range cfg.ClusterQueues {
 		for _, g := range cq.ResourceGroups {
@@ -247,8 +257,20 @@ func (s *sim) loop() {
 		s.advance(t)
 		for s.events.Len() > 0 && s.events[0].at == t {
 			ev := heap.Pop(&s.events).(simEvent)
+			if ev.kind == evTimer {
+				delete(s.timers, ev.at)
+				continue
+			}
 			r := s.wls[ev.wl]
 			switch ev.kind {
+			case evReady:
+				if ev.run != r.run || r.state != "admitted" {
+					continue
+				}
+				_ = s.eng.SetPodsReady(r.key, true, s.opts.Start.Add(t))
+				if r.runtime > 0 {
+					s.push(simEvent{at: t + r.runtime, kind: evFinish, wl: r.idx, run: r.run})
+				}
 			case evFinish:
 				if ev.run != r.run || r.state != "admitted" {
 					continue
@@ -274,6 +296,7 @@ func (s *sim) loop() {
 }
 
 func (s *sim) cycle() {
+	defer s.armTimer()
 	for _, d := range s.eng.Cycle(s.opts.Start.Add(s.now)) {
 		r := s.byKey[d.Key]
 		switch d.Kind {
@@ -324,9 +347,39 @@ func (s *sim) admitted(r *wlRun, cq string, podSets []engine.PodSetAssignment, a
 		}
 	}
 	s.emit(events.TypeWorkloadAdmittedV1, r, WorkloadData{ClusterQueue: cq, PodSets: podSets})
-	if r.runtime > 0 {
-		s.push(simEvent{at: max(s.now, at+r.runtime), kind: evFinish, wl: r.idx, run: r.run})
+	if !s.podsReady {
+		if r.runtime > 0 {
+			s.push(simEvent{at: max(s.now, at+r.runtime), kind: evFinish, wl: r.idx, run: r.run})
+		}
+		return
 	}
+	// With waitForPodsReady the pods get ready podsReadyAfter the
+	// admission, and the runtime counts from then; pods that are never
+	// ready never finish.
+	ra := r.spec.Spec.PodsReadyAfter
+	if ra != nil && ra.Never {
+		return
+	}
+	var after time.Duration
+	if ra != nil {
+		after = ra.After
+	}
+	s.push(simEvent{at: max(s.now, at+after), kind: evReady, wl: r.idx, run: r.run})
+}
+
+// armTimer queues a cycle for when the engine next decides something
+// because time passed.
+func (s *sim) armTimer() {
+	next, ok := s.eng.NextTimer(s.opts.Start.Add(s.now))
+	if !ok {
+		return
+	}
+	at := next.Sub(s.opts.Start)
+	if s.timers[at] {
+		return
+	}
+	s.timers[at] = true
+	s.push(simEvent{at: at, kind: evTimer})
 }
 
 func (s *sim) release(r *wlRun) {
