@@ -146,9 +146,9 @@ func Run(sc *Scenario, opts Options) ([]Record, error) {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	s := &sim{
-		opts:    opts,
-		eng:     engine.New(cfg),
-		byKey:   map[string]*wlRun{},
+		opts:      opts,
+		eng:       engine.New(cfg),
+		byKey:     map[string]*wlRun{},
 		usage:     map[frKey]int64{},
 		area:      map[frKey]float64{},
 		nominal:   map[frKey]int64{},
