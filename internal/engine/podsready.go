@@ -41,9 +41,14 @@ const (
 	ReasonRequeuingLimitExceeded = "DeactivatedDueToRequeuingLimitExceeded"
 )
 
-// waitingForPodsReady is the reason of workloads held back by
-// BlockAdmission.
-const waitingForPodsReady = "waiting for all admitted workloads to be in PodsReady condition"
+// Pending reasons of waitForPodsReady.
+const (
+	// waitingForPodsReady: held back by BlockAdmission.
+	waitingForPodsReady = "waiting for all admitted workloads to be in PodsReady condition"
+	// deactivatedPastLimit: timed out once more after BackoffLimitCount
+	// requeues.
+	deactivatedPastLimit = "deactivated: exceeding the maximum number of re-queuing retries"
+)
 
 // readiness is what the engine knows of an admitted workload's pods, and
 // of the requeues they caused.
@@ -87,24 +92,32 @@ func (e *Engine) PodsReady(key string) bool {
 	return ok && ws.admitted != nil && ws.pods.ready
 }
 
-// Requeues reports how often a workload was requeued after a
-// PodsReadyTimeout, and until when it is held back.
-func (e *Engine) Requeues(key string) (int32, time.Time) {
+// RequeueState is what waitForPodsReady remembers of a workload across
+// its admissions: how often it was requeued after a PodsReadyTimeout, until
+// when it is held back, and whether it was deactivated.
+type RequeueState struct {
+	Count       int32
+	At          time.Time
+	Deactivated string
+}
+
+// Requeues reports a workload's RequeueState.
+func (e *Engine) Requeues(key string) RequeueState {
 	ws, ok := e.workloads[key]
 	if !ok {
-		return 0, time.Time{}
+		return RequeueState{}
 	}
-	return ws.pods.requeues, ws.pods.requeueAt
+	return RequeueState{Count: ws.pods.requeues, At: ws.pods.requeueAt, Deactivated: ws.pods.deactivated}
 }
 
 // SetRequeues restores what Requeues reported, for a workload submitted
 // again after a restart.
-func (e *Engine) SetRequeues(key string, requeues int32, until time.Time) error {
+func (e *Engine) SetRequeues(key string, rs RequeueState) error {
 	ws, ok := e.workloads[key]
 	if !ok {
 		return fmt.Errorf("set requeues of %s: %w", key, ErrUnknownWorkload)
 	}
-	ws.pods.requeues, ws.pods.requeueAt = requeues, until
+	ws.pods.requeues, ws.pods.requeueAt, ws.pods.deactivated = rs.Count, rs.At, rs.Deactivated
 	return nil
 }
 
@@ -155,7 +168,7 @@ func (c *cycle) podsReadyTimeouts() {
 			reason := ReasonPodsReadyTimeout
 			if lim := w.BackoffLimitCount; lim != nil && r.requeues+1 > *lim {
 				reason = ReasonRequeuingLimitExceeded
-				r.deactivated = "deactivated: exceeding the maximum number of re-queuing retries"
+				r.deactivated = deactivatedPastLimit
 			} else {
 				r.requeues++
 				r.requeueAt = c.now.Add(w.backoff(r.requeues))

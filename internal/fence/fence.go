@@ -89,6 +89,28 @@ type State struct {
 	// announced for good: a replica that takes over after a crash between
 	// the two announces it from here.
 	End *End `json:"end,omitempty"`
+	// Ready is whether the admission's pods are all ready (Started only),
+	// as the job integration last saw it; written only while
+	// waitForPodsReady is on.
+	Ready *Readiness `json:"ready,omitempty"`
+	// Requeue is waitForPodsReady's memory of the workload across its
+	// admissions (kept by every move but Finish), so that a restarted
+	// admission service keeps its backoff and its count.
+	Requeue *Requeue `json:"requeue,omitempty"`
+}
+
+// Readiness is whether an admission's pods are all ready, since At.
+type Readiness struct {
+	Ready bool      `json:"ready"`
+	At    time.Time `json:"at"`
+}
+
+// Requeue is how often a workload was requeued after a PodsReadyTimeout,
+// until when it backs off, and why it was deactivated, if it was.
+type Requeue struct {
+	Count       int32     `json:"count"`
+	At          time.Time `json:"at,omitempty"`
+	Deactivated string    `json:"deactivated,omitempty"`
 }
 
 // End is the announcement of a job's end.
@@ -181,7 +203,7 @@ func BeginStart(ctx context.Context, kv KV, key, admission string) (State, error
 				return cur, false, nil
 			}
 		}
-		return State{Admission: admission, Phase: Starting}, true, nil
+		return State{Admission: admission, Phase: Starting, Requeue: cur.Requeue}, true, nil
 	})
 }
 
@@ -191,7 +213,7 @@ func EndStart(ctx context.Context, kv KV, key, admission string) error {
 		if cur.Admission != admission || cur.Phase != Starting {
 			return cur, false, nil
 		}
-		return State{Admission: admission, Phase: Started}, true, nil
+		return State{Admission: admission, Phase: Started, Requeue: cur.Requeue}, true, nil
 	})
 	return err
 }
@@ -203,7 +225,7 @@ func AbortStart(ctx context.Context, kv KV, key, admission string) error {
 		if cur.Admission != admission || cur.Phase != Starting {
 			return cur, false, nil
 		}
-		return State{Admission: admission}, true, nil
+		return State{Admission: admission, Requeue: cur.Requeue}, true, nil
 	})
 	return err
 }
@@ -216,8 +238,16 @@ func AbortStart(ctx context.Context, kv KV, key, admission string) error {
 // view), and with ErrStopTaken when another decision stops it already.
 // The same decision stopping it again succeeds, so a redelivered decision
 // can announce what a crash left unannounced.
-func Stop(ctx context.Context, kv KV, key, admission, stopID string) error {
+func Stop(ctx context.Context, kv KV, key, admission, stopID string, opts ...StopOption) error {
+	var o stopOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	_, err := move(ctx, kv, key, func(cur State) (State, bool, error) {
+		rq := cur.Requeue
+		if o.requeue != nil {
+			rq = o.requeue
+		}
 		if cur.Admission == admission {
 			switch cur.Phase {
 			case Starting:
@@ -228,12 +258,38 @@ func Stop(ctx context.Context, kv KV, key, admission, stopID string) error {
 				if cur.StopID != "" && cur.StopID != stopID {
 					return cur, false, fmt.Errorf("fence %s: admission %s: %w", key, admission, ErrStopTaken)
 				}
-				return cur, false, nil
+				if o.requeue == nil || (cur.Requeue != nil && *cur.Requeue == *o.requeue) {
+					return cur, false, nil
+				}
+				cur.Requeue = o.requeue
+				return cur, true, nil
 			}
 		} else if later(cur.Admission, admission) {
 			return cur, false, fmt.Errorf("fence %s: admission %s (now %s): %w", key, admission, cur.Admission, ErrSuperseded)
 		}
-		return State{Admission: admission, Phase: Stopping, StopID: stopID}, true, nil
+		return State{Admission: admission, Phase: Stopping, StopID: stopID, Requeue: rq}, true, nil
+	})
+	return err
+}
+
+// StopOption tunes Stop.
+type StopOption func(*stopOptions)
+
+type stopOptions struct{ requeue *Requeue }
+
+// WithRequeue records the workload's requeue state with the stop, for a
+// stop caused by a PodsReadyTimeout.
+func WithRequeue(r Requeue) StopOption { return func(o *stopOptions) { o.requeue = &r } }
+
+// SetReady records whether the pods of a started admission are all ready.
+// It does nothing for another admission or phase, or when nothing changed.
+func SetReady(ctx context.Context, kv KV, key, admission string, ready bool, at time.Time) error {
+	_, err := move(ctx, kv, key, func(cur State) (State, bool, error) {
+		if cur.Admission != admission || cur.Phase != Started || (cur.Ready != nil && cur.Ready.Ready == ready) {
+			return cur, false, nil
+		}
+		cur.Ready = &Readiness{Ready: ready, At: at.UTC()}
+		return cur, true, nil
 	})
 	return err
 }

@@ -16,12 +16,17 @@ import (
 
 // step is one call on the fence of workload "job.ns.w".
 type step struct {
-	op        string // begin, end, abort, stop, finish
+	op        string // begin, end, abort, stop, finish, ready, notready
 	admission string
 	uid       string
 	stopID    string // stop: the decision's announcement; "p1" when empty
-	wantErr   error
+	// requeue: stop records this requeue state with the stop.
+	requeue *fence.Requeue
+	wantErr error
 }
+
+// readyAt stamps readiness and requeues in the tests.
+var readyAt = time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
 
 // Admissions named by their admission time, as the ledger names them.
 const (
@@ -128,6 +133,34 @@ func TestFence(t *testing.T) {
 			wantState: fence.State{Admission: t1, Phase: fence.Stopping, StopID: "p2"},
 		},
 		{
+			name:      "the readiness of a started admission is recorded, and changes",
+			steps:     []step{{op: "begin", admission: "a1"}, {op: "end", admission: "a1"}, {op: "ready", admission: "a1"}, {op: "notready", admission: "a1"}},
+			wantState: fence.State{Admission: "a1", Phase: fence.Started, Ready: &fence.Readiness{Ready: false, At: readyAt}},
+		},
+		{
+			name:      "the readiness of an admission still starting, or of another one, is ignored",
+			steps:     []step{{op: "begin", admission: "a1"}, {op: "ready", admission: "a1"}, {op: "ready", admission: "a2"}},
+			wantState: fence.State{Admission: "a1", Phase: fence.Starting},
+		},
+		{
+			name: "the requeue state of a stop is kept through the next admission; readiness is not",
+			steps: []step{{op: "begin", admission: t1}, {op: "end", admission: t1}, {op: "ready", admission: t1},
+				{op: "stop", admission: t1, requeue: &fence.Requeue{Count: 1, At: readyAt}},
+				{op: "begin", admission: t2}, {op: "end", admission: t2}},
+			wantState: fence.State{Admission: t2, Phase: fence.Started, Requeue: &fence.Requeue{Count: 1, At: readyAt}},
+		},
+		{
+			name: "a redelivered stop updates the requeue state it carries",
+			steps: []step{{op: "stop", admission: t1, requeue: &fence.Requeue{Count: 1, At: readyAt}},
+				{op: "stop", admission: t1, requeue: &fence.Requeue{Count: 2, Deactivated: "too many"}}},
+			wantState: fence.State{Admission: t1, Phase: fence.Stopping, StopID: "p1", Requeue: &fence.Requeue{Count: 2, Deactivated: "too many"}},
+		},
+		{
+			name:      "the end of the job forgets the requeue state",
+			steps:     []step{{op: "stop", admission: t1, requeue: &fence.Requeue{Count: 1, At: readyAt}}, {op: "finish", admission: t1, uid: "u1"}},
+			wantState: fence.State{Admission: t1, Phase: fence.Finished, UID: "u1"},
+		},
+		{
 			name:      "a later admission is stopped over an earlier one",
 			steps:     []step{{op: "stop", admission: t1}, {op: "stop", admission: t2, stopID: "p2"}},
 			wantState: fence.State{Admission: t2, Phase: fence.Stopping, StopID: "p2"},
@@ -151,7 +184,13 @@ func TestFence(t *testing.T) {
 					if id == "" {
 						id = "p1"
 					}
-					err = fence.Stop(ctx, kv, key, s.admission, id)
+					var opts []fence.StopOption
+					if s.requeue != nil {
+						opts = append(opts, fence.WithRequeue(*s.requeue))
+					}
+					err = fence.Stop(ctx, kv, key, s.admission, id, opts...)
+				case "ready", "notready":
+					err = fence.SetReady(ctx, kv, key, s.admission, s.op == "ready", readyAt)
 				case "finish":
 					err = fence.Finish(ctx, kv, key, s.admission, s.uid, nil)
 				}
