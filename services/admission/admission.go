@@ -42,6 +42,10 @@ type Config struct {
 	// announced, if it still holds, when the interval is over. 0 takes
 	// DefaultPendingInterval.
 	PendingInterval time.Duration
+	// WaitForPodsReady, when set, times out admissions whose pods are not
+	// ready (Kueue's waitForPodsReady); readiness comes from the fences,
+	// where the job integrations write it.
+	WaitForPodsReady *engine.WaitForPodsReady
 }
 
 // DefaultPendingInterval is Config.PendingInterval's default.
@@ -89,6 +93,15 @@ type Service struct {
 	// announcement a crash swallowed.
 	stream jetstream.Stream
 
+	// fences are the last fence states seen, by engine key, while
+	// waitForPodsReady is on; unapplied lists those whose readiness or
+	// requeue state the engine has not taken yet.
+	fences    map[string]fence.State
+	unapplied map[string]bool
+	// lastCycle is when the engine last ran: a timer due since then makes
+	// the next tick run it again.
+	lastCycle time.Time
+
 	configDirty bool
 	dirty       bool
 	// unsent holds announcements whose publish failed, retried each tick.
@@ -110,17 +123,19 @@ func New(cfg Config, js jetstream.JetStream, pub Publisher, opts ...Option) (*Se
 		return nil, err
 	}
 	s := &Service{
-		synced: health.NewGate("configuration, workloads and ledger not loaded yet"),
-		cfg:    cfg,
-		js:     js,
-		pub:    pub,
-		log:    zerolog.Nop(),
-		clock:  time.Now,
-		config: configstore.New(),
-		wls:    map[string]*events.WorkloadSubmittedV1{},
-		told:   map[string]told{},
-		ledger: map[string]ledger.Versioned{},
-		held:   map[string]string{},
+		synced:    health.NewGate("configuration, workloads and ledger not loaded yet"),
+		cfg:       cfg,
+		js:        js,
+		pub:       pub,
+		log:       zerolog.Nop(),
+		clock:     time.Now,
+		config:    configstore.New(),
+		wls:       map[string]*events.WorkloadSubmittedV1{},
+		told:      map[string]told{},
+		ledger:    map[string]ledger.Versioned{},
+		held:      map[string]string{},
+		fences:    map[string]fence.State{},
+		unapplied: map[string]bool{},
 	}
 	for _, o := range opts {
 		o(s)
@@ -128,7 +143,7 @@ func New(cfg Config, js jetstream.JetStream, pub Publisher, opts ...Option) (*Se
 	if s.cfg.PendingInterval == 0 {
 		s.cfg.PendingInterval = DefaultPendingInterval
 	}
-	s.eng = engine.New(engine.Config{FairSharing: cfg.FairSharing}, engine.WithDeferredEviction())
+	s.eng = engine.New(engine.Config{FairSharing: cfg.FairSharing, WaitForPodsReady: cfg.WaitForPodsReady}, engine.WithDeferredEviction())
 	return s, nil
 }
 
@@ -158,9 +173,9 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("admission: open stream %s: %w", bus.StreamEvents, err)
 	}
 	s.kv, s.wlKV, s.fenceKV, s.stream = ledKV, wlKV, fenceKV, stream
-	var cfgW, wlW, ledW jetstream.KeyWatcher
+	var cfgW, wlW, ledW, fenceW jetstream.KeyWatcher
 	stop := func() {
-		for _, w := range []jetstream.KeyWatcher{cfgW, wlW, ledW} {
+		for _, w := range []jetstream.KeyWatcher{cfgW, wlW, ledW, fenceW} {
 			if w != nil {
 				_ = w.Stop()
 			}
@@ -179,6 +194,14 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 		if ledW, err = ledKV.WatchAll(ctx); err != nil {
 			return fmt.Errorf("admission: watch %s: %w", ledger.Bucket, err)
+		}
+		// Fences say whether admitted pods are ready; only
+		// waitForPodsReady needs to know, and they change with every
+		// start and stop.
+		if s.cfg.WaitForPodsReady != nil {
+			if fenceW, err = fenceKV.WatchAll(ctx); err != nil {
+				return fmt.Errorf("admission: watch %s: %w", fence.Bucket, err)
+			}
 		}
 		return nil
 	}
@@ -236,6 +259,16 @@ func (s *Service) Run(ctx context.Context) error {
 				continue
 			}
 			s.applyLedger(ctx, e.Key(), e)
+		case e, ok := <-fenceUpdates(fenceW):
+			if !ok {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return errors.New("admission: fence watch closed")
+			}
+			if e != nil {
+				s.applyFence(e)
+			}
 		case <-reconnected:
 			if err := watch(); err != nil {
 				s.log.Error().Err(err).Msg("restarting watches after a reconnect")
@@ -256,6 +289,10 @@ func (s *Service) Run(ctx context.Context) error {
 			if now := s.clock(); now.Sub(s.lastFlush) >= time.Second {
 				s.lastFlush = now
 				s.flushPending(ctx, now)
+			}
+			s.applyFences()
+			if next, due := s.eng.NextTimer(s.lastCycle); due && !s.clock().Before(next) {
+				s.dirty = true // a pods-ready timeout or a backoff ended
 			}
 			if !(s.dirty || s.configDirty) {
 				continue
@@ -286,6 +323,7 @@ func (s *Service) reconfigure() {
 		s.log.Warn().Err(err).Msg("ignoring configuration object")
 	}
 	snap.Objects.FairSharing = s.cfg.FairSharing
+	snap.Objects.WaitForPodsReady = s.cfg.WaitForPodsReady
 	cfg, err := queueconfig.ToEngine(snap.Objects)
 	if err != nil {
 		s.log.Error().Err(err).Msg("configuration not applied")
@@ -340,6 +378,62 @@ func (s *Service) applyWorkload(e jetstream.KeyValueEntry) {
 	}
 }
 
+// fenceUpdates is a watcher's channel, or nil (never ready) without one.
+func fenceUpdates(w jetstream.KeyWatcher) <-chan jetstream.KeyValueEntry {
+	if w == nil {
+		return nil
+	}
+	return w.Updates()
+}
+
+// applyFence records a fence's readiness and requeue state, for the
+// engine to take at the next tick.
+func (s *Service) applyFence(e jetstream.KeyValueEntry) {
+	key := workloads.EngineKeyFromKV(e.Key())
+	if e.Operation() != jetstream.KeyValuePut {
+		delete(s.fences, key)
+		delete(s.unapplied, key)
+		return
+	}
+	var st fence.State
+	if err := json.Unmarshal(e.Value(), &st); err != nil {
+		s.log.Warn().Err(err).Str("workload", key).Msg("ignoring unreadable fence")
+		return
+	}
+	s.fences[key] = st
+	s.unapplied[key] = true
+}
+
+// applyFences gives the engine what changed in the fences: whether the
+// pods of a held admission are ready, and, for a workload this replica
+// learns about, how often it was requeued. A fence of an admission the
+// engine has not booked yet waits for it.
+func (s *Service) applyFences() {
+	if !s.synced.IsOpen() {
+		return
+	}
+	for key := range s.unapplied {
+		if !s.eng.Known(key) {
+			continue // applied when the record arrives (submit)
+		}
+		st := s.fences[key]
+		if rq := st.Requeue; rq != nil && rq.Count > s.eng.Requeues(key).Count {
+			_ = s.eng.SetRequeues(key, engine.RequeueState{Count: rq.Count, At: rq.At, Deactivated: rq.Deactivated})
+			s.dirty = true
+		}
+		if st.Ready != nil {
+			if !s.eng.IsAdmitted(key) || s.heldAdmission(key) != st.Admission {
+				continue // its admission is not booked here yet
+			}
+			if err := s.eng.SetPodsReady(key, st.Ready.Ready, st.Ready.At); err != nil {
+				s.log.Error().Err(err).Str("workload", key).Msg("cannot record pods readiness")
+			}
+			s.dirty = true
+		}
+		delete(s.unapplied, key)
+	}
+}
+
 // submit queues a known record, admitted if the ledger holds it.
 func (s *Service) submit(key string) {
 	if s.eng.Known(key) {
@@ -357,6 +451,9 @@ func (s *Service) submit(key string) {
 	}
 	if err := s.eng.Submit(ew); err != nil {
 		s.log.Error().Err(err).Str("workload", key).Msg("workload not queued")
+	}
+	if _, ok := s.fences[key]; ok {
+		s.unapplied[key] = true
 	}
 }
 
@@ -561,6 +658,7 @@ func (s *Service) cycle(ctx context.Context) error {
 	}
 	s.dirty = false
 	now := s.clock()
+	s.lastCycle = now
 	decisions := s.eng.Cycle(now)
 	if len(decisions) == 0 {
 		return nil
@@ -670,6 +768,8 @@ type outgoing struct {
 	// first if it is not on the stream yet: the replica that reserved the
 	// admission may be slow to announce it, or stopped before it did.
 	admitted *events.WorkloadAdmittedV1
+	// requeue is stored with the stop of a PodsReadyTimeout eviction.
+	requeue *fence.Requeue
 }
 
 // send publishes an event, or keeps it for the next tick if that fails:
@@ -688,7 +788,11 @@ func (s *Service) publishOne(ctx context.Context, o outgoing) error {
 		return nil
 	}
 	if o.fenceKey != "" && s.fenceKV != nil {
-		err := fence.Stop(ctx, s.fenceKV, o.fenceKey, o.admission, o.id)
+		var opts []fence.StopOption
+		if o.requeue != nil {
+			opts = append(opts, fence.WithRequeue(*o.requeue))
+		}
+		err := fence.Stop(ctx, s.fenceKV, o.fenceKey, o.admission, o.id, opts...)
 		if errors.Is(err, fence.ErrFinished) || errors.Is(err, fence.ErrStopTaken) || errors.Is(err, fence.ErrSuperseded) {
 			// Its job ended, or a preemption stops it already, or it was
 			// admitted again since: nothing of this admission to evict.
@@ -805,8 +909,15 @@ func (s *Service) publish(ctx context.Context, ds []engine.Decision, lost map[st
 			admission := r.Admission()
 			ev := events.WorkloadEvictedV1{Workload: ref, ClusterQueue: d.ClusterQueue, Reason: d.Reason, Admission: admission}
 			admitted := admittedOf(ref, r)
-			errs = append(errs, s.send(ctx, outgoing{ev: ev, id: events.ID(ev.Type(), ref.UID, admission),
-				fenceKey: workloads.Key(ref), admission: admission, admitted: &admitted}))
+			o := outgoing{ev: ev, id: events.ID(ev.Type(), ref.UID, admission),
+				fenceKey: workloads.Key(ref), admission: admission, admitted: &admitted}
+			if d.Reason == engine.ReasonPodsReadyTimeout || d.Reason == engine.ReasonRequeuingLimitExceeded {
+				// The fence keeps the count and the backoff for a
+				// replica that starts after this one.
+				rs := s.eng.Requeues(d.Key)
+				o.requeue = &fence.Requeue{Count: rs.Count, At: rs.At.UTC(), Deactivated: rs.Deactivated}
+			}
+			errs = append(errs, s.send(ctx, o))
 		case engine.KindPreempted:
 			p := preemptions[d.Preemptor]
 			if p == nil {

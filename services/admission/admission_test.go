@@ -48,6 +48,8 @@ type harness struct {
 	// default pending interval.
 	clock           func() time.Time
 	pendingInterval time.Duration
+	// podsReady, when set, turns waitForPodsReady on.
+	podsReady *engine.WaitForPodsReady
 
 	t     *testing.T
 	ctx   context.Context
@@ -116,7 +118,7 @@ func (h *harness) start() {
 	if clock == nil {
 		clock = func() time.Time { return now }
 	}
-	s, err := admission.New(admission.Config{Interval: 5 * time.Millisecond, PendingInterval: h.pendingInterval}, h.js, pub,
+	s, err := admission.New(admission.Config{Interval: 5 * time.Millisecond, PendingInterval: h.pendingInterval, WaitForPodsReady: h.podsReady}, h.js, pub,
 		admission.WithClock(clock), admission.WithLogger(log))
 	if err != nil {
 		h.t.Fatalf("admission.New: %v", err)
