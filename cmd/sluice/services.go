@@ -22,9 +22,11 @@ import (
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/internal/configstore"
 	"github.com/sluice-dev/sluice/internal/embeddednats"
+	"github.com/sluice-dev/sluice/internal/engine"
 	"github.com/sluice-dev/sluice/internal/health"
 	"github.com/sluice-dev/sluice/internal/natsconn"
 	"github.com/sluice-dev/sluice/internal/natsperm"
+	"github.com/sluice-dev/sluice/internal/simulate"
 	"github.com/sluice-dev/sluice/services/admission"
 	"github.com/sluice-dev/sluice/services/integration"
 	"github.com/sluice-dev/sluice/services/integration/kinds"
@@ -198,6 +200,42 @@ type serviceFlags struct {
 	reconcile   time.Duration
 	// pendingInterval: admission.Config.PendingInterval.
 	pendingInterval time.Duration
+	// configFile is --config: a Configuration document.
+	configFile string
+}
+
+// bindConfig is shared by admission and the integrations, which
+// `sluice dev` runs together under one flag.
+func (f *serviceFlags) bindConfig(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.configFile, "config", "",
+		"file with a Configuration document, as sluice simulate reads it: fairSharing and waitForPodsReady, under Kueue's names")
+	// A bad file is refused before anything connects.
+	cmd.PreRunE = func(*cobra.Command, []string) error {
+		_, _, err := f.configuration()
+		return err
+	}
+}
+
+// configuration reads --config; without one, fair sharing is --fair-sharing
+// and waitForPodsReady is off.
+func (f *serviceFlags) configuration() (fair bool, podsReady *engine.WaitForPodsReady, err error) {
+	if f.configFile == "" {
+		return f.fairSharing, nil, nil
+	}
+	file, err := os.Open(f.configFile)
+	if err != nil {
+		return false, nil, usageError{fmt.Errorf("--config: %w", err)}
+	}
+	defer file.Close()
+	sc, err := simulate.Load([]simulate.Source{{Name: f.configFile, R: file}})
+	if err != nil {
+		return false, nil, usageError{fmt.Errorf("--config: %w", err)}
+	}
+	o := sc.Config
+	if len(sc.Workloads)+len(o.Flavors)+len(o.ClusterQueues)+len(o.Cohorts)+len(o.LocalQueues)+len(o.PriorityClasses)+len(o.Namespaces) > 0 {
+		return false, nil, usageError{fmt.Errorf("--config %s: only a Configuration document belongs here (queues come from the cluster)", f.configFile)}
+	}
+	return f.fairSharing || o.FairSharing, o.WaitForPodsReady, nil
 }
 
 func (f *serviceFlags) bindAdmission(cmd *cobra.Command) {
@@ -241,7 +279,11 @@ type runner func(ctx context.Context, js jetstream.JetStream, kube *rest.Config,
 
 func admissionRunner(f *serviceFlags) runner {
 	return func(ctx context.Context, js jetstream.JetStream, _ *rest.Config, log zerolog.Logger) (service, error) {
-		s, err := admission.New(admission.Config{Interval: f.interval, FairSharing: f.fairSharing, PendingInterval: f.pendingInterval}, js,
+		fair, podsReady, err := f.configuration()
+		if err != nil {
+			return nil, err
+		}
+		s, err := admission.New(admission.Config{Interval: f.interval, FairSharing: fair, PendingInterval: f.pendingInterval, WaitForPodsReady: podsReady}, js,
 			bus.NewPublisher(js, events.Source("admission"), bus.WithPublisherLogger(log)), admission.WithLogger(log))
 		if err != nil {
 			return nil, usageError{err}
@@ -288,8 +330,13 @@ func integrationRunner(f *serviceFlags, names func() []string) runner {
 		if err != nil {
 			return nil, err
 		}
+		_, podsReady, err := f.configuration()
+		if err != nil {
+			return nil, err
+		}
 		cfg := integration.Config{Workers: f.workers, Resync: f.resync, WebhookAddress: f.webhookAddr, WebhookHost: f.webhookHost,
-			WebhookCertDir: f.webhookCertDir, ExternalWebhookConfiguration: f.webhookExternal, KueueLabels: f.kueueLabels, Replica: f.replica}
+			WebhookCertDir: f.webhookCertDir, ExternalWebhookConfiguration: f.webhookExternal, KueueLabels: f.kueueLabels, Replica: f.replica,
+			ReportPodsReady: podsReady != nil}
 		if err := cfg.Validate(); err != nil {
 			return nil, usageError{err}
 		}
@@ -415,7 +462,7 @@ func newServiceCmds() []*cobra.Command {
 	j := &serviceFlags{}
 	q := &serviceFlags{}
 	return []*cobra.Command{
-		newServiceCmd("admission", "Run the admission service", false, a.bindAdmission, admissionRunner(a)),
+		newServiceCmd("admission", "Run the admission service", false, func(c *cobra.Command) { a.bindAdmission(c); a.bindConfig(c) }, admissionRunner(a)),
 		newServiceCmd("watcher", "Run the configuration watcher", true, func(c *cobra.Command) { f.bindWatcher(c); f.bindResync(c) }, watcherRunner(f)),
 		newIntegrationCmd(j),
 		newServiceCmd("preemption", "Run the preemption service", false, nil, preemptionRunner()),
@@ -473,7 +520,7 @@ func newSetupCmd() *cobra.Command {
 func newIntegrationCmd(f *serviceFlags) *cobra.Command {
 	var names []string
 	cmd := newServiceCmd("integration", "Run the integration of one or more kinds of job", true,
-		func(c *cobra.Command) { f.bindIntegration(c); f.bindResync(c) }, integrationRunner(f, func() []string { return names }))
+		func(c *cobra.Command) { f.bindIntegration(c); f.bindResync(c); f.bindConfig(c) }, integrationRunner(f, func() []string { return names }))
 	cmd.Use = "integration KIND [KIND...]"
 	cmd.Long = "Run the integration of the named kinds (" + strings.Join(kinds.Names(), ", ") + "): suspend their objects on create, " +
 		"queue them as workloads, start them when admitted and stop them when preempted. Run any number of replicas."
@@ -539,6 +586,7 @@ func newDevCmd() *cobra.Command {
 	f.bindIntegration(cmd)
 	f.bindResync(cmd)
 	f.bindQuota(cmd)
+	f.bindConfig(cmd)
 	cmd.Flags().StringSliceVar(&integrations, "integrations", kinds.Names(), "kinds to integrate, each once its CRD is installed ("+strings.Join(kinds.Names(), ", ")+")")
 	return cmd
 }

@@ -107,6 +107,13 @@ type (
 		StopsByDeletion() bool
 	}
 
+	// PodsReadier is a Job that knows, from its status, whether all the
+	// pods it runs at once are ready (for waitForPodsReady). A Job without
+	// it counts as ready once it is started.
+	PodsReadier interface {
+		PodsReady() bool
+	}
+
 	// Ignorer is a Job that may belong to another integration (a Pod of
 	// a Job): the framework leaves it alone, webhook included.
 	Ignorer interface {

@@ -74,6 +74,9 @@ type Config struct {
 	// Replica names this process among the replicas of its kinds (a
 	// subject token); empty picks a random one.
 	Replica string
+	// ReportPodsReady writes into each started workload's fence whether
+	// its pods are all ready, for admission's waitForPodsReady.
+	ReportPodsReady bool
 }
 
 // Validate checks the configuration.
@@ -424,7 +427,7 @@ func (s *Service) startInformer(ctx context.Context, k *kindRunner) error {
 	if _, err := k.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: enqueue,
 		UpdateFunc: func(o, n any) {
-			if relevant(k.ad, o, n) {
+			if relevant(k.ad, o, n, s.cfg.ReportPodsReady) {
 				enqueue(n)
 			}
 		},
@@ -464,7 +467,7 @@ func trimForCache(obj any) (any, error) {
 
 // relevant reports whether an update can change what Sluice does: most
 // updates are pod counts in the status, which it ignores.
-func relevant(ad Adapter, o, n any) bool {
+func relevant(ad Adapter, o, n any, podsReady bool) bool {
 	oo, ok1 := o.(runtime.Object)
 	no, ok2 := n.(runtime.Object)
 	if !ok1 || !ok2 {
@@ -486,6 +489,13 @@ func relevant(ad Adapter, o, n any) bool {
 	nf, _, _ := nj.Finished()
 	if of != nf {
 		return true
+	}
+	if podsReady {
+		or, ok1 := oj.(PodsReadier)
+		nr, ok2 := nj.(PodsReadier)
+		if ok1 && ok2 && or.PodsReady() != nr.PodsReady() {
+			return true
+		}
 	}
 	return !maps.Equal(om.GetLabels(), nm.GetLabels()) || !maps.Equal(om.GetAnnotations(), nm.GetAnnotations())
 }
@@ -904,7 +914,10 @@ func (s *Service) sync(ctx context.Context, k *kindRunner, key string) error {
 	case held && suspended && m.GetAnnotations()[StoppedAnnotation] != r.Admission():
 		return s.start(ctx, k, job, rec, r)
 	case held && !suspended:
-		return s.confirmStart(ctx, rec, r)
+		if err := s.confirmStart(ctx, rec, r); err != nil {
+			return err
+		}
+		return s.reportReady(ctx, rk, job, r)
 	case !held && !suspended:
 		// Running without quota: suspended by the webhook's absence, or
 		// its reservation is gone. Stop it; an object only runs while its
@@ -1223,6 +1236,28 @@ func (s *Service) confirmStart(ctx context.Context, rec *events.WorkloadSubmitte
 		return nil
 	}
 	return s.announceStart(ctx, rec, r)
+}
+
+// reportReady writes into the fence of a started job whether its pods are
+// all ready, where admission's waitForPodsReady reads it. A kind that
+// cannot tell counts as ready once started. Not ready is what a fence
+// without readiness means, so only a change after the first ready is
+// written as not ready (the pods must recover).
+func (s *Service) reportReady(ctx context.Context, rk string, job Job, r ledger.Reservation) error {
+	if !s.cfg.ReportPodsReady {
+		return nil
+	}
+	ready := true
+	if pr, ok := job.(PodsReadier); ok {
+		ready = pr.PodsReady()
+	}
+	st := s.fenceOf(rk)
+	if st.Admission == r.Admission() && st.Phase == fence.Started {
+		if (st.Ready == nil && !ready) || (st.Ready != nil && st.Ready.Ready == ready) {
+			return nil // nothing new, as far as this replica has seen
+		}
+	}
+	return fence.SetReady(ctx, s.fenceKV, rk, r.Admission(), ready, time.Now())
 }
 
 var (

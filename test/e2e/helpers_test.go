@@ -58,6 +58,8 @@ type jobSpec struct {
 	pods                           int32
 	gpus                           int64
 	runFor                         string
+	// nodeSelector, when set, is the pod template's own.
+	nodeSelector map[string]string
 }
 
 func createJob(t *testing.T, s jobSpec) *batchv1.Job {
@@ -75,6 +77,7 @@ func createJob(t *testing.T, s jobSpec) *batchv1.Job {
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{"sluice.dev/run-for": s.runFor}},
 				Spec: corev1.PodSpec{
+					NodeSelector:  s.nodeSelector,
 					RestartPolicy: corev1.RestartPolicyNever,
 					Containers: []corev1.Container{{Name: "main", Image: "busybox",
 						Resources: corev1.ResourceRequirements{Requests: res, Limits: corev1.ResourceList{"nvidia.com/gpu": res["nvidia.com/gpu"]}}}},

@@ -119,6 +119,24 @@ func (j *Job) UnlockPatch() []byte {
 	return []byte(`{"status":{"startTime":null}}`)
 }
 
+// PodsReady implements integration.PodsReadier, as Kueue judges a Job:
+// the pods that are ready or already succeeded cover the pods it runs at
+// once (parallelism, or completions when that is smaller).
+func (j *Job) PodsReady() bool {
+	want := int32(1)
+	if j.Spec.Parallelism != nil {
+		want = *j.Spec.Parallelism
+	}
+	if c := j.Spec.Completions; c != nil {
+		want = min(want, *c)
+	}
+	var ready int32
+	if j.Status.Ready != nil {
+		ready = *j.Status.Ready
+	}
+	return ready+j.Status.Succeeded >= want
+}
+
 // Finished implements integration.Job: a Complete or Failed condition set
 // to True.
 func (j *Job) Finished() (finished, succeeded bool, message string) {
