@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/sluice-dev/sluice/internal/simulate"
 	"github.com/sluice-dev/sluice/services/integration"
 	"github.com/sluice-dev/sluice/services/integration/kinds"
 	"github.com/sluice-dev/sluice/test/chart"
@@ -443,5 +445,50 @@ func TestChartCRDsAreTheGeneratedOnes(t *testing.T) {
 		if !bytes.Equal(a, b) {
 			t.Errorf("charts/sluice/crds/%s differs from config/crd (make generate)", filepath.Base(p))
 		}
+	}
+}
+
+// TestChartWaitForPodsReady: the value becomes a Configuration document
+// that `sluice` itself accepts, mounted into admission and the
+// integrations (which report readiness) and nowhere else.
+func TestChartWaitForPodsReady(t *testing.T) {
+	if objs := mustRender(t); len(names(objs, "ConfigMap")) != 0 {
+		t.Errorf("ConfigMaps without waitForPodsReady: %v", names(objs, "ConfigMap"))
+	}
+	objs := mustRender(t, "waitForPodsReady.timeout=10m", "waitForPodsReady.requeuingStrategy.backoffLimitCount=3")
+	var cm corev1.ConfigMap
+	if !find(t, objs, "ConfigMap", fullname+"-config", &cm) {
+		t.Fatalf("no ConfigMap %s-config: %v", fullname, names(objs, "ConfigMap"))
+	}
+	sc, err := simulate.Load([]simulate.Source{{Name: "config.yaml", R: strings.NewReader(cm.Data["config.yaml"])}})
+	if err != nil {
+		t.Fatalf("the rendered Configuration is refused: %v\n%s", err, cm.Data["config.yaml"])
+	}
+	w := sc.Config.WaitForPodsReady
+	if w == nil || w.Timeout != 10*time.Minute || w.BackoffLimitCount == nil || *w.BackoffLimitCount != 3 {
+		t.Errorf("waitForPodsReady read back as %+v", w)
+	}
+	for _, c := range []struct {
+		dep  string
+		want bool
+	}{{"admission", true}, {"integration-job", true}, {"watcher", false}, {"preemption", false}, {"quota", false}} {
+		var dep appsv1.Deployment
+		if !find(t, objs, "Deployment", fullname+"-"+c.dep, &dep) {
+			t.Fatalf("no Deployment %s", c.dep)
+		}
+		pod := dep.Spec.Template.Spec
+		hasArg := slices.Contains(pod.Containers[0].Args, "--config=/etc/sluice/config/config.yaml")
+		mounted := false
+		for _, v := range pod.Volumes {
+			if v.ConfigMap != nil && v.ConfigMap.Name == fullname+"-config" {
+				mounted = true
+			}
+		}
+		if hasArg != c.want || mounted != c.want {
+			t.Errorf("%s: --config %v, ConfigMap mounted %v; want %v", c.dep, hasArg, mounted, c.want)
+		}
+	}
+	if _, err := render(t, "waitForPodsReady.timeout=soon"); err == nil || !strings.Contains(err.Error(), "waitForPodsReady/timeout") {
+		t.Errorf("a bad timeout is not refused by name: %v", err)
 	}
 }

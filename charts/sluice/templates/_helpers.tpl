@@ -136,6 +136,19 @@ one replica): dict "root" $ "component" "admission" "user" "admission"
 "values" .Values.admission "args" (list …) "serviceAccount" true|false
 "webhookCerts" true|false.
 */}}
+{{- /*
+sluice.configuration is the Configuration document admission and the
+integrations read with --config; empty when nothing in it is set.
+*/ -}}
+{{- define "sluice.configuration" -}}
+{{- if .Values.waitForPodsReady -}}
+apiVersion: sluice.dev/v1beta1
+kind: Configuration
+waitForPodsReady:
+  {{- toYaml .Values.waitForPodsReady | nindent 2 }}
+{{- end -}}
+{{- end -}}
+
 {{- define "sluice.deployment" -}}
 {{- $root := .root -}}
 {{- $name := printf "%s-%s" (include "sluice.fullname" $root) .component -}}
@@ -165,6 +178,9 @@ spec:
         {{- /* the certificate Secret's content: a new one restarts the pods */}}
         checksum/webhook-cert: {{ include "sluice.webhookCertificate" $root | sha256sum }}
         {{- end }}
+        {{- if .config }}
+        checksum/config: {{ include "sluice.configuration" $root | sha256sum }}
+        {{- end }}
         {{- with $root.Values.podAnnotations }}
         {{- toYaml . | nindent 8 }}
         {{- end }}
@@ -190,6 +206,9 @@ spec:
             - --http-address=:{{ $root.Values.httpPort }}
             - --log-level={{ $root.Values.logLevel }}
             - --setup=false
+            {{- if .config }}
+            - --config=/etc/sluice/config/config.yaml
+            {{- end }}
             {{- include "sluice.natsArgs" (dict "root" $root "user" .user) | nindent 12 }}
             {{- range .values.extraArgs }}
             - {{ . | quote }}
@@ -224,12 +243,20 @@ spec:
             {{- if .webhookCerts }}
             - {name: webhook-cert, mountPath: /etc/sluice/webhook, readOnly: true}
             {{- end }}
+            {{- if .config }}
+            - {name: config, mountPath: /etc/sluice/config, readOnly: true}
+            {{- end }}
             {{- with include "sluice.natsVolumeMounts" (dict "root" $root) }}{{ . | nindent 12 }}{{ end }}
       volumes:
         {{- if .webhookCerts }}
         - name: webhook-cert
           secret:
             secretName: {{ include "sluice.webhookCertSecret" $root }}
+        {{- end }}
+        {{- if .config }}
+        - name: config
+          configMap:
+            name: {{ include "sluice.fullname" $root }}-config
         {{- end }}
         {{- with include "sluice.natsVolumes" (dict "root" $root "user" .user) }}{{ . | nindent 8 }}{{ end }}
       {{- with .values.nodeSelector }}
