@@ -301,6 +301,11 @@ var facts = map[string]func(s *story){
 		s.pendingWith("team/second", 4*minute+40*second, "deactivated: exceeding the maximum number of re-queuing retries")
 		s.finished("team/first", 10*minute+30*second)
 	},
+	"node-selector.yaml": func(s *story) {
+		s.admitted("team/wants-h100", 1, 0, "cq", "main×2 nvidia.com/gpu=h100")
+		s.admitted("team/wants-zone", 1, 0, "cq", "main×2 nvidia.com/gpu=a100")
+		s.admitted("team/wants-v100", 1, 0, "cq", "main×2 nvidia.com/gpu=shared")
+	},
 	"flavor-fungibility.yaml": func(s *story) {
 		s.admitted("borrow-first/job", 1, 0, "borrow-first", "main×6 cpu=on-demand")
 		s.admitted("spot-first/job", 1, 0, "spot-first", "main×6 cpu=spot")

@@ -75,17 +75,25 @@ func (h *harness) evictions(name string) []string {
 	return out
 }
 
+// admittedWithPodsReady starts admission with waitForPodsReady on a moved
+// clock, and has workload "a" admitted with 4 CPUs of 4.
+func admittedWithPodsReady(t *testing.T, w *engine.WaitForPodsReady) (*harness, *fakeClock) {
+	t.Helper()
+	h := newHarness(t)
+	clk := &fakeClock{t: now}
+	h.clock, h.podsReady = clk.now, w
+	h.configure("4", nil)
+	h.start()
+	h.submit("a", "main", 0, 4, "1")
+	ledgerIs(map[string]int32{"a": 4}).do(h)
+	return h, clk
+}
+
 func TestWaitForPodsReady(t *testing.T) {
 	wfpr := &engine.WaitForPodsReady{Timeout: time.Minute, RecoveryTimeout: time.Minute, BackoffBase: 10 * time.Second, BackoffMax: time.Minute}
 
 	t.Run("pods not ready in time: evicted, with the requeue kept in the fence", func(t *testing.T) {
-		h := newHarness(t)
-		clk := &fakeClock{t: now}
-		h.clock, h.podsReady = clk.now, wfpr
-		h.configure("4", nil)
-		h.start()
-		h.submit("a", "main", 0, 4, "1")
-		ledgerIs(map[string]int32{"a": 4}).do(h)
+		h, clk := admittedWithPodsReady(t, wfpr)
 		admitted("a", 4).do(h)
 		_, adm := h.startedFence("a")
 		clk.advance(59 * time.Second)
@@ -119,13 +127,7 @@ func TestWaitForPodsReady(t *testing.T) {
 	})
 
 	t.Run("pods ready in time: kept", func(t *testing.T) {
-		h := newHarness(t)
-		clk := &fakeClock{t: now}
-		h.clock, h.podsReady = clk.now, wfpr
-		h.configure("4", nil)
-		h.start()
-		h.submit("a", "main", 0, 4, "1")
-		ledgerIs(map[string]int32{"a": 4}).do(h)
+		h, clk := admittedWithPodsReady(t, wfpr)
 		fk, adm := h.startedFence("a")
 		kv, err := bus.OpenKV(h.ctx, h.js, fence.Bucket)
 		if err != nil {

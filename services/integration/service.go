@@ -990,7 +990,11 @@ func (s *Service) reprioritize(ctx context.Context, rk string, rec *events.Workl
 	if _, err := s.wlKV.Update(ctx, rk, b, e.Revision()); err != nil {
 		return nil, fmt.Errorf("change priority of %s: %w", rk, err)
 	}
-	s.recorder.Eventf(job.Object(), corev1.EventTypeNormal, "PriorityChanged", "priority %d (%s), was %d (%s)", v, name, rec.Priority, rec.PriorityClass)
+	was := fmt.Sprint(rec.Priority)
+	if rec.PriorityClass != "" {
+		was += " (" + rec.PriorityClass + ")"
+	}
+	s.recorder.Eventf(job.Object(), corev1.EventTypeNormal, "PriorityChanged", "priority %d (%s), was %s", v, name, was)
 	s.log.Info().Str("workload", rk).Int32("priority", v).Int32("was", rec.Priority).Msg("priority changed")
 	return &upd, nil
 }

@@ -164,3 +164,26 @@ value: 2000
 	waitComplete(t, ns, "waiting", 60*time.Second)
 	waitRunning(t, ns, "running", 30*time.Second)
 }
+
+func TestPriorityChangeReordersTheQueue(t *testing.T) {
+	ns := "e2e-reorder"
+	queues(t, ns, 4, "Never")
+	createJob(t, jobSpec{ns: ns, name: "running", queue: "q", pods: 4, gpus: 1, runFor: "8s"})
+	waitRunning(t, ns, "running", 30*time.Second)
+	createJob(t, jobSpec{ns: ns, name: "first", queue: "q", pods: 4, gpus: 1, runFor: "4s"})
+	createJob(t, jobSpec{ns: ns, name: "second", queue: "q", pods: 4, gpus: 1, runFor: "4s"})
+	waitEvent(t, ns, "second", "Pending", "insufficient unused quota", 20*time.Second)
+
+	// Raised above first, second is next in line when running finishes.
+	patch := []byte(`{"metadata":{"labels":{"sluice.dev/priority-class":"high"}}}`)
+	if _, err := env.kube.BatchV1().Jobs(ns).Patch(context.Background(), "second", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("relabel second: %v", err)
+	}
+	waitEvent(t, ns, "second", "PriorityChanged", "priority 1000 (high)", 20*time.Second)
+	waitRunning(t, ns, "second", 60*time.Second)
+	if !suspended(getJob(t, ns, "first")) {
+		t.Errorf("first started beside or before second")
+	}
+	waitComplete(t, ns, "second", 60*time.Second)
+	waitRunning(t, ns, "first", 30*time.Second)
+}
