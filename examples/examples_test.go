@@ -306,6 +306,14 @@ var facts = map[string]func(s *story){
 		s.admitted("team/wants-zone", 1, 0, "cq", "main×2 nvidia.com/gpu=a100")
 		s.admitted("team/wants-v100", 1, 0, "cq", "main×2 nvidia.com/gpu=shared")
 	},
+	"priority-change.yaml": func(s *story) {
+		s.admitted("t/running", 1, 0, "cq", "main×4 cpu=default")
+		s.admitted("t/second", 1, 10*minute, "cq", "main×4 cpu=default")
+		s.admitted("t/first", 1, 20*minute, "cq", "main×4 cpu=default")
+		if got := s.result("t/second").Priority; got != 10 {
+			s.t.Errorf("t/second ends with priority %d, want 10", got)
+		}
+	},
 	"flavor-fungibility.yaml": func(s *story) {
 		s.admitted("borrow-first/job", 1, 0, "borrow-first", "main×6 cpu=on-demand")
 		s.admitted("spot-first/job", 1, 0, "spot-first", "main×6 cpu=spot")

@@ -708,6 +708,32 @@ spec:
 			kind: "SimulatedWorkload", object: "eager-job", path: "spec.podsReadyAfter",
 		},
 		{
+			name: "priority change with both a class and a number",
+			doc: `apiVersion: sluice.dev/v1beta1
+kind: SimulatedWorkload
+metadata: {name: torn-job, namespace: team}
+spec:
+  queueName: team-queue
+  priorityChanges: [{at: 1m, priority: 3, priorityClassName: x}]
+  podSets:
+  - {name: main, count: 1, requests: {cpu: "1"}}
+`,
+			kind: "SimulatedWorkload", object: "torn-job", path: "spec.priorityChanges[0]",
+		},
+		{
+			name: "priority change to a missing class",
+			doc: `apiVersion: sluice.dev/v1beta1
+kind: SimulatedWorkload
+metadata: {name: classless-job, namespace: team}
+spec:
+  queueName: team-queue
+  priorityChanges: [{at: 1m, priorityClassName: nobody}]
+  podSets:
+  - {name: main, count: 1, requests: {cpu: "1"}}
+`,
+			kind: "SimulatedWorkload", object: "classless-job", path: "spec.priorityChanges[0].priorityClassName",
+		},
+		{
 			name: "waitForPodsReady timeout of zero",
 			doc: `apiVersion: sluice.dev/v1beta1
 kind: Configuration

@@ -98,6 +98,17 @@ type SimulatedWorkloadSpec struct {
 	// pods are all ready (default 0s), or "Never"; it matters only with
 	// waitForPodsReady.
 	PodsReadyAfter *ReadyAfter `json:"podsReadyAfter,omitempty"`
+	// PriorityChanges change the workload's priority during the run, as a
+	// changed priority class label does on a job.
+	PriorityChanges []PriorityChange `json:"priorityChanges,omitempty"`
+}
+
+// PriorityChange is a new priority from a moment of the run on: a
+// WorkloadPriorityClass's value, or a number.
+type PriorityChange struct {
+	At                Duration `json:"at"`
+	PriorityClassName string   `json:"priorityClassName,omitempty"`
+	Priority          *int32   `json:"priority,omitempty"`
 }
 
 // SimPodSet is a group of identical pods.
@@ -362,6 +373,15 @@ func validateWorkload(w *SimulatedWorkload) field.ErrorList {
 	if s.SubmitAt.Duration < 0 {
 		errs = append(errs, field.Invalid(sp.Child("submitAt"), s.SubmitAt.String(), "must not be negative"))
 	}
+	for i, c := range s.PriorityChanges {
+		cp := sp.Child("priorityChanges").Index(i)
+		if c.At.Duration < 0 {
+			errs = append(errs, field.Invalid(cp.Child("at"), c.At.String(), "must not be negative"))
+		}
+		if (c.PriorityClassName == "") == (c.Priority == nil) {
+			errs = append(errs, field.Required(cp, "exactly one of priorityClassName and priority"))
+		}
+	}
 	if r := s.PodsReadyAfter; r != nil && !r.Never && r.After < 0 {
 		errs = append(errs, field.Invalid(sp.Child("podsReadyAfter"), r.After.String(), "must not be negative"))
 	}
@@ -454,6 +474,11 @@ func (sc *Scenario) crossCheck() error {
 		var errs field.ErrorList
 		if n := w.Spec.PriorityClassName; n != "" && !classes[n] {
 			errs = append(errs, field.NotFound(sp.Child("priorityClassName"), n))
+		}
+		for i, c := range w.Spec.PriorityChanges {
+			if n := c.PriorityClassName; n != "" && !classes[n] {
+				errs = append(errs, field.NotFound(sp.Child("priorityChanges").Index(i).Child("priorityClassName"), n))
+			}
 		}
 		if a := w.Spec.Admitted; a != nil {
 			errs = append(errs, checkAdmission(sp.Child("admitted"), &w, cqs, lqs)...)

@@ -54,6 +54,8 @@ type WorkloadData struct {
 const (
 	evFinish = iota
 	evReady
+	// evPriority: a priority change (simEvent.change indexes it).
+	evPriority
 	evSubmit
 	// evTimer only runs a cycle: a pods-ready timeout or a requeue
 	// backoff ends.
@@ -66,6 +68,8 @@ type simEvent struct {
 	seq  int
 	wl   int
 	run  int
+	// change indexes the workload's spec.priorityChanges (evPriority).
+	change int
 }
 
 type eventHeap []simEvent
@@ -133,6 +137,8 @@ type sim struct {
 	podsReady bool
 	// timers holds the instants an evTimer is already queued for.
 	timers map[time.Duration]bool
+	// classes are the WorkloadPriorityClass values by name.
+	classes map[string]int32
 }
 
 // Run simulates a loaded scenario. It returns every record in order, the
@@ -194,6 +200,12 @@ func Run(sc *Scenario, opts Options) ([]Record, error) {
 		}
 		s.push(simEvent{at: w.Spec.SubmitAt.Duration, kind: evSubmit, wl: i})
 	}
+	for i := range sc.Workloads {
+		for j, c := range sc.Workloads[i].Spec.PriorityChanges {
+			s.push(simEvent{at: c.At.Duration, kind: evPriority, wl: i, change: j})
+		}
+	}
+	s.classes = classes
 	// Pre-admitted workloads are running at time 0.
 	for _, r := range pre {
 		s.emit(events.TypeWorkloadSubmittedV1, r, WorkloadData{})
@@ -281,6 +293,18 @@ func (s *sim) loop() {
 				d := t
 				r.finished = &d
 				s.emit(events.TypeWorkloadFinishedV1, r, WorkloadData{ClusterQueue: r.cq})
+			case evPriority:
+				c := r.spec.Spec.PriorityChanges[ev.change]
+				if c.Priority != nil {
+					r.priority = *c.Priority
+				} else {
+					r.priority = s.classes[c.PriorityClassName]
+				}
+				// Before its submission the new priority is simply the
+				// one it is submitted with.
+				if s.eng.Known(r.key) {
+					_ = s.eng.SetPriority(r.key, r.priority)
+				}
 			case evSubmit:
 				// The scenario was checked, and keys are unique.
 				_ = s.eng.Submit(s.toEngine(r))
