@@ -197,7 +197,17 @@ func (s *Service) syncGroup(ctx context.Context, k *kindRunner, g Grouper, ref e
 	case held && len(gated) > 0:
 		return s.startGroup(ctx, k, rec, r, gated)
 	case held:
-		return s.confirmStart(ctx, rec, r)
+		if err := s.confirmStart(ctx, rec, r); err != nil {
+			return err
+		}
+		// A group's pods are ready when every member's is (or ended).
+		ready := true
+		for _, m := range live {
+			if done, _, _ := m.Finished(); !done && !podsReady(m) {
+				ready = false
+			}
+		}
+		return s.reportReady(ctx, rk, ready, r)
 	case running:
 		// Members run without quota (created while the webhook was
 		// away). The informer may be behind a stop: ask the API server.

@@ -917,7 +917,7 @@ func (s *Service) sync(ctx context.Context, k *kindRunner, key string) error {
 		if err := s.confirmStart(ctx, rec, r); err != nil {
 			return err
 		}
-		return s.reportReady(ctx, rk, job, r)
+		return s.reportReady(ctx, rk, podsReady(job), r)
 	case !held && !suspended:
 		// Running without quota: suspended by the webhook's absence, or
 		// its reservation is gone. Stop it; an object only runs while its
@@ -1247,13 +1247,9 @@ func (s *Service) confirmStart(ctx context.Context, rec *events.WorkloadSubmitte
 // cannot tell counts as ready once started. Not ready is what a fence
 // without readiness means, so only a change after the first ready is
 // written as not ready (the pods must recover).
-func (s *Service) reportReady(ctx context.Context, rk string, job Job, r ledger.Reservation) error {
+func (s *Service) reportReady(ctx context.Context, rk string, ready bool, r ledger.Reservation) error {
 	if !s.cfg.ReportPodsReady {
 		return nil
-	}
-	ready := true
-	if pr, ok := job.(PodsReadier); ok {
-		ready = pr.PodsReady()
 	}
 	st := s.fenceOf(rk)
 	if st.Admission == r.Admission() && st.Phase == fence.Started {
@@ -1262,6 +1258,15 @@ func (s *Service) reportReady(ctx context.Context, rk string, job Job, r ledger.
 		}
 	}
 	return fence.SetReady(ctx, s.fenceKV, rk, r.Admission(), ready, time.Now())
+}
+
+// podsReady says whether a started object's pods are all ready: what its
+// status says, or yes for a kind that cannot tell.
+func podsReady(job Job) bool {
+	if pr, ok := job.(PodsReadier); ok {
+		return pr.PodsReady()
+	}
+	return true
 }
 
 var (

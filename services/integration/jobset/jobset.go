@@ -95,6 +95,20 @@ func (j *JobSet) Finished() (finished, succeeded bool, message string) {
 	return false, false, ""
 }
 
+// PodsReady implements integration.PodsReadier, as Kueue judges a JobSet:
+// every child Job of every replicatedJob is ready (its pods ready or done)
+// or succeeded.
+func (j *JobSet) PodsReady() bool {
+	var want, ready int32
+	for _, rj := range j.Spec.ReplicatedJobs {
+		want += rj.Replicas
+	}
+	for _, st := range j.Status.ReplicatedJobsStatus {
+		ready += st.Ready + st.Succeeded
+	}
+	return ready >= want
+}
+
 func text(c *metav1.Condition, fallback string) string {
 	switch {
 	case c.Message != "":

@@ -83,6 +83,17 @@ func (m *MPIJob) PodSets() ([]integration.PodSet, error) {
 	return out, nil
 }
 
+// PodsReady implements integration.PodsReadier: the MPIJob's Running
+// condition, which the mpi-operator sets once its launcher and workers run.
+func (m *MPIJob) PodsReady() bool {
+	for _, c := range m.Status.Conditions {
+		if c.Type == mpiv2.JobRunning {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
 // Finished implements integration.Job.
 func (m *MPIJob) Finished() (finished, succeeded bool, message string) {
 	for _, c := range m.Status.Conditions {

@@ -136,6 +136,20 @@ func (p *Pod) Finished() (finished, succeeded bool, message string) {
 	return false, false, ""
 }
 
+// PodsReady implements integration.PodsReadier: the pod's Ready condition
+// (or, a pod that ended, having run).
+func (p *Pod) PodsReady() bool {
+	if p.Status.Phase == corev1.PodSucceeded {
+		return true
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
 func text(s corev1.PodStatus, fallback string) string {
 	switch {
 	case s.Message != "":

@@ -66,6 +66,17 @@ func (p *PyTorchJob) PodSets() ([]integration.PodSet, error) {
 	return replicaPodSets(specs, "spec.pytorchReplicaSpecs", []string{string(kftov1.PyTorchJobReplicaTypeMaster), string(kftov1.PyTorchJobReplicaTypeWorker)})
 }
 
+// PodsReady implements integration.PodsReadier: the PyTorchJob's Running
+// condition, which the training-operator sets once its pods run.
+func (p *PyTorchJob) PodsReady() bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == kftov1.JobRunning {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
 // Finished implements integration.Job.
 func (p *PyTorchJob) Finished() (finished, succeeded bool, message string) {
 	for _, c := range p.Status.Conditions {

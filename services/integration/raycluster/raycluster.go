@@ -62,6 +62,10 @@ func (r *RayCluster) PodSets() ([]integration.PodSet, error) {
 // Finished implements integration.Job: a RayCluster runs until deleted.
 func (r *RayCluster) Finished() (bool, bool, string) { return false, false, "" }
 
+// PodsReady implements integration.PodsReadier: KubeRay reports the
+// cluster ready once its head and workers run.
+func (r *RayCluster) PodsReady() bool { return r.Status.State == rayv1.Ready }
+
 // PodSets reads a Ray cluster's pod sets; field names where the spec is in
 // the object, for errors. RayJob reads its cluster with it too.
 func PodSets(spec *rayv1.RayClusterSpec, field string) ([]integration.PodSet, error) {

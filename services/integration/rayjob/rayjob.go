@@ -106,6 +106,10 @@ func (r *RayJob) Finished() (finished, succeeded bool, message string) {
 	return false, false, ""
 }
 
+// PodsReady implements integration.PodsReadier: the RayJob's cluster is
+// ready, as KubeRay reports it.
+func (r *RayJob) PodsReady() bool { return r.Status.RayClusterStatus.State == rayv1.Ready }
+
 func text(r *RayJob, fallback string) string {
 	switch {
 	case r.Status.Message != "":
