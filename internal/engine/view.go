@@ -1,0 +1,132 @@
+package engine
+
+import "time"
+
+// PendingItem is a waiting workload and its place in line.
+type PendingItem struct {
+	Key                   string
+	Kind, Namespace, Name string
+	LocalQueue            string
+	ClusterQueue          string
+	Priority              int32
+	// Positions count from 0 in the order the engine would admit now,
+	// over the whole ClusterQueue and over the workload's LocalQueue; a
+	// page's offset does not renumber them.
+	PositionInClusterQueue int
+	PositionInLocalQueue   int
+	Reason                 string
+	Submitted              time.Time
+}
+
+// PendingPage is one page of a queue's waiting workloads and how many
+// wait in all.
+type PendingPage struct {
+	Items []PendingItem
+	Total int
+}
+
+// PendingInClusterQueue returns a ClusterQueue's waiting workloads in the
+// order the engine would admit them now (priority, then submission or
+// requeue time), from offset on, at most limit of them (limit ≤ 0: all).
+// ok is false when the ClusterQueue does not exist.
+func (e *Engine) PendingInClusterQueue(name string, offset, limit int) (PendingPage, bool) {
+	cq, ok := e.tree.cqs[name]
+	if !ok {
+		return PendingPage{}, false
+	}
+	return e.pendingPage(cq, nil, offset, limit), true
+}
+
+// PendingInLocalQueue is PendingInClusterQueue for the workloads of one
+// LocalQueue; ok is false when the LocalQueue does not exist.
+func (e *Engine) PendingInLocalQueue(namespace, name string, offset, limit int) (PendingPage, bool) {
+	lq, ok := e.tree.lqs[namespace+"/"+name]
+	if !ok {
+		return PendingPage{}, false
+	}
+	cq, ok := e.tree.cqs[lq.ClusterQueue]
+	if !ok {
+		return PendingPage{}, true // its ClusterQueue is missing: nothing waits in it
+	}
+	return e.pendingPage(cq, lq, offset, limit), true
+}
+
+// pendingPage walks cq's pending list once: positions need the count of
+// everything before, and Total the count of everything.
+func (e *Engine) pendingPage(cq *cqState, only *LocalQueue, offset, limit int) PendingPage {
+	var page PendingPage
+	inLQ := map[*LocalQueue]int{}
+	pos := 0
+	for _, ws := range cq.pending {
+		if ws.admitted != nil {
+			continue // admitted this cycle; compacted at its end
+		}
+		lqPos := inLQ[ws.lq]
+		inLQ[ws.lq]++
+		cqPos := pos
+		pos++
+		if only != nil && ws.lq != only {
+			continue
+		}
+		n := page.Total
+		page.Total++
+		if n < offset || (limit > 0 && len(page.Items) >= limit) {
+			continue
+		}
+		page.Items = append(page.Items, PendingItem{
+			Key: ws.key, Kind: ws.w.Kind, Namespace: ws.w.Namespace, Name: ws.w.Name,
+			LocalQueue: ws.w.Queue, ClusterQueue: cq.Name, Priority: ws.w.Priority,
+			PositionInClusterQueue: cqPos, PositionInLocalQueue: lqPos,
+			Reason: ws.reason, Submitted: ws.w.Submitted,
+		})
+	}
+	return page
+}
+
+// QueueStats is what a ClusterQueue holds and what waits in it.
+type QueueStats struct {
+	ClusterQueue string
+	Cohort       string
+	// Active waiting workloads may be admitted at the next cycle;
+	// inadmissible ones wait for quota to be released (parked), for a
+	// backoff, or were deactivated.
+	Active, Inadmissible int
+	Resources            []ResourceStats
+}
+
+// ResourceStats is one flavor-resource of a ClusterQueue, in the engine's
+// units (see Canonical).
+type ResourceStats struct {
+	Flavor, Resource string
+	Reserved         int64
+	Nominal          int64
+}
+
+// Stats reports every ClusterQueue, by name, for metrics; now decides
+// whether a backoff still holds.
+func (e *Engine) Stats(now time.Time) []QueueStats {
+	out := make([]QueueStats, 0, len(e.tree.cqOrder))
+	for _, cq := range e.tree.cqOrder {
+		st := QueueStats{ClusterQueue: cq.Name, Cohort: cq.Cohort}
+		for _, ws := range cq.pending {
+			switch {
+			case ws.admitted != nil:
+			case ws.parked || ws.pods.deactivated != "" || now.Before(ws.pods.requeueAt):
+				st.Inadmissible++
+			default:
+				st.Active++
+			}
+		}
+		for _, g := range cq.groups {
+			for _, f := range g.flavors {
+				for _, r := range g.resources {
+					i := f.fr[r]
+					st.Resources = append(st.Resources, ResourceStats{Flavor: f.name, Resource: r,
+						Reserved: cq.node.usage[i], Nominal: cq.node.nominal[i]})
+				}
+			}
+		}
+		out = append(out, st)
+	}
+	return out
+}

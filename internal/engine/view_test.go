@@ -1,0 +1,104 @@
+package engine
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// pendingFixture: cq holds 1 CPU, taken by "holder"; five workloads wait,
+// in two LocalQueues, with priorities that reorder them.
+func pendingFixture(t *testing.T) *Engine {
+	t.Helper()
+	e := New(Config{Flavors: flavors("default"), ClusterQueues: []ClusterQueue{newCQ("cq").quota("default", "cpu", 1000).obj()},
+		LocalQueues: []LocalQueue{{Namespace: "a", Name: "lq", ClusterQueue: "cq"}, {Namespace: "b", Name: "lq", ClusterQueue: "cq"}}})
+	wls := []Workload{
+		newWL("a", "holder").queue("lq").pods("main", 1, "cpu", 1000).admittedIn("cq", "default", 0).obj(),
+		newWL("a", "low-old").queue("lq").prio(1).at(1*time.Second).pods("main", 1, "cpu", 1000).obj(),
+		newWL("b", "high").queue("lq").prio(9).at(2*time.Second).pods("main", 1, "cpu", 1000).obj(),
+		newWL("a", "low-new").queue("lq").prio(1).at(3*time.Second).pods("main", 1, "cpu", 1000).obj(),
+		newWL("b", "mid").queue("lq").prio(5).at(4*time.Second).pods("main", 1, "cpu", 1000).obj(),
+		newWL("a", "top").queue("lq").prio(9).at(5*time.Second).pods("main", 1, "cpu", 1000).obj(),
+	}
+	for _, w := range wls {
+		if err := e.Submit(w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.Cycle(t0.Add(10 * time.Second))
+	return e
+}
+
+// line renders items as "ns/name@cqPos/lqPos".
+func line(p PendingPage) []string {
+	var out []string
+	for _, it := range p.Items {
+		out = append(out, fmt.Sprintf("%s/%s@%d/%d", it.Namespace, it.Name, it.PositionInClusterQueue, it.PositionInLocalQueue))
+	}
+	return out
+}
+
+func TestPendingPages(t *testing.T) {
+	e := pendingFixture(t)
+	cases := []struct {
+		name          string
+		lq            string // namespace of LocalQueue "lq"; "" for the ClusterQueue
+		offset, limit int
+		want          []string
+		wantTotal     int
+	}{
+		{name: "the whole ClusterQueue in admission order", want: []string{"b/high@0/0", "a/top@1/0", "b/mid@2/1", "a/low-old@3/1", "a/low-new@4/2"}, wantTotal: 5},
+		{name: "an offset keeps absolute positions", offset: 2, limit: 2, want: []string{"b/mid@2/1", "a/low-old@3/1"}, wantTotal: 5},
+		{name: "one LocalQueue, positions in both queues", lq: "a", want: []string{"a/top@1/0", "a/low-old@3/1", "a/low-new@4/2"}, wantTotal: 3},
+		{name: "one LocalQueue, a page of it", lq: "a", offset: 1, limit: 1, want: []string{"a/low-old@3/1"}, wantTotal: 3},
+		{name: "an offset past the end", lq: "b", offset: 5, wantTotal: 2},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var p PendingPage
+			var ok bool
+			if tc.lq == "" {
+				p, ok = e.PendingInClusterQueue("cq", tc.offset, tc.limit)
+			} else {
+				p, ok = e.PendingInLocalQueue(tc.lq, "lq", tc.offset, tc.limit)
+			}
+			if !ok {
+				t.Fatal("queue not found")
+			}
+			if d := cmp.Diff(tc.want, line(p)); d != "" {
+				t.Errorf("items (-want +got):\n%s", d)
+			}
+			if p.Total != tc.wantTotal {
+				t.Errorf("total %d, want %d", p.Total, tc.wantTotal)
+			}
+		})
+	}
+	p, _ := e.PendingInClusterQueue("cq", 0, 1)
+	want := PendingItem{Key: "a/top", Namespace: "a", Name: "top", LocalQueue: "lq", ClusterQueue: "cq", Priority: 9,
+		PositionInClusterQueue: 1, PositionInLocalQueue: 0, Submitted: t0.Add(5 * time.Second),
+		Reason: "pod set main: insufficient unused quota for cpu in flavor default: requested 1, available 0"}
+	if p2, _ := e.PendingInClusterQueue("cq", 1, 1); len(p2.Items) != 1 || cmp.Diff(want, p2.Items[0]) != "" {
+		t.Errorf("item (-want +got):\n%s", cmp.Diff(want, p2.Items))
+	}
+	if len(p.Items) != 1 {
+		t.Errorf("limit 1 gave %d items", len(p.Items))
+	}
+	if _, ok := e.PendingInClusterQueue("nope", 0, 0); ok {
+		t.Error("a missing ClusterQueue was found")
+	}
+	if _, ok := e.PendingInLocalQueue("a", "nope", 0, 0); ok {
+		t.Error("a missing LocalQueue was found")
+	}
+}
+
+func TestStats(t *testing.T) {
+	e := pendingFixture(t)
+	got := e.Stats(t0.Add(10 * time.Second))
+	want := []QueueStats{{ClusterQueue: "cq", Inadmissible: 5,
+		Resources: []ResourceStats{{Flavor: "default", Resource: "cpu", Reserved: 1000, Nominal: 1000}}}}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("Stats (-want +got):\n%s", d)
+	}
+}
