@@ -51,26 +51,36 @@ func (e *Engine) PendingInLocalQueue(namespace, name string, offset, limit int) 
 	return e.pendingPage(cq, lq, offset, limit), true
 }
 
-// pendingPage walks cq's pending list once: positions need the count of
-// everything before, and Total the count of everything.
+// pendingPage walks cq's pending list: positions need the count of
+// everything before. Between cycles the list holds waiting workloads only
+// (admitted ones are compacted away at the end of the cycle that admits
+// them), so a ClusterQueue's total is its length and the walk stops after
+// the page; a LocalQueue's total needs the whole walk.
 func (e *Engine) pendingPage(cq *cqState, only *LocalQueue, offset, limit int) PendingPage {
 	var page PendingPage
+	if only == nil {
+		page.Total = len(cq.pending)
+	}
 	inLQ := map[*LocalQueue]int{}
-	pos := 0
-	for _, ws := range cq.pending {
-		if ws.admitted != nil {
-			continue // admitted this cycle; compacted at its end
+	for cqPos, ws := range cq.pending {
+		full := limit > 0 && len(page.Items) >= limit
+		if only == nil && full {
+			break
 		}
 		lqPos := inLQ[ws.lq]
 		inLQ[ws.lq]++
-		cqPos := pos
-		pos++
-		if only != nil && ws.lq != only {
-			continue
+		if only != nil {
+			if ws.lq != only {
+				continue
+			}
+			page.Total++
 		}
-		n := page.Total
-		page.Total++
-		if n < offset || (limit > 0 && len(page.Items) >= limit) {
+		// offset counts in the queue asked about.
+		idx := cqPos
+		if only != nil {
+			idx = lqPos
+		}
+		if idx < offset || full {
 			continue
 		}
 		page.Items = append(page.Items, PendingItem{

@@ -102,6 +102,12 @@ type Service struct {
 	// the next tick run it again.
 	lastCycle time.Time
 
+	// queries are reads of the engine from other goroutines (the
+	// visibility API, metrics), run by the service's own loop.
+	queries chan func()
+	// stopped closes when Run returns.
+	stopped chan struct{}
+
 	configDirty bool
 	dirty       bool
 	// unsent holds announcements whose publish failed, retried each tick.
@@ -136,6 +142,8 @@ func New(cfg Config, js jetstream.JetStream, pub Publisher, opts ...Option) (*Se
 		held:      map[string]string{},
 		fences:    map[string]fence.State{},
 		unapplied: map[string]bool{},
+		queries:   make(chan func()),
+		stopped:   make(chan struct{}),
 	}
 	for _, o := range opts {
 		o(s)
@@ -152,6 +160,7 @@ func (s *Service) Ready() error { return s.synced.Check() }
 
 // Run mirrors the buckets and admits until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
+	defer close(s.stopped)
 	cfgKV, err := bus.OpenKV(ctx, s.js, configstore.Bucket)
 	if err != nil {
 		return fmt.Errorf("admission: open %s: %w", configstore.Bucket, err)
@@ -269,6 +278,8 @@ func (s *Service) Run(ctx context.Context) error {
 			if e != nil {
 				s.applyFence(e)
 			}
+		case q := <-s.queries:
+			q()
 		case <-reconnected:
 			if err := watch(); err != nil {
 				s.log.Error().Err(err).Msg("restarting watches after a reconnect")
@@ -306,6 +317,50 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 	}
 }
+
+// ErrNotReady: the service has not loaded its state yet, or stopped.
+var ErrNotReady = errors.New("admission: not serving (state not loaded yet, or stopped)")
+
+// read runs f in the service's loop, where the engine lives, once the
+// engine is built, and waits for it.
+func (s *Service) read(ctx context.Context, f func()) error {
+	if !s.synced.IsOpen() {
+		return ErrNotReady
+	}
+	done := make(chan struct{})
+	select {
+	case s.queries <- func() { f(); close(done) }:
+	case <-s.stopped:
+		return ErrNotReady
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// PendingInClusterQueue implements visibility.Source.
+func (s *Service) PendingInClusterQueue(ctx context.Context, name string, offset, limit int) (engine.PendingPage, bool, error) {
+	var page engine.PendingPage
+	var ok bool
+	err := s.read(ctx, func() { page, ok = s.eng.PendingInClusterQueue(name, offset, limit) })
+	return page, ok, err
+}
+
+// PendingInLocalQueue implements visibility.Source.
+func (s *Service) PendingInLocalQueue(ctx context.Context, namespace, name string, offset, limit int) (engine.PendingPage, bool, error) {
+	var page engine.PendingPage
+	var ok bool
+	err := s.read(ctx, func() { page, ok = s.eng.PendingInLocalQueue(namespace, name, offset, limit) })
+	return page, ok, err
+}
+
+// Now is the service's clock, for the visibility API's waiting times.
+func (s *Service) Now() time.Time { return s.clock() }
 
 func (s *Service) applyConfig(e jetstream.KeyValueEntry) {
 	if e.Operation() == jetstream.KeyValuePut {

@@ -63,6 +63,8 @@ type harness struct {
 	stopF func()
 	// wrap, if set, wraps the publisher of the services started next.
 	wrap func(admission.Publisher) admission.Publisher
+	// svc is the service started last.
+	svc *admission.Service
 }
 
 func newHarness(t *testing.T) *harness {
@@ -123,6 +125,7 @@ func (h *harness) start() {
 	if err != nil {
 		h.t.Fatalf("admission.New: %v", err)
 	}
+	h.svc = s
 	ctx, cancel := context.WithCancel(h.ctx)
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()

@@ -1,0 +1,88 @@
+package admission_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/sluice-dev/sluice/internal/visibility"
+)
+
+// get fetches a visibility path from the service and decodes the answer.
+func (h *harness) get(srv *httptest.Server, path string, out any) int {
+	h.t.Helper()
+	res, err := http.Get(srv.URL + path)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		h.t.Fatalf("GET %s: %v\n%s", path, err, b)
+	}
+	return res.StatusCode
+}
+
+func TestVisibilityAPI(t *testing.T) {
+	h := newHarness(t)
+	h.configure("4", nil)
+	putLocalQueue("other").do(h)
+	h.start()
+	h.submit("running", "main", 0, 4, "1")
+	ledgerIs(map[string]int32{"running": 4}).do(h)
+	h.submit("low", "main", 0, 2, "1")
+	h.submit("high", "other", 5, 2, "1")
+	h.submit("mid", "main", 3, 2, "1")
+	pending("low", "cq", "pod set main: insufficient unused quota for cpu in flavor default: requested 2, available 0").do(h)
+	mux := http.NewServeMux()
+	visibility.Register(mux, h.svc, h.svc.Now)
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	order := func(s visibility.PendingWorkloadsSummary) []string {
+		var out []string
+		for _, it := range s.Items {
+			out = append(out, fmt.Sprintf("%s@%d/%d", it.Metadata.Name, it.PositionInClusterQueue, it.PositionInLocalQueue))
+		}
+		return out
+	}
+	var all visibility.PendingWorkloadsSummary
+	h.eventually("all three pending in the API", func() (bool, string) {
+		all = visibility.PendingWorkloadsSummary{}
+		code := h.get(srv, visibility.Prefix+"/clusterqueues/cq/pendingworkloads", &all)
+		return code == 200 && all.Total == 3, fmt.Sprintf("%d %+v", code, all)
+	})
+	if d := cmp.Diff([]string{"high@0/0", "mid@1/0", "low@2/1"}, order(all)); d != "" {
+		t.Errorf("ClusterQueue order (-want +got):\n%s", d)
+	}
+	it := all.Items[2]
+	if it.Metadata.Namespace != "team-a" || it.JobKind != "job" || it.LocalQueueName != "main" || it.ClusterQueueName != "cq" ||
+		it.Reason == "" || it.WaitingSeconds < 0 {
+		t.Errorf("item %+v", it)
+	}
+	var page visibility.PendingWorkloadsSummary
+	h.get(srv, visibility.Prefix+"/namespaces/team-a/localqueues/main/pendingworkloads?offset=1&limit=1", &page)
+	if d := cmp.Diff([]string{"low@2/1"}, order(page)); d != "" || page.Total != 2 {
+		t.Errorf("LocalQueue page (total %d) (-want +got):\n%s", page.Total, d)
+	}
+	var st struct {
+		Code    int    `json:"code"`
+		Reason  string `json:"reason"`
+		Message string `json:"message"`
+	}
+	if code := h.get(srv, visibility.Prefix+"/clusterqueues/nope/pendingworkloads", &st); code != 404 || st.Message != `clusterqueue "nope" not found` {
+		t.Errorf("missing ClusterQueue: %d %+v", code, st)
+	}
+	if code := h.get(srv, visibility.Prefix+"/clusterqueues/cq/pendingworkloads?limit=0", &st); code != 400 ||
+		st.Message != `query parameter limit="0": must be an integer from 1 to 10000` {
+		t.Errorf("limit=0: %d %+v", code, st)
+	}
+}
