@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -11,6 +12,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/dynamic"
@@ -151,10 +155,12 @@ func (c *common) connect(ctx context.Context, name string) (*nats.Conn, jetstrea
 	return nc, js, nil
 }
 
-// serveHealth serves the probes on --http-address, if set: live while the
+// serveHTTP serves, on --http-address if set, the probes (live while the
 // NATS connection is not closed for good, ready while it is connected and
-// each service (by name) says it is.
-func (c *common) serveHealth(ctx context.Context, nc *nats.Conn, ready map[string]health.Check, log zerolog.Logger) error {
+// each service says it is), /metrics (the process's, the bus's and each
+// service's own), and whatever routes a service adds (admission: the
+// visibility API).
+func (c *common) serveHTTP(ctx context.Context, nc *nats.Conn, svcs map[string]service, log zerolog.Logger) error {
 	if c.httpAddr == "" {
 		return nil
 	}
@@ -171,14 +177,28 @@ func (c *common) serveHealth(ctx context.Context, nc *nats.Conn, ready map[strin
 		}
 		return nil
 	})
-	for name, check := range ready {
-		p.Ready(name, check)
+	mux := http.NewServeMux()
+	probes := p.Handler()
+	mux.Handle("GET /healthz", probes)
+	mux.Handle("GET /readyz", probes)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(bus.Collectors()...)
+	for name, svc := range svcs {
+		p.Ready(name, svc.Ready)
+		if m, ok := svc.(interface{ Collectors() []prometheus.Collector }); ok {
+			reg.MustRegister(m.Collectors()...)
+		}
+		if r, ok := svc.(interface{ Routes(*http.ServeMux) }); ok {
+			r.Routes(mux)
+		}
 	}
-	addr, err := health.Serve(ctx, c.httpAddr, p.Handler())
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	addr, err := health.Serve(ctx, c.httpAddr, mux)
 	if err != nil {
 		return usageError{fmt.Errorf("--http-address: %w", err)}
 	}
-	log.Info().Str("address", addr.String()).Msg("serving /healthz and /readyz")
+	log.Info().Str("address", addr.String()).Msg("serving /healthz, /readyz, /metrics")
 	return nil
 }
 
@@ -431,7 +451,7 @@ func newServiceCmd(name, short string, kube bool, bind func(*cobra.Command), mk 
 			if err != nil {
 				return err
 			}
-			if err := c.serveHealth(ctx, nc, map[string]health.Check{name: svc.Ready}, log); err != nil {
+			if err := c.serveHTTP(ctx, nc, map[string]service{name: svc}, log); err != nil {
 				return err
 			}
 			log.Info().Msg("started")
@@ -608,7 +628,7 @@ func runAll(ctx context.Context, c *common, kc *rest.Config, log zerolog.Logger,
 	defer cancel()
 	var wg sync.WaitGroup
 	errc := make(chan error, len(svcs))
-	ready := map[string]health.Check{}
+	started := map[string]service{}
 	for _, s := range svcs {
 		svc, err := s.mk(ctx, js, kc, serviceLogger(log, s.name))
 		if err != nil {
@@ -616,7 +636,7 @@ func runAll(ctx context.Context, c *common, kc *rest.Config, log zerolog.Logger,
 			wg.Wait()
 			return fmt.Errorf("%s: %w", s.name, err)
 		}
-		ready[s.name] = svc.Ready
+		started[s.name] = svc
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -625,7 +645,7 @@ func runAll(ctx context.Context, c *common, kc *rest.Config, log zerolog.Logger,
 			}
 		}()
 	}
-	if err := c.serveHealth(ctx, nc, ready, log); err != nil {
+	if err := c.serveHTTP(ctx, nc, started, log); err != nil {
 		cancel()
 		wg.Wait()
 		return err

@@ -369,13 +369,18 @@ func (r *runner) process(m jetstream.Msg) {
 
 	ctx := log.WithContext(env.Context(r.base))
 	stop := r.keepAlive(m)
+	began := time.Now()
 	err = r.call(ctx, env)
 	stop()
+	outcome := "retry"
+	defer func() { handleDuration.WithLabelValues(r.spec.Durable, outcome).Observe(time.Since(began).Seconds()) }()
 
 	switch {
 	case err == nil:
+		outcome = "ack"
 		r.ack(m, log)
 	case IsPoison(err):
+		outcome = "dead_letter"
 		reason := string(events.ReasonOf(err))
 		if reason == "" || errors.Is(err, ErrPoison) {
 			reason = DLQReasonPoison
@@ -385,6 +390,7 @@ func (r *runner) process(m jetstream.Msg) {
 		log.Info().Err(err).Msg("handler cancelled by shutdown; returning message")
 		_ = m.Nak()
 	case r.spec.MaxDeliver > 0 && md.NumDelivered >= uint64(r.spec.MaxDeliver):
+		outcome = "dead_letter"
 		r.deadLetter(m, md, DLQReasonMaxDeliver, err, log)
 	default:
 		delay := r.spec.Backoff(md.NumDelivered)
@@ -483,6 +489,7 @@ func (r *runner) deadLetter(m jetstream.Msg, md *jetstream.MsgMetadata, reason s
 		return
 	}
 	log.Warn().Err(cause).Str("reason", reason).Str("dlq_subject", dl.Subject).Msg("dead-lettered")
+	deadLettered.WithLabelValues(r.spec.Durable, reason).Inc()
 	if err := m.TermWithReason(reason); err != nil {
 		log.Error().Err(err).Msg("term failed; the message may be redelivered and dead-lettered again (de-duplicated)")
 	}

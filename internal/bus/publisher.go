@@ -80,7 +80,9 @@ func (p *JetStreamPublisher) PublishAck(ctx context.Context, ev events.Event, id
 	if p.stream != "" {
 		opts = append(opts, jetstream.WithExpectStream(p.stream))
 	}
+	began := time.Now()
 	ack, err := p.publishAttempts(ctx, msg, opts)
+	observePublish(ev.Type(), began, err)
 	if err != nil {
 		return nil, fmt.Errorf("bus: publish %s %s: %w", ev.Type(), msg.Subject, err)
 	}

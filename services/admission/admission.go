@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"sort"
 	"strings"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/health"
 	"github.com/sluice-dev/sluice/internal/ledger"
 	"github.com/sluice-dev/sluice/internal/queueconfig"
+	"github.com/sluice-dev/sluice/internal/visibility"
 	"github.com/sluice-dev/sluice/internal/workloads"
 )
 
@@ -102,6 +104,7 @@ type Service struct {
 	// the next tick run it again.
 	lastCycle time.Time
 
+	metrics *metrics
 	// queries are reads of the engine from other goroutines (the
 	// visibility API, metrics), run by the service's own loop.
 	queries chan func()
@@ -143,6 +146,7 @@ func New(cfg Config, js jetstream.JetStream, pub Publisher, opts ...Option) (*Se
 		fences:    map[string]fence.State{},
 		unapplied: map[string]bool{},
 		queries:   make(chan func()),
+		metrics:   newMetrics(),
 		stopped:   make(chan struct{}),
 	}
 	for _, o := range opts {
@@ -361,6 +365,9 @@ func (s *Service) PendingInLocalQueue(ctx context.Context, namespace, name strin
 
 // Now is the service's clock, for the visibility API's waiting times.
 func (s *Service) Now() time.Time { return s.clock() }
+
+// Routes adds the visibility API (package visibility) to mux.
+func (s *Service) Routes(mux *http.ServeMux) { visibility.Register(mux, s, s.clock) }
 
 func (s *Service) applyConfig(e jetstream.KeyValueEntry) {
 	if e.Operation() == jetstream.KeyValuePut {
@@ -714,6 +721,8 @@ func (s *Service) cycle(ctx context.Context) error {
 	s.dirty = false
 	now := s.clock()
 	s.lastCycle = now
+	began := time.Now()
+	defer func() { s.metrics.cycleDuration.Observe(time.Since(began).Seconds()) }()
 	decisions := s.eng.Cycle(now)
 	if len(decisions) == 0 {
 		return nil
@@ -781,7 +790,9 @@ func (s *Service) cycle(ctx context.Context) error {
 				_ = s.eng.Evict(d.Key)
 			}
 			s.dirty = true
-			if !errors.Is(err, ledger.ErrConflict) {
+			if errors.Is(err, ledger.ErrConflict) {
+				s.metrics.conflicts.Inc()
+			} else {
 				s.log.Error().Err(err).Str("key", k).Msg("reservation not written")
 			}
 			continue
@@ -940,6 +951,8 @@ func splitKey(key string) (kind, ns, name string, ok bool) {
 // thousands of pending reasons to tell.
 func (s *Service) publish(ctx context.Context, ds []engine.Decision, lost map[string]bool) error {
 	var errs []error
+	admitted := 0
+	defer func() { s.metrics.cycleAdmitted.Observe(float64(admitted)) }()
 	preemptions := map[string]*events.PreemptionRequestedV1{}
 	var order []string
 	for _, d := range ds {
@@ -955,6 +968,9 @@ func (s *Service) publish(ctx context.Context, ds []engine.Decision, lost map[st
 			}
 			delete(s.told, d.Key) // a reason after this admission is news
 			r := s.ledger[ledger.Key(s.eng.TreeOf(d.ClusterQueue))].Entry.Reservations[d.Key]
+			admitted++
+			s.metrics.admitted.WithLabelValues(d.ClusterQueue).Inc()
+			s.metrics.waitTime.WithLabelValues(d.ClusterQueue).Observe(max(0, r.AdmittedAt.Sub(w.CreationTime).Seconds()))
 			ev := admittedOf(ref, r)
 			errs = append(errs, s.send(ctx, outgoing{ev: ev, id: workloads.AdmittedID(ref, r.Admission()), ended: d.Key}))
 		case engine.KindEvicted:
@@ -962,6 +978,7 @@ func (s *Service) publish(ctx context.Context, ds []engine.Decision, lost map[st
 			// admission never starts.
 			r := s.ledger[s.held[d.Key]].Entry.Reservations[d.Key]
 			admission := r.Admission()
+			s.metrics.evicted.WithLabelValues(d.ClusterQueue, d.Reason).Inc()
 			ev := events.WorkloadEvictedV1{Workload: ref, ClusterQueue: d.ClusterQueue, Reason: d.Reason, Admission: admission}
 			admitted := admittedOf(ref, r)
 			o := outgoing{ev: ev, id: events.ID(ev.Type(), ref.UID, admission),
@@ -985,6 +1002,7 @@ func (s *Service) publish(ctx context.Context, ds []engine.Decision, lost map[st
 				order = append(order, d.Preemptor)
 			}
 			admission := s.heldAdmission(d.Key)
+			s.metrics.preempted.WithLabelValues(p.ClusterQueue, d.Reason).Inc()
 			p.Victims = append(p.Victims, events.VictimV1{Workload: ref, ClusterQueue: d.ClusterQueue, Reason: d.Reason, Admission: admission})
 		}
 	}

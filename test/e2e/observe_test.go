@@ -1,0 +1,127 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/sluice-dev/sluice/internal/visibility"
+)
+
+// scrape reads sluice dev's /metrics.
+func scrape(t *testing.T) map[string]*dto.MetricFamily {
+	t.Helper()
+	res, err := http.Get("http://" + env.httpAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(res.Body)
+	if err != nil {
+		t.Fatalf("parse /metrics: %v", err)
+	}
+	return fams
+}
+
+// value is the value of the sample of a family whose labels include want.
+func value(fams map[string]*dto.MetricFamily, name string, want map[string]string) (float64, bool) {
+	f := fams[name]
+	if f == nil {
+		return 0, false
+	}
+	for _, m := range f.Metric {
+		labels := map[string]string{}
+		for _, l := range m.Label {
+			labels[l.GetName()] = l.GetValue()
+		}
+		match := true
+		for k, v := range want {
+			if labels[k] != v {
+				match = false
+			}
+		}
+		if !match {
+			continue
+		}
+		switch {
+		case m.Counter != nil:
+			return m.Counter.GetValue(), true
+		case m.Gauge != nil:
+			return m.Gauge.GetValue(), true
+		case m.Histogram != nil:
+			return float64(m.Histogram.GetSampleCount()), true
+		}
+	}
+	return 0, false
+}
+
+func TestMetricsAndPendingAPI(t *testing.T) {
+	ns := "e2e-observe"
+	queues(t, ns, 4, "Never")
+	createJob(t, jobSpec{ns: ns, name: "running", queue: "q", pods: 4, gpus: 1, runFor: "20s"})
+	waitRunning(t, ns, "running", 30*time.Second)
+	createJob(t, jobSpec{ns: ns, name: "waiting", queue: "q", pods: 2, gpus: 1, runFor: "1s"})
+	waitEvent(t, ns, "waiting", "Pending", "insufficient unused quota", 20*time.Second)
+
+	// The pending API, by ClusterQueue and by LocalQueue.
+	for _, path := range []string{"/clusterqueues/" + ns + "/pendingworkloads", "/namespaces/" + ns + "/localqueues/q/pendingworkloads"} {
+		var got visibility.PendingWorkloadsSummary
+		eventually(t, 10*time.Second, "pending API "+path, func() (bool, string) {
+			res, err := http.Get("http://" + env.httpAddr + visibility.Prefix + path)
+			if err != nil {
+				return false, err.Error()
+			}
+			defer res.Body.Close()
+			got = visibility.PendingWorkloadsSummary{}
+			if err := json.NewDecoder(res.Body).Decode(&got); err != nil {
+				return false, err.Error()
+			}
+			return res.StatusCode == 200 && len(got.Items) == 1, fmt.Sprintf("%d %+v", res.StatusCode, got)
+		})
+		it := got.Items[0]
+		if it.Metadata.Name != "waiting" || it.Metadata.Namespace != ns || it.JobKind != "job" || it.PositionInClusterQueue != 0 ||
+			it.PositionInLocalQueue != 0 || !strings.Contains(it.Reason, "insufficient unused quota") || it.WaitingSeconds <= 0 {
+			t.Errorf("%s: item %+v", path, it)
+		}
+	}
+
+	// The metrics of that state.
+	cq := map[string]string{"cluster_queue": ns}
+	want := []struct {
+		name   string
+		labels map[string]string
+		value  float64
+	}{
+		{"sluice_admitted_workloads_total", cq, 1},
+		{"sluice_admission_wait_time_seconds", cq, 1},
+		{"sluice_pending_workloads", map[string]string{"cluster_queue": ns, "status": "inadmissible"}, 1},
+		{"sluice_cluster_queue_nominal_quota", map[string]string{"cluster_queue": ns, "flavor": "a100", "resource": "nvidia.com/gpu"}, 4},
+		{"sluice_cluster_queue_nominal_quota", map[string]string{"cluster_queue": ns, "flavor": "a100", "resource": "cpu"}, 64},
+		{"sluice_cluster_queue_resource_reservation", map[string]string{"cluster_queue": ns, "flavor": "a100", "resource": "nvidia.com/gpu"}, 4},
+		{"sluice_cluster_queue_resource_reservation", map[string]string{"cluster_queue": ns, "flavor": "a100", "resource": "cpu"}, 4},
+	}
+	eventually(t, 10*time.Second, "metrics", func() (bool, string) {
+		fams := scrape(t)
+		var wrong []string
+		for _, w := range want {
+			if v, ok := value(fams, w.name, w.labels); !ok || v != w.value {
+				wrong = append(wrong, fmt.Sprintf("%s%v = %v (found %v), want %v", w.name, w.labels, v, ok, w.value))
+			}
+		}
+		for _, name := range []string{"sluice_event_publish_duration_seconds", "sluice_admission_cycle_duration_seconds", "go_goroutines"} {
+			if fams[name] == nil {
+				wrong = append(wrong, name+" missing")
+			}
+		}
+		return len(wrong) == 0, strings.Join(wrong, "; ")
+	})
+	waitComplete(t, ns, "waiting", 60*time.Second)
+}
