@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
@@ -67,21 +68,21 @@ func (w *statusWriter) write(ctx context.Context, s *Service) error {
 	if err != nil {
 		return err
 	}
-	status := func(q *usage.Queue) queueStatus {
+	status := func(q *usage.Queue, nominal map[string]map[string]int64) queueStatus {
 		if q == nil {
 			return queueStatus{}
 		}
-		return queueStatus{Pending: q.Pending, Admitted: q.Admitted, FlavorsUsage: flavorsUsage(q.Amounts)}
+		return queueStatus{Pending: q.Pending, Admitted: q.Admitted, FlavorsUsage: flavorsUsage(q.Amounts, nominal)}
 	}
 	var errs []error
 	for _, obj := range s.stores[configstore.KindClusterQueue].List() {
 		u := obj.(*unstructured.Unstructured)
-		errs = append(errs, w.patch(ctx, s, mirrored[1].gvr, "", u.GetName(), "cq/"+u.GetName(), status(rep.ClusterQueues[u.GetName()])))
+		errs = append(errs, w.patch(ctx, s, mirrored[1].gvr, "", u.GetName(), "cq/"+u.GetName(), status(rep.ClusterQueues[u.GetName()], nominalOf(u))))
 	}
 	for _, obj := range s.stores[configstore.KindLocalQueue].List() {
 		u := obj.(*unstructured.Unstructured)
 		lq := u.GetNamespace() + "/" + u.GetName()
-		errs = append(errs, w.patch(ctx, s, mirrored[3].gvr, u.GetNamespace(), u.GetName(), "lq/"+lq, status(rep.LocalQueues[lq])))
+		errs = append(errs, w.patch(ctx, s, mirrored[3].gvr, u.GetNamespace(), u.GetName(), "lq/"+lq, status(rep.LocalQueues[lq], nil)))
 	}
 	return errors.Join(errs...)
 }
@@ -105,12 +106,39 @@ func (w *statusWriter) patch(ctx context.Context, s *Service, gvr schema.GroupVe
 	return nil
 }
 
-func flavorsUsage(m map[string]map[string]int64) []v1beta1.FlavorUsage {
+// nominalOf reads a ClusterQueue's nominal quotas, flavor → resource →
+// canonical amount; nil if its spec cannot be read.
+func nominalOf(u *unstructured.Unstructured) map[string]map[string]int64 {
+	var cq v1beta1.ClusterQueue
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &cq); err != nil {
+		return nil
+	}
+	out := map[string]map[string]int64{}
+	for _, g := range cq.Spec.ResourceGroups {
+		for _, f := range g.Flavors {
+			for _, r := range f.Resources {
+				if out[string(f.Name)] == nil {
+					out[string(f.Name)] = map[string]int64{}
+				}
+				out[string(f.Name)][string(r.Name)] = engine.Canonical(string(r.Name), r.NominalQuota)
+			}
+		}
+	}
+	return out
+}
+
+// flavorsUsage renders usage by flavor and resource; with nominal quotas
+// (a ClusterQueue's) also the part borrowed above them.
+func flavorsUsage(m, nominal map[string]map[string]int64) []v1beta1.FlavorUsage {
 	var out []v1beta1.FlavorUsage
 	for f, rs := range m {
 		fu := v1beta1.FlavorUsage{Name: f}
 		for r, v := range rs {
-			fu.Resources = append(fu.Resources, v1beta1.ResourceUsage{Name: corev1.ResourceName(r), Total: resource.MustParse(engine.Format(r, v))})
+			ru := v1beta1.ResourceUsage{Name: corev1.ResourceName(r), Total: resource.MustParse(engine.Format(r, v))}
+			if nominal != nil {
+				ru.Borrowed = resource.MustParse(engine.Format(r, max(0, v-nominal[f][r])))
+			}
+			fu.Resources = append(fu.Resources, ru)
 		}
 		sort.Slice(fu.Resources, func(i, j int) bool { return fu.Resources[i].Name < fu.Resources[j].Name })
 		out = append(out, fu)
