@@ -50,6 +50,9 @@ func newTailCmd() *cobra.Command {
 					return usageError{fmt.Errorf("--type %q: give a transition such as admitted, or entity.transition", typ)}
 				}
 			}
+			if err := knownTransition(typ, entity, transition); err != nil {
+				return usageError{err}
+			}
 			filter := events.SubjectFilter(entity, transition, kind, namespace)
 			connCfg, err := c.natsConfig()
 			if err != nil {
@@ -109,4 +112,22 @@ func printEvent(w io.Writer, msg jetstream.Msg) {
 		return
 	}
 	fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", env.Time.Format("15:04:05.000"), strings.TrimPrefix(env.Type, "dev.sluice."), env.Subject, env.Data)
+}
+
+// knownTransition refuses a --type no event has, listing those there are,
+// rather than waiting for events that never come.
+func knownTransition(typ, entity, transition string) error {
+	var known []string
+	for _, ev := range events.All() {
+		// dev.sluice.<entity>.v1.<transition>
+		parts := strings.Split(strings.TrimPrefix(ev.Type(), "dev.sluice."), ".")
+		if len(parts) != 3 {
+			continue
+		}
+		if (entity == "*" || entity == parts[0]) && transition == parts[2] {
+			return nil
+		}
+		known = append(known, parts[0]+"."+parts[2])
+	}
+	return fmt.Errorf("--type %q: no such event; known: %s", typ, strings.Join(known, ", "))
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/pprof"
+	"runtime/debug"
 
 	"github.com/spf13/cobra"
 
@@ -21,6 +22,42 @@ const (
 	exitBadInput = 2
 )
 
+// buildVersion is set at link time (-X main.buildVersion=v1.2.3); without
+// it the module's version, or the VCS revision, names the build.
+var buildVersion string
+
+func version() string {
+	if buildVersion != "" {
+		return buildVersion
+	}
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "(unknown)"
+	}
+	if v := info.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	rev, dirty := "", false
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if rev == "" {
+		return "(devel)"
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	if dirty {
+		rev += "-dirty"
+	}
+	return "(devel) " + rev
+}
+
 // usageError marks errors caused by what the user gave us.
 type usageError struct{ err error }
 
@@ -34,6 +71,8 @@ func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.Version = version()
+	root.SetVersionTemplate("sluice {{.Version}}\n")
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)

@@ -877,6 +877,9 @@ func TestSimulateBadCommandLine(t *testing.T) {
 		{"no file", []string{"simulate"}, []string{"-f"}},
 		{"unknown flag", []string{"simulate", "-f", f, "--speed", "2"}, []string{"--speed"}},
 		{"stray argument", []string{"simulate", "-f", f, "extra.yaml"}, []string{"extra.yaml"}},
+		// Not simulate's, but the same kind of mistake on the command line.
+		{"events tail of an unknown type", []string{"events", "tail", "--type", "bogus"}, []string{`--type "bogus": no such event`, "workload.admitted"}},
+		{"a --config that is no Configuration", []string{"admission", "--config", f}, []string{"--config", "only a Configuration document"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -893,5 +896,12 @@ func TestSimulateBadCommandLine(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestVersion(t *testing.T) {
+	code, out, errOut := runSluice(t, "--version")
+	if code != exitOK || !strings.HasPrefix(out, "sluice ") || errOut != "" {
+		t.Errorf("--version: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 }
