@@ -210,8 +210,16 @@ func (c *cycle) nominate(ws *wlState, en *entry) *entry {
 			return en
 		}
 	}
-	if pe := c.partial(ws); pe != nil {
+	pe, atMin := c.partial(ws)
+	if pe != nil {
 		return pe
+	}
+	if atMin != nil {
+		// Partial admission would take it at its minimum once room is
+		// made: say what that needs, not what the full count needs
+		// (which may be more than the queue can ever hold).
+		en.own, en.stable = *atMin, false
+		en.a = &en.own
 	}
 	if en.a.mode == noFit && !en.a.consulted {
 		// The round's arena is reused: the memo keeps its own copy, which
@@ -225,7 +233,10 @@ func (c *cycle) nominate(ws *wlState, en *entry) *entry {
 
 // partial looks for the largest pod counts, between each pod set's
 // minCount and count, at which the workload fits or can preempt to fit.
-func (c *cycle) partial(ws *wlState) *entry {
+// When none does, it returns the assignment at the minimum counts, whose
+// reasons say what waiting at the minimum is for; both are nil for a
+// workload without partial admission.
+func (c *cycle) partial(ws *wlState) (*entry, *assignment) {
 	var span int32
 	for _, ps := range ws.w.PodSets {
 		if ps.MinCount > 0 && ps.MinCount < ps.Count {
@@ -233,8 +244,9 @@ func (c *cycle) partial(ws *wlState) *entry {
 		}
 	}
 	if span == 0 {
-		return nil
+		return nil, nil
 	}
+	var atMin *assignment
 	try := func(k int32) *entry {
 		counts := make([]int32, len(ws.w.PodSets))
 		for i, ps := range ws.w.PodSets {
@@ -244,6 +256,9 @@ func (c *cycle) partial(ws *wlState) *entry {
 			}
 		}
 		a := c.e.assign(ws, counts, &assignment{})
+		if k == 0 {
+			atMin = a
+		}
 		switch a.mode {
 		case fit:
 			return &entry{ws: ws, a: a}
@@ -259,7 +274,7 @@ func (c *cycle) partial(ws *wlState) *entry {
 	}
 	best := try(0)
 	if best == nil {
-		return nil
+		return nil, atMin
 	}
 	// Largest k in [0, span) that works; k = span is the full count,
 	// which already failed.
@@ -272,7 +287,7 @@ func (c *cycle) partial(ws *wlState) *entry {
 			hi = mid - 1
 		}
 	}
-	return best
+	return best, nil
 }
 
 // order sorts a round's entries as Kueue does: those that need no

@@ -710,7 +710,23 @@ func TestPartialAdmission(t *testing.T) {
 				newWL("ns", "elastic").pods("workers", 8, "cpu", 2000).minCount(2).obj(),
 			},
 			wantPending: map[string]string{
-				"ns/elastic": "pod set workers: insufficient quota for cpu in flavor default: requested 16, more than the ClusterQueue can ever use (3)",
+				// The reason is about the minimum: even 2 pods can never fit.
+				"ns/elastic": "pod set workers: insufficient quota for cpu in flavor default: requested 4, more than the ClusterQueue can ever use (3)",
+			},
+		},
+		{
+			name: "waits for room at its minimum, not for a full count the queue can never hold",
+			cfg: Config{
+				Flavors:       flavors("default"),
+				ClusterQueues: []ClusterQueue{newCQ("cq").quota("default", "cpu", 8000).obj()},
+				LocalQueues:   lqs("ns", "cq"),
+			},
+			workloads: []Workload{
+				newWL("ns", "holder").pods("main", 1, "cpu", 8000).admittedIn("cq", "default", -time.Minute).obj(),
+				newWL("ns", "elastic").pods("workers", 6, "cpu", 2000).minCount(2).obj(),
+			},
+			wantPending: map[string]string{
+				"ns/elastic": "pod set workers: insufficient unused quota for cpu in flavor default: requested 4, available 0",
 			},
 		},
 	})

@@ -23,7 +23,7 @@ var (
 	// ErrPriorityClassNotFound: a PriorityResolver could not find the named
 	// class. Resolvers should wrap it so callers can tell "missing" from
 	// "lookup failed".
-	ErrPriorityClassNotFound = errors.New("priority class not found")
+	ErrPriorityClassNotFound = errors.New("not found")
 
 	// ErrNoPriorityResolver: the Job names a priority class but no resolver
 	// was given.
