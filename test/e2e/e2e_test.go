@@ -49,6 +49,14 @@ metadata: {name: q, namespace: %[1]s}
 spec: {clusterQueue: %[1]s}
 `, name, gpus, preemption))
 	watchQuota(t)
+	// A test's Jobs must not hold the nodes' GPUs for the tests after it.
+	t.Cleanup(func() {
+		bg := metav1.DeletePropagationBackground
+		if err := env.kube.BatchV1().Jobs(name).DeleteCollection(context.Background(),
+			metav1.DeleteOptions{PropagationPolicy: &bg}, metav1.ListOptions{}); err != nil {
+			t.Errorf("delete the Jobs of %s: %v", name, err)
+		}
+	})
 }
 
 func TestAdmitAndComplete(t *testing.T) {
