@@ -285,7 +285,9 @@ func WithRequeue(r Requeue) StopOption { return func(o *stopOptions) { o.requeue
 // It does nothing for another admission or phase, or when nothing changed.
 func SetReady(ctx context.Context, kv KV, key, admission string, ready bool, at time.Time) error {
 	_, err := move(ctx, kv, key, func(cur State) (State, bool, error) {
-		if cur.Admission != admission || cur.Phase != Started || (cur.Ready != nil && cur.Ready.Ready == ready) {
+		// No readiness means not ready: only a change is written.
+		was := cur.Ready != nil && cur.Ready.Ready
+		if cur.Admission != admission || cur.Phase != Started || was == ready {
 			return cur, false, nil
 		}
 		cur.Ready = &Readiness{Ready: ready, At: at.UTC()}

@@ -1252,10 +1252,8 @@ func (s *Service) reportReady(ctx context.Context, rk string, ready bool, r ledg
 		return nil
 	}
 	st := s.fenceOf(rk)
-	if st.Admission == r.Admission() && st.Phase == fence.Started {
-		if (st.Ready == nil && !ready) || (st.Ready != nil && st.Ready.Ready == ready) {
-			return nil // nothing new, as far as this replica has seen
-		}
+	if st.Admission == r.Admission() && st.Phase == fence.Started && (st.Ready != nil && st.Ready.Ready) == ready {
+		return nil // nothing new, as far as this replica has seen
 	}
 	return fence.SetReady(ctx, s.fenceKV, rk, r.Admission(), ready, time.Now())
 }
