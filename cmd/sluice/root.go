@@ -84,6 +84,8 @@ func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root.AddCommand(newConvertCmd())
 	root.AddCommand(newServiceCmds()...)
 	root.AddCommand(newEventsCmd())
+	root.AddCommand(newPendingCmd(), newQueuesCmd())
+	root.AddCommand(newStopCmds()...)
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return exitOK

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -124,4 +126,60 @@ func TestMetricsAndPendingAPI(t *testing.T) {
 		return len(wrong) == 0, strings.Join(wrong, "; ")
 	})
 	waitComplete(t, ns, "waiting", 60*time.Second)
+}
+
+// sluiceCLI runs the sluice binary with args against the devcluster.
+func sluiceCLI(t *testing.T, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(env.sluiceBin, args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+env.kubeconfig, "SLUICE_SERVER=http://"+env.httpAddr)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("sluice %v: %v\n%s", args, err, out)
+	}
+	return string(out)
+}
+
+func TestCLI(t *testing.T) {
+	ns := "e2e-cli"
+	queues(t, ns, 4, "Never")
+	createJob(t, jobSpec{ns: ns, name: "running", queue: "q", pods: 4, gpus: 1, runFor: "15s"})
+	waitRunning(t, ns, "running", 30*time.Second)
+	createJob(t, jobSpec{ns: ns, name: "waiting", queue: "q", pods: 2, gpus: 1, runFor: "1s"})
+	waitEvent(t, ns, "waiting", "Pending", "insufficient unused quota", 20*time.Second)
+
+	out := sluiceCLI(t, "pending", "-n", ns, "--queue", "q")
+	if !strings.Contains(out, ns+"/waiting") || !strings.Contains(out, "insufficient unused quota") || !strings.Contains(out, "(1 of 1 waiting)") {
+		t.Errorf("sluice pending:\n%s", out)
+	}
+	var rows []struct {
+		Kind, Name, Namespace string
+		Admitted              int32
+	}
+	eventually(t, 10*time.Second, "sluice queues shows the admitted Job", func() (bool, string) {
+		out := sluiceCLI(t, "queues", "-o", "json")
+		rows = nil
+		if err := json.Unmarshal([]byte(out), &rows); err != nil {
+			return false, err.Error() + "\n" + out
+		}
+		for _, r := range rows {
+			if r.Kind == "ClusterQueue" && r.Name == ns && r.Admitted == 1 {
+				return true, ""
+			}
+		}
+		return false, out
+	})
+
+	// Stopped, the queue admits nothing: the waiting Job stays suspended
+	// after the running one ends; resumed, it runs.
+	if out := sluiceCLI(t, "stop", "clusterqueue", ns); !strings.Contains(out, "stopPolicy Hold") {
+		t.Errorf("sluice stop: %s", out)
+	}
+	waitEvent(t, ns, "waiting", "Pending", "is stopped (stopPolicy Hold)", 30*time.Second)
+	waitComplete(t, ns, "running", 60*time.Second)
+	if !suspended(getJob(t, ns, "waiting")) {
+		t.Fatal("a stopped ClusterQueue admitted a Job")
+	}
+	sluiceCLI(t, "resume", "clusterqueue", ns)
+	waitRunning(t, ns, "waiting", 30*time.Second)
 }

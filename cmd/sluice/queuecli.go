@@ -1,0 +1,356 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/yaml"
+
+	"github.com/sluice-dev/sluice/api/v1beta1"
+	"github.com/sluice-dev/sluice/internal/visibility"
+)
+
+// defaultServer is where `sluice dev` serves its HTTP address.
+const defaultServer = "http://127.0.0.1:8090"
+
+// output is -o: table (default), json or yaml.
+type output string
+
+func (o output) check() error {
+	switch o {
+	case "table", "json", "yaml":
+		return nil
+	}
+	return usageError{fmt.Errorf("-o %q: must be table, json or yaml", string(o))}
+}
+
+// print writes v as JSON or YAML, or calls table.
+func (o output) print(w io.Writer, v any, table func(io.Writer)) error {
+	switch o {
+	case "json":
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	case "yaml":
+		b, err := yaml.Marshal(v)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(b)
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	table(tw)
+	return tw.Flush()
+}
+
+// newPendingCmd: `sluice pending`, where waiting workloads stand.
+func newPendingCmd() *cobra.Command {
+	var server, namespace, queue, clusterQueue string
+	var limit, offset int
+	out := output("table")
+	cmd := &cobra.Command{
+		Use:   "pending (--cluster-queue CQ | -n NAMESPACE --queue LQ)",
+		Short: "List waiting workloads in admission order, with their positions and reasons",
+		Long: "List a ClusterQueue's or a LocalQueue's waiting workloads in the order admission would take them now, from the " +
+			"admission service's pending API (--server, or $SLUICE_SERVER; default " + defaultServer + ", sluice dev's address).",
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := out.check(); err != nil {
+				return err
+			}
+			var path string
+			switch {
+			case clusterQueue != "" && queue == "":
+				path = "/clusterqueues/" + url.PathEscape(clusterQueue) + "/pendingworkloads"
+			case queue != "" && clusterQueue == "":
+				if namespace == "" {
+					namespace = "default"
+				}
+				path = "/namespaces/" + url.PathEscape(namespace) + "/localqueues/" + url.PathEscape(queue) + "/pendingworkloads"
+			default:
+				return usageError{fmt.Errorf("give either --cluster-queue, or --queue (a LocalQueue, with -n)")}
+			}
+			q := url.Values{"limit": {fmt.Sprint(limit)}, "offset": {fmt.Sprint(offset)}}
+			var sum visibility.PendingWorkloadsSummary
+			if err := getJSON(cmd.Context(), serverURL(server)+visibility.Prefix+path+"?"+q.Encode(), &sum); err != nil {
+				return err
+			}
+			return out.print(cmd.OutOrStdout(), sum, func(w io.Writer) {
+				fmt.Fprintln(w, "POSITION\tLQ POSITION\tWORKLOAD\tKIND\tLOCALQUEUE\tPRIORITY\tWAITING\tREASON")
+				for _, it := range sum.Items {
+					fmt.Fprintf(w, "%d\t%d\t%s/%s\t%s\t%s\t%d\t%s\t%s\n", it.PositionInClusterQueue, it.PositionInLocalQueue,
+						it.Metadata.Namespace, it.Metadata.Name, it.JobKind, it.LocalQueueName, it.Priority,
+						(time.Duration(it.WaitingSeconds) * time.Second).String(), it.Reason)
+				}
+				fmt.Fprintf(w, "(%d of %d waiting)\n", len(sum.Items), sum.Total)
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&server, "server", "", "the admission service's HTTP address (default $SLUICE_SERVER, then "+defaultServer+")")
+	f.StringVarP(&namespace, "namespace", "n", "", "namespace of the LocalQueue (default: default)")
+	f.StringVar(&queue, "queue", "", "a LocalQueue")
+	f.StringVar(&clusterQueue, "cluster-queue", "", "a ClusterQueue")
+	f.IntVar(&limit, "limit", visibility.DefaultLimit, "at most this many workloads")
+	f.IntVar(&offset, "offset", 0, "skip this many first")
+	f.StringVarP((*string)(&out), "output", "o", "table", "table, json or yaml")
+	return cmd
+}
+
+func serverURL(flag string) string {
+	if flag != "" {
+		return strings.TrimSuffix(flag, "/")
+	}
+	if env := os.Getenv("SLUICE_SERVER"); env != "" {
+		return strings.TrimSuffix(env, "/")
+	}
+	return defaultServer
+}
+
+// getJSON fetches u and decodes it; an error answer's message is returned.
+func getJSON(ctx context.Context, u string, v any) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return usageError{fmt.Errorf("--server: %w", err)}
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("reach the admission service (give --server or $SLUICE_SERVER): %w", err)
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		return err
+	}
+	if res.StatusCode != http.StatusOK {
+		var st struct {
+			Message string `json:"message"`
+		}
+		if json.Unmarshal(body, &st) == nil && st.Message != "" {
+			if res.StatusCode == http.StatusNotFound || res.StatusCode == http.StatusBadRequest {
+				return usageError{fmt.Errorf("%s", st.Message)}
+			}
+			return fmt.Errorf("%s: %s", res.Status, st.Message)
+		}
+		return fmt.Errorf("GET %s: %s", u, res.Status)
+	}
+	return json.Unmarshal(body, v)
+}
+
+var (
+	clusterQueues = schema.GroupVersionResource{Group: v1beta1.GroupVersion.Group, Version: v1beta1.GroupVersion.Version, Resource: "clusterqueues"}
+	localQueues   = schema.GroupVersionResource{Group: v1beta1.GroupVersion.Group, Version: v1beta1.GroupVersion.Version, Resource: "localqueues"}
+)
+
+// queueRow is one line of `sluice queues`.
+type queueRow struct {
+	Kind       string                `json:"kind"`
+	Name       string                `json:"name"`
+	Namespace  string                `json:"namespace,omitempty"`
+	Cohort     string                `json:"cohort,omitempty"`
+	ClusterQ   string                `json:"clusterQueue,omitempty"`
+	StopPolicy string                `json:"stopPolicy,omitempty"`
+	Pending    int32                 `json:"pending"`
+	Admitted   int32                 `json:"admitted"`
+	Usage      []v1beta1.FlavorUsage `json:"flavorsUsage,omitempty"`
+	Quota      map[string]string     `json:"nominalQuota,omitempty"`
+}
+
+// newQueuesCmd: `sluice queues`, the queues and what they hold.
+func newQueuesCmd() *cobra.Command {
+	c := &common{}
+	out := output("table")
+	var namespace string
+	cmd := &cobra.Command{
+		Use:   "queues",
+		Short: "List ClusterQueues and LocalQueues with their usage, pending and admitted workloads",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := out.check(); err != nil {
+				return err
+			}
+			dyn, err := c.dynamic()
+			if err != nil {
+				return err
+			}
+			rows, err := listQueues(cmd.Context(), dyn, namespace)
+			if err != nil {
+				return err
+			}
+			return out.print(cmd.OutOrStdout(), rows, func(w io.Writer) {
+				fmt.Fprintln(w, "KIND\tQUEUE\tCOHORT / CLUSTERQUEUE\tSTOP\tPENDING\tADMITTED\tUSAGE")
+				for _, r := range rows {
+					name, parent := r.Name, r.Cohort
+					if r.Kind == "LocalQueue" {
+						name, parent = r.Namespace+"/"+r.Name, r.ClusterQ
+					}
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%s\n", r.Kind, name, dash(parent), dash(r.StopPolicy), r.Pending, r.Admitted, usageText(r))
+				}
+			})
+		},
+	}
+	cmd.Flags().StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
+	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "only LocalQueues of this namespace (default: all)")
+	cmd.Flags().StringVarP((*string)(&out), "output", "o", "table", "table, json or yaml")
+	return cmd
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// usageText renders "flavor: res used/nominal, …".
+func usageText(r queueRow) string {
+	var parts []string
+	for _, fu := range r.Usage {
+		for _, ru := range fu.Resources {
+			p := fmt.Sprintf("%s %s %s", fu.Name, ru.Name, ru.Total.String())
+			if q, ok := r.Quota[fu.Name+"/"+string(ru.Name)]; ok {
+				p += "/" + q
+			}
+			parts = append(parts, p)
+		}
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, ", ")
+}
+
+func listQueues(ctx context.Context, dyn dynamic.Interface, namespace string) ([]queueRow, error) {
+	var rows []queueRow
+	if namespace == "" {
+		cqs, err := dyn.Resource(clusterQueues).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("list ClusterQueues: %w", err)
+		}
+		for i := range cqs.Items {
+			var cq v1beta1.ClusterQueue
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(cqs.Items[i].Object, &cq); err != nil {
+				return nil, fmt.Errorf("ClusterQueue %s: %w", cqs.Items[i].GetName(), err)
+			}
+			r := queueRow{Kind: "ClusterQueue", Name: cq.Name, Cohort: cq.Spec.Cohort, StopPolicy: string(ptrOr(cq.Spec.StopPolicy)),
+				Pending: cq.Status.PendingWorkloads, Admitted: cq.Status.AdmittedWorkloads, Usage: cq.Status.FlavorsUsage, Quota: map[string]string{}}
+			for _, g := range cq.Spec.ResourceGroups {
+				for _, f := range g.Flavors {
+					for _, q := range f.Resources {
+						r.Quota[string(f.Name)+"/"+string(q.Name)] = q.NominalQuota.String()
+					}
+				}
+			}
+			rows = append(rows, r)
+		}
+	}
+	lqs, err := dyn.Resource(localQueues).Namespace(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list LocalQueues: %w", err)
+	}
+	for i := range lqs.Items {
+		var lq v1beta1.LocalQueue
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(lqs.Items[i].Object, &lq); err != nil {
+			return nil, fmt.Errorf("LocalQueue %s/%s: %w", lqs.Items[i].GetNamespace(), lqs.Items[i].GetName(), err)
+		}
+		rows = append(rows, queueRow{Kind: "LocalQueue", Name: lq.Name, Namespace: lq.Namespace, ClusterQ: lq.Spec.ClusterQueue,
+			StopPolicy: string(ptrOr(lq.Spec.StopPolicy)), Pending: lq.Status.PendingWorkloads, Admitted: lq.Status.AdmittedWorkloads, Usage: lq.Status.FlavorsUsage})
+	}
+	sort.SliceStable(rows, func(i, j int) bool {
+		if rows[i].Kind != rows[j].Kind {
+			return rows[i].Kind == "ClusterQueue"
+		}
+		return rows[i].Namespace+"/"+rows[i].Name < rows[j].Namespace+"/"+rows[j].Name
+	})
+	return rows, nil
+}
+
+func ptrOr[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
+// newStopCmds: `sluice stop` and `sluice resume` set a queue's stopPolicy.
+func newStopCmds() []*cobra.Command {
+	mk := func(use, short string, policy func(drain bool) string) *cobra.Command {
+		c := &common{}
+		var drain bool
+		cmd := &cobra.Command{
+			Use:   use + " (clusterqueue NAME | localqueue NAMESPACE/NAME)",
+			Short: short,
+			Args: func(_ *cobra.Command, args []string) error {
+				if len(args) != 2 || (args[0] != "clusterqueue" && args[0] != "localqueue") {
+					return usageError{fmt.Errorf("give clusterqueue NAME or localqueue NAMESPACE/NAME")}
+				}
+				if args[0] == "localqueue" && strings.Count(args[1], "/") != 1 {
+					return usageError{fmt.Errorf("localqueue %q: give NAMESPACE/NAME", args[1])}
+				}
+				return nil
+			},
+			RunE: func(cmd *cobra.Command, args []string) error {
+				dyn, err := c.dynamic()
+				if err != nil {
+					return err
+				}
+				p := policy(drain)
+				body := fmt.Sprintf(`{"spec":{"stopPolicy":%q}}`, p)
+				var ri dynamic.ResourceInterface = dyn.Resource(clusterQueues)
+				name := args[1]
+				if args[0] == "localqueue" {
+					ns, n, _ := strings.Cut(args[1], "/")
+					ri, name = dyn.Resource(localQueues).Namespace(ns), n
+				}
+				var obj *unstructured.Unstructured
+				if obj, err = ri.Patch(cmd.Context(), name, types.MergePatchType, []byte(body), metav1.PatchOptions{}); err != nil {
+					return fmt.Errorf("%s %s: %w", args[0], args[1], err)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s %s: stopPolicy %s\n", args[0], obj.GetName(), p)
+				return nil
+			},
+		}
+		cmd.Flags().StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
+		if use == "stop" {
+			cmd.Flags().BoolVar(&drain, "drain", false, "also evict what runs (HoldAndDrain); without it, Hold: admit nothing new")
+		}
+		return cmd
+	}
+	return []*cobra.Command{
+		mk("stop", "Stop a queue from admitting (stopPolicy Hold, or HoldAndDrain with --drain)", func(drain bool) string {
+			if drain {
+				return string(v1beta1.HoldAndDrain)
+			}
+			return string(v1beta1.Hold)
+		}),
+		mk("resume", "Let a stopped queue admit again (stopPolicy None)", func(bool) string { return string(v1beta1.None) }),
+	}
+}
+
+func (c *common) dynamic() (dynamic.Interface, error) {
+	kc, err := c.kube()
+	if err != nil {
+		return nil, err
+	}
+	return dynamic.NewForConfig(kc)
+}
