@@ -31,6 +31,9 @@ else
 	echo "sluice dev started (pid $(cat "$state/sluice.pid")), log in $state/sluice.log"
 fi
 
+# The story plays again on each run: the example Jobs of a previous run go
+# first.
+kubectl delete --ignore-not-found --wait -f examples/cluster/jobs.yaml -f examples/cluster/jobs-later.yaml >/dev/null
 kubectl apply -f examples/cluster/jobs.yaml
 sleep 15
 kubectl apply -f examples/cluster/jobs-later.yaml
@@ -42,8 +45,9 @@ Sluice is running. Look at it with:
   export KUBECONFIG=$state/kubeconfig
   bin/devcluster kubectl get jobs -A -w          # team-a/sweep is preempted by team-b/train
   bin/devcluster kubectl get events -n team-b    # Admitted / Pending (with the reason) / Preempted
-  bin/sluice events tail                         # every decision as a CloudEvent
-  bin/devcluster kubectl get clusterqueues       # pending and admitted counts
+  bin/sluice events tail --all                   # every decision as a CloudEvent, from the start
+  bin/sluice queues                              # usage, pending and admitted per queue
+  bin/sluice pending --cluster-queue team-a      # who waits, in which order, and why
 
 Stop everything with: make dev-down
 MSG
