@@ -84,7 +84,7 @@ func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root.AddCommand(newConvertCmd())
 	root.AddCommand(newServiceCmds()...)
 	root.AddCommand(newEventsCmd())
-	root.AddCommand(newPendingCmd(), newQueuesCmd())
+	root.AddCommand(newPendingCmd(), newQueuesCmd(), newDescribeCmd())
 	root.AddCommand(newStopCmds()...)
 	err := root.ExecuteContext(ctx)
 	if err == nil {

@@ -182,4 +182,26 @@ func TestCLI(t *testing.T) {
 	}
 	sluiceCLI(t, "resume", "clusterqueue", ns)
 	waitRunning(t, ns, "waiting", 30*time.Second)
+
+	// The workload's story, each event with its trace id.
+	var story []struct {
+		Type    string `json:"type"`
+		TraceID string `json:"traceId"`
+	}
+	out = sluiceCLI(t, "describe", "workload", ns+"/waiting", "--nats", env.nats, "-o", "json")
+	if err := json.Unmarshal([]byte(out), &story); err != nil {
+		t.Fatalf("describe: %v\n%s", err, out)
+	}
+	seen := map[string]bool{}
+	for _, e := range story {
+		seen[strings.TrimPrefix(e.Type, "dev.sluice.workload.v1.")] = true
+		if len(e.TraceID) != 32 {
+			t.Errorf("event %s has trace id %q", e.Type, e.TraceID)
+		}
+	}
+	for _, want := range []string{"submitted", "pending", "admitted", "started"} {
+		if !seen[want] {
+			t.Errorf("describe lacks %s: %s", want, out)
+		}
+	}
 }
