@@ -492,3 +492,39 @@ func TestChartWaitForPodsReady(t *testing.T) {
 		t.Errorf("a bad timeout is not refused by name: %v", err)
 	}
 }
+
+// TestChartAdmissionServiceAndScraping: admission's HTTP address (metrics,
+// pending API) is behind a Service that selects admission's pods only, and
+// every pod is annotated for Prometheus unless told otherwise.
+func TestChartAdmissionServiceAndScraping(t *testing.T) {
+	objs := mustRender(t)
+	var svc corev1.Service
+	if !find(t, objs, "Service", fullname+"-admission", &svc) {
+		t.Fatalf("no Service %s-admission: %v", fullname, names(objs, "Service"))
+	}
+	var dep appsv1.Deployment
+	if !find(t, objs, "Deployment", fullname+"-admission", &dep) {
+		t.Fatal("no admission Deployment")
+	}
+	for k, v := range svc.Spec.Selector {
+		if dep.Spec.Template.Labels[k] != v {
+			t.Errorf("Service selector %s=%s does not select admission's pods (labels %v)", k, v, dep.Spec.Template.Labels)
+		}
+	}
+	if svc.Spec.Selector["app.kubernetes.io/component"] != "admission" {
+		t.Errorf("Service selector %v is not admission's alone", svc.Spec.Selector)
+	}
+	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].TargetPort.String() != "http" {
+		t.Errorf("Service ports %+v, want one to the pods' http port", svc.Spec.Ports)
+	}
+	if a := dep.Spec.Template.Annotations; a["prometheus.io/scrape"] != "true" || a["prometheus.io/path"] != "/metrics" {
+		t.Errorf("admission pod annotations %v lack Prometheus's", a)
+	}
+	var quiet appsv1.Deployment
+	if !find(t, mustRender(t, "prometheusAnnotations=false"), "Deployment", fullname+"-admission", &quiet) {
+		t.Fatal("no admission Deployment")
+	}
+	if _, ok := quiet.Spec.Template.Annotations["prometheus.io/scrape"]; ok {
+		t.Errorf("prometheusAnnotations=false still annotates: %v", quiet.Spec.Template.Annotations)
+	}
+}

@@ -181,6 +181,11 @@ spec:
         {{- if .config }}
         checksum/config: {{ include "sluice.configuration" $root | sha256sum }}
         {{- end }}
+        {{- if $root.Values.prometheusAnnotations }}
+        prometheus.io/scrape: "true"
+        prometheus.io/port: {{ $root.Values.httpPort | quote }}
+        prometheus.io/path: /metrics
+        {{- end }}
         {{- with $root.Values.podAnnotations }}
         {{- toYaml . | nindent 8 }}
         {{- end }}
