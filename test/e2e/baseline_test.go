@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,6 +28,21 @@ func baselineScale(t *testing.T) float64 {
 		t.Fatalf("SLUICE_BASELINE_SCALE=%q: want a positive number", v)
 	}
 	return s
+}
+
+// baselineRanges is the range file of the scale replayed: full scale's at
+// 1, CI's below.
+func baselineRanges(t *testing.T) baseline.Ranges {
+	t.Helper()
+	name := "ci.yaml"
+	if baselineScale(t) >= 1 {
+		name = "full.yaml"
+	}
+	r, err := baseline.LoadRanges(filepath.Join(root(), "loadtest", "ranges", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 // replay runs the baseline workload against the cluster and fails the test
@@ -52,6 +68,9 @@ func replay(t *testing.T, natsURL, prefix string) *baseline.Result {
 	for _, f := range res.Failures() {
 		t.Error(f)
 	}
+	for _, f := range baselineRanges(t).Check(res) {
+		t.Error("out of range: " + f)
+	}
 	if res.Preemptions == 0 {
 		t.Error("no Job was preempted: the run did not meet the race it is meant to")
 	}
@@ -66,6 +85,9 @@ func TestBaselineQuotaHolds(t *testing.T) {
 	if env.sluice != nil {
 		if peak, err := peakResident(env.sluice.Process.Pid); err == nil {
 			t.Logf("sluice dev peak resident memory so far: %d MB", peak>>20)
+			for _, f := range baselineRanges(t).CheckMemory(peak) {
+				t.Error("out of range: " + f)
+			}
 		} else {
 			t.Logf("sluice dev peak resident memory unknown: %v", err)
 		}

@@ -45,6 +45,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.QueuesPerCohort, "queues", 6, "ClusterQueues per cohort")
 	fs.BoolVar(&o.Keep, "keep", false, "keep the Jobs at the end")
 	quiet := fs.Bool("quiet", false, "no progress lines")
+	rangesFile := fs.String("ranges", "", "a range file (loadtest/ranges/*.yaml): fail when a figure is outside it")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -76,6 +77,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if o.NATSURL != "" && !strings.HasPrefix(o.NATSURL, "nats://") && !strings.HasPrefix(o.NATSURL, "tls://") {
 		return usage("--nats %q: want nats://HOST:PORT", o.NATSURL)
 	}
+	var ranges *baseline.Ranges
+	if *rangesFile != "" {
+		r, err := baseline.LoadRanges(*rangesFile)
+		if err != nil {
+			return usage("--ranges: %v", err)
+		}
+		ranges = &r
+	}
 	if !*quiet {
 		o.Log = stderr
 	}
@@ -104,7 +113,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	res.Print(stdout)
-	if len(res.Failures()) > 0 {
+	failed := len(res.Failures()) > 0
+	if ranges != nil {
+		for _, f := range ranges.Check(res) {
+			fmt.Fprintln(stdout, "out of range:", f)
+			failed = true
+		}
+	}
+	if failed {
 		return 1
 	}
 	return 0

@@ -22,6 +22,8 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"--kubeconfig", "k", "--queues", "0"}, "each must be 1..100"},
 		{[]string{"--kubeconfig", "k", "extra"}, "unexpected arguments"},
 		{[]string{"--nope"}, "flag provided but not defined"},
+		{[]string{"--kubeconfig", "k", "--ranges", "/nonexistent/r.yaml"}, "--ranges: open /nonexistent/r.yaml"},
+		{[]string{"--kubeconfig", "k", "--ranges", "../../../go.mod"}, "--ranges: ../../../go.mod"},
 	} {
 		var out, errb bytes.Buffer
 		if code := run(tt.args, &out, &errb); code != 2 {
