@@ -231,31 +231,38 @@ func (f *serviceFlags) bindConfig(cmd *cobra.Command) {
 		"file with a Configuration document, as sluice simulate reads it: fairSharing and waitForPodsReady, under Kueue's names")
 	// A bad file is refused before anything connects.
 	cmd.PreRunE = func(*cobra.Command, []string) error {
-		_, _, err := f.configuration()
+		_, err := f.configuration()
 		return err
 	}
 }
 
+// settings are what --config (and --fair-sharing) decide.
+type settings struct {
+	fairSharing    bool
+	fairStrategies engine.FairStrategies
+	podsReady      *engine.WaitForPodsReady
+}
+
 // configuration reads --config; without one, fair sharing is --fair-sharing
 // and waitForPodsReady is off.
-func (f *serviceFlags) configuration() (fair bool, podsReady *engine.WaitForPodsReady, err error) {
+func (f *serviceFlags) configuration() (settings, error) {
 	if f.configFile == "" {
-		return f.fairSharing, nil, nil
+		return settings{fairSharing: f.fairSharing}, nil
 	}
 	file, err := os.Open(f.configFile)
 	if err != nil {
-		return false, nil, usageError{fmt.Errorf("--config: %w", err)}
+		return settings{}, usageError{fmt.Errorf("--config: %w", err)}
 	}
 	defer file.Close()
 	sc, err := simulate.Load([]simulate.Source{{Name: f.configFile, R: file}})
 	if err != nil {
-		return false, nil, usageError{fmt.Errorf("--config: %w", err)}
+		return settings{}, usageError{fmt.Errorf("--config: %w", err)}
 	}
 	o := sc.Config
 	if len(sc.Workloads)+len(o.Flavors)+len(o.ClusterQueues)+len(o.Cohorts)+len(o.LocalQueues)+len(o.PriorityClasses)+len(o.Namespaces) > 0 {
-		return false, nil, usageError{fmt.Errorf("--config %s: only a Configuration document belongs here (queues come from the cluster)", f.configFile)}
+		return settings{}, usageError{fmt.Errorf("--config %s: only a Configuration document belongs here (queues come from the cluster)", f.configFile)}
 	}
-	return f.fairSharing || o.FairSharing, o.WaitForPodsReady, nil
+	return settings{fairSharing: f.fairSharing || o.FairSharing, fairStrategies: o.FairStrategies, podsReady: o.WaitForPodsReady}, nil
 }
 
 func (f *serviceFlags) bindAdmission(cmd *cobra.Command) {
@@ -299,11 +306,12 @@ type runner func(ctx context.Context, js jetstream.JetStream, kube *rest.Config,
 
 func admissionRunner(f *serviceFlags) runner {
 	return func(ctx context.Context, js jetstream.JetStream, _ *rest.Config, log zerolog.Logger) (service, error) {
-		fair, podsReady, err := f.configuration()
+		set, err := f.configuration()
 		if err != nil {
 			return nil, err
 		}
-		s, err := admission.New(admission.Config{Interval: f.interval, FairSharing: fair, PendingInterval: f.pendingInterval, WaitForPodsReady: podsReady}, js,
+		s, err := admission.New(admission.Config{Interval: f.interval, FairSharing: set.fairSharing, FairStrategies: set.fairStrategies,
+			PendingInterval: f.pendingInterval, WaitForPodsReady: set.podsReady}, js,
 			bus.NewPublisher(js, events.Source("admission"), bus.WithPublisherLogger(log)), admission.WithLogger(log))
 		if err != nil {
 			return nil, usageError{err}
@@ -350,13 +358,13 @@ func integrationRunner(f *serviceFlags, names func() []string) runner {
 		if err != nil {
 			return nil, err
 		}
-		_, podsReady, err := f.configuration()
+		set, err := f.configuration()
 		if err != nil {
 			return nil, err
 		}
 		cfg := integration.Config{Workers: f.workers, Resync: f.resync, WebhookAddress: f.webhookAddr, WebhookHost: f.webhookHost,
 			WebhookCertDir: f.webhookCertDir, ExternalWebhookConfiguration: f.webhookExternal, KueueLabels: f.kueueLabels, Replica: f.replica,
-			ReportPodsReady: podsReady != nil}
+			ReportPodsReady: set.podsReady != nil}
 		if err := cfg.Validate(); err != nil {
 			return nil, usageError{err}
 		}

@@ -734,6 +734,14 @@ spec:
 			kind: "SimulatedWorkload", object: "classless-job", path: "spec.priorityChanges[0].priorityClassName",
 		},
 		{
+			name: "fair sharing strategies in an order Kueue refuses",
+			doc: `apiVersion: sluice.dev/v1beta1
+kind: Configuration
+fairSharing: {enable: true, preemptionStrategies: [LessThanInitialShare, LessThanOrEqualToFinalShare]}
+`,
+			kind: "Configuration", path: "fairSharing.preemptionStrategies",
+		},
+		{
 			name: "waitForPodsReady timeout of zero",
 			doc: `apiVersion: sluice.dev/v1beta1
 kind: Configuration

@@ -166,7 +166,34 @@ type Config struct {
 	// WaitForPodsReady, when set, times out admitted workloads whose pods
 	// are not ready (see WaitForPodsReady).
 	WaitForPodsReady *WaitForPodsReady
+	// FairStrategies are fair sharing's preemption strategies, in order;
+	// empty means Kueue's default, both.
+	FairStrategies FairStrategies
 }
+
+// Fair sharing's preemption strategies, as Kueue names them.
+const (
+	// LessThanOrEqualToFinalShare: preempt a workload if the preemptor's
+	// queue's share with it admitted is at most the target queue's share
+	// without the victim.
+	LessThanOrEqualToFinalShare = "LessThanOrEqualToFinalShare"
+	// LessThanInitialShare: preempt if the preemptor's queue's share with
+	// it admitted is below the target queue's share now.
+	LessThanInitialShare = "LessThanInitialShare"
+)
+
+// FairStrategies is an ordered list of fair sharing preemption strategies:
+// [LessThanOrEqualToFinalShare], [LessThanInitialShare] or both in that
+// order (Kueue's default and only other choice).
+type FairStrategies []string
+
+func (f FairStrategies) firstIsInitialShare() bool {
+	return len(f) > 0 && f[0] == LessThanInitialShare
+}
+
+// hasSecond: after the first strategy, a second pass takes one workload per
+// queue whose share is above the preemptor's (LessThanInitialShare).
+func (f FairStrategies) hasSecond() bool { return len(f) == 0 || len(f) == 2 }
 
 // PodSet is a group of identical pods.
 type PodSet struct {

@@ -515,8 +515,13 @@ func (e *Engine) fairSet(ws *wlState, a *assignment, candidates []*wlState, thre
 			for _, u := range c.admitted.usage {
 				without = append(without, frAmount{u.fr, -u.v})
 			}
-			after := e.tree.share(q.node, without)
-			if below || preemptor <= after {
+			var passes bool
+			if e.cfg.FairStrategies.firstIsInitialShare() {
+				passes = preemptor < e.tree.share(q.node, nil)
+			} else {
+				passes = preemptor <= e.tree.share(q.node, without)
+			}
+			if below || passes {
 				e.take(c)
 				reason := ReasonInCohortFairSharing
 				if below {
@@ -534,7 +539,7 @@ func (e *Engine) fairSet(ws *wlState, a *assignment, candidates []*wlState, thre
 			byCQ[q] = nil
 		}
 	}
-	if !found && len(retry) > 0 {
+	if !found && len(retry) > 0 && e.cfg.FairStrategies.hasSecond() {
 		// Second strategy: one workload per queue, from queues whose share
 		// before preemption is above the preemptor's share after admission.
 		used := map[*cqState]bool{}

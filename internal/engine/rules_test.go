@@ -685,6 +685,43 @@ func TestFairSharing(t *testing.T) {
 	})
 }
 
+func TestFairSharingStrategies(t *testing.T) {
+	// Both queues borrow the cohort's own 10 CPUs. cq-b's one workload of
+	// 8 CPUs gives it a share of 0.8; cq-a asks for 4 (0.4 once admitted).
+	// Without the victim cq-b's share would be 0, below cq-a's 0.4, so
+	// LessThanOrEqualToFinalShare refuses; cq-b's share now, 0.8, is above
+	// 0.4, so LessThanInitialShare allows it.
+	cfg := func(strategies ...string) Config {
+		return Config{
+			Flavors: flavors("default"),
+			Cohorts: []Cohort{{Name: "all", ResourceGroups: addQuota(nil, "default", "cpu", 10000), FairWeight: 1000}},
+			ClusterQueues: []ClusterQueue{
+				newCQ("cq-a").cohort("all").preemption(Never, Any).quota("default", "cpu", 0).obj(),
+				newCQ("cq-b").cohort("all").quota("default", "cpu", 0).obj(),
+			},
+			LocalQueues:    lqs("a", "cq-a", "b", "cq-b"),
+			FairSharing:    true,
+			FairStrategies: strategies,
+		}
+	}
+	wls := []Workload{
+		newWL("b", "big").pods("main", 1, "cpu", 8000).admittedIn("cq-b", "default", -time.Minute).obj(),
+		newWL("a", "small").pods("main", 1, "cpu", 4000).obj(),
+	}
+	preempted := map[string]string{"b/big": "InCohortFairSharing by a/small"}
+	admitted := map[string]string{"a/small": "cq-a main=1:cpu=default"}
+	bigWaits := map[string]string{"b/big": "pod set main: insufficient unused quota for cpu in flavor default: requested 8, available 6"}
+	runCases(t, []cycleCase{
+		{name: "by default the second strategy takes one workload from a queue above the preemptor's share",
+			cfg: cfg(), workloads: wls, wantAdmitted: admitted, wantPreempted: preempted, wantPending: bigWaits},
+		{name: "LessThanOrEqualToFinalShare alone refuses a victim whose queue would drop below the preemptor",
+			cfg: cfg(LessThanOrEqualToFinalShare), workloads: wls,
+			wantPending: map[string]string{"a/small": "pod set main: insufficient unused quota for cpu in flavor default: requested 4, available 2"}},
+		{name: "LessThanInitialShare alone compares with the target queue's share before the preemption",
+			cfg: cfg(LessThanInitialShare), workloads: wls, wantAdmitted: admitted, wantPreempted: preempted, wantPending: bigWaits},
+	})
+}
+
 func TestPartialAdmission(t *testing.T) {
 	runCases(t, []cycleCase{
 		{

@@ -21,11 +21,15 @@ type Objects struct {
 	FairSharing bool
 	// WaitForPodsReady is nil when the feature is off.
 	WaitForPodsReady *engine.WaitForPodsReady
+	// FairStrategies are fair sharing's preemption strategies (empty:
+	// Kueue's default).
+	FairStrategies []string
 }
 
 // ToEngine converts validated objects into the engine's configuration.
 func ToEngine(o Objects) (engine.Config, error) {
-	cfg := engine.Config{NamespaceLabel: o.Namespaces, FairSharing: o.FairSharing, WaitForPodsReady: o.WaitForPodsReady}
+	cfg := engine.Config{NamespaceLabel: o.Namespaces, FairSharing: o.FairSharing, WaitForPodsReady: o.WaitForPodsReady,
+		FairStrategies: o.FairStrategies}
 	for _, f := range o.Flavors {
 		cfg.Flavors = append(cfg.Flavors, engine.Flavor{
 			Name:        f.Name,

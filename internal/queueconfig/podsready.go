@@ -103,3 +103,16 @@ func (w *WaitForPodsReady) Engine() *engine.WaitForPodsReady {
 	}
 	return out
 }
+
+// ValidateFairStrategies accepts the preemption strategy lists Kueue
+// accepts: [LessThanOrEqualToFinalShare], [LessThanInitialShare], or both
+// in that order; empty is the default (both).
+func ValidateFairStrategies(p *field.Path, s []string) field.ErrorList {
+	ok := len(s) == 0 ||
+		(len(s) == 1 && (s[0] == engine.LessThanOrEqualToFinalShare || s[0] == engine.LessThanInitialShare)) ||
+		(len(s) == 2 && s[0] == engine.LessThanOrEqualToFinalShare && s[1] == engine.LessThanInitialShare)
+	if ok {
+		return nil
+	}
+	return field.ErrorList{field.Invalid(p, s, "must be [LessThanOrEqualToFinalShare], [LessThanInitialShare] or [LessThanOrEqualToFinalShare, LessThanInitialShare], as in Kueue")}
+}

@@ -140,6 +140,8 @@ type Configuration struct {
 	metav1.TypeMeta `json:",inline"`
 	FairSharing     *struct {
 		Enable bool `json:"enable"`
+		// PreemptionStrategies: Kueue's names and the orders Kueue allows.
+		PreemptionStrategies []string `json:"preemptionStrategies,omitempty"`
 	} `json:"fairSharing,omitempty"`
 	WaitForPodsReady *queueconfig.WaitForPodsReady `json:"waitForPodsReady,omitempty"`
 }
@@ -337,6 +339,12 @@ func (sc *Scenario) add(base string, doc []byte, seen map[string]string, sawConf
 			return err
 		}
 		sc.Config.FairSharing = o.FairSharing != nil && o.FairSharing.Enable
+		if o.FairSharing != nil {
+			if err := fieldErrors(loc, queueconfig.ValidateFairStrategies(field.NewPath("fairSharing", "preemptionStrategies"), o.FairSharing.PreemptionStrategies)); err != nil {
+				return err
+			}
+			sc.Config.FairStrategies = o.FairSharing.PreemptionStrategies
+		}
 		sc.Config.WaitForPodsReady = o.WaitForPodsReady.Engine()
 	case "SimulatedWorkload":
 		var o SimulatedWorkload

@@ -44,6 +44,9 @@ type Config struct {
 	// announced, if it still holds, when the interval is over. 0 takes
 	// DefaultPendingInterval.
 	PendingInterval time.Duration
+	// FairStrategies are fair sharing's preemption strategies (empty:
+	// Kueue's default, both).
+	FairStrategies engine.FairStrategies
 	// WaitForPodsReady, when set, times out admissions whose pods are not
 	// ready (Kueue's waitForPodsReady); readiness comes from the fences,
 	// where the job integrations write it.
@@ -155,7 +158,8 @@ func New(cfg Config, js jetstream.JetStream, pub Publisher, opts ...Option) (*Se
 	if s.cfg.PendingInterval == 0 {
 		s.cfg.PendingInterval = DefaultPendingInterval
 	}
-	s.eng = engine.New(engine.Config{FairSharing: cfg.FairSharing, WaitForPodsReady: cfg.WaitForPodsReady}, engine.WithDeferredEviction())
+	s.eng = engine.New(engine.Config{FairSharing: cfg.FairSharing, WaitForPodsReady: cfg.WaitForPodsReady, FairStrategies: cfg.FairStrategies},
+		engine.WithDeferredEviction())
 	return s, nil
 }
 
@@ -386,6 +390,7 @@ func (s *Service) reconfigure() {
 	}
 	snap.Objects.FairSharing = s.cfg.FairSharing
 	snap.Objects.WaitForPodsReady = s.cfg.WaitForPodsReady
+	snap.Objects.FairStrategies = s.cfg.FairStrategies
 	cfg, err := queueconfig.ToEngine(snap.Objects)
 	if err != nil {
 		s.log.Error().Err(err).Msg("configuration not applied")
