@@ -528,3 +528,21 @@ func TestChartAdmissionServiceAndScraping(t *testing.T) {
 		t.Errorf("prometheusAnnotations=false still annotates: %v", quiet.Spec.Template.Annotations)
 	}
 }
+
+// TestChartFairSharingStrategies: the strategies reach admission's
+// Configuration as Kueue names them, and an order Kueue refuses is refused
+// by sluice itself when it reads the file.
+func TestChartFairSharingStrategies(t *testing.T) {
+	objs := mustRender(t, "admission.fairSharing=true", "admission.fairSharingPreemptionStrategies={LessThanInitialShare}")
+	var cm corev1.ConfigMap
+	if !find(t, objs, "ConfigMap", fullname+"-config", &cm) {
+		t.Fatal("no ConfigMap with the Configuration")
+	}
+	sc, err := simulate.Load([]simulate.Source{{Name: "config.yaml", R: strings.NewReader(cm.Data["config.yaml"])}})
+	if err != nil {
+		t.Fatalf("the rendered Configuration is refused: %v\n%s", err, cm.Data["config.yaml"])
+	}
+	if !sc.Config.FairSharing || !slices.Equal(sc.Config.FairStrategies, []string{"LessThanInitialShare"}) {
+		t.Errorf("read back fair sharing %v with strategies %v", sc.Config.FairSharing, sc.Config.FairStrategies)
+	}
+}

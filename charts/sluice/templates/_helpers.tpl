@@ -141,11 +141,19 @@ sluice.configuration is the Configuration document admission and the
 integrations read with --config; empty when nothing in it is set.
 */ -}}
 {{- define "sluice.configuration" -}}
-{{- if .Values.waitForPodsReady -}}
+{{- $strategies := .Values.admission.fairSharingPreemptionStrategies -}}
+{{- if or .Values.waitForPodsReady $strategies -}}
 apiVersion: sluice.dev/v1beta1
 kind: Configuration
+{{- with $strategies }}
+fairSharing:
+  enable: {{ $.Values.admission.fairSharing }}
+  preemptionStrategies: {{ toJson . }}
+{{- end }}
+{{- with .Values.waitForPodsReady }}
 waitForPodsReady:
-  {{- toYaml .Values.waitForPodsReady | nindent 2 }}
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 {{- end -}}
 {{- end -}}
 
