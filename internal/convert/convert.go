@@ -125,6 +125,9 @@ func convertDoc(loc string, doc []byte, opts Options) ([]byte, []string, error) 
 	if !strings.HasSuffix(group, "kueue.x-k8s.io") {
 		return doc, nil, nil // not Kueue's: as written
 	}
+	if group == "config.kueue.x-k8s.io" && kind == "Configuration" {
+		return convertConfiguration(loc, obj, opts)
+	}
 	what := kind
 	if md, ok := obj["metadata"].(map[string]any); ok {
 		if nm, _ := md["name"].(string); nm != "" {

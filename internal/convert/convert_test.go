@@ -219,6 +219,30 @@ spec:
 			},
 		},
 		{
+			name: "Kueue's manager Configuration keeps fair sharing and waitForPodsReady, and drops its process settings",
+			in: `apiVersion: config.kueue.x-k8s.io/v1beta1
+kind: Configuration
+namespace: kueue-system
+metrics: {bindAddress: ":8080"}
+manageJobsWithoutQueueName: false
+fairSharing: {enable: true, preemptionStrategies: [LessThanInitialShare]}
+waitForPodsReady: {enable: true, timeout: 10m, requeuingStrategy: {backoffLimitCount: 5}}
+`,
+			want: "apiVersion: sluice.dev/v1beta1\nfairSharing:\n  enable: true\n  preemptionStrategies:\n  - LessThanInitialShare\nkind: Configuration\n" +
+				"waitForPodsReady:\n  enable: true\n  requeuingStrategy:\n    backoffLimitCount: 5\n  timeout: 10m\n",
+			wantWarnings: []string{"dropped queues.yaml: document 1 (Configuration): metrics, namespace: settings of Kueue's own process (Sluice's services take flags)"},
+		},
+		{
+			name:    "a Configuration setting of decisions Sluice lacks is refused by name",
+			in:      "apiVersion: config.kueue.x-k8s.io/v1beta2\nkind: Configuration\nmanageJobsWithoutQueueName: true\n",
+			wantErr: "queues.yaml: document 1 (Configuration): manageJobsWithoutQueueName: not supported by Sluice",
+		},
+		{
+			name:    "and so is an unknown field inside a kept block",
+			in:      "apiVersion: config.kueue.x-k8s.io/v1beta1\nkind: Configuration\nwaitForPodsReady: {timeout: 5m, podsReadyGate: x}\n",
+			wantErr: "queues.yaml: document 1 (Configuration): waitForPodsReady.podsReadyGate: not supported by Sluice",
+		},
+		{
 			name:    "a LocalQueue's fairSharing is refused",
 			in:      "apiVersion: kueue.x-k8s.io/v1beta1\nkind: LocalQueue\nmetadata: {name: q, namespace: ns}\nspec: {clusterQueue: cq, fairSharing: {weight: 2}}\n",
 			wantErr: "queues.yaml: document 1 (LocalQueue ns/q): spec.fairSharing (Admission Fair Sharing): not supported by Sluice",

@@ -1,0 +1,104 @@
+package convert
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+
+	sigsjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
+
+	"github.com/sluice-dev/sluice/api/v1beta1"
+	"github.com/sluice-dev/sluice/internal/queueconfig"
+)
+
+// processOnly are the fields of Kueue's manager Configuration that set up
+// Kueue's own process, not queueing decisions: Sluice's services take
+// theirs as flags, so they are dropped with a warning, never refused.
+var processOnly = map[string]bool{
+	"namespace": true, "health": true, "metrics": true, "webhook": true, "leaderElection": true,
+	"controller": true, "clientConnection": true, "internalCertManagement": true, "pprofBindAddress": true,
+	"integrations": true, "featureGates": true,
+}
+
+// sameAsSluice are Kueue settings whose value here means what Sluice does
+// anyway: dropped without a word.
+var sameAsSluice = map[string]any{"manageJobsWithoutQueueName": false}
+
+// configuration is what Sluice reads of a Configuration document, with
+// Kueue's names (the same document `sluice simulate` and `--config` read).
+type configuration struct {
+	APIVersion  string `json:"apiVersion"`
+	Kind        string `json:"kind"`
+	FairSharing *struct {
+		Enable               bool     `json:"enable"`
+		PreemptionStrategies []string `json:"preemptionStrategies,omitempty"`
+	} `json:"fairSharing,omitempty"`
+	WaitForPodsReady *queueconfig.WaitForPodsReady `json:"waitForPodsReady,omitempty"`
+}
+
+// convertConfiguration turns Kueue's manager Configuration
+// (config.kueue.x-k8s.io) into Sluice's Configuration document: fair
+// sharing and waitForPodsReady are kept under their names; what configures
+// Kueue's process is dropped with a warning; any other setting of queueing
+// decisions Sluice lacks is refused unless DropUnsupported.
+func convertConfiguration(loc string, obj map[string]any, opts Options) ([]byte, []string, error) {
+	loc += " (Configuration)"
+	var warnings []string
+	keys := make([]string, 0, len(obj))
+	for k := range obj {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var process []string
+	for _, k := range keys {
+		switch {
+		case k == "apiVersion" || k == "kind" || k == "fairSharing" || k == "waitForPodsReady":
+		case processOnly[k]:
+			process = append(process, k)
+			delete(obj, k)
+		case sameAsSluice[k] != nil && obj[k] == sameAsSluice[k]:
+			delete(obj, k)
+		default:
+			err := fmt.Errorf("%s: %s: %w", loc, k, ErrUnsupported)
+			if !opts.DropUnsupported {
+				return nil, nil, err
+			}
+			warnings = append(warnings, "dropped "+err.Error())
+			delete(obj, k)
+		}
+	}
+	if len(process) > 0 {
+		warnings = append(warnings, fmt.Sprintf("dropped %s: %s: settings of Kueue's own process (Sluice's services take flags)", loc, strings.Join(process, ", ")))
+	}
+	obj["apiVersion"], obj["kind"] = v1beta1.GroupVersion.String(), "Configuration"
+	for {
+		b, err := json.Marshal(obj)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", loc, err)
+		}
+		var c configuration
+		strict, err := sigsjson.UnmarshalStrict(b, &c)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", loc, err)
+		}
+		paths := unknownFields(strict)
+		if len(paths) == 0 {
+			break
+		}
+		err = fmt.Errorf("%s: %s: %w", loc, strings.Join(paths, ", "), ErrUnsupported)
+		if !opts.DropUnsupported {
+			return nil, nil, err
+		}
+		for _, p := range paths {
+			remove(obj, p)
+		}
+		warnings = append(warnings, "dropped "+err.Error())
+	}
+	out, err := yaml.Marshal(obj)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", loc, err)
+	}
+	return out, warnings, nil
+}
