@@ -50,8 +50,10 @@ func newTailCmd() *cobra.Command {
 					return usageError{fmt.Errorf("--type %q: give a transition such as admitted, or entity.transition", typ)}
 				}
 			}
-			if err := knownTransition(typ, entity, transition); err != nil {
-				return usageError{err}
+			if typ != "" {
+				if err := knownTransition(typ, entity, transition); err != nil {
+					return usageError{err}
+				}
 			}
 			filter := events.SubjectFilter(entity, transition, kind, namespace)
 			connCfg, err := c.natsConfig()

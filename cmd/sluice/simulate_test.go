@@ -913,3 +913,20 @@ func TestVersion(t *testing.T) {
 		t.Errorf("--version: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 }
+
+func TestKnownTransition(t *testing.T) {
+	for _, tc := range []struct {
+		typ, entity, transition string
+		ok                      bool
+	}{
+		{"admitted", "*", "admitted", true},
+		{"workload.admitted", "workload", "admitted", true},
+		{"requested", "*", "requested", true},
+		{"quota.admitted", "quota", "admitted", false},
+		{"bogus", "*", "bogus", false},
+	} {
+		if err := knownTransition(tc.typ, tc.entity, tc.transition); (err == nil) != tc.ok {
+			t.Errorf("knownTransition(%q) = %v, want ok %v", tc.typ, err, tc.ok)
+		}
+	}
+}
