@@ -175,7 +175,13 @@ func TestCLI(t *testing.T) {
 	if out := sluiceCLI(t, "stop", "clusterqueue", ns); !strings.Contains(out, "stopPolicy Hold") {
 		t.Errorf("sluice stop: %s", out)
 	}
-	waitEvent(t, ns, "waiting", "Pending", "is stopped (stopPolicy Hold)", 30*time.Second)
+	// The live reason comes from the pending API: pending events about one
+	// workload are coalesced (one per 30 s), so the Kubernetes Event may
+	// come later.
+	eventually(t, 30*time.Second, "the pending API says the queue is stopped", func() (bool, string) {
+		out := sluiceCLI(t, "pending", "-n", ns, "--queue", "q")
+		return strings.Contains(out, "is stopped (stopPolicy Hold)"), out
+	})
 	waitComplete(t, ns, "running", 60*time.Second)
 	if !suspended(getJob(t, ns, "waiting")) {
 		t.Fatal("a stopped ClusterQueue admitted a Job")
