@@ -48,8 +48,12 @@ func WriteTable(w io.Writer, records []Record, start time.Time) error {
 	if sum == nil {
 		return nil
 	}
-	fmt.Fprintf(w, "\nSummary: %.3fs elapsed, %d finished, %d running, %d pending, %d preemptions\n\n",
+	fmt.Fprintf(w, "\nSummary: %.3fs elapsed, %d finished, %d running, %d pending, %d preemptions\n",
 		sum.ElapsedSeconds, sum.FinishedCount, sum.AdmittedCount, sum.PendingCount, sum.PreemptionCount)
+	if sum.Stopped != "" {
+		fmt.Fprintf(w, "The run %s.\n", sum.Stopped)
+	}
+	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "WORKLOAD\tCLUSTERQUEUE\tPRIORITY\tSTATE\tWAIT\tADMITTED\tFINISHED\tPREEMPTED")
 	for _, wr := range sum.Workloads {

@@ -139,7 +139,16 @@ type sim struct {
 	timers map[time.Duration]bool
 	// classes are the WorkloadPriorityClass values by name.
 	classes map[string]int32
+	// futile counts the instants in a row at which only timers fired
+	// (timeouts, ends of backoffs); stopped says why the run ended early.
+	futile  int
+	stopped string
 }
+
+// maxFutileInstants ends a run in which nothing but waitForPodsReady's
+// timers happen any more: workloads whose pods never get ready would be
+// evicted and admitted again forever.
+const maxFutileInstants = 1000
 
 // Run simulates a loaded scenario. It returns every record in order, the
 // summary last; an error means bad input, and then no record is returned.
@@ -267,12 +276,14 @@ func (s *sim) loop() {
 			break
 		}
 		s.advance(t)
+		onlyTimers := !first
 		for s.events.Len() > 0 && s.events[0].at == t {
 			ev := heap.Pop(&s.events).(simEvent)
 			if ev.kind == evTimer {
 				delete(s.timers, ev.at)
 				continue
 			}
+			onlyTimers = false
 			r := s.wls[ev.wl]
 			switch ev.kind {
 			case evReady:
@@ -312,6 +323,15 @@ func (s *sim) loop() {
 			}
 		}
 		first = false
+		if onlyTimers {
+			s.futile++
+		} else {
+			s.futile = 0
+		}
+		if s.futile > maxFutileInstants {
+			s.stopped = fmt.Sprintf("stopped at %s: only waitForPodsReady's timers fired for %d instants in a row, so the workloads left would time out and be requeued forever", s.now, maxFutileInstants)
+			break
+		}
 		s.cycle()
 	}
 	if s.opts.Until > 0 {
@@ -460,6 +480,8 @@ type Summary struct {
 	FinishedCount   int              `json:"finished"`
 	PendingCount    int              `json:"pending"`
 	PreemptionCount int              `json:"preemptions"`
+	// Stopped says why the run ended before nothing more could happen.
+	Stopped string `json:"stopped,omitempty"`
 }
 
 // WorkloadResult is one workload's story in the summary.
@@ -509,7 +531,7 @@ func round(v float64) float64 {
 
 func (s *sim) summary() Record {
 	at := func(d time.Duration) string { return s.opts.Start.Add(d).UTC().Format(time.RFC3339Nano) }
-	sum := Summary{Start: at(0), End: at(s.now), ElapsedSeconds: round(s.now.Seconds())}
+	sum := Summary{Start: at(0), End: at(s.now), ElapsedSeconds: round(s.now.Seconds()), Stopped: s.stopped}
 	for _, r := range s.wls {
 		wr := WorkloadResult{
 			Namespace: r.spec.Namespace, Name: r.spec.Name, ClusterQueue: r.cq, Priority: r.priority,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"sort"
 	"strings"
 	"testing"
@@ -850,5 +851,34 @@ spec:
 	want := []string{"dev.sluice.workload.v1.submitted", "dev.sluice.workload.v1.admitted", "dev.sluice.workload.v1.finished", "dev.sluice.simulation.v1.summary"}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("records (-want +got):\n%s", d)
+	}
+}
+
+// TestRunEndsWhenOnlyTimeoutsAreLeft: a workload whose pods never get
+// ready, without backoffLimitCount, would be evicted and admitted again
+// forever; the run stops and says so, after the other workload finished.
+func TestRunEndsWhenOnlyTimeoutsAreLeft(t *testing.T) {
+	b, err := os.ReadFile("../../examples/wait-for-pods-ready.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	yaml := strings.Replace(string(b), "    backoffLimitCount: 1\n", "", 1)
+	if yaml == string(b) {
+		t.Fatal("the example no longer sets backoffLimitCount")
+	}
+	sc, err := Load([]Source{{Name: "forever.yaml", R: strings.NewReader(yaml)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := Run(sc, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := recs[len(recs)-1].Data.(Summary)
+	if !strings.Contains(sum.Stopped, "would time out and be requeued forever") {
+		t.Errorf("summary.stopped = %q", sum.Stopped)
+	}
+	if sum.FinishedCount != 1 {
+		t.Errorf("%d finished, want team/first", sum.FinishedCount)
 	}
 }
