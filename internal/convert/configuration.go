@@ -1,12 +1,10 @@
 package convert
 
 import (
-	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
 
-	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
 	"github.com/sluice-dev/sluice/api/v1beta1"
@@ -73,29 +71,11 @@ func convertConfiguration(loc string, obj map[string]any, opts Options) ([]byte,
 		warnings = append(warnings, fmt.Sprintf("dropped %s: %s: settings of Kueue's own process (Sluice's services take flags)", loc, strings.Join(process, ", ")))
 	}
 	obj["apiVersion"], obj["kind"] = v1beta1.GroupVersion.String(), "Configuration"
-	for {
-		b, err := json.Marshal(obj)
-		if err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", loc, err)
-		}
-		var c configuration
-		strict, err := sigsjson.UnmarshalStrict(b, &c)
-		if err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", loc, err)
-		}
-		paths := unknownFields(strict)
-		if len(paths) == 0 {
-			break
-		}
-		err = fmt.Errorf("%s: %s: %w", loc, strings.Join(paths, ", "), ErrUnsupported)
-		if !opts.DropUnsupported {
-			return nil, nil, err
-		}
-		for _, p := range paths {
-			remove(obj, p)
-		}
-		warnings = append(warnings, "dropped "+err.Error())
+	more, err := dropUnknown(loc, obj, func() any { return &configuration{} }, opts)
+	if err != nil {
+		return nil, nil, err
 	}
+	warnings = append(warnings, more...)
 	out, err := yaml.Marshal(obj)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", loc, err)

@@ -171,33 +171,44 @@ func convertDoc(loc string, doc []byte, opts Options) ([]byte, []string, error) 
 		warnings = append(warnings, "dropped "+err.Error())
 	}
 	// Anything else Sluice's type lacks is unsupported too.
+	more, err := dropUnknown(loc, obj, newType, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	warnings = append(warnings, more...)
+	out, err := yaml.Marshal(obj)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", loc, err)
+	}
+	return out, warnings, nil
+}
+
+// dropUnknown refuses (or, with DropUnsupported, drops with a warning)
+// every field of obj that Sluice's type, made by newType, does not have.
+func dropUnknown(loc string, obj map[string]any, newType func() any, opts Options) ([]string, error) {
+	var warnings []string
 	for {
 		b, err := json.Marshal(obj)
 		if err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", loc, err)
+			return nil, fmt.Errorf("%s: %w", loc, err)
 		}
 		strict, err := sigsjson.UnmarshalStrict(b, newType())
 		if err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", loc, err)
+			return nil, fmt.Errorf("%s: %w", loc, err)
 		}
 		paths := unknownFields(strict)
 		if len(paths) == 0 {
-			break
+			return warnings, nil
 		}
 		err = fmt.Errorf("%s: %s: %w", loc, strings.Join(paths, ", "), ErrUnsupported)
 		if !opts.DropUnsupported {
-			return nil, nil, err
+			return nil, err
 		}
 		for _, p := range paths {
 			remove(obj, p)
 		}
 		warnings = append(warnings, "dropped "+err.Error())
 	}
-	out, err := yaml.Marshal(obj)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", loc, err)
-	}
-	return out, warnings, nil
 }
 
 // convertList converts the items of a List (kubectl get -o yaml of
