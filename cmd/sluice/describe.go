@@ -13,7 +13,6 @@ import (
 
 	"github.com/sluice-dev/sluice/events"
 	"github.com/sluice-dev/sluice/internal/bus"
-	"github.com/sluice-dev/sluice/internal/natsconn"
 )
 
 // describedEvent is one event of `sluice describe workload`.
@@ -49,19 +48,11 @@ func newDescribeCmd() *cobra.Command {
 				return err
 			}
 			ref, _ := parseWorkloadRef(args[1])
-			connCfg, err := c.natsConfig()
-			if err != nil {
-				return err
-			}
-			nc, err := natsconn.Connect(connCfg, "sluice-reader")
+			nc, js, err := c.reader()
 			if err != nil {
 				return err
 			}
 			defer nc.Close()
-			js, err := jetstream.New(nc)
-			if err != nil {
-				return err
-			}
 			filter := events.WorkloadSubject(events.TypeWorkloadSubmittedV1, ref)
 			// Every transition: the type's token is the fourth.
 			parts := strings.Split(filter, ".")

@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
@@ -56,19 +57,11 @@ func newTailCmd() *cobra.Command {
 				}
 			}
 			filter := events.SubjectFilter(entity, transition, kind, namespace)
-			connCfg, err := c.natsConfig()
-			if err != nil {
-				return err
-			}
-			nc, err := natsconn.Connect(connCfg, "sluice-reader")
+			nc, js, err := c.reader()
 			if err != nil {
 				return err
 			}
 			defer nc.Close()
-			js, err := jetstream.New(nc)
-			if err != nil {
-				return err
-			}
 			cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverNewPolicy}
 			if all {
 				cfg.DeliverPolicy = jetstream.DeliverAllPolicy
@@ -132,4 +125,22 @@ func knownTransition(typ, entity, transition string) error {
 		known = append(known, parts[0]+"."+parts[2])
 	}
 	return fmt.Errorf("--type %q: no such event; known: %s", typ, strings.Join(known, ", "))
+}
+
+// reader connects as the read-only "reader" user of the event stream.
+func (c *common) reader() (*nats.Conn, jetstream.JetStream, error) {
+	cfg, err := c.natsConfig()
+	if err != nil {
+		return nil, nil, err
+	}
+	nc, err := natsconn.Connect(cfg, "sluice-reader")
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, js, nil
 }
