@@ -91,3 +91,34 @@ func Parse(eventType string, data []byte) (Event, error) {
 	}
 	return ev, nil
 }
+
+// WorkloadOf returns the workload an event is about: the workload of a
+// workload event, the preemptor of a preemption request, the workload
+// whose quota a release frees. Events about no workload report false.
+func WorkloadOf(ev Event) (WorkloadRef, bool) {
+	switch e := ev.(type) {
+	case WorkloadSubmittedV1:
+		return e.Workload, true
+	case WorkloadPendingV1:
+		return e.Workload, true
+	case WorkloadAdmittedV1:
+		return e.Workload, true
+	case WorkloadPreemptedV1:
+		return e.Workload, true
+	case WorkloadEvictedV1:
+		return e.Workload, true
+	case WorkloadStartedV1:
+		return e.Workload, true
+	case WorkloadStoppedV1:
+		return e.Workload, true
+	case WorkloadFinishedV1:
+		return e.Workload, true
+	case WorkloadDeletedV1:
+		return e.Workload, true
+	case PreemptionRequestedV1:
+		return e.Preemptor, true
+	case QuotaReleasedV1:
+		return e.Workload, true
+	}
+	return WorkloadRef{}, false
+}

@@ -69,14 +69,12 @@ func TraceID(traceparent string) string {
 }
 
 // injectTrace writes traceparent/tracestate for an outgoing message. A span
-// started in this process (a real tracer) is used as the parent as it is. A
-// remote span context (one carried in from a consumed event) keeps its trace
-// id and gets a fresh span id, so each hop is its own parent. Without any,
-// a new sampled trace starts here.
+// context in ctx, local or carried in from a consumed event, is passed on
+// as it is: the parent it names is a span that exists (a span recorded by
+// a service, or a workload's root, see internal/tracing), never a made-up
+// hop. Without any, a new sampled trace starts here.
 func injectTrace(ctx context.Context, h nats.Header) error {
-	sc := trace.SpanContextFromContext(ctx)
-	switch {
-	case !sc.IsValid():
+	if sc := trace.SpanContextFromContext(ctx); !sc.IsValid() {
 		var tid trace.TraceID
 		if _, err := rand.Read(tid[:]); err != nil {
 			return err
@@ -86,14 +84,9 @@ func injectTrace(ctx context.Context, h nats.Header) error {
 			return err
 		}
 		sc = trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled})
-	case sc.IsRemote():
-		sid, err := newSpanID()
-		if err != nil {
-			return err
-		}
-		sc = sc.WithSpanID(sid).WithRemote(false)
+		ctx = trace.ContextWithSpanContext(ctx, sc)
 	}
-	traceContext.Inject(trace.ContextWithSpanContext(ctx, sc), headerCarrier(h))
+	traceContext.Inject(ctx, headerCarrier(h))
 	return nil
 }
 

@@ -31,6 +31,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/natsconn"
 	"github.com/sluice-dev/sluice/internal/natsperm"
 	"github.com/sluice-dev/sluice/internal/simulate"
+	"github.com/sluice-dev/sluice/internal/tracing"
 	"github.com/sluice-dev/sluice/services/admission"
 	"github.com/sluice-dev/sluice/services/integration"
 	"github.com/sluice-dev/sluice/services/integration/kinds"
@@ -301,18 +302,23 @@ type service interface {
 	Ready() error
 }
 
-// runner builds one service.
-type runner func(ctx context.Context, js jetstream.JetStream, kube *rest.Config, log zerolog.Logger) (service, error)
+// runner builds one service; tf makes its tracer (nil: tracing off).
+type runner func(ctx context.Context, js jetstream.JetStream, kube *rest.Config, log zerolog.Logger, tf *tracing.Factory) (service, error)
 
 func admissionRunner(f *serviceFlags) runner {
-	return func(ctx context.Context, js jetstream.JetStream, _ *rest.Config, log zerolog.Logger) (service, error) {
+	return func(ctx context.Context, js jetstream.JetStream, _ *rest.Config, log zerolog.Logger, tf *tracing.Factory) (service, error) {
 		set, err := f.configuration()
+		if err != nil {
+			return nil, err
+		}
+		tr, err := tf.For(ctx, "admission")
 		if err != nil {
 			return nil, err
 		}
 		s, err := admission.New(admission.Config{Interval: f.interval, FairSharing: set.fairSharing, FairStrategies: set.fairStrategies,
 			PendingInterval: f.pendingInterval, WaitForPodsReady: set.podsReady}, js,
-			bus.NewPublisher(js, events.Source("admission"), bus.WithPublisherLogger(log)), admission.WithLogger(log))
+			bus.NewPublisher(js, events.Source("admission"), bus.WithPublisherLogger(log), bus.WithTracer(tr)),
+			admission.WithLogger(log), admission.WithTracer(tr))
 		if err != nil {
 			return nil, usageError{err}
 		}
@@ -321,7 +327,7 @@ func admissionRunner(f *serviceFlags) runner {
 }
 
 func watcherRunner(f *serviceFlags) runner {
-	return func(ctx context.Context, js jetstream.JetStream, kc *rest.Config, log zerolog.Logger) (service, error) {
+	return func(ctx context.Context, js jetstream.JetStream, kc *rest.Config, log zerolog.Logger, _ *tracing.Factory) (service, error) {
 		dyn, err := dynamic.NewForConfig(kc)
 		if err != nil {
 			return nil, err
@@ -345,7 +351,7 @@ func watcherRunner(f *serviceFlags) runner {
 // integrationRunner runs the named kinds' integrations, each once its
 // CRD is served.
 func integrationRunner(f *serviceFlags, names func() []string) runner {
-	return func(ctx context.Context, js jetstream.JetStream, kc *rest.Config, log zerolog.Logger) (service, error) {
+	return func(ctx context.Context, js jetstream.JetStream, kc *rest.Config, log zerolog.Logger, tf *tracing.Factory) (service, error) {
 		ads, err := kinds.Select(names())
 		if err != nil {
 			return nil, usageError{err}
@@ -364,11 +370,11 @@ func integrationRunner(f *serviceFlags, names func() []string) runner {
 		}
 		cfg := integration.Config{Workers: f.workers, Resync: f.resync, WebhookAddress: f.webhookAddr, WebhookHost: f.webhookHost,
 			WebhookCertDir: f.webhookCertDir, ExternalWebhookConfiguration: f.webhookExternal, KueueLabels: f.kueueLabels, Replica: f.replica,
-			ReportPodsReady: set.podsReady != nil}
+			ReportPodsReady: set.podsReady != nil, Tracing: tf}
 		if err := cfg.Validate(); err != nil {
 			return nil, usageError{err}
 		}
-		pub := bus.NewPublisher(js, events.Source("integration"), bus.WithPublisherLogger(log))
+		pub := bus.NewPublisher(js, events.Source("integration"), bus.WithPublisherLogger(log), bus.WithTracer(tf))
 		g := &integrations{}
 		g.run = func(ctx context.Context) error {
 			mk := func(c integration.Config, ads []integration.Adapter) (*integration.Service, error) {
@@ -416,13 +422,17 @@ func (g *integrations) Ready() error {
 }
 
 func preemptionRunner() runner {
-	return func(ctx context.Context, js jetstream.JetStream, _ *rest.Config, log zerolog.Logger) (service, error) {
-		return preemption.New(js, bus.NewPublisher(js, events.Source("preemption")), log), nil
+	return func(ctx context.Context, js jetstream.JetStream, _ *rest.Config, log zerolog.Logger, tf *tracing.Factory) (service, error) {
+		tr, err := tf.For(ctx, "preemption")
+		if err != nil {
+			return nil, err
+		}
+		return preemption.New(js, bus.NewPublisher(js, events.Source("preemption"), bus.WithTracer(tr)), log, preemption.WithTracer(tr)), nil
 	}
 }
 
 func quotaRunner(f *serviceFlags) runner {
-	return func(ctx context.Context, js jetstream.JetStream, _ *rest.Config, log zerolog.Logger) (service, error) {
+	return func(ctx context.Context, js jetstream.JetStream, _ *rest.Config, log zerolog.Logger, _ *tracing.Factory) (service, error) {
 		s, err := quota.New(quota.Config{Reconcile: f.reconcile}, js, bus.NewPublisher(js, events.Source("quota")), log)
 		if err != nil {
 			return nil, usageError{err}
@@ -449,13 +459,17 @@ func newServiceCmd(name, short string, kube bool, bind func(*cobra.Command), mk 
 					return err
 				}
 			}
+			tf, err := c.tracing(log)
+			if err != nil {
+				return err
+			}
 			ctx := cmd.Context()
 			nc, js, err := c.connect(ctx, name)
 			if err != nil {
 				return err
 			}
 			defer nc.Close()
-			svc, err := mk(ctx, js, kc, log)
+			svc, err := mk(ctx, js, kc, log, tf)
 			if err != nil {
 				return err
 			}
@@ -464,7 +478,8 @@ func newServiceCmd(name, short string, kube bool, bind func(*cobra.Command), mk 
 			}
 			log.Info().Msg("started")
 			err = svc.Run(ctx)
-			// Flush what was published before closing.
+			// Flush what was recorded and published before closing.
+			flushTraces(tf, log)
 			_ = nc.Drain()
 			log.Info().Err(err).Msg("stopped")
 			return err
@@ -624,9 +639,35 @@ type named struct {
 	mk   runner
 }
 
+// tracing reads the OTEL_* environment: spans are recorded and exported
+// when an OTLP endpoint is set.
+func (c *common) tracing(log zerolog.Logger) (*tracing.Factory, error) {
+	cfg, err := tracing.ConfigFromEnv(os.Getenv)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	if cfg.Enabled() {
+		log.Info().Str("endpoint", cfg.Endpoint).Str("protocol", cfg.Protocol).Msg("exporting traces over OTLP")
+	}
+	return tracing.NewFactory(cfg), nil
+}
+
+// flushTraces exports the spans still buffered, for at most a few seconds.
+func flushTraces(tf *tracing.Factory, log zerolog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := tf.Shutdown(ctx); err != nil {
+		log.Warn().Err(err).Msg("traces not all exported")
+	}
+}
+
 // runAll starts services in order and stops them in reverse: each
 // finishes its in-flight work before the connection is drained.
 func runAll(ctx context.Context, c *common, kc *rest.Config, log zerolog.Logger, svcs []named) error {
+	tf, err := c.tracing(log)
+	if err != nil {
+		return err
+	}
 	nc, js, err := c.connect(ctx, "dev")
 	if err != nil {
 		return err
@@ -638,7 +679,7 @@ func runAll(ctx context.Context, c *common, kc *rest.Config, log zerolog.Logger,
 	errc := make(chan error, len(svcs))
 	started := map[string]service{}
 	for _, s := range svcs {
-		svc, err := s.mk(ctx, js, kc, serviceLogger(log, s.name))
+		svc, err := s.mk(ctx, js, kc, serviceLogger(log, s.name), tf)
 		if err != nil {
 			cancel()
 			wg.Wait()
@@ -667,6 +708,7 @@ func runAll(ctx context.Context, c *common, kc *rest.Config, log zerolog.Logger,
 	}
 	cancel()
 	wg.Wait()
+	flushTraces(tf, log)
 	_ = nc.Drain()
 	return runErr
 }

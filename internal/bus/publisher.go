@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sluice-dev/sluice/events"
+	"github.com/sluice-dev/sluice/internal/tracing"
 )
 
 // Publisher publishes an event under its deterministic id (see events.ID)
@@ -26,6 +27,13 @@ type JetStreamPublisher struct {
 	source string
 	stream string
 	log    *zerolog.Logger
+	tracer WorkloadTracer
+}
+
+// WorkloadTracer puts a context into a workload's trace (a
+// *tracing.Tracer or a *tracing.Factory).
+type WorkloadTracer interface {
+	Workload(ctx context.Context, ref events.WorkloadRef) context.Context
 }
 
 // An acknowledgement lost with a stream leader that died is not waited
@@ -53,6 +61,12 @@ func WithExpectStream(stream string) PublisherOption {
 	return func(p *JetStreamPublisher) { p.stream = stream }
 }
 
+// WithTracer sets the tracer whose sampling decides the sampled flag of
+// the workload traces events carry (default: none, every trace sampled).
+func WithTracer(t WorkloadTracer) PublisherOption {
+	return func(p *JetStreamPublisher) { p.tracer = t }
+}
+
 // NewPublisher returns a publisher whose events carry ce-source source, e.g.
 // events.Source("admission").
 func NewPublisher(js jetstream.JetStream, source string, opts ...PublisherOption) *JetStreamPublisher {
@@ -72,6 +86,15 @@ func (p *JetStreamPublisher) Publish(ctx context.Context, ev events.Event, id st
 // PublishAck publishes like Publish and returns JetStream's acknowledgement;
 // its Duplicate field is true when the id had been stored already.
 func (p *JetStreamPublisher) PublishAck(ctx context.Context, ev events.Event, id string) (*jetstream.PubAck, error) {
+	// An event about a workload carries the workload's trace: the span of
+	// that trace in ctx, or else the workload's root.
+	if ref, ok := events.WorkloadOf(ev); ok && ref.UID != "" {
+		if p.tracer != nil {
+			ctx = p.tracer.Workload(ctx, ref)
+		} else {
+			ctx = (*tracing.Tracer)(nil).Workload(ctx, ref)
+		}
+	}
 	msg, err := events.NewMessage(ctx, p.source, ev, id)
 	if err != nil {
 		return nil, fmt.Errorf("bus: publish: %w", err)

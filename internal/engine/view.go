@@ -140,3 +140,20 @@ func (e *Engine) Stats(now time.Time) []QueueStats {
 	}
 	return out
 }
+
+// Borrowing reports whether the ClusterQueue a workload is admitted to
+// uses more than its nominal quota of some flavor and resource, that is,
+// borrows from its cohort.
+func (e *Engine) Borrowing(key string) bool {
+	ws, ok := e.workloads[key]
+	if !ok || ws.admitted == nil {
+		return false
+	}
+	n := ws.admitted.cq.node
+	for i := range n.usage {
+		if n.usage[i] > n.nominal[i] {
+			return true
+		}
+	}
+	return false
+}

@@ -102,3 +102,28 @@ func TestStats(t *testing.T) {
 		t.Errorf("Stats (-want +got):\n%s", d)
 	}
 }
+
+func TestBorrowing(t *testing.T) {
+	e := New(Config{Flavors: flavors("default"), ClusterQueues: []ClusterQueue{
+		newCQ("a").cohort("c").quota("default", "cpu", 1000).obj(),
+		newCQ("b").cohort("c").quota("default", "cpu", 2000).obj(),
+	}, LocalQueues: []LocalQueue{{Namespace: "ns", Name: "a", ClusterQueue: "a"}}})
+	for _, w := range []Workload{
+		newWL("ns", "within").queue("a").at(1*time.Second).pods("main", 1, "cpu", 1000).obj(),
+		newWL("ns", "borrows").queue("a").at(2*time.Second).pods("main", 1, "cpu", 1000).obj(),
+	} {
+		if err := e.Submit(w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.Cycle(t0.Add(10 * time.Second))
+	got := map[string]bool{}
+	for _, k := range []string{"ns/within", "ns/borrows", "ns/unknown"} {
+		got[k] = e.Borrowing(k)
+	}
+	// Both run in a queue now above its nominal quota.
+	want := map[string]bool{"ns/within": true, "ns/borrows": true, "ns/unknown": false}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("borrowing (-want +got):\n%s", d)
+	}
+}

@@ -97,6 +97,10 @@ type State struct {
 	// admissions (kept by every move but Finish), so that a restarted
 	// admission service keeps its backoff and its count.
 	Requeue *Requeue `json:"requeue,omitempty"`
+	// EverStarted: an admission of the workload has started before (kept
+	// by every move but Finish), so that the first start, which ends the
+	// workload's admission-latency trace, is told from later ones.
+	EverStarted bool `json:"everStarted,omitempty"`
 }
 
 // Readiness is whether an admission's pods are all ready, since At.
@@ -203,19 +207,27 @@ func BeginStart(ctx context.Context, kv KV, key, admission string) (State, error
 				return cur, false, nil
 			}
 		}
-		return State{Admission: admission, Phase: Starting, Requeue: cur.Requeue}, true, nil
+		return State{Admission: admission, Phase: Starting, Requeue: cur.Requeue, EverStarted: cur.EverStarted}, true, nil
 	})
 }
 
 // EndStart records that the start was applied and announced.
 func EndStart(ctx context.Context, kv KV, key, admission string) error {
-	_, err := move(ctx, kv, key, func(cur State) (State, bool, error) {
+	_, err := EndStartFirst(ctx, kv, key, admission)
+	return err
+}
+
+// EndStartFirst is EndStart that also reports whether this was the
+// workload's first start.
+func EndStartFirst(ctx context.Context, kv KV, key, admission string) (first bool, err error) {
+	_, err = move(ctx, kv, key, func(cur State) (State, bool, error) {
 		if cur.Admission != admission || cur.Phase != Starting {
 			return cur, false, nil
 		}
-		return State{Admission: admission, Phase: Started, Requeue: cur.Requeue}, true, nil
+		first = !cur.EverStarted
+		return State{Admission: admission, Phase: Started, Requeue: cur.Requeue, EverStarted: true}, true, nil
 	})
-	return err
+	return first && err == nil, err
 }
 
 // AbortStart gives up a start that was claimed but not applied, so that a
@@ -225,7 +237,7 @@ func AbortStart(ctx context.Context, kv KV, key, admission string) error {
 		if cur.Admission != admission || cur.Phase != Starting {
 			return cur, false, nil
 		}
-		return State{Admission: admission, Requeue: cur.Requeue}, true, nil
+		return State{Admission: admission, Requeue: cur.Requeue, EverStarted: cur.EverStarted}, true, nil
 	})
 	return err
 }
@@ -267,7 +279,7 @@ func Stop(ctx context.Context, kv KV, key, admission, stopID string, opts ...Sto
 		} else if later(cur.Admission, admission) {
 			return cur, false, fmt.Errorf("fence %s: admission %s (now %s): %w", key, admission, cur.Admission, ErrSuperseded)
 		}
-		return State{Admission: admission, Phase: Stopping, StopID: stopID, Requeue: rq}, true, nil
+		return State{Admission: admission, Phase: Stopping, StopID: stopID, Requeue: rq, EverStarted: cur.EverStarted}, true, nil
 	})
 	return err
 }

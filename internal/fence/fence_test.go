@@ -43,7 +43,7 @@ func TestFence(t *testing.T) {
 		{
 			name:      "a start claimed and ended is started",
 			steps:     []step{{op: "begin", admission: "a1"}, {op: "end", admission: "a1"}},
-			wantState: fence.State{Admission: "a1", Phase: fence.Started},
+			wantState: fence.State{Admission: "a1", Phase: fence.Started, EverStarted: true},
 		},
 		{
 			name:      "a stop waits while a start is in flight",
@@ -53,7 +53,7 @@ func TestFence(t *testing.T) {
 		{
 			name:      "a started admission can be stopped",
 			steps:     []step{{op: "begin", admission: "a1"}, {op: "end", admission: "a1"}, {op: "stop", admission: "a1"}},
-			wantState: fence.State{Admission: "a1", Phase: fence.Stopping, StopID: "p1"},
+			wantState: fence.State{Admission: "a1", Phase: fence.Stopping, StopID: "p1", EverStarted: true},
 		},
 		{
 			name:      "a stopped admission never starts",
@@ -125,7 +125,7 @@ func TestFence(t *testing.T) {
 			name: "a second decision to stop one admission is refused",
 			steps: []step{{op: "begin", admission: t1}, {op: "end", admission: t1}, {op: "stop", admission: t1},
 				{op: "stop", admission: t1, stopID: "p2", wantErr: fence.ErrStopTaken}},
-			wantState: fence.State{Admission: t1, Phase: fence.Stopping, StopID: "p1"},
+			wantState: fence.State{Admission: t1, Phase: fence.Stopping, StopID: "p1", EverStarted: true},
 		},
 		{
 			name:      "the same decision redelivered stops it again",
@@ -135,7 +135,7 @@ func TestFence(t *testing.T) {
 		{
 			name:      "the readiness of a started admission is recorded, and changes",
 			steps:     []step{{op: "begin", admission: "a1"}, {op: "end", admission: "a1"}, {op: "ready", admission: "a1"}, {op: "notready", admission: "a1"}},
-			wantState: fence.State{Admission: "a1", Phase: fence.Started, Ready: &fence.Readiness{Ready: false, At: readyAt}},
+			wantState: fence.State{Admission: "a1", Phase: fence.Started, Ready: &fence.Readiness{Ready: false, At: readyAt}, EverStarted: true},
 		},
 		{
 			name:      "the readiness of an admission still starting, or of another one, is ignored",
@@ -147,7 +147,7 @@ func TestFence(t *testing.T) {
 			steps: []step{{op: "begin", admission: t1}, {op: "end", admission: t1}, {op: "ready", admission: t1},
 				{op: "stop", admission: t1, requeue: &fence.Requeue{Count: 1, At: readyAt}},
 				{op: "begin", admission: t2}, {op: "end", admission: t2}},
-			wantState: fence.State{Admission: t2, Phase: fence.Started, Requeue: &fence.Requeue{Count: 1, At: readyAt}},
+			wantState: fence.State{Admission: t2, Phase: fence.Started, Requeue: &fence.Requeue{Count: 1, At: readyAt}, EverStarted: true},
 		},
 		{
 			name: "a redelivered stop updates the requeue state it carries",
@@ -302,4 +302,33 @@ func bucket(t *testing.T) (context.Context, jetstream.KeyValue) {
 		t.Fatal(err)
 	}
 	return ctx, kv
+}
+
+// Only the first start of a workload is reported as first, through stops
+// and later admissions.
+func TestEndStartFirstOnlyOnce(t *testing.T) {
+	ctx, kv := bucket(t)
+	key := "job.ns.first"
+	var got []bool
+	for _, adm := range []string{"2026-11-26T10:00:00Z", "2026-11-26T10:01:00Z"} {
+		if _, err := fence.BeginStart(ctx, kv, key, adm); err != nil {
+			t.Fatal(err)
+		}
+		first, err := fence.EndStartFirst(ctx, kv, key, adm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A redelivered end of the same start is not a first either.
+		again, err := fence.EndStartFirst(ctx, kv, key, adm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, first, again)
+		if err := fence.Stop(ctx, kv, key, adm, "stop-"+adm); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := cmp.Diff([]bool{true, false, false, false}, got); d != "" {
+		t.Errorf("first starts (-want +got):\n%s", d)
+	}
 }

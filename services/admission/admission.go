@@ -24,6 +24,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/ledger"
 	"github.com/sluice-dev/sluice/internal/queueconfig"
 	"github.com/sluice-dev/sluice/internal/visibility"
+	"github.com/sluice-dev/sluice/internal/tracing"
 	"github.com/sluice-dev/sluice/internal/workloads"
 )
 
@@ -118,6 +119,12 @@ type Service struct {
 	dirty       bool
 	// unsent holds announcements whose publish failed, retried each tick.
 	unsent []outgoing
+
+	tracer *tracing.Tracer
+	// queued is what each waiting workload's queued span will show (only
+	// while tracing); cycles counts the engine's cycles, for the spans.
+	queued map[string]*queuedTrace
+	cycles int64
 }
 
 // Option tunes a Service.
@@ -144,6 +151,7 @@ func New(cfg Config, js jetstream.JetStream, pub Publisher, opts ...Option) (*Se
 		config:    configstore.New(),
 		wls:       map[string]*events.WorkloadSubmittedV1{},
 		told:      map[string]told{},
+		queued:    map[string]*queuedTrace{},
 		ledger:    map[string]ledger.Versioned{},
 		held:      map[string]string{},
 		fences:    map[string]fence.State{},
@@ -410,6 +418,7 @@ func (s *Service) applyWorkload(e jetstream.KeyValueEntry) {
 	if e.Operation() != jetstream.KeyValuePut {
 		delete(s.wls, key)
 		delete(s.told, key)
+		delete(s.queued, key)
 		if _, held := s.held[key]; held || !s.synced.IsOpen() {
 			// Its quota stays booked until the ledger lets go of it.
 			return
@@ -678,6 +687,7 @@ func (s *Service) setLedger(ctx context.Context, key string, prev, next ledger.V
 			// race between the two watches.
 			delete(s.wls, wk)
 			delete(s.told, wk)
+			delete(s.queued, wk)
 			_ = s.eng.Remove(wk)
 		}
 	}
@@ -726,6 +736,7 @@ func (s *Service) cycle(ctx context.Context) error {
 	s.dirty = false
 	now := s.clock()
 	s.lastCycle = now
+	s.cycles++
 	began := time.Now()
 	defer func() { s.metrics.cycleDuration.Observe(time.Since(began).Seconds()) }()
 	decisions := s.eng.Cycle(now)
@@ -755,6 +766,7 @@ func (s *Service) cycle(ctx context.Context) error {
 			// reserve for a job that is gone.
 			delete(s.wls, d.Key)
 			delete(s.told, d.Key)
+			delete(s.queued, d.Key)
 			_ = s.eng.Remove(d.Key)
 			decisions[i].Kind = ""
 			continue
@@ -977,7 +989,9 @@ func (s *Service) publish(ctx context.Context, ds []engine.Decision, lost map[st
 			s.metrics.admitted.WithLabelValues(d.ClusterQueue).Inc()
 			s.metrics.waitTime.WithLabelValues(d.ClusterQueue).Observe(max(0, r.AdmittedAt.Sub(w.CreationTime).Seconds()))
 			ev := admittedOf(ref, r)
-			errs = append(errs, s.send(ctx, outgoing{ev: ev, id: workloads.AdmittedID(ref, r.Admission()), ended: d.Key}))
+			actx, span := s.traceAdmission(ctx, w, d, r.Admission(), r.AdmittedAt)
+			errs = append(errs, s.send(actx, outgoing{ev: ev, id: workloads.AdmittedID(ref, r.Admission()), ended: d.Key}))
+			span.End()
 		case engine.KindEvicted:
 			// Like a preemption, a drain is fenced: once announced, the
 			// admission never starts.
@@ -994,7 +1008,9 @@ func (s *Service) publish(ctx context.Context, ds []engine.Decision, lost map[st
 				rs := s.eng.Requeues(d.Key)
 				o.requeue = &fence.Requeue{Count: rs.Count, At: rs.At.UTC(), Deactivated: rs.Deactivated}
 			}
-			errs = append(errs, s.send(ctx, o))
+			ectx, span := s.traceEviction(ctx, ref, d, admission)
+			errs = append(errs, s.send(ectx, o))
+			span.End()
 		case engine.KindPreempted:
 			p := preemptions[d.Preemptor]
 			if p == nil {
@@ -1017,8 +1033,11 @@ func (s *Service) publish(ctx context.Context, ds []engine.Decision, lost map[st
 		for _, v := range p.Victims {
 			victims = append(victims, v.Workload.UID)
 		}
-		errs = append(errs, s.send(ctx, outgoing{ev: *p, id: events.ID(p.Type(), p.Preemptor.UID, victims)}))
+		pctx, span := s.tracePreemption(ctx, p, s.clock())
+		errs = append(errs, s.send(pctx, outgoing{ev: *p, id: events.ID(p.Type(), p.Preemptor.UID, victims)}))
+		span.End()
 	}
+	now := s.clock()
 	for _, d := range ds {
 		w := s.wls[d.Key]
 		if w == nil || d.Kind != engine.KindPending {
@@ -1029,6 +1048,7 @@ func (s *Service) publish(ctx context.Context, ds []engine.Decision, lost map[st
 		// on the job) for every waiting workload at every admission; and
 		// news comes at most once per interval.
 		class := reasonClass(d.Reason)
+		s.noteWaiting(d.Key, class, d.Reason, now)
 		t, ok := s.told[d.Key]
 		switch {
 		case ok && t.class == class:

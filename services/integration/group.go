@@ -379,7 +379,7 @@ func roleOf(k *kindRunner, m Job) (string, error) {
 // startGroup applies a group's reservation to its gated members, one API
 // write each, under the same fences as start. Members created after the
 // group started (replacements) are started under the same admission.
-func (s *Service) startGroup(ctx context.Context, k *kindRunner, rec *events.WorkloadSubmittedV1, r ledger.Reservation, gated []Job) error {
+func (s *Service) startGroup(ctx context.Context, k *kindRunner, rec *events.WorkloadSubmittedV1, r ledger.Reservation, gated []Job) (err error) {
 	byRole := map[string]map[string]string{}
 	for _, ps := range r.PodSets {
 		byRole[ps.Name] = ps.Flavors
@@ -426,6 +426,8 @@ func (s *Service) startGroup(ctx context.Context, k *kindRunner, rec *events.Wor
 	if len(writes) == 0 {
 		return nil
 	}
+	ctx, span := s.startSpan(ctx, rec, r)
+	defer func() { endSpan(span, err) }()
 	startedBefore, err := s.fencedStart(ctx, rec, r, func() error {
 		for _, w := range writes {
 			m := w.job.Meta()

@@ -17,6 +17,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -39,6 +41,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/health"
 	"github.com/sluice-dev/sluice/internal/ledger"
 	"github.com/sluice-dev/sluice/internal/shard"
+	"github.com/sluice-dev/sluice/internal/tracing"
 	"github.com/sluice-dev/sluice/internal/workloads"
 )
 
@@ -77,6 +80,9 @@ type Config struct {
 	// ReportPodsReady writes into each started workload's fence whether
 	// its pods are all ready, for admission's waitForPodsReady.
 	ReportPodsReady bool
+	// Tracing makes each kind's tracer (service.name sluice-<kind>); nil
+	// records no spans.
+	Tracing *tracing.Factory
 }
 
 // Validate checks the configuration.
@@ -158,6 +164,8 @@ type kindRunner struct {
 	// locks serialise the work on one object, so a start and a stop of
 	// the same object never interleave.
 	locks keyLocks
+	// tracer records the spans of the kind's workloads.
+	tracer *tracing.Tracer
 }
 
 // New returns an integration of the adapters' kinds. Each kind must be
@@ -196,10 +204,15 @@ func New(cfg Config, adapters []Adapter, kube kubernetes.Interface, dyn dynamic.
 		if _, dup := s.kinds[k.Name]; dup {
 			return nil, fmt.Errorf("integration: kind %q given twice", k.Name)
 		}
+		tr, err := cfg.Tracing.For(context.Background(), strings.ToLower(k.Name))
+		if err != nil {
+			return nil, fmt.Errorf("integration: kind %s: %w", k.Name, err)
+		}
 		s.kinds[k.Name] = &kindRunner{
-			ad:    ad,
-			kind:  k,
-			locks: keyLocks{m: map[string]*keyLock{}},
+			ad:     ad,
+			kind:   k,
+			tracer: tr,
+			locks:  keyLocks{m: map[string]*keyLock{}},
 			// Per-object backoff only: the default controller limiter adds
 			// a queue-wide 10/s bucket, which throttles every object once
 			// a burst of write conflicts retries.
@@ -1031,17 +1044,26 @@ func (s *Service) store(ctx context.Context, k *kindRunner, rk string, w Workloa
 		return nil, nil
 	}
 	rec := toEvent(k.kind.Name, w)
-	b, err := json.Marshal(rec)
+	ctx, span := k.tracer.Start(ctx, rec.Workload, tracing.SpanSubmit, trace.WithAttributes(
+		tracing.AttrLocalQueue.String(rec.LocalQueue), tracing.AttrPriority.Int64(int64(rec.Priority))))
+	err := s.writeRecord(ctx, rk, rec)
+	endSpan(span, err)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.wlKV.Create(ctx, rk, b); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
-		return nil, fmt.Errorf("write workload %s: %w", rk, err)
-	}
-	if err := s.pub.Publish(ctx, rec, events.ID(rec.Type(), rec.Workload.UID)); err != nil {
-		return nil, err
-	}
 	return &rec, nil
+}
+
+// writeRecord writes a new workload's record and announces it.
+func (s *Service) writeRecord(ctx context.Context, rk string, rec events.WorkloadSubmittedV1) error {
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	if _, err := s.wlKV.Create(ctx, rk, b); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		return fmt.Errorf("write workload %s: %w", rk, err)
+	}
+	return s.pub.Publish(ctx, rec, events.ID(rec.Type(), rec.Workload.UID))
 }
 
 func toEvent(kind string, w Workload) events.WorkloadSubmittedV1 {
@@ -1144,7 +1166,9 @@ func (s *Service) ensureAnnounced(ctx context.Context, ev events.Event, id strin
 //   - the patch carries the resourceVersion the decision was made on, so a
 //     stale view of the object (the informer lagging behind a stop) fails
 //     with a conflict instead of resuming it.
-func (s *Service) start(ctx context.Context, k *kindRunner, job Job, rec *events.WorkloadSubmittedV1, r ledger.Reservation) error {
+func (s *Service) start(ctx context.Context, k *kindRunner, job Job, rec *events.WorkloadSubmittedV1, r ledger.Reservation) (err error) {
+	ctx, span := s.startSpan(ctx, rec, r)
+	defer func() { endSpan(span, err) }()
 	a := Assignment{ClusterQueue: r.ClusterQueue}
 	for _, ps := range r.PodSets {
 		a.PodSets = append(a.PodSets, PodSetAssignment{Name: ps.Name, Count: ps.Count, Flavors: ps.Flavors})
@@ -1226,7 +1250,45 @@ func (s *Service) announceStart(ctx context.Context, rec *events.WorkloadSubmitt
 	if err := s.pub.Publish(ctx, ev, events.ID(ev.Type(), rec.Workload.UID, r.Admission())); err != nil {
 		return err
 	}
-	return fence.EndStart(ctx, s.fenceKV, workloads.Key(rec.Workload), r.Admission())
+	first, err := fence.EndStartFirst(ctx, s.fenceKV, workloads.Key(rec.Workload), r.Admission())
+	if first {
+		// The workload's first start ends its admission latency: the root
+		// span, from its job's creation to now.
+		s.tracer(rec.Workload.Kind).Root(rec.Workload, trace.WithTimestamp(rec.CreationTime), trace.WithAttributes(
+			tracing.AttrLocalQueue.String(rec.LocalQueue), tracing.AttrClusterQueue.String(r.ClusterQueue),
+			tracing.AttrPriority.Int64(int64(rec.Priority)), tracing.AttrAdmission.String(r.Admission()))).End()
+	}
+	return err
+}
+
+// tracer is the tracer of a kind's workloads.
+func (s *Service) tracer(kind string) *tracing.Tracer {
+	if k := s.kinds[kind]; k != nil {
+		return k.tracer
+	}
+	return nil
+}
+
+// startSpan starts the start span of an admission.
+func (s *Service) startSpan(ctx context.Context, rec *events.WorkloadSubmittedV1, r ledger.Reservation) (context.Context, trace.Span) {
+	var flavors []string
+	for _, ps := range r.PodSets {
+		for res, f := range ps.Flavors {
+			flavors = append(flavors, ps.Name+":"+res+"="+f)
+		}
+	}
+	sort.Strings(flavors)
+	return s.tracer(rec.Workload.Kind).Start(ctx, rec.Workload, tracing.SpanStart, trace.WithAttributes(
+		tracing.AttrClusterQueue.String(r.ClusterQueue), tracing.AttrAdmission.String(r.Admission()), tracing.AttrFlavors.StringSlice(flavors)))
+}
+
+// endSpan ends a span, marking it failed by err.
+func endSpan(span trace.Span, err error) {
+	if err != nil && !errors.Is(err, errLookAgain) {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
 }
 
 // confirmStart finishes a start that was applied but not announced (the
@@ -1384,7 +1446,11 @@ func (s *Service) announceStop(ctx context.Context, ref events.WorkloadRef, cq, 
 		return nil
 	}
 	ev := events.WorkloadStoppedV1{Workload: ref, ClusterQueue: cq, Reason: reason, Admission: admission}
-	return s.pub.Publish(ctx, ev, events.ID(ev.Type(), ref.UID, admission))
+	ctx, span := s.tracer(ref.Kind).Start(ctx, ref, tracing.SpanStop, trace.WithAttributes(
+		tracing.AttrClusterQueue.String(cq), tracing.AttrReason.String(reason), tracing.AttrAdmission.String(admission)))
+	err = s.pub.Publish(ctx, ev, events.ID(ev.Type(), ref.UID, admission))
+	endSpan(span, err)
+	return err
 }
 
 // fencedStop reports whether the admission a workload holds is being

@@ -13,12 +13,14 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluice-dev/sluice/events"
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/internal/fence"
 	"github.com/sluice-dev/sluice/internal/health"
 	"github.com/sluice-dev/sluice/internal/ledger"
+	"github.com/sluice-dev/sluice/internal/tracing"
 	"github.com/sluice-dev/sluice/internal/workloads"
 )
 
@@ -34,11 +36,23 @@ type Service struct {
 	js        jetstream.JetStream
 	pub       Publisher
 	log       zerolog.Logger
+	tracer    *tracing.Tracer
 }
 
+// Option tunes the service.
+type Option func(*Service)
+
+// WithTracer records a preempt span in each victim's trace, linked to the
+// preemptor's.
+func WithTracer(t *tracing.Tracer) Option { return func(s *Service) { s.tracer = t } }
+
 // New returns the service.
-func New(js jetstream.JetStream, pub Publisher, log zerolog.Logger) *Service {
-	return &Service{consuming: health.NewGate("preemption requests not consumed yet"), js: js, pub: pub, log: log}
+func New(js jetstream.JetStream, pub Publisher, log zerolog.Logger, opts ...Option) *Service {
+	s := &Service{consuming: health.NewGate("preemption requests not consumed yet"), js: js, pub: pub, log: log}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
 }
 
 // Ready reports whether the service consumes preemption requests.
@@ -118,7 +132,12 @@ func (s *Service) handle(ctx context.Context, led ledger.KV, fk fence.KV, stream
 		}
 		s.log.Info().Str("workload", key).Str("queue", v.ClusterQueue).Str("preemptor", workloads.EngineKey(req.Preemptor)).
 			Str("reason", v.Reason).Msg("preempting")
-		if err := s.pub.Publish(ctx, ev, id); err != nil {
+		vctx, span := s.tracer.Start(ctx, v.Workload, tracing.SpanPreempt, trace.WithAttributes(
+			tracing.AttrPreemptor.String(tracing.WorkloadName(req.Preemptor)), tracing.AttrClusterQueue.String(v.ClusterQueue),
+			tracing.AttrReason.String(v.Reason), tracing.AttrAdmission.String(r.Admission())))
+		err = s.pub.Publish(vctx, ev, id)
+		span.End()
+		if err != nil {
 			return err
 		}
 	}
