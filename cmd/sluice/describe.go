@@ -66,6 +66,15 @@ func newDescribeCmd() *cobra.Command {
 				return usageError{fmt.Errorf("no events of workload %s/%s/%s are stored", ref.Kind, ref.Namespace, ref.Name)}
 			}
 			return out.print(cmd.OutOrStdout(), evs, func(w io.Writer) {
+				// Every event of one workload carries its trace; a name
+				// used again by a new job has a new one.
+				seen := map[string]bool{}
+				for _, e := range evs {
+					if e.TraceID != "" && !seen[e.TraceID] {
+						seen[e.TraceID] = true
+						fmt.Fprintf(w, "Trace ID:\t%s\n", e.TraceID)
+					}
+				}
 				fmt.Fprintln(w, "TIME\tEVENT\tTRACE\tDATA")
 				for _, e := range evs {
 					fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", e.Time.Format("15:04:05.000"), strings.TrimPrefix(e.Type, "dev.sluice."), dash(e.TraceID), e.Data)

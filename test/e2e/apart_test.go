@@ -74,6 +74,7 @@ func (a *apart) names() []string {
 func (a *apart) start(name string) {
 	a.t.Helper()
 	cmd := exec.Command(env.sluiceBin, a.args[name]...)
+	cmd.Env = append(os.Environ(), env.sluiceEnv...)
 	cmd.Stdout, cmd.Stderr = a.log, a.log
 	if err := cmd.Start(); err != nil {
 		a.t.Fatalf("start %s: %v", name, err)

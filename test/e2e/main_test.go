@@ -26,6 +26,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
+
+	"github.com/sluice-dev/sluice/internal/tracing/tracingtest"
 )
 
 // env is what every test uses.
@@ -44,11 +46,16 @@ var env struct {
 	sluiceArgs []string
 	sluiceLog  *os.File
 	sluice     *exec.Cmd
+	// sluiceEnv is added to `sluice dev`'s environment: the OTLP
+	// endpoint of traces, the receiver the suite runs.
+	sluiceEnv []string
+	traces    *tracingtest.Receiver
 }
 
 // startSluice starts `sluice dev` with the suite's arguments.
 func startSluice() error {
 	cmd := exec.Command(env.sluiceBin, env.sluiceArgs...)
+	cmd.Env = append(os.Environ(), env.sluiceEnv...)
 	cmd.Stdout, cmd.Stderr = env.sluiceLog, env.sluiceLog
 	if err := cmd.Start(); err != nil {
 		return err
@@ -160,6 +167,14 @@ func run(m *testing.M) int {
 	env.httpAddr = fmt.Sprintf("127.0.0.1:%d", httpPort)
 	env.sluiceBin, env.sluiceLog = filepath.Join(bin, "sluice"), logf
 	env.hookAddr = fmt.Sprintf("127.0.0.1:%d", hookPort)
+	// Every test runs with tracing on, exported to a real OTLP receiver.
+	if env.traces, err = tracingtest.Start(context.Background()); err != nil {
+		fmt.Println("e2e: trace receiver:", err)
+		return 1
+	}
+	defer env.traces.Close()
+	env.sluiceEnv = []string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + env.traces.HTTP, "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf",
+		"OTEL_BSP_SCHEDULE_DELAY=200"}
 	if err := startSluice(); err != nil {
 		fmt.Println("e2e: start sluice:", err)
 		return 1
