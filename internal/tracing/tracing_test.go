@@ -213,4 +213,3 @@ func TestConfigFromEnv(t *testing.T) {
 		})
 	}
 }
-

@@ -23,8 +23,8 @@ import (
 	"github.com/sluice-dev/sluice/internal/health"
 	"github.com/sluice-dev/sluice/internal/ledger"
 	"github.com/sluice-dev/sluice/internal/queueconfig"
-	"github.com/sluice-dev/sluice/internal/visibility"
 	"github.com/sluice-dev/sluice/internal/tracing"
+	"github.com/sluice-dev/sluice/internal/visibility"
 	"github.com/sluice-dev/sluice/internal/workloads"
 )
 
