@@ -26,6 +26,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/engine"
 	"github.com/sluice-dev/sluice/internal/ledger"
 	"github.com/sluice-dev/sluice/internal/natstest"
+	"github.com/sluice-dev/sluice/internal/tracing"
 	"github.com/sluice-dev/sluice/internal/workloads"
 	"github.com/sluice-dev/sluice/services/admission"
 )
@@ -65,6 +66,8 @@ type harness struct {
 	wrap func(admission.Publisher) admission.Publisher
 	// svc is the service started last.
 	svc *admission.Service
+	// tracer, when set, records the spans of the services started next.
+	tracer *tracing.Tracer
 }
 
 func newHarness(t *testing.T) *harness {
@@ -121,7 +124,7 @@ func (h *harness) start() {
 		clock = func() time.Time { return now }
 	}
 	s, err := admission.New(admission.Config{Interval: 5 * time.Millisecond, PendingInterval: h.pendingInterval, WaitForPodsReady: h.podsReady}, h.js, pub,
-		admission.WithClock(clock), admission.WithLogger(log))
+		admission.WithClock(clock), admission.WithLogger(log), admission.WithTracer(h.tracer))
 	if err != nil {
 		h.t.Fatalf("admission.New: %v", err)
 	}
