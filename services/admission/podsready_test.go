@@ -107,7 +107,7 @@ func TestWaitForPodsReady(t *testing.T) {
 			return cmp.Equal(got, []string{engine.ReasonPodsReadyTimeout}), "evictions: " + cmp.Diff([]string{engine.ReasonPodsReadyTimeout}, got)
 		})
 		want := fence.State{Admission: adm, Phase: fence.Stopping, StopID: events.ID(events.TypeWorkloadEvictedV1, ref("a").UID, adm),
-			Requeue: &fence.Requeue{Count: 1, At: now.Add(70 * time.Second)}}
+			Requeue: &fence.Requeue{Count: 1, At: now.Add(70 * time.Second)}, EverStarted: true}
 		if d := cmp.Diff(want, h.fenceOf("a")); d != "" {
 			t.Errorf("fence (-want +got):\n%s", d)
 		}

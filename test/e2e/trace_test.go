@@ -47,6 +47,8 @@ func TestTraceOfOneJob(t *testing.T) {
 		t.Fatalf("%d root spans, want 1: %s", len(byName[tracing.RootName]), names(spans))
 	}
 	root := byName[tracing.RootName][0]
+	t.Logf("trace %s:\n%s", traceID, tracingtest.Tree(spans, "sluice.workload", "sluice.cluster_queue", "sluice.flavors",
+		"sluice.cycle", "sluice.borrowing", "sluice.preemptions"))
 	wantService := map[string]string{tracing.RootName: "sluice-job", tracing.SpanSubmit: "sluice-job", tracing.SpanStart: "sluice-job",
 		tracing.SpanQueued: "sluice-admission", tracing.SpanAdmit: "sluice-admission"}
 	for _, s := range spans {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -133,4 +134,47 @@ func flatten(service string, s ptrace.Span) Span {
 		sp.Links = append(sp.Links, l.TraceID().String()+"/"+l.SpanID().String())
 	}
 	return sp
+}
+
+// Tree renders the spans of one trace as an indented tree, children by
+// start time, each line with its service, duration and attributes (keys
+// given in attrs only), and span events below their span.
+func Tree(spans []Span, attrs ...string) string {
+	children := map[string][]Span{}
+	ids := map[string]bool{}
+	for _, s := range spans {
+		ids[s.SpanID] = true
+	}
+	var roots []Span
+	for _, s := range spans {
+		if s.ParentID == "" || !ids[s.ParentID] {
+			roots = append(roots, s)
+			continue
+		}
+		children[s.ParentID] = append(children[s.ParentID], s)
+	}
+	var b strings.Builder
+	var walk func(s Span, depth int)
+	walk = func(s Span, depth int) {
+		indent := strings.Repeat("  ", depth)
+		fmt.Fprintf(&b, "%s%s [%s] %s", indent, s.Name, s.Service, s.End.Sub(s.Start).Round(time.Millisecond))
+		for _, k := range attrs {
+			if v, ok := s.Attrs[k]; ok {
+				fmt.Fprintf(&b, " %s=%s", k, v)
+			}
+		}
+		b.WriteByte('\n')
+		for _, e := range s.Events {
+			fmt.Fprintf(&b, "%s  · %s +%s %v\n", indent, e.Name, e.Time.Sub(s.Start).Round(time.Millisecond), e.Attrs)
+		}
+		kids := children[s.SpanID]
+		sort.SliceStable(kids, func(i, j int) bool { return kids[i].Start.Before(kids[j].Start) })
+		for _, c := range kids {
+			walk(c, depth+1)
+		}
+	}
+	for _, r := range roots {
+		walk(r, 0)
+	}
+	return b.String()
 }
