@@ -157,3 +157,13 @@ func (e *Engine) Borrowing(key string) bool {
 	}
 	return false
 }
+
+// BaseUnits turns a canonical value into the resource's base unit, as
+// Kubernetes quantities count: cores for cpu (canonical: millicores),
+// units (bytes, devices) otherwise.
+func BaseUnits(resource string, v int64) float64 {
+	if resource == "cpu" {
+		return float64(v) / 1000
+	}
+	return float64(v)
+}

@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/sluice-dev/sluice/events"
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/internal/configstore"
 	"github.com/sluice-dev/sluice/internal/fence"
@@ -114,6 +115,8 @@ func For(service string) (Permissions, error) {
 		r.publish("sluice.preemption.v1.requested.>")
 		r.readStream(bus.StreamEvents)
 		r.kvRead(configstore.Bucket).kvRead(workloads.Bucket).kvWrite(ledger.Bucket).kvWrite(fence.Bucket)
+		// The web view's live feed follows the workload events.
+		r.sub[events.SubjectFilter("workload", "", "", "")] = true
 	case "integration":
 		r.publish(workloadEvents("submitted", "started", "stopped", "finished", "deleted")...)
 		r.readStream(bus.StreamEvents)

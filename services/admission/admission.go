@@ -25,6 +25,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/queueconfig"
 	"github.com/sluice-dev/sluice/internal/tracing"
 	"github.com/sluice-dev/sluice/internal/visibility"
+	"github.com/sluice-dev/sluice/internal/webview"
 	"github.com/sluice-dev/sluice/internal/workloads"
 )
 
@@ -379,7 +380,18 @@ func (s *Service) PendingInLocalQueue(ctx context.Context, namespace, name strin
 func (s *Service) Now() time.Time { return s.clock() }
 
 // Routes adds the visibility API (package visibility) to mux.
-func (s *Service) Routes(mux *http.ServeMux) { visibility.Register(mux, s, s.clock) }
+func (s *Service) Routes(mux *http.ServeMux) {
+	visibility.Register(mux, s, s.clock)
+	webview.Register(mux, s, webview.NATSFeed{NC: s.js.Conn()})
+}
+
+// Queues implements webview.Source.
+func (s *Service) Queues(ctx context.Context) ([]engine.QueueStats, error) {
+	var stats []engine.QueueStats
+	now := s.clock()
+	err := s.read(ctx, func() { stats = s.eng.Stats(now) })
+	return stats, err
+}
 
 func (s *Service) applyConfig(e jetstream.KeyValueEntry) {
 	if e.Operation() == jetstream.KeyValuePut {

@@ -76,26 +76,16 @@ func (queueGauges) Describe(ch chan<- *prometheus.Desc) {
 func (g queueGauges) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	var stats []engine.QueueStats
-	now := g.s.clock()
-	if err := g.s.read(ctx, func() { stats = g.s.eng.Stats(now) }); err != nil {
+	stats, err := g.s.Queues(ctx)
+	if err != nil {
 		return // not loaded yet: no queue gauges rather than wrong ones
 	}
 	for _, q := range stats {
 		ch <- prometheus.MustNewConstMetric(pendingDesc, prometheus.GaugeValue, float64(q.Active), q.ClusterQueue, "active")
 		ch <- prometheus.MustNewConstMetric(pendingDesc, prometheus.GaugeValue, float64(q.Inadmissible), q.ClusterQueue, "inadmissible")
 		for _, r := range q.Resources {
-			ch <- prometheus.MustNewConstMetric(reservationDesc, prometheus.GaugeValue, baseUnits(r.Resource, r.Reserved), q.Cohort, q.ClusterQueue, r.Flavor, r.Resource)
-			ch <- prometheus.MustNewConstMetric(nominalDesc, prometheus.GaugeValue, baseUnits(r.Resource, r.Nominal), q.Cohort, q.ClusterQueue, r.Flavor, r.Resource)
+			ch <- prometheus.MustNewConstMetric(reservationDesc, prometheus.GaugeValue, engine.BaseUnits(r.Resource, r.Reserved), q.Cohort, q.ClusterQueue, r.Flavor, r.Resource)
+			ch <- prometheus.MustNewConstMetric(nominalDesc, prometheus.GaugeValue, engine.BaseUnits(r.Resource, r.Nominal), q.Cohort, q.ClusterQueue, r.Flavor, r.Resource)
 		}
 	}
-}
-
-// baseUnits turns the engine's canonical value into the resource's base
-// unit: cores for cpu (the engine counts millicores), units otherwise.
-func baseUnits(resource string, v int64) float64 {
-	if resource == "cpu" {
-		return float64(v) / 1000
-	}
-	return float64(v)
 }

@@ -1,0 +1,136 @@
+package webview_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/sluice-dev/sluice/events"
+	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/internal/engine"
+	"github.com/sluice-dev/sluice/internal/natstest"
+	"github.com/sluice-dev/sluice/internal/webview"
+)
+
+type queues struct {
+	stats []engine.QueueStats
+	err   error
+}
+
+func (q queues) Queues(context.Context) ([]engine.QueueStats, error) { return q.stats, q.err }
+
+func server(t *testing.T, src webview.Source) (*httptest.Server, bus.Publisher) {
+	t.Helper()
+	js := natstest.JetStream(t)
+	if err := bus.Setup(context.Background(), js, bus.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	webview.Register(mux, src, webview.NATSFeed{NC: js.Conn()})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv, bus.NewPublisher(js, events.Source("test"))
+}
+
+func TestPageAndQueues(t *testing.T) {
+	srv, _ := server(t, queues{stats: []engine.QueueStats{{ClusterQueue: "gpu", Cohort: "all", Active: 2, Inadmissible: 1,
+		Resources: []engine.ResourceStats{{Flavor: "a100", Resource: "cpu", Reserved: 1500, Nominal: 4000},
+			{Flavor: "a100", Resource: "nvidia.com/gpu", Reserved: 3, Nominal: 8}}}}})
+	res, err := http.Get(srv.URL + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 || !strings.Contains(res.Header.Get("Content-Type"), "text/html") || !strings.Contains(string(body), "<title>Sluice</title>") {
+		t.Errorf("GET / = %d %s, %d bytes", res.StatusCode, res.Header.Get("Content-Type"), len(body))
+	}
+	if res, err := http.Get(srv.URL + "/nothing-here"); err != nil || res.StatusCode != http.StatusNotFound {
+		t.Errorf("GET /nothing-here: %v %v, want 404", res.StatusCode, err)
+	}
+
+	res, err = http.Get(srv.URL + webview.QueuesPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var got []webview.Queue
+	if err := json.NewDecoder(res.Body).Decode(&got); err != nil {
+		t.Fatal(err)
+	}
+	want := []webview.Queue{{Name: "gpu", Cohort: "all", Pending: 3, Active: 2, Inadmissible: 1, Resources: []webview.Resource{
+		{Flavor: "a100", Resource: "cpu", Reserved: 1.5, Nominal: 4}, {Flavor: "a100", Resource: "nvidia.com/gpu", Reserved: 3, Nominal: 8}}}}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("queues (-want +got):\n%s", d)
+	}
+}
+
+func TestQueuesNotLoadedYet(t *testing.T) {
+	srv, _ := server(t, queues{err: errors.New("admission: not ready")})
+	res, err := http.Get(srv.URL + webview.QueuesPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "not ready") {
+		t.Errorf("got %d %q, want 503 naming the cause", res.StatusCode, body)
+	}
+}
+
+// Events published after a client connected reach it as server-sent
+// events.
+func TestLiveFeed(t *testing.T) {
+	srv, pub := server(t, queues{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+webview.EventsPath, nil)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if ct := res.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Fatalf("content type %q", ct)
+	}
+	lines := bufio.NewReader(res.Body)
+	// The comment line says the stream is open: publish only then.
+	if _, err := lines.ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	ref := events.WorkloadRef{Kind: "job", Namespace: "team-a", Name: "train", UID: "u1"}
+	ev := events.WorkloadAdmittedV1{Workload: ref, ClusterQueue: "gpu", Admission: "a1",
+		PodSets: []events.PodSetAssignmentV1{{Name: "main", Count: 2, Flavors: map[string]string{"nvidia.com/gpu": "a100"}}}}
+	if err := pub.Publish(ctx, ev, "admitted-1"); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		line, err := lines.ReadString('\n')
+		if err != nil {
+			t.Fatalf("no event before %v", err)
+		}
+		data, ok := strings.CutPrefix(strings.TrimSpace(line), "data: ")
+		if !ok {
+			continue
+		}
+		var got webview.Event
+		if err := json.Unmarshal([]byte(data), &got); err != nil {
+			t.Fatal(err)
+		}
+		got.Time = time.Time{}
+		want := webview.Event{Type: "admitted", Workload: "team-a/train", Kind: "job", ClusterQueue: "gpu", Detail: "nvidia.com/gpu=a100"}
+		if d := cmp.Diff(want, got); d != "" {
+			t.Errorf("feed event (-want +got):\n%s", d)
+		}
+		return
+	}
+}
