@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -62,14 +61,16 @@ func (o output) print(w io.Writer, v any, table func(io.Writer)) error {
 
 // newPendingCmd: `sluice pending`, where waiting workloads stand.
 func newPendingCmd() *cobra.Command {
-	var server, namespace, queue, clusterQueue string
+	var api adminAPI
+	var namespace, queue, clusterQueue string
 	var limit, offset int
 	out := output("table")
 	cmd := &cobra.Command{
 		Use:   "pending (--cluster-queue CQ | -n NAMESPACE --queue LQ)",
 		Short: "List waiting workloads in admission order, with their positions and reasons",
 		Long: "List a ClusterQueue's or a LocalQueue's waiting workloads in the order admission would take them now, from the " +
-			"admission service's pending API (--server, or $SLUICE_SERVER; default " + defaultServer + ", sluice dev's address).",
+			"admission service's pending API: at --server or $SLUICE_SERVER; otherwise at " + defaultServer + " (sluice dev), or, when " +
+			"nothing listens there, through the API server's service proxy to the admission Service the chart installed.",
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := out.check(); err != nil {
@@ -89,7 +90,7 @@ func newPendingCmd() *cobra.Command {
 			}
 			q := url.Values{"limit": {fmt.Sprint(limit)}, "offset": {fmt.Sprint(offset)}}
 			var sum visibility.PendingWorkloadsSummary
-			if err := getJSON(cmd.Context(), serverURL(server)+visibility.Prefix+path+"?"+q.Encode(), &sum); err != nil {
+			if err := api.get(cmd.Context(), visibility.Prefix+path, q, &sum); err != nil {
 				return err
 			}
 			return out.print(cmd.OutOrStdout(), sum, func(w io.Writer) {
@@ -104,7 +105,9 @@ func newPendingCmd() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&server, "server", "", "the admission service's HTTP address (default $SLUICE_SERVER, then "+defaultServer+")")
+	f.StringVar(&api.server, "server", "", "the admission service's HTTP address (default $SLUICE_SERVER, then "+defaultServer+
+		", then the API server's proxy to the chart's admission Service)")
+	f.StringVar(&api.common.kubeconfig, "kubeconfig", "", "kubeconfig for the API server's proxy (default: $KUBECONFIG, then ~/.kube/config)")
 	f.StringVarP(&namespace, "namespace", "n", "", "namespace of the LocalQueue (default: default)")
 	f.StringVar(&queue, "queue", "", "a LocalQueue")
 	f.StringVar(&clusterQueue, "cluster-queue", "", "a ClusterQueue")
@@ -112,16 +115,6 @@ func newPendingCmd() *cobra.Command {
 	f.IntVar(&offset, "offset", 0, "skip this many first")
 	f.StringVarP((*string)(&out), "output", "o", "table", "table, json or yaml")
 	return cmd
-}
-
-func serverURL(flag string) string {
-	if flag != "" {
-		return strings.TrimSuffix(flag, "/")
-	}
-	if env := os.Getenv("SLUICE_SERVER"); env != "" {
-		return strings.TrimSuffix(env, "/")
-	}
-	return defaultServer
 }
 
 // getJSON fetches u and decodes it; an error answer's message is returned.
@@ -134,7 +127,7 @@ func getJSON(ctx context.Context, u string, v any) error {
 	}
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return fmt.Errorf("reach the admission service (give --server or $SLUICE_SERVER): %w", err)
+		return fmt.Errorf("reach the admission service at %s: %w", req.URL.Host, err)
 	}
 	defer res.Body.Close()
 	body, err := io.ReadAll(res.Body)

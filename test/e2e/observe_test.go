@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sluice-dev/sluice/internal/visibility"
 )
@@ -209,5 +211,55 @@ func TestCLI(t *testing.T) {
 		if !seen[want] {
 			t.Errorf("describe lacks %s: %s", want, out)
 		}
+	}
+}
+
+// Without --server and with nothing at sluice dev's default address, the
+// CLI looks for the chart's admission Service and asks the API server to
+// proxy to it. (The devcluster's pods do not run, and the API server does
+// not proxy to loopback addresses, so the proxy's answer here is that the
+// Service has no endpoints: what is checked is that the CLI found the
+// Service and went through the API server.)
+func TestCLIThroughServiceProxy(t *testing.T) {
+	ns := "e2e-proxy"
+	pending := func() string {
+		t.Helper()
+		cmd := exec.Command(env.sluiceBin, "pending", "--cluster-queue", "anything", "--kubeconfig", env.kubeconfig)
+		var kept []string
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, "SLUICE_SERVER=") {
+				kept = append(kept, kv)
+			}
+		}
+		cmd.Env = kept
+		out, err := cmd.CombinedOutput()
+		if err == nil {
+			t.Fatalf("sluice pending answered without a reachable service:\n%s", out)
+		}
+		return string(out)
+	}
+	if out := pending(); !strings.Contains(out, "no Service labelled app.kubernetes.io/name=sluice,app.kubernetes.io/component=admission") {
+		t.Errorf("without the chart's Service: %s", out)
+	}
+	apply(t, fmt.Sprintf(`apiVersion: v1
+kind: Namespace
+metadata: {name: %[1]s}
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: sluice-admission
+  namespace: %[1]s
+  labels: {app.kubernetes.io/name: sluice, app.kubernetes.io/component: admission}
+spec:
+  ports: [{name: http, port: 8080, protocol: TCP}]
+`, ns))
+	t.Cleanup(func() {
+		_ = env.kube.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
+	})
+	out := pending()
+	t.Logf("through the proxy: %s", out)
+	if !strings.Contains(out, "service "+ns+"/sluice-admission through the API server's proxy") {
+		t.Errorf("with the chart's Service: %s", out)
 	}
 }
