@@ -1253,7 +1253,9 @@ func (s *Service) announceStart(ctx context.Context, rec *events.WorkloadSubmitt
 	first, err := fence.EndStartFirst(ctx, s.fenceKV, workloads.Key(rec.Workload), r.Admission())
 	if first {
 		// The workload's first start ends its admission latency: the root
-		// span, from its job's creation to now.
+		// span, from its job's creation to now, which its start span (in
+		// ctx, if any) must not outlast.
+		trace.SpanFromContext(ctx).End()
 		s.tracer(rec.Workload.Kind).Root(rec.Workload, trace.WithTimestamp(rec.CreationTime), trace.WithAttributes(
 			tracing.AttrLocalQueue.String(rec.LocalQueue), tracing.AttrClusterQueue.String(r.ClusterQueue),
 			tracing.AttrPriority.Int64(int64(rec.Priority)), tracing.AttrAdmission.String(r.Admission()))).End()

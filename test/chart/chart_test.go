@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/sluice-dev/sluice/internal/simulate"
+	"github.com/sluice-dev/sluice/internal/tracing"
 	"github.com/sluice-dev/sluice/services/integration"
 	"github.com/sluice-dev/sluice/services/integration/kinds"
 	"github.com/sluice-dev/sluice/test/chart"
@@ -544,5 +545,48 @@ func TestChartFairSharingStrategies(t *testing.T) {
 	}
 	if !sc.Config.FairSharing || !slices.Equal(sc.Config.FairStrategies, []string{"LessThanInitialShare"}) {
 		t.Errorf("read back fair sharing %v with strategies %v", sc.Config.FairSharing, sc.Config.FairStrategies)
+	}
+}
+
+// TestChartTracing: an OTLP endpoint reaches every service as the standard
+// OTEL_* variables; without one, none is set (tracing off).
+func TestChartTracing(t *testing.T) {
+	otel := func(objs []*unstructured.Unstructured) map[string]map[string]string {
+		out := map[string]map[string]string{}
+		for _, name := range names(objs, "Deployment") {
+			var dep appsv1.Deployment
+			find(t, objs, "Deployment", name, &dep)
+			env := map[string]string{}
+			for _, e := range dep.Spec.Template.Spec.Containers[0].Env {
+				if strings.HasPrefix(e.Name, "OTEL_") {
+					env[e.Name] = e.Value
+				}
+			}
+			out[name] = env
+		}
+		return out
+	}
+	for name, env := range otel(mustRender(t)) {
+		if len(env) != 0 {
+			t.Errorf("%s: OTEL variables %v without an endpoint", name, env)
+		}
+	}
+	on := otel(mustRender(t, "tracing.endpoint=http://collector.obs:4318", "tracing.sampler=parentbased_traceidratio", "tracing.samplerArg=0.25"))
+	want := map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector.obs:4318", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+		"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.25"}
+	if len(on) < 5 {
+		t.Fatalf("only %d Deployments: %v", len(on), on)
+	}
+	for name, env := range on {
+		if d := cmp.Diff(want, env); d != "" {
+			t.Errorf("%s: OTEL variables (-want +got):\n%s", name, d)
+		}
+		// What the chart sets, the services accept.
+		if _, err := tracing.ConfigFromEnv(func(k string) string { return env[k] }); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if _, err := render(t, "tracing.sampler=sometimes"); err == nil || !strings.Contains(err.Error(), "sampler") {
+		t.Errorf("a bad sampler: %v, want it refused by name", err)
 	}
 }

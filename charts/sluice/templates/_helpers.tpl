@@ -231,6 +231,16 @@ spec:
               valueFrom:
                 fieldRef: {fieldPath: metadata.name}
             {{- with include "sluice.natsEnv" (dict "root" $root "user" .user) }}{{ . | nindent 12 }}{{ end }}
+            {{- with $root.Values.tracing }}
+            {{- if .endpoint }}
+            - {name: OTEL_EXPORTER_OTLP_ENDPOINT, value: {{ .endpoint | quote }}}
+            - {name: OTEL_EXPORTER_OTLP_PROTOCOL, value: {{ .protocol | quote }}}
+            - {name: OTEL_TRACES_SAMPLER, value: {{ .sampler | quote }}}
+            {{- if .samplerArg }}
+            - {name: OTEL_TRACES_SAMPLER_ARG, value: {{ .samplerArg | quote }}}
+            {{- end }}
+            {{- end }}
+            {{- end }}
           ports:
             - {name: http, containerPort: {{ $root.Values.httpPort }}, protocol: TCP}
             {{- if .webhookCerts }}
