@@ -47,7 +47,7 @@ kubectl apply -f examples/cluster/jobs-later.yaml
 
 cat <<MSG
 
-Sluice is running. Look at it with:
+Sluice is running. Open its live view at http://127.0.0.1:8090/ or look at it with:
 
   export KUBECONFIG=$state/kubeconfig
   bin/devcluster kubectl get jobs -A -w          # team-a/sweep is preempted by team-b/train
