@@ -98,7 +98,7 @@ func samplerFromEnv(getenv func(string) string) (sdktrace.Sampler, error) {
 	}
 	switch name {
 	case "", "parentbased_always_on":
-		return sdktrace.ParentBased(sdktrace.AlwaysSample()), nil
+		return defaultSampler, nil
 	case "always_on":
 		return sdktrace.AlwaysSample(), nil
 	case "always_off":

@@ -52,6 +52,9 @@ const (
 
 const instrumentation = "github.com/sluice-dev/sluice"
 
+// defaultSampler is OTEL_TRACES_SAMPLER's default.
+var defaultSampler = sdktrace.ParentBased(sdktrace.AlwaysSample())
+
 // WorkloadTraceID is the trace id of a workload: the same in every service
 // and across restarts.
 func WorkloadTraceID(uid string) trace.TraceID {
@@ -128,7 +131,7 @@ func New(ctx context.Context, service string, cfg Config, opts ...Option) (*Trac
 	}
 	sampler := cfg.Sampler
 	if sampler == nil {
-		sampler = sdktrace.ParentBased(sdktrace.AlwaysSample())
+		sampler = defaultSampler
 	}
 	process := sdktrace.WithBatcher(exp)
 	if o.sync {
@@ -241,8 +244,11 @@ func randomSpanID() trace.SpanID {
 type Factory struct {
 	cfg  Config
 	opts []Option
-	mu   sync.Mutex
-	m    map[string]*Tracer
+	// sampling decides sampling as every tracer of the factory does, for
+	// those who only put contexts into workload traces.
+	sampling *Tracer
+	mu       sync.Mutex
+	m        map[string]*Tracer
 }
 
 // NewFactory returns a factory of tracers configured by cfg, or nil when
@@ -255,7 +261,11 @@ func NewFactory(cfg Config, opts ...Option) *Factory {
 	if !cfg.Enabled() && o.exporter == nil {
 		return nil
 	}
-	return &Factory{cfg: cfg, opts: opts, m: map[string]*Tracer{}}
+	sampler := cfg.Sampler
+	if sampler == nil {
+		sampler = defaultSampler
+	}
+	return &Factory{cfg: cfg, opts: opts, m: map[string]*Tracer{}, sampling: &Tracer{sampler: sampler}}
 }
 
 // For returns service's tracer.
@@ -279,14 +289,10 @@ func (f *Factory) For(ctx context.Context, service string) (*Tracer, error) {
 // Workload puts ctx into the workload's trace, with the sampling every
 // tracer of the factory decides (see Tracer.Workload).
 func (f *Factory) Workload(ctx context.Context, ref events.WorkloadRef) context.Context {
-	var t *Tracer
-	if f != nil {
-		t = &Tracer{sampler: f.cfg.Sampler}
-		if t.sampler == nil {
-			t.sampler = sdktrace.ParentBased(sdktrace.AlwaysSample())
-		}
+	if f == nil {
+		return (*Tracer)(nil).Workload(ctx, ref)
 	}
-	return t.Workload(ctx, ref)
+	return f.sampling.Workload(ctx, ref)
 }
 
 // Shutdown shuts every tracer down, exporting what is left.

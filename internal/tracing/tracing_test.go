@@ -213,3 +213,36 @@ func TestConfigFromEnv(t *testing.T) {
 		})
 	}
 }
+
+// A factory makes one tracer per service, and decides sampling for the
+// contexts it hands out as those tracers do.
+func TestFactory(t *testing.T) {
+	if f := tracing.NewFactory(tracing.Config{}); f != nil {
+		t.Fatalf("factory %v without an endpoint, want nil (off)", f)
+	}
+	var off *tracing.Factory
+	if tr, err := off.For(context.Background(), "job"); tr != nil || err != nil {
+		t.Errorf("nil factory made %v, %v", tr, err)
+	}
+	cfg, err := tracing.ConfigFromEnv(env(map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318",
+		"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.5"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := tracing.NewFactory(cfg, tracing.WithExporter(tracetest.NewInMemoryExporter()))
+	defer func() { _ = f.Shutdown(context.Background()) }()
+	job1, _ := f.For(context.Background(), "job")
+	job2, _ := f.For(context.Background(), "job")
+	adm, _ := f.For(context.Background(), "admission")
+	if job1 != job2 || job1 == adm {
+		t.Errorf("tracers: job %p and %p, admission %p; want one per service", job1, job2, adm)
+	}
+	for i := range 50 {
+		ref := jobA
+		ref.UID = time.Duration(i).String()
+		got := trace.SpanContextFromContext(f.Workload(context.Background(), ref))
+		if got.IsSampled() != adm.RootContext(ref).IsSampled() || got.TraceID() != tracing.WorkloadTraceID(ref.UID) {
+			t.Fatalf("workload %s: factory context %v, tracer's root %v", ref.UID, got, adm.RootContext(ref))
+		}
+	}
+}
