@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -155,32 +156,106 @@ func ReleaseIf(ctx context.Context, kv KV, workload string, match func(Reservati
 	// it is reported only if the workload was found nowhere.
 	var corrupt error
 	for _, key := range keys {
-		for attempt := 0; ; attempt++ {
-			v, err := Read(ctx, kv, key)
-			if errors.Is(err, ErrCorrupt) {
-				corrupt = err
-				break
-			}
-			if err != nil {
-				return "", false, err
-			}
-			r, ok := v.Entry.Reservations[workload]
-			if !ok {
-				break
-			}
-			if !match(r) {
-				return "", false, nil
-			}
-			delete(v.Entry.Reservations, workload)
-			_, err = Write(ctx, kv, key, v.Revision, v.Entry)
-			if errors.Is(err, ErrConflict) && attempt < 20 {
+		r, found, released, err := releaseIn(ctx, kv, key, workload, match)
+		switch {
+		case errors.Is(err, ErrCorrupt):
+			corrupt = err
+		case err != nil:
+			return "", false, err
+		case found:
+			return r.ClusterQueue, released, nil
+		}
+	}
+	return "", false, corrupt
+}
+
+// releaseIn releases workload's reservation from one key's entry, if the
+// entry holds it and match accepts it.
+func releaseIn(ctx context.Context, kv KV, key, workload string, match func(Reservation) bool) (r Reservation, found, released bool, err error) {
+	for attempt := 0; ; attempt++ {
+		v, err := Read(ctx, kv, key)
+		if err != nil {
+			return r, false, false, err
+		}
+		r, ok := v.Entry.Reservations[workload]
+		if !ok {
+			return r, false, false, nil
+		}
+		if !match(r) {
+			return r, true, false, nil
+		}
+		delete(v.Entry.Reservations, workload)
+		_, err = Write(ctx, kv, key, v.Revision, v.Entry)
+		if errors.Is(err, ErrConflict) && attempt < 20 {
+			continue
+		}
+		if err != nil {
+			return r, true, false, err
+		}
+		return r, true, true, nil
+	}
+}
+
+// Finder releases reservations like ReleaseIf, but remembers the ledger's
+// keys and which key holds each ClusterQueue's reservations, so that a
+// release usually reads one entry, instead of listing the bucket and
+// reading entry after entry. Safe for concurrent use.
+type Finder struct {
+	mu   sync.Mutex
+	keys []string
+	byCQ map[string]string
+}
+
+// ReleaseIf is ReleaseIf for a workload last admitted to clusterQueue
+// (empty if not known): the key that held that queue's reservations is
+// read first, then the other known keys, then the keys created since.
+func (f *Finder) ReleaseIf(ctx context.Context, kv KV, workload, clusterQueue string, match func(Reservation) bool) (string, bool, error) {
+	f.mu.Lock()
+	if f.byCQ == nil {
+		f.byCQ = map[string]string{}
+	}
+	order := make([]string, 0, len(f.keys)+1)
+	if k, ok := f.byCQ[clusterQueue]; ok {
+		order = append(order, k)
+	}
+	order = append(order, f.keys...)
+	f.mu.Unlock()
+	tried := map[string]bool{}
+	var corrupt error
+	try := func(keys []string) (string, bool, bool, error) {
+		for _, key := range keys {
+			if tried[key] {
 				continue
 			}
-			if err != nil {
-				return "", false, err
+			tried[key] = true
+			r, found, released, err := releaseIn(ctx, kv, key, workload, match)
+			switch {
+			case errors.Is(err, ErrCorrupt):
+				corrupt = err
+			case err != nil:
+				return "", false, false, err
+			case found:
+				f.mu.Lock()
+				f.byCQ[r.ClusterQueue] = key
+				f.mu.Unlock()
+				return r.ClusterQueue, true, released, nil
 			}
-			return r.ClusterQueue, true, nil
 		}
+		return "", false, false, nil
+	}
+	if cq, found, released, err := try(order); err != nil || found {
+		return cq, released, err
+	}
+	// Not in any key known: a tree created since, or not held at all.
+	keys, err := Keys(ctx, kv)
+	if err != nil {
+		return "", false, err
+	}
+	f.mu.Lock()
+	f.keys = keys
+	f.mu.Unlock()
+	if cq, found, released, err := try(keys); err != nil || found {
+		return cq, released, err
 	}
 	return "", false, corrupt
 }

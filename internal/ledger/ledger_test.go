@@ -416,39 +416,81 @@ func TestRelease(t *testing.T) {
 			},
 		},
 	}
+	// Each case runs with ledger.Release and with a Finder, which is given
+	// the ClusterQueue each workload held quota in, a wrong one, or none.
+	finder := &ledger.Finder{}
+	releasers := map[string]func(ctx context.Context, kv ledger.KV, c call) (string, bool, error){
+		"Release": func(ctx context.Context, kv ledger.KV, c call) (string, bool, error) {
+			return ledger.Release(ctx, kv, c.workload)
+		},
+		"Finder": func(ctx context.Context, kv ledger.KV, c call) (string, bool, error) {
+			// A new bucket per case: forget the keys of the last one.
+			return finder.ReleaseIf(ctx, kv, c.workload, c.wantCQ, func(ledger.Reservation) bool { return true })
+		},
+		"Finder, wrong queue": func(ctx context.Context, kv ledger.KV, c call) (string, bool, error) {
+			return (&ledger.Finder{}).ReleaseIf(ctx, kv, c.workload, "elsewhere", func(ledger.Reservation) bool { return true })
+		},
+	}
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			ctx, kv := bucket(t)
-			revs := map[string]uint64{}
-			for k, rs := range tc.keys {
-				revs[k] = mustWrite(t, ctx, kv, k, 0, entry(rs))
-			}
-			for i, c := range tc.calls {
-				cq, released, err := ledger.Release(ctx, kv, c.workload)
+		for rname, release := range releasers {
+			t.Run(tc.name+"/"+rname, func(t *testing.T) {
+				ctx, kv := bucket(t)
+				revs := map[string]uint64{}
+				for k, rs := range tc.keys {
+					revs[k] = mustWrite(t, ctx, kv, k, 0, entry(rs))
+				}
+				finder = &ledger.Finder{}
+				for i, c := range tc.calls {
+					cq, released, err := release(ctx, kv, c)
+					if err != nil {
+						t.Fatalf("call %d: Release(%s): %v", i, c.workload, err)
+					}
+					if cq != c.wantCQ || released != c.wantReleased {
+						t.Errorf("call %d: Release(%s) = (%q, %v), want (%q, %v)", i, c.workload, cq, released, c.wantCQ, c.wantReleased)
+					}
+				}
+				got := map[string]map[string]ledger.Reservation{}
+				keys, err := ledger.Keys(ctx, kv)
 				if err != nil {
-					t.Fatalf("call %d: Release(%s): %v", i, c.workload, err)
+					t.Fatal(err)
 				}
-				if cq != c.wantCQ || released != c.wantReleased {
-					t.Errorf("call %d: Release(%s) = (%q, %v), want (%q, %v)", i, c.workload, cq, released, c.wantCQ, c.wantReleased)
+				for _, k := range keys {
+					v := mustRead(t, ctx, kv, k)
+					got[k] = v.Entry.Reservations
+					changed := len(tc.keys[k]) != len(tc.want[k])
+					if !changed && v.Revision != revs[k] {
+						t.Errorf("key %s: rewritten (revision %d → %d) although nothing in it was released", k, revs[k], v.Revision)
+					}
 				}
-			}
-			got := map[string]map[string]ledger.Reservation{}
-			keys, err := ledger.Keys(ctx, kv)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, k := range keys {
-				v := mustRead(t, ctx, kv, k)
-				got[k] = v.Entry.Reservations
-				changed := len(tc.keys[k]) != len(tc.want[k])
-				if !changed && v.Revision != revs[k] {
-					t.Errorf("key %s: rewritten (revision %d → %d) although nothing in it was released", k, revs[k], v.Revision)
+				if d := cmp.Diff(tc.want, got); d != "" {
+					t.Errorf("ledger after the calls (-want +got):\n%s", d)
 				}
-			}
-			if d := cmp.Diff(tc.want, got); d != "" {
-				t.Errorf("ledger after the calls (-want +got):\n%s", d)
-			}
-		})
+			})
+		}
+	}
+}
+
+// A Finder that listed the ledger's keys finds a reservation in a tree
+// created after that listing, and follows a queue that moved to another
+// tree.
+func TestFinderLearnsNewKeys(t *testing.T) {
+	ctx, kv := bucket(t)
+	all := func(ledger.Reservation) bool { return true }
+	mustWrite(t, ctx, kv, "tree.cq.a", 0, entry(map[string]ledger.Reservation{"job/ns/x": reservation("a", 1), "job/ns/y": reservation("a", 1)}))
+	var f ledger.Finder
+	if cq, ok, err := f.ReleaseIf(ctx, kv, "job/ns/x", "a", all); err != nil || cq != "a" || !ok {
+		t.Fatalf("first release = (%q, %v, %v)", cq, ok, err)
+	}
+	// Queue a joins a cohort: its reservations are now in the cohort's key.
+	mustWrite(t, ctx, kv, "tree.cohort.c", 0, entry(map[string]ledger.Reservation{"job/ns/z": reservation("a", 1)}))
+	if cq, ok, err := f.ReleaseIf(ctx, kv, "job/ns/z", "a", all); err != nil || cq != "a" || !ok {
+		t.Fatalf("release from the new key = (%q, %v, %v)", cq, ok, err)
+	}
+	if cq, ok, err := f.ReleaseIf(ctx, kv, "job/ns/y", "a", all); err != nil || cq != "a" || !ok {
+		t.Fatalf("release from the old key = (%q, %v, %v)", cq, ok, err)
+	}
+	if got := mustRead(t, ctx, kv, "tree.cohort.c").Entry.Reservations; len(got) != 0 {
+		t.Errorf("cohort key still holds %v", got)
 	}
 }
 

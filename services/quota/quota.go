@@ -51,6 +51,8 @@ type Service struct {
 	log       zerolog.Logger
 	// lastUsage is the id of the last usage event per ClusterQueue.
 	lastUsage map[string]string
+	// finder finds a released workload's ledger entry.
+	finder ledger.Finder
 }
 
 // New returns the service.
@@ -126,7 +128,7 @@ func (s *Service) handle(ctx context.Context, led ledger.KV, env events.Envelope
 	// job may be running. An end (finish, deletion) releases the job's
 	// reservation, whatever its admission, but not one of a job of the
 	// same name created since.
-	admission := ""
+	admission, cq := "", ""
 	switch env.Type {
 	case events.TypeWorkloadStoppedV1:
 		var e events.WorkloadStoppedV1
@@ -136,13 +138,13 @@ func (s *Service) handle(ctx context.Context, led ledger.KV, env events.Envelope
 		if e.Admission == "" {
 			return nil // it held no reservation when it stopped
 		}
-		ref, admission = e.Workload, e.Admission
+		ref, admission, cq = e.Workload, e.Admission, e.ClusterQueue
 	case events.TypeWorkloadFinishedV1:
 		var e events.WorkloadFinishedV1
 		if err := env.As(&e); err != nil {
 			return fmt.Errorf("%w: %v", bus.ErrPoison, err)
 		}
-		ref = e.Workload
+		ref, cq = e.Workload, e.ClusterQueue
 	case events.TypeWorkloadDeletedV1:
 		var e events.WorkloadDeletedV1
 		if err := env.As(&e); err != nil {
@@ -152,14 +154,15 @@ func (s *Service) handle(ctx context.Context, led ledger.KV, env events.Envelope
 	default:
 		return fmt.Errorf("%w: unexpected event type %s", bus.ErrPoison, env.Type)
 	}
-	return s.release(ctx, led, ref, admission)
+	return s.release(ctx, led, ref, admission, cq)
 }
 
 // release frees the reservation of ref's job; of its given admission only,
-// if admission is set.
-func (s *Service) release(ctx context.Context, led ledger.KV, ref events.WorkloadRef, admission string) error {
+// if admission is set. lastCQ, if known, is the ClusterQueue the event
+// says it held quota in: its ledger entry is read first.
+func (s *Service) release(ctx context.Context, led ledger.KV, ref events.WorkloadRef, admission, lastCQ string) error {
 	key := workloads.EngineKey(ref)
-	cq, released, err := ledger.ReleaseIf(ctx, led, key, func(r ledger.Reservation) bool {
+	cq, released, err := s.finder.ReleaseIf(ctx, led, key, lastCQ, func(r ledger.Reservation) bool {
 		if admission != "" && r.Admission() != admission {
 			return false
 		}
@@ -204,7 +207,7 @@ func (s *Service) reconcile(ctx context.Context, led ledger.KV, wls jetstream.Ke
 				continue
 			}
 			kind, ns, name := split(wk)
-			errs = append(errs, s.release(ctx, led, events.WorkloadRef{Kind: kind, Namespace: ns, Name: name, UID: r.UID}, r.Admission()))
+			errs = append(errs, s.release(ctx, led, events.WorkloadRef{Kind: kind, Namespace: ns, Name: name, UID: r.UID}, r.Admission(), r.ClusterQueue))
 		}
 	}
 	return errors.Join(errs...)
