@@ -7,7 +7,6 @@ package usage
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -127,36 +126,35 @@ func Compute(ctx context.Context, js jetstream.JetStream, lqToCQ map[string]stri
 	return rep, nil
 }
 
-// readWorkloads reads every workload record by engine key.
+// readWorkloads reads every workload record by engine key, in one pass
+// over the bucket (a watch delivers every current value, then nil), not
+// one request per key.
 func readWorkloads(ctx context.Context, js jetstream.JetStream) (map[string]*events.WorkloadSubmittedV1, error) {
 	kv, err := bus.OpenKV(ctx, js, workloads.Bucket)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", workloads.Bucket, err)
 	}
-	out := map[string]*events.WorkloadSubmittedV1{}
-	l, err := kv.ListKeys(ctx)
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return out, nil
-	}
+	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read %s: %w", workloads.Bucket, err)
 	}
-	var keys []string
-	for k := range l.Keys() {
-		keys = append(keys, k)
+	defer func() { _ = w.Stop() }()
+	out := map[string]*events.WorkloadSubmittedV1{}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("read %s: %w", workloads.Bucket, ctx.Err())
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, fmt.Errorf("read %s: watch closed", workloads.Bucket)
+			}
+			if e == nil {
+				return out, nil // every current record delivered
+			}
+			var rec events.WorkloadSubmittedV1
+			if json.Unmarshal(e.Value(), &rec) == nil {
+				out[workloads.EngineKey(rec.Workload)] = &rec
+			}
+		}
 	}
-	for _, k := range keys {
-		e, err := kv.Get(ctx, k)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		var w events.WorkloadSubmittedV1
-		if json.Unmarshal(e.Value(), &w) == nil {
-			out[workloads.EngineKey(w.Workload)] = &w
-		}
-	}
-	return out, nil
 }
