@@ -143,3 +143,61 @@ func BenchmarkCycleAdmitFree(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkCyclePreemptorsWaiting measures the cycle a live cluster runs
+// most while preemptions are under way: a cohort of 6 ClusterQueues, each
+// full with 100 admitted low-priority 1-CPU workloads, and 20 waiting
+// high-priority 2-CPU workloads per queue whose victims were chosen and are
+// still stopping. A release in the cohort wakes it, and the cycle then
+// looks for victims again for every preemptor it nominates.
+func BenchmarkCyclePreemptorsWaiting(b *testing.B) {
+	cfg := Config{Flavors: flavors("default")}
+	for q := range 6 {
+		name := fmt.Sprintf("cq-%d", q)
+		cfg.ClusterQueues = append(cfg.ClusterQueues,
+			newCQ(name).cohort("all").quota("default", "cpu", 100_000).preemption(LowerPriority, Any).obj())
+		cfg.LocalQueues = append(cfg.LocalQueues, LocalQueue{Namespace: "ns-" + name, Name: "lq", ClusterQueue: name, StopPolicy: StopNone})
+	}
+	e := New(cfg)
+	for _, cq := range cfg.ClusterQueues {
+		for i := range 100 {
+			w := newWL("ns-"+cq.Name, fmt.Sprintf("low-%03d", i)).prio(0).pods("main", 1, "cpu", 1000).
+				admittedIn(cq.Name, "default", time.Duration(i)*time.Second).obj()
+			if err := e.Submit(w); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for i := range 20 {
+			w := newWL("ns-"+cq.Name, fmt.Sprintf("high-%02d", i)).prio(100).at(time.Duration(200+i)*time.Second).pods("main", 1, "cpu", 2000).obj()
+			if err := e.Submit(w); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	first := e.Cycle(t0)
+	preempted := 0
+	for _, d := range first {
+		if d.Kind == KindPreempted {
+			preempted++
+		}
+	}
+	if preempted == 0 {
+		b.Fatalf("the first cycle preempted nothing: %d decisions", len(first))
+	}
+	// A release wakes the cohort: each iteration, outside the timer, one
+	// admitted workload that is no victim leaves and comes back.
+	back := newWL("ns-cq-0", "low-000").prio(0).pods("main", 1, "cpu", 1000).admittedIn("cq-0", "default", 0).obj()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		if err := e.Remove("ns-cq-0/low-000"); err != nil {
+			b.Fatal(err)
+		}
+		if err := e.Submit(back); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		e.Cycle(t0.Add(time.Duration(i+1) * time.Millisecond))
+	}
+}

@@ -1,7 +1,9 @@
 package engine
 
 import (
-	"sort"
+	"cmp"
+	"slices"
+	"strings"
 )
 
 // target is a workload chosen for preemption and why.
@@ -263,7 +265,7 @@ func usesAny(c *wlState, frs map[int]bool) bool {
 // evicted first, other queues' before the preemptor's own, lower priority
 // first, most recently admitted first.
 func (e *Engine) sortCandidates(cq *cqState, l []candidate) {
-	sort.Slice(l, func(i, j int) bool { return victimLess(cq, l[i].ws, l[j].ws) })
+	slices.SortFunc(l, func(a, b candidate) int { return victimCompare(cq, a.ws, b.ws) })
 }
 
 // underNominal reports whether the queue currently uses less than its
@@ -284,7 +286,7 @@ func (e *Engine) underNominal(cq *cqState, a *assignment) bool {
 func (e *Engine) candidates(ws *wlState, a *assignment) []*wlState {
 	out := e.collectCandidates(ws, a.preemptFRs, false)
 	cq := ws.cq
-	sort.Slice(out, func(i, j int) bool { return victimLess(cq, out[i], out[j]) })
+	slices.SortFunc(out, func(a, b *wlState) int { return victimCompare(cq, a, b) })
 	return out
 }
 
@@ -327,23 +329,36 @@ func (e *Engine) collectCandidates(ws *wlState, frs map[int]bool, first bool) []
 	return out
 }
 
-// victimLess orders preemption candidates for a preemptor of queue cq.
-func victimLess(cq *cqState, a, b *wlState) bool {
+// victimCompare orders preemption candidates for a preemptor of queue cq.
+//
+// It is a total order (the key breaks ties), so the sort's result never
+// depends on the input's order; it is a comparison (not a less-than) for
+// slices.SortFunc, which a cycle calls for every preemptor it nominates.
+func victimCompare(cq *cqState, a, b *wlState) int {
 	// Workloads already on their way out cost nothing more.
 	if a.evicting != b.evicting {
-		return a.evicting
+		return first(a.evicting)
 	}
 	aOther, bOther := a.admitted.cq != cq, b.admitted.cq != cq
 	if aOther != bOther {
-		return aOther
+		return first(aOther)
 	}
 	if a.w.Priority != b.w.Priority {
-		return a.w.Priority < b.w.Priority
+		return cmp.Compare(a.w.Priority, b.w.Priority)
 	}
-	if !a.admitted.at.Equal(b.admitted.at) {
-		return a.admitted.at.After(b.admitted.at)
+	if c := b.admitted.at.Compare(a.admitted.at); c != 0 {
+		return c // the most recently admitted first
 	}
-	return a.key < b.key
+	return strings.Compare(a.key, b.key)
+}
+
+// first is the comparison of two items of which the first one has a
+// property (aHas) and the other not, or the other way round.
+func first(aHas bool) int {
+	if aHas {
+		return -1
+	}
+	return 1
 }
 
 // withinAllows reports whether a withinClusterQueue policy lets ws preempt
