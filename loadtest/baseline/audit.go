@@ -232,3 +232,51 @@ func TallyOf(records []Record) Tally {
 	}
 	return t
 }
+
+// Stages is how long workloads spend between transitions, from the times
+// of their events: what holds a Job's quota besides its runtime.
+type Stages struct {
+	// AdmittedToStarted: from an admission to the start of the same
+	// admission (the integration's start).
+	AdmittedToStarted Stats
+	// StartedToFinished: from a workload's last start to its end (the
+	// runtime, the status write, the integration noticing the end).
+	StartedToFinished Stats
+	// FinishedToReleased: from a workload's end to its quota.released.
+	FinishedToReleased Stats
+}
+
+// StagesOf measures the stages over the records (in stream order) and the
+// quota.released records.
+func StagesOf(records, releases []Record) Stages {
+	admitted := map[string]time.Time{} // by workload and admission
+	lastStart := map[string]time.Time{}
+	ended := map[string]time.Time{}
+	var toStart, toEnd, toRelease []time.Duration
+	for _, r := range records {
+		switch r.Transition {
+		case "admitted":
+			admitted[r.Workload+"@"+r.Admission] = r.Time
+		case "started":
+			if t, ok := admitted[r.Workload+"@"+r.Admission]; ok {
+				toStart = append(toStart, r.Time.Sub(t))
+				delete(admitted, r.Workload+"@"+r.Admission)
+			}
+			lastStart[r.Workload] = r.Time
+		case "finished", "deleted":
+			if t, ok := lastStart[r.Workload]; ok {
+				toEnd = append(toEnd, r.Time.Sub(t))
+				delete(lastStart, r.Workload)
+			}
+			ended[r.Workload] = r.Time
+		}
+	}
+	for _, r := range releases {
+		// A release of a stop (before the end) is not the end's release.
+		if t, ok := ended[r.Workload]; ok && !r.Time.Before(t) {
+			toRelease = append(toRelease, r.Time.Sub(t))
+			delete(ended, r.Workload)
+		}
+	}
+	return Stages{AdmittedToStarted: StatsOf(toStart), StartedToFinished: StatsOf(toEnd), FinishedToReleased: StatsOf(toRelease)}
+}

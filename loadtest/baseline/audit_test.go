@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 func TestAudit(t *testing.T) {
@@ -125,5 +127,39 @@ func TestTallyOf(t *testing.T) {
 	want := Tally{PreemptedNotStopped: 1, StoppedNotRunning: 2, RepeatPreempted: 1}
 	if got != want {
 		t.Errorf("got %+v, want %+v", got, want)
+	}
+}
+
+func TestStagesOf(t *testing.T) {
+	at := func(ms int) time.Time {
+		return time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC).Add(time.Duration(ms) * time.Millisecond)
+	}
+	records := []Record{
+		{Workload: "job/ns/a", Transition: "submitted", Time: at(0)},
+		{Workload: "job/ns/a", Transition: "admitted", Admission: "1", Time: at(100)},
+		{Workload: "job/ns/a", Transition: "started", Admission: "1", Time: at(300)},
+		{Workload: "job/ns/a", Transition: "preempted", Admission: "1", Time: at(400)},
+		{Workload: "job/ns/a", Transition: "stopped", Admission: "1", Time: at(500)},
+		{Workload: "job/ns/a", Transition: "admitted", Admission: "2", Time: at(1000)},
+		{Workload: "job/ns/a", Transition: "started", Admission: "2", Time: at(1100)},
+		{Workload: "job/ns/a", Transition: "finished", Time: at(2100)},
+		{Workload: "job/ns/b", Transition: "admitted", Admission: "1", Time: at(0)},
+		{Workload: "job/ns/b", Transition: "started", Admission: "1", Time: at(400)},
+		{Workload: "job/ns/b", Transition: "deleted", Time: at(900)},
+	}
+	releases := []Record{
+		{Workload: "job/ns/a", Transition: "released", Time: at(600)}, // the stop's
+		{Workload: "job/ns/a", Transition: "released", Time: at(2400)},
+		{Workload: "job/ns/b", Transition: "released", Time: at(1000)},
+	}
+	got := StagesOf(records, releases)
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	want := Stages{
+		AdmittedToStarted:  StatsOf([]time.Duration{ms(200), ms(100), ms(400)}),
+		StartedToFinished:  StatsOf([]time.Duration{ms(1000), ms(500)}),
+		FinishedToReleased: StatsOf([]time.Duration{ms(300), ms(100)}),
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("stages (-want +got):\n%s", d)
 	}
 }

@@ -54,6 +54,9 @@ type EventsReport struct {
 	// Tally what else the same walk counted.
 	Order []OrderViolation
 	Tally Tally
+	// Stages is how long the run's Jobs spent between transitions, by the
+	// events' times.
+	Stages Stages
 }
 
 // runJob is a Job of the run as the event reader needs it.
@@ -112,7 +115,7 @@ func readEvents(ctx context.Context, url string, jobs map[string]runJob, settle 
 	rep.DuplicatesByType = map[string]int{}
 	perJob := map[string]int{}
 	finished := map[string]bool{}
-	var records []Record
+	var records, releases []Record
 	handle := func(m jetstream.Msg) {
 		rep.Messages++
 		if md, err := m.Metadata(); err == nil {
@@ -160,6 +163,9 @@ func readEvents(ctx context.Context, url string, jobs map[string]runJob, settle 
 			rep.ByType[key]++
 			perJob[ref.UID]++
 		}
+		if key == "quota.released" {
+			releases = append(releases, Record{Workload: ref.Kind + "/" + ref.Namespace + "/" + ref.Name, Transition: transition, Time: env.Time})
+		}
 		if entity == "workload" {
 			records = append(records, Record{Workload: ref.Kind + "/" + ref.Namespace + "/" + ref.Name, Transition: transition, Time: env.Time,
 				Admission: refs.Admission})
@@ -189,13 +195,13 @@ func readEvents(ctx context.Context, url string, jobs map[string]runJob, settle 
 			select {
 			case m, ok := <-msgs:
 				if !ok {
-					return finish(&rep, perJob, jobs, finished, records), errors.New("the ordered consumer stopped")
+					return finish(&rep, perJob, jobs, finished, records, releases), errors.New("the ordered consumer stopped")
 				}
 				handle(m)
 			case <-time.After(10 * time.Second):
-				return finish(&rep, perJob, jobs, finished, records), fmt.Errorf("no message for 10s at sequence %d of %d", rep.LastSeq, target)
+				return finish(&rep, perJob, jobs, finished, records, releases), fmt.Errorf("no message for 10s at sequence %d of %d", rep.LastSeq, target)
 			case <-ctx.Done():
-				return finish(&rep, perJob, jobs, finished, records), ctx.Err()
+				return finish(&rep, perJob, jobs, finished, records, releases), ctx.Err()
 			}
 		}
 		if deadline.IsZero() {
@@ -213,13 +219,13 @@ func readEvents(ctx context.Context, url string, jobs map[string]runJob, settle 
 		select {
 		case <-time.After(500 * time.Millisecond):
 		case <-ctx.Done():
-			return finish(&rep, perJob, jobs, finished, records), ctx.Err()
+			return finish(&rep, perJob, jobs, finished, records, releases), ctx.Err()
 		}
 	}
-	return finish(&rep, perJob, jobs, finished, records), nil
+	return finish(&rep, perJob, jobs, finished, records, releases), nil
 }
 
-func finish(rep *EventsReport, perJob map[string]int, jobs map[string]runJob, finished map[string]bool, records []Record) EventsReport {
+func finish(rep *EventsReport, perJob map[string]int, jobs map[string]runJob, finished map[string]bool, records, releases []Record) EventsReport {
 	n, total := 0, 0
 	rep.PerJobMin = -1
 	for uid, j := range jobs {
@@ -245,6 +251,7 @@ func finish(rep *EventsReport, perJob map[string]int, jobs map[string]runJob, fi
 	}
 	rep.PerJobMin = max(rep.PerJobMin, 0)
 	rep.Order = Audit(records)
+	rep.Stages = StagesOf(records, releases)
 	rep.Tally = TallyOf(records)
 	return *rep
 }

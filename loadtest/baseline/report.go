@@ -87,6 +87,9 @@ func (r *Result) Print(w io.Writer) {
 			fmt.Fprintf(w, " %s %d;", k, e.Other[k])
 		}
 		fmt.Fprintln(w)
+		fmt.Fprintf(w, "    stages: admitted → started %s\n", e.Stages.AdmittedToStarted)
+		fmt.Fprintf(w, "            started → finished %s\n", e.Stages.StartedToFinished)
+		fmt.Fprintf(w, "            finished → quota released %s\n", e.Stages.FinishedToReleased)
 		fmt.Fprintf(w, "    preempted but finished without a stop %d, stopped while not started %d, repeated preempted %d\n",
 			e.Tally.PreemptedNotStopped, e.Tally.StoppedNotRunning, e.Tally.RepeatPreempted)
 		fmt.Fprintf(w, "    re-sent events (same id, same data) %d %v, id collisions (same id, other data) %d, undecodable %d, order violations %d\n",
