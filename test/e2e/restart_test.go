@@ -54,8 +54,11 @@ func TestCrashAndRestartLosesNothing(t *testing.T) {
 			if err := waitWebhook(30 * time.Second); err != nil {
 				t.Fatal(err)
 			}
-			// A restarted process says when it is ready again.
-			if err := waitReady(30 * time.Second); err != nil {
+			// A restarted process says when it is ready again: its
+			// integrations list and watch every kind and read the
+			// buckets, which on a machine busy with the rest of the suite
+			// has taken longer than 30 s.
+			if err := waitReady(90 * time.Second); err != nil {
 				t.Fatal(err)
 			}
 		}
