@@ -317,11 +317,7 @@ func (s *Service) Run(ctx context.Context) error {
 			}
 			if len(s.unsent) > 0 {
 				if err := s.retry(ctx); err != nil {
-					ev := s.log.Warn()
-					if errors.Is(err, ErrEndNotAnnounced) {
-						ev = s.log.Debug() // waiting, not failing
-					}
-					ev.Err(err).Int("unsent", len(s.unsent)).Msg("events still not published")
+					s.log.Warn().Err(err).Int("unsent", len(s.unsent)).Msg("events still not published")
 				}
 			}
 			if now := s.clock(); now.Sub(s.lastFlush) >= time.Second {
@@ -932,9 +928,6 @@ type outgoing struct {
 func (s *Service) send(ctx context.Context, o outgoing) error {
 	if err := s.publishOne(ctx, o); err != nil {
 		s.unsent = append(s.unsent, o)
-		if errors.Is(err, ErrEndNotAnnounced) {
-			return nil // a wait, not a failure: the next tick sends it
-		}
 		return err
 	}
 	return nil
@@ -942,9 +935,7 @@ func (s *Service) send(ctx context.Context, o outgoing) error {
 
 func (s *Service) publishOne(ctx context.Context, o outgoing) error {
 	if len(o.endsFirst) > 0 {
-		// Checked once: a tick never waits for an integration that is
-		// down (it announces the end again when it is back).
-		if err := s.awaitEnds(ctx, o.endsFirst, 0); err != nil {
+		if err := s.awaitEnds(ctx, o.endsFirst); err != nil {
 			return err
 		}
 	}
@@ -982,11 +973,9 @@ func (s *Service) publishOne(ctx context.Context, o outgoing) error {
 }
 
 // Bounds of the wait for the end of a job whose quota was taken: the
-// integration announces the end right after it deletes the record, so a
-// cycle waits a little for it, and otherwise keeps the admission for a
-// later tick rather than hold up every other decision.
+// integration announces the end right after it deletes the record.
 const (
-	endWait = 200 * time.Millisecond
+	endWait = 2 * time.Second
 	endPoll = 5 * time.Millisecond
 )
 
@@ -994,13 +983,12 @@ const (
 // admission that took its quota is announced on a later tick.
 var ErrEndNotAnnounced = errors.New("the end of a job whose quota was taken is not announced yet")
 
-// awaitEnds waits, for at most wait, until the end of each job is stored
-// on the stream.
-func (s *Service) awaitEnds(ctx context.Context, refs []events.WorkloadRef, wait time.Duration) error {
+// awaitEnds waits until the end of each job is stored on the stream.
+func (s *Service) awaitEnds(ctx context.Context, refs []events.WorkloadRef) error {
 	if s.stream == nil {
 		return nil
 	}
-	deadline := time.Now().Add(wait)
+	deadline := time.Now().Add(endWait)
 	for _, ref := range refs {
 		for {
 			ok, err := workloads.EndAnnounced(ctx, s.stream, ref)
@@ -1119,7 +1107,7 @@ func (s *Service) publish(ctx context.Context, ds []engine.Decision, lost map[st
 			if refs := ends[treeKey]; len(refs) > 0 && !endsSeen[treeKey] {
 				// Once per tree and cycle; an admission published later
 				// (retried) checks again.
-				if err := s.awaitEnds(ctx, refs, endWait); err != nil {
+				if err := s.awaitEnds(ctx, refs); err != nil {
 					o.endsFirst = refs
 				} else {
 					endsSeen[treeKey] = true

@@ -244,9 +244,9 @@ func (h *harness) end(name string) {
 	if err := h.wls.Delete(h.ctx, workloads.Key(ref(name))); err != nil {
 		h.t.Fatalf("delete record %s: %v", name, err)
 	}
-	// Later than the admission service waits in its cycle: the admission
-	// that takes its quota is announced on a later tick, once the end is.
-	time.Sleep(300 * time.Millisecond)
+	// The admission that takes its quota waits for the end's
+	// announcement, however late.
+	time.Sleep(100 * time.Millisecond)
 	ev := events.WorkloadFinishedV1{Workload: ref(name), ClusterQueue: "cq", Succeeded: true}
 	if err := bus.NewPublisher(h.js, events.Source("integration")).Publish(h.ctx, ev, events.ID(ev.Type(), ev.Workload.UID)); err != nil {
 		h.t.Fatalf("announce the end of %s: %v", name, err)
