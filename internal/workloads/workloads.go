@@ -74,24 +74,3 @@ func Announced(ctx context.Context, s LastMsgReader, w events.WorkloadRef, admis
 	}
 	return msg.Header.Get(jetstream.MsgIDHeader) == AdmittedID(w, admission), nil
 }
-
-// EndAnnounced reports whether the end of workload w (its finished or
-// deleted event) is stored on the stream. The admission service asks
-// before it announces an admission that took the quota of a job whose end
-// it learned from the records, so that on the stream no admission comes
-// before the end of the job whose quota it took.
-func EndAnnounced(ctx context.Context, s LastMsgReader, w events.WorkloadRef) (bool, error) {
-	for _, typ := range []string{events.TypeWorkloadFinishedV1, events.TypeWorkloadDeletedV1} {
-		msg, err := s.GetLastMsgForSubject(ctx, events.WorkloadSubject(typ, w))
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue
-		}
-		if err != nil {
-			return false, fmt.Errorf("read the end announced for %s: %w", EngineKey(w), err)
-		}
-		if msg.Header.Get(jetstream.MsgIDHeader) == events.ID(typ, w.UID) {
-			return true, nil
-		}
-	}
-	return false, nil
-}

@@ -818,9 +818,6 @@ func (s *Service) cycle(ctx context.Context) error {
 		byKey[k] = append(byKey[k], d)
 	}
 	lost := map[string]bool{}
-	// ends are, by ledger key, the ended jobs a write dropped: their ends
-	// are announced before the admissions that took their quota.
-	ends := map[string][]events.WorkloadRef{}
 	keys := make([]string, 0, len(byKey))
 	for k := range byKey {
 		keys = append(keys, k)
@@ -853,13 +850,6 @@ func (s *Service) cycle(ctx context.Context) error {
 			next.Reservations[d.Key] = s.reservation(d, now)
 		}
 		rev, err := ledger.Write(ctx, s.kv, k, prev.Revision, next)
-		if err == nil {
-			for _, wk := range dropped {
-				if kind, ns, name, ok := splitKey(wk); ok && prev.Entry.Reservations[wk].UID != "" {
-					ends[k] = append(ends[k], events.WorkloadRef{Kind: kind, Namespace: ns, Name: name, UID: prev.Entry.Reservations[wk].UID})
-				}
-			}
-		}
 		if err != nil {
 			// Another replica moved first, or the write failed: undo and
 			// decide again once the watcher shows the ledger as it is.
@@ -884,7 +874,7 @@ func (s *Service) cycle(ctx context.Context) error {
 			delete(s.ended, wk)
 		}
 	}
-	return s.publish(ctx, decisions, lost, ends)
+	return s.publish(ctx, decisions, lost)
 }
 
 // reservation is what the ledger records of an admission: enough to
@@ -918,9 +908,6 @@ type outgoing struct {
 	admitted *events.WorkloadAdmittedV1
 	// requeue is stored with the stop of a PodsReadyTimeout eviction.
 	requeue *fence.Requeue
-	// endsFirst are jobs whose quota this admission took once they ended:
-	// their ends must be on the stream before it is announced.
-	endsFirst []events.WorkloadRef
 }
 
 // send publishes an event, or keeps it for the next tick if that fails:
@@ -934,11 +921,6 @@ func (s *Service) send(ctx context.Context, o outgoing) error {
 }
 
 func (s *Service) publishOne(ctx context.Context, o outgoing) error {
-	if len(o.endsFirst) > 0 {
-		if err := s.awaitEnds(ctx, o.endsFirst); err != nil {
-			return err
-		}
-	}
 	if o.ended != "" && !s.recordExists(ctx, o.ended) {
 		s.log.Info().Str("workload", o.ended).Msg("admission not announced: the job ended meanwhile")
 		return nil
@@ -970,45 +952,6 @@ func (s *Service) publishOne(ctx context.Context, o outgoing) error {
 		}
 	}
 	return s.pub.Publish(ctx, o.ev, o.id)
-}
-
-// Bounds of the wait for the end of a job whose quota was taken: the
-// integration announces the end right after it deletes the record.
-const (
-	endWait = 2 * time.Second
-	endPoll = 5 * time.Millisecond
-)
-
-// ErrEndNotAnnounced: an ended job's end is not on the stream yet; the
-// admission that took its quota is announced on a later tick.
-var ErrEndNotAnnounced = errors.New("the end of a job whose quota was taken is not announced yet")
-
-// awaitEnds waits until the end of each job is stored on the stream.
-func (s *Service) awaitEnds(ctx context.Context, refs []events.WorkloadRef) error {
-	if s.stream == nil {
-		return nil
-	}
-	deadline := time.Now().Add(endWait)
-	for _, ref := range refs {
-		for {
-			ok, err := workloads.EndAnnounced(ctx, s.stream, ref)
-			if err != nil {
-				return err
-			}
-			if ok {
-				break
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("%w: %s", ErrEndNotAnnounced, workloads.EngineKey(ref))
-			}
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(endPoll):
-			}
-		}
-	}
-	return nil
 }
 
 // retry publishes what failed before, in order, keeping what fails again.
@@ -1078,13 +1021,12 @@ func splitKey(key string) (kind, ns, name string, ok bool) {
 // requests go first and pending reasons last: an integration starts a job
 // only once its admission is announced, and a cycle may also have
 // thousands of pending reasons to tell.
-func (s *Service) publish(ctx context.Context, ds []engine.Decision, lost map[string]bool, ends map[string][]events.WorkloadRef) error {
+func (s *Service) publish(ctx context.Context, ds []engine.Decision, lost map[string]bool) error {
 	var errs []error
 	admitted := 0
 	defer func() { s.metrics.cycleAdmitted.Observe(float64(admitted)) }()
 	preemptions := map[string]*events.PreemptionRequestedV1{}
 	var order []string
-	endsSeen := map[string]bool{}
 	for _, d := range ds {
 		w := s.wls[d.Key]
 		if w == nil {
@@ -1093,8 +1035,7 @@ func (s *Service) publish(ctx context.Context, ds []engine.Decision, lost map[st
 		ref := w.Workload
 		switch d.Kind {
 		case engine.KindAdmitted:
-			treeKey := ledger.Key(s.eng.TreeOf(d.ClusterQueue))
-			if lost[treeKey] {
+			if lost[ledger.Key(s.eng.TreeOf(d.ClusterQueue))] {
 				continue
 			}
 			delete(s.told, d.Key) // a reason after this admission is news
@@ -1103,18 +1044,8 @@ func (s *Service) publish(ctx context.Context, ds []engine.Decision, lost map[st
 			s.metrics.admitted.WithLabelValues(d.ClusterQueue).Inc()
 			s.metrics.waitTime.WithLabelValues(d.ClusterQueue).Observe(max(0, r.AdmittedAt.Sub(w.CreationTime).Seconds()))
 			ev := admittedOf(ref, r)
-			o := outgoing{ev: ev, id: workloads.AdmittedID(ref, r.Admission()), ended: d.Key}
-			if refs := ends[treeKey]; len(refs) > 0 && !endsSeen[treeKey] {
-				// Once per tree and cycle; an admission published later
-				// (retried) checks again.
-				if err := s.awaitEnds(ctx, refs); err != nil {
-					o.endsFirst = refs
-				} else {
-					endsSeen[treeKey] = true
-				}
-			}
 			actx, span := s.traceAdmission(ctx, w, d, r.Admission(), r.AdmittedAt)
-			errs = append(errs, s.send(actx, o))
+			errs = append(errs, s.send(actx, outgoing{ev: ev, id: workloads.AdmittedID(ref, r.Admission()), ended: d.Key}))
 			span.End()
 		case engine.KindEvicted:
 			// Like a preemption, a drain is fenced: once announced, the

@@ -236,71 +236,23 @@ func (h *harness) release(name string) {
 	}
 }
 
-// end deletes the record and, after a pause, announces the job's end, as
-// the job integration does for a finished job; quota accounting does not
-// release it yet.
+// end deletes the record, as the job integration does for a finished job,
+// and nothing more: quota accounting has not released it yet.
 func (h *harness) end(name string) {
 	h.t.Helper()
 	if err := h.wls.Delete(h.ctx, workloads.Key(ref(name))); err != nil {
 		h.t.Fatalf("delete record %s: %v", name, err)
 	}
-	// The admission that takes its quota waits for the end's
-	// announcement, however late.
-	time.Sleep(100 * time.Millisecond)
-	ev := events.WorkloadFinishedV1{Workload: ref(name), ClusterQueue: "cq", Succeeded: true}
-	if err := bus.NewPublisher(h.js, events.Source("integration")).Publish(h.ctx, ev, events.ID(ev.Type(), ev.Workload.UID)); err != nil {
-		h.t.Fatalf("announce the end of %s: %v", name, err)
-	}
-}
-
-// announcedAfter checks that on the stream, the admission of later comes
-// after the end (finished) of earlier.
-func announcedAfter(later, earlier string) step {
-	return step{fmt.Sprintf("%s admitted after %s finished", later, earlier), func(h *harness) {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		end, adm := -1, -1
-		for i, env := range h.evs {
-			switch {
-			case env.Type == events.TypeWorkloadFinishedV1 && strings.HasSuffix(env.Subject, "/"+earlier):
-				end = i
-			case env.Type == events.TypeWorkloadAdmittedV1 && strings.HasSuffix(env.Subject, "/"+later) && adm < 0:
-				adm = i
-			}
-		}
-		if end < 0 || adm < 0 || adm < end {
-			var seen []string
-			for _, env := range h.evs {
-				seen = append(seen, env.Type+" "+env.Subject)
-			}
-			h.t.Errorf("on the stream: %s finished at %d, %s admitted at %d; want the end first: %v", earlier, end, later, adm, seen)
-		}
-	}}
 }
 
 // finish deletes the record, as the job integration does for a finished
 // job, then releases the reservation, as quota accounting does next.
 func (h *harness) finish(name string) {
 	h.t.Helper()
-	h.announceEnd(name)
-	// The admission service may have dropped it already, in the write that
-	// booked what took its quota.
-	if _, _, err := ledger.Release(h.ctx, h.led, key(name)); err != nil {
-		h.t.Fatalf("Release(%s): %v", name, err)
-	}
-}
-
-// announceEnd deletes the record and announces the job's end, as the job
-// integration does.
-func (h *harness) announceEnd(name string) {
-	h.t.Helper()
 	if err := h.wls.Delete(h.ctx, workloads.Key(ref(name))); err != nil {
 		h.t.Fatalf("delete record %s: %v", name, err)
 	}
-	ev := events.WorkloadFinishedV1{Workload: ref(name), ClusterQueue: "cq", Succeeded: true}
-	if err := bus.NewPublisher(h.js, events.Source("integration")).Publish(h.ctx, ev, events.ID(ev.Type(), ev.Workload.UID)); err != nil {
-		h.t.Fatalf("announce the end of %s: %v", name, err)
-	}
+	h.release(name)
 }
 
 // --- observations ---
@@ -578,7 +530,6 @@ func TestAdmission(t *testing.T) {
 				// write that books b drops a's reservation.
 				ledgerIs(map[string]int32{"b": 2}),
 				admitted("b", 2),
-				announcedAfter("b", "a"),
 				submit("c", "main", 0, 2, "1"),
 				ledgerIs(map[string]int32{"b": 2, "c": 2}),
 				submit("d", "main", 0, 1, "1"),
@@ -961,12 +912,10 @@ func TestFinishedWorkloadIsNotAdmittedAgain(t *testing.T) {
 		s.do(h)
 	}
 	first := h.reservations()[key("a")]
-	h.announceEnd("a")
-	// Quota accounting, on the finished event (unless admission dropped
-	// it when it booked b).
-	if _, _, err := ledger.Release(h.ctx, h.led, key("a")); err != nil {
+	if err := h.wls.Delete(h.ctx, workloads.Key(ref("a"))); err != nil { // the job integration, before publishing
 		t.Fatal(err)
 	}
+	h.release("a") // quota accounting, on the finished event
 	readmitted := within(time.Second, func() bool {
 		_, ok := h.reservations()[key("a")]
 		return ok
