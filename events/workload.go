@@ -338,11 +338,9 @@ func (e WorkloadFinishedV1) CESubject() string { return e.Workload.String() }
 func (e WorkloadFinishedV1) Validate() error { return e.Workload.Validate() }
 
 // WorkloadDeletedV1: the job object is gone; any reservation it held is to be
-// released and its workload forgotten. ClusterQueue is the queue it held a
-// reservation in, empty if none (or from senders before the field existed).
+// released and its workload forgotten.
 type WorkloadDeletedV1 struct {
-	Workload     WorkloadRef `json:"workload"`
-	ClusterQueue string      `json:"clusterQueue,omitempty"`
+	Workload WorkloadRef `json:"workload"`
 }
 
 // Type implements Event.

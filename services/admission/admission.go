@@ -92,12 +92,7 @@ type Service struct {
 	// ledger is the last seen entry of each ledger key, with its revision.
 	ledger map[string]ledger.Versioned
 	// held maps a workload to the ledger key holding its reservation.
-	held map[string]string
-	// ended are the workloads whose record was deleted while the ledger
-	// still holds their reservation (by UID): their job ended, so their
-	// quota is not booked again, and the next write of their tree drops
-	// them.
-	ended   map[string]string
+	held    map[string]string
 	kv      ledger.KV
 	wlKV    jetstream.KeyValue
 	fenceKV fence.KV
@@ -160,7 +155,6 @@ func New(cfg Config, js jetstream.JetStream, pub Publisher, opts ...Option) (*Se
 		queued:    map[string]*queuedTrace{},
 		ledger:    map[string]ledger.Versioned{},
 		held:      map[string]string{},
-		ended:     map[string]string{},
 		fences:    map[string]fence.State{},
 		unapplied: map[string]bool{},
 		queries:   make(chan func()),
@@ -434,24 +428,10 @@ func (s *Service) applyWorkload(e jetstream.KeyValueEntry) {
 	s.dirty = true
 	key := workloads.EngineKeyFromKV(e.Key())
 	if e.Operation() != jetstream.KeyValuePut {
-		w := s.wls[key]
 		delete(s.wls, key)
 		delete(s.told, key)
 		delete(s.queued, key)
-		_, held := s.held[key]
-		if held && w != nil && s.synced.IsOpen() {
-			// The integration deletes a record only once its job ended
-			// (finished, or its object is gone): its quota is free from
-			// now on, as in Kueue. The ledger keeps the reservation until
-			// quota accounting releases it, or until this service books
-			// other workloads in its tree, with the same write that drops
-			// it: waiting for the release would hold the quota one more
-			// hop.
-			s.ended[key] = w.Workload.UID
-			_ = s.eng.Remove(key)
-			return
-		}
-		if held || !s.synced.IsOpen() {
+		if _, held := s.held[key]; held || !s.synced.IsOpen() {
 			// Its quota stays booked until the ledger lets go of it.
 			return
 		}
@@ -590,9 +570,6 @@ func (s *Service) bookLedger() {
 		if s.eng.IsAdmitted(wk) {
 			return
 		}
-		if s.jobEnded(wk, r) {
-			return // its job ended: the release is on its way
-		}
 		var err error
 		if s.eng.Known(wk) {
 			err = s.eng.Admit(wk, r.ClusterQueue, r.PodSets, r.AdmittedAt)
@@ -606,13 +583,6 @@ func (s *Service) bookLedger() {
 			s.log.Error().Err(err).Str("workload", wk).Str("queue", r.ClusterQueue).Msg("cannot book a reservation from the ledger")
 		}
 	})
-}
-
-// jobEnded reports whether a reservation's job ended: its record was
-// deleted while the ledger held it.
-func (s *Service) jobEnded(wk string, r ledger.Reservation) bool {
-	uid, ok := s.ended[wk]
-	return ok && (r.UID == "" || r.UID == uid)
 }
 
 // eachReservation calls f for every reservation in the ledger mirror, in
@@ -716,7 +686,6 @@ func (s *Service) setLedger(ctx context.Context, key string, prev, next ledger.V
 		}
 		if s.held[wk] == key {
 			delete(s.held, wk)
-			delete(s.ended, wk)
 		}
 		if !s.synced.IsOpen() {
 			continue
@@ -835,15 +804,7 @@ func (s *Service) cycle(ctx context.Context) error {
 			continue
 		}
 		next := ledger.Entry{Reservations: map[string]ledger.Reservation{}}
-		var dropped []string
 		for wk, r := range prev.Entry.Reservations {
-			if s.jobEnded(wk, r) {
-				// Released by the same write that books what took its
-				// quota, so that no revision of the ledger books more
-				// than the quota.
-				dropped = append(dropped, wk)
-				continue
-			}
 			next.Reservations[wk] = r
 		}
 		for _, d := range byKey[k] {
@@ -868,10 +829,6 @@ func (s *Service) cycle(ctx context.Context) error {
 		s.ledger[k] = ledger.Versioned{Entry: next, Revision: rev}
 		for _, d := range byKey[k] {
 			s.held[d.Key] = k
-		}
-		for _, wk := range dropped {
-			delete(s.held, wk)
-			delete(s.ended, wk)
 		}
 	}
 	return s.publish(ctx, decisions, lost)

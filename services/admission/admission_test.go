@@ -236,15 +236,6 @@ func (h *harness) release(name string) {
 	}
 }
 
-// end deletes the record, as the job integration does for a finished job,
-// and nothing more: quota accounting has not released it yet.
-func (h *harness) end(name string) {
-	h.t.Helper()
-	if err := h.wls.Delete(h.ctx, workloads.Key(ref(name))); err != nil {
-		h.t.Fatalf("delete record %s: %v", name, err)
-	}
-}
-
 // finish deletes the record, as the job integration does for a finished
 // job, then releases the reservation, as quota accounting does next.
 func (h *harness) finish(name string) {
@@ -363,10 +354,6 @@ func reprioritize(name string, priority int32) step {
 
 func release(name string) step {
 	return step{"release " + name + " (stopped: record kept)", func(h *harness) { h.release(name) }}
-}
-
-func end(name string) step {
-	return step{"end " + name + " (record deleted, reservation not released yet)", func(h *harness) { h.end(name) }}
 }
 
 func finish(name string) step {
@@ -515,25 +502,6 @@ func TestAdmission(t *testing.T) {
 				finish("a"),
 				ledgerIs(map[string]int32{"b": 2}),
 				admitted("b", 2),
-			},
-		},
-		{
-			name:  "a job that ended frees its quota before quota accounting releases it",
-			quota: "4",
-			steps: []step{
-				submit("a", "main", 0, 4, "1"),
-				ledgerIs(map[string]int32{"a": 4}),
-				submit("b", "main", 0, 2, "1"),
-				pending("b", "cq", "pod set main: insufficient unused quota for cpu in flavor default: requested 2, available 0"),
-				end("a"),
-				// b is admitted before quota accounting releases a: the
-				// write that books b drops a's reservation.
-				ledgerIs(map[string]int32{"b": 2}),
-				admitted("b", 2),
-				submit("c", "main", 0, 2, "1"),
-				ledgerIs(map[string]int32{"b": 2, "c": 2}),
-				submit("d", "main", 0, 1, "1"),
-				pending("d", "cq", "pod set main: insufficient unused quota for cpu in flavor default: requested 1, available 0"),
 			},
 		},
 		{

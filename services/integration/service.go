@@ -1115,7 +1115,7 @@ func (s *Service) gone(ctx context.Context, rk string, rec *events.WorkloadSubmi
 // endEvent is the announcement of a workload's end and its id.
 func endEvent(w events.WorkloadRef, end *fence.End) (events.Event, string) {
 	if end.Deleted {
-		ev := events.WorkloadDeletedV1{Workload: w, ClusterQueue: end.ClusterQueue}
+		ev := events.WorkloadDeletedV1{Workload: w}
 		return ev, events.ID(ev.Type(), w.UID)
 	}
 	ev := events.WorkloadFinishedV1{Workload: w, ClusterQueue: end.ClusterQueue, Succeeded: end.Succeeded, Message: end.Message}

@@ -150,7 +150,7 @@ func (s *Service) handle(ctx context.Context, led ledger.KV, env events.Envelope
 		if err := env.As(&e); err != nil {
 			return fmt.Errorf("%w: %v", bus.ErrPoison, err)
 		}
-		ref, cq = e.Workload, e.ClusterQueue
+		ref = e.Workload
 	default:
 		return fmt.Errorf("%w: unexpected event type %s", bus.ErrPoison, env.Type)
 	}
@@ -172,13 +172,6 @@ func (s *Service) release(ctx context.Context, led ledger.KV, ref events.Workloa
 		return err // transient: redelivered with backoff
 	}
 	if !released {
-		if cq == "" && admission == "" && lastCQ != "" && ref.UID != "" {
-			// The job ended and no tree holds it: the admission service
-			// dropped it when it booked what took its quota. Its release
-			// is announced all the same (the same id as a release here).
-			ev := events.QuotaReleasedV1{Workload: ref, ClusterQueue: lastCQ}
-			return s.pub.Publish(ctx, ev, events.ID(ev.Type(), ref.UID, lastCQ))
-		}
 		s.log.Debug().Str("workload", key).Str("admission", admission).Msg("no matching reservation: released before")
 		return nil
 	}

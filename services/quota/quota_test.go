@@ -210,17 +210,7 @@ func TestReleases(t *testing.T) {
 			wantHeld:     []string{"b"},
 			wantReleased: []string{"a", "c"},
 		},
-		{name: "a workload that never held quota", events: []events.Event{events.WorkloadFinishedV1{Workload: ref("nobody"), Succeeded: true}},
-			wantHeld: []string{"a", "b", "c"}},
-		{
-			// The admission service dropped the reservation of a job that
-			// ended when it booked another in the same write: the release
-			// is announced all the same, for the queue the end names.
-			name:         "an end whose reservation is gone already",
-			events:       []events.Event{finished("dropped"), events.WorkloadDeletedV1{Workload: ref("gone"), ClusterQueue: "cq"}},
-			wantHeld:     []string{"a", "b", "c"},
-			wantReleased: []string{"dropped", "gone"},
-		},
+		{name: "a workload holding nothing", events: []events.Event{finished("nobody")}, wantHeld: []string{"a", "b", "c"}},
 		{
 			name:     "a stop of an earlier admission leaves the current one booked",
 			events:   []events.Event{stoppedFrom("b", "2025-06-07T08:00:00Z")},
