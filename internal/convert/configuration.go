@@ -5,8 +5,6 @@ import (
 	"sort"
 	"strings"
 
-	"sigs.k8s.io/yaml"
-
 	"github.com/sluice-dev/sluice/api/v1beta1"
 	"github.com/sluice-dev/sluice/internal/queueconfig"
 )
@@ -71,14 +69,5 @@ func convertConfiguration(loc string, obj map[string]any, opts Options) ([]byte,
 		warnings = append(warnings, fmt.Sprintf("dropped %s: %s: settings of Kueue's own process (Sluice's services take flags)", loc, strings.Join(process, ", ")))
 	}
 	obj["apiVersion"], obj["kind"] = v1beta1.GroupVersion.String(), "Configuration"
-	more, err := dropUnknown(loc, obj, func() any { return &configuration{} }, opts)
-	if err != nil {
-		return nil, nil, err
-	}
-	warnings = append(warnings, more...)
-	out, err := yaml.Marshal(obj)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", loc, err)
-	}
-	return out, warnings, nil
+	return finish(loc, obj, func() any { return &configuration{} }, opts, warnings)
 }

@@ -171,6 +171,12 @@ func convertDoc(loc string, doc []byte, opts Options) ([]byte, []string, error) 
 		warnings = append(warnings, "dropped "+err.Error())
 	}
 	// Anything else Sluice's type lacks is unsupported too.
+	return finish(loc, obj, newType, opts, warnings)
+}
+
+// finish refuses or drops what Sluice's type lacks (dropUnknown) and
+// writes the converted object.
+func finish(loc string, obj map[string]any, newType func() any, opts Options, warnings []string) ([]byte, []string, error) {
 	more, err := dropUnknown(loc, obj, newType, opts)
 	if err != nil {
 		return nil, nil, err
