@@ -133,7 +133,12 @@ func (c *common) reader() (*nats.Conn, jetstream.JetStream, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	nc, err := natsconn.Connect(cfg, "sluice-reader")
+	return connectJS(cfg, "sluice-reader")
+}
+
+// connectJS opens a NATS connection as client and its JetStream context.
+func connectJS(cfg natsconn.Config, client string) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := natsconn.Connect(cfg, client)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -136,13 +136,8 @@ func (c *common) connect(ctx context.Context, name string) (*nats.Conn, jetstrea
 	if c.replicas < 1 || c.replicas > 5 {
 		return nil, nil, usageError{fmt.Errorf("--replicas %d: must be 1 to 5", c.replicas)}
 	}
-	nc, err := natsconn.Connect(cfg, "sluice-"+name)
+	nc, js, err := connectJS(cfg, "sluice-"+name)
 	if err != nil {
-		return nil, nil, err
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
 		return nil, nil, err
 	}
 	if c.setup {
