@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -16,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluice-dev/sluice/events"
+	"github.com/sluice-dev/sluice/internal/engine"
 )
 
 // Span names. RootName is the workload's root span: its job's admission
@@ -70,6 +72,19 @@ func rootSpanID(uid string) trace.SpanID {
 	var id trace.SpanID
 	copy(id[:], h[:])
 	return id
+}
+
+// Flavors is the sluice.flavors attribute of an assignment:
+// "podset:resource=flavor", sorted.
+func Flavors(ps []engine.PodSetAssignment) attribute.KeyValue {
+	var out []string
+	for _, p := range ps {
+		for r, f := range p.Flavors {
+			out = append(out, p.Name+":"+r+"="+f)
+		}
+	}
+	sort.Strings(out)
+	return AttrFlavors.StringSlice(out)
 }
 
 // WorkloadName is the sluice.workload attribute: kind/namespace/name.

@@ -100,7 +100,7 @@ func (s *Service) traceAdmission(ctx context.Context, w *events.WorkloadSubmitte
 		tracing.AttrCycle.Int64(s.cycles),
 		tracing.AttrClusterQueue.String(d.ClusterQueue),
 		tracing.AttrAdmission.String(admission),
-		tracing.AttrFlavors.StringSlice(flavorList(d.PodSets)),
+		tracing.Flavors(d.PodSets),
 		tracing.AttrBorrowing.Bool(s.eng.Borrowing(d.Key)),
 		tracing.AttrPreemptions.Int(q.preemptions)))
 }
@@ -110,16 +110,4 @@ func (s *Service) traceEviction(ctx context.Context, ref events.WorkloadRef, d e
 	return s.tracer.Start(ctx, ref, tracing.SpanEvict, trace.WithAttributes(
 		tracing.AttrClusterQueue.String(d.ClusterQueue), tracing.AttrReason.String(d.Reason),
 		tracing.AttrAdmission.String(admission), tracing.AttrCycle.Int64(s.cycles)))
-}
-
-// flavorList renders an assignment as "podset:resource=flavor", sorted.
-func flavorList(ps []engine.PodSetAssignment) []string {
-	var out []string
-	for _, p := range ps {
-		for r, f := range p.Flavors {
-			out = append(out, p.Name+":"+r+"="+f)
-		}
-	}
-	sort.Strings(out)
-	return out
 }

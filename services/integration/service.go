@@ -1273,15 +1273,8 @@ func (s *Service) tracer(kind string) *tracing.Tracer {
 
 // startSpan starts the start span of an admission.
 func (s *Service) startSpan(ctx context.Context, rec *events.WorkloadSubmittedV1, r ledger.Reservation) (context.Context, trace.Span) {
-	var flavors []string
-	for _, ps := range r.PodSets {
-		for res, f := range ps.Flavors {
-			flavors = append(flavors, ps.Name+":"+res+"="+f)
-		}
-	}
-	sort.Strings(flavors)
 	return s.tracer(rec.Workload.Kind).Start(ctx, rec.Workload, tracing.SpanStart, trace.WithAttributes(
-		tracing.AttrClusterQueue.String(r.ClusterQueue), tracing.AttrAdmission.String(r.Admission()), tracing.AttrFlavors.StringSlice(flavors)))
+		tracing.AttrClusterQueue.String(r.ClusterQueue), tracing.AttrAdmission.String(r.Admission()), tracing.Flavors(r.PodSets)))
 }
 
 // endSpan ends a span, marking it failed by err.
