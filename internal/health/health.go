@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -107,14 +108,44 @@ func (p *Probe) serve(withReady bool) http.HandlerFunc {
 }
 
 // Gate is a readiness condition a service opens once, when it has synced.
+// A gate may also name the parts it still waits for (Wait, Loaded), so a
+// probe that stays unready says which watch or cache holds it back.
 type Gate struct {
-	open atomic.Bool
-	what string
+	open    atomic.Bool
+	what    string
+	mu      sync.Mutex
+	waiting []string
 }
 
 // NewGate returns a closed gate; what says what it waits for ("watches
 // not synced").
 func NewGate(what string) *Gate { return &Gate{what: what} }
+
+// Wait adds parts the gate waits for; they are named by Check until
+// Loaded is called for each.
+func (g *Gate) Wait(parts ...string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, p := range parts {
+		if !slices.Contains(g.waiting, p) {
+			g.waiting = append(g.waiting, p)
+		}
+	}
+}
+
+// Loaded marks one part as no longer waited for.
+func (g *Gate) Loaded(part string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.waiting = slices.DeleteFunc(g.waiting, func(p string) bool { return p == part })
+}
+
+// Waiting lists the parts still waited for, in the order they were added.
+func (g *Gate) Waiting() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.waiting)
+}
 
 // Open marks the condition met.
 func (g *Gate) Open() { g.open.Store(true) }
@@ -126,6 +157,9 @@ func (g *Gate) IsOpen() bool { return g.open.Load() }
 func (g *Gate) Check() error {
 	if g.IsOpen() {
 		return nil
+	}
+	if w := g.Waiting(); len(w) > 0 {
+		return fmt.Errorf("%s (waiting for %s)", g.what, strings.Join(w, ", "))
 	}
 	return errors.New(g.what)
 }

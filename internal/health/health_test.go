@@ -41,6 +41,8 @@ func TestProbe(t *testing.T) {
 		{"alive while not ready", nil, "/healthz", 200, "ok"},
 		{"not ready names every failing check", nil, "/readyz", 503, "nats: not connected\nservice: watches not synced"},
 		{"connected but not synced", func() { connected = nil }, "/readyz", 503, "service: watches not synced"},
+		{"the parts waited for are named", func() { gate.Wait("ledger", "job objects", "ledger") }, "/readyz", 503, "service: watches not synced (waiting for ledger, job objects)"},
+		{"a loaded part is no longer named", func() { gate.Loaded("ledger") }, "/readyz", 503, "service: watches not synced (waiting for job objects)"},
 		{"ready once the gate opens", gate.Open, "/readyz", 200, "ok"},
 		{"a failed liveness check fails readiness too", func() { p.Live("nats", func() error { return errors.New("connection closed") }) }, "/readyz", 503, "nats: connection closed"},
 		{"and liveness", nil, "/healthz", 503, "nats: connection closed"},

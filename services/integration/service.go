@@ -339,21 +339,11 @@ func (s *Service) Run(ctx context.Context) error {
 	// Decide nothing before the objects, the configuration and the ledger
 	// are all known: an object must never run without its reservation,
 	// and must never be stopped for lack of one that is only not seen yet.
-	for _, ch := range []<-chan struct{}{cfgSynced, ledSynced, fenceSynced} {
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return nil
-		case err := <-errc:
-			return err
-		}
+	if err := s.waitSynced(ctx, errc, map[string]<-chan struct{}{
+		"configuration": cfgSynced, "ledger": ledSynced, "fences": fenceSynced,
+	}); err != nil || ctx.Err() != nil {
+		return err
 	}
-	for _, k := range s.kinds {
-		if !cache.WaitForCacheSync(ctx.Done(), k.inf.HasSynced) {
-			return nil
-		}
-	}
-
 	s.synced.Open()
 
 	// Leases: this replica takes its share of each kind's shards, and
@@ -415,6 +405,65 @@ func (s *Service) Run(ctx context.Context) error {
 	relCancel()
 	cancel()
 	return runErr
+}
+
+// waitSynced waits for the buckets' initial values and every kind's
+// informer, naming in readiness and in a periodic log line what is still
+// missing, so a replica that stays unready says why.
+func (s *Service) waitSynced(ctx context.Context, errc <-chan error, buckets map[string]<-chan struct{}) error {
+	type part struct {
+		name string
+		done <-chan struct{}
+	}
+	var parts []part
+	for name, ch := range buckets {
+		parts = append(parts, part{name, ch})
+	}
+	for _, name := range s.Kinds() {
+		k := s.kinds[name]
+		ch := make(chan struct{})
+		go func() {
+			if cache.WaitForCacheSync(ctx.Done(), k.inf.HasSynced) {
+				close(ch)
+			}
+		}()
+		parts = append(parts, part{name + " objects", ch})
+	}
+	for _, p := range parts {
+		s.synced.Wait(p.name)
+	}
+	var loaded sync.WaitGroup
+	for _, p := range parts {
+		loaded.Go(func() {
+			select {
+			case <-p.done:
+				s.synced.Loaded(p.name)
+			case <-ctx.Done():
+			}
+		})
+	}
+	all := make(chan struct{})
+	go func() { loaded.Wait(); close(all) }()
+	start := time.Now()
+	tick := time.NewTicker(15 * time.Second)
+	defer tick.Stop()
+	for done := false; !done; {
+		select {
+		case <-all:
+			if ctx.Err() != nil {
+				return nil
+			}
+			done = true
+		case <-tick.C:
+			s.log.Warn().Strs("waiting_for", s.synced.Waiting()).Dur("after", time.Since(start)).Msg("integration not ready yet")
+		case <-ctx.Done():
+			return nil
+		case err := <-errc:
+			return err
+		}
+	}
+	s.log.Info().Dur("after", time.Since(start)).Msg("objects, configuration, ledger and fences loaded")
+	return nil
 }
 
 // startInformer starts the watch of one kind's labelled objects.
@@ -544,7 +593,7 @@ func (s *Service) next(ctx context.Context, k *kindRunner) bool {
 
 // watchKV feeds every entry of a bucket to apply, closing synced once the
 // initial values are in, until ctx ends.
-func watchKV(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, synced chan<- struct{}, apply func(jetstream.KeyValueEntry, bool)) error {
+func watchKV(ctx context.Context, log zerolog.Logger, nc *nats.Conn, kv jetstream.KeyValue, synced chan<- struct{}, apply func(jetstream.KeyValueEntry, bool)) error {
 	w, err := kv.WatchAll(ctx)
 	if err != nil {
 		return err
@@ -554,6 +603,13 @@ func watchKV(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, synced c
 	// heartbeats are noticed, about 20 s later; start it again at once.
 	reconnected := nc.StatusChanged(nats.CONNECTED)
 	defer nc.RemoveStatusListener(reconnected)
+	// The end of the initial values is marked once the watch has seen as
+	// many as its consumer had pending when created, or one says nothing
+	// is left. Should that mark not come and nothing arrive for a while,
+	// watch again rather than stay unready: applying an entry twice is
+	// harmless.
+	stalled := time.NewTimer(initialValuesPatience)
+	defer stalled.Stop()
 	done := false
 	for {
 		select {
@@ -564,6 +620,16 @@ func watchKV(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, synced c
 			if w, err = kv.WatchAll(ctx); err != nil {
 				return err
 			}
+		case <-stalled.C:
+			if done {
+				continue
+			}
+			log.Warn().Str("bucket", kv.Bucket()).Dur("idle", initialValuesPatience).Msg("initial values of the bucket stalled; watching it again")
+			_ = w.Stop()
+			if w, err = kv.WatchAll(ctx); err != nil {
+				return err
+			}
+			stalled.Reset(initialValuesPatience)
 		case e, ok := <-w.Updates():
 			if !ok {
 				if ctx.Err() != nil {
@@ -578,13 +644,20 @@ func watchKV(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, synced c
 				}
 				continue
 			}
+			if !done {
+				stalled.Reset(initialValuesPatience)
+			}
 			apply(e, done)
 		}
 	}
 }
 
+// initialValuesPatience is how long the initial pass of a watch may go
+// without delivering anything before it is started again.
+const initialValuesPatience = 10 * time.Second
+
 func (s *Service) watchConfig(ctx context.Context, kv jetstream.KeyValue, synced chan<- struct{}) error {
-	return watchKV(ctx, s.js.Conn(), kv, synced, func(e jetstream.KeyValueEntry, live bool) {
+	return watchKV(ctx, s.log, s.js.Conn(), kv, synced, func(e jetstream.KeyValueEntry, live bool) {
 		s.mu.Lock()
 		if e.Operation() == jetstream.KeyValuePut {
 			s.config.Apply(e.Key(), e.Value())
@@ -612,7 +685,7 @@ func (s *Service) enqueueAll() {
 }
 
 func (s *Service) watchLedger(ctx context.Context, kv jetstream.KeyValue, synced chan<- struct{}) error {
-	return watchKV(ctx, s.js.Conn(), kv, synced, func(e jetstream.KeyValueEntry, _ bool) {
+	return watchKV(ctx, s.log, s.js.Conn(), kv, synced, func(e jetstream.KeyValueEntry, _ bool) {
 		var ent ledger.Entry
 		if e.Operation() == jetstream.KeyValuePut {
 			var err error
@@ -633,7 +706,7 @@ func (s *Service) watchLedger(ctx context.Context, kv jetstream.KeyValue, synced
 // the fence of its admission moving to stopping, and the replica owning
 // the object carries it out.
 func (s *Service) watchFences(ctx context.Context, synced chan<- struct{}) error {
-	return watchKV(ctx, s.js.Conn(), s.fenceKV, synced, func(e jetstream.KeyValueEntry, _ bool) {
+	return watchKV(ctx, s.log, s.js.Conn(), s.fenceKV, synced, func(e jetstream.KeyValueEntry, _ bool) {
 		kind, key, ok := strings.Cut(workloads.EngineKeyFromKV(e.Key()), "/")
 		k := s.kinds[kind]
 		if !ok || k == nil {
