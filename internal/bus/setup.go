@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -184,14 +185,25 @@ func (c Config) KeyValueConfig(bucket string) jetstream.KeyValueConfig {
 			Storage:     jetstream.FileStorage,
 		}
 	}
-	return jetstream.KeyValueConfig{
+	kvc := jetstream.KeyValueConfig{
 		Bucket:      bucket,
 		Description: desc,
 		History:     uint8(c.KVHistory),
 		Replicas:    c.Replicas,
 		Storage:     jetstream.FileStorage,
 	}
+	if bucket == BucketQuota {
+		// Turns on per-message TTLs: a released reservation leaves a
+		// marker that expires (internal/ledger), so the bucket does not
+		// keep a key for every workload that ever ran.
+		kvc.LimitMarkerTTL = QuotaMarkerTTL
+	}
+	return kvc
 }
+
+// QuotaMarkerTTL is how long the quota ledger keeps the marker the server
+// leaves when it removes a key by age; removals by release set their own.
+const QuotaMarkerTTL = time.Minute
 
 // Setup creates the SLUICE and SLUICE_DLQ streams and the sluice-quota,
 // sluice-workloads, sluice-config, sluice-fence and sluice-shards KV buckets, or updates
@@ -208,9 +220,59 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 		}
 	}
 	for _, b := range Buckets {
+		if b == BucketQuota {
+			if err := setupQuota(ctx, js, cfg.KeyValueConfig(b)); err != nil {
+				return fmt.Errorf("bus: bucket %s: %w", b, err)
+			}
+			continue
+		}
 		if _, err := js.CreateOrUpdateKeyValue(ctx, cfg.KeyValueConfig(b)); err != nil {
 			return fmt.Errorf("bus: bucket %s: %w", b, err)
 		}
+	}
+	return nil
+}
+
+// setupQuota creates the quota ledger's bucket, or updates it when its
+// history, replicas or marker TTL differ, and opens its stream to atomic
+// batches (the ledger books reservations with them). A bucket already as
+// wanted is left alone: updating it through the KV API would close it to
+// batches for a moment and abort those in flight.
+func setupQuota(ctx context.Context, js jetstream.JetStream, kvc jetstream.KeyValueConfig) error {
+	kv, err := js.KeyValue(ctx, kvc.Bucket)
+	switch {
+	case errors.Is(err, jetstream.ErrBucketNotFound):
+		if _, err := js.CreateKeyValue(ctx, kvc); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
+			return err
+		}
+	case err != nil:
+		return err
+	default:
+		st, err := kv.Status(ctx)
+		if err != nil {
+			return err
+		}
+		replicas := kvc.Replicas
+		if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok {
+			replicas = bs.StreamInfo().Config.Replicas
+		}
+		if st.History() != int64(kvc.History) || st.LimitMarkerTTL() != kvc.LimitMarkerTTL || replicas != kvc.Replicas {
+			if _, err := js.UpdateKeyValue(ctx, kvc); err != nil {
+				return err
+			}
+		}
+	}
+	stream, err := js.Stream(ctx, "KV_"+kvc.Bucket)
+	if err != nil {
+		return err
+	}
+	sc := stream.CachedInfo().Config
+	if sc.AllowAtomicPublish {
+		return nil
+	}
+	sc.AllowAtomicPublish = true
+	if _, err := js.UpdateStream(ctx, sc); err != nil {
+		return fmt.Errorf("allow atomic batches: %w", err)
 	}
 	return nil
 }

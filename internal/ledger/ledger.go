@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -20,11 +19,13 @@ const Bucket = "sluice-quota"
 
 // Errors.
 var (
-	// ErrConflict: the key changed since the revision the caller decided
+	// ErrConflict: the tree changed since the revision the caller decided
 	// on. Nothing was written.
 	ErrConflict = errors.New("ledger changed since it was read")
 	// ErrCorrupt: a ledger value is not valid JSON of the expected shape.
 	ErrCorrupt = errors.New("ledger entry is corrupt")
+	// ErrKey: a key that is neither a reservation's nor a tree's.
+	ErrKey = errors.New("not a ledger key")
 )
 
 // Reservation is one workload's hold on quota. It carries everything
@@ -51,234 +52,215 @@ type Reservation struct {
 // another.
 func (r Reservation) Admission() string { return r.AdmittedAt.UTC().Format(time.RFC3339Nano) }
 
-// Entry is the value of one ledger key: reservations by workload key.
-type Entry struct {
-	Reservations map[string]Reservation `json:"reservations"`
-}
-
-// Versioned is an entry with the revision it was read at; revision 0
-// means the key does not exist yet.
-type Versioned struct {
-	Entry    Entry
+// Held is a reservation with the revision of its key.
+type Held struct {
+	Reservation
 	Revision uint64
 }
 
-// Key turns an engine tree name ("cohort/x", "cq/y") into a KV key. KV keys
-// allow letters, digits, '-', '_', '=', '.' and '/'; Kubernetes names use
-// only lower-case letters, digits, '-' and '.', so the mapping is safe.
-func Key(tree string) string { return "tree." + strings.ReplaceAll(tree, "/", ".") }
+const (
+	treePrefix        = "tree."
+	reservationPrefix = "res."
+)
 
-// KV is the part of a JetStream KV bucket the ledger uses.
-type KV interface {
-	Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error)
-	Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error)
-	Update(ctx context.Context, key string, value []byte, revision uint64) (uint64, error)
-	ListKeys(ctx context.Context, opts ...jetstream.WatchOpt) (jetstream.KeyLister, error)
+// TreeKey is the revision key of an engine tree ("cohort/x", "cq/y"). KV
+// keys allow letters, digits, '-', '_', '=', '.' and '/'; Kubernetes names
+// use only lower-case letters, digits, '-' and '.', so the mapping is safe.
+func TreeKey(tree string) string { return treePrefix + strings.Replace(tree, "/", ".", 1) }
+
+// ReservationKey is the key of a workload's reservation; workload is the
+// engine's key, kind/namespace/name.
+func ReservationKey(workload string) string {
+	return reservationPrefix + strings.Replace(strings.Replace(workload, "/", ".", 1), "/", ".", 1)
 }
 
-// Decode parses a ledger value.
-func Decode(b []byte) (Entry, error) {
-	var e Entry
-	if len(b) == 0 {
-		return Entry{Reservations: map[string]Reservation{}}, nil
-	}
-	if err := json.Unmarshal(b, &e); err != nil {
-		return Entry{}, fmt.Errorf("%w: %v", ErrCorrupt, err)
-	}
-	if e.Reservations == nil {
-		e.Reservations = map[string]Reservation{}
-	}
-	return e, nil
+// Change is what one ledger key says, as a watch or a read delivers it.
+type Change struct {
+	// Workload is set for a reservation key: the engine's key of the
+	// workload. Reservation is nil when the reservation is gone.
+	Workload    string
+	Reservation *Reservation
+	// Tree is set for a tree's revision key: its key (TreeKey).
+	// Legacy holds the reservations an older Sluice kept in its value.
+	Tree   string
+	Legacy map[string]Reservation
+	// Revision of the key.
+	Revision uint64
 }
 
-func encode(e Entry) ([]byte, error) {
-	b, err := json.Marshal(e)
+// Parse reads one ledger key's entry. A reservation that does not decode
+// is ErrCorrupt, and the Change still names its workload.
+func Parse(e jetstream.KeyValueEntry) (Change, error) {
+	return ParseEntry(e.Key(), e.Operation() == jetstream.KeyValuePut, e.Value(), e.Revision())
+}
+
+// ParseEntry is Parse of a key's content: its value if put, else the key
+// was deleted or purged.
+func ParseEntry(key string, put bool, value []byte, revision uint64) (Change, error) {
+	c := Change{Revision: revision}
+	switch {
+	case strings.HasPrefix(key, reservationPrefix):
+		parts := strings.SplitN(strings.TrimPrefix(key, reservationPrefix), ".", 3)
+		if len(parts) != 3 {
+			return c, fmt.Errorf("%w: %q", ErrKey, key)
+		}
+		c.Workload = strings.Join(parts, "/")
+		if !put {
+			return c, nil
+		}
+		var r Reservation
+		if err := json.Unmarshal(value, &r); err != nil {
+			return c, fmt.Errorf("%w: %s: %v", ErrCorrupt, key, err)
+		}
+		if r.ClusterQueue == "" {
+			return c, fmt.Errorf("%w: %s: no clusterQueue", ErrCorrupt, key)
+		}
+		c.Reservation = &r
+		return c, nil
+	case strings.HasPrefix(key, treePrefix):
+		c.Tree = key
+		if !put {
+			return c, nil
+		}
+		var t treeValue
+		if err := json.Unmarshal(value, &t); err != nil {
+			return c, fmt.Errorf("%w: %s: %v", ErrCorrupt, key, err)
+		}
+		c.Legacy = t.Reservations
+		return c, nil
+	default:
+		return c, fmt.Errorf("%w: %q", ErrKey, key)
+	}
+}
+
+// treeValue is the value of a tree key. Only an older Sluice wrote
+// reservations into it; the current one writes an empty object.
+type treeValue struct {
+	Reservations map[string]Reservation `json:"reservations,omitempty"`
+}
+
+// Snapshot is the whole ledger as one read saw it.
+type Snapshot struct {
+	// Reservations by workload (engine key).
+	Reservations map[string]Held
+	// Trees holds the revision of each tree key.
+	Trees map[string]uint64
+	// Last is the highest revision read, a removal's included.
+	Last uint64
+}
+
+// Read reads every key of the ledger in one pass of a watch. A reservation
+// still in an older Sluice's tree value counts as held. A corrupt
+// reservation is reported after everything else is read.
+func Read(ctx context.Context, kv jetstream.KeyValue) (Snapshot, error) {
+	s := Snapshot{Reservations: map[string]Held{}, Trees: map[string]uint64{}}
+	w, err := kv.WatchAll(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("encode ledger entry: %w", err)
+		return s, fmt.Errorf("read ledger: %w", err)
 	}
-	return b, nil
+	defer func() { _ = w.Stop() }()
+	var corrupt []error
+	for {
+		select {
+		case <-ctx.Done():
+			return s, fmt.Errorf("read ledger: %w", ctx.Err())
+		case e, ok := <-w.Updates():
+			if !ok {
+				return s, fmt.Errorf("read ledger: watch closed")
+			}
+			if e == nil {
+				return s, errors.Join(corrupt...)
+			}
+			s.Last = max(s.Last, e.Revision())
+			if e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			c, err := Parse(e)
+			if err != nil {
+				corrupt = append(corrupt, err)
+				continue
+			}
+			switch {
+			case c.Reservation != nil:
+				s.Reservations[c.Workload] = Held{Reservation: *c.Reservation, Revision: c.Revision}
+			case c.Tree != "":
+				s.Trees[c.Tree] = c.Revision
+				for wk, r := range c.Legacy {
+					if _, ok := s.Reservations[wk]; !ok {
+						s.Reservations[wk] = Held{Reservation: r}
+					}
+				}
+			}
+		}
+	}
 }
 
-// Read returns the entry under key, or an empty one at revision 0.
-func Read(ctx context.Context, kv KV, key string) (Versioned, error) {
-	kve, err := kv.Get(ctx, key)
+// Workloads lists the workloads of a snapshot in order.
+func (s Snapshot) Workloads() []string {
+	out := make([]string, 0, len(s.Reservations))
+	for wk := range s.Reservations {
+		out = append(out, wk)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Get reads one workload's reservation; found is false when it holds none.
+func Get(ctx context.Context, kv jetstream.KeyValue, workload string) (Held, bool, error) {
+	e, err := kv.Get(ctx, ReservationKey(workload))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return Versioned{Entry: Entry{Reservations: map[string]Reservation{}}}, nil
+		return Held{}, false, nil
 	}
 	if err != nil {
-		return Versioned{}, fmt.Errorf("read ledger %s: %w", key, err)
+		return Held{}, false, fmt.Errorf("read reservation of %s: %w", workload, err)
 	}
-	e, err := Decode(kve.Value())
+	c, err := Parse(e)
 	if err != nil {
-		return Versioned{}, fmt.Errorf("read ledger %s: %w", key, err)
+		return Held{}, false, err
 	}
-	return Versioned{Entry: e, Revision: kve.Revision()}, nil
+	return Held{Reservation: *c.Reservation, Revision: c.Revision}, true, nil
 }
 
-// Write stores e under key if the key is still at revision rev (0: must
-// not exist), returning the new revision. A lost race is ErrConflict.
-func Write(ctx context.Context, kv KV, key string, rev uint64, e Entry) (uint64, error) {
-	b, err := encode(e)
-	if err != nil {
-		return 0, err
-	}
-	var n uint64
-	if rev == 0 {
-		n, err = kv.Create(ctx, key, b)
-	} else {
-		n, err = kv.Update(ctx, key, b, rev)
-	}
-	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-		return 0, fmt.Errorf("write ledger %s at revision %d: %w", key, rev, ErrConflict)
-	}
-	if err != nil {
-		return 0, fmt.Errorf("write ledger %s: %w", key, err)
-	}
-	return n, nil
-}
+// markerTTL is how long the marker a release leaves stays in the bucket:
+// watches that are live see it; one started later never sees the key. It
+// keeps the bucket from growing with every workload that ever ran.
+const markerTTL = 15 * time.Minute
 
-// Release removes a workload's reservation wherever it is, retrying lost
-// races. It reports the ClusterQueue the reservation was in; a workload
-// with no reservation is not an error (releasing twice changes nothing).
-func Release(ctx context.Context, kv KV, workload string) (string, bool, error) {
+// Release removes a workload's reservation. It reports the ClusterQueue
+// the reservation was in; a workload with no reservation is not an error
+// (releasing twice changes nothing).
+func Release(ctx context.Context, kv jetstream.KeyValue, workload string) (string, bool, error) {
 	return ReleaseIf(ctx, kv, workload, func(Reservation) bool { return true })
 }
 
 // ReleaseIf is Release of a reservation that match accepts; another
 // reservation of the workload (a later admission, or a job of the same
-// name created again) is left alone and reported as not released.
-func ReleaseIf(ctx context.Context, kv KV, workload string, match func(Reservation) bool) (string, bool, error) {
-	keys, err := Keys(ctx, kv)
-	if err != nil {
-		return "", false, err
-	}
-	// A corrupt entry elsewhere must not block releases in healthy trees;
-	// it is reported only if the workload was found nowhere.
-	var corrupt error
-	for _, key := range keys {
-		r, found, released, err := releaseIn(ctx, kv, key, workload, match)
-		switch {
-		case errors.Is(err, ErrCorrupt):
-			corrupt = err
-		case err != nil:
-			return "", false, err
-		case found:
-			return r.ClusterQueue, released, nil
-		}
-	}
-	return "", false, corrupt
-}
-
-// releaseIn releases workload's reservation from one key's entry, if the
-// entry holds it and match accepts it.
-func releaseIn(ctx context.Context, kv KV, key, workload string, match func(Reservation) bool) (r Reservation, found, released bool, err error) {
+// name created again) is left alone and reported as not released. The
+// removal is conditional on the revision match saw, so a reservation
+// booked again meanwhile is never removed unseen.
+func ReleaseIf(ctx context.Context, kv jetstream.KeyValue, workload string, match func(Reservation) bool) (string, bool, error) {
 	for attempt := 0; ; attempt++ {
-		v, err := Read(ctx, kv, key)
-		if err != nil {
-			return r, false, false, err
+		h, found, err := Get(ctx, kv, workload)
+		if err != nil || !found {
+			return "", false, err
 		}
-		r, ok := v.Entry.Reservations[workload]
-		if !ok {
-			return r, false, false, nil
+		if !match(h.Reservation) {
+			return h.ClusterQueue, false, nil
 		}
-		if !match(r) {
-			return r, true, false, nil
-		}
-		delete(v.Entry.Reservations, workload)
-		_, err = Write(ctx, kv, key, v.Revision, v.Entry)
-		if errors.Is(err, ErrConflict) && attempt < 20 {
-			continue
-		}
-		if err != nil {
-			return r, true, false, err
-		}
-		return r, true, true, nil
-	}
-}
-
-// Finder releases reservations like ReleaseIf, but remembers the ledger's
-// keys and which key holds each ClusterQueue's reservations, so that a
-// release usually reads one entry, instead of listing the bucket and
-// reading entry after entry. Safe for concurrent use.
-type Finder struct {
-	mu   sync.Mutex
-	keys []string
-	byCQ map[string]string
-}
-
-// ReleaseIf is ReleaseIf for a workload last admitted to clusterQueue
-// (empty if not known): the key that held that queue's reservations is
-// read first, then the other known keys, then the keys created since.
-func (f *Finder) ReleaseIf(ctx context.Context, kv KV, workload, clusterQueue string, match func(Reservation) bool) (string, bool, error) {
-	f.mu.Lock()
-	if f.byCQ == nil {
-		f.byCQ = map[string]string{}
-	}
-	order := make([]string, 0, len(f.keys)+1)
-	if k, ok := f.byCQ[clusterQueue]; ok {
-		order = append(order, k)
-	}
-	order = append(order, f.keys...)
-	f.mu.Unlock()
-	tried := map[string]bool{}
-	var corrupt error
-	try := func(keys []string) (string, bool, bool, error) {
-		for _, key := range keys {
-			if tried[key] {
+		err = kv.Purge(ctx, ReservationKey(workload), jetstream.LastRevision(h.Revision), jetstream.PurgeTTL(markerTTL))
+		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) || isWrongLastSequence(err) {
+			if attempt < 20 {
 				continue
 			}
-			tried[key] = true
-			r, found, released, err := releaseIn(ctx, kv, key, workload, match)
-			switch {
-			case errors.Is(err, ErrCorrupt):
-				corrupt = err
-			case err != nil:
-				return "", false, false, err
-			case found:
-				f.mu.Lock()
-				f.byCQ[r.ClusterQueue] = key
-				f.mu.Unlock()
-				return r.ClusterQueue, true, released, nil
-			}
 		}
-		return "", false, false, nil
+		if err != nil {
+			return "", false, fmt.Errorf("release reservation of %s: %w", workload, err)
+		}
+		return h.ClusterQueue, true, nil
 	}
-	if cq, found, released, err := try(order); err != nil || found {
-		return cq, released, err
-	}
-	// Not in any key known: a tree created since, or not held at all.
-	keys, err := Keys(ctx, kv)
-	if err != nil {
-		return "", false, err
-	}
-	f.mu.Lock()
-	f.keys = keys
-	f.mu.Unlock()
-	if cq, found, released, err := try(keys); err != nil || found {
-		return cq, released, err
-	}
-	return "", false, corrupt
 }
 
-// Keys lists the ledger's keys in order.
-func Keys(ctx context.Context, kv KV) ([]string, error) {
-	l, err := kv.ListKeys(ctx)
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("list ledger keys: %w", err)
-	}
-	var keys []string
-	// The channel closes once every key is listed; the lister then needs
-	// no Stop.
-	for k := range l.Keys() {
-		keys = append(keys, k)
-	}
-	// The channel also closes when ctx ends: that listing is incomplete.
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("list ledger keys: %w", err)
-	}
-	sort.Strings(keys)
-	return keys, nil
+func isWrongLastSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }

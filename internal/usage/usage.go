@@ -6,6 +6,7 @@ package usage
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"fmt"
 
@@ -75,40 +76,37 @@ func Compute(ctx context.Context, js jetstream.JetStream, lqToCQ map[string]stri
 	if err != nil {
 		return rep, fmt.Errorf("open %s: %w", ledger.Bucket, err)
 	}
-	keys, err := ledger.Keys(ctx, led)
-	if err != nil {
+	// A corrupt reservation is left out (admission and quota accounting
+	// report it); the report counts the others.
+	snap, err := ledger.Read(ctx, led)
+	if err != nil && !errors.Is(err, ledger.ErrCorrupt) {
 		return rep, err
 	}
 	held := map[string]bool{}
-	for _, k := range keys {
-		v, err := ledger.Read(ctx, led, k)
-		if err != nil {
-			return rep, err
+	for wk, h := range snap.Reservations {
+		r := h.Reservation
+		held[wk] = true
+		cq := get(rep.ClusterQueues, r.ClusterQueue)
+		cq.Admitted++
+		rec := wls[wk]
+		if rec == nil {
+			continue
 		}
-		for wk, r := range v.Entry.Reservations {
-			held[wk] = true
-			cq := get(rep.ClusterQueues, r.ClusterQueue)
-			cq.Admitted++
-			rec := wls[wk]
-			if rec == nil {
-				continue
-			}
-			lq := get(rep.LocalQueues, rec.Workload.Namespace+"/"+rec.LocalQueue)
-			lq.Admitted++
-			for _, pa := range r.PodSets {
-				for _, ps := range rec.PodSets {
-					if ps.Name != pa.Name {
+		lq := get(rep.LocalQueues, rec.Workload.Namespace+"/"+rec.LocalQueue)
+		lq.Admitted++
+		for _, pa := range r.PodSets {
+			for _, ps := range rec.PodSets {
+				if ps.Name != pa.Name {
+					continue
+				}
+				for res, qs := range ps.Requests {
+					q, err := resource.ParseQuantity(qs)
+					if err != nil {
 						continue
 					}
-					for res, qs := range ps.Requests {
-						q, err := resource.ParseQuantity(qs)
-						if err != nil {
-							continue
-						}
-						v := engine.Canonical(res, q) * int64(pa.Count)
-						cq.add(pa.Flavors[res], res, v)
-						lq.add(pa.Flavors[res], res, v)
-					}
+					v := engine.Canonical(res, q) * int64(pa.Count)
+					cq.add(pa.Flavors[res], res, v)
+					lq.add(pa.Flavors[res], res, v)
 				}
 			}
 		}

@@ -89,11 +89,11 @@ type Service struct {
 	told map[string]told
 	// lastFlush is when held-back reasons were last looked at.
 	lastFlush time.Time
-	// ledger is the last seen entry of each ledger key, with its revision.
-	ledger map[string]ledger.Versioned
-	// held maps a workload to the ledger key holding its reservation.
-	held    map[string]string
-	kv      ledger.KV
+	// res is the ledger's reservations by workload, with their revisions;
+	// trees is the revision of each tree key.
+	res     map[string]ledger.Held
+	trees   map[string]uint64
+	writer  *ledger.Writer
 	wlKV    jetstream.KeyValue
 	fenceKV fence.KV
 	// stream is the event stream, read to find admissions whose
@@ -153,8 +153,8 @@ func New(cfg Config, js jetstream.JetStream, pub Publisher, opts ...Option) (*Se
 		wls:       map[string]*events.WorkloadSubmittedV1{},
 		told:      map[string]told{},
 		queued:    map[string]*queuedTrace{},
-		ledger:    map[string]ledger.Versioned{},
-		held:      map[string]string{},
+		res:       map[string]ledger.Held{},
+		trees:     map[string]uint64{},
 		fences:    map[string]fence.State{},
 		unapplied: map[string]bool{},
 		queries:   make(chan func()),
@@ -198,7 +198,15 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("admission: open stream %s: %w", bus.StreamEvents, err)
 	}
-	s.kv, s.wlKV, s.fenceKV, s.stream = ledKV, wlKV, fenceKV, stream
+	s.wlKV, s.fenceKV, s.stream = wlKV, fenceKV, stream
+	s.writer = ledger.NewWriter(s.js)
+	// Reservations an older Sluice kept in one value per tree move to
+	// their own keys before anything is decided.
+	if moved, err := s.writer.Migrate(ctx, ledKV); err != nil {
+		return fmt.Errorf("admission: migrate the ledger: %w", err)
+	} else if moved > 0 {
+		s.log.Info().Int("reservations", moved).Msg("ledger migrated to one key per reservation")
+	}
 	var cfgW, wlW, ledW, fenceW jetstream.KeyWatcher
 	stop := func() {
 		for _, w := range []jetstream.KeyWatcher{cfgW, wlW, ledW, fenceW} {
@@ -284,7 +292,7 @@ func (s *Service) Run(ctx context.Context) error {
 				synced["ledger"] = true
 				continue
 			}
-			s.applyLedger(ctx, e.Key(), e)
+			s.applyLedger(ctx, e)
 		case e, ok := <-fenceUpdates(fenceW):
 			if !ok {
 				if ctx.Err() != nil {
@@ -431,7 +439,7 @@ func (s *Service) applyWorkload(e jetstream.KeyValueEntry) {
 		delete(s.wls, key)
 		delete(s.told, key)
 		delete(s.queued, key)
-		if _, held := s.held[key]; held || !s.synced.IsOpen() {
+		if _, held := s.res[key]; held || !s.synced.IsOpen() {
 			// Its quota stays booked until the ledger lets go of it.
 			return
 		}
@@ -533,8 +541,8 @@ func (s *Service) submit(key string) {
 		s.log.Error().Err(err).Str("workload", key).Msg("ignoring workload")
 		return
 	}
-	if lk, ok := s.held[key]; ok {
-		r := s.ledger[lk].Entry.Reservations[key]
+	if h, ok := s.res[key]; ok {
+		r := h.Reservation
 		ew.Admission = &engine.Admission{ClusterQueue: r.ClusterQueue, PodSets: r.PodSets, At: r.AdmittedAt}
 	}
 	if err := s.eng.Submit(ew); err != nil {
@@ -564,45 +572,36 @@ func (s *Service) build() {
 
 // bookLedger makes sure every reservation in the ledger holds quota in the
 // engine, including those of workloads whose record is gone or not seen
-// yet: the ledger, not the engine's view, says what is used.
+// yet: the ledger, not the engine's view, says what is used. It walks the
+// whole ledger, in workload order so that rebuilding is deterministic;
+// a single change is booked by book.
 func (s *Service) bookLedger() {
-	s.eachReservation(func(wk string, r ledger.Reservation) {
-		if s.eng.IsAdmitted(wk) {
-			return
-		}
-		var err error
-		if s.eng.Known(wk) {
-			err = s.eng.Admit(wk, r.ClusterQueue, r.PodSets, r.AdmittedAt)
-		} else {
-			var ew engine.Workload
-			if ew, err = fromReservation(wk, r); err == nil {
-				err = s.eng.Submit(ew)
-			}
-		}
-		if err != nil {
-			s.log.Error().Err(err).Str("workload", wk).Str("queue", r.ClusterQueue).Msg("cannot book a reservation from the ledger")
-		}
-	})
+	wks := make([]string, 0, len(s.res))
+	for wk := range s.res {
+		wks = append(wks, wk)
+	}
+	sort.Strings(wks)
+	for _, wk := range wks {
+		s.book(wk, s.res[wk].Reservation)
+	}
 }
 
-// eachReservation calls f for every reservation in the ledger mirror, in
-// key order, so that rebuilding from it is deterministic.
-func (s *Service) eachReservation(f func(workload string, r ledger.Reservation)) {
-	keys := make([]string, 0, len(s.ledger))
-	for k := range s.ledger {
-		keys = append(keys, k)
+// book makes one reservation hold quota in the engine.
+func (s *Service) book(wk string, r ledger.Reservation) {
+	if s.eng.IsAdmitted(wk) {
+		return
 	}
-	sort.Strings(keys)
-	for _, lk := range keys {
-		res := s.ledger[lk].Entry.Reservations
-		wks := make([]string, 0, len(res))
-		for wk := range res {
-			wks = append(wks, wk)
+	var err error
+	if s.eng.Known(wk) {
+		err = s.eng.Admit(wk, r.ClusterQueue, r.PodSets, r.AdmittedAt)
+	} else {
+		var ew engine.Workload
+		if ew, err = fromReservation(wk, r); err == nil {
+			err = s.eng.Submit(ew)
 		}
-		sort.Strings(wks)
-		for _, wk := range wks {
-			f(wk, res[wk])
-		}
+	}
+	if err != nil {
+		s.log.Error().Err(err).Str("workload", wk).Str("queue", r.ClusterQueue).Msg("cannot book a reservation from the ledger")
 	}
 }
 
@@ -654,58 +653,56 @@ func (s *Service) toEngine(w *events.WorkloadSubmittedV1) (engine.Workload, erro
 	return ew, nil
 }
 
-// applyLedger brings the engine in line with a ledger key's new content:
-// reservations made by others are booked, released ones are let go.
-func (s *Service) applyLedger(ctx context.Context, key string, e jetstream.KeyValueEntry) {
-	prev := s.ledger[key]
-	if e.Revision() <= prev.Revision {
+// applyLedger brings the engine in line with one ledger key's new
+// content: a reservation made by another replica is booked, a released one
+// is let go. Only that workload is touched.
+func (s *Service) applyLedger(ctx context.Context, e jetstream.KeyValueEntry) {
+	c, err := ledger.Parse(e)
+	if err != nil {
+		s.log.Error().Err(err).Str("key", e.Key()).Msg("ledger entry not understood; ignoring it")
+		return
+	}
+	if c.Tree != "" {
+		s.trees[c.Tree] = max(s.trees[c.Tree], c.Revision)
+		if len(c.Legacy) > 0 {
+			s.log.Error().Str("key", c.Tree).Int("reservations", len(c.Legacy)).
+				Msg("ledger entry written by an older Sluice; restart admission to move its reservations to their own keys")
+		}
+		return
+	}
+	prev, had := s.res[c.Workload]
+	if had && c.Revision <= prev.Revision {
 		return // our own write, already applied
 	}
-	next := ledger.Versioned{Entry: ledger.Entry{Reservations: map[string]ledger.Reservation{}}, Revision: e.Revision()}
-	if e.Operation() == jetstream.KeyValuePut {
-		ent, err := ledger.Decode(e.Value())
-		if err != nil {
-			s.log.Error().Err(err).Str("key", key).Msg("corrupt ledger entry; admitting nothing in its tree until it is fixed")
-			next.Entry.Reservations = nil
-		} else {
-			next.Entry = ent
+	if c.Reservation != nil {
+		s.res[c.Workload] = ledger.Held{Reservation: *c.Reservation, Revision: c.Revision}
+		s.dirty = true
+		if s.synced.IsOpen() {
+			s.book(c.Workload, *c.Reservation)
 		}
+		return
 	}
-	s.setLedger(ctx, key, prev, next)
-}
-
-func (s *Service) setLedger(ctx context.Context, key string, prev, next ledger.Versioned) {
-	s.ledger[key] = next
+	if !had {
+		return
+	}
+	delete(s.res, c.Workload)
 	s.dirty = true
-	for wk := range next.Entry.Reservations {
-		s.held[wk] = key
+	if !s.synced.IsOpen() {
+		return
 	}
-	for wk := range prev.Entry.Reservations {
-		if _, still := next.Entry.Reservations[wk]; still {
-			continue
-		}
-		if s.held[wk] == key {
-			delete(s.held, wk)
-		}
-		if !s.synced.IsOpen() {
-			continue
-		}
-		if _, known := s.wls[wk]; known && !s.recordGone(ctx, wk) {
-			// Stopped (preempted or drained): back to its queue.
-			_ = s.eng.Evict(wk)
-		} else {
-			// Finished or deleted. The integration deletes the record
-			// before it reports the end, so asking the bucket settles a
-			// race between the two watches.
-			delete(s.wls, wk)
-			delete(s.told, wk)
-			delete(s.queued, wk)
-			_ = s.eng.Remove(wk)
-		}
+	wk := c.Workload
+	if _, known := s.wls[wk]; known && !s.recordGone(ctx, wk) {
+		// Stopped (preempted or drained): back to its queue.
+		_ = s.eng.Evict(wk)
+		return
 	}
-	if s.synced.IsOpen() {
-		s.bookLedger()
-	}
+	// Finished or deleted. The integration deletes the record before it
+	// reports the end, so asking the bucket settles a race between the
+	// two watches.
+	delete(s.wls, wk)
+	delete(s.told, wk)
+	delete(s.queued, wk)
+	_ = s.eng.Remove(wk)
 }
 
 // recordExists asks the workload bucket directly; on an error it assumes
@@ -755,8 +752,8 @@ func (s *Service) cycle(ctx context.Context) error {
 	if len(decisions) == 0 {
 		return nil
 	}
-	// Reserve first: group admissions by ledger key and write each group
-	// with one compare-and-set.
+	// Reserve first: group admissions by tree and book each group in one
+	// batch checked against the tree's revision.
 	byKey := map[string][]engine.Decision{}
 	for i, d := range decisions {
 		if d.Kind != engine.KindAdmitted {
@@ -783,8 +780,8 @@ func (s *Service) cycle(ctx context.Context) error {
 			decisions[i].Kind = ""
 			continue
 		}
-		k := ledger.Key(s.eng.TreeOf(d.ClusterQueue))
-		byKey[k] = append(byKey[k], d)
+		tree := s.eng.TreeOf(d.ClusterQueue)
+		byKey[tree] = append(byKey[tree], d)
 	}
 	lost := map[string]bool{}
 	keys := make([]string, 0, len(byKey))
@@ -792,31 +789,28 @@ func (s *Service) cycle(ctx context.Context) error {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	for _, k := range keys {
-		prev := s.ledger[k]
-		if prev.Entry.Reservations == nil && prev.Revision != 0 {
-			// A corrupt entry: never write over it, and take back what
-			// this cycle decided in its tree.
-			lost[k] = true
-			for _, d := range byKey[k] {
-				_ = s.eng.Evict(d.Key)
-			}
-			continue
+	for _, tree := range keys {
+		k := ledger.TreeKey(tree)
+		res := make(map[string]ledger.Reservation, len(byKey[tree]))
+		for _, d := range byKey[tree] {
+			res[d.Key] = s.reservation(d, now)
 		}
-		next := ledger.Entry{Reservations: map[string]ledger.Reservation{}}
-		for wk, r := range prev.Entry.Reservations {
-			next.Reservations[wk] = r
+		booked, err := s.writer.Reserve(ctx, tree, s.trees[k], res)
+		if booked.Tree > s.trees[k] {
+			s.trees[k] = booked.Tree
 		}
-		for _, d := range byKey[k] {
-			next.Reservations[d.Key] = s.reservation(d, now)
+		for wk, rev := range booked.Reservations {
+			s.res[wk] = ledger.Held{Reservation: res[wk], Revision: rev}
 		}
-		rev, err := ledger.Write(ctx, s.kv, k, prev.Revision, next)
 		if err != nil {
-			// Another replica moved first, or the write failed: undo and
-			// decide again once the watcher shows the ledger as it is.
-			lost[k] = true
-			for _, d := range byKey[k] {
-				_ = s.eng.Evict(d.Key)
+			// Another replica moved first, or the write failed: undo what
+			// was not booked and decide again once the watcher shows the
+			// ledger as it is.
+			for _, d := range byKey[tree] {
+				if _, ok := booked.Reservations[d.Key]; !ok {
+					lost[d.Key] = true
+					_ = s.eng.Evict(d.Key)
+				}
 			}
 			s.dirty = true
 			if errors.Is(err, ledger.ErrConflict) {
@@ -824,11 +818,6 @@ func (s *Service) cycle(ctx context.Context) error {
 			} else {
 				s.log.Error().Err(err).Str("key", k).Msg("reservation not written")
 			}
-			continue
-		}
-		s.ledger[k] = ledger.Versioned{Entry: next, Revision: rev}
-		for _, d := range byKey[k] {
-			s.held[d.Key] = k
 		}
 	}
 	return s.publish(ctx, decisions, lost)
@@ -927,7 +916,7 @@ func (s *Service) retry(ctx context.Context) error {
 // heldAdmission names the admission a workload holds (its reservation's
 // admission time).
 func (s *Service) heldAdmission(key string) string {
-	return s.ledger[s.held[key]].Entry.Reservations[key].Admission()
+	return s.res[key].Admission()
 }
 
 // announceLedger publishes the admitted event of every reservation whose
@@ -939,25 +928,36 @@ func (s *Service) announceLedger(ctx context.Context) {
 	if s.stream == nil {
 		return
 	}
-	s.eachReservation(func(wk string, r ledger.Reservation) {
-		kind, ns, name, ok := splitKey(wk)
-		if !ok || r.UID == "" {
-			return
-		}
-		ref := events.WorkloadRef{Kind: kind, Namespace: ns, Name: name, UID: r.UID}
-		id := workloads.AdmittedID(ref, r.Admission())
-		done, err := workloads.Announced(ctx, s.stream, ref, r.Admission())
-		if err != nil {
-			s.log.Warn().Err(err).Str("workload", wk).Msg("cannot check the announcement of a reservation")
-			return
-		}
-		if done {
-			return
-		}
-		ev := admittedOf(ref, r)
-		s.log.Info().Str("workload", wk).Str("queue", r.ClusterQueue).Msg("announcing an admission a restart left unannounced")
-		_ = s.send(ctx, outgoing{ev: ev, id: id, ended: wk})
-	})
+	wks := make([]string, 0, len(s.res))
+	for wk := range s.res {
+		wks = append(wks, wk)
+	}
+	sort.Strings(wks)
+	for _, wk := range wks {
+		s.announce(ctx, wk, s.res[wk].Reservation)
+	}
+}
+
+// announce publishes the admitted event of one reservation unless it is
+// the last announcement stored for its workload.
+func (s *Service) announce(ctx context.Context, wk string, r ledger.Reservation) {
+	kind, ns, name, ok := splitKey(wk)
+	if !ok || r.UID == "" {
+		return
+	}
+	ref := events.WorkloadRef{Kind: kind, Namespace: ns, Name: name, UID: r.UID}
+	id := workloads.AdmittedID(ref, r.Admission())
+	done, err := workloads.Announced(ctx, s.stream, ref, r.Admission())
+	if err != nil {
+		s.log.Warn().Err(err).Str("workload", wk).Msg("cannot check the announcement of a reservation")
+		return
+	}
+	if done {
+		return
+	}
+	ev := admittedOf(ref, r)
+	s.log.Info().Str("workload", wk).Str("queue", r.ClusterQueue).Msg("announcing an admission a restart left unannounced")
+	_ = s.send(ctx, outgoing{ev: ev, id: id, ended: wk})
 }
 
 // admittedOf is the announcement of a reservation.
@@ -992,11 +992,11 @@ func (s *Service) publish(ctx context.Context, ds []engine.Decision, lost map[st
 		ref := w.Workload
 		switch d.Kind {
 		case engine.KindAdmitted:
-			if lost[ledger.Key(s.eng.TreeOf(d.ClusterQueue))] {
+			if lost[d.Key] {
 				continue
 			}
 			delete(s.told, d.Key) // a reason after this admission is news
-			r := s.ledger[ledger.Key(s.eng.TreeOf(d.ClusterQueue))].Entry.Reservations[d.Key]
+			r := s.res[d.Key].Reservation
 			admitted++
 			s.metrics.admitted.WithLabelValues(d.ClusterQueue).Inc()
 			s.metrics.waitTime.WithLabelValues(d.ClusterQueue).Observe(max(0, r.AdmittedAt.Sub(w.CreationTime).Seconds()))
@@ -1007,7 +1007,7 @@ func (s *Service) publish(ctx context.Context, ds []engine.Decision, lost map[st
 		case engine.KindEvicted:
 			// Like a preemption, a drain is fenced: once announced, the
 			// admission never starts.
-			r := s.ledger[s.held[d.Key]].Entry.Reservations[d.Key]
+			r := s.res[d.Key].Reservation
 			admission := r.Admission()
 			s.metrics.evicted.WithLabelValues(d.ClusterQueue, d.Reason).Inc()
 			ev := events.WorkloadEvictedV1{Workload: ref, ClusterQueue: d.ClusterQueue, Reason: d.Reason, Admission: admission}

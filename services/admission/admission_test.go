@@ -248,24 +248,27 @@ func (h *harness) finish(name string) {
 
 // --- observations ---
 
-// reservations reads every ledger key: workload key → reservation.
+// reservations reads the whole ledger: workload key → reservation.
 func (h *harness) reservations() map[string]ledger.Reservation {
 	h.t.Helper()
-	keys, err := ledger.Keys(h.ctx, h.led)
+	snap, err := ledger.Read(h.ctx, h.led)
 	if err != nil {
-		h.t.Fatalf("ledger keys: %v", err)
+		h.t.Fatalf("read ledger: %v", err)
 	}
 	out := map[string]ledger.Reservation{}
-	for _, k := range keys {
-		v, err := ledger.Read(h.ctx, h.led, k)
-		if err != nil {
-			h.t.Fatalf("read ledger: %v", err)
-		}
-		for wk, r := range v.Entry.Reservations {
-			out[wk] = r
-		}
+	for wk, r := range snap.Reservations {
+		out[wk] = r.Reservation
 	}
 	return out
+}
+
+// reserve books reservations in cq's tree as another replica would, at
+// the tree's current revision.
+func (h *harness) reserve(res map[string]ledger.Reservation) {
+	h.t.Helper()
+	if _, err := ledger.NewWriter(h.js).Reserve(h.ctx, "cq/cq", h.revision(ledger.TreeKey("cq/cq")), res); err != nil {
+		h.t.Fatalf("reserve %v: %v", names(res), err)
+	}
 }
 
 // eventsOf decodes the recorded events of one type, in stream order.
@@ -653,7 +656,7 @@ func TestRestartRebuildsFromTheBuckets(t *testing.T) {
 		s.do(h)
 	}
 	before := h.reservations()
-	rev := h.revision(ledger.Key("cq/cq"))
+	rev := h.revision(ledger.TreeKey("cq/cq"))
 	const restarts = 6
 	for i := range restarts {
 		h.stopF()
@@ -673,7 +676,7 @@ func TestRestartRebuildsFromTheBuckets(t *testing.T) {
 		if d := cmp.Diff(before, after); d != "" {
 			t.Errorf("restart %d: ledger changed (-before +after):\n%s", i+1, d)
 		}
-		if got := h.revision(ledger.Key("cq/cq")); got != rev {
+		if got := h.revision(ledger.TreeKey("cq/cq")); got != rev {
 			t.Errorf("restart %d: ledger key rewritten: revision %d → %d", i+1, rev, got)
 			rev = got
 		}
@@ -702,13 +705,14 @@ func names(rs map[string]ledger.Reservation) []string {
 	return out
 }
 
+// revision reads the revision of a tree key (0: never written).
 func (h *harness) revision(key string) uint64 {
 	h.t.Helper()
-	v, err := ledger.Read(h.ctx, h.led, key)
+	snap, err := ledger.Read(h.ctx, h.led)
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	return v.Revision
+	return snap.Trees[key]
 }
 
 // TestReservationsOfUnknownWorkloadsHoldQuota: the ledger is the authority
@@ -719,8 +723,8 @@ func (h *harness) revision(key string) uint64 {
 // so a replica can see another replica's reservation before the record.
 func TestReservationsOfUnknownWorkloadsHoldQuota(t *testing.T) {
 	// ghost holds all of cq's 4 cpu, written as a replica writes it.
-	full := func(h *harness) ledger.Entry {
-		return ledger.Entry{Reservations: map[string]ledger.Reservation{key("ghost"): h.expected("ghost", 4)}}
+	full := func(h *harness) map[string]ledger.Reservation {
+		return map[string]ledger.Reservation{key("ghost"): h.expected("ghost", 4)}
 	}
 	cases := []struct {
 		name string
@@ -731,9 +735,7 @@ func TestReservationsOfUnknownWorkloadsHoldQuota(t *testing.T) {
 			name: "record deleted before the release, service restarted in between",
 			before: func(h *harness) {
 				h.submit("ghost", "main", 0, 4, "1")
-				if _, err := ledger.Write(h.ctx, h.led, ledger.Key("cq/cq"), 0, full(h)); err != nil {
-					h.t.Fatal(err)
-				}
+				h.reserve(full(h))
 				if err := h.wls.Delete(h.ctx, workloads.Key(ref("ghost"))); err != nil {
 					h.t.Fatal(err)
 				}
@@ -746,9 +748,7 @@ func TestReservationsOfUnknownWorkloadsHoldQuota(t *testing.T) {
 				// replica's workload watcher has not delivered it yet.
 				h.recs["ghost"] = events.WorkloadSubmittedV1{Workload: ref("ghost"), LocalQueue: "main", CreationTime: now.Add(-time.Hour),
 					PodSets: []events.PodSetV1{{Name: "main", Count: 4, Requests: map[string]string{"cpu": "1"}}}}
-				if _, err := ledger.Write(h.ctx, h.led, ledger.Key("cq/cq"), 0, full(h)); err != nil {
-					h.t.Fatal(err)
-				}
+				h.reserve(full(h))
 			},
 		},
 	}
@@ -976,9 +976,7 @@ func (h *harness) reservedBeforeStart(names ...string) map[string]ledger.Reserva
 		h.submit(n, "main", 0, 1, "1")
 		r[key(n)] = h.expected(n, 1)
 	}
-	if _, err := ledger.Write(h.ctx, h.led, ledger.Key("cq/cq"), 0, ledger.Entry{Reservations: r}); err != nil {
-		h.t.Fatal(err)
-	}
+	h.reserve(r)
 	return r
 }
 
@@ -1131,11 +1129,8 @@ func TestEvictionAnnouncesTheAdmissionFirst(t *testing.T) {
 	})
 	// The other replica's reservation of x, next to the probe's.
 	h.submit("x", "main", 0, 1, "1")
+	h.reserve(map[string]ledger.Reservation{key("x"): h.expected("x", 1)})
 	rs := h.reservations()
-	rs[key("x")] = h.expected("x", 1)
-	if _, err := ledger.Write(h.ctx, h.led, ledger.Key("cq/cq"), h.revision(ledger.Key("cq/cq")), ledger.Entry{Reservations: rs}); err != nil {
-		t.Fatal(err)
-	}
 	cq := clusterQueue("cq", "4", nil)
 	cq.Spec.StopPolicy = ptr.To(v1beta1.HoldAndDrain)
 	h.put(h.cfg, configstore.Key(configstore.KindClusterQueue, "", "cq"), cq)

@@ -139,8 +139,10 @@ type Service struct {
 	snap   configstore.Snapshot
 	// held: reservations of the kinds run here, by engine key.
 	held map[string]ledger.Reservation
-	// ledgerKeys: the reservations of those kinds each ledger key holds.
-	ledgerKeys map[string][]string
+	// legacyKeys: the reservations of those kinds each tree key written
+	// by an older Sluice holds; ownKey: those read from their own key.
+	legacyKeys map[string][]string
+	ownKey     map[string]bool
 	// fences: the fence state of each workload of those kinds, by KV key.
 	fences map[string]fence.State
 	// stopsAnnounced: the admission whose stop this replica announced, by
@@ -191,7 +193,8 @@ func New(cfg Config, adapters []Adapter, kube kubernetes.Interface, dyn dynamic.
 		kinds:          map[string]*kindRunner{},
 		config:         configstore.New(),
 		held:           map[string]ledger.Reservation{},
-		ledgerKeys:     map[string][]string{},
+		legacyKeys:     map[string][]string{},
+		ownKey:         map[string]bool{},
 		fences:         map[string]fence.State{},
 		stopsAnnounced: map[string]string{},
 		unverified:     map[string]bool{},
@@ -686,15 +689,18 @@ func (s *Service) enqueueAll() {
 
 func (s *Service) watchLedger(ctx context.Context, kv jetstream.KeyValue, synced chan<- struct{}) error {
 	return watchKV(ctx, s.log, s.js.Conn(), kv, synced, func(e jetstream.KeyValueEntry, _ bool) {
-		var ent ledger.Entry
-		if e.Operation() == jetstream.KeyValuePut {
-			var err error
-			if ent, err = ledger.Decode(e.Value()); err != nil {
-				s.log.Error().Err(err).Str("key", e.Key()).Msg("corrupt ledger entry")
-				return
-			}
+		c, err := ledger.Parse(e)
+		if err != nil {
+			s.log.Error().Err(err).Str("key", e.Key()).Msg("ledger entry not understood; ignoring it")
+			return
 		}
-		for _, wk := range s.setLedger(e.Key(), ent) {
+		var changed []string
+		if c.Tree != "" {
+			changed = s.setLegacy(c.Tree, c.Legacy)
+		} else {
+			changed = s.setReservation(c.Workload, c.Reservation)
+		}
+		for _, wk := range changed {
 			kind, key, _ := strings.Cut(wk, "/")
 			s.kinds[kind].queue.Add(key)
 		}
@@ -807,12 +813,42 @@ func (s *Service) takeUnverified(rk string) bool {
 
 // setLedger records one ledger key's reservations of the kinds run here
 // and returns the engine keys of the workloads whose reservation changed.
-func (s *Service) setLedger(key string, ent ledger.Entry) []string {
+// setReservation records one workload's reservation (nil: released) and
+// reports the workload if it is of a kind run here and its reservation
+// changed.
+func (s *Service) setReservation(wk string, r *ledger.Reservation) []string {
+	kind, _, _ := strings.Cut(wk, "/")
+	if _, ours := s.kinds[kind]; !ours {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old, had := s.held[wk]
+	if r == nil {
+		delete(s.ownKey, wk)
+		if !had {
+			return nil
+		}
+		delete(s.held, wk)
+		return []string{wk}
+	}
+	s.held[wk] = *r
+	s.ownKey[wk] = true
+	if had && old.AdmittedAt.Equal(r.AdmittedAt) {
+		return nil
+	}
+	return []string{wk}
+}
+
+// setLegacy records the reservations an older Sluice kept in a tree key's
+// value, until admission moves them to their own keys (a move books the
+// reservation's own key before it empties the tree's).
+func (s *Service) setLegacy(key string, res map[string]ledger.Reservation) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var changed []string
 	now := map[string]bool{}
-	for wk, r := range ent.Reservations {
+	for wk, r := range res {
 		kind, _, _ := strings.Cut(wk, "/")
 		if _, ours := s.kinds[kind]; !ours {
 			continue
@@ -823,10 +859,12 @@ func (s *Service) setLedger(key string, ent ledger.Entry) []string {
 		}
 		s.held[wk] = r
 	}
-	for _, wk := range s.ledgerKeys[key] {
+	for _, wk := range s.legacyKeys[key] {
 		if !now[wk] {
-			delete(s.held, wk)
-			changed = append(changed, wk)
+			if !s.ownKey[wk] {
+				delete(s.held, wk)
+				changed = append(changed, wk)
+			}
 		}
 	}
 	keys := make([]string, 0, len(now))
@@ -834,7 +872,7 @@ func (s *Service) setLedger(key string, ent ledger.Entry) []string {
 		keys = append(keys, wk)
 	}
 	sort.Strings(keys)
-	s.ledgerKeys[key] = keys
+	s.legacyKeys[key] = keys
 	return changed
 }
 

@@ -84,18 +84,21 @@ func (s *Service) Run(ctx context.Context) error {
 // fencing that reservation's start: once a victim's preemption is
 // announced, the admission it loses never starts, so the quota it keeps
 // booked until its job is stopped is never used by it again.
-func (s *Service) handle(ctx context.Context, led ledger.KV, fk fence.KV, stream workloads.LastMsgReader, env events.Envelope) error {
+func (s *Service) handle(ctx context.Context, led jetstream.KeyValue, fk fence.KV, stream workloads.LastMsgReader, env events.Envelope) error {
 	var req events.PreemptionRequestedV1
 	if err := env.As(&req); err != nil {
 		return fmt.Errorf("%w: %v", bus.ErrPoison, err)
 	}
-	holding, err := holders(ctx, led)
-	if err != nil {
-		return err
-	}
 	for _, v := range req.Victims {
 		key := workloads.EngineKey(v.Workload)
-		r, ok := holding[key]
+		r, ok, err := ledger.Get(ctx, led, key)
+		if errors.Is(err, ledger.ErrCorrupt) {
+			s.log.Error().Err(err).Str("workload", key).Msg("victim's reservation not understood; not preempted")
+			continue
+		}
+		if err != nil {
+			return err
+		}
 		if !ok {
 			// Already gone: finished, or stopped for an earlier request.
 			continue
@@ -116,7 +119,7 @@ func (s *Service) handle(ctx context.Context, led ledger.KV, fk fence.KV, stream
 		ev := events.WorkloadPreemptedV1{Workload: v.Workload, ClusterQueue: v.ClusterQueue, Reason: v.Reason, Preemptor: req.Preemptor,
 			Admission: r.Admission()}
 		id := events.ID(ev.Type(), v.Workload.UID, r.Admission(), req.Preemptor.UID)
-		err := stopFenced(ctx, fk, workloads.Key(v.Workload), r.Admission(), id)
+		err = stopFenced(ctx, fk, workloads.Key(v.Workload), r.Admission(), id)
 		switch {
 		case errors.Is(err, fence.ErrFinished):
 			continue // its job ended: the end releases the quota
@@ -189,21 +192,3 @@ func stopFenced(ctx context.Context, fk fence.KV, key, admission, stopID string)
 	}
 }
 
-// holders lists the reservations held now, by workload.
-func holders(ctx context.Context, led ledger.KV) (map[string]ledger.Reservation, error) {
-	keys, err := ledger.Keys(ctx, led)
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]ledger.Reservation{}
-	for _, k := range keys {
-		v, err := ledger.Read(ctx, led, k)
-		if err != nil {
-			return nil, err
-		}
-		for wk, r := range v.Entry.Reservations {
-			out[wk] = r
-		}
-	}
-	return out, nil
-}

@@ -132,16 +132,12 @@ func TestPreemption(t *testing.T) {
 			if err := bus.Setup(ctx, js, bus.Config{}); err != nil {
 				t.Fatal(err)
 			}
-			led, err := js.KeyValue(ctx, ledger.Bucket)
-			if err != nil {
-				t.Fatal(err)
-			}
-			e := ledger.Entry{Reservations: map[string]ledger.Reservation{}}
+			res := map[string]ledger.Reservation{}
 			for _, n := range append(tc.holding, "marker") {
-				e.Reservations[workloads.EngineKey(ref(n))] = ledger.Reservation{ClusterQueue: "cq",
+				res[workloads.EngineKey(ref(n))] = ledger.Reservation{ClusterQueue: "cq",
 					PodSets: []engine.PodSetAssignment{{Name: "main", Count: 1, Flavors: map[string]string{"cpu": "default"}}}}
 			}
-			if _, err := ledger.Write(ctx, led, "tree.cq.cq", 0, e); err != nil {
+			if _, err := ledger.NewWriter(js).Reserve(ctx, "cq/cq", 0, res); err != nil {
 				t.Fatal(err)
 			}
 			fk, err := js.KeyValue(ctx, fence.Bucket)

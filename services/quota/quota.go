@@ -51,8 +51,6 @@ type Service struct {
 	log       zerolog.Logger
 	// lastUsage is the id of the last usage event per ClusterQueue.
 	lastUsage map[string]string
-	// finder finds a released workload's ledger entry.
-	finder ledger.Finder
 }
 
 // New returns the service.
@@ -121,14 +119,14 @@ func (s *Service) Run(ctx context.Context) error {
 const fenceAge = 2 * time.Minute
 
 // handle releases the reservation of the workload an event is about.
-func (s *Service) handle(ctx context.Context, led ledger.KV, env events.Envelope) error {
+func (s *Service) handle(ctx context.Context, led jetstream.KeyValue, env events.Envelope) error {
 	var ref events.WorkloadRef
 	// A stop releases only the admission it stopped: a late or redelivered
 	// stop must not free the quota of the admission that followed, whose
 	// job may be running. An end (finish, deletion) releases the job's
 	// reservation, whatever its admission, but not one of a job of the
 	// same name created since.
-	admission, cq := "", ""
+	admission := ""
 	switch env.Type {
 	case events.TypeWorkloadStoppedV1:
 		var e events.WorkloadStoppedV1
@@ -138,13 +136,13 @@ func (s *Service) handle(ctx context.Context, led ledger.KV, env events.Envelope
 		if e.Admission == "" {
 			return nil // it held no reservation when it stopped
 		}
-		ref, admission, cq = e.Workload, e.Admission, e.ClusterQueue
+		ref, admission = e.Workload, e.Admission
 	case events.TypeWorkloadFinishedV1:
 		var e events.WorkloadFinishedV1
 		if err := env.As(&e); err != nil {
 			return fmt.Errorf("%w: %v", bus.ErrPoison, err)
 		}
-		ref, cq = e.Workload, e.ClusterQueue
+		ref = e.Workload
 	case events.TypeWorkloadDeletedV1:
 		var e events.WorkloadDeletedV1
 		if err := env.As(&e); err != nil {
@@ -154,15 +152,14 @@ func (s *Service) handle(ctx context.Context, led ledger.KV, env events.Envelope
 	default:
 		return fmt.Errorf("%w: unexpected event type %s", bus.ErrPoison, env.Type)
 	}
-	return s.release(ctx, led, ref, admission, cq)
+	return s.release(ctx, led, ref, admission)
 }
 
 // release frees the reservation of ref's job; of its given admission only,
-// if admission is set. lastCQ, if known, is the ClusterQueue the event
-// says it held quota in: its ledger entry is read first.
-func (s *Service) release(ctx context.Context, led ledger.KV, ref events.WorkloadRef, admission, lastCQ string) error {
+// if admission is set.
+func (s *Service) release(ctx context.Context, led jetstream.KeyValue, ref events.WorkloadRef, admission string) error {
 	key := workloads.EngineKey(ref)
-	cq, released, err := s.finder.ReleaseIf(ctx, led, key, lastCQ, func(r ledger.Reservation) bool {
+	cq, released, err := ledger.ReleaseIf(ctx, led, key, func(r ledger.Reservation) bool {
 		if admission != "" && r.Admission() != admission {
 			return false
 		}
@@ -189,26 +186,21 @@ func (s *Service) release(ctx context.Context, led ledger.KV, ref events.Workloa
 // reconcile releases reservations whose workload record is gone: the
 // workload finished or was deleted while its event was lost or not yet
 // handled.
-func (s *Service) reconcile(ctx context.Context, led ledger.KV, wls jetstream.KeyValue) error {
-	keys, err := ledger.Keys(ctx, led)
-	if err != nil {
+func (s *Service) reconcile(ctx context.Context, led jetstream.KeyValue, wls jetstream.KeyValue) error {
+	snap, err := ledger.Read(ctx, led)
+	// A corrupt reservation is reported, and the others are reconciled.
+	errs := []error{err}
+	if err != nil && !errors.Is(err, ledger.ErrCorrupt) {
 		return err
 	}
-	var errs []error
-	for _, k := range keys {
-		v, err := ledger.Read(ctx, led, k)
-		if err != nil {
-			errs = append(errs, err)
+	for _, wk := range snap.Workloads() {
+		r := snap.Reservations[wk]
+		_, err := wls.Get(ctx, workloads.KVKeyFromEngine(wk))
+		if !errors.Is(err, jetstream.ErrKeyNotFound) {
 			continue
 		}
-		for wk, r := range v.Entry.Reservations {
-			_, err := wls.Get(ctx, workloads.KVKeyFromEngine(wk))
-			if !errors.Is(err, jetstream.ErrKeyNotFound) {
-				continue
-			}
-			kind, ns, name := split(wk)
-			errs = append(errs, s.release(ctx, led, events.WorkloadRef{Kind: kind, Namespace: ns, Name: name, UID: r.UID}, r.Admission(), r.ClusterQueue))
-		}
+		kind, ns, name := split(wk)
+		errs = append(errs, s.release(ctx, led, events.WorkloadRef{Kind: kind, Namespace: ns, Name: name, UID: r.UID}, r.Admission()))
 	}
 	return errors.Join(errs...)
 }

@@ -19,7 +19,6 @@ import (
 	"github.com/sluice-dev/sluice/services/quota"
 )
 
-const ledgerKey = "tree.cq.cq"
 
 type harness struct {
 	t    *testing.T
@@ -125,27 +124,27 @@ func reservation(name string, count int32) ledger.Reservation {
 // hold writes reservations for the named workloads, and their records.
 func (h *harness) hold(names ...string) {
 	h.t.Helper()
-	e := ledger.Entry{Reservations: map[string]ledger.Reservation{}}
+	res := map[string]ledger.Reservation{}
 	for i, n := range names {
-		e.Reservations[workloads.EngineKey(ref(n))] = reservation(n, int32(i+1))
+		res[workloads.EngineKey(ref(n))] = reservation(n, int32(i+1))
 		if _, err := h.wls.Put(h.ctx, workloads.Key(ref(n)), []byte(`{}`)); err != nil {
 			h.t.Fatal(err)
 		}
 	}
-	if _, err := ledger.Write(h.ctx, h.led, ledgerKey, 0, e); err != nil {
+	if _, err := ledger.NewWriter(h.js).Reserve(h.ctx, "cq/cq", 0, res); err != nil {
 		h.t.Fatal(err)
 	}
 }
 
 func (h *harness) held() []string {
 	h.t.Helper()
-	v, err := ledger.Read(h.ctx, h.led, ledgerKey)
+	snap, err := ledger.Read(h.ctx, h.led)
 	if err != nil {
 		h.t.Fatal(err)
 	}
 	var out []string
 	for _, n := range []string{"a", "b", "c", "orphan"} {
-		if _, ok := v.Entry.Reservations[workloads.EngineKey(ref(n))]; ok {
+		if _, ok := snap.Reservations[workloads.EngineKey(ref(n))]; ok {
 			out = append(out, n)
 		}
 	}
@@ -263,21 +262,19 @@ func (h *harness) hold2(name string) {
 	h.t.Helper()
 	r := reservation(name, 1)
 	r.ClusterQueue = "other"
-	e := ledger.Entry{Reservations: map[string]ledger.Reservation{workloads.EngineKey(ref(name)): r}}
 	if _, err := h.wls.Put(h.ctx, workloads.Key(ref(name)), []byte(`{}`)); err != nil {
 		h.t.Fatal(err)
 	}
-	if _, err := ledger.Write(h.ctx, h.led, "tree.cq.other", 0, e); err != nil {
+	if _, err := ledger.NewWriter(h.js).Reserve(h.ctx, "cq/other", 0, map[string]ledger.Reservation{workloads.EngineKey(ref(name)): r}); err != nil {
 		h.t.Fatal(err)
 	}
 }
 
 func (h *harness) holds(name string) bool {
-	v, err := ledger.Read(h.ctx, h.led, "tree.cq.other")
+	_, ok, err := ledger.Get(h.ctx, h.led, workloads.EngineKey(ref(name)))
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	_, ok := v.Entry.Reservations[workloads.EngineKey(ref(name))]
 	return ok
 }
 

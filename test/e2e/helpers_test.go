@@ -177,19 +177,13 @@ func reservations(t *testing.T) map[string]ledger.Reservation {
 	if err != nil {
 		t.Fatalf("open ledger: %v", err)
 	}
-	keys, err := ledger.Keys(ctx, kv)
+	snap, err := ledger.Read(ctx, kv)
 	if err != nil {
-		t.Fatalf("ledger keys: %v", err)
+		t.Fatalf("read ledger: %v", err)
 	}
 	out := map[string]ledger.Reservation{}
-	for _, k := range keys {
-		v, err := ledger.Read(ctx, kv, k)
-		if err != nil {
-			t.Fatalf("read ledger: %v", err)
-		}
-		for wk, r := range v.Entry.Reservations {
-			out[wk] = r
-		}
+	for wk, h := range snap.Reservations {
+		out[wk] = h.Reservation
 	}
 	return out
 }

@@ -2,13 +2,13 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/ledger"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -110,18 +110,14 @@ func overQuota(ns string, quota int64) string {
 		return fmt.Sprintf("%d GPUs in unsuspended, unfinished Jobs, quota %d", running, quota)
 	}
 	var reserved int64
-	if kv, err := env.js.KeyValue(ctx, "sluice-quota"); err == nil {
-		if e, err := kv.Get(ctx, "tree.cq."+ns); err == nil {
-			var v struct {
-				Reservations map[string]struct {
-					PodSets []struct{ Count int64 }
+	if kv, err := env.js.KeyValue(ctx, ledger.Bucket); err == nil {
+		if snap, err := ledger.Read(ctx, kv); err == nil {
+			for _, h := range snap.Reservations {
+				if h.ClusterQueue != ns {
+					continue
 				}
-			}
-			if json.Unmarshal(e.Value(), &v) == nil {
-				for _, r := range v.Reservations {
-					for _, ps := range r.PodSets {
-						reserved += ps.Count
-					}
+				for _, ps := range h.PodSets {
+					reserved += int64(ps.Count)
 				}
 			}
 		}

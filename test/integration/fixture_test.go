@@ -603,49 +603,46 @@ func (c *checker) observe(u ledgerUpdate) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.revisions++
-	// The ledger holds one key (one cohort tree), so its revisions are
-	// consecutive: a jump means revisions were not seen.
+	// The bucket's revisions are consecutive: a jump means revisions were
+	// not seen (or a released reservation's earlier revisions were
+	// purged before they were read).
 	gap := c.last != 0 && u.rev != c.last+1
 	if gap {
 		c.gaps++
 	}
 	c.last = u.rev
-	if u.key != ledgerKey {
-		c.violate("revision %d: unexpected ledger key %q (one cohort tree, one key %q)", u.rev, u.key, ledgerKey)
+	ch, err := ledger.ParseEntry(u.key, !u.deleted, u.value, u.rev)
+	if err != nil {
+		c.violate("revision %d: %v", u.rev, err)
 		return
 	}
-	next := map[string]ledger.Reservation{}
-	if !u.deleted {
-		ent, err := ledger.Decode(u.value)
-		if err != nil {
-			c.violate("revision %d: %v", u.rev, err)
-			return
+	if ch.Tree != "" {
+		if ch.Tree != ledgerKey || len(ch.Legacy) > 0 {
+			c.violate("revision %d: unexpected tree key %q (one cohort tree, key %q) or reservations in it", u.rev, u.key, ledgerKey)
 		}
-		next = ent.Reservations
+		return
 	}
-	c.checkLimits(u.rev, next)
-	if !gap {
-		for k, r := range next {
-			prev, had := c.held[k]
-			switch {
-			case !had:
-				c.reserved[k]++
-				if at, ok := c.finished[k]; ok && u.rev > at {
-					c.violate("revision %d: %s reserved again after its job finished holding the reservation of revision %d (%s)", u.rev, k, at, describe(r))
-				}
-			case !prev.AdmittedAt.Equal(r.AdmittedAt) || !equalPodSets(prev.PodSets, r.PodSets):
-				c.violate("revision %d: %s admitted again while it held a reservation: %s at %s, then %s at %s",
-					u.rev, k, describe(prev), prev.AdmittedAt.Format(time.RFC3339Nano), describe(r), r.AdmittedAt.Format(time.RFC3339Nano))
-			}
-		}
-	} else {
-		for k := range next {
-			if _, had := c.held[k]; !had {
-				c.reserved[k]++
-			}
-		}
+	k := ch.Workload
+	prev, had := c.held[k]
+	if ch.Reservation == nil {
+		delete(c.held, k)
+		return
 	}
-	c.held = next
+	r := *ch.Reservation
+	switch {
+	case !had:
+		c.reserved[k]++
+		if at, ok := c.finished[k]; ok && u.rev > at {
+			c.violate("revision %d: %s reserved again after its job finished holding the reservation of revision %d (%s)", u.rev, k, at, describe(r))
+		}
+	case !prev.AdmittedAt.Equal(r.AdmittedAt) || !equalPodSets(prev.PodSets, r.PodSets):
+		c.violate("revision %d: %s admitted again while it held a reservation: %s at %s, then %s at %s",
+			u.rev, k, describe(prev), prev.AdmittedAt.Format(time.RFC3339Nano), describe(r), r.AdmittedAt.Format(time.RFC3339Nano))
+	}
+	c.held[k] = r
+	// Within a batch, reservations only come: the ledger after each of
+	// its messages holds at most what it holds after the batch.
+	c.checkLimits(u.rev, c.held)
 }
 
 // checkLimits sums the reserved requests per ClusterQueue and for the
@@ -808,13 +805,13 @@ func equalPodSets(a, b []engine.PodSetAssignment) bool {
 // ---------------------------------------------------------------------------
 // Reading back.
 
-// readLedger returns the ledger's reservations and revision.
-func (e *env) readLedger(js jetstream.JetStream) (ledger.Versioned, error) {
+// readLedger returns the ledger's reservations and revisions.
+func (e *env) readLedger(js jetstream.JetStream) (ledger.Snapshot, error) {
 	kv, err := js.KeyValue(e.ctx, ledger.Bucket)
 	if err != nil {
-		return ledger.Versioned{}, err
+		return ledger.Snapshot{}, err
 	}
-	return ledger.Read(e.ctx, kv, ledgerKey)
+	return ledger.Read(e.ctx, kv)
 }
 
 // readEvents reads every stored event matching filters, in stream order.

@@ -78,32 +78,32 @@ func (j *jobs) runTime() time.Duration {
 }
 
 func (j *jobs) onLedger(u ledgerUpdate) {
-	next := map[string]ledger.Reservation{}
-	if !u.deleted {
-		ent, err := ledger.Decode(u.value)
-		if err != nil {
-			return // the checker reports it
-		}
-		next = ent.Reservations
+	ch, err := ledger.ParseEntry(u.key, !u.deleted, u.value, u.rev)
+	if err != nil {
+		return // the checker reports it
 	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	j.rev, j.view = u.rev, next
-	for k, r := range next {
-		if j.finished[k] {
-			continue
-		}
-		if at, ok := j.running[k]; ok && at.Equal(r.AdmittedAt) {
-			continue
-		}
-		j.running[k] = r.AdmittedAt
-		time.AfterFunc(j.runTime(), func() { j.finish(k, r) })
+	j.rev = u.rev
+	if ch.Workload == "" {
+		return // a tree's revision
 	}
-	for k := range j.running {
-		if _, ok := next[k]; !ok {
-			delete(j.running, k)
-		}
+	k := ch.Workload
+	if ch.Reservation == nil {
+		delete(j.view, k)
+		delete(j.running, k)
+		return
 	}
+	r := *ch.Reservation
+	j.view[k] = r
+	if j.finished[k] {
+		return
+	}
+	if at, ok := j.running[k]; ok && at.Equal(r.AdmittedAt) {
+		return
+	}
+	j.running[k] = r.AdmittedAt
+	time.AfterFunc(j.runTime(), func() { j.finish(k, r) })
 }
 
 // finish ends a job that still runs under reservation r.
@@ -273,7 +273,7 @@ func runRestartScenario(t *testing.T, n int, seed uint64, disruptions []disrupti
 
 	_, rjs := e.connect("reader")
 	if v, err := e.readLedger(rjs); err == nil {
-		eventually(5*time.Second, func() bool { return chk.seen() >= v.Revision })
+		eventually(5*time.Second, func() bool { return chk.seen() >= v.Last })
 	}
 	chk.report(t)
 	if early := e.exitedEarly(); len(early) > 0 {
@@ -327,7 +327,7 @@ func runRestartScenario(t *testing.T, n int, seed uint64, disruptions []disrupti
 		if s.jobs.isFinished(k) {
 			continue
 		}
-		if _, ok := v.Entry.Reservations[k]; ok {
+		if _, ok := v.Reservations[k]; ok {
 			waiting = append(waiting, k+": admitted, still running")
 			continue
 		}
