@@ -821,3 +821,54 @@ func TestSlowHandlerIsNotRedelivered(t *testing.T) {
 		t.Errorf("handler called %d times: redelivered while in progress", n)
 	}
 }
+
+// TestPublishAllPipelines publishes more events than the window at once:
+// every one is stored once and in order, an invalid one fails alone, and
+// publishing the same ids again stores nothing more.
+func TestPublishAllPipelines(t *testing.T) {
+	ctx, js := setup(t)
+	p := bus.NewPublisher(js, events.Source("test"))
+	const n = 700
+	var out []bus.Outgoing
+	for i := range n {
+		ev := events.WorkloadAdmittedV1{Workload: ref(fmt.Sprintf("w%03d", i)), ClusterQueue: "gpu", PodSets: []events.PodSetAssignmentV1{{Name: "main", Count: 1}}}
+		if i == 350 {
+			ev.Workload.Name = "Not Valid"
+		}
+		out = append(out, bus.Outgoing{Ctx: ctx, Event: ev, ID: events.ID(ev.Type(), ev.Workload.UID, uint64(1))})
+	}
+	errs := p.PublishAll(ctx, out)
+	for i, err := range errs {
+		if wantErr := i == 350; (err != nil) != wantErr || (wantErr && !errors.Is(err, events.ErrInvalidEvent)) {
+			t.Fatalf("event %d: %v", i, err)
+		}
+	}
+	if got := streamMsgs(t, ctx, js, bus.StreamEvents); got != n-1 {
+		t.Fatalf("stream has %d messages, want %d", got, n-1)
+	}
+	for _, err := range p.PublishAll(ctx, out[:10]) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := streamMsgs(t, ctx, js, bus.StreamEvents); got != n-1 {
+		t.Fatalf("after publishing ten again, the stream has %d messages, want %d", got, n-1)
+	}
+	s, err := js.Stream(ctx, bus.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seq := uint64(1); seq <= n-1; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := int(seq - 1)
+		if i >= 350 {
+			i++
+		}
+		if want := out[i].ID; m.Header.Get("Nats-Msg-Id") != want {
+			t.Fatalf("message %d has id %s, want %s (event %d)", seq, m.Header.Get("Nats-Msg-Id"), want, i)
+		}
+	}
+}

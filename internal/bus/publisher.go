@@ -86,18 +86,9 @@ func (p *JetStreamPublisher) Publish(ctx context.Context, ev events.Event, id st
 // PublishAck publishes like Publish and returns JetStream's acknowledgement;
 // its Duplicate field is true when the id had been stored already.
 func (p *JetStreamPublisher) PublishAck(ctx context.Context, ev events.Event, id string) (*jetstream.PubAck, error) {
-	// An event about a workload carries the workload's trace: the span of
-	// that trace in ctx, or else the workload's root.
-	if ref, ok := events.WorkloadOf(ev); ok && ref.UID != "" {
-		if p.tracer != nil {
-			ctx = p.tracer.Workload(ctx, ref)
-		} else {
-			ctx = (*tracing.Tracer)(nil).Workload(ctx, ref)
-		}
-	}
-	msg, err := events.NewMessage(ctx, p.source, ev, id)
+	msg, err := p.message(ctx, ev, id)
 	if err != nil {
-		return nil, fmt.Errorf("bus: publish: %w", err)
+		return nil, err
 	}
 	var opts []jetstream.PublishOpt
 	if p.stream != "" {
@@ -109,6 +100,29 @@ func (p *JetStreamPublisher) PublishAck(ctx context.Context, ev events.Event, id
 	if err != nil {
 		return nil, fmt.Errorf("bus: publish %s %s: %w", ev.Type(), msg.Subject, err)
 	}
+	p.logPublished(ctx, ev, id, msg, ack)
+	return ack, nil
+}
+
+// message builds the message of an event. An event about a workload
+// carries the workload's trace: the span of that trace in ctx, or else
+// the workload's root.
+func (p *JetStreamPublisher) message(ctx context.Context, ev events.Event, id string) (*nats.Msg, error) {
+	if ref, ok := events.WorkloadOf(ev); ok && ref.UID != "" {
+		if p.tracer != nil {
+			ctx = p.tracer.Workload(ctx, ref)
+		} else {
+			ctx = (*tracing.Tracer)(nil).Workload(ctx, ref)
+		}
+	}
+	msg, err := events.NewMessage(ctx, p.source, ev, id)
+	if err != nil {
+		return nil, fmt.Errorf("bus: publish: %w", err)
+	}
+	return msg, nil
+}
+
+func (p *JetStreamPublisher) logPublished(ctx context.Context, ev events.Event, id string, msg *nats.Msg, ack *jetstream.PubAck) {
 	log := p.log
 	if log == nil {
 		log = zerolog.Ctx(ctx)
@@ -121,7 +135,6 @@ func (p *JetStreamPublisher) PublishAck(ctx context.Context, ev events.Event, id
 		Uint64("stream_seq", ack.Sequence).
 		Bool("duplicate", ack.Duplicate).
 		Msg("published")
-	return ack, nil
 }
 
 // publishAttempts publishes msg, again while no acknowledgement comes
@@ -154,4 +167,89 @@ func (p *JetStreamPublisher) publishAttempts(ctx context.Context, msg *nats.Msg,
 func noAcknowledgement(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
 		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)
+}
+
+// Outgoing is one event of a PublishAll: its context carries the span the
+// event's traceparent names.
+type Outgoing struct {
+	Ctx   context.Context
+	Event events.Event
+	ID    string
+}
+
+// window is how many events PublishAll leaves unacknowledged at most.
+const window = 256
+
+// PublishAll publishes events without waiting for each acknowledgement
+// before sending the next: at most window are in flight. It returns once
+// every event is stored or has failed, with one error (or nil) per event,
+// in order; an event whose acknowledgement did not come is published
+// again with its id, so it is stored once. Events sent together are
+// stored in the order given, unless one of them had to be sent again.
+func (p *JetStreamPublisher) PublishAll(ctx context.Context, out []Outgoing) []error {
+	errs := make([]error, len(out))
+	type flight struct {
+		i     int
+		msg   *nats.Msg
+		fut   jetstream.PubAckFuture
+		began time.Time
+	}
+	var opts []jetstream.PublishOpt
+	if p.stream != "" {
+		opts = append(opts, jetstream.WithExpectStream(p.stream))
+	}
+	var inflight []flight
+	settle := func(f flight) {
+		var ack *jetstream.PubAck
+		var err error
+		timer := time.NewTimer(ackWait)
+		select {
+		case ack = <-f.fut.Ok():
+		case err = <-f.fut.Err():
+		case <-timer.C:
+			err = context.DeadlineExceeded
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+		timer.Stop()
+		if err != nil && ctx.Err() == nil && noAcknowledgement(err) {
+			ack, err = p.publishAttempts(ctx, f.msg, opts)
+		}
+		o := out[f.i]
+		observePublish(o.Event.Type(), f.began, err)
+		if err != nil {
+			errs[f.i] = fmt.Errorf("bus: publish %s %s: %w", o.Event.Type(), f.msg.Subject, err)
+			return
+		}
+		p.logPublished(o.Ctx, o.Event, o.ID, f.msg, ack)
+	}
+	for i, o := range out {
+		msg, err := p.message(o.Ctx, o.Event, o.ID)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		if len(inflight) == window {
+			settle(inflight[0])
+			inflight = inflight[1:]
+		}
+		began := time.Now()
+		fut, err := p.js.PublishMsgAsync(msg, opts...)
+		if err != nil {
+			// Not sent: send it the patient way.
+			ack, err := p.publishAttempts(ctx, msg, opts)
+			observePublish(o.Event.Type(), began, err)
+			if err != nil {
+				errs[i] = fmt.Errorf("bus: publish %s %s: %w", o.Event.Type(), msg.Subject, err)
+				continue
+			}
+			p.logPublished(o.Ctx, o.Event, o.ID, msg, ack)
+			continue
+		}
+		inflight = append(inflight, flight{i: i, msg: msg, fut: fut, began: began})
+	}
+	for _, f := range inflight {
+		settle(f)
+	}
+	return errs
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -96,6 +97,8 @@ type Service struct {
 	writer  *ledger.Writer
 	wlKV    jetstream.KeyValue
 	fenceKV fence.KV
+	// outbox holds the events decided and not yet flushed.
+	outbox []outgoing
 	// stream is the event stream, read to find admissions whose
 	// announcement a crash swallowed.
 	stream jetstream.Stream
@@ -854,19 +857,100 @@ type outgoing struct {
 	admitted *events.WorkloadAdmittedV1
 	// requeue is stored with the stop of a PodsReadyTimeout eviction.
 	requeue *fence.Requeue
+	// trace is the context whose span the event's traceparent names.
+	trace context.Context
 }
 
-// send publishes an event, or keeps it for the next tick if that fails:
-// decisions are made once, so their announcements must not be dropped.
-func (s *Service) send(ctx context.Context, o outgoing) error {
-	if err := s.publishOne(ctx, o); err != nil {
-		s.unsent = append(s.unsent, o)
-		return err
+// stop: the event ends an admission, and is fenced or preceded by the
+// admission's announcement; such events go one at a time.
+func (o outgoing) stop() bool { return o.fenceKey != "" || o.admitted != nil }
+
+// send queues an event for the next flush. What fails to publish is kept
+// for the next tick: decisions are made once, so their announcements must
+// not be dropped.
+func (s *Service) send(ctx context.Context, o outgoing) {
+	o.trace = ctx
+	s.outbox = append(s.outbox, o)
+}
+
+// allPublisher publishes many events with their acknowledgements in
+// flight together (bus.JetStreamPublisher).
+type allPublisher interface {
+	PublishAll(ctx context.Context, out []bus.Outgoing) []error
+}
+
+// recordChecks is how many record reads flush keeps in flight.
+const recordChecks = 16
+
+// flush publishes the queued events; each is stored before flush returns
+// (or kept in unsent). Stops go first, one at a time, each after its
+// fence. The others are pipelined: the reads that check their jobs did
+// not end meanwhile run together, then the events are published with
+// their acknowledgements in flight together, in the order queued.
+func (s *Service) flush(ctx context.Context) error {
+	queued := s.outbox
+	s.outbox = nil
+	var errs []error
+	var plain []outgoing
+	for _, o := range queued {
+		if !o.stop() {
+			plain = append(plain, o)
+			continue
+		}
+		if err := s.publishOne(ctx, o); err != nil {
+			s.unsent = append(s.unsent, o)
+			errs = append(errs, err)
+		}
 	}
-	return nil
+	// Which jobs ended since their admission was decided.
+	gone := make([]bool, len(plain))
+	sem := make(chan struct{}, recordChecks)
+	var wg sync.WaitGroup
+	for i, o := range plain {
+		if o.ended == "" {
+			continue
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			gone[i] = !s.recordExists(ctx, o.ended)
+		})
+	}
+	wg.Wait()
+	send := make([]outgoing, 0, len(plain))
+	for i, o := range plain {
+		if gone[i] {
+			s.log.Info().Str("workload", o.ended).Msg("admission not announced: the job ended meanwhile")
+			continue
+		}
+		send = append(send, o)
+	}
+	if ap, ok := s.pub.(allPublisher); ok {
+		out := make([]bus.Outgoing, len(send))
+		for i, o := range send {
+			out[i] = bus.Outgoing{Ctx: o.trace, Event: o.ev, ID: o.id}
+		}
+		for i, err := range ap.PublishAll(ctx, out) {
+			if err != nil {
+				s.unsent = append(s.unsent, send[i])
+				errs = append(errs, err)
+			}
+		}
+		return errors.Join(errs...)
+	}
+	for _, o := range send {
+		if err := s.pub.Publish(o.trace, o.ev, o.id); err != nil {
+			s.unsent = append(s.unsent, o)
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func (s *Service) publishOne(ctx context.Context, o outgoing) error {
+	if o.trace != nil {
+		ctx = o.trace
+	}
 	if o.ended != "" && !s.recordExists(ctx, o.ended) {
 		s.log.Info().Str("workload", o.ended).Msg("admission not announced: the job ended meanwhile")
 		return nil
@@ -902,15 +986,9 @@ func (s *Service) publishOne(ctx context.Context, o outgoing) error {
 
 // retry publishes what failed before, in order, keeping what fails again.
 func (s *Service) retry(ctx context.Context) error {
-	pending := s.unsent
+	s.outbox = append(s.unsent, s.outbox...)
 	s.unsent = nil
-	for i, o := range pending {
-		if err := s.publishOne(ctx, o); err != nil {
-			s.unsent = append(s.unsent, pending[i:]...)
-			return err
-		}
-	}
-	return nil
+	return s.flush(ctx)
 }
 
 // heldAdmission names the admission a workload holds (its reservation's
@@ -936,6 +1014,9 @@ func (s *Service) announceLedger(ctx context.Context) {
 	for _, wk := range wks {
 		s.announce(ctx, wk, s.res[wk].Reservation)
 	}
+	if err := s.flush(ctx); err != nil {
+		s.log.Warn().Err(err).Msg("admissions a restart left unannounced not announced yet")
+	}
 }
 
 // announce publishes the admitted event of one reservation unless it is
@@ -957,7 +1038,7 @@ func (s *Service) announce(ctx context.Context, wk string, r ledger.Reservation)
 	}
 	ev := admittedOf(ref, r)
 	s.log.Info().Str("workload", wk).Str("queue", r.ClusterQueue).Msg("announcing an admission a restart left unannounced")
-	_ = s.send(ctx, outgoing{ev: ev, id: id, ended: wk})
+	s.send(ctx, outgoing{ev: ev, id: id, ended: wk})
 }
 
 // admittedOf is the announcement of a reservation.
@@ -979,7 +1060,6 @@ func splitKey(key string) (kind, ns, name string, ok bool) {
 // only once its admission is announced, and a cycle may also have
 // thousands of pending reasons to tell.
 func (s *Service) publish(ctx context.Context, ds []engine.Decision, lost map[string]bool) error {
-	var errs []error
 	admitted := 0
 	defer func() { s.metrics.cycleAdmitted.Observe(float64(admitted)) }()
 	preemptions := map[string]*events.PreemptionRequestedV1{}
@@ -1002,7 +1082,7 @@ func (s *Service) publish(ctx context.Context, ds []engine.Decision, lost map[st
 			s.metrics.waitTime.WithLabelValues(d.ClusterQueue).Observe(max(0, r.AdmittedAt.Sub(w.CreationTime).Seconds()))
 			ev := admittedOf(ref, r)
 			actx, span := s.traceAdmission(ctx, w, d, r.Admission(), r.AdmittedAt)
-			errs = append(errs, s.send(actx, outgoing{ev: ev, id: workloads.AdmittedID(ref, r.Admission()), ended: d.Key}))
+			s.send(actx, outgoing{ev: ev, id: workloads.AdmittedID(ref, r.Admission()), ended: d.Key})
 			span.End()
 		case engine.KindEvicted:
 			// Like a preemption, a drain is fenced: once announced, the
@@ -1021,7 +1101,7 @@ func (s *Service) publish(ctx context.Context, ds []engine.Decision, lost map[st
 				o.requeue = &fence.Requeue{Count: rs.Count, At: rs.At.UTC(), Deactivated: rs.Deactivated}
 			}
 			ectx, span := s.traceEviction(ctx, ref, d, admission)
-			errs = append(errs, s.send(ectx, o))
+			s.send(ectx, o)
 			span.End()
 		case engine.KindPreempted:
 			p := preemptions[d.Preemptor]
@@ -1046,7 +1126,7 @@ func (s *Service) publish(ctx context.Context, ds []engine.Decision, lost map[st
 			victims = append(victims, v.Workload.UID)
 		}
 		pctx, span := s.tracePreemption(ctx, p, s.clock())
-		errs = append(errs, s.send(pctx, outgoing{ev: *p, id: events.ID(p.Type(), p.Preemptor.UID, victims)}))
+		s.send(pctx, outgoing{ev: *p, id: events.ID(p.Type(), p.Preemptor.UID, victims)})
 		span.End()
 	}
 	now := s.clock()
@@ -1072,9 +1152,9 @@ func (s *Service) publish(ctx context.Context, ds []engine.Decision, lost map[st
 			s.told[d.Key] = t
 			continue
 		}
-		errs = append(errs, s.tellPending(ctx, w.Workload, d.Key, d.ClusterQueue, d.Reason))
+		s.tellPending(ctx, w.Workload, d.Key, d.ClusterQueue, d.Reason)
 	}
-	return errors.Join(errs...)
+	return s.flush(ctx)
 }
 
 // told is what was last announced of a waiting workload's reason.
@@ -1089,11 +1169,11 @@ type told struct {
 // tellPending announces a workload's pending reason. Its id names the
 // reason and the time, so that a reason that comes back later is a new
 // event, not a re-send.
-func (s *Service) tellPending(ctx context.Context, ref events.WorkloadRef, key, cq, reason string) error {
+func (s *Service) tellPending(ctx context.Context, ref events.WorkloadRef, key, cq, reason string) {
 	now := s.clock()
 	s.told[key] = told{class: reasonClass(reason), at: now}
 	ev := events.WorkloadPendingV1{Workload: ref, ClusterQueue: cq, Reason: reason}
-	return s.send(ctx, outgoing{ev: ev, id: events.ID(ev.Type(), ref.UID, reason, now.UnixNano())})
+	s.send(ctx, outgoing{ev: ev, id: events.ID(ev.Type(), ref.UID, reason, now.UnixNano())})
 }
 
 // flushPending announces the reasons held back whose interval is over, if
@@ -1115,9 +1195,10 @@ func (s *Service) flushPending(ctx context.Context, now time.Time) {
 		if w == nil || reason == "" || s.eng.IsAdmitted(key) || reasonClass(reason) == t.class {
 			continue
 		}
-		if err := s.tellPending(ctx, w.Workload, key, s.eng.ClusterQueueOf(key), reason); err != nil {
-			s.log.Warn().Err(err).Str("workload", key).Msg("pending reason not announced")
-		}
+		s.tellPending(ctx, w.Workload, key, s.eng.ClusterQueueOf(key), reason)
+	}
+	if err := s.flush(ctx); err != nil {
+		s.log.Warn().Err(err).Msg("pending reasons not announced")
 	}
 }
 
