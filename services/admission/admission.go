@@ -758,11 +758,28 @@ func (s *Service) cycle(ctx context.Context) error {
 	// Reserve first: group admissions by tree and book each group in one
 	// batch checked against the tree's revision.
 	byKey := map[string][]engine.Decision{}
+	// Whether each admitted workload's record is still there, asked for
+	// all of them at once.
+	type answer struct{ exists, known bool }
+	answers := make([]answer, len(decisions))
+	sem := make(chan struct{}, recordChecks)
+	var wg sync.WaitGroup
 	for i, d := range decisions {
 		if d.Kind != engine.KindAdmitted {
 			continue
 		}
-		exists, known := s.record(ctx, d.Key)
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			answers[i].exists, answers[i].known = s.record(ctx, d.Key)
+		})
+	}
+	wg.Wait()
+	for i, d := range decisions {
+		if d.Kind != engine.KindAdmitted {
+			continue
+		}
+		exists, known := answers[i].exists, answers[i].known
 		if !known {
 			// The bucket does not answer: the job may have ended. Reserve
 			// nothing for it until the bucket says it is there.
