@@ -260,6 +260,12 @@ func Stop(ctx context.Context, kv KV, key, admission, stopID string, opts ...Sto
 		if o.requeue != nil {
 			rq = o.requeue
 		}
+		if cur.Phase == Finished && o.uid != "" && cur.UID == o.uid {
+			// The job ended, whichever admission its end was recorded
+			// under (the replica that saw the end may not have seen the
+			// latest reservation yet).
+			return cur, false, fmt.Errorf("fence %s: admission %s: job %s ended: %w", key, admission, o.uid, ErrFinished)
+		}
 		if cur.Admission == admission {
 			switch cur.Phase {
 			case Starting:
@@ -287,7 +293,14 @@ func Stop(ctx context.Context, kv KV, key, admission, stopID string, opts ...Sto
 // StopOption tunes Stop.
 type StopOption func(*stopOptions)
 
-type stopOptions struct{ requeue *Requeue }
+type stopOptions struct {
+	requeue *Requeue
+	uid     string
+}
+
+// OfJob names the UID of the job whose admission is stopped: once that
+// job ended, no admission of it is stopped.
+func OfJob(uid string) StopOption { return func(o *stopOptions) { o.uid = uid } }
 
 // WithRequeue records the workload's requeue state with the stop, for a
 // stop caused by a PodsReadyTimeout.

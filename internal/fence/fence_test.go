@@ -161,6 +161,17 @@ func TestFence(t *testing.T) {
 			wantState: fence.State{Admission: t1, Phase: fence.Finished, UID: "u1"},
 		},
 		{
+			name: "a job that ended is not stopped under an admission its end was not recorded with",
+			steps: []step{{op: "finish", admission: t1, uid: "u1"},
+				{op: "stop", admission: t2, uid: "u1", wantErr: fence.ErrFinished}},
+			wantState: fence.State{Admission: t1, Phase: fence.Finished, UID: "u1"},
+		},
+		{
+			name:      "a new job of the same name is stopped after the old one ended",
+			steps:     []step{{op: "finish", admission: t1, uid: "u1"}, {op: "stop", admission: t2, uid: "u2"}},
+			wantState: fence.State{Admission: t2, Phase: fence.Stopping, StopID: "p1"},
+		},
+		{
 			name:      "a later admission is stopped over an earlier one",
 			steps:     []step{{op: "stop", admission: t1}, {op: "stop", admission: t2, stopID: "p2"}},
 			wantState: fence.State{Admission: t2, Phase: fence.Stopping, StopID: "p2"},
@@ -187,6 +198,9 @@ func TestFence(t *testing.T) {
 					var opts []fence.StopOption
 					if s.requeue != nil {
 						opts = append(opts, fence.WithRequeue(*s.requeue))
+					}
+					if s.uid != "" {
+						opts = append(opts, fence.OfJob(s.uid))
 					}
 					err = fence.Stop(ctx, kv, key, s.admission, id, opts...)
 				case "ready", "notready":

@@ -977,6 +977,9 @@ func (s *Service) publishOne(ctx context.Context, o outgoing) error {
 		if o.requeue != nil {
 			opts = append(opts, fence.WithRequeue(*o.requeue))
 		}
+		if o.admitted != nil {
+			opts = append(opts, fence.OfJob(o.admitted.Workload.UID))
+		}
 		err := fence.Stop(ctx, s.fenceKV, o.fenceKey, o.admission, o.id, opts...)
 		if errors.Is(err, fence.ErrFinished) || errors.Is(err, fence.ErrStopTaken) || errors.Is(err, fence.ErrSuperseded) {
 			// Its job ended, or a preemption stops it already, or it was

@@ -119,7 +119,7 @@ func (s *Service) handle(ctx context.Context, led jetstream.KeyValue, fk fence.K
 		ev := events.WorkloadPreemptedV1{Workload: v.Workload, ClusterQueue: v.ClusterQueue, Reason: v.Reason, Preemptor: req.Preemptor,
 			Admission: r.Admission()}
 		id := events.ID(ev.Type(), v.Workload.UID, r.Admission(), req.Preemptor.UID)
-		err = stopFenced(ctx, fk, workloads.Key(v.Workload), r.Admission(), id)
+		err = stopFenced(ctx, fk, workloads.Key(v.Workload), r.Admission(), id, fence.OfJob(v.Workload.UID))
 		switch {
 		case errors.Is(err, fence.ErrFinished):
 			continue // its job ended: the end releases the quota
@@ -177,10 +177,10 @@ func awaitAnnounced(ctx context.Context, stream workloads.LastMsgReader, w event
 	}
 }
 
-func stopFenced(ctx context.Context, fk fence.KV, key, admission, stopID string) error {
+func stopFenced(ctx context.Context, fk fence.KV, key, admission, stopID string, opts ...fence.StopOption) error {
 	deadline := time.Now().Add(startWait)
 	for {
-		err := fence.Stop(ctx, fk, key, admission, stopID)
+		err := fence.Stop(ctx, fk, key, admission, stopID, opts...)
 		if !errors.Is(err, fence.ErrStarting) || time.Now().After(deadline) {
 			return err
 		}
