@@ -201,3 +201,58 @@ func BenchmarkCyclePreemptorsWaiting(b *testing.B) {
 		e.Cycle(t0.Add(time.Duration(i+1) * time.Millisecond))
 	}
 }
+
+// BenchmarkCycleDeferredPreemptorsWaiting: as the admission service runs
+// the engine, victims keep their quota until they are reported gone. 120
+// preemptors wait for the victims they asked to go while the cohort is
+// busy: each iteration, one workload is submitted to a queue that cannot
+// take it, so every cycle has work but releases nothing.
+func BenchmarkCycleDeferredPreemptorsWaiting(b *testing.B) {
+	cfg := Config{Flavors: flavors("default")}
+	for q := range 6 {
+		name := fmt.Sprintf("cq-%d", q)
+		cfg.ClusterQueues = append(cfg.ClusterQueues,
+			newCQ(name).cohort("all").quota("default", "cpu", 100_000).preemption(LowerPriority, Any).obj())
+		cfg.LocalQueues = append(cfg.LocalQueues, LocalQueue{Namespace: "ns-" + name, Name: "lq", ClusterQueue: name, StopPolicy: StopNone})
+	}
+	e := New(cfg, WithDeferredEviction())
+	for _, cq := range cfg.ClusterQueues {
+		for i := range 100 {
+			w := newWL("ns-"+cq.Name, fmt.Sprintf("low-%03d", i)).prio(0).pods("main", 1, "cpu", 1000).
+				admittedIn(cq.Name, "default", time.Duration(i)*time.Second).obj()
+			if err := e.Submit(w); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for i := range 20 {
+			w := newWL("ns-"+cq.Name, fmt.Sprintf("high-%02d", i)).prio(100).at(time.Duration(200+i)*time.Second).pods("main", 1, "cpu", 2000).obj()
+			if err := e.Submit(w); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	preempted := 0
+	for _, d := range e.Cycle(t0) {
+		if d.Kind == KindPreempted {
+			preempted++
+		}
+	}
+	if preempted == 0 {
+		b.Fatal("the first cycle preempted nothing")
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		w := newWL("ns-cq-1", fmt.Sprintf("big-%06d", i)).prio(0).at(time.Hour).pods("main", 1, "cpu", 1_000_000).obj()
+		if err := e.Submit(w); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		for _, d := range e.Cycle(t0.Add(time.Duration(i+1) * time.Millisecond)) {
+			if d.Kind == KindAdmitted || d.Kind == KindPreempted {
+				b.Fatalf("cycle %d: %s %s with nothing released", i, d.Kind, d.Key)
+			}
+		}
+	}
+}

@@ -48,6 +48,9 @@ type entry struct {
 	own assignment
 	// stable: a.reasons is not in the round's arena and may be kept.
 	stable bool
+	// waitingFor: the workload still waits for this many victims it asked
+	// to go (see preemptionWait).
+	waitingFor int
 }
 
 // cycle carries the per-cycle bookkeeping.
@@ -193,6 +196,12 @@ func (c *cycle) nominate(ws *wlState, en *entry) *entry {
 	en.ws = ws
 	if !ws.selected {
 		en.reason = fmt.Sprintf("namespace %s is not selected by the namespaceSelector of ClusterQueue %s", ws.w.Namespace, cq.Name)
+		return en
+	}
+	if w := ws.waiting; e.deferred && w.n > 0 && w.root == cq.node.root() && w.released == w.root.released {
+		// Its victims are still stopping and nothing was released in
+		// its tree since it asked: it waits, as it did.
+		en.waitingFor = w.n
 		return en
 	}
 	en.a = &en.own
@@ -355,6 +364,10 @@ func (c *cycle) process(entries []*entry) {
 		ws.seenIn = c.id
 		root := cq.node.root()
 		switch {
+		case en.waitingFor > 0:
+			roots[root] = true
+			c.pend(ws, waitingForVictims(en.waitingFor))
+			c.blocked[cq] = true
 		case en.a != nil && en.a.mode == fit && len(en.targets) == 0:
 			if !e.fits(cq, en.a, true) {
 				// Another admission of this round took the room; the
@@ -416,8 +429,14 @@ func (c *cycle) requestPreemption(ws *wlState, en *entry) {
 		waiting++
 		c.emit(Decision{Kind: KindPreempted, Key: t.ws.key, ClusterQueue: t.ws.admitted.cq.Name, Reason: t.reason, Preemptor: ws.key})
 	}
-	c.pend(ws, fmt.Sprintf("waiting for %d preempted workload(s) to release quota", waiting))
+	c.pend(ws, waitingForVictims(waiting))
 	c.blocked[ws.cq] = true
+	root := ws.cq.node.root()
+	ws.waiting = preemptionWait{root: root, released: root.released, n: waiting}
+}
+
+func waitingForVictims(n int) string {
+	return fmt.Sprintf("waiting for %d preempted workload(s) to release quota", n)
 }
 
 // requeued notes that a queue's pending list changed under the cycle.

@@ -60,6 +60,10 @@ type wlState struct {
 	// seenIn and victimIn hold the id of the last cycle that judged or
 	// preempted the workload.
 	seenIn, victimIn uint64
+	// waiting remembers a preemptor left waiting for its victims to
+	// release quota (deferred eviction only): until quota is released in
+	// its tree, judging it again would choose the same victims.
+	waiting preemptionWait
 	// orderAt places the workload in its queue among equal priorities:
 	// its submission, or its last PodsReadyTimeout eviction.
 	orderAt time.Time
@@ -320,7 +324,16 @@ func (e *Engine) release(ws *wlState) {
 		}
 	}
 	ws.admitted = nil
+	cq.node.root().released++
 	e.unpark(cq.node.root())
+}
+
+// preemptionWait is a preemptor's last request: n victims asked to go in
+// the tree under root, when root had seen released releases.
+type preemptionWait struct {
+	root     *node
+	released uint64
+	n        int
 }
 
 func (e *Engine) unpark(root *node) {

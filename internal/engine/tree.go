@@ -37,6 +37,8 @@ type node struct {
 	// height is the distance to the farthest leaf below: 0 for a
 	// ClusterQueue, 1 for a cohort of ClusterQueues only.
 	height int
+	// released counts, on a root, the releases of quota in its tree.
+	released uint64
 }
 
 // guaranteed is the part of the subtree quota kept from the parent by a

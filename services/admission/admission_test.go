@@ -1127,9 +1127,13 @@ func TestEvictionAnnouncesTheAdmissionFirst(t *testing.T) {
 	h.eventually("probe announced", func() (bool, string) {
 		return len(eventsOf[events.WorkloadAdmittedV1](h)) == 1, fmt.Sprint(eventsOf[events.WorkloadAdmittedV1](h))
 	})
-	// The other replica's reservation of x, next to the probe's.
-	h.submit("x", "main", 0, 1, "1")
+	// The other replica's reservation of x, next to the probe's, booked
+	// before this replica sees x's record (else it might admit x itself).
+	x := events.WorkloadSubmittedV1{Workload: ref("x"), LocalQueue: "main", CreationTime: now.Add(time.Second),
+		PodSets: []events.PodSetV1{{Name: "main", Count: 1, Requests: map[string]string{"cpu": "1"}}}}
+	h.recs["x"] = x
 	h.reserve(map[string]ledger.Reservation{key("x"): h.expected("x", 1)})
+	h.put(h.wls, workloads.Key(x.Workload), x)
 	rs := h.reservations()
 	cq := clusterQueue("cq", "4", nil)
 	cq.Spec.StopPolicy = ptr.To(v1beta1.HoldAndDrain)
