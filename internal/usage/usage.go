@@ -6,8 +6,8 @@ package usage
 
 import (
 	"context"
-	"errors"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"

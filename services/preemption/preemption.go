@@ -191,4 +191,3 @@ func stopFenced(ctx context.Context, fk fence.KV, key, admission, stopID string,
 		}
 	}
 }
-

@@ -19,7 +19,6 @@ import (
 	"github.com/sluice-dev/sluice/services/quota"
 )
 
-
 type harness struct {
 	t    *testing.T
 	ctx  context.Context
