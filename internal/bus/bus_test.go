@@ -188,7 +188,9 @@ func TestSetupIdempotent(t *testing.T) {
 	if dc := d.CachedInfo().Config; dc.MaxAge != 30*24*time.Hour || strings.Join(dc.Subjects, ",") != "sluice.dlq.>" {
 		t.Errorf("SLUICE_DLQ config %+v", dc)
 	}
-	for _, b := range []string{"sluice-quota", "sluice-workloads", "sluice-config"} {
+	// The ledger keeps one revision per key (a release's marker replaces
+	// the reservation), takes atomic batches and per-message TTLs.
+	for b, want := range map[string]int64{"sluice-quota": 1, "sluice-workloads": 5, "sluice-config": 5} {
 		kv, err := js.KeyValue(ctx, b)
 		if err != nil {
 			t.Fatalf("bucket %s: %v", b, err)
@@ -197,9 +199,16 @@ func TestSetupIdempotent(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st.History() != 5 {
-			t.Errorf("bucket %s history %d", b, st.History())
+		if st.History() != want {
+			t.Errorf("bucket %s history %d, want %d", b, st.History(), want)
 		}
+	}
+	q, err := js.Stream(ctx, "KV_"+bus.BucketQuota)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if qc := q.CachedInfo().Config; !qc.AllowAtomicPublish || !qc.AllowMsgTTL {
+		t.Errorf("ledger stream: atomic batches %v, message TTLs %v; want both", qc.AllowAtomicPublish, qc.AllowMsgTTL)
 	}
 
 	// A changed config updates in place.
@@ -213,9 +222,13 @@ func TestSetupIdempotent(t *testing.T) {
 	if info.Config.MaxAge != 24*time.Hour || info.State.Msgs != 1 {
 		t.Errorf("after update: max age %s, %d messages", info.Config.MaxAge, info.State.Msgs)
 	}
-	kv, _ := js.KeyValue(ctx, bus.BucketQuota)
+	kv, _ := js.KeyValue(ctx, bus.BucketWorkloads)
 	if st, _ := kv.Status(ctx); st.History() != 2 {
 		t.Errorf("history not updated: %d", st.History())
+	}
+	// Updating the other buckets left the ledger open to batches.
+	if info, err := q.Info(ctx); err != nil || !info.Config.AllowAtomicPublish {
+		t.Errorf("ledger stream after update: %v, %v", info, err)
 	}
 }
 

@@ -72,6 +72,7 @@ type Config struct {
 	// DLQMaxAge of dead letters; default 30 days.
 	DLQMaxAge time.Duration
 	// KVHistory is how many revisions each KV key keeps, 1..64; default 5.
+	// The quota ledger keeps one whatever this says.
 	KVHistory int
 }
 
@@ -193,9 +194,11 @@ func (c Config) KeyValueConfig(bucket string) jetstream.KeyValueConfig {
 		Storage:     jetstream.FileStorage,
 	}
 	if bucket == BucketQuota {
-		// Turns on per-message TTLs: a released reservation leaves a
-		// marker that expires (internal/ledger), so the bucket does not
-		// keep a key for every workload that ever ran.
+		// One revision per key, and per-message TTLs: a released
+		// reservation leaves a delete marker that replaces it and expires
+		// (internal/ledger), so the bucket does not keep a key for every
+		// workload that ever ran.
+		kvc.History = 1
 		kvc.LimitMarkerTTL = QuotaMarkerTTL
 	}
 	return kvc

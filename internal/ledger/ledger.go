@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-dev/sluice/internal/engine"
@@ -229,8 +231,8 @@ const markerTTL = 15 * time.Minute
 // Release removes a workload's reservation. It reports the ClusterQueue
 // the reservation was in; a workload with no reservation is not an error
 // (releasing twice changes nothing).
-func Release(ctx context.Context, kv jetstream.KeyValue, workload string) (string, bool, error) {
-	return ReleaseIf(ctx, kv, workload, func(Reservation) bool { return true })
+func (w *Writer) Release(ctx context.Context, kv jetstream.KeyValue, workload string) (string, bool, error) {
+	return w.ReleaseIf(ctx, kv, workload, func(Reservation) bool { return true })
 }
 
 // ReleaseIf is Release of a reservation that match accepts; another
@@ -238,7 +240,12 @@ func Release(ctx context.Context, kv jetstream.KeyValue, workload string) (strin
 // name created again) is left alone and reported as not released. The
 // removal is conditional on the revision match saw, so a reservation
 // booked again meanwhile is never removed unseen.
-func ReleaseIf(ctx context.Context, kv jetstream.KeyValue, workload string, match func(Reservation) bool) (string, bool, error) {
+//
+// The removal is a delete marker that expires after markerTTL. The bucket
+// keeps one revision per key, so the marker replaces the reservation and
+// nothing comes back when it expires. A purge would do the same, but
+// costs the server a recount of every consumer's pending messages.
+func (w *Writer) ReleaseIf(ctx context.Context, kv jetstream.KeyValue, workload string, match func(Reservation) bool) (string, bool, error) {
 	for attempt := 0; ; attempt++ {
 		h, found, err := Get(ctx, kv, workload)
 		if err != nil || !found {
@@ -247,11 +254,13 @@ func ReleaseIf(ctx context.Context, kv jetstream.KeyValue, workload string, matc
 		if !match(h.Reservation) {
 			return h.ClusterQueue, false, nil
 		}
-		err = kv.Purge(ctx, ReservationKey(workload), jetstream.LastRevision(h.Revision), jetstream.PurgeTTL(markerTTL))
-		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) || isWrongLastSequence(err) {
-			if attempt < 20 {
-				continue
-			}
+		m := nats.NewMsg(w.prefix + ReservationKey(workload))
+		m.Header.Set(hdrKVOperation, "DEL")
+		m.Header.Set(hdrExpectedSeq, strconv.FormatUint(h.Revision, 10))
+		m.Header.Set(hdrTTL, markerTTL.String())
+		_, err = w.js.PublishMsg(ctx, m)
+		if isWrongLastSequence(err) && attempt < 20 {
+			continue
 		}
 		if err != nil {
 			return "", false, fmt.Errorf("release reservation of %s: %w", workload, err)
@@ -262,5 +271,6 @@ func ReleaseIf(ctx context.Context, kv jetstream.KeyValue, workload string, matc
 
 func isWrongLastSequence(err error) bool {
 	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }

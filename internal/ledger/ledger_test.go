@@ -138,7 +138,7 @@ func TestReleaseIf(t *testing.T) {
 		{name: "a workload holding nothing", workload: "job/ns/nobody"},
 	}
 	for _, c := range calls {
-		cq, released, err := ledger.ReleaseIf(ctx, kv, c.workload, func(r ledger.Reservation) bool {
+		cq, released, err := w.ReleaseIf(ctx, kv, c.workload, func(r ledger.Reservation) bool {
 			return c.admission == "" || r.Admission() == c.admission
 		})
 		if err != nil || cq != c.wantCQ || released != c.wantReleased {
@@ -187,7 +187,7 @@ func TestTwentyThousandReservationsInOneTree(t *testing.T) {
 		t.Fatalf("racing writers: %v, %v; want one to win and the other ErrConflict", errs[0], errs[1])
 	}
 	for i := 0; i < n; i += 1000 {
-		if _, ok, err := ledger.Release(ctx, kv, fmt.Sprintf("job/ns/w-%05d", i)); err != nil || !ok {
+		if _, ok, err := w.Release(ctx, kv, fmt.Sprintf("job/ns/w-%05d", i)); err != nil || !ok {
 			t.Fatalf("Release w-%05d: %v, %v", i, ok, err)
 		}
 	}

@@ -19,6 +19,8 @@ const (
 	hdrBatchSequence = "Nats-Batch-Sequence"
 	hdrBatchCommit   = "Nats-Batch-Commit"
 	hdrExpectedSeq   = "Nats-Expected-Last-Subject-Sequence"
+	hdrKVOperation   = "KV-Operation"
+	hdrTTL           = "Nats-TTL"
 )
 
 // MaxBatch is how many reservations one atomic batch books at most: the
@@ -26,16 +28,18 @@ const (
 // Reserve splits larger sets into chained batches.
 const MaxBatch = 999
 
-// Writer books reservations. It publishes into the bucket's stream, which
-// Setup (internal/bus) opens to atomic batches.
+// Writer books and releases reservations. It publishes into the bucket's
+// stream, which Setup (internal/bus) opens to atomic batches and to
+// per-message TTLs, and keeps at one revision per key.
 type Writer struct {
+	js     jetstream.JetStream
 	nc     *nats.Conn
 	prefix string
 }
 
 // NewWriter returns the writer of the ledger in js's bucket.
 func NewWriter(js jetstream.JetStream) *Writer {
-	return &Writer{nc: js.Conn(), prefix: "$KV." + Bucket + "."}
+	return &Writer{js: js, nc: js.Conn(), prefix: "$KV." + Bucket + "."}
 }
 
 // Booked is the outcome of Reserve: the tree key's new revision, and the

@@ -51,6 +51,7 @@ type Service struct {
 	log       zerolog.Logger
 	// lastUsage is the id of the last usage event per ClusterQueue.
 	lastUsage map[string]string
+	ledger    *ledger.Writer
 }
 
 // New returns the service.
@@ -59,7 +60,7 @@ func New(cfg Config, js jetstream.JetStream, pub Publisher, log zerolog.Logger) 
 		return nil, fmt.Errorf("quota: reconcile interval %s: must be positive", cfg.Reconcile)
 	}
 	return &Service{consuming: health.NewGate("workload ends not consumed yet"), cfg: cfg, js: js, pub: pub, log: log,
-		lastUsage: map[string]string{}}, nil
+		lastUsage: map[string]string{}, ledger: ledger.NewWriter(js)}, nil
 }
 
 // Ready reports whether the service consumes workload ends.
@@ -159,7 +160,7 @@ func (s *Service) handle(ctx context.Context, led jetstream.KeyValue, env events
 // if admission is set.
 func (s *Service) release(ctx context.Context, led jetstream.KeyValue, ref events.WorkloadRef, admission string) error {
 	key := workloads.EngineKey(ref)
-	cq, released, err := ledger.ReleaseIf(ctx, led, key, func(r ledger.Reservation) bool {
+	cq, released, err := s.ledger.ReleaseIf(ctx, led, key, func(r ledger.Reservation) bool {
 		if admission != "" && r.Admission() != admission {
 			return false
 		}
