@@ -233,3 +233,21 @@ func TestValidate(t *testing.T) {
 		}
 	}
 }
+
+func TestSubjectWorkload(t *testing.T) {
+	w := events.WorkloadRef{Kind: "jobset", Namespace: "team-a", Name: "train.v2"}
+	cases := []struct {
+		name    string
+		subject string
+		want    string
+	}{
+		{"every event of a workload has one key", events.WorkloadSubject(events.TypeWorkloadFinishedV1, w), events.WorkloadSubject(events.TypeWorkloadStoppedV1, w)[len("sluice.workload.v1.stopped."):]},
+		{"a preemption request is no workload event", "sluice.preemption.v1.requested.job.team-a.x", ""},
+		{"a short subject", "sluice.workload.v1", ""},
+	}
+	for _, c := range cases {
+		if got := events.SubjectWorkload(c.subject); got != c.want {
+			t.Errorf("%s: SubjectWorkload(%q) = %q, want %q", c.name, c.subject, got, c.want)
+		}
+	}
+}

@@ -101,3 +101,14 @@ func ValidateSubject(subject string) error {
 func tokenRune(r rune) bool {
 	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-'
 }
+
+// SubjectWorkload returns what names the workload in a workload event's
+// subject (its kind, namespace and name tokens), the same for every event
+// about one workload; "" for any other subject.
+func SubjectWorkload(subject string) string {
+	parts := strings.SplitN(subject, ".", 5)
+	if len(parts) != 5 || parts[0] != SubjectRoot || parts[1] != "workload" {
+		return ""
+	}
+	return parts[4]
+}

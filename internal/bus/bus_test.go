@@ -885,3 +885,61 @@ func TestPublishAllPipelines(t *testing.T) {
 		}
 	}
 }
+
+// TestPartitionsKeepEachWorkloadsOrder: with partitions, events about one
+// workload are handled in stream order, while events about different
+// workloads are handled side by side.
+func TestPartitionsKeepEachWorkloadsOrder(t *testing.T) {
+	ctx, js := setup(t)
+	p := bus.NewPublisher(js, events.Source("test"))
+	const workloads, each = 6, 20
+	for i := range each {
+		for w := range workloads {
+			ev := events.WorkloadPendingV1{Workload: ref(fmt.Sprintf("w%d", w)), ClusterQueue: "cq", Reason: fmt.Sprint(i)}
+			if err := p.Publish(ctx, ev, events.ID(ev.Type(), ev.Workload.UID, i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var mu sync.Mutex
+	seen := map[string][]string{}
+	running, most, total := 0, 0, 0
+	done := make(chan struct{})
+	spec := bus.ConsumerSpec{Durable: "parts", FilterSubjects: []string{"sluice.workload.>"}}
+	run(t, js, spec, func(_ context.Context, env events.Envelope) error {
+		var ev events.WorkloadPendingV1
+		if err := env.As(&ev); err != nil {
+			return err
+		}
+		mu.Lock()
+		running++
+		most = max(most, running)
+		mu.Unlock()
+		time.Sleep(2 * time.Millisecond)
+		mu.Lock()
+		defer mu.Unlock()
+		running--
+		seen[ev.Workload.Name] = append(seen[ev.Workload.Name], ev.Reason)
+		if total++; total == workloads*each {
+			close(done)
+		}
+		return nil
+	}, bus.WithPartitions(4, events.SubjectWorkload))
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("handled %d of %d", total, workloads*each)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for w, got := range seen {
+		for i, r := range got {
+			if r != fmt.Sprint(i) {
+				t.Fatalf("%s handled out of order: %v", w, got)
+			}
+		}
+	}
+	if most < 2 {
+		t.Errorf("at most %d handlers ran at once, want several", most)
+	}
+}

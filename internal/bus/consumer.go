@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"strconv"
 	"strings"
 	"sync"
@@ -159,6 +160,9 @@ type runOptions struct {
 	drainTimeout time.Duration
 	ackSync      bool
 	started      func()
+	// partition, when set, routes each message to the handler its key
+	// hashes to (WithPartitions).
+	partition func(subject string) string
 }
 
 // WithLogger sets the logger (default: zerolog.Ctx of Run's context).
@@ -167,6 +171,14 @@ func WithLogger(l zerolog.Logger) RunOption { return func(o *runOptions) { o.log
 // WithConcurrency runs n handlers at once (default 1: in stream order).
 // With n > 1 events are handled out of order.
 func WithConcurrency(n int) RunOption { return func(o *runOptions) { o.concurrency = n } }
+
+// WithPartitions runs n handlers at once, each taking in stream order the
+// messages whose key hashes to it: messages of one key (key reads it from
+// the subject, e.g. the workload an event is about) keep their order,
+// those of different keys are handled side by side.
+func WithPartitions(n int, key func(subject string) string) RunOption {
+	return func(o *runOptions) { o.concurrency, o.partition = n, key }
+}
 
 // WithBatch sets how many messages one pull asks for (default 10). Pulled
 // messages wait for a free handler while their AckWait runs, so lower it
@@ -272,14 +284,34 @@ func (r *runner) run(ctx context.Context) error {
 
 	work := make(chan jetstream.Msg)
 	var wg sync.WaitGroup
-	for range r.opts.concurrency {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	if key := r.opts.partition; key != nil {
+		parts := make([]chan jetstream.Msg, r.opts.concurrency)
+		for i := range parts {
+			parts[i] = make(chan jetstream.Msg, r.opts.batch)
+			wg.Go(func() {
+				for m := range parts[i] {
+					r.process(m)
+				}
+			})
+		}
+		wg.Go(func() {
 			for m := range work {
-				r.process(m)
+				h := fnv.New32a()
+				_, _ = h.Write([]byte(key(m.Subject())))
+				parts[h.Sum32()%uint32(len(parts))] <- m
 			}
-		}()
+			for _, p := range parts {
+				close(p)
+			}
+		})
+	} else {
+		for range r.opts.concurrency {
+			wg.Go(func() {
+				for m := range work {
+					r.process(m)
+				}
+			})
+		}
 	}
 	r.log.Info().Strs("filter_subjects", r.spec.FilterSubjects).Msg("consumer running")
 

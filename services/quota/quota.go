@@ -92,7 +92,11 @@ func (s *Service) Run(ctx context.Context) error {
 				events.SubjectFilter("workload", "deleted", "*", "*"),
 			},
 		}, func(ctx context.Context, env events.Envelope) error { return s.handle(ctx, led, env) }, bus.WithLogger(s.log),
-			bus.WithStarted(s.consuming.Open))
+			bus.WithStarted(s.consuming.Open),
+			// Releases of different workloads do not touch one another;
+			// those of one workload keep their order (a stop of one
+			// admission, then the end of the job).
+			bus.WithPartitions(releasePartitions, events.SubjectWorkload), bus.WithBatch(4*releasePartitions))
 	}()
 	t := time.NewTicker(s.cfg.Reconcile)
 	defer t.Stop()
@@ -113,6 +117,9 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 	}
 }
+
+// releasePartitions is how many releases run at once.
+const releasePartitions = 8
 
 // fenceAge is how long the fence of an ended workload is kept: far longer
 // than a preemption decided before the end takes to be handled, after
