@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
@@ -233,11 +234,11 @@ func TestReleases(t *testing.T) {
 			for i, ev := range tc.events {
 				h.publish(ev, events.ID(ev.Type(), ev.CESubject(), i))
 			}
-			// A marker processed after the events (the consumer handles
-			// one event at a time, in order) tells when they are done.
+			// A marker in another ClusterQueue is released too; the events
+			// are done once the consumer has every one acknowledged.
 			h.hold2("marker")
 			h.publish(finished("marker"), "marker")
-			if !waitFor(10*time.Second, func() bool { return !h.holds("marker") }) {
+			if !waitFor(10*time.Second, func() bool { return !h.holds("marker") && h.consumed() }) {
 				t.Fatal("quota accounting did not handle the events")
 			}
 			waitFor(2*time.Second, func() bool { return len(h.released()) >= len(tc.wantReleased)+1 })
@@ -249,11 +250,24 @@ func TestReleases(t *testing.T) {
 				want = append(want, events.QuotaReleasedV1{Workload: ref(n), ClusterQueue: "cq"})
 			}
 			want = append(want, events.QuotaReleasedV1{Workload: ref("marker"), ClusterQueue: "other"})
-			if d := cmp.Diff(want, h.released()); d != "" {
+			// Releases of different workloads run side by side.
+			byName := cmpopts.SortSlices(func(a, b events.QuotaReleasedV1) bool { return a.Workload.Name < b.Workload.Name })
+			if d := cmp.Diff(want, h.released(), byName); d != "" {
 				t.Errorf("released events (-want +got):\n%s", d)
 			}
 		})
 	}
+}
+
+// consumed reports whether quota accounting's consumer has acknowledged
+// every event of its subjects.
+func (h *harness) consumed() bool {
+	c, err := h.js.Consumer(h.ctx, bus.StreamEvents, "quota")
+	if err != nil {
+		return false
+	}
+	info, err := c.Info(h.ctx)
+	return err == nil && info.NumPending == 0 && info.NumAckPending == 0
 }
 
 // hold2 reserves for a workload in a second ledger key.
