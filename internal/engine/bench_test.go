@@ -151,29 +151,7 @@ func BenchmarkCycleAdmitFree(b *testing.B) {
 // still stopping. A release in the cohort wakes it, and the cycle then
 // looks for victims again for every preemptor it nominates.
 func BenchmarkCyclePreemptorsWaiting(b *testing.B) {
-	cfg := Config{Flavors: flavors("default")}
-	for q := range 6 {
-		name := fmt.Sprintf("cq-%d", q)
-		cfg.ClusterQueues = append(cfg.ClusterQueues,
-			newCQ(name).cohort("all").quota("default", "cpu", 100_000).preemption(LowerPriority, Any).obj())
-		cfg.LocalQueues = append(cfg.LocalQueues, LocalQueue{Namespace: "ns-" + name, Name: "lq", ClusterQueue: name, StopPolicy: StopNone})
-	}
-	e := New(cfg)
-	for _, cq := range cfg.ClusterQueues {
-		for i := range 100 {
-			w := newWL("ns-"+cq.Name, fmt.Sprintf("low-%03d", i)).prio(0).pods("main", 1, "cpu", 1000).
-				admittedIn(cq.Name, "default", time.Duration(i)*time.Second).obj()
-			if err := e.Submit(w); err != nil {
-				b.Fatal(err)
-			}
-		}
-		for i := range 20 {
-			w := newWL("ns-"+cq.Name, fmt.Sprintf("high-%02d", i)).prio(100).at(time.Duration(200+i)*time.Second).pods("main", 1, "cpu", 2000).obj()
-			if err := e.Submit(w); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
+	e := preemptorsOverFullCohort(b)
 	first := e.Cycle(t0)
 	preempted := 0
 	for _, d := range first {
@@ -208,29 +186,7 @@ func BenchmarkCyclePreemptorsWaiting(b *testing.B) {
 // busy: each iteration, one workload is submitted to a queue that cannot
 // take it, so every cycle has work but releases nothing.
 func BenchmarkCycleDeferredPreemptorsWaiting(b *testing.B) {
-	cfg := Config{Flavors: flavors("default")}
-	for q := range 6 {
-		name := fmt.Sprintf("cq-%d", q)
-		cfg.ClusterQueues = append(cfg.ClusterQueues,
-			newCQ(name).cohort("all").quota("default", "cpu", 100_000).preemption(LowerPriority, Any).obj())
-		cfg.LocalQueues = append(cfg.LocalQueues, LocalQueue{Namespace: "ns-" + name, Name: "lq", ClusterQueue: name, StopPolicy: StopNone})
-	}
-	e := New(cfg, WithDeferredEviction())
-	for _, cq := range cfg.ClusterQueues {
-		for i := range 100 {
-			w := newWL("ns-"+cq.Name, fmt.Sprintf("low-%03d", i)).prio(0).pods("main", 1, "cpu", 1000).
-				admittedIn(cq.Name, "default", time.Duration(i)*time.Second).obj()
-			if err := e.Submit(w); err != nil {
-				b.Fatal(err)
-			}
-		}
-		for i := range 20 {
-			w := newWL("ns-"+cq.Name, fmt.Sprintf("high-%02d", i)).prio(100).at(time.Duration(200+i)*time.Second).pods("main", 1, "cpu", 2000).obj()
-			if err := e.Submit(w); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
+	e := preemptorsOverFullCohort(b, WithDeferredEviction())
 	preempted := 0
 	for _, d := range e.Cycle(t0) {
 		if d.Kind == KindPreempted {
@@ -255,4 +211,35 @@ func BenchmarkCycleDeferredPreemptorsWaiting(b *testing.B) {
 			}
 		}
 	}
+}
+
+// preemptorsOverFullCohort is an engine with six ClusterQueues in one
+// cohort, each with 100 low-priority workloads admitted and 20
+// high-priority ones waiting that need twice as much CPU.
+func preemptorsOverFullCohort(b *testing.B, opts ...Option) *Engine {
+	b.Helper()
+	cfg := Config{Flavors: flavors("default")}
+	for q := range 6 {
+		name := fmt.Sprintf("cq-%d", q)
+		cfg.ClusterQueues = append(cfg.ClusterQueues,
+			newCQ(name).cohort("all").quota("default", "cpu", 100_000).preemption(LowerPriority, Any).obj())
+		cfg.LocalQueues = append(cfg.LocalQueues, LocalQueue{Namespace: "ns-" + name, Name: "lq", ClusterQueue: name, StopPolicy: StopNone})
+	}
+	e := New(cfg, opts...)
+	for _, cq := range cfg.ClusterQueues {
+		for i := range 100 {
+			w := newWL("ns-"+cq.Name, fmt.Sprintf("low-%03d", i)).prio(0).pods("main", 1, "cpu", 1000).
+				admittedIn(cq.Name, "default", time.Duration(i)*time.Second).obj()
+			if err := e.Submit(w); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for i := range 20 {
+			w := newWL("ns-"+cq.Name, fmt.Sprintf("high-%02d", i)).prio(100).at(time.Duration(200+i)*time.Second).pods("main", 1, "cpu", 2000).obj()
+			if err := e.Submit(w); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	return e
 }
