@@ -112,3 +112,9 @@ func SubjectWorkload(subject string) string {
 	}
 	return parts[4]
 }
+
+// WorkloadFilter matches the subject of every event about w, whatever its
+// type.
+func WorkloadFilter(w WorkloadRef) string {
+	return SubjectRoot + ".workload.v1.*." + EncodeToken(w.Kind) + "." + EncodeToken(w.Namespace) + "." + EncodeToken(w.Name)
+}

@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-dev/sluice/events"
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/internal/natstest"
+	"github.com/sluice-dev/sluice/internal/workloads"
 )
 
 func testCtx(t *testing.T) context.Context {
@@ -941,5 +942,52 @@ func TestPartitionsKeepEachWorkloadsOrder(t *testing.T) {
 	}
 	if most < 2 {
 		t.Errorf("at most %d handlers ran at once, want several", most)
+	}
+}
+
+// TestPublishAllExpectsTheLastEvent: an event published expecting the last
+// event about its workload is refused with ErrLastChanged once anything
+// else about the workload was stored, so an announcement checked against
+// the workload's end never lands after it.
+func TestPublishAllExpectsTheLastEvent(t *testing.T) {
+	ctx, js := setup(t)
+	p := bus.NewPublisher(js, events.Source("test"))
+	stream, err := js.Stream(ctx, bus.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := ref("w")
+	publish(t, ctx, js, submitted("w"))
+	publish(t, ctx, js, submitted("other")) // about another workload: no matter
+	seq, ended, err := workloads.LastEvent(ctx, stream, w)
+	if err != nil || ended || seq != 1 {
+		t.Fatalf("LastEvent after submitted = %d, %v, %v; want 1, false, nil", seq, ended, err)
+	}
+	fin := events.WorkloadFinishedV1{Workload: w, ClusterQueue: "cq", Succeeded: true}
+	if err := p.Publish(ctx, fin, "fin"); err != nil {
+		t.Fatal(err)
+	}
+	adm := events.WorkloadAdmittedV1{Workload: w, ClusterQueue: "cq", PodSets: []events.PodSetAssignmentV1{{Name: "main", Count: 1}}}
+	out := []bus.Outgoing{{Ctx: ctx, Event: adm, ID: "adm", ExpectLast: events.WorkloadFilter(w), ExpectSeq: seq}}
+	if err := p.PublishAll(ctx, out)[0]; !errors.Is(err, bus.ErrLastChanged) {
+		t.Fatalf("admitted after finished: got %v, want ErrLastChanged", err)
+	}
+	seq, ended, err = workloads.LastEvent(ctx, stream, w)
+	if err != nil || !ended || seq != 3 {
+		t.Fatalf("LastEvent after finished = %d, %v, %v; want 3, true, nil", seq, ended, err)
+	}
+	// A workload of the same name, created again, is not ended by the end
+	// of the old one.
+	again := w
+	again.UID = "uid-w-2"
+	if _, ended, _ := workloads.LastEvent(ctx, stream, again); ended {
+		t.Error("a new job of the same name is taken for ended")
+	}
+	out[0].ExpectSeq = seq
+	if err := p.PublishAll(ctx, out)[0]; err != nil {
+		t.Fatalf("publish expecting the current last event: %v", err)
+	}
+	if n := streamMsgs(t, ctx, js, bus.StreamEvents); n != 4 {
+		t.Fatalf("stream has %d messages, want 4", n)
 	}
 }

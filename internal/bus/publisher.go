@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -175,7 +176,16 @@ type Outgoing struct {
 	Ctx   context.Context
 	Event events.Event
 	ID    string
+	// ExpectLast, when set, is a subject filter whose last message must
+	// still be at stream sequence ExpectSeq (0: none) for the event to be
+	// stored; otherwise its error is ErrLastChanged.
+	ExpectLast string
+	ExpectSeq  uint64
 }
+
+// ErrLastChanged: an event was not stored because something was stored
+// on its Outgoing.ExpectLast subjects since the sequence it expected.
+var ErrLastChanged = errors.New("a message was stored on the expected subjects since")
 
 // window is how many events PublishAll leaves unacknowledged at most.
 const window = 256
@@ -194,9 +204,15 @@ func (p *JetStreamPublisher) PublishAll(ctx context.Context, out []Outgoing) []e
 		fut   jetstream.PubAckFuture
 		began time.Time
 	}
-	var opts []jetstream.PublishOpt
+	var base []jetstream.PublishOpt
 	if p.stream != "" {
-		opts = append(opts, jetstream.WithExpectStream(p.stream))
+		base = append(base, jetstream.WithExpectStream(p.stream))
+	}
+	optsOf := func(o Outgoing) []jetstream.PublishOpt {
+		if o.ExpectLast == "" {
+			return base
+		}
+		return append(slices.Clip(base), jetstream.WithExpectLastSequenceForSubject(o.ExpectSeq, o.ExpectLast))
 	}
 	var inflight []flight
 	settle := func(f flight) {
@@ -212,13 +228,13 @@ func (p *JetStreamPublisher) PublishAll(ctx context.Context, out []Outgoing) []e
 			err = ctx.Err()
 		}
 		timer.Stop()
-		if err != nil && ctx.Err() == nil && noAcknowledgement(err) {
-			ack, err = p.publishAttempts(ctx, f.msg, opts)
-		}
 		o := out[f.i]
+		if err != nil && ctx.Err() == nil && noAcknowledgement(err) {
+			ack, err = p.publishAttempts(ctx, f.msg, optsOf(o))
+		}
 		observePublish(o.Event.Type(), f.began, err)
 		if err != nil {
-			errs[f.i] = fmt.Errorf("bus: publish %s %s: %w", o.Event.Type(), f.msg.Subject, err)
+			errs[f.i] = fmt.Errorf("bus: publish %s %s: %w", o.Event.Type(), f.msg.Subject, lastChanged(err))
 			return
 		}
 		p.logPublished(o.Ctx, o.Event, o.ID, f.msg, ack)
@@ -234,13 +250,13 @@ func (p *JetStreamPublisher) PublishAll(ctx context.Context, out []Outgoing) []e
 			inflight = inflight[1:]
 		}
 		began := time.Now()
-		fut, err := p.js.PublishMsgAsync(msg, opts...)
+		fut, err := p.js.PublishMsgAsync(msg, optsOf(o)...)
 		if err != nil {
 			// Not sent: send it the patient way.
-			ack, err := p.publishAttempts(ctx, msg, opts)
+			ack, err := p.publishAttempts(ctx, msg, optsOf(o))
 			observePublish(o.Event.Type(), began, err)
 			if err != nil {
-				errs[i] = fmt.Errorf("bus: publish %s %s: %w", o.Event.Type(), msg.Subject, err)
+				errs[i] = fmt.Errorf("bus: publish %s %s: %w", o.Event.Type(), msg.Subject, lastChanged(err))
 				continue
 			}
 			p.logPublished(o.Ctx, o.Event, o.ID, msg, ack)
@@ -252,4 +268,15 @@ func (p *JetStreamPublisher) PublishAll(ctx context.Context, out []Outgoing) []e
 		settle(f)
 	}
 	return errs
+}
+
+// lastChanged marks JetStream's refusal of an expected last sequence as
+// ErrLastChanged.
+func lastChanged(err error) error {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+		return fmt.Errorf("%w: %w", ErrLastChanged, err)
+	}
+	return err
 }

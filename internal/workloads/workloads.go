@@ -7,6 +7,7 @@ package workloads
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -56,6 +57,32 @@ func AdmittedID(w events.WorkloadRef, admission string) string {
 // stream (a jetstream.Stream).
 type LastMsgReader interface {
 	GetLastMsgForSubject(ctx context.Context, subject string) (*jetstream.RawStreamMsg, error)
+}
+
+// LastEvent reads the last event stored about w, of any type: its stream
+// sequence (0: none yet) and whether it is the end (finished or deleted)
+// of w's job. An announcement about w published expecting that sequence
+// on WorkloadFilter(w) is refused if anything about w came since: a
+// publisher that checks it did not end and expects its sequence never
+// announces after the end.
+func LastEvent(ctx context.Context, s LastMsgReader, w events.WorkloadRef) (seq uint64, ended bool, err error) {
+	msg, err := s.GetLastMsgForSubject(ctx, events.WorkloadFilter(w))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("read the last event about %s: %w", EngineKey(w), err)
+	}
+	switch msg.Header.Get(events.HeaderType) {
+	case events.TypeWorkloadFinishedV1, events.TypeWorkloadDeletedV1:
+		var ev struct {
+			Workload events.WorkloadRef `json:"workload"`
+		}
+		if json.Unmarshal(msg.Data, &ev) == nil && (w.UID == "" || ev.Workload.UID == w.UID) {
+			return msg.Sequence, true, nil
+		}
+	}
+	return msg.Sequence, false, nil
 }
 
 // Announced reports whether the admission is the last one announced for

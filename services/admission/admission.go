@@ -919,8 +919,12 @@ func (s *Service) flush(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	// Which jobs ended since their admission was decided.
+	// Which jobs ended since their admission was decided, and for the
+	// others the last event about them: the announcement is stored only
+	// if nothing came since, so it never follows the job's end.
 	gone := make([]bool, len(plain))
+	last := make([]uint64, len(plain))
+	lookErr := make([]error, len(plain))
 	sem := make(chan struct{}, recordChecks)
 	var wg sync.WaitGroup
 	for i, o := range plain {
@@ -930,47 +934,79 @@ func (s *Service) flush(ctx context.Context) error {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			gone[i] = !s.recordExists(ctx, o.ended)
+			gone[i], last[i], lookErr[i] = s.ended(ctx, o)
 		})
 	}
 	wg.Wait()
 	send := make([]outgoing, 0, len(plain))
+	var expect []uint64
 	for i, o := range plain {
+		if lookErr[i] != nil {
+			s.unsent = append(s.unsent, o)
+			errs = append(errs, lookErr[i])
+			continue
+		}
 		if gone[i] {
 			s.log.Info().Str("workload", o.ended).Msg("admission not announced: the job ended meanwhile")
 			continue
 		}
 		send = append(send, o)
+		expect = append(expect, last[i])
 	}
-	if ap, ok := s.pub.(allPublisher); ok {
-		out := make([]bus.Outgoing, len(send))
-		for i, o := range send {
-			out[i] = bus.Outgoing{Ctx: o.trace, Event: o.ev, ID: o.id}
-		}
-		for i, err := range ap.PublishAll(ctx, out) {
-			if err != nil {
-				s.unsent = append(s.unsent, send[i])
+	ap, ok := s.pub.(allPublisher)
+	if !ok {
+		// One at a time, each looking again right before it is sent.
+		for _, o := range send {
+			if err := s.publishOne(ctx, o); err != nil {
+				s.unsent = append(s.unsent, o)
 				errs = append(errs, err)
 			}
 		}
 		return errors.Join(errs...)
 	}
-	for _, o := range send {
-		if err := s.pub.Publish(o.trace, o.ev, o.id); err != nil {
-			s.unsent = append(s.unsent, o)
+	out := make([]bus.Outgoing, len(send))
+	for i, o := range send {
+		out[i] = bus.Outgoing{Ctx: o.trace, Event: o.ev, ID: o.id}
+		if ref, ok := events.WorkloadOf(o.ev); ok && o.ended != "" && s.stream != nil {
+			out[i].ExpectLast, out[i].ExpectSeq = events.WorkloadFilter(ref), expect[i]
+		}
+	}
+	for i, err := range ap.PublishAll(ctx, out) {
+		if errors.Is(err, bus.ErrLastChanged) {
+			// Something about the workload came between the look and the
+			// publish: look again, one at a time.
+			err = s.publishOne(ctx, send[i])
+		}
+		if err != nil {
+			s.unsent = append(s.unsent, send[i])
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
 }
 
+// ended reports whether the job of an admission's announcement ended: its
+// last event is its end, or its record is gone. It also returns that last
+// event's sequence, for the announcement to expect.
+func (s *Service) ended(ctx context.Context, o outgoing) (bool, uint64, error) {
+	ref, ok := events.WorkloadOf(o.ev)
+	if !ok || s.stream == nil {
+		return !s.recordExists(ctx, o.ended), 0, nil
+	}
+	seq, ended, err := workloads.LastEvent(ctx, s.stream, ref)
+	if err != nil || ended {
+		return ended, seq, err
+	}
+	// The integration deletes the record before it announces the end.
+	return !s.recordExists(ctx, o.ended), seq, nil
+}
+
 func (s *Service) publishOne(ctx context.Context, o outgoing) error {
 	if o.trace != nil {
 		ctx = o.trace
 	}
-	if o.ended != "" && !s.recordExists(ctx, o.ended) {
-		s.log.Info().Str("workload", o.ended).Msg("admission not announced: the job ended meanwhile")
-		return nil
+	if o.ended != "" {
+		return s.announceUnlessEnded(ctx, o)
 	}
 	if o.fenceKey != "" && s.fenceKV != nil {
 		var opts []fence.StopOption
@@ -1002,6 +1038,31 @@ func (s *Service) publishOne(ctx context.Context, o outgoing) error {
 		}
 	}
 	return s.pub.Publish(ctx, o.ev, o.id)
+}
+
+// announceUnlessEnded publishes an admission's announcement unless its job
+// ended; with the stream known, it expects the last event it looked at,
+// and looks again when something came since.
+func (s *Service) announceUnlessEnded(ctx context.Context, o outgoing) error {
+	ref, _ := events.WorkloadOf(o.ev)
+	ap, expecting := s.pub.(allPublisher)
+	for attempt := 0; ; attempt++ {
+		gone, seq, err := s.ended(ctx, o)
+		if err != nil {
+			return err
+		}
+		if gone {
+			s.log.Info().Str("workload", o.ended).Msg("admission not announced: the job ended meanwhile")
+			return nil
+		}
+		if !expecting || s.stream == nil {
+			return s.pub.Publish(ctx, o.ev, o.id)
+		}
+		err = ap.PublishAll(ctx, []bus.Outgoing{{Ctx: ctx, Event: o.ev, ID: o.id, ExpectLast: events.WorkloadFilter(ref), ExpectSeq: seq}})[0]
+		if !errors.Is(err, bus.ErrLastChanged) || attempt == 4 {
+			return err
+		}
+	}
 }
 
 // retry publishes what failed before, in order, keeping what fails again.
