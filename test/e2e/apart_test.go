@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -159,6 +160,14 @@ func withoutSluiceDev(t *testing.T) (*embeddednats.Server, string, *os.File) {
 		if t.Failed() {
 			if b, err := os.ReadFile(logf.Name()); err == nil {
 				t.Logf("last lines of the services' log:\n%s", tail(string(b), 60))
+				// The whole log, for what happened long before the end.
+				out := filepath.Join(root(), "bin", "e2e-output")
+				if os.MkdirAll(out, 0o755) == nil {
+					name := filepath.Join(out, strings.ReplaceAll(t.Name(), "/", "_")+".services.log")
+					if os.WriteFile(name, b, 0o644) == nil {
+						t.Logf("the services' whole log: %s", name)
+					}
+				}
 			}
 		}
 		_ = logf.Close()
