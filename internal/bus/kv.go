@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -44,7 +45,9 @@ func (k *exactKV) ListKeys(ctx context.Context, opts ...jetstream.WatchOpt) (jet
 	if len(opts) > 0 {
 		return nil, fmt.Errorf("list keys of %s: watch options are not supported by an exact listing", strings.TrimSuffix(k.prefix, "."))
 	}
-	info, err := k.stream.Info(ctx, jetstream.WithSubjectFilter(k.prefix+">"))
+	ictx, cancel := Bounded(ctx)
+	defer cancel()
+	info, err := k.stream.Info(ictx, jetstream.WithSubjectFilter(k.prefix+">"))
 	if err != nil {
 		return nil, fmt.Errorf("list keys of %s: %w", strings.TrimSuffix(k.prefix, "."), err)
 	}
@@ -66,3 +69,14 @@ type keyList <-chan string
 
 func (l keyList) Keys() <-chan string { return l }
 func (l keyList) Stop() error         { return nil }
+
+// RequestTimeout bounds a read from JetStream: such a request (nats.go's
+// stream and KV gets) otherwise waits as long as its context allows,
+// forever for one without a deadline, when the stream's leader dies with
+// it.
+const RequestTimeout = 5 * time.Second
+
+// Bounded returns ctx with a deadline at most RequestTimeout away.
+func Bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, RequestTimeout)
+}

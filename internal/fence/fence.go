@@ -145,6 +145,8 @@ func Get(ctx context.Context, kv KV, key string) (State, error) {
 }
 
 func read(ctx context.Context, kv KV, key string) (State, uint64, error) {
+	ctx, cancel := bus.Bounded(ctx)
+	defer cancel()
 	e, err := kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return State{}, 0, nil

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/internal/engine"
 )
 
@@ -209,6 +210,8 @@ func (s Snapshot) Workloads() []string {
 
 // Get reads one workload's reservation; found is false when it holds none.
 func Get(ctx context.Context, kv jetstream.KeyValue, workload string) (Held, bool, error) {
+	ctx, cancel := bus.Bounded(ctx)
+	defer cancel()
 	e, err := kv.Get(ctx, ReservationKey(workload))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return Held{}, false, nil
@@ -230,9 +233,15 @@ const markerTTL = 15 * time.Minute
 
 // Release removes a workload's reservation. It reports the ClusterQueue
 // the reservation was in; a workload with no reservation is not an error
-// (releasing twice changes nothing).
-func (w *Writer) Release(ctx context.Context, kv jetstream.KeyValue, workload string) (string, bool, error) {
-	return w.ReleaseIf(ctx, kv, workload, func(Reservation) bool { return true })
+// (releasing twice changes nothing). by names the release (see ReleaseIf).
+func (w *Writer) Release(ctx context.Context, kv jetstream.KeyValue, workload, by string) (string, bool, error) {
+	return w.ReleaseIf(ctx, kv, workload, by, func(Reservation) bool { return true })
+}
+
+// releaseMarker is the body of the delete marker a release leaves.
+type releaseMarker struct {
+	Released Reservation `json:"released"`
+	By       string      `json:"by"`
 }
 
 // ReleaseIf is Release of a reservation that match accepts; another
@@ -241,20 +250,30 @@ func (w *Writer) Release(ctx context.Context, kv jetstream.KeyValue, workload st
 // removal is conditional on the revision match saw, so a reservation
 // booked again meanwhile is never removed unseen.
 //
+// by names the release (the id of the event that asks for it). The marker
+// keeps it, so a release tried again after an answer was lost (stored, or
+// not) reports what the first attempt did, and its caller announces it.
+//
 // The removal is a delete marker that expires after markerTTL. The bucket
 // keeps one revision per key, so the marker replaces the reservation and
 // nothing comes back when it expires. A purge would do the same, but
 // costs the server a recount of every consumer's pending messages.
-func (w *Writer) ReleaseIf(ctx context.Context, kv jetstream.KeyValue, workload string, match func(Reservation) bool) (string, bool, error) {
+func (w *Writer) ReleaseIf(ctx context.Context, kv jetstream.KeyValue, workload, by string, match func(Reservation) bool) (string, bool, error) {
 	for attempt := 0; ; attempt++ {
 		h, found, err := Get(ctx, kv, workload)
-		if err != nil || !found {
+		if err != nil {
 			return "", false, err
+		}
+		if !found {
+			return w.releasedBy(ctx, workload, by)
 		}
 		if !match(h.Reservation) {
 			return h.ClusterQueue, false, nil
 		}
 		m := nats.NewMsg(w.prefix + ReservationKey(workload))
+		if m.Data, err = json.Marshal(releaseMarker{Released: h.Reservation, By: by}); err != nil {
+			return "", false, fmt.Errorf("release reservation of %s: %w", workload, err)
+		}
 		m.Header.Set(hdrKVOperation, "DEL")
 		m.Header.Set(hdrExpectedSeq, strconv.FormatUint(h.Revision, 10))
 		m.Header.Set(hdrTTL, markerTTL.String())
@@ -267,6 +286,32 @@ func (w *Writer) ReleaseIf(ctx context.Context, kv jetstream.KeyValue, workload 
 		}
 		return h.ClusterQueue, true, nil
 	}
+}
+
+// releasedBy reports the release named by, if it is the last thing that
+// happened to the workload's reservation key.
+func (w *Writer) releasedBy(ctx context.Context, workload, by string) (string, bool, error) {
+	if by == "" {
+		return "", false, nil
+	}
+	ctx, cancel := bus.Bounded(ctx)
+	defer cancel()
+	stream, err := w.js.Stream(ctx, "KV_"+Bucket)
+	if err != nil {
+		return "", false, fmt.Errorf("read the release of %s: %w", workload, err)
+	}
+	msg, err := stream.GetLastMsgForSubject(ctx, w.prefix+ReservationKey(workload))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("read the release of %s: %w", workload, err)
+	}
+	var m releaseMarker
+	if msg.Header.Get(hdrKVOperation) != "DEL" || json.Unmarshal(msg.Data, &m) != nil || m.By != by {
+		return "", false, nil
+	}
+	return m.Released.ClusterQueue, true, nil
 }
 
 func isWrongLastSequence(err error) bool {

@@ -126,19 +126,21 @@ func TestReleaseIf(t *testing.T) {
 	}
 	type call struct {
 		name         string
+		by           string
 		workload     string
 		admission    string
 		wantCQ       string
 		wantReleased bool
 	}
 	calls := []call{
-		{name: "another admission is left alone", workload: "job/ns/x", admission: later.Admission(), wantCQ: "a"},
-		{name: "its own admission is released", workload: "job/ns/x", admission: reservation("a", 1).Admission(), wantCQ: "a", wantReleased: true},
-		{name: "released twice: nothing the second time", workload: "job/ns/x"},
-		{name: "a workload holding nothing", workload: "job/ns/nobody"},
+		{name: "another admission is left alone", by: "e1", workload: "job/ns/x", admission: later.Admission(), wantCQ: "a"},
+		{name: "its own admission is released", by: "e2", workload: "job/ns/x", admission: reservation("a", 1).Admission(), wantCQ: "a", wantReleased: true},
+		{name: "the same release again (its answer lost) reports what it did", by: "e2", workload: "job/ns/x", wantCQ: "a", wantReleased: true},
+		{name: "another release of a released reservation: nothing", by: "e3", workload: "job/ns/x"},
+		{name: "a workload holding nothing", by: "e4", workload: "job/ns/nobody"},
 	}
 	for _, c := range calls {
-		cq, released, err := w.ReleaseIf(ctx, kv, c.workload, func(r ledger.Reservation) bool {
+		cq, released, err := w.ReleaseIf(ctx, kv, c.workload, c.by, func(r ledger.Reservation) bool {
 			return c.admission == "" || r.Admission() == c.admission
 		})
 		if err != nil || cq != c.wantCQ || released != c.wantReleased {
@@ -187,7 +189,7 @@ func TestTwentyThousandReservationsInOneTree(t *testing.T) {
 		t.Fatalf("racing writers: %v, %v; want one to win and the other ErrConflict", errs[0], errs[1])
 	}
 	for i := 0; i < n; i += 1000 {
-		if _, ok, err := w.Release(ctx, kv, fmt.Sprintf("job/ns/w-%05d", i)); err != nil || !ok {
+		if _, ok, err := w.Release(ctx, kv, fmt.Sprintf("job/ns/w-%05d", i), fmt.Sprint("release ", i)); err != nil || !ok {
 			t.Fatalf("Release w-%05d: %v, %v", i, ok, err)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -22,6 +23,9 @@ const (
 	hdrKVOperation   = "KV-Operation"
 	hdrTTL           = "Nats-TTL"
 )
+
+// commitWait bounds the wait for a batch's commit to be answered.
+const commitWait = 5 * time.Second
 
 // MaxBatch is how many reservations one atomic batch books at most: the
 // server's default limit of 1,000 messages per batch, less the tree key.
@@ -113,9 +117,13 @@ func (w *Writer) publishBatch(ctx context.Context, msgs []*nats.Msg) (uint64, er
 	}
 	last := msgs[len(msgs)-1]
 	last.Header.Set(hdrBatchCommit, "1")
-	reply, err := w.nc.RequestMsgWithContext(ctx, last)
+	// The answer may never come (the stream's leader went away with the
+	// batch): the caller learns from the ledger's watch what was stored.
+	rctx, cancel := context.WithTimeout(ctx, commitWait)
+	defer cancel()
+	reply, err := w.nc.RequestMsgWithContext(rctx, last)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("commit of batch %s: %w", id, err)
 	}
 	var ack struct {
 		Sequence  uint64 `json:"seq"`

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-dev/sluice/events"
+	"github.com/sluice-dev/sluice/internal/bus"
 )
 
 // Bucket is the KV bucket of workload records.
@@ -66,6 +67,8 @@ type LastMsgReader interface {
 // publisher that checks it did not end and expects its sequence never
 // announces after the end.
 func LastEvent(ctx context.Context, s LastMsgReader, w events.WorkloadRef) (seq uint64, ended bool, err error) {
+	ctx, cancel := bus.Bounded(ctx)
+	defer cancel()
 	msg, err := s.GetLastMsgForSubject(ctx, events.WorkloadFilter(w))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, false, nil
@@ -92,6 +95,8 @@ func LastEvent(ctx context.Context, s LastMsgReader, w events.WorkloadRef) (seq 
 // nothing about an admission comes before its admitted event, even when
 // the replica that reserved it is slow to announce it or stopped before.
 func Announced(ctx context.Context, s LastMsgReader, w events.WorkloadRef, admission string) (bool, error) {
+	ctx, cancel := bus.Bounded(ctx)
+	defer cancel()
 	msg, err := s.GetLastMsgForSubject(ctx, events.WorkloadSubject(events.TypeWorkloadAdmittedV1, w))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return false, nil

@@ -99,6 +99,10 @@ type Service struct {
 	fenceKV fence.KV
 	// outbox holds the events decided and not yet flushed.
 	outbox []outgoing
+	// uncertain holds the admissions (by workload) whose booking got no
+	// answer: stored or not, the ledger watch tells, and one that shows
+	// up is announced then.
+	uncertain map[string]string
 	// stream is the event stream, read to find admissions whose
 	// announcement a crash swallowed.
 	stream jetstream.Stream
@@ -157,6 +161,7 @@ func New(cfg Config, js jetstream.JetStream, pub Publisher, opts ...Option) (*Se
 		told:      map[string]told{},
 		queued:    map[string]*queuedTrace{},
 		res:       map[string]ledger.Held{},
+		uncertain: map[string]string{},
 		trees:     map[string]uint64{},
 		fences:    map[string]fence.State{},
 		unapplied: map[string]bool{},
@@ -320,7 +325,7 @@ func (s *Service) Run(ctx context.Context) error {
 				s.build()
 				s.announceLedger(ctx)
 			}
-			if len(s.unsent) > 0 {
+			if len(s.unsent) > 0 || len(s.outbox) > 0 {
 				if err := s.retry(ctx); err != nil {
 					s.log.Warn().Err(err).Int("unsent", len(s.unsent)).Msg("events still not published")
 				}
@@ -683,6 +688,17 @@ func (s *Service) applyLedger(ctx context.Context, e jetstream.KeyValueEntry) {
 		if s.synced.IsOpen() {
 			s.book(c.Workload, *c.Reservation)
 		}
+		if a, ok := s.uncertain[c.Workload]; ok {
+			delete(s.uncertain, c.Workload)
+			if kind, ns, name, ok := splitKey(c.Workload); ok && a == c.Reservation.Admission() && c.Reservation.UID != "" {
+				// This replica's booking whose answer was lost: it is
+				// stored, so it is announced (once: the id is the
+				// admission's).
+				ref := events.WorkloadRef{Kind: kind, Namespace: ns, Name: name, UID: c.Reservation.UID}
+				s.log.Info().Str("workload", c.Workload).Msg("announcing a booking whose answer was lost")
+				s.send(ctx, outgoing{ev: admittedOf(ref, *c.Reservation), id: workloads.AdmittedID(ref, a), ended: c.Workload})
+			}
+		}
 		return
 	}
 	if !had {
@@ -729,6 +745,8 @@ func (s *Service) record(ctx context.Context, key string) (exists, known bool) {
 	if s.wlKV == nil {
 		return true, true
 	}
+	ctx, cancel := bus.Bounded(ctx)
+	defer cancel()
 	_, err := s.wlKV.Get(ctx, workloads.KVKeyFromEngine(key))
 	switch {
 	case err == nil:
@@ -821,6 +839,17 @@ func (s *Service) cycle(ctx context.Context) error {
 		}
 		for wk, rev := range booked.Reservations {
 			s.res[wk] = ledger.Held{Reservation: res[wk], Revision: rev}
+			delete(s.uncertain, wk)
+		}
+		if err != nil && !errors.Is(err, ledger.ErrConflict) {
+			// No answer, or a refusal after the server may have stored
+			// the batch: whatever of it shows up in the ledger is
+			// announced when it does.
+			for _, d := range byKey[tree] {
+				if _, ok := booked.Reservations[d.Key]; !ok {
+					s.uncertain[d.Key] = res[d.Key].Admission()
+				}
+			}
 		}
 		if err != nil {
 			// Another replica moved first, or the write failed: undo what

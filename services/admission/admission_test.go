@@ -231,7 +231,7 @@ func (h *harness) reprioritize(name string, priority int32) {
 // release removes a workload's reservation as quota accounting does.
 func (h *harness) release(name string) {
 	h.t.Helper()
-	if _, ok, err := ledger.NewWriter(h.js).Release(h.ctx, h.led, key(name)); err != nil || !ok {
+	if _, ok, err := ledger.NewWriter(h.js).Release(h.ctx, h.led, key(name), "finished "+name); err != nil || !ok {
 		h.t.Fatalf("Release(%s) = (%v, %v), want (true, nil)", name, ok, err)
 	}
 }

@@ -1066,6 +1066,8 @@ func (s *Service) sync(ctx context.Context, k *kindRunner, key string) error {
 }
 
 func (s *Service) record(ctx context.Context, rk string) (*events.WorkloadSubmittedV1, error) {
+	ctx, cancel := bus.Bounded(ctx)
+	defer cancel()
 	e, err := s.wlKV.Get(ctx, rk)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, nil
@@ -1099,7 +1101,9 @@ func (s *Service) reprioritize(ctx context.Context, rk string, rec *events.Workl
 		s.recorder.Eventf(job.Object(), corev1.EventTypeWarning, "PriorityClassNotFound", "priority not changed: label %s: %v", v1beta1.PriorityClassLabel, err)
 		return rec, nil
 	}
-	e, err := s.wlKV.Get(ctx, rk)
+	gctx, cancel := bus.Bounded(ctx)
+	e, err := s.wlKV.Get(gctx, rk)
+	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("read workload %s: %w", rk, err)
 	}
@@ -1255,7 +1259,9 @@ func (s *Service) reannounce(ctx context.Context, rk string, ref events.Workload
 }
 
 func (s *Service) ensureAnnounced(ctx context.Context, ev events.Event, id string) error {
-	msg, err := s.events.GetLastMsgForSubject(ctx, ev.NATSSubject())
+	lctx, cancel := bus.Bounded(ctx)
+	defer cancel()
+	msg, err := s.events.GetLastMsgForSubject(lctx, ev.NATSSubject())
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
 	case err != nil:
@@ -1596,7 +1602,9 @@ func (s *Service) fencedStop(ctx context.Context, rk string, rec *events.Workloa
 // stopped event never comes before it.
 func (s *Service) stopCause(ctx context.Context, w events.WorkloadRef, admission string) (cq, reason, message string, err error) {
 	for _, typ := range []string{events.TypeWorkloadPreemptedV1, events.TypeWorkloadEvictedV1} {
-		msg, err := s.events.GetLastMsgForSubject(ctx, events.WorkloadSubject(typ, w))
+		gctx, cancel := bus.Bounded(ctx)
+		msg, err := s.events.GetLastMsgForSubject(gctx, events.WorkloadSubject(typ, w))
+		cancel()
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			continue
 		}

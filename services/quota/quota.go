@@ -160,14 +160,16 @@ func (s *Service) handle(ctx context.Context, led jetstream.KeyValue, env events
 	default:
 		return fmt.Errorf("%w: unexpected event type %s", bus.ErrPoison, env.Type)
 	}
-	return s.release(ctx, led, ref, admission)
+	return s.release(ctx, led, ref, admission, env.ID)
 }
 
 // release frees the reservation of ref's job; of its given admission only,
-// if admission is set.
-func (s *Service) release(ctx context.Context, led jetstream.KeyValue, ref events.WorkloadRef, admission string) error {
+// if admission is set. by names the release: the id of the event that
+// asks for it, so that handling it again after a lost answer announces
+// what the first attempt did.
+func (s *Service) release(ctx context.Context, led jetstream.KeyValue, ref events.WorkloadRef, admission, by string) error {
 	key := workloads.EngineKey(ref)
-	cq, released, err := s.ledger.ReleaseIf(ctx, led, key, func(r ledger.Reservation) bool {
+	cq, released, err := s.ledger.ReleaseIf(ctx, led, key, by, func(r ledger.Reservation) bool {
 		if admission != "" && r.Admission() != admission {
 			return false
 		}
@@ -203,12 +205,15 @@ func (s *Service) reconcile(ctx context.Context, led jetstream.KeyValue, wls jet
 	}
 	for _, wk := range snap.Workloads() {
 		r := snap.Reservations[wk]
-		_, err := wls.Get(ctx, workloads.KVKeyFromEngine(wk))
+		gctx, cancel := bus.Bounded(ctx)
+		_, err := wls.Get(gctx, workloads.KVKeyFromEngine(wk))
+		cancel()
 		if !errors.Is(err, jetstream.ErrKeyNotFound) {
 			continue
 		}
 		kind, ns, name := split(wk)
-		errs = append(errs, s.release(ctx, led, events.WorkloadRef{Kind: kind, Namespace: ns, Name: name, UID: r.UID}, r.Admission()))
+		errs = append(errs, s.release(ctx, led, events.WorkloadRef{Kind: kind, Namespace: ns, Name: name, UID: r.UID}, r.Admission(),
+			"reconcile "+r.Admission()))
 	}
 	return errors.Join(errs...)
 }
@@ -260,7 +265,9 @@ func (s *Service) lqToCQ(ctx context.Context) map[string]string {
 		}
 	}
 	for _, k := range keys {
-		e, err := kv.Get(ctx, k)
+		gctx, cancel := bus.Bounded(ctx)
+		e, err := kv.Get(gctx, k)
+		cancel()
 		if err != nil {
 			continue
 		}

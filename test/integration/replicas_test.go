@@ -78,7 +78,7 @@ func TestTwoAdmissionReplicasNeverOverAdmit(t *testing.T) {
 		if err := wl.Delete(e.ctx, workloads.Key(rec.Workload)); err != nil {
 			return 0, fmt.Errorf("delete record %s: %w", k, err)
 		}
-		_, released, err := ledger.NewWriter(fjs).ReleaseIf(e.ctx, led, k, func(r ledger.Reservation) bool { return r.Admission() == h.Admission() })
+		_, released, err := ledger.NewWriter(fjs).ReleaseIf(e.ctx, led, k, "finisher "+k, func(r ledger.Reservation) bool { return r.Admission() == h.Admission() })
 		if err != nil {
 			return 0, err
 		}

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"sort"
 	"strings"
 	"sync"
@@ -217,7 +219,7 @@ func TestThreeNodeClusterSurvivesTheLossOfALeader(t *testing.T) {
 		t.Fatalf("stream %s: replicas %d, cluster %+v; want 3 replicas", bus.StreamEvents, si.Config.Replicas, si.Cluster)
 	}
 
-	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel)
+	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
 	run := func(name string, r interface{ Run(context.Context) error }) {
 		runCtx, stop := context.WithCancel(ctx)
 		done := make(chan error, 1)
@@ -471,6 +473,9 @@ func TestThreeNodeClusterSurvivesTheLossOfALeader(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Errorf("%d of %d workloads released within 60 s of the last submission", len(released), total)
 			stuck(t, ctx, setupJS, evs)
+			// A service blocked on a request the dead leader never
+			// answers shows in its goroutine.
+			_ = pprof.Lookup("goroutine").WriteTo(os.Stderr, 1)
 			t.FailNow()
 		}
 		time.Sleep(200 * time.Millisecond)
