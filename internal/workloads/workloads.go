@@ -60,32 +60,74 @@ type LastMsgReader interface {
 	GetLastMsgForSubject(ctx context.Context, subject string) (*jetstream.RawStreamMsg, error)
 }
 
-// LastEvent reads the last event stored about w, of any type: its stream
-// sequence (0: none yet) and whether it is the end (finished or deleted)
-// of w's job. An announcement about w published expecting that sequence
-// on WorkloadFilter(w) is refused if anything about w came since: a
-// publisher that checks it did not end and expects its sequence never
-// announces after the end.
-func LastEvent(ctx context.Context, s LastMsgReader, w events.WorkloadRef) (seq uint64, ended bool, err error) {
+// Latest is the last event stored about a workload.
+type Latest struct {
+	// Seq is its stream sequence; 0 when nothing about the workload is
+	// stored.
+	Seq uint64
+	// Type and ID are its CloudEvents type and id.
+	Type, ID string
+	// UID and Admission are the workload UID and the admission it names,
+	// where it names them.
+	UID, Admission string
+}
+
+// Ended reports whether the event is the end (finished or deleted) of the
+// job with the given UID (of any job when uid is empty).
+func (l Latest) Ended(uid string) bool {
+	switch l.Type {
+	case events.TypeWorkloadFinishedV1, events.TypeWorkloadDeletedV1:
+		return uid == "" || l.UID == uid
+	}
+	return false
+}
+
+// Stopped reports whether the event is the stop (preempted or evicted) of
+// the given admission.
+func (l Latest) Stopped(admission string) bool {
+	switch l.Type {
+	case events.TypeWorkloadPreemptedV1, events.TypeWorkloadEvictedV1:
+		return l.Admission == admission
+	}
+	return false
+}
+
+// Last reads the last event stored about w, of any type. An announcement
+// about w published expecting its sequence on WorkloadFilter(w) is refused
+// if anything about w came since, so a publisher that looks at it first
+// never announces after an end or a stop it did not see.
+func Last(ctx context.Context, s LastMsgReader, w events.WorkloadRef) (Latest, error) {
 	ctx, cancel := bus.Bounded(ctx)
 	defer cancel()
 	msg, err := s.GetLastMsgForSubject(ctx, events.WorkloadFilter(w))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return 0, false, nil
+		return Latest{}, nil
 	}
 	if err != nil {
-		return 0, false, fmt.Errorf("read the last event about %s: %w", EngineKey(w), err)
+		return Latest{}, fmt.Errorf("read the last event about %s: %w", EngineKey(w), err)
 	}
-	switch msg.Header.Get(events.HeaderType) {
-	case events.TypeWorkloadFinishedV1, events.TypeWorkloadDeletedV1:
+	l := Latest{Seq: msg.Sequence, Type: msg.Header.Get(events.HeaderType), ID: msg.Header.Get(jetstream.MsgIDHeader)}
+	switch l.Type {
+	case events.TypeWorkloadFinishedV1, events.TypeWorkloadDeletedV1, events.TypeWorkloadPreemptedV1, events.TypeWorkloadEvictedV1:
 		var ev struct {
-			Workload events.WorkloadRef `json:"workload"`
+			Workload  events.WorkloadRef `json:"workload"`
+			Admission string             `json:"admission"`
 		}
-		if json.Unmarshal(msg.Data, &ev) == nil && (w.UID == "" || ev.Workload.UID == w.UID) {
-			return msg.Sequence, true, nil
+		if json.Unmarshal(msg.Data, &ev) == nil {
+			l.UID, l.Admission = ev.Workload.UID, ev.Admission
 		}
 	}
-	return msg.Sequence, false, nil
+	return l, nil
+}
+
+// LastEvent reads the last event stored about w (Last): its stream
+// sequence (0: none yet) and whether it is the end of w's job.
+func LastEvent(ctx context.Context, s LastMsgReader, w events.WorkloadRef) (seq uint64, ended bool, err error) {
+	l, err := Last(ctx, s, w)
+	if err != nil {
+		return 0, false, err
+	}
+	return l.Seq, l.Ended(w.UID), nil
 }
 
 // Announced reports whether the admission is the last one announced for

@@ -1364,7 +1364,7 @@ func (s *Service) fencedStart(ctx context.Context, rec *events.WorkloadSubmitted
 // proceed.
 func (s *Service) announceStart(ctx context.Context, rec *events.WorkloadSubmittedV1, r ledger.Reservation) error {
 	ev := events.WorkloadStartedV1{Workload: rec.Workload, ClusterQueue: r.ClusterQueue, Admission: r.Admission()}
-	if err := s.pub.Publish(ctx, ev, events.ID(ev.Type(), rec.Workload.UID, r.Admission())); err != nil {
+	if err := s.publishStarted(ctx, ev, events.ID(ev.Type(), rec.Workload.UID, r.Admission())); err != nil {
 		return err
 	}
 	first, err := fence.EndStartFirst(ctx, s.fenceKV, workloads.Key(rec.Workload), r.Admission())
@@ -1378,6 +1378,45 @@ func (s *Service) announceStart(ctx context.Context, rec *events.WorkloadSubmitt
 			tracing.AttrPriority.Int64(int64(rec.Priority)), tracing.AttrAdmission.String(r.Admission()))).End()
 	}
 	return err
+}
+
+// allPublisher publishes events that are stored only if nothing else was
+// stored on a subject since (bus.JetStreamPublisher).
+type allPublisher interface {
+	PublishAll(ctx context.Context, out []bus.Outgoing) []error
+}
+
+// publishStarted announces a start unless the admission's stop or the
+// job's end was announced first. The fence keeps a stop from being
+// decided while a start is in flight, but a start whose claim was given up
+// by another replica (one that took the shard over and failed its own
+// write) can still be in flight after the stop: its announcement expects
+// the last event about the workload, so it is refused if anything came
+// since, and a stop that came first wins. The job is then stopped, as
+// the stop says.
+func (s *Service) publishStarted(ctx context.Context, ev events.WorkloadStartedV1, id string) error {
+	ap, expecting := s.pub.(allPublisher)
+	if !expecting || s.events == nil {
+		return s.pub.Publish(ctx, ev, id)
+	}
+	for attempt := 0; ; attempt++ {
+		last, err := workloads.Last(ctx, s.events, ev.Workload)
+		if err != nil {
+			return err
+		}
+		switch {
+		case last.ID == id:
+			return nil // announced before (a retried start)
+		case last.Stopped(ev.Admission) || last.Ended(ev.Workload.UID):
+			s.log.Info().Str("workload", workloads.EngineKey(ev.Workload)).Str("event_type", last.Type).
+				Msg("start not announced: its stop or its end came first")
+			return errLookAgain
+		}
+		err = ap.PublishAll(ctx, []bus.Outgoing{{Ctx: ctx, Event: ev, ID: id, ExpectLast: events.WorkloadFilter(ev.Workload), ExpectSeq: last.Seq}})[0]
+		if !errors.Is(err, bus.ErrLastChanged) || attempt == 4 {
+			return err
+		}
+	}
 }
 
 // tracer is the tracer of a kind's workloads.
