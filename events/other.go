@@ -66,6 +66,9 @@ func (e PreemptionRequestedV1) Validate() error {
 type QuotaReleasedV1 struct {
 	Workload     WorkloadRef `json:"workload"`
 	ClusterQueue string      `json:"clusterQueue"`
+	// Admission is the admission whose reservation was released (as in
+	// admitted); absent for a reservation of an older Sluice.
+	Admission string `json:"admission,omitempty"`
 }
 
 // Type implements Event.

@@ -231,10 +231,10 @@ func Get(ctx context.Context, kv jetstream.KeyValue, workload string) (Held, boo
 // keeps the bucket from growing with every workload that ever ran.
 const markerTTL = 15 * time.Minute
 
-// Release removes a workload's reservation. It reports the ClusterQueue
-// the reservation was in; a workload with no reservation is not an error
-// (releasing twice changes nothing). by names the release (see ReleaseIf).
-func (w *Writer) Release(ctx context.Context, kv jetstream.KeyValue, workload, by string) (string, bool, error) {
+// Release removes a workload's reservation. It reports the reservation it
+// removed; a workload with no reservation is not an error (releasing twice
+// changes nothing). by names the release (see ReleaseIf).
+func (w *Writer) Release(ctx context.Context, kv jetstream.KeyValue, workload, by string) (Reservation, bool, error) {
 	return w.ReleaseIf(ctx, kv, workload, by, func(Reservation) bool { return true })
 }
 
@@ -258,21 +258,21 @@ type releaseMarker struct {
 // keeps one revision per key, so the marker replaces the reservation and
 // nothing comes back when it expires. A purge would do the same, but
 // costs the server a recount of every consumer's pending messages.
-func (w *Writer) ReleaseIf(ctx context.Context, kv jetstream.KeyValue, workload, by string, match func(Reservation) bool) (string, bool, error) {
+func (w *Writer) ReleaseIf(ctx context.Context, kv jetstream.KeyValue, workload, by string, match func(Reservation) bool) (Reservation, bool, error) {
 	for attempt := 0; ; attempt++ {
 		h, found, err := Get(ctx, kv, workload)
 		if err != nil {
-			return "", false, err
+			return Reservation{}, false, err
 		}
 		if !found {
 			return w.releasedBy(ctx, workload, by)
 		}
 		if !match(h.Reservation) {
-			return h.ClusterQueue, false, nil
+			return h.Reservation, false, nil
 		}
 		m := nats.NewMsg(w.prefix + ReservationKey(workload))
 		if m.Data, err = json.Marshal(releaseMarker{Released: h.Reservation, By: by}); err != nil {
-			return "", false, fmt.Errorf("release reservation of %s: %w", workload, err)
+			return Reservation{}, false, fmt.Errorf("release reservation of %s: %w", workload, err)
 		}
 		m.Header.Set(hdrKVOperation, "DEL")
 		m.Header.Set(hdrExpectedSeq, strconv.FormatUint(h.Revision, 10))
@@ -282,36 +282,36 @@ func (w *Writer) ReleaseIf(ctx context.Context, kv jetstream.KeyValue, workload,
 			continue
 		}
 		if err != nil {
-			return "", false, fmt.Errorf("release reservation of %s: %w", workload, err)
+			return Reservation{}, false, fmt.Errorf("release reservation of %s: %w", workload, err)
 		}
-		return h.ClusterQueue, true, nil
+		return h.Reservation, true, nil
 	}
 }
 
 // releasedBy reports the release named by, if it is the last thing that
 // happened to the workload's reservation key.
-func (w *Writer) releasedBy(ctx context.Context, workload, by string) (string, bool, error) {
+func (w *Writer) releasedBy(ctx context.Context, workload, by string) (Reservation, bool, error) {
 	if by == "" {
-		return "", false, nil
+		return Reservation{}, false, nil
 	}
 	ctx, cancel := bus.Bounded(ctx)
 	defer cancel()
 	stream, err := w.js.Stream(ctx, "KV_"+Bucket)
 	if err != nil {
-		return "", false, fmt.Errorf("read the release of %s: %w", workload, err)
+		return Reservation{}, false, fmt.Errorf("read the release of %s: %w", workload, err)
 	}
 	msg, err := stream.GetLastMsgForSubject(ctx, w.prefix+ReservationKey(workload))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return "", false, nil
+		return Reservation{}, false, nil
 	}
 	if err != nil {
-		return "", false, fmt.Errorf("read the release of %s: %w", workload, err)
+		return Reservation{}, false, fmt.Errorf("read the release of %s: %w", workload, err)
 	}
 	var m releaseMarker
 	if msg.Header.Get(hdrKVOperation) != "DEL" || json.Unmarshal(msg.Data, &m) != nil || m.By != by {
-		return "", false, nil
+		return Reservation{}, false, nil
 	}
-	return m.Released.ClusterQueue, true, nil
+	return m.Released, true, nil
 }
 
 func isWrongLastSequence(err error) bool {

@@ -140,10 +140,10 @@ func TestReleaseIf(t *testing.T) {
 		{name: "a workload holding nothing", by: "e4", workload: "job/ns/nobody"},
 	}
 	for _, c := range calls {
-		cq, released, err := w.ReleaseIf(ctx, kv, c.workload, c.by, func(r ledger.Reservation) bool {
+		r, released, err := w.ReleaseIf(ctx, kv, c.workload, c.by, func(r ledger.Reservation) bool {
 			return c.admission == "" || r.Admission() == c.admission
 		})
-		if err != nil || cq != c.wantCQ || released != c.wantReleased {
+		if cq := r.ClusterQueue; err != nil || cq != c.wantCQ || released != c.wantReleased {
 			t.Errorf("%s: ReleaseIf = %q, %v, %v; want %q, %v, nil", c.name, cq, released, err, c.wantCQ, c.wantReleased)
 		}
 	}

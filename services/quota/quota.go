@@ -169,7 +169,7 @@ func (s *Service) handle(ctx context.Context, led jetstream.KeyValue, env events
 // what the first attempt did.
 func (s *Service) release(ctx context.Context, led jetstream.KeyValue, ref events.WorkloadRef, admission, by string) error {
 	key := workloads.EngineKey(ref)
-	cq, released, err := s.ledger.ReleaseIf(ctx, led, key, by, func(r ledger.Reservation) bool {
+	r, released, err := s.ledger.ReleaseIf(ctx, led, key, by, func(r ledger.Reservation) bool {
 		if admission != "" && r.Admission() != admission {
 			return false
 		}
@@ -182,15 +182,21 @@ func (s *Service) release(ctx context.Context, led jetstream.KeyValue, ref event
 		s.log.Debug().Str("workload", key).Str("admission", admission).Msg("no matching reservation: released before")
 		return nil
 	}
-	s.log.Info().Str("workload", key).Str("queue", cq).Msg("quota released")
+	s.log.Info().Str("workload", key).Str("queue", r.ClusterQueue).Msg("quota released")
 	if ref.UID == "" {
 		// A reservation written without the workload's UID (by an older
 		// admission service): the release stands, the event cannot name it.
 		s.log.Warn().Str("workload", key).Msg("released quota of a workload with no known UID; no event")
 		return nil
 	}
-	ev := events.QuotaReleasedV1{Workload: ref, ClusterQueue: cq}
-	return s.pub.Publish(ctx, ev, events.ID(ev.Type(), ref.UID, cq))
+	// The id names the admission released: the same workload released
+	// again after another admission is another event, a retried release
+	// of the same one is not.
+	ev := events.QuotaReleasedV1{Workload: ref, ClusterQueue: r.ClusterQueue}
+	if !r.AdmittedAt.IsZero() {
+		ev.Admission = r.Admission()
+	}
+	return s.pub.Publish(ctx, ev, events.ID(ev.Type(), ref.UID, r.ClusterQueue, ev.Admission))
 }
 
 // reconcile releases reservations whose workload record is gone: the

@@ -121,6 +121,9 @@ func reservation(name string, count int32) ledger.Reservation {
 	}
 }
 
+// heldAdmission names the admission reservation writes.
+const heldAdmission = "2025-06-07T08:09:10Z"
+
 // hold writes reservations for the named workloads, and their records.
 func (h *harness) hold(names ...string) {
 	h.t.Helper()
@@ -247,9 +250,9 @@ func TestReleases(t *testing.T) {
 			}
 			var want []events.QuotaReleasedV1
 			for _, n := range tc.wantReleased {
-				want = append(want, events.QuotaReleasedV1{Workload: ref(n), ClusterQueue: "cq"})
+				want = append(want, events.QuotaReleasedV1{Workload: ref(n), ClusterQueue: "cq", Admission: heldAdmission})
 			}
-			want = append(want, events.QuotaReleasedV1{Workload: ref("marker"), ClusterQueue: "other"})
+			want = append(want, events.QuotaReleasedV1{Workload: ref("marker"), ClusterQueue: "other", Admission: heldAdmission})
 			// Releases of different workloads run side by side.
 			byName := cmpopts.SortSlices(func(a, b events.QuotaReleasedV1) bool { return a.Workload.Name < b.Workload.Name })
 			if d := cmp.Diff(want, h.released(), byName); d != "" {
@@ -310,7 +313,40 @@ func TestReconcileReleasesOrphans(t *testing.T) {
 		t.Errorf("no dev.sluice.quota.v1.released event for the reconciled release of job/team-a/orphan; quota logged: %v", h.logs.all())
 		return
 	}
-	want := []events.QuotaReleasedV1{{Workload: ref("orphan"), ClusterQueue: "cq"}}
+	want := []events.QuotaReleasedV1{{Workload: ref("orphan"), ClusterQueue: "cq", Admission: heldAdmission}}
+	if d := cmp.Diff(want, h.released()); d != "" {
+		t.Errorf("released events (-want +got):\n%s", d)
+	}
+}
+
+// TestEachAdmissionReleasedIsItsOwnEvent: a workload admitted again to the
+// same ClusterQueue and stopped again is released again, under another
+// id (so the stream keeps both), naming the admission each time.
+func TestEachAdmissionReleasedIsItsOwnEvent(t *testing.T) {
+	h := newHarness(t, time.Hour)
+	stop := func(admission string) events.Event {
+		return events.WorkloadStoppedV1{Workload: ref("a"), ClusterQueue: "cq", Reason: "Preempted", Admission: admission}
+	}
+	h.hold("a")
+	h.publish(stop(heldAdmission), "stop-1")
+	if !waitFor(10*time.Second, func() bool { return len(h.released()) == 1 }) {
+		t.Fatalf("first release: got %v", h.released())
+	}
+	again := reservation("a", 1)
+	again.AdmittedAt = again.AdmittedAt.Add(time.Minute)
+	snap, err := ledger.Read(h.ctx, h.led)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ledger.NewWriter(h.js).Reserve(h.ctx, "cq/cq", snap.Trees[ledger.TreeKey("cq/cq")], map[string]ledger.Reservation{workloads.EngineKey(ref("a")): again}); err != nil {
+		t.Fatal(err)
+	}
+	h.publish(stop(again.Admission()), "stop-2")
+	waitFor(10*time.Second, func() bool { return len(h.released()) == 2 })
+	want := []events.QuotaReleasedV1{
+		{Workload: ref("a"), ClusterQueue: "cq", Admission: heldAdmission},
+		{Workload: ref("a"), ClusterQueue: "cq", Admission: again.Admission()},
+	}
 	if d := cmp.Diff(want, h.released()); d != "" {
 		t.Errorf("released events (-want +got):\n%s", d)
 	}
