@@ -11,8 +11,12 @@ type Kind string
 
 // Decision kinds.
 const (
-	// KindAdmitted: the workload holds quota; PodSets say where.
+	// KindAdmitted: the workload holds quota; PodSets say where. For a
+	// workload that was reserved (KindReserved), its checks all passed.
 	KindAdmitted Kind = "admitted"
+	// KindReserved: the workload holds quota (PodSets say where) and
+	// waits for the admission checks in Checks before it is admitted.
+	KindReserved Kind = "reserved"
 	// KindPreempted: the workload lost its quota to Preemptor.
 	KindPreempted Kind = "preempted"
 	// KindEvicted: the workload lost its quota for another Reason.
@@ -29,6 +33,10 @@ type Decision struct {
 	PodSets      []PodSetAssignment
 	Reason       string
 	Preemptor    string
+	// Message details Reason (an admission check's message).
+	Message string
+	// Checks are a reservation's admission checks (KindReserved).
+	Checks []CheckStatus
 }
 
 // maxRoundsPerCycle bounds a cycle against preemption loops that a broken
@@ -92,6 +100,7 @@ func (e *Engine) Cycle(now time.Time) []Decision {
 		touched: map[*cqState]bool{},
 	}
 	c.podsReadyTimeouts()
+	c.admissionChecks()
 	c.drain()
 	c.podsBlocked = c.podsReadyBlock()
 	for round := 0; round < maxRoundsPerCycle && !c.podsBlocked; round++ {
@@ -451,13 +460,20 @@ func (c *cycle) requeued(cq *cqState) {
 
 func (c *cycle) admit(ws *wlState, a *assignment) {
 	cq := ws.cq
-	ws.admitted = &admitted{cq: cq, usage: a.usage, podSets: a.admission(cq, ws), at: c.now}
+	podSets := a.admission(cq, ws)
+	ws.admitted = &admitted{cq: cq, usage: a.usage, podSets: podSets, at: c.now, since: c.now}
 	ws.admittedNow()
 	c.e.hold(ws)
 	ws.reason, ws.why = "", nil
 	ws.parked = false
 	c.touched[cq] = true
-	c.emit(Decision{Kind: KindAdmitted, Key: ws.key, ClusterQueue: cq.Name, PodSets: ws.admitted.podSets})
+	if checks := requiredChecks(cq, podSets, nil); len(checks) > 0 {
+		// Quota reserved: admitted once every check is ready.
+		ws.admitted.checks, ws.admitted.awaiting = checks, true
+		c.emit(Decision{Kind: KindReserved, Key: ws.key, ClusterQueue: cq.Name, PodSets: podSets, Checks: cloneChecks(checks)})
+		return
+	}
+	c.emit(Decision{Kind: KindAdmitted, Key: ws.key, ClusterQueue: cq.Name, PodSets: podSets})
 }
 
 // emit appends a decision, doubling the slice when full: append's own

@@ -22,6 +22,12 @@ type admitted struct {
 	usage   []frAmount
 	podSets []PodSetAssignment
 	at      time.Time
+	// checks are the reservation's admission checks; awaiting: not all
+	// of them have been ready yet, so it holds quota without being
+	// admitted. since is when it was admitted (checks passed).
+	checks   []CheckStatus
+	awaiting bool
+	since    time.Time
 }
 
 // wlState is the engine's bookkeeping for one workload.
@@ -149,6 +155,7 @@ func (e *Engine) SetConfig(cfg Config) {
 			}
 			ws.admitted.cq = cq
 			ws.admitted.usage = usage
+			ws.syncChecks()
 			e.hold(ws)
 		}
 	}
@@ -246,7 +253,7 @@ func (e *Engine) Submit(w Workload) error {
 		if err != nil {
 			return fmt.Errorf("submit %s: %w", key, err)
 		}
-		ws.admitted = &admitted{cq: cq, usage: usage, podSets: w.Admission.PodSets, at: w.Admission.At}
+		ws.admitted = e.booked(cq, usage, *w.Admission)
 		ws.admittedNow()
 	}
 	e.resolve(ws)
@@ -399,6 +406,12 @@ func (e *Engine) evict(ws *wlState) {
 // quota in clusterQueue. The assignment must fit the configuration; quota
 // limits are not checked, since the ledger is the authority.
 func (e *Engine) Admit(key, clusterQueue string, podSets []PodSetAssignment, at time.Time) error {
+	return e.Book(key, Admission{ClusterQueue: clusterQueue, PodSets: podSets, At: at})
+}
+
+// Book is Admit of a reservation that may wait for admission checks
+// (a.AwaitingChecks), with their states as last known.
+func (e *Engine) Book(key string, a Admission) error {
 	ws, ok := e.workloads[key]
 	if !ok {
 		return fmt.Errorf("admit %s: %w", key, ErrUnknownWorkload)
@@ -406,18 +419,18 @@ func (e *Engine) Admit(key, clusterQueue string, podSets []PodSetAssignment, at 
 	if ws.admitted != nil {
 		return nil
 	}
-	cq, ok := e.tree.cqs[clusterQueue]
+	cq, ok := e.tree.cqs[a.ClusterQueue]
 	if !ok {
-		return fmt.Errorf("admit %s: ClusterQueue %s does not exist: %w", key, clusterQueue, ErrBadAdmission)
+		return fmt.Errorf("admit %s: ClusterQueue %s does not exist: %w", key, a.ClusterQueue, ErrBadAdmission)
 	}
-	usage, err := e.usageOf(cq, ws, podSets)
+	usage, err := e.usageOf(cq, ws, a.PodSets)
 	if err != nil {
 		return fmt.Errorf("admit %s: %w", key, err)
 	}
 	if ws.cq != nil {
 		ws.cq.removePending(ws)
 	}
-	ws.admitted = &admitted{cq: cq, usage: usage, podSets: podSets, at: at}
+	ws.admitted = e.booked(cq, usage, a)
 	ws.admittedNow()
 	ws.reason, ws.why, ws.parked = "", nil, false
 	e.hold(ws)

@@ -128,6 +128,61 @@ type ClusterQueue struct {
 	StopPolicy       StopPolicy
 	// FairWeight is the fair-sharing weight in milli-units (1000 = 1).
 	FairWeight int64
+	// AdmissionChecks an admission must pass before it is admitted; its
+	// quota is reserved meanwhile.
+	AdmissionChecks []AdmissionCheckRule
+}
+
+// AdmissionCheckRule names an admission check a ClusterQueue runs: for
+// every admission, or, with OnFlavors, only for admissions assigned one of
+// those flavors.
+type AdmissionCheckRule struct {
+	Name      string
+	OnFlavors []string
+}
+
+// AdmissionCheck is an AdmissionCheck object as the engine sees it.
+type AdmissionCheck struct {
+	Name string
+	// Active: its controller runs. A ClusterQueue naming a check that is
+	// missing or not active admits nothing, as in Kueue.
+	Active bool
+}
+
+// CheckState is the state of one admission check for one reservation,
+// as Kueue names them.
+type CheckState string
+
+// Check states.
+const (
+	// CheckPending: the check has not answered yet.
+	CheckPending CheckState = "Pending"
+	// CheckReady: the check passed.
+	CheckReady CheckState = "Ready"
+	// CheckRetry: the check cannot pass now: the reservation is given up
+	// and the workload queues again, after RequeueAfter if set.
+	CheckRetry CheckState = "Retry"
+	// CheckRejected: the check will not pass: the workload is deactivated.
+	CheckRejected CheckState = "Rejected"
+)
+
+// Valid reports whether s is one of the four states.
+func (s CheckState) Valid() bool {
+	switch s {
+	case CheckPending, CheckReady, CheckRetry, CheckRejected:
+		return true
+	}
+	return false
+}
+
+// CheckStatus is one admission check's state for a reservation.
+type CheckStatus struct {
+	Name    string     `json:"name"`
+	State   CheckState `json:"state"`
+	Message string     `json:"message,omitempty"`
+	// RequeueAfter (Retry only): the workload queues again no sooner than
+	// this long after its eviction; the longest of its checks' wins.
+	RequeueAfter time.Duration `json:"requeueAfter,omitempty"`
 }
 
 // Cohort is the engine's view of a Cohort. Cohorts named by a ClusterQueue
@@ -169,6 +224,8 @@ type Config struct {
 	// FairStrategies are fair sharing's preemption strategies, in order;
 	// empty means Kueue's default, both.
 	FairStrategies FairStrategies
+	// AdmissionChecks are the AdmissionCheck objects.
+	AdmissionChecks []AdmissionCheck
 }
 
 // Fair sharing's preemption strategies, as Kueue names them.
@@ -218,6 +275,11 @@ type Admission struct {
 	ClusterQueue string
 	PodSets      []PodSetAssignment
 	At           time.Time
+	// Checks are the admission checks of the reservation and their
+	// states; AwaitingChecks: they have not all been ready yet, so the
+	// quota is reserved but the workload is not admitted.
+	Checks         []CheckStatus
+	AwaitingChecks bool
 }
 
 // Workload is one job as the engine sees it.

@@ -61,6 +61,9 @@ type readiness struct {
 	// workload back until then.
 	requeues  int32
 	requeueAt time.Time
+	// requeueWhy says what holds it back until requeueAt, when it was not
+	// a PodsReadyTimeout (an admission check asked to retry).
+	requeueWhy string
 	// deactivated, when set, is why the workload is never admitted again.
 	deactivated string
 }
@@ -99,6 +102,9 @@ type RequeueState struct {
 	Count       int32
 	At          time.Time
 	Deactivated string
+	// Why says what held it back until At when it was not a
+	// PodsReadyTimeout (an admission check asked to retry).
+	Why string
 }
 
 // Requeues reports a workload's RequeueState.
@@ -107,7 +113,7 @@ func (e *Engine) Requeues(key string) RequeueState {
 	if !ok {
 		return RequeueState{}
 	}
-	return RequeueState{Count: ws.pods.requeues, At: ws.pods.requeueAt, Deactivated: ws.pods.deactivated}
+	return RequeueState{Count: ws.pods.requeues, At: ws.pods.requeueAt, Deactivated: ws.pods.deactivated, Why: ws.pods.requeueWhy}
 }
 
 // SetRequeues restores what Requeues reported, for a workload submitted
@@ -117,7 +123,7 @@ func (e *Engine) SetRequeues(key string, rs RequeueState) error {
 	if !ok {
 		return fmt.Errorf("set requeues of %s: %w", key, ErrUnknownWorkload)
 	}
-	ws.pods.requeues, ws.pods.requeueAt, ws.pods.deactivated = rs.Count, rs.At, rs.Deactivated
+	ws.pods.requeues, ws.pods.requeueAt, ws.pods.deactivated, ws.pods.requeueWhy = rs.Count, rs.At, rs.Deactivated, rs.Why
 	return nil
 }
 
@@ -130,10 +136,12 @@ func (ws *wlState) admittedNow() {
 func (w *WaitForPodsReady) deadline(ws *wlState) (time.Time, bool) {
 	r := &ws.pods
 	switch {
-	case ws.admitted == nil || ws.evicting || r.ready:
+	case ws.admitted == nil || ws.evicting || r.ready || ws.admitted.awaiting:
+		// Pods start only once admitted: a reservation waiting for its
+		// admission checks has none to wait for.
 		return time.Time{}, false
 	case !r.once:
-		return ws.admitted.at.Add(w.Timeout), true
+		return ws.admitted.since.Add(w.Timeout), true
 	case w.RecoveryTimeout > 0:
 		return r.lostAt.Add(w.RecoveryTimeout), true
 	}
@@ -172,6 +180,7 @@ func (c *cycle) podsReadyTimeouts() {
 			} else {
 				r.requeues++
 				r.requeueAt = c.now.Add(w.backoff(r.requeues))
+				r.requeueWhy = ""
 				if !w.RequeueByCreation {
 					// Back in line by the time of its eviction.
 					ws.orderAt = c.now
@@ -197,7 +206,7 @@ func (c *cycle) podsReadyBlock() bool {
 	}
 	for _, cq := range c.e.tree.cqOrder {
 		for _, ws := range cq.admitted {
-			if !ws.evicting && !ws.pods.ready {
+			if !ws.evicting && !ws.pods.ready && !ws.admitted.awaiting {
 				return true
 			}
 		}
@@ -212,6 +221,8 @@ func (c *cycle) heldBack(ws *wlState) string {
 	switch {
 	case r.deactivated != "":
 		return r.deactivated
+	case c.now.Before(r.requeueAt) && r.requeueWhy != "":
+		return fmt.Sprintf("%s: backing off until %s", r.requeueWhy, r.requeueAt.UTC().Format(time.RFC3339))
 	case c.now.Before(r.requeueAt):
 		return fmt.Sprintf("requeued after PodsReadyTimeout: backing off until %s", r.requeueAt.UTC().Format(time.RFC3339))
 	}
@@ -220,10 +231,11 @@ func (c *cycle) heldBack(ws *wlState) string {
 
 // NextTimer returns the earliest moment after now at which a cycle would
 // decide something because time passed: a pods-ready timeout or the end
-// of a requeue backoff. ok is false when nothing waits on time.
+// of a requeue backoff (after a timeout, or an admission check's Retry).
+// ok is false when nothing waits on time.
 func (e *Engine) NextTimer(now time.Time) (next time.Time, ok bool) {
 	w := e.cfg.WaitForPodsReady
-	if w == nil {
+	if w == nil && !e.tree.checks {
 		return time.Time{}, false
 	}
 	consider := func(t time.Time) {
@@ -232,7 +244,9 @@ func (e *Engine) NextTimer(now time.Time) (next time.Time, ok bool) {
 		}
 	}
 	for _, ws := range e.workloads {
-		if at, due := w.deadline(ws); due {
+		if w == nil {
+			// Only admission checks' backoffs.
+		} else if at, due := w.deadline(ws); due {
 			consider(at)
 		}
 		if ws.admitted == nil && ws.pods.deactivated == "" {

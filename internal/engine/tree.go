@@ -223,6 +223,8 @@ type tree struct {
 	cqOrder []*cqState
 	// members lists the ClusterQueues of each tree root, in name order.
 	members map[*node][]*cqState
+	// checks: some ClusterQueue runs admission checks.
+	checks bool
 }
 
 // cqState is a ClusterQueue with its compiled groups.
@@ -337,6 +339,10 @@ func buildTree(cfg Config) *tree {
 		cohortNode(name)
 	}
 	cyclic := t.breakCycles()
+	checks := map[string]bool{}
+	for _, ac := range cfg.AdmissionChecks {
+		checks[ac.Name] = ac.Active
+	}
 
 	for _, cq := range cfg.ClusterQueues {
 		s := &cqState{ClusterQueue: cq, groupOf: map[string]int{}}
@@ -363,6 +369,17 @@ func buildTree(cfg Config) *tree {
 				}
 			}
 			s.groups = append(s.groups, cg)
+		}
+		for _, rule := range cq.AdmissionChecks {
+			t.checks = true
+			active, exists := checks[rule.Name]
+			switch {
+			case s.inactive != "":
+			case !exists:
+				s.inactive = fmt.Sprintf("ClusterQueue %s is inactive: AdmissionCheck %s does not exist", cq.Name, rule.Name)
+			case !active:
+				s.inactive = fmt.Sprintf("ClusterQueue %s is inactive: AdmissionCheck %s is not active (its controller does not run)", cq.Name, rule.Name)
+			}
 		}
 		if cq.Cohort != "" {
 			p := cohortNode(cq.Cohort)
