@@ -24,6 +24,7 @@ type Event interface {
 var registry = []Event{
 	WorkloadSubmittedV1{},
 	WorkloadPendingV1{},
+	WorkloadReservedV1{},
 	WorkloadAdmittedV1{},
 	WorkloadPreemptedV1{},
 	WorkloadEvictedV1{},
@@ -35,6 +36,7 @@ var registry = []Event{
 	QuotaReleasedV1{},
 	QuotaUsageV1{},
 	ConfigChangedV1{},
+	CheckUpdatedV1{},
 }
 
 var byType = func() map[string]reflect.Type {
@@ -101,6 +103,8 @@ func WorkloadOf(ev Event) (WorkloadRef, bool) {
 		return e.Workload, true
 	case WorkloadPendingV1:
 		return e.Workload, true
+	case WorkloadReservedV1:
+		return e.Workload, true
 	case WorkloadAdmittedV1:
 		return e.Workload, true
 	case WorkloadPreemptedV1:
@@ -118,6 +122,8 @@ func WorkloadOf(ev Event) (WorkloadRef, bool) {
 	case PreemptionRequestedV1:
 		return e.Preemptor, true
 	case QuotaReleasedV1:
+		return e.Workload, true
+	case CheckUpdatedV1:
 		return e.Workload, true
 	}
 	return WorkloadRef{}, false

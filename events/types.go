@@ -8,6 +8,7 @@ const SpecVersion = "1.0"
 const (
 	TypeWorkloadSubmittedV1   = "dev.sluice.workload.v1.submitted"
 	TypeWorkloadPendingV1     = "dev.sluice.workload.v1.pending"
+	TypeWorkloadReservedV1    = "dev.sluice.workload.v1.reserved"
 	TypeWorkloadAdmittedV1    = "dev.sluice.workload.v1.admitted"
 	TypeWorkloadPreemptedV1   = "dev.sluice.workload.v1.preempted"
 	TypeWorkloadEvictedV1     = "dev.sluice.workload.v1.evicted"
@@ -19,6 +20,7 @@ const (
 	TypeQuotaReleasedV1       = "dev.sluice.quota.v1.released"
 	TypeQuotaUsageV1          = "dev.sluice.quota.v1.usage"
 	TypeConfigChangedV1       = "dev.sluice.config.v1.changed"
+	TypeCheckUpdatedV1        = "dev.sluice.check.v1.updated"
 )
 
 // TypeSimulationSummaryV1 closes the output of `sluice simulate`. It is a

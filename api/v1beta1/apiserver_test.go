@@ -37,6 +37,7 @@ var crdFiles = map[string]string{
 	"LocalQueue":            "sluice.dev_localqueues.yaml",
 	"ResourceFlavor":        "sluice.dev_resourceflavors.yaml",
 	"WorkloadPriorityClass": "sluice.dev_workloadpriorityclasses.yaml",
+	"AdmissionCheck":        "sluice.dev_admissionchecks.yaml",
 }
 
 // readCRD decodes a generated manifest strictly (an unknown field in it is a

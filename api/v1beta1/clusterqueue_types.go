@@ -250,7 +250,35 @@ type AdmissionScope struct {
 	AdmissionMode string `json:"admissionMode,omitempty"`
 }
 
+// AdmissionChecksStrategy lists the admission checks a ClusterQueue runs,
+// each for every admission or for some flavors only.
+type AdmissionChecksStrategy struct {
+	// admissionChecks are the checks and the flavors they run for.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=16
+	AdmissionChecks []AdmissionCheckStrategyRule `json:"admissionChecks,omitempty"`
+}
+
+// AdmissionCheckStrategyRule names an admission check and the flavors it
+// runs for.
+type AdmissionCheckStrategyRule struct {
+	// name of the AdmissionCheck.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// onFlavors: the check runs only for admissions assigned one of these
+	// ResourceFlavors; empty, for every admission.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=253
+	OnFlavors []string `json:"onFlavors,omitempty"`
+}
+
 // ClusterQueueSpec is the quota and policy of one ClusterQueue.
+// +kubebuilder:validation:XValidation:rule="!(has(self.admissionChecks) && has(self.admissionChecksStrategy))",message="either admissionChecks or admissionChecksStrategy can be set, not both"
 // +kubebuilder:validation:XValidation:rule="!has(self.admissionScope)",fieldPath=".admissionScope",message="admissionScope (Kueue's Admission Fair Sharing) is not supported by Sluice; remove it (fairSharing orders by dominant resource share instead)"
 // +kubebuilder:validation:XValidation:rule="has(self.cohort) || !has(self.resourceGroups) || self.resourceGroups.all(g, g.flavors.all(f, f.resources.all(r, !has(r.borrowingLimit) && !has(r.lendingLimit))))",message="borrowingLimit and lendingLimit need a cohort"
 type ClusterQueueSpec struct {
@@ -294,6 +322,31 @@ type ClusterQueueSpec struct {
 	// admissionScope is refused (see AdmissionScope).
 	// +optional
 	AdmissionScope *AdmissionScope `json:"admissionScope,omitempty"`
+
+	// admissionChecks every admission to this queue must pass before the
+	// workload starts; its quota is reserved meanwhile. Not together with
+	// admissionChecksStrategy.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=253
+	AdmissionChecks []string `json:"admissionChecks,omitempty"`
+
+	// admissionChecksStrategy is admissionChecks with per-flavor rules.
+	// +optional
+	AdmissionChecksStrategy *AdmissionChecksStrategy `json:"admissionChecksStrategy,omitempty"`
+}
+
+// CheckRules returns the queue's admission checks, from either field.
+func (s *ClusterQueueSpec) CheckRules() []AdmissionCheckStrategyRule {
+	if s.AdmissionChecksStrategy != nil {
+		return s.AdmissionChecksStrategy.AdmissionChecks
+	}
+	out := make([]AdmissionCheckStrategyRule, 0, len(s.AdmissionChecks))
+	for _, n := range s.AdmissionChecks {
+		out = append(out, AdmissionCheckStrategyRule{Name: n})
+	}
+	return out
 }
 
 // FlavorUsage is the usage of one flavor.

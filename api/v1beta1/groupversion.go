@@ -23,6 +23,7 @@ func addKnownTypes(s *runtime.Scheme) error {
 		&Cohort{}, &CohortList{},
 		&LocalQueue{}, &LocalQueueList{},
 		&WorkloadPriorityClass{}, &WorkloadPriorityClassList{},
+		&AdmissionCheck{}, &AdmissionCheckList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

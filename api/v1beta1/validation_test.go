@@ -484,6 +484,37 @@ func TestClusterQueueValidation(t *testing.T) {
 				{"spec.fairSharing.weight", `Invalid value: "object": weight must not be negative`},
 			},
 		},
+		{
+			name: "admission checks, for all flavors or some",
+			obj:  clusterQueue(`admissionChecksStrategy: {admissionChecks: [{name: prov, onFlavors: [a100]}, {name: budget}]}`),
+		},
+		{
+			name: "admissionChecks and admissionChecksStrategy together",
+			obj:  clusterQueue("admissionChecks: [prov]\nadmissionChecksStrategy: {admissionChecks: [{name: prov}]}"),
+			wantErrs: []fieldError{
+				{"spec", `Invalid value: "object": either admissionChecks or admissionChecksStrategy can be set, not both`},
+			},
+		},
+	})
+}
+
+func TestAdmissionCheckValidation(t *testing.T) {
+	runValidationCases(t, "AdmissionCheck", []validationCase{
+		{
+			name: "a controller and its parameters",
+			obj:  admissionCheck(`{controllerName: sluice.dev/provisioning-request, parameters: {apiGroup: sluice.dev, kind: ProvisioningRequestConfig, name: prov}}`),
+		},
+		{
+			name:     "no controller",
+			obj:      admissionCheck(`{parameters: {apiGroup: sluice.dev, kind: ProvisioningRequestConfig, name: prov}}`),
+			wantErrs: []fieldError{{"<nil>", notChecked}, {"spec.controllerName", "Required value"}},
+		},
+		{
+			name:     "the controller cannot change",
+			old:      admissionCheck(`{controllerName: example.com/a}`),
+			obj:      admissionCheck(`{controllerName: example.com/b}`),
+			wantErrs: []fieldError{{"spec.controllerName", `Invalid value: "string": controllerName is immutable`}},
+		},
 	})
 }
 
@@ -783,6 +814,10 @@ func localQueue(spec string) string {
 
 func resourceFlavor(spec string) string {
 	return object("ResourceFlavor", "name: spot-a100", "spec", spec)
+}
+
+func admissionCheck(spec string) string {
+	return object("AdmissionCheck", "name: prov", "spec", spec)
 }
 
 func workloadPriorityClass(fields string) string {

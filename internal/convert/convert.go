@@ -40,15 +40,21 @@ var kinds = map[string]func() any{
 	"LocalQueue":            func() any { return &v1beta1.LocalQueue{} },
 	"Cohort":                func() any { return &v1beta1.Cohort{} },
 	"WorkloadPriorityClass": func() any { return &v1beta1.WorkloadPriorityClass{} },
+	"AdmissionCheck":        func() any { return &v1beta1.AdmissionCheck{} },
+}
+
+// controllers maps Kueue's built-in admission check controllers to
+// Sluice's.
+var controllers = map[string]string{
+	"kueue.x-k8s.io/provisioning-request": "sluice.dev/provisioning-request",
+	"kueue.x-k8s.io/multikueue":           "sluice.dev/multicluster",
 }
 
 // unsupported fields by kind, as paths under the object, with why.
 var unsupported = map[string]map[string]string{
 	"ResourceFlavor": {"spec.topologyName": "topology-aware scheduling"},
 	"ClusterQueue": {
-		"spec.admissionChecks":         "admission checks",
-		"spec.admissionChecksStrategy": "admission checks",
-		"spec.admissionScope":          "Admission Fair Sharing",
+		"spec.admissionScope": "Admission Fair Sharing",
 	},
 	"LocalQueue": {"spec.fairSharing": "Admission Fair Sharing"},
 }
@@ -291,6 +297,13 @@ func rename(obj map[string]any, kind string) error {
 		return move("cohortName", "cohort") // v1beta2
 	case "Cohort":
 		return move("parentName", "parent") // v1beta1, v1beta2
+	case "AdmissionCheck":
+		if c, ok := controllers[fmt.Sprint(spec["controllerName"])]; ok {
+			spec["controllerName"] = c
+		}
+		if p, ok := spec["parameters"].(map[string]any); ok && p["apiGroup"] == "kueue.x-k8s.io" {
+			p["apiGroup"] = v1beta1.GroupVersion.Group
+		}
 	}
 	return nil
 }

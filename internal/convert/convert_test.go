@@ -174,23 +174,38 @@ value: 1000
 `,
 		},
 		{
-			name:    "an AdmissionCheck is refused with file, document and object",
-			in:      "apiVersion: kueue.x-k8s.io/v1beta1\nkind: AdmissionCheck\nmetadata: {name: prov}\nspec: {controllerName: kueue.x-k8s.io/provisioning-request}\n",
-			wantErr: "queues.yaml: document 1 (AdmissionCheck prov): AdmissionCheck of kueue.x-k8s.io/v1beta1: not supported by Sluice",
-		},
-		{
-			name: "an AdmissionCheck is dropped when asked, with a warning",
+			name: "an AdmissionCheck converts; Kueue's built-in controllers and parameter group become Sluice's",
 			in: `apiVersion: kueue.x-k8s.io/v1beta1
 kind: AdmissionCheck
-metadata: {name: prov}
+metadata: {name: prov, uid: x}
+spec:
+  controllerName: kueue.x-k8s.io/provisioning-request
+  parameters: {apiGroup: kueue.x-k8s.io, kind: ProvisioningRequestConfig, name: prov-config}
+status: {conditions: [{type: Active, status: "True"}]}
 ---
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: ResourceFlavor
-metadata: {name: default}
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: AdmissionCheck
+metadata: {name: custom}
+spec: {controllerName: example.com/budget}
 `,
-			drop:         true,
-			want:         "apiVersion: sluice.dev/v1beta1\nkind: ResourceFlavor\nmetadata:\n  name: default\n",
-			wantWarnings: []string{"dropped queues.yaml: document 1 (AdmissionCheck prov): AdmissionCheck of kueue.x-k8s.io/v1beta1: not supported by Sluice"},
+			want: `apiVersion: sluice.dev/v1beta1
+kind: AdmissionCheck
+metadata:
+  name: prov
+spec:
+  controllerName: sluice.dev/provisioning-request
+  parameters:
+    apiGroup: sluice.dev
+    kind: ProvisioningRequestConfig
+    name: prov-config
+---
+apiVersion: sluice.dev/v1beta1
+kind: AdmissionCheck
+metadata:
+  name: custom
+spec:
+  controllerName: example.com/budget
+`,
 		},
 		{
 			name:    "MultiKueue and Topology kinds are refused",
@@ -203,20 +218,14 @@ metadata: {name: default}
 			wantErr: "queues.yaml: document 1 (ResourceFlavor tas): spec.topologyName (topology-aware scheduling): not supported by Sluice",
 		},
 		{
-			name: "admission checks on a ClusterQueue are dropped when asked",
+			name: "admission checks on a ClusterQueue are kept",
 			in: `apiVersion: kueue.x-k8s.io/v1beta1
 kind: ClusterQueue
 metadata: {name: cq}
 spec:
-  admissionChecks: [prov]
   admissionChecksStrategy: {admissionChecks: [{name: prov, onFlavors: [a]}]}
 `,
-			drop: true,
-			want: "apiVersion: sluice.dev/v1beta1\nkind: ClusterQueue\nmetadata:\n  name: cq\nspec: {}\n",
-			wantWarnings: []string{
-				"dropped queues.yaml: document 1 (ClusterQueue cq): spec.admissionChecks (admission checks): not supported by Sluice",
-				"dropped queues.yaml: document 1 (ClusterQueue cq): spec.admissionChecksStrategy (admission checks): not supported by Sluice",
-			},
+			want: "apiVersion: sluice.dev/v1beta1\nkind: ClusterQueue\nmetadata:\n  name: cq\nspec:\n  admissionChecksStrategy:\n    admissionChecks:\n    - name: prov\n      onFlavors:\n      - a\n",
 		},
 		{
 			name: "Kueue's manager Configuration keeps fair sharing and waitForPodsReady, and drops its process settings",

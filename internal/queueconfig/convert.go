@@ -24,6 +24,7 @@ type Objects struct {
 	// FairStrategies are fair sharing's preemption strategies (empty:
 	// Kueue's default).
 	FairStrategies []string
+	AdmissionChecks []v1beta1.AdmissionCheck
 }
 
 // ToEngine converts validated objects into the engine's configuration.
@@ -53,6 +54,9 @@ func ToEngine(o Objects) (engine.Config, error) {
 			FairWeight:     weight(c.Spec.FairSharing),
 		})
 	}
+	for _, ac := range o.AdmissionChecks {
+		cfg.AdmissionChecks = append(cfg.AdmissionChecks, engine.AdmissionCheck{Name: ac.Name, Active: ac.IsActive()})
+	}
 	for _, lq := range o.LocalQueues {
 		cfg.LocalQueues = append(cfg.LocalQueues, engine.LocalQueue{
 			Namespace:    lq.Namespace,
@@ -76,6 +80,9 @@ func clusterQueue(cq *v1beta1.ClusterQueue) (engine.ClusterQueue, error) {
 		Preemption:       engine.Preemption{WithinClusterQueue: engine.Never, ReclaimWithinCohort: engine.Never, BorrowWithinCohort: engine.Never},
 		StopPolicy:       stopPolicy(s.StopPolicy),
 		FairWeight:       weight(s.FairSharing),
+	}
+	for _, r := range s.CheckRules() {
+		out.AdmissionChecks = append(out.AdmissionChecks, engine.AdmissionCheckRule{Name: r.Name, OnFlavors: r.OnFlavors})
 	}
 	if s.QueueingStrategy == v1beta1.StrictFIFO {
 		out.QueueingStrategy = engine.StrictFIFO

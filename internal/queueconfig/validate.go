@@ -150,6 +150,7 @@ func ValidateClusterQueue(cq *v1beta1.ClusterQueue) field.ErrorList {
 		}
 	}
 	errs = append(errs, validateFairSharing(sp.Child("fairSharing"), s.FairSharing)...)
+	errs = append(errs, validateCheckRules(sp, s)...)
 	if s.AdmissionScope != nil {
 		errs = append(errs, field.Forbidden(sp.Child("admissionScope"),
 			"Kueue's Admission Fair Sharing is not supported by Sluice; remove it (fairSharing orders by dominant resource share instead)"))
@@ -207,4 +208,50 @@ func ValidateResourceFlavor(f *v1beta1.ResourceFlavor) field.ErrorList {
 // ValidateWorkloadPriorityClass checks a WorkloadPriorityClass.
 func ValidateWorkloadPriorityClass(c *v1beta1.WorkloadPriorityClass) field.ErrorList {
 	return validateName(field.NewPath("metadata", "name"), c.Name)
+}
+
+// validateCheckRules checks a ClusterQueue's admission checks: one of the
+// two fields, named checks, each once.
+func validateCheckRules(sp *field.Path, s *v1beta1.ClusterQueueSpec) field.ErrorList {
+	var errs field.ErrorList
+	if s.AdmissionChecks != nil && s.AdmissionChecksStrategy != nil {
+		errs = append(errs, field.Forbidden(sp.Child("admissionChecksStrategy"), "either admissionChecks or admissionChecksStrategy can be set, not both"))
+	}
+	p := sp.Child("admissionChecks")
+	if s.AdmissionChecksStrategy != nil {
+		p = sp.Child("admissionChecksStrategy", "admissionChecks")
+	}
+	seen := map[string]bool{}
+	for i, r := range s.CheckRules() {
+		ip := p.Index(i)
+		if s.AdmissionChecksStrategy != nil {
+			ip = ip.Child("name")
+		}
+		switch {
+		case r.Name == "":
+			errs = append(errs, field.Required(ip, "the name of an AdmissionCheck"))
+		case seen[r.Name]:
+			errs = append(errs, field.Duplicate(ip, r.Name))
+		}
+		seen[r.Name] = true
+	}
+	return errs
+}
+
+// ValidateAdmissionCheck checks an AdmissionCheck.
+func ValidateAdmissionCheck(ac *v1beta1.AdmissionCheck) field.ErrorList {
+	errs := validateName(field.NewPath("metadata", "name"), ac.Name)
+	if ac.Spec.ControllerName == "" {
+		errs = append(errs, field.Required(field.NewPath("spec", "controllerName"), "the controller that decides the check, e.g. sluice.dev/provisioning-request"))
+	}
+	if p := ac.Spec.Parameters; p != nil {
+		pp := field.NewPath("spec", "parameters")
+		if p.Kind == "" {
+			errs = append(errs, field.Required(pp.Child("kind"), "the kind of the parameters object"))
+		}
+		if p.Name == "" {
+			errs = append(errs, field.Required(pp.Child("name"), "the name of the parameters object"))
+		}
+	}
+	return errs
 }

@@ -12,11 +12,13 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/sluice-dev/sluice/api/v1beta1"
+	"github.com/sluice-dev/sluice/internal/engine"
 	"github.com/sluice-dev/sluice/internal/queueconfig"
 )
 
@@ -101,6 +103,28 @@ type SimulatedWorkloadSpec struct {
 	// PriorityChanges change the workload's priority during the run, as a
 	// changed priority class label does on a job.
 	PriorityChanges []PriorityChange `json:"priorityChanges,omitempty"`
+	// AdmissionChecks say how the admission checks of its ClusterQueue
+	// answer for this workload. A check not listed is Ready at once.
+	AdmissionChecks []SimCheck `json:"admissionChecks,omitempty"`
+}
+
+// SimCheck is how one admission check answers a workload's reservations.
+type SimCheck struct {
+	// Name of the AdmissionCheck.
+	Name string `json:"name"`
+	// Answers, one per reservation in turn; the last one repeats.
+	Answers []SimCheckAnswer `json:"answers"`
+}
+
+// SimCheckAnswer is one answer of a check, given After the reservation.
+type SimCheckAnswer struct {
+	// State is Ready, Retry or Rejected.
+	State string   `json:"state"`
+	After Duration `json:"after,omitempty"`
+	// RequeueAfter (Retry only) is how long after the eviction the
+	// workload may be reserved again.
+	RequeueAfter *Duration `json:"requeueAfter,omitempty"`
+	Message      string    `json:"message,omitempty"`
 }
 
 // PriorityChange is a new priority from a moment of the run on: a
@@ -326,6 +350,20 @@ func (sc *Scenario) add(base string, doc []byte, seen map[string]string, sawConf
 			return err
 		}
 		sc.Config.PriorityClasses = append(sc.Config.PriorityClasses, o)
+	case "AdmissionCheck":
+		var o v1beta1.AdmissionCheck
+		if err := decode(loc, doc, js, &o); err != nil {
+			return err
+		}
+		if err := fieldErrors(loc, queueconfig.ValidateAdmissionCheck(&o)); err != nil {
+			return err
+		}
+		if err := key(h.Kind, "", o.Name); err != nil {
+			return err
+		}
+		// The simulator plays every check's controller: all are active.
+		meta.SetStatusCondition(&o.Status.Conditions, metav1.Condition{Type: v1beta1.AdmissionCheckActive, Status: metav1.ConditionTrue, Reason: "Simulated"})
+		sc.Config.AdmissionChecks = append(sc.Config.AdmissionChecks, o)
 	case "Configuration":
 		var o Configuration
 		if err := decode(loc, doc, js, &o); err != nil {
@@ -363,7 +401,7 @@ func (sc *Scenario) add(base string, doc []byte, seen map[string]string, sawConf
 		sc.where[o.Namespace+"/"+o.Name] = loc
 		sc.Workloads = append(sc.Workloads, o)
 	default:
-		return docError(loc, fmt.Sprintf("kind: Unsupported value: %q: supported values: ResourceFlavor, ClusterQueue, Cohort, LocalQueue, WorkloadPriorityClass, Configuration, SimulatedWorkload, Namespace (v1)", h.Kind))
+		return docError(loc, fmt.Sprintf("kind: Unsupported value: %q: supported values: ResourceFlavor, ClusterQueue, Cohort, LocalQueue, WorkloadPriorityClass, AdmissionCheck, Configuration, SimulatedWorkload, Namespace (v1)", h.Kind))
 	}
 	return nil
 }
@@ -392,6 +430,34 @@ func validateWorkload(w *SimulatedWorkload) field.ErrorList {
 	}
 	if r := s.PodsReadyAfter; r != nil && !r.Never && r.After < 0 {
 		errs = append(errs, field.Invalid(sp.Child("podsReadyAfter"), r.After.String(), "must not be negative"))
+	}
+	seenChecks := map[string]bool{}
+	for i, c := range s.AdmissionChecks {
+		cp := sp.Child("admissionChecks").Index(i)
+		switch {
+		case c.Name == "":
+			errs = append(errs, field.Required(cp.Child("name"), "the AdmissionCheck that answers"))
+		case seenChecks[c.Name]:
+			errs = append(errs, field.Duplicate(cp.Child("name"), c.Name))
+		}
+		seenChecks[c.Name] = true
+		if len(c.Answers) == 0 {
+			errs = append(errs, field.Required(cp.Child("answers"), "at least one answer"))
+		}
+		for j, a := range c.Answers {
+			ap := cp.Child("answers").Index(j)
+			switch engine.CheckState(a.State) {
+			case engine.CheckReady, engine.CheckRetry, engine.CheckRejected:
+			default:
+				errs = append(errs, field.NotSupported(ap.Child("state"), a.State, []string{"Ready", "Retry", "Rejected"}))
+			}
+			if a.After.Duration < 0 {
+				errs = append(errs, field.Invalid(ap.Child("after"), a.After.String(), "must not be negative"))
+			}
+			if a.RequeueAfter != nil && (a.RequeueAfter.Duration < 0 || engine.CheckState(a.State) != engine.CheckRetry) {
+				errs = append(errs, field.Invalid(ap.Child("requeueAfter"), a.RequeueAfter.String(), "only a Retry answer has one, and it must not be negative"))
+			}
+		}
 	}
 	if s.Runtime != nil && s.Runtime.Duration <= 0 {
 		errs = append(errs, field.Invalid(sp.Child("runtime"), s.Runtime.String(), "must be positive (leave it out for a workload that never finishes)"))
@@ -472,6 +538,10 @@ func (sc *Scenario) crossCheck() error {
 	for i := range sc.Config.ClusterQueues {
 		cqs[sc.Config.ClusterQueues[i].Name] = &sc.Config.ClusterQueues[i]
 	}
+	checks := map[string]bool{}
+	for _, ac := range sc.Config.AdmissionChecks {
+		checks[ac.Name] = true
+	}
 	lqs := map[string]string{}
 	for _, lq := range sc.Config.LocalQueues {
 		lqs[lq.Namespace+"/"+lq.Name] = lq.Spec.ClusterQueue
@@ -490,6 +560,11 @@ func (sc *Scenario) crossCheck() error {
 		}
 		if a := w.Spec.Admitted; a != nil {
 			errs = append(errs, checkAdmission(sp.Child("admitted"), &w, cqs, lqs)...)
+		}
+		for i, c := range w.Spec.AdmissionChecks {
+			if !checks[c.Name] {
+				errs = append(errs, field.NotFound(sp.Child("admissionChecks").Index(i).Child("name"), c.Name))
+			}
 		}
 		if err := fieldErrors(loc, errs); err != nil {
 			return err

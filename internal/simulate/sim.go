@@ -48,12 +48,29 @@ type WorkloadData struct {
 	PodSets      []engine.PodSetAssignment `json:"podSets,omitempty"`
 	Reason       string                    `json:"reason,omitempty"`
 	Preemptor    string                    `json:"preemptor,omitempty"`
+	// Message details Reason (an admission check's message).
+	Message string `json:"message,omitempty"`
+	// Checks are a reservation's admission checks and their states.
+	Checks []engine.CheckStatus `json:"checks,omitempty"`
+}
+
+// CheckData is the payload of an admission check's answer.
+type CheckData struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Check     string `json:"check"`
+	State     string `json:"state"`
+	Message   string `json:"message,omitempty"`
+	// RequeueAfterSeconds (Retry only) delays the next reservation.
+	RequeueAfterSeconds *float64 `json:"requeueAfterSeconds,omitempty"`
 }
 
 // event kinds in the order they are handled at one instant.
 const (
 	evFinish = iota
 	evReady
+	// evCheck: an admission check answers (simEvent.check names it).
+	evCheck
 	// evPriority: a priority change (simEvent.change indexes it).
 	evPriority
 	evSubmit
@@ -70,6 +87,9 @@ type simEvent struct {
 	run  int
 	// change indexes the workload's spec.priorityChanges (evPriority).
 	change int
+	// check and answer are an admission check's answer (evCheck).
+	check  string
+	answer SimCheckAnswer
 }
 
 type eventHeap []simEvent
@@ -114,6 +134,9 @@ type wlRun struct {
 	admits    int
 	preempted int
 	evicted   int
+	// reservations counts the workload's reservations that waited for
+	// admission checks; each check answers them in turn.
+	reservations int
 }
 
 type frKey struct{ cq, flavor, resource string }
@@ -286,6 +309,19 @@ func (s *sim) loop() {
 			onlyTimers = false
 			r := s.wls[ev.wl]
 			switch ev.kind {
+			case evCheck:
+				if ev.run != r.run || (r.state != "reserved" && r.state != "admitted") {
+					continue
+				}
+				st := engine.CheckStatus{Name: ev.check, State: engine.CheckState(ev.answer.State), Message: ev.answer.Message}
+				data := CheckData{Namespace: r.spec.Namespace, Name: r.spec.Name, Check: ev.check, State: ev.answer.State, Message: ev.answer.Message}
+				if ra := ev.answer.RequeueAfter; ra != nil {
+					st.RequeueAfter = ra.Duration
+					secs := ra.Seconds()
+					data.RequeueAfterSeconds = &secs
+				}
+				_ = s.eng.SetCheck(r.key, st)
+				s.records = append(s.records, s.record(events.TypeCheckUpdatedV1, r.key, data))
 			case evReady:
 				if ev.run != r.run || r.state != "admitted" {
 					continue
@@ -333,6 +369,9 @@ func (s *sim) loop() {
 			break
 		}
 		s.cycle()
+		if s.stopped != "" {
+			break
+		}
 	}
 	if s.opts.Until > 0 {
 		s.advance(s.opts.Until)
@@ -344,6 +383,8 @@ func (s *sim) cycle() {
 	for _, d := range s.eng.Cycle(s.opts.Start.Add(s.now)) {
 		r := s.byKey[d.Key]
 		switch d.Kind {
+		case engine.KindReserved:
+			s.reserved(r, d)
 		case engine.KindAdmitted:
 			s.admitted(r, d.ClusterQueue, d.PodSets, s.now)
 		case engine.KindPreempted:
@@ -355,7 +396,7 @@ func (s *sim) cycle() {
 			s.release(r)
 			r.evicted++
 			r.state = "waiting"
-			s.emit(events.TypeWorkloadEvictedV1, r, WorkloadData{ClusterQueue: d.ClusterQueue, Reason: d.Reason})
+			s.emit(events.TypeWorkloadEvictedV1, r, WorkloadData{ClusterQueue: d.ClusterQueue, Reason: d.Reason, Message: d.Message})
 		case engine.KindPending:
 			r.reason = d.Reason
 			s.emit(events.TypeWorkloadPendingV1, r, WorkloadData{ClusterQueue: d.ClusterQueue, Reason: d.Reason})
@@ -366,16 +407,56 @@ func (s *sim) cycle() {
 // admitted books an admission; at is when it happened (negative for a
 // workload admitted before the start).
 func (s *sim) admitted(r *wlRun, cq string, podSets []engine.PodSetAssignment, at time.Duration) {
-	r.run++
+	wasReserved := r.state == "reserved"
+	if !wasReserved {
+		r.run++
+		s.book(r, cq, podSets)
+	}
 	r.admits++
 	r.state = "admitted"
 	r.reason = ""
-	r.cq = cq
 	a := at
 	r.lastAdm = &a
 	if r.firstAdm == nil {
 		r.firstAdm = &a
 	}
+	s.emit(events.TypeWorkloadAdmittedV1, r, WorkloadData{ClusterQueue: cq, PodSets: podSets})
+	s.schedule(r, at)
+}
+
+// reserved books a reservation that waits for admission checks, and
+// queues the checks' answers: each check answers the workload's n-th
+// reservation with its n-th answer (the last one repeating), Ready at once
+// if the scenario says nothing.
+func (s *sim) reserved(r *wlRun, d engine.Decision) {
+	r.run++
+	r.reservations++
+	r.state = "reserved"
+	r.reason = ""
+	s.book(r, d.ClusterQueue, d.PodSets)
+	s.emit(events.TypeWorkloadReservedV1, r, WorkloadData{ClusterQueue: d.ClusterQueue, PodSets: d.PodSets, Checks: d.Checks})
+	if r.reservations > maxReservations && s.stopped == "" {
+		s.stopped = fmt.Sprintf("stopped at %s: %s was reserved %d times; its admission checks keep asking to retry", s.now, r.key, maxReservations)
+		return
+	}
+	for _, c := range d.Checks {
+		a := SimCheckAnswer{State: string(engine.CheckReady)}
+		for _, sc := range r.spec.Spec.AdmissionChecks {
+			if sc.Name == c.Name && len(sc.Answers) > 0 {
+				a = sc.Answers[min(r.reservations, len(sc.Answers))-1]
+			}
+		}
+		s.push(simEvent{at: s.now + a.After.Duration, kind: evCheck, wl: r.idx, run: r.run, check: c.Name, answer: a})
+	}
+}
+
+// maxReservations ends a run in which a workload's checks would say Retry
+// forever.
+const maxReservations = 1000
+
+// book takes the quota of a reservation.
+func (s *sim) book(r *wlRun, cq string, podSets []engine.PodSetAssignment) {
+	r.cq = cq
 	r.usage = map[frKey]int64{}
 	for _, pa := range podSets {
 		for _, ps := range r.spec.Spec.PodSets {
@@ -390,7 +471,11 @@ func (s *sim) admitted(r *wlRun, cq string, podSets []engine.PodSetAssignment, a
 			}
 		}
 	}
-	s.emit(events.TypeWorkloadAdmittedV1, r, WorkloadData{ClusterQueue: cq, PodSets: podSets})
+}
+
+// schedule queues what follows an admission at at: the finish, or with
+// waitForPodsReady the pods getting ready first.
+func (s *sim) schedule(r *wlRun, at time.Duration) {
 	if !s.podsReady {
 		if r.runtime > 0 {
 			s.push(simEvent{at: max(s.now, at+r.runtime), kind: evFinish, wl: r.idx, run: r.run})
@@ -480,6 +565,9 @@ type Summary struct {
 	FinishedCount   int              `json:"finished"`
 	PendingCount    int              `json:"pending"`
 	PreemptionCount int              `json:"preemptions"`
+	// ReservedCount counts workloads holding quota while they wait for
+	// admission checks.
+	ReservedCount int `json:"reserved,omitempty"`
 	// Stopped says why the run ended before nothing more could happen.
 	Stopped string `json:"stopped,omitempty"`
 }
@@ -490,7 +578,7 @@ type WorkloadResult struct {
 	Name         string   `json:"name"`
 	ClusterQueue string   `json:"clusterQueue"`
 	Priority     int32    `json:"priority"`
-	State        string   `json:"state"` // pending, admitted, finished
+	State        string   `json:"state"` // pending, reserved, admitted, finished
 	Submitted    string   `json:"submitted"`
 	Admitted     string   `json:"admitted,omitempty"`
 	Finished     string   `json:"finished,omitempty"`
@@ -547,6 +635,9 @@ func (s *sim) summary() Record {
 		case "admitted":
 			wr.State = "admitted"
 			sum.AdmittedCount++
+		case "reserved":
+			wr.State = "reserved"
+			sum.ReservedCount++
 		default:
 			wr.State = "pending"
 			wr.Reason = r.reason
