@@ -226,6 +226,9 @@ type WorkloadEvictedV1 struct {
 	Workload     WorkloadRef `json:"workload"`
 	ClusterQueue string      `json:"clusterQueue"`
 	Reason       string      `json:"reason"`
+	// Message details Reason, e.g. the admission check that asked for
+	// the eviction and what it said.
+	Message string `json:"message,omitempty"`
 	// Admission names the admission that is evicted, as in
 	// WorkloadPreemptedV1.
 	Admission string `json:"admission,omitempty"`

@@ -179,7 +179,7 @@ func TestSetupIdempotent(t *testing.T) {
 	cfg := s.CachedInfo().Config
 	if cfg.MaxAge != 7*24*time.Hour || cfg.Duplicates != 2*time.Minute || cfg.Replicas != 1 ||
 		cfg.Storage != jetstream.FileStorage || cfg.Retention != jetstream.LimitsPolicy ||
-		strings.Join(cfg.Subjects, ",") != "sluice.workload.>,sluice.preemption.>,sluice.quota.>,sluice.config.>" {
+		strings.Join(cfg.Subjects, ",") != "sluice.workload.>,sluice.preemption.>,sluice.quota.>,sluice.config.>,sluice.check.>" {
 		t.Errorf("SLUICE config %+v", cfg)
 	}
 	d, err := js.Stream(ctx, bus.StreamDLQ)

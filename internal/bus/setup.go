@@ -35,7 +35,7 @@ const (
 )
 
 // StreamSubjects are the subjects of the SLUICE stream.
-var StreamSubjects = []string{"sluice.workload.>", "sluice.preemption.>", "sluice.quota.>", "sluice.config.>"}
+var StreamSubjects = []string{"sluice.workload.>", "sluice.preemption.>", "sluice.quota.>", "sluice.config.>", "sluice.check.>"}
 
 // DLQSubjects are the subjects of the SLUICE_DLQ stream.
 var DLQSubjects = []string{events.DLQSubjectPrefix + ">"}

@@ -27,6 +27,7 @@ const (
 	KindCohort                = "cohort"
 	KindLocalQueue            = "localqueue"
 	KindWorkloadPriorityClass = "workloadpriorityclass"
+	KindAdmissionCheck        = "admissioncheck"
 	KindPriorityClass         = "priorityclass"
 	KindNamespace             = "namespace"
 )
@@ -130,6 +131,13 @@ func (s *Store) Snapshot() (Snapshot, []error) {
 			}
 			snap.Objects.PriorityClasses = append(snap.Objects.PriorityClasses, o)
 			snap.WorkloadPriorityClasses[o.Name] = o.Value
+		case KindAdmissionCheck:
+			var o v1beta1.AdmissionCheck
+			if err := json.Unmarshal(b, &o); err != nil {
+				bad(k, err)
+				continue
+			}
+			snap.Objects.AdmissionChecks = append(snap.Objects.AdmissionChecks, o)
 		case KindPriorityClass:
 			var o schedulingv1.PriorityClass
 			if err := json.Unmarshal(b, &o); err != nil {

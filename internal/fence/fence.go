@@ -110,11 +110,15 @@ type Readiness struct {
 }
 
 // Requeue is how often a workload was requeued after a PodsReadyTimeout,
-// until when it backs off, and why it was deactivated, if it was.
+// until when it backs off (after a timeout or an admission check's Retry),
+// and why it was deactivated, if it was.
 type Requeue struct {
 	Count       int32     `json:"count"`
 	At          time.Time `json:"at,omitempty"`
 	Deactivated string    `json:"deactivated,omitempty"`
+	// Why holds the workload back until At, when it was not a
+	// PodsReadyTimeout (an admission check asked to retry).
+	Why string `json:"why,omitempty"`
 }
 
 // End is the announcement of a job's end.

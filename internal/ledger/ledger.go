@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -47,7 +49,16 @@ type Reservation struct {
 	LocalQueue string    `json:"localQueue,omitempty"`
 	Priority   int32     `json:"priority,omitempty"`
 	Submitted  time.Time `json:"submitted,omitzero"`
+	// Checks are the reservation's admission checks and their states;
+	// AwaitingChecks: not all have been Ready yet, so the workload holds
+	// quota but is not admitted, and must not start.
+	Checks         []engine.CheckStatus `json:"checks,omitempty"`
+	AwaitingChecks bool                 `json:"awaitingChecks,omitempty"`
 }
+
+// Startable reports whether the reservation's workload may start: it
+// waits for no admission check.
+func (r Reservation) Startable() bool { return !r.AwaitingChecks }
 
 // Admission names the admission a reservation records: its admission
 // time, to the nanosecond. A workload admitted again after a preemption
@@ -312,6 +323,52 @@ func (w *Writer) releasedBy(ctx context.Context, workload, by string) (Reservati
 		return Reservation{}, false, nil
 	}
 	return m.Released, true, nil
+}
+
+// Update rewrites a workload's reservation with change, which edits it in
+// place and reports whether to write (false: nothing to do, e.g. another
+// admission). It never changes the quota held, so it leaves the tree's
+// revision alone; it is conditional on the revision read, and read again
+// when another writer moved first. It reports the reservation as written
+// (or as found) and whether it wrote.
+func (w *Writer) Update(ctx context.Context, kv jetstream.KeyValue, workload string, change func(*Reservation) bool) (Held, bool, error) {
+	for attempt := 0; ; attempt++ {
+		h, found, err := Get(ctx, kv, workload)
+		if err != nil || !found {
+			return h, false, err
+		}
+		r := h.Reservation
+		r.Checks = slices.Clone(r.Checks)
+		r.PodSets = slices.Clone(r.PodSets)
+		for i := range r.PodSets {
+			r.PodSets[i].Flavors = maps.Clone(r.PodSets[i].Flavors)
+		}
+		if !change(&r) {
+			return h, false, nil
+		}
+		if r.ClusterQueue != h.ClusterQueue || !slices.EqualFunc(r.PodSets, h.PodSets, samePodSet) {
+			return h, false, fmt.Errorf("update reservation of %s: the quota it holds cannot change", workload)
+		}
+		m := nats.NewMsg(w.prefix + ReservationKey(workload))
+		if m.Data, err = json.Marshal(r); err != nil {
+			return h, false, fmt.Errorf("update reservation of %s: %w", workload, err)
+		}
+		m.Header.Set(hdrExpectedSeq, strconv.FormatUint(h.Revision, 10))
+		pctx, cancel := bus.Bounded(ctx)
+		ack, err := w.js.PublishMsg(pctx, m)
+		cancel()
+		if isWrongLastSequence(err) && attempt < 20 {
+			continue
+		}
+		if err != nil {
+			return h, false, fmt.Errorf("update reservation of %s: %w", workload, err)
+		}
+		return Held{Reservation: r, Revision: ack.Sequence}, true, nil
+	}
+}
+
+func samePodSet(a, b engine.PodSetAssignment) bool {
+	return a.Name == b.Name && a.Count == b.Count && maps.Equal(a.Flavors, b.Flavors)
 }
 
 func isWrongLastSequence(err error) bool {

@@ -276,3 +276,64 @@ func TestCorruptReservationIsReportedNotFatal(t *testing.T) {
 		t.Errorf("Get of the corrupt one: got %v, want ErrCorrupt", err)
 	}
 }
+
+// TestUpdateRecordsChecksWithoutMovingTheTree: a reservation's admission
+// checks are rewritten in its own key, conditionally; the tree's revision
+// stays, and the quota held cannot change.
+func TestUpdateRecordsChecksWithoutMovingTheTree(t *testing.T) {
+	ctx, kv, w := open(t)
+	r := reservation("cq", 1)
+	r.Checks, r.AwaitingChecks = []engine.CheckStatus{{Name: "prov", State: engine.CheckPending}}, true
+	booked, err := w.Reserve(ctx, "cq/cq", 0, map[string]ledger.Reservation{"job/ns/a": r})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := func(r *ledger.Reservation) bool {
+		if r.Checks[0].State == engine.CheckReady {
+			return false
+		}
+		r.Checks[0].State, r.AwaitingChecks = engine.CheckReady, false
+		return true
+	}
+	h, wrote, err := w.Update(ctx, kv, "job/ns/a", ready)
+	if err != nil || !wrote || h.Revision <= booked.Reservations["job/ns/a"] {
+		t.Fatalf("Update = %+v, %v, %v; want a write at a later revision", h, wrote, err)
+	}
+	if _, wrote, err := w.Update(ctx, kv, "job/ns/a", ready); err != nil || wrote {
+		t.Errorf("Update with nothing to change wrote %v, %v", wrote, err)
+	}
+	got := held(t, ctx, kv)["job/ns/a"]
+	if got.AwaitingChecks || got.Checks[0].State != engine.CheckReady || !got.Startable() {
+		t.Errorf("after Update: %+v", got)
+	}
+	snap, err := ledger.Read(ctx, kv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.Trees[ledger.TreeKey("cq/cq")] != booked.Tree {
+		t.Errorf("tree revision moved from %d to %d", booked.Tree, snap.Trees[ledger.TreeKey("cq/cq")])
+	}
+	_, _, err = w.Update(ctx, kv, "job/ns/a", func(r *ledger.Reservation) bool { r.PodSets[0].Count = 2; return true })
+	if err == nil {
+		t.Error("Update changed the quota held")
+	}
+	if _, wrote, err := w.Update(ctx, kv, "job/ns/nobody", ready); err != nil || wrote {
+		t.Errorf("Update of a workload holding nothing: %v, %v", wrote, err)
+	}
+	// Writers racing on one key: every change lands.
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			if _, _, err := w.Update(ctx, kv, "job/ns/a", func(r *ledger.Reservation) bool {
+				r.Checks = append(r.Checks, engine.CheckStatus{Name: fmt.Sprint("c", i), State: engine.CheckReady})
+				return true
+			}); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if n := len(held(t, ctx, kv)["job/ns/a"].Checks); n != 9 {
+		t.Errorf("after 8 racing updates the reservation has %d checks, want 9", n)
+	}
+}

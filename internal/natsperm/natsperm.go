@@ -104,15 +104,17 @@ func workloadEvents(types ...string) []string {
 // Services names the users, one per service, plus "setup" (creates the
 // streams and buckets: `sluice setup`) and "reader" (a read-only subscriber
 // for external tools: `sluice events tail`).
-var Services = []string{"admission", "integration", "preemption", "quota", "watcher", "setup", "reader"}
+var Services = []string{"admission", "integration", "preemption", "quota", "watcher", "checks", "setup", "reader"}
 
 // For returns the permissions of a service's user.
 func For(service string) (Permissions, error) {
 	r := newRules("sluice-" + service)
 	switch service {
 	case "admission":
-		r.publish(workloadEvents("pending", "admitted", "evicted")...)
+		r.publish(workloadEvents("pending", "reserved", "admitted", "evicted")...)
 		r.publish("sluice.preemption.v1.requested.>")
+		// Admission checks' answers, recorded in the ledger.
+		r.consume(bus.StreamEvents, "admission-checks")
 		r.readStream(bus.StreamEvents)
 		r.kvRead(configstore.Bucket).kvRead(workloads.Bucket).kvWrite(ledger.Bucket).kvWrite(fence.Bucket)
 		// The web view's live feed follows the workload events.
@@ -139,6 +141,14 @@ func For(service string) (Permissions, error) {
 		r.publish("sluice.config.v1.>")
 		// Queue status: usage from the ledger, pending counts from records.
 		r.kvWrite(configstore.Bucket).kvRead(ledger.Bucket).kvRead(workloads.Bucket)
+	case "checks":
+		// Admission check controllers: each consumes reservations with
+		// its own durable consumer, check-<name>, and answers.
+		r.publish("sluice.check.v1.updated.>")
+		r.publish("$JS.API.CONSUMER.CREATE."+bus.StreamEvents+".check-*", "$JS.API.CONSUMER.CREATE."+bus.StreamEvents+".check-*.>",
+			"$JS.API.CONSUMER.INFO."+bus.StreamEvents+".check-*", "$JS.API.CONSUMER.MSG.NEXT."+bus.StreamEvents+".check-*",
+			"$JS.ACK."+bus.StreamEvents+".check-*.>", "sluice.dlq.check-*")
+		r.readStream(bus.StreamEvents)
 	case "setup":
 		r.publish("$JS.API.STREAM.CREATE.*", "$JS.API.STREAM.UPDATE.*", "$JS.API.STREAM.INFO.*", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST")
 	case "reader":

@@ -130,6 +130,37 @@ func LastEvent(ctx context.Context, s LastMsgReader, w events.WorkloadRef) (seq 
 	return l.Seq, l.Ended(w.UID), nil
 }
 
+// ReservedID is the event id of the announcement of a reservation that
+// waits for admission checks (dev.sluice.workload.v1.reserved).
+func ReservedID(w events.WorkloadRef, admission string) string {
+	return events.ID(events.TypeWorkloadReservedV1, w.UID, admission)
+}
+
+// Reserved reports whether the admission is announced, as admitted or as
+// reserved (waiting for its admission checks): either is what a stop of
+// it must follow on the stream.
+func Reserved(ctx context.Context, s LastMsgReader, w events.WorkloadRef, admission string) (bool, error) {
+	ok, err := Announced(ctx, s, w, admission)
+	if err != nil || ok {
+		return ok, err
+	}
+	return lastIs(ctx, s, events.WorkloadSubject(events.TypeWorkloadReservedV1, w), ReservedID(w, admission))
+}
+
+// lastIs reports whether the last message on subject has the given id.
+func lastIs(ctx context.Context, s LastMsgReader, subject, id string) (bool, error) {
+	ctx, cancel := bus.Bounded(ctx)
+	defer cancel()
+	msg, err := s.GetLastMsgForSubject(ctx, subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read the last event on %s: %w", subject, err)
+	}
+	return msg.Header.Get(jetstream.MsgIDHeader) == id, nil
+}
+
 // Announced reports whether the admission is the last one announced for
 // the workload: its admitted event is the last stored on the workload's
 // admitted subject. Whoever acts on an admission read from the ledger (to
@@ -137,14 +168,5 @@ func LastEvent(ctx context.Context, s LastMsgReader, w events.WorkloadRef) (seq 
 // nothing about an admission comes before its admitted event, even when
 // the replica that reserved it is slow to announce it or stopped before.
 func Announced(ctx context.Context, s LastMsgReader, w events.WorkloadRef, admission string) (bool, error) {
-	ctx, cancel := bus.Bounded(ctx)
-	defer cancel()
-	msg, err := s.GetLastMsgForSubject(ctx, events.WorkloadSubject(events.TypeWorkloadAdmittedV1, w))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("read the admission announced for %s: %w", EngineKey(w), err)
-	}
-	return msg.Header.Get(jetstream.MsgIDHeader) == AdmittedID(w, admission), nil
+	return lastIs(ctx, s, events.WorkloadSubject(events.TypeWorkloadAdmittedV1, w), AdmittedID(w, admission))
 }

@@ -99,6 +99,11 @@ type Service struct {
 	fenceKV fence.KV
 	// outbox holds the events decided and not yet flushed.
 	outbox []outgoing
+	// passing holds the admissions (by workload) whose admission checks
+	// all passed and are not recorded in the ledger yet.
+	passing map[string]string
+	// ledKV is the ledger bucket.
+	ledKV jetstream.KeyValue
 	// uncertain holds the admissions (by workload) whose booking got no
 	// answer: stored or not, the ledger watch tells, and one that shows
 	// up is announced then.
@@ -162,6 +167,7 @@ func New(cfg Config, js jetstream.JetStream, pub Publisher, opts ...Option) (*Se
 		queued:    map[string]*queuedTrace{},
 		res:       map[string]ledger.Held{},
 		uncertain: map[string]string{},
+		passing:   map[string]string{},
 		trees:     map[string]uint64{},
 		fences:    map[string]fence.State{},
 		unapplied: map[string]bool{},
@@ -206,7 +212,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("admission: open stream %s: %w", bus.StreamEvents, err)
 	}
-	s.wlKV, s.fenceKV, s.stream = wlKV, fenceKV, stream
+	s.wlKV, s.fenceKV, s.stream, s.ledKV = wlKV, fenceKV, stream, ledKV
 	s.writer = ledger.NewWriter(s.js)
 	// Reservations an older Sluice kept in one value per tree move to
 	// their own keys before anything is decided.
@@ -251,6 +257,20 @@ func (s *Service) Run(ctx context.Context) error {
 		return err
 	}
 	defer stop()
+	// Admission checks' answers are written into the reservations they
+	// are about; the ledger watch brings them to the engine.
+	checksDone := make(chan error, 1)
+	go func() {
+		checksDone <- bus.Run(ctx, s.js, bus.ConsumerSpec{Stream: bus.StreamEvents, Durable: checksConsumer,
+			FilterSubjects: []string{events.SubjectFilter("check", "updated", "*", "*")}},
+			func(ctx context.Context, env events.Envelope) error { return s.handleCheck(ctx, env) },
+			bus.WithLogger(s.log), bus.WithPartitions(checkPartitions, events.SubjectWorkload))
+	}()
+	defer func() {
+		if err := <-checksDone; err != nil && ctx.Err() == nil {
+			s.log.Error().Err(err).Msg("admission check answers no longer consumed")
+		}
+	}()
 	// After a reconnect the watches would resume only once their missed
 	// heartbeats are noticed, about 20 s later; start them again at once.
 	reconnected := s.js.Conn().StatusChanged(nats.CONNECTED)
@@ -325,6 +345,7 @@ func (s *Service) Run(ctx context.Context) error {
 				s.build()
 				s.announceLedger(ctx)
 			}
+			s.recordPassed(ctx)
 			if len(s.unsent) > 0 || len(s.outbox) > 0 {
 				if err := s.retry(ctx); err != nil {
 					s.log.Warn().Err(err).Int("unsent", len(s.unsent)).Msg("events still not published")
@@ -521,8 +542,9 @@ func (s *Service) applyFences() {
 			continue // applied when the record arrives (submit)
 		}
 		st := s.fences[key]
-		if rq := st.Requeue; rq != nil && rq.Count > s.eng.Requeues(key).Count {
-			_ = s.eng.SetRequeues(key, engine.RequeueState{Count: rq.Count, At: rq.At, Deactivated: rq.Deactivated})
+		if rq, cur := st.Requeue, s.eng.Requeues(key); rq != nil &&
+			(rq.Count > cur.Count || rq.At.After(cur.At) || (rq.Deactivated != "" && cur.Deactivated == "")) {
+			_ = s.eng.SetRequeues(key, engine.RequeueState{Count: rq.Count, At: rq.At, Deactivated: rq.Deactivated, Why: rq.Why})
 			s.dirty = true
 		}
 		if st.Ready != nil {
@@ -550,8 +572,8 @@ func (s *Service) submit(key string) {
 		return
 	}
 	if h, ok := s.res[key]; ok {
-		r := h.Reservation
-		ew.Admission = &engine.Admission{ClusterQueue: r.ClusterQueue, PodSets: r.PodSets, At: r.AdmittedAt}
+		a := admissionOf(h.Reservation)
+		ew.Admission = &a
 	}
 	if err := s.eng.Submit(ew); err != nil {
 		s.log.Error().Err(err).Str("workload", key).Msg("workload not queued")
@@ -594,14 +616,27 @@ func (s *Service) bookLedger() {
 	}
 }
 
-// book makes one reservation hold quota in the engine.
+// admissionOf is a reservation as the engine books it.
+func admissionOf(r ledger.Reservation) engine.Admission {
+	return engine.Admission{ClusterQueue: r.ClusterQueue, PodSets: r.PodSets, At: r.AdmittedAt, Checks: r.Checks, AwaitingChecks: r.AwaitingChecks}
+}
+
+// book makes one reservation hold quota in the engine. For one it holds
+// already, it takes the admission checks' answers recorded since.
 func (s *Service) book(wk string, r ledger.Reservation) {
 	if s.eng.IsAdmitted(wk) {
+		if s.heldAdmission(wk) == r.Admission() {
+			for _, c := range r.Checks {
+				if err := s.eng.SetCheck(wk, c); err != nil {
+					s.log.Error().Err(err).Str("workload", wk).Msg("admission check answer not understood")
+				}
+			}
+		}
 		return
 	}
 	var err error
 	if s.eng.Known(wk) {
-		err = s.eng.Admit(wk, r.ClusterQueue, r.PodSets, r.AdmittedAt)
+		err = s.eng.Book(wk, admissionOf(r))
 	} else {
 		var ew engine.Workload
 		if ew, err = fromReservation(wk, r); err == nil {
@@ -620,8 +655,8 @@ func fromReservation(key string, r ledger.Reservation) (engine.Workload, error) 
 	if !ok {
 		return engine.Workload{}, fmt.Errorf("reservation key %q is not kind/namespace/name", key)
 	}
-	w := engine.Workload{Kind: kind, Namespace: ns, Name: name, Queue: r.LocalQueue, Priority: r.Priority, Submitted: r.Submitted,
-		Admission: &engine.Admission{ClusterQueue: r.ClusterQueue, PodSets: r.PodSets, At: r.AdmittedAt}}
+	a := admissionOf(r)
+	w := engine.Workload{Kind: kind, Namespace: ns, Name: name, Queue: r.LocalQueue, Priority: r.Priority, Submitted: r.Submitted, Admission: &a}
 	for _, ps := range r.PodSets {
 		eps := engine.PodSet{Name: ps.Name, Count: ps.Count, Requests: map[string]int64{}}
 		for res, v := range r.Requests[ps.Name] {
@@ -696,7 +731,8 @@ func (s *Service) applyLedger(ctx context.Context, e jetstream.KeyValueEntry) {
 				// admission's).
 				ref := events.WorkloadRef{Kind: kind, Namespace: ns, Name: name, UID: c.Reservation.UID}
 				s.log.Info().Str("workload", c.Workload).Msg("announcing a booking whose answer was lost")
-				s.send(ctx, outgoing{ev: admittedOf(ref, *c.Reservation), id: workloads.AdmittedID(ref, a), ended: c.Workload})
+				an := announcementOf(ref, *c.Reservation)
+				s.send(ctx, outgoing{ev: an.ev, id: an.id, ended: c.Workload})
 			}
 		}
 		return
@@ -773,6 +809,14 @@ func (s *Service) cycle(ctx context.Context) error {
 	if len(decisions) == 0 {
 		return nil
 	}
+	for i, d := range decisions {
+		if h, ok := s.res[d.Key]; ok && d.Kind == engine.KindAdmitted && h.AwaitingChecks {
+			// Its admission checks all passed: recorded in its
+			// reservation, then announced (recordPassed).
+			s.passing[d.Key] = h.Admission()
+			decisions[i].Kind = ""
+		}
+	}
 	// Reserve first: group admissions by tree and book each group in one
 	// batch checked against the tree's revision.
 	byKey := map[string][]engine.Decision{}
@@ -783,7 +827,7 @@ func (s *Service) cycle(ctx context.Context) error {
 	sem := make(chan struct{}, recordChecks)
 	var wg sync.WaitGroup
 	for i, d := range decisions {
-		if d.Kind != engine.KindAdmitted {
+		if !books(d) {
 			continue
 		}
 		sem <- struct{}{}
@@ -794,7 +838,7 @@ func (s *Service) cycle(ctx context.Context) error {
 	}
 	wg.Wait()
 	for i, d := range decisions {
-		if d.Kind != engine.KindAdmitted {
+		if !books(d) {
 			continue
 		}
 		exists, known := answers[i].exists, answers[i].known
@@ -869,13 +913,70 @@ func (s *Service) cycle(ctx context.Context) error {
 			}
 		}
 	}
+	s.recordPassed(ctx)
 	return s.publish(ctx, decisions, lost)
+}
+
+// books: the decision reserves quota (admitted, or reserved until its
+// admission checks pass).
+func books(d engine.Decision) bool {
+	return d.Kind == engine.KindAdmitted || d.Kind == engine.KindReserved
+}
+
+// recordPassed writes into their reservations that the admission checks
+// of the workloads in s.passing all passed, then queues the announcement
+// of their admission: the integration starts a job only once both are
+// stored. What fails is tried again at the next tick.
+func (s *Service) recordPassed(ctx context.Context) {
+	if len(s.passing) == 0 || s.ledKV == nil {
+		return
+	}
+	keys := make([]string, 0, len(s.passing))
+	for k := range s.passing {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, wk := range keys {
+		admission := s.passing[wk]
+		checks, awaiting := s.eng.Checks(wk)
+		if awaiting || s.heldAdmission(wk) != admission {
+			delete(s.passing, wk) // evicted or released meanwhile
+			continue
+		}
+		h, _, err := s.writer.Update(ctx, s.ledKV, wk, func(r *ledger.Reservation) bool {
+			if r.Admission() != admission || !r.AwaitingChecks {
+				return false
+			}
+			r.Checks, r.AwaitingChecks = checks, false
+			return true
+		})
+		if err != nil {
+			s.log.Warn().Err(err).Str("workload", wk).Msg("admission checks passed, not recorded yet")
+			continue
+		}
+		delete(s.passing, wk)
+		if h.Admission() != admission || h.AwaitingChecks {
+			continue // released, or another admission since
+		}
+		if h.Revision > s.res[wk].Revision {
+			s.res[wk] = h
+		}
+		w := s.wls[wk]
+		if w == nil {
+			continue
+		}
+		s.metrics.admitted.WithLabelValues(h.ClusterQueue).Inc()
+		s.send(ctx, outgoing{ev: admittedOf(w.Workload, h.Reservation), id: workloads.AdmittedID(w.Workload, admission), ended: wk})
+	}
 }
 
 // reservation is what the ledger records of an admission: enough to
 // account for it without the workload's record.
 func (s *Service) reservation(d engine.Decision, now time.Time) ledger.Reservation {
 	r := ledger.Reservation{ClusterQueue: d.ClusterQueue, PodSets: d.PodSets, AdmittedAt: now.UTC(), Requests: map[string]map[string]string{}}
+	if d.Kind == engine.KindReserved {
+		r.Checks, r.AwaitingChecks = d.Checks, true
+	}
 	if w := s.wls[d.Key]; w != nil {
 		r.LocalQueue, r.Priority, r.Submitted, r.UID = w.LocalQueue, w.Priority, w.CreationTime, w.Workload.UID
 		for _, ps := range w.PodSets {
@@ -900,7 +1001,7 @@ type outgoing struct {
 	// admitted is the announcement of the admission a stop ends, published
 	// first if it is not on the stream yet: the replica that reserved the
 	// admission may be slow to announce it, or stopped before it did.
-	admitted *events.WorkloadAdmittedV1
+	admitted *announcement
 	// requeue is stored with the stop of a PodsReadyTimeout eviction.
 	requeue *fence.Requeue
 	// trace is the context whose span the event's traceparent names.
@@ -1043,7 +1144,7 @@ func (s *Service) publishOne(ctx context.Context, o outgoing) error {
 			opts = append(opts, fence.WithRequeue(*o.requeue))
 		}
 		if o.admitted != nil {
-			opts = append(opts, fence.OfJob(o.admitted.Workload.UID))
+			opts = append(opts, fence.OfJob(o.admitted.ref.UID))
 		}
 		err := fence.Stop(ctx, s.fenceKV, o.fenceKey, o.admission, o.id, opts...)
 		if errors.Is(err, fence.ErrFinished) || errors.Is(err, fence.ErrStopTaken) || errors.Is(err, fence.ErrSuperseded) {
@@ -1056,17 +1157,46 @@ func (s *Service) publishOne(ctx context.Context, o outgoing) error {
 		}
 	}
 	if a := o.admitted; a != nil && s.stream != nil {
-		done, err := workloads.Announced(ctx, s.stream, a.Workload, a.Admission)
+		done, err := workloads.Reserved(ctx, s.stream, a.ref, a.admission)
 		if err != nil {
 			return err
 		}
 		if !done {
-			if err := s.pub.Publish(ctx, *a, workloads.AdmittedID(a.Workload, a.Admission)); err != nil {
+			if err := s.pub.Publish(ctx, a.ev, a.id); err != nil {
 				return err
 			}
 		}
 	}
 	return s.pub.Publish(ctx, o.ev, o.id)
+}
+
+// announcement is how a reservation is announced: admitted, or reserved
+// while it waits for admission checks.
+type announcement struct {
+	ev        events.Event
+	id        string
+	ref       events.WorkloadRef
+	admission string
+}
+
+// announcementOf is the announcement of a reservation.
+func announcementOf(ref events.WorkloadRef, r ledger.Reservation) announcement {
+	a := announcement{ref: ref, admission: r.Admission()}
+	if r.AwaitingChecks {
+		a.ev, a.id = reservedOf(ref, r), workloads.ReservedID(ref, a.admission)
+	} else {
+		a.ev, a.id = admittedOf(ref, r), workloads.AdmittedID(ref, a.admission)
+	}
+	return a
+}
+
+// reservedOf is the announcement of a reservation waiting for checks.
+func reservedOf(ref events.WorkloadRef, r ledger.Reservation) events.WorkloadReservedV1 {
+	ev := events.WorkloadReservedV1{Workload: ref, ClusterQueue: r.ClusterQueue, PodSets: assignments(r.PodSets), Admission: r.Admission()}
+	for _, c := range r.Checks {
+		ev.Checks = append(ev.Checks, c.Name)
+	}
+	return ev
 }
 
 // announceUnlessEnded publishes an admission's announcement unless its job
@@ -1137,8 +1267,12 @@ func (s *Service) announce(ctx context.Context, wk string, r ledger.Reservation)
 		return
 	}
 	ref := events.WorkloadRef{Kind: kind, Namespace: ns, Name: name, UID: r.UID}
-	id := workloads.AdmittedID(ref, r.Admission())
-	done, err := workloads.Announced(ctx, s.stream, ref, r.Admission())
+	an := announcementOf(ref, r)
+	check := workloads.Announced
+	if r.AwaitingChecks {
+		check = workloads.Reserved
+	}
+	done, err := check(ctx, s.stream, ref, r.Admission())
 	if err != nil {
 		s.log.Warn().Err(err).Str("workload", wk).Msg("cannot check the announcement of a reservation")
 		return
@@ -1146,9 +1280,8 @@ func (s *Service) announce(ctx context.Context, wk string, r ledger.Reservation)
 	if done {
 		return
 	}
-	ev := admittedOf(ref, r)
 	s.log.Info().Str("workload", wk).Str("queue", r.ClusterQueue).Msg("announcing an admission a restart left unannounced")
-	s.send(ctx, outgoing{ev: ev, id: id, ended: wk})
+	s.send(ctx, outgoing{ev: an.ev, id: an.id, ended: wk})
 }
 
 // admittedOf is the announcement of a reservation.
@@ -1181,6 +1314,13 @@ func (s *Service) publish(ctx context.Context, ds []engine.Decision, lost map[st
 		}
 		ref := w.Workload
 		switch d.Kind {
+		case engine.KindReserved:
+			if lost[d.Key] {
+				continue
+			}
+			delete(s.told, d.Key)
+			r := s.res[d.Key].Reservation
+			s.send(ctx, outgoing{ev: reservedOf(ref, r), id: workloads.ReservedID(ref, r.Admission()), ended: d.Key})
 		case engine.KindAdmitted:
 			if lost[d.Key] {
 				continue
@@ -1200,15 +1340,16 @@ func (s *Service) publish(ctx context.Context, ds []engine.Decision, lost map[st
 			r := s.res[d.Key].Reservation
 			admission := r.Admission()
 			s.metrics.evicted.WithLabelValues(d.ClusterQueue, d.Reason).Inc()
-			ev := events.WorkloadEvictedV1{Workload: ref, ClusterQueue: d.ClusterQueue, Reason: d.Reason, Admission: admission}
-			admitted := admittedOf(ref, r)
+			ev := events.WorkloadEvictedV1{Workload: ref, ClusterQueue: d.ClusterQueue, Reason: d.Reason, Message: d.Message, Admission: admission}
+			first := announcementOf(ref, r)
 			o := outgoing{ev: ev, id: events.ID(ev.Type(), ref.UID, admission),
-				fenceKey: workloads.Key(ref), admission: admission, admitted: &admitted}
-			if d.Reason == engine.ReasonPodsReadyTimeout || d.Reason == engine.ReasonRequeuingLimitExceeded {
+				fenceKey: workloads.Key(ref), admission: admission, admitted: &first}
+			switch d.Reason {
+			case engine.ReasonPodsReadyTimeout, engine.ReasonRequeuingLimitExceeded, engine.ReasonAdmissionCheck, engine.ReasonDeactivated:
 				// The fence keeps the count and the backoff for a
 				// replica that starts after this one.
 				rs := s.eng.Requeues(d.Key)
-				o.requeue = &fence.Requeue{Count: rs.Count, At: rs.At.UTC(), Deactivated: rs.Deactivated}
+				o.requeue = &fence.Requeue{Count: rs.Count, At: rs.At.UTC(), Deactivated: rs.Deactivated, Why: rs.Why}
 			}
 			ectx, span := s.traceEviction(ctx, ref, d, admission)
 			s.send(ectx, o)
@@ -1336,4 +1477,55 @@ func assignments(ps []engine.PodSetAssignment) []events.PodSetAssignmentV1 {
 		out[i] = events.PodSetAssignmentV1{Name: p.Name, Count: p.Count, Flavors: p.Flavors}
 	}
 	return out
+}
+
+// checksConsumer is the durable consumer of admission checks' answers,
+// shared by the admission replicas; checkPartitions answers are recorded
+// at once, those about one workload in order.
+const (
+	checksConsumer  = "admission-checks"
+	checkPartitions = 4
+)
+
+// handleCheck records an admission check's answer in the reservation it
+// is about. An answer about a reservation that is gone, or another one,
+// or a check the reservation does not run, changes nothing.
+func (s *Service) handleCheck(ctx context.Context, env events.Envelope) error {
+	var e events.CheckUpdatedV1
+	if err := env.As(&e); err != nil {
+		return fmt.Errorf("%w: %v", bus.ErrPoison, err)
+	}
+	wk := workloads.EngineKey(e.Workload)
+	st := engine.CheckStatus{Name: e.Check, State: engine.CheckState(e.State), Message: e.Message}
+	if e.RequeueAfterSeconds != nil {
+		st.RequeueAfter = time.Duration(*e.RequeueAfterSeconds) * time.Second
+	}
+	log := s.log.With().Str("workload", wk).Str("check", e.Check).Str("state", e.State).Logger()
+	if len(e.PodSetUpdates) > 0 {
+		log.Warn().Msg("the check's podSetUpdates are not applied to pods yet")
+	}
+	_, wrote, err := s.writer.Update(ctx, s.ledKV, wk, func(r *ledger.Reservation) bool {
+		if r.Admission() != e.Admission || (r.UID != "" && r.UID != e.Workload.UID) {
+			return false
+		}
+		for i := range r.Checks {
+			if r.Checks[i].Name == st.Name {
+				if r.Checks[i] == st {
+					return false
+				}
+				r.Checks[i] = st
+				return true
+			}
+		}
+		return false
+	})
+	if err != nil {
+		return err // transient: redelivered with backoff
+	}
+	if wrote {
+		log.Info().Msg("admission check answered")
+	} else {
+		log.Debug().Msg("admission check answer about no reservation held now")
+	}
+	return nil
 }

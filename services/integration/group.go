@@ -194,6 +194,8 @@ func (s *Service) syncGroup(ctx context.Context, k *kindRunner, g Grouper, ref e
 		}
 	}
 	switch {
+	case held && len(gated) > 0 && !r.Startable():
+		return nil // quota reserved: it waits for its admission checks
 	case held && len(gated) > 0:
 		return s.startGroup(ctx, k, rec, r, gated)
 	case held:

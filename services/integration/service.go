@@ -834,8 +834,8 @@ func (s *Service) setReservation(wk string, r *ledger.Reservation) []string {
 	}
 	s.held[wk] = *r
 	s.ownKey[wk] = true
-	if had && old.AdmittedAt.Equal(r.AdmittedAt) {
-		return nil
+	if had && old.AdmittedAt.Equal(r.AdmittedAt) && old.Startable() == r.Startable() {
+		return nil // the same reservation, still as startable as it was
 	}
 	return []string{wk}
 }
@@ -1035,6 +1035,8 @@ func (s *Service) sync(ctx context.Context, k *kindRunner, key string) error {
 	r, held := s.reservation(rec.Workload)
 	suspended := job.IsSuspended()
 	switch {
+	case held && suspended && !r.Startable():
+		return nil // quota reserved: it waits for its admission checks
 	case held && suspended && m.GetAnnotations()[StoppedAnnotation] != r.Admission():
 		return s.start(ctx, k, job, rec, r)
 	case held && !suspended:

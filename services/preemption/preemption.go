@@ -162,7 +162,9 @@ var ErrNotAnnounced = errors.New("victim's admission not announced yet")
 func awaitAnnounced(ctx context.Context, stream workloads.LastMsgReader, w events.WorkloadRef, admission string) error {
 	deadline := time.Now().Add(startWait)
 	for {
-		ok, err := workloads.Announced(ctx, stream, w, admission)
+		// A reservation waiting for its admission checks is announced as
+		// reserved, and may be preempted like an admitted workload.
+		ok, err := workloads.Reserved(ctx, stream, w, admission)
 		if err != nil || ok {
 			return err
 		}

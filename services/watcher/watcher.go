@@ -1,5 +1,5 @@
 // Package watcher mirrors Sluice's queue configuration (ResourceFlavor,
-// ClusterQueue, Cohort, LocalQueue, WorkloadPriorityClass) and Kubernetes
+// ClusterQueue, Cohort, LocalQueue, WorkloadPriorityClass, AdmissionCheck) and Kubernetes
 // PriorityClasses and namespace labels into the sluice-config KV bucket, so
 // every other service reads configuration from JetStream and never needs
 // the API server. It also writes ClusterQueue and LocalQueue status back,
@@ -54,6 +54,7 @@ var mirrored = []struct {
 	{v1beta1.GroupVersion.WithResource("cohorts"), configstore.KindCohort, false},
 	{v1beta1.GroupVersion.WithResource("localqueues"), configstore.KindLocalQueue, true},
 	{v1beta1.GroupVersion.WithResource("workloadpriorityclasses"), configstore.KindWorkloadPriorityClass, false},
+	{v1beta1.GroupVersion.WithResource("admissionchecks"), configstore.KindAdmissionCheck, false},
 	{schema.GroupVersionResource{Group: "scheduling.k8s.io", Version: "v1", Resource: "priorityclasses"}, configstore.KindPriorityClass, false},
 	{schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}, configstore.KindNamespace, false},
 }
@@ -234,10 +235,24 @@ func encode(kind string, obj any) ([]byte, error) {
 		return nil, fmt.Errorf("unexpected object %T", obj)
 	}
 	u = u.DeepCopy()
+	// An admission check's Active condition decides whether its queues
+	// admit: it is kept, without its timestamps.
+	active := ""
+	if kind == configstore.KindAdmissionCheck {
+		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+		for _, c := range conds {
+			if m, ok := c.(map[string]any); ok && m["type"] == v1beta1.AdmissionCheckActive {
+				active, _ = m["status"].(string)
+			}
+		}
+	}
 	// Only what decides admission is mirrored: status and bookkeeping
 	// would turn every status write into a configuration change.
 	for _, f := range [][]string{{"metadata", "managedFields"}, {"metadata", "resourceVersion"}, {"metadata", "generation"}, {"status"}} {
 		unstructured.RemoveNestedField(u.Object, f...)
+	}
+	if active != "" {
+		u.Object["status"] = map[string]any{"conditions": []any{map[string]any{"type": v1beta1.AdmissionCheckActive, "status": active}}}
 	}
 	if kind == configstore.KindNamespace {
 		m, err := meta.Accessor(u)
