@@ -105,6 +105,15 @@ func TestAdmissionChecksInTheSimulator(t *testing.T) {
 	if r := workloadResult(t, s, "default/retried"); r.Admissions != 1 || r.Evictions != 1 || r.Admitted != at(8*time.Minute) {
 		t.Errorf("retried: %+v", r)
 	}
+	var table strings.Builder
+	if err := WriteTable(&table, recs, DefaultStart); err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{"Retry: no capacity (retry after 300s)", "awaits prov"} {
+		if !strings.Contains(table.String(), line) {
+			t.Errorf("the table has no %q:\n%s", line, table.String())
+		}
+	}
 }
 
 func TestAChecksRetryForeverEndsTheRun(t *testing.T) {

@@ -39,8 +39,13 @@ func WriteTable(w io.Writer, records []Record, start time.Time) error {
 			continue
 		}
 		t, _ := time.Parse(time.RFC3339Nano, r.Time)
-		d := r.Data.(WorkloadData)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.Sub(start), r.Type[strings.LastIndex(r.Type, ".")+1:], r.Subject, d.ClusterQueue, detail(d))
+		event := r.Type[strings.LastIndex(r.Type, ".")+1:]
+		switch d := r.Data.(type) {
+		case WorkloadData:
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.Sub(start), event, r.Subject, d.ClusterQueue, detail(d))
+		case CheckData:
+			fmt.Fprintf(tw, "%s\tcheck %s\t%s\t\t%s\n", t.Sub(start), d.Check, r.Subject, checkDetail(d))
+		}
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -48,8 +53,12 @@ func WriteTable(w io.Writer, records []Record, start time.Time) error {
 	if sum == nil {
 		return nil
 	}
-	fmt.Fprintf(w, "\nSummary: %.3fs elapsed, %d finished, %d running, %d pending, %d preemptions\n",
-		sum.ElapsedSeconds, sum.FinishedCount, sum.AdmittedCount, sum.PendingCount, sum.PreemptionCount)
+	reserved := ""
+	if sum.ReservedCount > 0 {
+		reserved = fmt.Sprintf(", %d reserved (waiting for admission checks)", sum.ReservedCount)
+	}
+	fmt.Fprintf(w, "\nSummary: %.3fs elapsed, %d finished, %d running%s, %d pending, %d preemptions\n",
+		sum.ElapsedSeconds, sum.FinishedCount, sum.AdmittedCount, reserved, sum.PendingCount, sum.PreemptionCount)
 	if sum.Stopped != "" {
 		fmt.Fprintf(w, "The run %s.\n", sum.Stopped)
 	}
@@ -115,5 +124,22 @@ func detail(d WorkloadData) string {
 	if d.Preemptor != "" {
 		parts = append(parts, "by "+d.Preemptor)
 	}
+	if d.Message != "" {
+		parts = append(parts, d.Message)
+	}
+	for _, c := range d.Checks {
+		parts = append(parts, "awaits "+c.Name)
+	}
 	return strings.Join(parts, " ")
+}
+
+func checkDetail(d CheckData) string {
+	s := d.State
+	if d.Message != "" {
+		s += ": " + d.Message
+	}
+	if d.RequeueAfterSeconds != nil {
+		s += fmt.Sprintf(" (retry after %gs)", *d.RequeueAfterSeconds)
+	}
+	return s
 }
