@@ -23,7 +23,7 @@ type Objects struct {
 	WaitForPodsReady *engine.WaitForPodsReady
 	// FairStrategies are fair sharing's preemption strategies (empty:
 	// Kueue's default).
-	FairStrategies []string
+	FairStrategies  []string
 	AdmissionChecks []v1beta1.AdmissionCheck
 }
 
