@@ -301,6 +301,24 @@ var facts = map[string]func(s *story){
 		s.pendingWith("team/second", 4*minute+40*second, "deactivated: exceeding the maximum number of re-queuing retries")
 		s.finished("team/first", 10*minute+30*second)
 	},
+	"admission-checks.yaml": func(s *story) {
+		// train-1 lands on spot, where only the budget check runs.
+		if r := s.of("reserved", "team-a/train-1"); len(r) != 1 || len(r[0].Data.Checks) != 1 || r[0].Data.Checks[0].Name != "budget" {
+			s.t.Errorf("team-a/train-1 reservations %v, want one awaiting budget", r)
+		}
+		s.admitted("team-a/train-1", 1, 10*second, "gpu", "main×8 nvidia.com/gpu=spot")
+		// train-2 lands on on-demand: prov says Retry (5m), then Ready.
+		ev := s.of("evicted", "team-a/train-2")
+		if len(ev) != 1 || ev[0].At != 90*second || ev[0].Data.Reason != "AdmissionCheck" {
+			s.t.Errorf("team-a/train-2 evictions %v, want one at 1m30s for AdmissionCheck", ev)
+		}
+		s.pendingWith("team-a/train-2", 90*second, "admission check prov asked to retry: backing off until")
+		s.admitted("team-a/train-2", 1, 9*minute+30*second, "gpu", "main×8 nvidia.com/gpu=on-demand")
+		// sweep is rejected by the budget check and deactivated.
+		s.pendingWith("team-a/sweep", 2*minute+5*second, "deactivated: admission check budget rejected the workload")
+		s.admissions("team-a/sweep", 0)
+		s.finished("team-a/train-1", 30*minute+10*second)
+	},
 	"node-selector.yaml": func(s *story) {
 		s.admitted("team/wants-h100", 1, 0, "cq", "main×2 nvidia.com/gpu=h100")
 		s.admitted("team/wants-zone", 1, 0, "cq", "main×2 nvidia.com/gpu=a100")
