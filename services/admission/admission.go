@@ -810,9 +810,10 @@ func (s *Service) cycle(ctx context.Context) error {
 		return nil
 	}
 	for i, d := range decisions {
-		if h, ok := s.res[d.Key]; ok && d.Kind == engine.KindAdmitted && h.AwaitingChecks {
-			// Its admission checks all passed: recorded in its
-			// reservation, then announced (recordPassed).
+		if h, ok := s.res[d.Key]; ok && d.Kind == engine.KindAdmitted {
+			// It holds its reservation already: its admission checks all
+			// passed. That is recorded in the reservation (unless another
+			// replica did), then announced (recordPassed).
 			s.passing[d.Key] = h.Admission()
 			decisions[i].Kind = ""
 		}

@@ -3,6 +3,7 @@ package admission_test
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -161,5 +162,33 @@ func TestAnswerAboutAnotherReservationIsIgnored(t *testing.T) {
 	})
 	if ad := eventsOf[events.WorkloadAdmittedV1](h); len(ad) != 0 {
 		t.Errorf("admitted by a stray answer: %+v", ad)
+	}
+}
+
+// TestTwoReplicasAdmitAReservationOnce: with two admission replicas, the
+// one that did not record the checks' passing sees it in the ledger and
+// books nothing again: the reservation keeps its admission, announced once.
+func TestTwoReplicasAdmitAReservationOnce(t *testing.T) {
+	h := newHarness(t)
+	h.clock = time.Now
+	h.configureChecks("1", true)
+	h.submit("a", "main", 0, 1, "1")
+	h.start()
+	h.start()
+	h.eventually("a reserved", func() (bool, string) { _, aw, ok := h.checksOf("a"); return ok && aw, "" })
+	reserved := h.reservations()[key("a")].Admission()
+	h.answer("a", events.CheckReady, nil)
+	h.eventually("a admitted", func() (bool, string) {
+		ad := eventsOf[events.WorkloadAdmittedV1](h)
+		return len(ad) >= 1, fmt.Sprint(ad)
+	})
+	time.Sleep(300 * time.Millisecond) // both replicas have run cycles since
+	r := h.reservations()[key("a")]
+	if r.Admission() != reserved || r.AwaitingChecks {
+		t.Errorf("reservation now %s (awaiting %v), want the reserved admission %s, admitted", r.Admission(), r.AwaitingChecks, reserved)
+	}
+	ad := eventsOf[events.WorkloadAdmittedV1](h)
+	if len(ad) != 1 || ad[0].Admission != reserved {
+		t.Errorf("admitted events %+v, want one naming %s", ad, reserved)
 	}
 }
