@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -932,12 +934,7 @@ func (s *Service) recordPassed(ctx context.Context) {
 	if len(s.passing) == 0 || s.ledKV == nil {
 		return
 	}
-	keys := make([]string, 0, len(s.passing))
-	for k := range s.passing {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, wk := range keys {
+	for _, wk := range slices.Sorted(maps.Keys(s.passing)) {
 		admission := s.passing[wk]
 		checks, awaiting := s.eng.Checks(wk)
 		if awaiting || s.heldAdmission(wk) != admission {
@@ -1247,12 +1244,7 @@ func (s *Service) announceLedger(ctx context.Context) {
 	if s.stream == nil {
 		return
 	}
-	wks := make([]string, 0, len(s.res))
-	for wk := range s.res {
-		wks = append(wks, wk)
-	}
-	sort.Strings(wks)
-	for _, wk := range wks {
+	for _, wk := range slices.Sorted(maps.Keys(s.res)) {
 		s.announce(ctx, wk, s.res[wk].Reservation)
 	}
 	if err := s.flush(ctx); err != nil {
