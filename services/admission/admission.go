@@ -13,7 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -223,60 +222,37 @@ func (s *Service) Run(ctx context.Context) error {
 	} else if moved > 0 {
 		s.log.Info().Int("reservations", moved).Msg("ledger migrated to one key per reservation")
 	}
-	var cfgW, wlW, ledW, fenceW jetstream.KeyWatcher
-	stop := func() {
-		for _, w := range []jetstream.KeyWatcher{cfgW, wlW, ledW, fenceW} {
-			if w != nil {
-				_ = w.Stop()
-			}
-		}
+	// The mirrors: each bucket's entries reach this loop in order through
+	// a feed (bus.WatchKV, which also recovers a stalled initial pass and
+	// watches again after a reconnect). Fences say whether admitted pods
+	// are ready; only waitForPodsReady needs to know, and they change with
+	// every start and stop.
+	feedCtx, stopFeeds := context.WithCancel(ctx)
+	defer stopFeeds()
+	feedErr := make(chan error, 4)
+	cfgF := s.feed(feedCtx, cfgKV, feedErr)
+	wlF := s.feed(feedCtx, wlKV, feedErr)
+	ledF := s.feed(feedCtx, ledKV, feedErr)
+	var fenceF *kvFeed
+	if s.cfg.WaitForPodsReady != nil {
+		fenceF = s.feed(feedCtx, fenceKV, feedErr)
 	}
-	// watch (re)starts the three mirrors. Entries already applied are
-	// recognised as such, so starting again only costs a re-read.
-	watch := func() error {
-		stop()
-		var err error
-		if cfgW, err = cfgKV.WatchAll(ctx); err != nil {
-			return fmt.Errorf("admission: watch %s: %w", configstore.Bucket, err)
-		}
-		if wlW, err = wlKV.WatchAll(ctx); err != nil {
-			return fmt.Errorf("admission: watch %s: %w", workloads.Bucket, err)
-		}
-		if ledW, err = ledKV.WatchAll(ctx); err != nil {
-			return fmt.Errorf("admission: watch %s: %w", ledger.Bucket, err)
-		}
-		// Fences say whether admitted pods are ready; only
-		// waitForPodsReady needs to know, and they change with every
-		// start and stop.
-		if s.cfg.WaitForPodsReady != nil {
-			if fenceW, err = fenceKV.WatchAll(ctx); err != nil {
-				return fmt.Errorf("admission: watch %s: %w", fence.Bucket, err)
-			}
-		}
-		return nil
-	}
-	if err := watch(); err != nil {
-		return err
-	}
-	defer stop()
 	// Admission checks' answers are written into the reservations they
 	// are about; the ledger watch brings them to the engine.
 	checksDone := make(chan error, 1)
 	go func() {
-		checksDone <- bus.Run(ctx, s.js, bus.ConsumerSpec{Stream: bus.StreamEvents, Durable: checksConsumer,
+		checksDone <- bus.Run(feedCtx, s.js, bus.ConsumerSpec{Stream: bus.StreamEvents, Durable: checksConsumer,
 			FilterSubjects: []string{events.SubjectFilter("check", "updated", "*", "*")}},
 			func(ctx context.Context, env events.Envelope) error { return s.handleCheck(ctx, env) },
 			bus.WithLogger(s.log), bus.WithPartitions(checkPartitions, events.SubjectWorkload))
 	}()
 	defer func() {
+		// Stop consuming and watching, and let what is in flight finish.
+		stopFeeds()
 		if err := <-checksDone; err != nil && ctx.Err() == nil {
 			s.log.Error().Err(err).Msg("admission check answers no longer consumed")
 		}
 	}()
-	// After a reconnect the watches would resume only once their missed
-	// heartbeats are noticed, about 20 s later; start them again at once.
-	reconnected := s.js.Conn().StatusChanged(nats.CONNECTED)
-	defer s.js.Conn().RemoveStatusListener(reconnected)
 
 	// Admit nothing before all three mirrors hold their initial state.
 	synced := map[string]bool{}
@@ -287,58 +263,35 @@ func (s *Service) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case e, ok := <-cfgW.Updates():
-			if !ok {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return errors.New("admission: configuration watch closed")
+		case err := <-feedErr:
+			if ctx.Err() != nil {
+				return nil
 			}
+			return fmt.Errorf("admission: %w", err)
+		case e := <-cfgF.entries:
 			if e == nil {
 				synced["config"] = true
 				continue
 			}
 			s.applyConfig(e)
-		case e, ok := <-wlW.Updates():
-			if !ok {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return errors.New("admission: workload watch closed")
-			}
+		case e := <-wlF.entries:
 			if e == nil {
 				synced["workloads"] = true
 				continue
 			}
 			s.applyWorkload(e)
-		case e, ok := <-ledW.Updates():
-			if !ok {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return errors.New("admission: ledger watch closed")
-			}
+		case e := <-ledF.entries:
 			if e == nil {
 				synced["ledger"] = true
 				continue
 			}
 			s.applyLedger(ctx, e)
-		case e, ok := <-fenceUpdates(fenceW):
-			if !ok {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return errors.New("admission: fence watch closed")
-			}
+		case e := <-fenceF.updates():
 			if e != nil {
 				s.applyFence(e)
 			}
 		case q := <-s.queries:
 			q()
-		case <-reconnected:
-			if err := watch(); err != nil {
-				s.log.Error().Err(err).Msg("restarting watches after a reconnect")
-			}
 		case <-tick.C:
 			if !allSynced() {
 				continue
@@ -505,12 +458,47 @@ func (s *Service) applyWorkload(e jetstream.KeyValueEntry) {
 	}
 }
 
-// fenceUpdates is a watcher's channel, or nil (never ready) without one.
-func fenceUpdates(w jetstream.KeyWatcher) <-chan jetstream.KeyValueEntry {
-	if w == nil {
+// kvFeed carries a bucket's entries to the service's loop, in order; a
+// nil entry says the bucket's initial entries are all in.
+type kvFeed struct {
+	entries chan jetstream.KeyValueEntry
+}
+
+// updates is the feed's channel, or nil (never ready) without a feed.
+func (f *kvFeed) updates() <-chan jetstream.KeyValueEntry {
+	if f == nil {
 		return nil
 	}
-	return w.Updates()
+	return f.entries
+}
+
+// feed starts following a bucket; an error ending the watch goes to errc.
+func (s *Service) feed(ctx context.Context, kv jetstream.KeyValue, errc chan<- error) *kvFeed {
+	f := &kvFeed{entries: make(chan jetstream.KeyValueEntry, 256)}
+	send := func(e jetstream.KeyValueEntry) {
+		select {
+		case f.entries <- e:
+		case <-ctx.Done():
+		}
+	}
+	synced := make(chan struct{})
+	go func() {
+		// WatchKV marks the initial entries in only after handing every
+		// one of them to send: the nil goes after them.
+		go func() {
+			select {
+			case <-synced:
+				send(nil)
+			case <-ctx.Done():
+			}
+		}()
+		err := bus.WatchKV(ctx, kv, synced, func(e jetstream.KeyValueEntry, _ bool) { send(e) },
+			bus.WithWatchLogger(s.log), bus.WithReconnects(s.js.Conn()))
+		if err != nil {
+			errc <- fmt.Errorf("watch %s: %w", kv.Bucket(), err)
+		}
+	}()
+	return f
 }
 
 // applyFence records a fence's readiness and requeue state, for the

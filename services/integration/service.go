@@ -595,69 +595,10 @@ func (s *Service) next(ctx context.Context, k *kindRunner) bool {
 }
 
 // watchKV feeds every entry of a bucket to apply, closing synced once the
-// initial values are in, until ctx ends.
+// initial values are in, until ctx ends (bus.WatchKV).
 func watchKV(ctx context.Context, log zerolog.Logger, nc *nats.Conn, kv jetstream.KeyValue, synced chan<- struct{}, apply func(jetstream.KeyValueEntry, bool)) error {
-	w, err := kv.WatchAll(ctx)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = w.Stop() }()
-	// After a reconnect the watch would resume only once its missed
-	// heartbeats are noticed, about 20 s later; start it again at once.
-	reconnected := nc.StatusChanged(nats.CONNECTED)
-	defer nc.RemoveStatusListener(reconnected)
-	// The end of the initial values is marked once the watch has seen as
-	// many as its consumer had pending when created, or one says nothing
-	// is left. Should that mark not come and nothing arrive for a while,
-	// watch again rather than stay unready: applying an entry twice is
-	// harmless.
-	stalled := time.NewTimer(initialValuesPatience)
-	defer stalled.Stop()
-	done := false
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-reconnected:
-			_ = w.Stop()
-			if w, err = kv.WatchAll(ctx); err != nil {
-				return err
-			}
-		case <-stalled.C:
-			if done {
-				continue
-			}
-			log.Warn().Str("bucket", kv.Bucket()).Dur("idle", initialValuesPatience).Msg("initial values of the bucket stalled; watching it again")
-			_ = w.Stop()
-			if w, err = kv.WatchAll(ctx); err != nil {
-				return err
-			}
-			stalled.Reset(initialValuesPatience)
-		case e, ok := <-w.Updates():
-			if !ok {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return fmt.Errorf("watch of %s closed", kv.Bucket())
-			}
-			if e == nil {
-				if !done {
-					done = true
-					close(synced)
-				}
-				continue
-			}
-			if !done {
-				stalled.Reset(initialValuesPatience)
-			}
-			apply(e, done)
-		}
-	}
+	return bus.WatchKV(ctx, kv, synced, apply, bus.WithWatchLogger(log.With().Str("component", "watch").Logger()), bus.WithReconnects(nc))
 }
-
-// initialValuesPatience is how long the initial pass of a watch may go
-// without delivering anything before it is started again.
-const initialValuesPatience = 10 * time.Second
 
 func (s *Service) watchConfig(ctx context.Context, kv jetstream.KeyValue, synced chan<- struct{}) error {
 	return watchKV(ctx, s.log, s.js.Conn(), kv, synced, func(e jetstream.KeyValueEntry, live bool) {
