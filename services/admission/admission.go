@@ -113,9 +113,9 @@ type Service struct {
 	// announcement a crash swallowed.
 	stream jetstream.Stream
 
-	// fences are the last fence states seen, by engine key, while
-	// waitForPodsReady is on; unapplied lists those whose readiness or
-	// requeue state the engine has not taken yet.
+	// fences are the last fence states seen, by engine key; unapplied
+	// lists those whose readiness or requeue state the engine has not
+	// taken yet.
 	fences    map[string]fence.State
 	unapplied map[string]bool
 	// lastCycle is when the engine last ran: a timer due since then makes
@@ -225,18 +225,16 @@ func (s *Service) Run(ctx context.Context) error {
 	// The mirrors: each bucket's entries reach this loop in order through
 	// a feed (bus.WatchKV, which also recovers a stalled initial pass and
 	// watches again after a reconnect). Fences say whether admitted pods
-	// are ready; only waitForPodsReady needs to know, and they change with
-	// every start and stop.
+	// are ready (waitForPodsReady), and keep a workload's backoff and
+	// deactivation (after a PodsReadyTimeout, or an admission check's
+	// Retry or Rejected) for a replica that starts later.
 	feedCtx, stopFeeds := context.WithCancel(ctx)
 	defer stopFeeds()
 	feedErr := make(chan error, 4)
 	cfgF := s.feed(feedCtx, cfgKV, feedErr)
 	wlF := s.feed(feedCtx, wlKV, feedErr)
 	ledF := s.feed(feedCtx, ledKV, feedErr)
-	var fenceF *kvFeed
-	if s.cfg.WaitForPodsReady != nil {
-		fenceF = s.feed(feedCtx, fenceKV, feedErr)
-	}
+	fenceF := s.feed(feedCtx, fenceKV, feedErr)
 	// Admission checks' answers are written into the reservations they
 	// are about; the ledger watch brings them to the engine.
 	checksDone := make(chan error, 1)
@@ -254,9 +252,9 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 	}()
 
-	// Admit nothing before all three mirrors hold their initial state.
+	// Admit nothing before the mirrors hold their initial state.
 	synced := map[string]bool{}
-	allSynced := func() bool { return synced["config"] && synced["workloads"] && synced["ledger"] }
+	allSynced := func() bool { return synced["config"] && synced["workloads"] && synced["ledger"] && synced["fences"] }
 	tick := time.NewTicker(s.cfg.Interval)
 	defer tick.Stop()
 	for {
@@ -286,10 +284,12 @@ func (s *Service) Run(ctx context.Context) error {
 				continue
 			}
 			s.applyLedger(ctx, e)
-		case e := <-fenceF.updates():
-			if e != nil {
-				s.applyFence(e)
+		case e := <-fenceF.entries:
+			if e == nil {
+				synced["fences"] = true
+				continue
 			}
+			s.applyFence(e)
 		case q := <-s.queries:
 			q()
 		case <-tick.C:
@@ -462,14 +462,6 @@ func (s *Service) applyWorkload(e jetstream.KeyValueEntry) {
 // nil entry says the bucket's initial entries are all in.
 type kvFeed struct {
 	entries chan jetstream.KeyValueEntry
-}
-
-// updates is the feed's channel, or nil (never ready) without a feed.
-func (f *kvFeed) updates() <-chan jetstream.KeyValueEntry {
-	if f == nil {
-		return nil
-	}
-	return f.entries
 }
 
 // feed starts following a bucket; an error ending the watch goes to errc.

@@ -192,3 +192,27 @@ func TestTwoReplicasAdmitAReservationOnce(t *testing.T) {
 		t.Errorf("admitted events %+v, want one naming %s", ad, reserved)
 	}
 }
+
+// TestARejectedWorkloadStaysDeactivatedAfterARestart: the deactivation an
+// admission check's Rejected caused is kept in the workload's fence, and a
+// replica started later takes it from there instead of reserving again.
+func TestARejectedWorkloadStaysDeactivatedAfterARestart(t *testing.T) {
+	h := newHarness(t)
+	h.configureChecks("1", true)
+	h.submit("rejected", "main", 0, 1, "1")
+	h.start()
+	h.eventually("reserved", func() (bool, string) { _, aw, ok := h.checksOf("rejected"); return ok && aw, "" })
+	h.answer("rejected", events.CheckRejected, nil)
+	h.eventually("evicted", func() (bool, string) { return len(eventsOf[events.WorkloadEvictedV1](h)) == 1, "" })
+	h.release("rejected")
+	h.eventually("deactivated", func() (bool, string) {
+		p, _ := h.lastPending("rejected")
+		return p.Reason == "deactivated: admission check prov rejected the workload: said Rejected", p.Reason
+	})
+	h.stopF()
+	h.start()
+	time.Sleep(500 * time.Millisecond) // the new replica has loaded and run cycles
+	if _, _, held := h.checksOf("rejected"); held {
+		t.Error("a replica started later reserved the deactivated workload again")
+	}
+}
