@@ -37,6 +37,11 @@ type EventsReport struct {
 	JobsSeen             int
 	PerJob               float64
 	PerJobMin, PerJobMax int
+	// Undisturbed counts the run's Jobs never preempted nor evicted, and
+	// PerUndisturbedJob is their mean events per Job: what issue 9 bounds
+	// ("when no preemption happens to it").
+	Undisturbed       int
+	PerUndisturbedJob float64
 	// NoFinished counts the run's Jobs without a workload.finished event.
 	NoFinished int
 	// DuplicateIDs counts messages whose Nats-Msg-Id an earlier message
@@ -115,6 +120,7 @@ func readEvents(ctx context.Context, url string, jobs map[string]runJob, settle 
 	rep.DuplicatesByType = map[string]int{}
 	perJob := map[string]int{}
 	finished := map[string]bool{}
+	disturbed := map[string]bool{}
 	var records, releases []Record
 	handle := func(m jetstream.Msg) {
 		rep.Messages++
@@ -172,6 +178,9 @@ func readEvents(ctx context.Context, url string, jobs map[string]runJob, settle 
 			if transition == "finished" {
 				finished[ref.UID] = true
 			}
+			if transition == "preempted" || transition == "evicted" {
+				disturbed[ref.UID] = true
+			}
 		}
 	}
 	allFinished := func() bool {
@@ -195,13 +204,13 @@ func readEvents(ctx context.Context, url string, jobs map[string]runJob, settle 
 			select {
 			case m, ok := <-msgs:
 				if !ok {
-					return finish(&rep, perJob, jobs, finished, records, releases), errors.New("the ordered consumer stopped")
+					return finish(&rep, perJob, jobs, finished, disturbed, records, releases), errors.New("the ordered consumer stopped")
 				}
 				handle(m)
 			case <-time.After(10 * time.Second):
-				return finish(&rep, perJob, jobs, finished, records, releases), fmt.Errorf("no message for 10s at sequence %d of %d", rep.LastSeq, target)
+				return finish(&rep, perJob, jobs, finished, disturbed, records, releases), fmt.Errorf("no message for 10s at sequence %d of %d", rep.LastSeq, target)
 			case <-ctx.Done():
-				return finish(&rep, perJob, jobs, finished, records, releases), ctx.Err()
+				return finish(&rep, perJob, jobs, finished, disturbed, records, releases), ctx.Err()
 			}
 		}
 		if deadline.IsZero() {
@@ -219,14 +228,14 @@ func readEvents(ctx context.Context, url string, jobs map[string]runJob, settle 
 		select {
 		case <-time.After(500 * time.Millisecond):
 		case <-ctx.Done():
-			return finish(&rep, perJob, jobs, finished, records, releases), ctx.Err()
+			return finish(&rep, perJob, jobs, finished, disturbed, records, releases), ctx.Err()
 		}
 	}
-	return finish(&rep, perJob, jobs, finished, records, releases), nil
+	return finish(&rep, perJob, jobs, finished, disturbed, records, releases), nil
 }
 
-func finish(rep *EventsReport, perJob map[string]int, jobs map[string]runJob, finished map[string]bool, records, releases []Record) EventsReport {
-	n, total := 0, 0
+func finish(rep *EventsReport, perJob map[string]int, jobs map[string]runJob, finished, disturbed map[string]bool, records, releases []Record) EventsReport {
+	n, total, calm := 0, 0, 0
 	rep.PerJobMin = -1
 	for uid, j := range jobs {
 		if j.probe {
@@ -245,9 +254,16 @@ func finish(rep *EventsReport, perJob map[string]int, jobs map[string]runJob, fi
 		if !finished[uid] {
 			rep.NoFinished++
 		}
+		if !disturbed[uid] {
+			rep.Undisturbed++
+			calm += c
+		}
 	}
 	if n > 0 {
 		rep.PerJob = float64(total) / float64(n)
+	}
+	if rep.Undisturbed > 0 {
+		rep.PerUndisturbedJob = float64(calm) / float64(rep.Undisturbed)
 	}
 	rep.PerJobMin = max(rep.PerJobMin, 0)
 	rep.Order = Audit(records)

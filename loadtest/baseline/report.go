@@ -75,8 +75,8 @@ func (r *Result) Print(w io.Writer) {
 	case !e.Read:
 		fmt.Fprintf(w, "  events      not read: %s\n", e.Err)
 	default:
-		fmt.Fprintf(w, "  events      %d messages read (to sequence %d); about this run's Jobs: %.2f per Job (min %d, max %d; %d Jobs seen, %d without finished)\n",
-			e.Messages, e.LastSeq, e.PerJob, e.PerJobMin, e.PerJobMax, e.JobsSeen, e.NoFinished)
+		fmt.Fprintf(w, "  events      %d messages read (to sequence %d); about this run's Jobs: %.2f per Job (min %d, max %d; %d Jobs seen, %d without finished); %.2f per Job never preempted nor evicted (%d Jobs)\n",
+			e.Messages, e.LastSeq, e.PerJob, e.PerJobMin, e.PerJobMax, e.JobsSeen, e.NoFinished, e.PerUndisturbedJob, e.Undisturbed)
 		fmt.Fprintf(w, "    by type:")
 		for _, k := range slices.Sorted(maps.Keys(e.ByType)) {
 			fmt.Fprintf(w, " %s %d;", k, e.ByType[k])
