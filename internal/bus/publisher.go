@@ -270,6 +270,28 @@ func (p *JetStreamPublisher) PublishAll(ctx context.Context, out []Outgoing) []e
 	return errs
 }
 
+// expectAttempts bounds how often PublishExpecting looks again.
+const expectAttempts = 5
+
+// PublishExpecting publishes ev only while the last message on the subject
+// filter is still the one look saw. look returns that message's sequence
+// (0: none) and whether to publish at all; when something was stored on
+// filter between the look and the publish, it looks again, up to
+// expectAttempts times, and then returns ErrLastChanged. It reports
+// whether ev was published (or already stored under its id).
+func (p *JetStreamPublisher) PublishExpecting(ctx context.Context, ev events.Event, id, filter string, look func(context.Context) (seq uint64, publish bool, err error)) (bool, error) {
+	for attempt := 1; ; attempt++ {
+		seq, publish, err := look(ctx)
+		if err != nil || !publish {
+			return false, err
+		}
+		err = p.PublishAll(ctx, []Outgoing{{Ctx: ctx, Event: ev, ID: id, ExpectLast: filter, ExpectSeq: seq}})[0]
+		if !errors.Is(err, ErrLastChanged) || attempt == expectAttempts {
+			return err == nil, err
+		}
+	}
+}
+
 // lastChanged marks JetStream's refusal of an expected last sequence as
 // ErrLastChanged.
 func lastChanged(err error) error {

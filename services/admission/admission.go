@@ -1182,24 +1182,28 @@ func reservedOf(ref events.WorkloadRef, r ledger.Reservation) events.WorkloadRes
 // and looks again when something came since.
 func (s *Service) announceUnlessEnded(ctx context.Context, o outgoing) error {
 	ref, _ := events.WorkloadOf(o.ev)
-	ap, expecting := s.pub.(allPublisher)
-	for attempt := 0; ; attempt++ {
-		gone, seq, err := s.ended(ctx, o)
-		if err != nil {
+	ep, expecting := s.pub.(expectingPublisher)
+	if !expecting || s.stream == nil {
+		gone, _, err := s.ended(ctx, o)
+		if err != nil || gone {
 			return err
 		}
+		return s.pub.Publish(ctx, o.ev, o.id)
+	}
+	_, err := ep.PublishExpecting(ctx, o.ev, o.id, events.WorkloadFilter(ref), func(ctx context.Context) (uint64, bool, error) {
+		gone, seq, err := s.ended(ctx, o)
 		if gone {
 			s.log.Info().Str("workload", o.ended).Msg("admission not announced: the job ended meanwhile")
-			return nil
 		}
-		if !expecting || s.stream == nil {
-			return s.pub.Publish(ctx, o.ev, o.id)
-		}
-		err = ap.PublishAll(ctx, []bus.Outgoing{{Ctx: ctx, Event: o.ev, ID: o.id, ExpectLast: events.WorkloadFilter(ref), ExpectSeq: seq}})[0]
-		if !errors.Is(err, bus.ErrLastChanged) || attempt == 4 {
-			return err
-		}
-	}
+		return seq, !gone, err
+	})
+	return err
+}
+
+// expectingPublisher publishes an event only while the last message on a
+// subject filter is the one looked at (bus.JetStreamPublisher).
+type expectingPublisher interface {
+	PublishExpecting(ctx context.Context, ev events.Event, id, filter string, look func(context.Context) (uint64, bool, error)) (bool, error)
 }
 
 // retry publishes what failed before, in order, keeping what fails again.

@@ -1323,10 +1323,10 @@ func (s *Service) announceStart(ctx context.Context, rec *events.WorkloadSubmitt
 	return err
 }
 
-// allPublisher publishes events that are stored only if nothing else was
-// stored on a subject since (bus.JetStreamPublisher).
-type allPublisher interface {
-	PublishAll(ctx context.Context, out []bus.Outgoing) []error
+// expectingPublisher publishes an event only while the last message on a
+// subject filter is the one looked at (bus.JetStreamPublisher).
+type expectingPublisher interface {
+	PublishExpecting(ctx context.Context, ev events.Event, id, filter string, look func(context.Context) (uint64, bool, error)) (bool, error)
 }
 
 // publishStarted announces a start unless the admission's stop or the
@@ -1338,28 +1338,30 @@ type allPublisher interface {
 // since, and a stop that came first wins. The job is then stopped, as
 // the stop says.
 func (s *Service) publishStarted(ctx context.Context, ev events.WorkloadStartedV1, id string) error {
-	ap, expecting := s.pub.(allPublisher)
+	ep, expecting := s.pub.(expectingPublisher)
 	if !expecting || s.events == nil {
 		return s.pub.Publish(ctx, ev, id)
 	}
-	for attempt := 0; ; attempt++ {
+	stopped := false
+	_, err := ep.PublishExpecting(ctx, ev, id, events.WorkloadFilter(ev.Workload), func(ctx context.Context) (uint64, bool, error) {
 		last, err := workloads.Last(ctx, s.events, ev.Workload)
-		if err != nil {
-			return err
-		}
 		switch {
+		case err != nil:
+			return 0, false, err
 		case last.ID == id:
-			return nil // announced before (a retried start)
+			return 0, false, nil // announced before (a retried start)
 		case last.Stopped(ev.Admission) || last.Ended(ev.Workload.UID):
 			s.log.Info().Str("workload", workloads.EngineKey(ev.Workload)).Str("event_type", last.Type).
 				Msg("start not announced: its stop or its end came first")
-			return errLookAgain
+			stopped = true
+			return 0, false, nil
 		}
-		err = ap.PublishAll(ctx, []bus.Outgoing{{Ctx: ctx, Event: ev, ID: id, ExpectLast: events.WorkloadFilter(ev.Workload), ExpectSeq: last.Seq}})[0]
-		if !errors.Is(err, bus.ErrLastChanged) || attempt == 4 {
-			return err
-		}
+		return last.Seq, true, nil
+	})
+	if err == nil && stopped {
+		return errLookAgain
 	}
+	return err
 }
 
 // tracer is the tracer of a kind's workloads.

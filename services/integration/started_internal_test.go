@@ -15,21 +15,24 @@ import (
 	"github.com/sluice-dev/sluice/internal/natstest"
 )
 
-// racingPublisher stores before publishing what another replica
-// announces meanwhile (the stop that won the race), once.
+// racingPublisher stores, between the look and the publish, what another
+// replica announces meanwhile (the stop that won the race), once.
 type racingPublisher struct {
 	*bus.JetStreamPublisher
 	before []events.Event
 }
 
-func (p *racingPublisher) PublishAll(ctx context.Context, out []bus.Outgoing) []error {
-	for _, ev := range p.before {
-		if err := p.Publish(ctx, ev, idOf(ev)); err != nil {
-			return []error{err}
+func (p *racingPublisher) PublishExpecting(ctx context.Context, ev events.Event, id, filter string, look func(context.Context) (uint64, bool, error)) (bool, error) {
+	return p.JetStreamPublisher.PublishExpecting(ctx, ev, id, filter, func(ctx context.Context) (uint64, bool, error) {
+		seq, publish, err := look(ctx)
+		for _, b := range p.before {
+			if err := p.Publish(ctx, b, idOf(b)); err != nil {
+				return 0, false, err
+			}
 		}
-	}
-	p.before = nil
-	return p.JetStreamPublisher.PublishAll(ctx, out)
+		p.before = nil
+		return seq, publish, err
+	})
 }
 
 // TestStartedNeverFollowsItsStop: an admission's started is announced only
