@@ -286,10 +286,9 @@ func (w *Writer) ReleaseIf(ctx context.Context, kv jetstream.KeyValue, workload,
 			return Reservation{}, false, fmt.Errorf("release reservation of %s: %w", workload, err)
 		}
 		m.Header.Set(hdrKVOperation, "DEL")
-		m.Header.Set(hdrExpectedSeq, strconv.FormatUint(h.Revision, 10))
 		m.Header.Set(hdrTTL, markerTTL.String())
-		_, err = w.js.PublishMsg(ctx, m)
-		if isWrongLastSequence(err) && attempt < 20 {
+		_, err = w.writeAt(ctx, m, h.Revision)
+		if isWrongLastSequence(err) && attempt < maxRaces {
 			continue
 		}
 		if err != nil {
@@ -353,18 +352,33 @@ func (w *Writer) Update(ctx context.Context, kv jetstream.KeyValue, workload str
 		if m.Data, err = json.Marshal(r); err != nil {
 			return h, false, fmt.Errorf("update reservation of %s: %w", workload, err)
 		}
-		m.Header.Set(hdrExpectedSeq, strconv.FormatUint(h.Revision, 10))
-		pctx, cancel := bus.Bounded(ctx)
-		ack, err := w.js.PublishMsg(pctx, m)
-		cancel()
-		if isWrongLastSequence(err) && attempt < 20 {
+		rev, err := w.writeAt(ctx, m, h.Revision)
+		if isWrongLastSequence(err) && attempt < maxRaces {
 			continue
 		}
 		if err != nil {
 			return h, false, fmt.Errorf("update reservation of %s: %w", workload, err)
 		}
-		return Held{Reservation: r, Revision: ack.Sequence}, true, nil
+		return Held{Reservation: r, Revision: rev}, true, nil
 	}
+}
+
+// maxRaces bounds how often a conditional write of a reservation key is
+// tried again after another writer moved first.
+const maxRaces = 20
+
+// writeAt stores m on its key only if the key is still at revision rev,
+// and returns the new revision; a lost race is a wrong-last-sequence
+// error (isWrongLastSequence).
+func (w *Writer) writeAt(ctx context.Context, m *nats.Msg, rev uint64) (uint64, error) {
+	m.Header.Set(hdrExpectedSeq, strconv.FormatUint(rev, 10))
+	ctx, cancel := bus.Bounded(ctx)
+	defer cancel()
+	ack, err := w.js.PublishMsg(ctx, m)
+	if err != nil {
+		return 0, err
+	}
+	return ack.Sequence, nil
 }
 
 func samePodSet(a, b engine.PodSetAssignment) bool {
