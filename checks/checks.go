@@ -100,15 +100,22 @@ type Option func(*Controller)
 // WithLogger sets the logger.
 func WithLogger(l zerolog.Logger) Option { return func(c *Controller) { c.log = l } }
 
+// WithPublisher replaces the publisher of answers (by default one on js,
+// with the controller name as the events' source).
+func WithPublisher(p Publisher) Option { return func(c *Controller) { c.pub = p } }
+
 // New returns the controller of the AdmissionChecks whose controllerName
 // is name.
-func New(name string, js jetstream.JetStream, pub Publisher, dyn dynamic.Interface, d Decider, opts ...Option) (*Controller, error) {
-	if name == "" || js == nil || pub == nil || dyn == nil || d == nil {
-		return nil, fmt.Errorf("%w: a controller name, JetStream, a publisher, a Kubernetes client and a decider are all required", ErrConfig)
+func New(name string, js jetstream.JetStream, dyn dynamic.Interface, d Decider, opts ...Option) (*Controller, error) {
+	if name == "" || js == nil || dyn == nil || d == nil {
+		return nil, fmt.Errorf("%w: a controller name, JetStream, a Kubernetes client and a decider are all required", ErrConfig)
 	}
-	c := &Controller{name: name, js: js, pub: pub, dyn: dyn, decider: d, log: zerolog.Nop(), resync: 10 * time.Minute, checks: map[string]*v1beta1.AdmissionCheck{}}
+	c := &Controller{name: name, js: js, dyn: dyn, decider: d, log: zerolog.Nop(), resync: 10 * time.Minute, checks: map[string]*v1beta1.AdmissionCheck{}}
 	for _, o := range opts {
 		o(c)
+	}
+	if c.pub == nil {
+		c.pub = bus.NewPublisher(js, events.Source(name), bus.WithPublisherLogger(c.log))
 	}
 	return c, nil
 }

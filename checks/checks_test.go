@@ -69,7 +69,7 @@ func TestControllerAnswersItsChecks(t *testing.T) {
 		return checks.Answer{State: events.CheckPending}, nil
 	})
 	pub := bus.NewPublisher(js, events.Source("test"))
-	c, err := checks.New("example.com/budget", js, pub, dyn, decide)
+	c, err := checks.New("example.com/budget", js, dyn, decide, checks.WithPublisher(pub))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,6 @@ import (
 	"github.com/sluice-dev/sluice/api/v1beta1"
 	"github.com/sluice-dev/sluice/checks"
 	"github.com/sluice-dev/sluice/events"
-	"github.com/sluice-dev/sluice/internal/bus"
 )
 
 // TestAdmissionChecks runs an admission check controller (package checks)
@@ -89,7 +88,7 @@ spec: {clusterQueue: %[1]s}
 		}
 		return checks.Answer{State: events.CheckReady, Message: "within budget"}, nil
 	})
-	ctl, err := checks.New("e2e.sluice.dev/budget", env.js, bus.NewPublisher(env.js, events.Source("e2e-budget")), env.dyn, decide,
+	ctl, err := checks.New("e2e.sluice.dev/budget", env.js, env.dyn, decide,
 		checks.WithLogger(zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)))
 	if err != nil {
 		t.Fatal(err)
