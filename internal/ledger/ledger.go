@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluice-dev/sluice/events"
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/internal/engine"
 )
@@ -54,6 +55,9 @@ type Reservation struct {
 	// quota but is not admitted, and must not start.
 	Checks         []engine.CheckStatus `json:"checks,omitempty"`
 	AwaitingChecks bool                 `json:"awaitingChecks,omitempty"`
+	// PodSetUpdates are what each check (by name) that answered Ready
+	// adds to the workload's pods when it starts.
+	PodSetUpdates map[string][]events.PodSetUpdateV1 `json:"podSetUpdates,omitempty"`
 }
 
 // Startable reports whether the reservation's workload may start: it

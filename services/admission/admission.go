@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"reflect"
 	"net/http"
 	"slices"
 	"sort"
@@ -1464,6 +1465,21 @@ const (
 	checkPartitions = 4
 )
 
+// setPodSetUpdates records what check adds to the pods (none: forgets it).
+func setPodSetUpdates(r *ledger.Reservation, check string, updates []events.PodSetUpdateV1) {
+	if len(updates) == 0 {
+		delete(r.PodSetUpdates, check)
+		if len(r.PodSetUpdates) == 0 {
+			r.PodSetUpdates = nil
+		}
+		return
+	}
+	if r.PodSetUpdates == nil {
+		r.PodSetUpdates = map[string][]events.PodSetUpdateV1{}
+	}
+	r.PodSetUpdates[check] = updates
+}
+
 // handleCheck records an admission check's answer in the reservation it
 // is about. An answer about a reservation that is gone, or another one,
 // or a check the reservation does not run, changes nothing.
@@ -1478,21 +1494,24 @@ func (s *Service) handleCheck(ctx context.Context, env events.Envelope) error {
 		st.RequeueAfter = time.Duration(*e.RequeueAfterSeconds) * time.Second
 	}
 	log := s.log.With().Str("workload", wk).Str("check", e.Check).Str("state", e.State).Logger()
-	if len(e.PodSetUpdates) > 0 {
-		log.Warn().Msg("the check's podSetUpdates are not applied to pods yet")
+	var updates []events.PodSetUpdateV1
+	if e.State == events.CheckReady {
+		updates = e.PodSetUpdates
 	}
 	_, wrote, err := s.writer.Update(ctx, s.ledKV, wk, func(r *ledger.Reservation) bool {
 		if r.Admission() != e.Admission || (r.UID != "" && r.UID != e.Workload.UID) {
 			return false
 		}
 		for i := range r.Checks {
-			if r.Checks[i].Name == st.Name {
-				if r.Checks[i] == st {
-					return false
-				}
-				r.Checks[i] = st
-				return true
+			if r.Checks[i].Name != st.Name {
+				continue
 			}
+			if r.Checks[i] == st && reflect.DeepEqual(r.PodSetUpdates[st.Name], updates) {
+				return false
+			}
+			r.Checks[i] = st
+			setPodSetUpdates(r, st.Name, updates)
+			return true
 		}
 		return false
 	})

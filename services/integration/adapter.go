@@ -74,6 +74,13 @@ type PodSet struct {
 	MinCount int32
 	// Spec is the pod template's spec, inside the object.
 	Spec *corev1.PodSpec
+	// Meta is the pod template's metadata, inside the object, where the
+	// framework writes the labels and annotations admission checks add.
+	// Nil when the kind has no template for the pod set (the pods get
+	// none of them then). A Pod's pod set is the Pod itself: Meta is its
+	// own metadata, changed once when it starts and never restored (a Pod
+	// stops by deletion).
+	Meta *metav1.ObjectMeta
 }
 
 // Optional parts of an adapter's Job, found by type assertion.

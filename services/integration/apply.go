@@ -10,9 +10,11 @@ import (
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/sluice-dev/sluice/api/v1beta1"
+	"github.com/sluice-dev/sluice/events"
 )
 
 const (
@@ -46,6 +48,75 @@ type PodSetAssignment struct {
 	Count int32 `json:"count"`
 	// Flavors maps a resource name to the ResourceFlavor it was assigned.
 	Flavors map[string]string `json:"flavors,omitempty"`
+	// Update is what the admission checks add to the pod set's pods.
+	Update *PodSetUpdate `json:"update,omitempty"`
+}
+
+// PodSetUpdate is what admission checks add to the pods of one pod set:
+// labels and annotations on the template, node selector terms and
+// tolerations in its spec.
+type PodSetUpdate struct {
+	Labels       map[string]string   `json:"labels,omitempty"`
+	Annotations  map[string]string   `json:"annotations,omitempty"`
+	NodeSelector map[string]string   `json:"nodeSelector,omitempty"`
+	Tolerations  []corev1.Toleration `json:"tolerations,omitempty"`
+}
+
+// MergeUpdates combines what each check (by name) adds to the pod sets
+// into one update per pod set. Two checks that set one key to different
+// values are ErrPodSetUpdateConflict.
+func MergeUpdates(byCheck map[string][]events.PodSetUpdateV1) (map[string]*PodSetUpdate, error) {
+	if len(byCheck) == 0 {
+		return nil, nil
+	}
+	out := map[string]*PodSetUpdate{}
+	source := map[string]string{} // pod set, field and key -> check that set it
+	for _, check := range slices.Sorted(maps.Keys(byCheck)) {
+		for _, u := range byCheck[check] {
+			m := out[u.Name]
+			if m == nil {
+				m = &PodSetUpdate{}
+				out[u.Name] = m
+			}
+			for _, f := range []struct {
+				field string
+				into  *map[string]string
+				from  map[string]string
+			}{{"labels", &m.Labels, u.Labels}, {"annotations", &m.Annotations, u.Annotations}, {"nodeSelector", &m.NodeSelector, u.NodeSelector}} {
+				for _, k := range slices.Sorted(maps.Keys(f.from)) {
+					v := f.from[k]
+					at := u.Name + "\x00" + f.field + "\x00" + k
+					if cur, ok := (*f.into)[k]; ok && cur != v {
+						return nil, fmt.Errorf("pod set %q: checks %q and %q set %s %s to %q and %q: %w", u.Name, source[at], check, f.field, k, cur, v, ErrPodSetUpdateConflict)
+					}
+					if *f.into == nil {
+						*f.into = map[string]string{}
+					}
+					(*f.into)[k] = v
+					source[at] = check
+				}
+			}
+			m.Tolerations = appendNew(m.Tolerations, u.Tolerations)
+		}
+	}
+	return out, nil
+}
+
+// applyUpdate adds u to a map of the pod template (labels, annotations,
+// node selector), refusing to change a value already there.
+func applyUpdate(base, add map[string]string, field string) (map[string]string, error) {
+	out := maps.Clone(base)
+	for _, k := range slices.Sorted(maps.Keys(add)) {
+		v := add[k]
+		if cur, ok := out[k]; ok && cur != v {
+			return nil, fmt.Errorf("an admission check sets %s %s=%q but the pod template has %q: %w", field, k, v, cur, ErrPodSetUpdateConflict)
+		}
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[k] = v
+	}
+	return out, nil
 }
 
 // Original is what Sluice changes in one pod set at admission, as the user
@@ -56,6 +127,11 @@ type Original struct {
 	Scale        *int32              `json:"scale,omitempty"`
 	NodeSelector map[string]string   `json:"nodeSelector,omitempty"`
 	Tolerations  []corev1.Toleration `json:"tolerations,omitempty"`
+	// Meta: the template's Labels and Annotations are recorded (an
+	// admission check added to them).
+	Meta        bool              `json:"meta,omitempty"`
+	Labels      map[string]string `json:"labels,omitempty"`
+	Annotations map[string]string `json:"annotations,omitempty"`
 }
 
 // Admit changes j, in memory, to run under a: into each pod set's template
@@ -108,8 +184,20 @@ func Admit(j Job, a Assignment, flavors map[string]*v1beta1.ResourceFlavor) erro
 		if err != nil {
 			return fmt.Errorf("pod set %q: %w", ps.Name, err)
 		}
+		tolerations := mergeTolerations(orig[i].Tolerations, names, flavors)
+		if u := psa.Update; u != nil {
+			if sel, err = applyUpdate(sel, u.NodeSelector, "node selector"); err != nil {
+				return fmt.Errorf("pod set %q: %w", ps.Name, err)
+			}
+			tolerations = appendNew(tolerations, u.Tolerations)
+			rerecord, err := updateMeta(j, ps, &orig[i], u)
+			if err != nil {
+				return fmt.Errorf("pod set %q: %w", ps.Name, err)
+			}
+			recorded = recorded && !rerecord
+		}
 		ps.Spec.NodeSelector = sel
-		ps.Spec.Tolerations = mergeTolerations(orig[i].Tolerations, names, flavors)
+		ps.Spec.Tolerations = tolerations
 		if scaler != nil {
 			if psa.Count < full[i] {
 				scaler.SetScale(ps.Name, ptr(psa.Count))
@@ -121,6 +209,10 @@ func Admit(j Job, a Assignment, flavors map[string]*v1beta1.ResourceFlavor) erro
 	rec := Assignment{ClusterQueue: a.ClusterQueue}
 	for _, psa := range a.PodSets {
 		psa.Flavors = maps.Clone(psa.Flavors)
+		if psa.Update != nil {
+			u := *psa.Update
+			psa.Update = &u
+		}
 		rec.PodSets = append(rec.PodSets, psa)
 	}
 	admission, err := json.Marshal(rec)
@@ -178,6 +270,12 @@ func Restore(j Job) (templatesChanged bool, err error) {
 		}
 		ps.Spec.NodeSelector = maps.Clone(o.NodeSelector)
 		ps.Spec.Tolerations = cloneTolerations(o.Tolerations)
+		if o.Meta && ps.Meta != nil && !ownMeta(j, ps) {
+			if !maps.Equal(ps.Meta.Labels, o.Labels) || !maps.Equal(ps.Meta.Annotations, o.Annotations) {
+				templatesChanged = true
+			}
+			ps.Meta.Labels, ps.Meta.Annotations = maps.Clone(o.Labels), maps.Clone(o.Annotations)
+		}
 		if scaler != nil {
 			scaler.SetScale(ps.Name, o.Scale)
 		}
@@ -397,6 +495,49 @@ func mergeNodeSelector(own map[string]string, flavorNames []string, flavors map[
 	return out, nil
 }
 
+// updateMeta adds an update's labels and annotations to the pod set's
+// template, on top of the user's (recorded in o the first time an update
+// touches them). It reports whether o changed and must be recorded again.
+func updateMeta(j Job, ps PodSet, o *Original, u *PodSetUpdate) (rerecord bool, err error) {
+	if ps.Meta == nil || (len(u.Labels) == 0 && len(u.Annotations) == 0) {
+		return false, nil
+	}
+	if !o.Meta && !ownMeta(j, ps) {
+		// No earlier admission changed them: they are the user's.
+		o.Meta, o.Labels, o.Annotations = true, maps.Clone(ps.Meta.Labels), maps.Clone(ps.Meta.Annotations)
+		rerecord = true
+	}
+	labels, annotations := o.Labels, o.Annotations
+	if ownMeta(j, ps) {
+		labels, annotations = ps.Meta.Labels, ps.Meta.Annotations
+	}
+	if labels, err = applyUpdate(labels, u.Labels, "label"); err != nil {
+		return false, err
+	}
+	if annotations, err = applyUpdate(annotations, u.Annotations, "annotation"); err != nil {
+		return false, err
+	}
+	ps.Meta.Labels, ps.Meta.Annotations = labels, annotations
+	return rerecord, nil
+}
+
+// ownMeta reports whether the pod set's metadata is the object's own (a
+// Pod): it is never recorded nor restored.
+func ownMeta(j Job, ps PodSet) bool {
+	m, ok := j.Meta().(*metav1.ObjectMeta)
+	return ok && m == ps.Meta
+}
+
+// appendNew appends the tolerations of add that out does not have.
+func appendNew(out, add []corev1.Toleration) []corev1.Toleration {
+	for _, t := range add {
+		if !slices.ContainsFunc(out, func(have corev1.Toleration) bool { return apiequality.Semantic.DeepEqual(have, t) }) {
+			out = append(out, *t.DeepCopy())
+		}
+	}
+	return out
+}
+
 // mergeTolerations appends the flavors' tolerations to the user's,
 // skipping any already present.
 func mergeTolerations(own []corev1.Toleration, flavorNames []string, flavors map[string]*v1beta1.ResourceFlavor) []corev1.Toleration {
@@ -406,14 +547,7 @@ func mergeTolerations(own []corev1.Toleration, flavorNames []string, flavors map
 		if rf == nil {
 			continue
 		}
-		for _, t := range rf.Spec.Tolerations {
-			dup := slices.ContainsFunc(out, func(have corev1.Toleration) bool {
-				return apiequality.Semantic.DeepEqual(have, t)
-			})
-			if !dup {
-				out = append(out, *t.DeepCopy())
-			}
-		}
+		out = appendNew(out, rf.Spec.Tolerations)
 	}
 	return out
 }

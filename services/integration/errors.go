@@ -37,6 +37,11 @@ var (
 	// template's nodeSelector or another assigned flavor's label.
 	ErrNodeSelectorConflict = errors.New("node selector conflict")
 
+	// ErrPodSetUpdateConflict: two admission checks, or a check and the
+	// pod template, want different values for one label, annotation or
+	// node selector key.
+	ErrPodSetUpdateConflict = errors.New("admission check update conflict")
+
 	// ErrNotSuspended: admission needs a suspended Job.
 	ErrNotSuspended = errors.New("job is not suspended")
 

@@ -382,9 +382,16 @@ func roleOf(k *kindRunner, m Job) (string, error) {
 // write each, under the same fences as start. Members created after the
 // group started (replacements) are started under the same admission.
 func (s *Service) startGroup(ctx context.Context, k *kindRunner, rec *events.WorkloadSubmittedV1, r ledger.Reservation, gated []Job) (err error) {
-	byRole := map[string]map[string]string{}
-	for _, ps := range r.PodSets {
-		byRole[ps.Name] = ps.Flavors
+	assigned, err := assignmentOf(r)
+	if err != nil {
+		for _, m := range gated {
+			s.recorder.Eventf(m.Object(), corev1.EventTypeWarning, "AdmissionFailed", "cannot apply admission: %v", err)
+		}
+		return nil
+	}
+	byRole := map[string]PodSetAssignment{}
+	for _, psa := range assigned.PodSets {
+		byRole[psa.Name] = psa
 	}
 	s.mu.Lock()
 	flavors := s.snap.Flavors
@@ -400,7 +407,7 @@ func (s *Service) startGroup(ctx context.Context, k *kindRunner, rec *events.Wor
 		if err != nil {
 			return err
 		}
-		fl, ok := byRole[role]
+		psa, ok := byRole[role]
 		if !ok {
 			s.recorder.Eventf(m.Object(), corev1.EventTypeWarning, "AdmissionFailed",
 				"asks for what no pod set of group %s's admission has; it stays gated", rec.Workload.Name)
@@ -414,7 +421,7 @@ func (s *Service) startGroup(ctx context.Context, k *kindRunner, rec *events.Wor
 		if err != nil {
 			return err
 		}
-		a := Assignment{ClusterQueue: r.ClusterQueue, PodSets: []PodSetAssignment{{Name: sets[0].Name, Count: sets[0].Count, Flavors: fl}}}
+		a := Assignment{ClusterQueue: r.ClusterQueue, PodSets: []PodSetAssignment{{Name: sets[0].Name, Count: sets[0].Count, Flavors: psa.Flavors, Update: psa.Update}}}
 		if err := Admit(admitted, a, flavors); err != nil {
 			s.recorder.Eventf(m.Object(), corev1.EventTypeWarning, "AdmissionFailed", "cannot apply admission: %v", err)
 			continue

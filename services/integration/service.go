@@ -1229,10 +1229,6 @@ func (s *Service) ensureAnnounced(ctx context.Context, ev events.Event, id strin
 func (s *Service) start(ctx context.Context, k *kindRunner, job Job, rec *events.WorkloadSubmittedV1, r ledger.Reservation) (err error) {
 	ctx, span := s.startSpan(ctx, rec, r)
 	defer func() { endSpan(span, err) }()
-	a := Assignment{ClusterQueue: r.ClusterQueue}
-	for _, ps := range r.PodSets {
-		a.PodSets = append(a.PodSets, PodSetAssignment{Name: ps.Name, Count: ps.Count, Flavors: ps.Flavors})
-	}
 	s.mu.Lock()
 	flavors := s.snap.Flavors
 	s.mu.Unlock()
@@ -1241,7 +1237,11 @@ func (s *Service) start(ctx context.Context, k *kindRunner, job Job, rec *events
 	if err != nil {
 		return err
 	}
-	if err := Admit(admitted, a, flavors); err != nil {
+	a, err := assignmentOf(r)
+	if err == nil {
+		err = Admit(admitted, a, flavors)
+	}
+	if err != nil {
 		s.recorder.Eventf(job.Object(), corev1.EventTypeWarning, "AdmissionFailed", "cannot apply admission: %v", err)
 		return nil
 	}
@@ -1273,6 +1273,20 @@ func (s *Service) start(ctx context.Context, k *kindRunner, job Job, rec *events
 	}
 	s.recorder.Eventf(job.Object(), corev1.EventTypeNormal, "Admitted", "admitted by ClusterQueue %s: %s", r.ClusterQueue, describe(r))
 	return s.announceStart(ctx, rec, r)
+}
+
+// assignmentOf is the assignment a reservation makes, with what its
+// admission checks add to each pod set.
+func assignmentOf(r ledger.Reservation) (Assignment, error) {
+	updates, err := MergeUpdates(r.PodSetUpdates)
+	if err != nil {
+		return Assignment{}, err
+	}
+	a := Assignment{ClusterQueue: r.ClusterQueue}
+	for _, ps := range r.PodSets {
+		a.PodSets = append(a.PodSets, PodSetAssignment{Name: ps.Name, Count: ps.Count, Flavors: ps.Flavors, Update: updates[ps.Name]})
+	}
+	return a, nil
 }
 
 // fencedStart runs apply, the API writes of a start, under the fences

@@ -170,6 +170,37 @@ func TestAdmissionPatch(t *testing.T) {
 			wantAdmission: admit(4, "cpu", "on-demand"),
 		},
 		{
+			name: "an admission check's update joins the template and the flavor's",
+			job:  makeJob("j").templateLabel("app", "train").nodeSelector("disk", "ssd"),
+			assignment: withUpdate(admit(1, "cpu", "spot"), integration.PodSetUpdate{
+				Labels:       map[string]string{"provisioned": "yes"},
+				Annotations:  map[string]string{"autoscaling.x-k8s.io/consume-provisioning-request": "j-prov-1"},
+				NodeSelector: map[string]string{"pool": "p1"},
+				Tolerations:  []corev1.Toleration{userToleration, spotToleration},
+			}),
+			wantJob: makeJob("j").suspend(false).
+				templateLabel("app", "train").templateLabel("provisioned", "yes").
+				templateAnnotation("autoscaling.x-k8s.io/consume-provisioning-request", "j-prov-1").
+				nodeSelector("disk", "ssd").nodeSelector("sluice.dev/capacity", "spot").nodeSelector("pool", "p1").
+				toleration(spotToleration).toleration(userToleration),
+			wantOriginal: []integration.Original{{Name: MainPodSet, Scale: ptrTo[int32](1), NodeSelector: map[string]string{"disk": "ssd"},
+				Meta: true, Labels: map[string]string{"app": "train"}}},
+			wantAdmission: withUpdate(admit(1, "cpu", "spot"), integration.PodSetUpdate{
+				Labels:       map[string]string{"provisioned": "yes"},
+				Annotations:  map[string]string{"autoscaling.x-k8s.io/consume-provisioning-request": "j-prov-1"},
+				NodeSelector: map[string]string{"pool": "p1"},
+				Tolerations:  []corev1.Toleration{userToleration, spotToleration},
+			}),
+		},
+		{
+			name:          "an update with only a node selector records no template metadata",
+			job:           makeJob("j"),
+			assignment:    withUpdate(admit(1, "cpu", "default"), integration.PodSetUpdate{NodeSelector: map[string]string{"pool": "p1"}}),
+			wantJob:       makeJob("j").suspend(false).nodeSelector("pool", "p1"),
+			wantOriginal:  []integration.Original{{Name: MainPodSet, Scale: ptrTo[int32](1)}},
+			wantAdmission: withUpdate(admit(1, "cpu", "default"), integration.PodSetUpdate{NodeSelector: map[string]string{"pool": "p1"}}),
+		},
+		{
 			name:          "other annotations are kept",
 			job:           makeJob("j").annotation("team.example/owner", "ana"),
 			assignment:    admit(1, "cpu", "on-demand"),
@@ -272,6 +303,20 @@ func TestAdmissionPatchErrors(t *testing.T) {
 			wantErrText: `flavors "on-demand" and "spot"`,
 		},
 		{
+			name:        "an admission check's node selector contradicting the template's",
+			job:         makeJob("j").nodeSelector("pool", "p0"),
+			assignment:  withUpdate(admit(1, "cpu", "default"), integration.PodSetUpdate{NodeSelector: map[string]string{"pool": "p1"}}),
+			wantErr:     integration.ErrPodSetUpdateConflict,
+			wantErrText: `sets node selector pool="p1" but the pod template has "p0"`,
+		},
+		{
+			name:        "an admission check's annotation contradicting the template's",
+			job:         makeJob("j").templateAnnotation("note", "mine"),
+			assignment:  withUpdate(admit(1, "cpu", "default"), integration.PodSetUpdate{Annotations: map[string]string{"note": "theirs"}}),
+			wantErr:     integration.ErrPodSetUpdateConflict,
+			wantErrText: `pod set "main": an admission check sets annotation note="theirs"`,
+		},
+		{
 			name:        "an unknown flavor",
 			job:         makeJob("j"),
 			assignment:  admit(1, "cpu", "h100"),
@@ -372,6 +417,18 @@ func TestAdmissionThenEviction(t *testing.T) {
 			job:       makeJob("j").parallelism(6).completions(12).annotation(MinParallelismAnnotation, "2"),
 			first:     admit(2, "cpu", "on-demand"),
 			second:    admit(5, "cpu", "spot"),
+			wantSteps: []string{"suspend", "unlock", "restore"},
+		},
+		{
+			name: "what an admission check added is taken back",
+			job:  makeJob("j").templateLabel("app", "train").templateAnnotation("note", "x"),
+			first: withUpdate(admit(1, "cpu", "default"), integration.PodSetUpdate{
+				Labels:      map[string]string{"provisioned": "yes"},
+				Annotations: map[string]string{"autoscaling.x-k8s.io/consume-provisioning-request": "j-prov-1"},
+			}),
+			second: withUpdate(admit(1, "cpu", "default"), integration.PodSetUpdate{
+				Annotations: map[string]string{"autoscaling.x-k8s.io/consume-provisioning-request": "j-prov-2"},
+			}),
 			wantSteps: []string{"suspend", "unlock", "restore"},
 		},
 		{

@@ -219,6 +219,28 @@ func flavor(name string, labels map[string]string, tolerations ...corev1.Tolerat
 }
 
 // admit is a one-pod-set assignment to ClusterQueue "cq".
+// withUpdate adds what an admission check adds to the pod set.
+func withUpdate(a Assignment, u PodSetUpdate) Assignment {
+	a.PodSets[0].Update = &u
+	return a
+}
+
+func (b *jobBuilder) templateLabel(k, v string) *jobBuilder {
+	if b.job.Spec.Template.Labels == nil {
+		b.job.Spec.Template.Labels = map[string]string{}
+	}
+	b.job.Spec.Template.Labels[k] = v
+	return b
+}
+
+func (b *jobBuilder) templateAnnotation(k, v string) *jobBuilder {
+	if b.job.Spec.Template.Annotations == nil {
+		b.job.Spec.Template.Annotations = map[string]string{}
+	}
+	b.job.Spec.Template.Annotations[k] = v
+	return b
+}
+
 func admit(count int32, resourceFlavor ...string) Assignment {
 	flavors := map[string]string{}
 	for i := 0; i+1 < len(resourceFlavor); i += 2 {

@@ -97,7 +97,7 @@ func (j *Job) PodSets() ([]integration.PodSet, error) {
 		// minimum can never exceed what the Job runs at once.
 		minCount = min(int32(v), count)
 	}
-	return []integration.PodSet{{Name: MainPodSet, Count: count, MinCount: minCount, Spec: &j.Spec.Template.Spec}}, nil
+	return []integration.PodSet{{Name: MainPodSet, Count: count, MinCount: minCount, Spec: &j.Spec.Template.Spec, Meta: &j.Spec.Template.ObjectMeta}}, nil
 }
 
 // Scale implements integration.Scaler: a partial admission lowers

@@ -15,6 +15,7 @@ import (
 type (
 	Assignment       = integration.Assignment
 	PodSetAssignment = integration.PodSetAssignment
+	PodSetUpdate     = integration.PodSetUpdate
 )
 
 const (

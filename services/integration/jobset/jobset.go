@@ -78,7 +78,7 @@ func (j *JobSet) PodSets() ([]integration.PodSet, error) {
 			}
 			par = min(par, *c)
 		}
-		out = append(out, integration.PodSet{Name: rj.Name, Count: rj.Replicas * par, Spec: &spec.Template.Spec})
+		out = append(out, integration.PodSet{Name: rj.Name, Count: rj.Replicas * par, Spec: &spec.Template.Spec, Meta: &spec.Template.ObjectMeta})
 	}
 	return out, nil
 }

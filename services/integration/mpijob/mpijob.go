@@ -73,7 +73,7 @@ func (m *MPIJob) PodSets() ([]integration.PodSet, error) {
 		if t == mpiv2.MPIReplicaTypeWorker {
 			name = "worker"
 		}
-		out = append(out, integration.PodSet{Name: name, Count: n, Spec: &rs.Template.Spec})
+		out = append(out, integration.PodSet{Name: name, Count: n, Spec: &rs.Template.Spec, Meta: &rs.Template.ObjectMeta})
 	}
 	for t := range m.Spec.MPIReplicaSpecs {
 		if t != mpiv2.MPIReplicaTypeLauncher && t != mpiv2.MPIReplicaTypeWorker {

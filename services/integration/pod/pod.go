@@ -122,7 +122,7 @@ func (p *Pod) SetSuspended(s bool) {
 
 // PodSets implements integration.Job: one pod set of one pod.
 func (p *Pod) PodSets() ([]integration.PodSet, error) {
-	return []integration.PodSet{{Name: MainPodSet, Count: 1, Spec: &p.Spec}}, nil
+	return []integration.PodSet{{Name: MainPodSet, Count: 1, Spec: &p.Spec, Meta: &p.ObjectMeta}}, nil
 }
 
 // Finished implements integration.Job: phase Succeeded or Failed.

@@ -61,7 +61,7 @@ func (p *PyTorchJob) PodSets() ([]integration.PodSet, error) {
 		if rs == nil {
 			continue
 		}
-		specs[string(t)] = replica{rs.Replicas, &rs.Template.Spec}
+		specs[string(t)] = replica{rs.Replicas, &rs.Template.Spec, &rs.Template.ObjectMeta}
 	}
 	return replicaPodSets(specs, "spec.pytorchReplicaSpecs", []string{string(kftov1.PyTorchJobReplicaTypeMaster), string(kftov1.PyTorchJobReplicaTypeWorker)})
 }
@@ -96,6 +96,7 @@ func (p *PyTorchJob) Finished() (finished, succeeded bool, message string) {
 type replica struct {
 	replicas *int32
 	spec     *corev1.PodSpec
+	meta     *metav1.ObjectMeta
 }
 
 // replicaPodSets orders a Kubeflow job's replica types (known ones first,
@@ -135,7 +136,7 @@ func replicaPodSets(specs map[string]replica, field string, order []string) ([]i
 		if n < 0 {
 			return nil, fmt.Errorf("%s.%s.replicas is %d: %w", field, t, n, integration.ErrInvalidJob)
 		}
-		out = append(out, integration.PodSet{Name: strings.ToLower(t), Count: n, Spec: r.spec})
+		out = append(out, integration.PodSet{Name: strings.ToLower(t), Count: n, Spec: r.spec, Meta: r.meta})
 	}
 	return out, nil
 }

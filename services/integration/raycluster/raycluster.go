@@ -72,7 +72,7 @@ func PodSets(spec *rayv1.RayClusterSpec, field string) ([]integration.PodSet, er
 	if len(spec.WorkerGroupSpecs) > maxWorkerGroups {
 		return nil, fmt.Errorf("%s.workerGroupSpecs has %d groups, at most %d are supported: %w", field, len(spec.WorkerGroupSpecs), maxWorkerGroups, integration.ErrInvalidJob)
 	}
-	out := []integration.PodSet{{Name: HeadPodSet, Count: 1, Spec: &spec.HeadGroupSpec.Template.Spec}}
+	out := []integration.PodSet{{Name: HeadPodSet, Count: 1, Spec: &spec.HeadGroupSpec.Template.Spec, Meta: &spec.HeadGroupSpec.Template.ObjectMeta}}
 	seen := map[string]bool{HeadPodSet: true}
 	for i := range spec.WorkerGroupSpecs {
 		g := &spec.WorkerGroupSpecs[i]
@@ -89,7 +89,7 @@ func PodSets(spec *rayv1.RayClusterSpec, field string) ([]integration.PodSet, er
 			return nil, fmt.Errorf("%s (%s).replicas is %d: %w", at, g.GroupName, replicas, integration.ErrInvalidJob)
 		}
 		hosts := max(g.NumOfHosts, 1)
-		out = append(out, integration.PodSet{Name: g.GroupName, Count: replicas * hosts, Spec: &g.Template.Spec})
+		out = append(out, integration.PodSet{Name: g.GroupName, Count: replicas * hosts, Spec: &g.Template.Spec, Meta: &g.Template.ObjectMeta})
 	}
 	return out, nil
 }

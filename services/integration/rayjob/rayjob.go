@@ -86,11 +86,11 @@ func (r *RayJob) PodSets() ([]integration.PodSet, error) {
 	}
 	mode := r.Spec.SubmissionMode
 	if mode == "" || mode == rayv1.K8sJobMode {
-		spec := &r.submitter
-		if r.Spec.SubmitterPodTemplate != nil {
-			spec = &r.Spec.SubmitterPodTemplate.Spec
+		ps := integration.PodSet{Name: SubmitterPodSet, Count: 1, Spec: &r.submitter}
+		if t := r.Spec.SubmitterPodTemplate; t != nil {
+			ps.Spec, ps.Meta = &t.Spec, &t.ObjectMeta
 		}
-		sets = append(sets, integration.PodSet{Name: SubmitterPodSet, Count: 1, Spec: spec})
+		sets = append(sets, ps)
 	}
 	return sets, nil
 }
