@@ -89,9 +89,18 @@ type Controller struct {
 	log     zerolog.Logger
 	resync  time.Duration
 
+	activity func(*v1beta1.AdmissionCheck) Activity
+
 	mu     sync.Mutex
 	checks map[string]*v1beta1.AdmissionCheck // of this controller, by name
 	synced bool
+	inf    cache.SharedIndexInformer
+}
+
+// Activity is whether a check is active (its Active condition), and why.
+type Activity struct {
+	Active          bool
+	Reason, Message string
 }
 
 // Option tunes a Controller.
@@ -103,6 +112,13 @@ func WithLogger(l zerolog.Logger) Option { return func(c *Controller) { c.log = 
 // WithPublisher replaces the publisher of answers (by default one on js,
 // with the controller name as the events' source).
 func WithPublisher(p Publisher) Option { return func(c *Controller) { c.pub = p } }
+
+// WithActivity decides whether each check of the controller is active
+// (say, its parameters name an object that exists). By default every one
+// is. Recheck applies it again.
+func WithActivity(f func(*v1beta1.AdmissionCheck) Activity) Option {
+	return func(c *Controller) { c.activity = f }
+}
 
 // New returns the controller of the AdmissionChecks whose controllerName
 // is name.
@@ -116,6 +132,11 @@ func New(name string, js jetstream.JetStream, dyn dynamic.Interface, d Decider, 
 	}
 	if c.pub == nil {
 		c.pub = bus.NewPublisher(js, events.Source(name), bus.WithPublisherLogger(c.log))
+	}
+	if c.activity == nil {
+		c.activity = func(*v1beta1.AdmissionCheck) Activity {
+			return Activity{Active: true, Reason: "Active", Message: "the controller " + name + " runs"}
+		}
 	}
 	return c, nil
 }
@@ -145,6 +166,9 @@ func (c *Controller) Run(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("checks: watch AdmissionChecks: %w", err)
 	}
+	c.mu.Lock()
+	c.inf = inf
+	c.mu.Unlock()
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
 	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
@@ -177,11 +201,23 @@ func (c *Controller) seen(ctx context.Context, o any) {
 	c.mu.Lock()
 	c.checks[ac.Name] = &ac
 	c.mu.Unlock()
-	if ac.IsActive() {
+	act := c.activity(&ac)
+	want := metav1.Condition{Type: v1beta1.AdmissionCheckActive, Status: metav1.ConditionFalse,
+		Reason: act.Reason, Message: act.Message, ObservedGeneration: ac.Generation}
+	if act.Active {
+		want.Status = metav1.ConditionTrue
+	}
+	if want.Reason == "" {
+		want.Reason = "Active"
+		if !act.Active {
+			want.Reason = "Inactive"
+		}
+	}
+	if cur := meta.FindStatusCondition(ac.Status.Conditions, v1beta1.AdmissionCheckActive); cur != nil &&
+		cur.Status == want.Status && cur.Reason == want.Reason && cur.Message == want.Message && cur.ObservedGeneration == want.ObservedGeneration {
 		return
 	}
-	meta.SetStatusCondition(&ac.Status.Conditions, metav1.Condition{Type: v1beta1.AdmissionCheckActive, Status: metav1.ConditionTrue,
-		Reason: "Active", Message: "the controller " + c.name + " runs", ObservedGeneration: ac.Generation})
+	meta.SetStatusCondition(&ac.Status.Conditions, want)
 	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&ac)
 	if err != nil {
 		c.log.Warn().Err(err).Str("check", ac.Name).Msg("AdmissionCheck not marked Active")
@@ -192,7 +228,29 @@ func (c *Controller) seen(ctx context.Context, o any) {
 		c.log.Warn().Err(err).Str("check", ac.Name).Msg("AdmissionCheck not marked Active yet")
 		return
 	}
-	c.log.Info().Str("check", ac.Name).Msg("AdmissionCheck marked Active")
+	c.log.Info().Str("check", ac.Name).Bool("active", act.Active).Str("reason", want.Reason).Msg("AdmissionCheck status written")
+}
+
+// Recheck decides again whether each AdmissionCheck of the controller is
+// active, as when what WithActivity looks at changed.
+func (c *Controller) Recheck(ctx context.Context) {
+	c.mu.Lock()
+	inf := c.inf
+	c.mu.Unlock()
+	if inf == nil {
+		return
+	}
+	for _, o := range inf.GetStore().List() {
+		c.seen(ctx, o)
+	}
+}
+
+// Check returns the controller's AdmissionCheck named name, if known.
+func (c *Controller) Check(name string) (*v1beta1.AdmissionCheck, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ac, ok := c.checks[name]
+	return ac, ok
 }
 
 func (c *Controller) gone(o any) {

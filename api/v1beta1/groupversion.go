@@ -24,6 +24,7 @@ func addKnownTypes(s *runtime.Scheme) error {
 		&LocalQueue{}, &LocalQueueList{},
 		&WorkloadPriorityClass{}, &WorkloadPriorityClassList{},
 		&AdmissionCheck{}, &AdmissionCheckList{},
+		&ProvisioningRequestConfig{}, &ProvisioningRequestConfigList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/sluice-dev/sluice/api/v1beta1"
 	"github.com/sluice-dev/sluice/events"
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/internal/configstore"
@@ -36,6 +37,7 @@ import (
 	"github.com/sluice-dev/sluice/services/integration"
 	"github.com/sluice-dev/sluice/services/integration/kinds"
 	"github.com/sluice-dev/sluice/services/preemption"
+	"github.com/sluice-dev/sluice/services/provisioning"
 	"github.com/sluice-dev/sluice/services/quota"
 	"github.com/sluice-dev/sluice/services/watcher"
 )
@@ -416,6 +418,31 @@ func (g *integrations) Ready() error {
 	return nil
 }
 
+// provisioningRunner runs the provisioning admission check controller for
+// the named kinds, once the API server serves ProvisioningRequests.
+func provisioningRunner(names func() []string) runner {
+	return func(ctx context.Context, js jetstream.JetStream, kc *rest.Config, log zerolog.Logger, tf *tracing.Factory) (service, error) {
+		ads, err := kinds.Select(names())
+		if err != nil {
+			return nil, usageError{err}
+		}
+		kube, err := kubernetes.NewForConfig(kc)
+		if err != nil {
+			return nil, err
+		}
+		dyn, err := dynamic.NewForConfig(kc)
+		if err != nil {
+			return nil, err
+		}
+		pub := bus.NewPublisher(js, events.Source(v1beta1.ProvisioningRequestController), bus.WithPublisherLogger(log), bus.WithTracer(tf))
+		s, err := provisioning.New(kube, dyn, js, ads, provisioning.WithLogger(log), provisioning.WithPublisher(pub))
+		if err != nil {
+			return nil, usageError{err}
+		}
+		return s, nil
+	}
+}
+
 func preemptionRunner() runner {
 	return func(ctx context.Context, js jetstream.JetStream, _ *rest.Config, log zerolog.Logger, tf *tracing.Factory) (service, error) {
 		tr, err := tf.For(ctx, "preemption")
@@ -505,10 +532,20 @@ func newServiceCmds() []*cobra.Command {
 		newIntegrationCmd(j),
 		newServiceCmd("preemption", "Run the preemption service", false, nil, preemptionRunner()),
 		newServiceCmd("quota", "Run the quota accounting service", false, q.bindQuota, quotaRunner(q)),
+		newProvisioningCmd(),
 		newDevCmd(),
 		newSetupCmd(),
 		newNATSAuthCmd(),
 	}
+}
+
+// newProvisioningCmd runs the provisioning admission check controller.
+func newProvisioningCmd() *cobra.Command {
+	var names []string
+	cmd := newServiceCmd("provisioning", "Run the ProvisioningRequest admission check controller ("+v1beta1.ProvisioningRequestController+")", true,
+		nil, provisioningRunner(func() []string { return names }))
+	cmd.Flags().StringSliceVar(&names, "integrations", kinds.Names(), "job kinds to provision for ("+strings.Join(kinds.Names(), ", ")+")")
+	return cmd
 }
 
 // newNATSAuthCmd prints the nats-server authorization block with one user
@@ -609,6 +646,7 @@ func newDevCmd() *cobra.Command {
 				{"preemption", preemptionRunner()},
 				{"admission", admissionRunner(f)},
 				{"integration", integrationRunner(f, func() []string { return integrations })},
+				{"provisioning", provisioningRunner(func() []string { return integrations })},
 			})
 		},
 	}
