@@ -1,7 +1,8 @@
-// Command kindcrds writes the CRDs of the job kinds Sluice integrates into a
-// directory, one file per CRD, taken from the upstream projects' own Go
-// modules at the versions go.mod pins (the same modules the adapters take
-// their types from), so the schema is the real one:
+// Command kindcrds writes the CRDs of the job kinds Sluice integrates, and
+// the cluster autoscaler's ProvisioningRequest, into a directory, one file
+// per CRD, taken from the upstream projects' own Go modules at the
+// versions go.mod pins (the same modules Sluice takes their types from),
+// so the schema is the real one:
 //
 //	go run ./hack/kindcrds DIR
 //
@@ -33,6 +34,9 @@ var crds = []crd{
 	// MPIJob v2beta1 comes from mpi-operator (training-operator's MPIJob
 	// CRD is the older v1 of the same name).
 	{module: "github.com/kubeflow/mpi-operator", path: "manifests/base/kubeflow.org_mpijobs.yaml"},
+	// Not a job kind: the cluster autoscaler's ProvisioningRequest, which
+	// the provisioning admission check creates.
+	{module: "k8s.io/autoscaler/cluster-autoscaler/apis", path: "config/crd/autoscaling.x-k8s.io_provisioningrequests.yaml"},
 }
 
 func main() {
