@@ -35,12 +35,13 @@ type Result struct {
 // kinds Sluice has, by Kueue's kind name: an empty object of Sluice's type
 // checks that nothing unknown is left after the renames.
 var kinds = map[string]func() any{
-	"ResourceFlavor":        func() any { return &v1beta1.ResourceFlavor{} },
-	"ClusterQueue":          func() any { return &v1beta1.ClusterQueue{} },
-	"LocalQueue":            func() any { return &v1beta1.LocalQueue{} },
-	"Cohort":                func() any { return &v1beta1.Cohort{} },
-	"WorkloadPriorityClass": func() any { return &v1beta1.WorkloadPriorityClass{} },
-	"AdmissionCheck":        func() any { return &v1beta1.AdmissionCheck{} },
+	"ResourceFlavor":            func() any { return &v1beta1.ResourceFlavor{} },
+	"ClusterQueue":              func() any { return &v1beta1.ClusterQueue{} },
+	"LocalQueue":                func() any { return &v1beta1.LocalQueue{} },
+	"Cohort":                    func() any { return &v1beta1.Cohort{} },
+	"WorkloadPriorityClass":     func() any { return &v1beta1.WorkloadPriorityClass{} },
+	"AdmissionCheck":            func() any { return &v1beta1.AdmissionCheck{} },
+	"ProvisioningRequestConfig": func() any { return &v1beta1.ProvisioningRequestConfig{} },
 }
 
 // controllers maps Kueue's built-in admission check controllers to

@@ -208,6 +208,38 @@ spec:
 `,
 		},
 		{
+			name: "a ProvisioningRequestConfig converts as it is",
+			in: `apiVersion: kueue.x-k8s.io/v1beta2
+kind: ProvisioningRequestConfig
+metadata: {name: prov-config}
+spec:
+  provisioningClassName: check-capacity.autoscaling.x-k8s.io
+  managedResources: [nvidia.com/gpu]
+  retryStrategy: {backoffLimitCount: 2, backoffBaseSeconds: 60, backoffMaxSeconds: 1800}
+  podSetMergePolicy: IdenticalWorkloadSchedulingRequirements
+  podSetUpdates:
+    nodeSelector: [{key: cloud.example/pool, valueFromProvisioningClassDetail: RequestKey}]
+`,
+			want: `apiVersion: sluice.dev/v1beta1
+kind: ProvisioningRequestConfig
+metadata:
+  name: prov-config
+spec:
+  managedResources:
+  - nvidia.com/gpu
+  podSetMergePolicy: IdenticalWorkloadSchedulingRequirements
+  podSetUpdates:
+    nodeSelector:
+    - key: cloud.example/pool
+      valueFromProvisioningClassDetail: RequestKey
+  provisioningClassName: check-capacity.autoscaling.x-k8s.io
+  retryStrategy:
+    backoffBaseSeconds: 60
+    backoffLimitCount: 2
+    backoffMaxSeconds: 1800
+`,
+		},
+		{
 			name:    "MultiKueue and Topology kinds are refused",
 			in:      "apiVersion: kueue.x-k8s.io/v1beta1\nkind: MultiKueueCluster\nmetadata: {name: worker}\n---\napiVersion: kueue.x-k8s.io/v1alpha1\nkind: Topology\nmetadata: {name: t}\n",
 			wantErr: "queues.yaml: document 1 (MultiKueueCluster worker): MultiKueueCluster of kueue.x-k8s.io/v1beta1: not supported by Sluice",

@@ -265,8 +265,8 @@ func TestChartLeastPrivilege(t *testing.T) {
 		procs = append(procs, cmd)
 		ready = append(ready, component+"="+httpAddr)
 	}
-	if len(deployments) != 5 {
-		t.Fatalf("%d Deployments rendered, want watcher, admission, preemption, quota and the Job integration", len(deployments))
+	if len(deployments) != 6 {
+		t.Fatalf("%d Deployments rendered, want watcher, admission, preemption, quota, provisioning and the Job integration", len(deployments))
 	}
 	eventually(t, 60*time.Second, "every service ready", func() (bool, string) {
 		for _, r := range ready {
@@ -369,6 +369,16 @@ func TestChartLeastPrivilege(t *testing.T) {
 		{sa("preemption"), "get", "", "secrets", "", false},
 		{sa("quota"), "patch", "batch", "jobs", "", false},
 		{sa("quota"), "get", "", "secrets", "", false},
+		{sa("provisioning"), "create", "autoscaling.x-k8s.io", "provisioningrequests", "", true},
+		{sa("provisioning"), "delete", "autoscaling.x-k8s.io", "provisioningrequests", "", true},
+		{sa("provisioning"), "update", "autoscaling.x-k8s.io", "provisioningrequests", "status", false},
+		{sa("provisioning"), "create", "", "podtemplates", "", true},
+		{sa("provisioning"), "get", "batch", "jobs", "", true},
+		{sa("provisioning"), "patch", "batch", "jobs", "", false},
+		{sa("provisioning"), "update", "sluice.dev", "admissionchecks", "status", true},
+		{sa("provisioning"), "update", "sluice.dev", "clusterqueues", "", false},
+		{sa("provisioning"), "get", "", "secrets", "", false},
+		{sa("provisioning"), "list", "", "pods", "", false},
 	} {
 		if got := canI(t, c.sa, c.verb, c.group, c.resource, c.sub); got != c.want {
 			res := c.resource
