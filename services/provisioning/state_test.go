@@ -18,7 +18,9 @@ import (
 )
 
 // requestBuilder makes ProvisioningRequests for tests.
-type requestBuilder struct{ pr autoscaling.ProvisioningRequest }
+type requestBuilder struct {
+	pr autoscaling.ProvisioningRequest
+}
 
 func makeRequest(name string, attempt int) *requestBuilder {
 	b := &requestBuilder{}
