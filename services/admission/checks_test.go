@@ -33,11 +33,18 @@ func (h *harness) configureChecks(cpu string, active bool) {
 // answer publishes the check controller's answer about a reservation.
 func (h *harness) answer(name, state string, requeueAfter *int32) {
 	h.t.Helper()
+	h.answerWith(name, state, requeueAfter, nil)
+}
+
+// answerWith is answer, with what the check adds to the pods.
+func (h *harness) answerWith(name, state string, requeueAfter *int32, updates []events.PodSetUpdateV1) {
+	h.t.Helper()
 	r, ok := h.reservations()[key(name)]
 	if !ok {
 		h.t.Fatalf("answer about %s: it holds no reservation", name)
 	}
-	ev := events.CheckUpdatedV1{Workload: ref(name), Admission: r.Admission(), Check: "prov", State: state, Message: "said " + state, RequeueAfterSeconds: requeueAfter}
+	ev := events.CheckUpdatedV1{Workload: ref(name), Admission: r.Admission(), Check: "prov", State: state, Message: "said " + state,
+		RequeueAfterSeconds: requeueAfter, PodSetUpdates: updates}
 	if err := bus.NewPublisher(h.js, events.Source("prov")).Publish(h.ctx, ev, events.ID(ev.Type(), ev.Workload.UID, ev.Admission, state)); err != nil {
 		h.t.Fatal(err)
 	}
@@ -67,13 +74,20 @@ func TestAdmissionChecksReserveThenAdmit(t *testing.T) {
 		t.Fatalf("admitted before its check passed: %+v", ad)
 	}
 
-	h.answer("a", events.CheckReady, nil)
+	updates := []events.PodSetUpdateV1{{Name: "main", Annotations: map[string]string{"autoscaling.x-k8s.io/consume-provisioning-request": "a-1"},
+		NodeSelector: map[string]string{"pool": "p1"}}}
+	h.answerWith("a", events.CheckReady, nil, updates)
 	h.eventually("a admitted once prov is ready", func() (bool, string) {
 		checks, awaiting, _ := h.checksOf("a")
 		ad := eventsOf[events.WorkloadAdmittedV1](h)
 		return !awaiting && len(checks) == 1 && checks[0].State == engine.CheckReady && len(ad) == 1 && ad[0].Workload.Name == "a",
 			fmt.Sprint(checks, awaiting, ad)
 	})
+	// What the check adds to the pods is kept in the reservation, for the
+	// integration to apply when it starts the workload.
+	if diff := cmp.Diff(map[string][]events.PodSetUpdateV1{"prov": updates}, h.reservations()[key("a")].PodSetUpdates); diff != "" {
+		t.Errorf("reservation's podSetUpdates mismatch (-want +got):\n%s", diff)
+	}
 	rs := eventsOf[events.WorkloadReservedV1](h)
 	if ad := eventsOf[events.WorkloadAdmittedV1](h); ad[0].Admission != rs[0].Admission {
 		t.Errorf("admitted names admission %q, reserved %q", ad[0].Admission, rs[0].Admission)
