@@ -551,17 +551,21 @@ func newProvisioningCmd() *cobra.Command {
 // newNATSAuthCmd prints the nats-server authorization block with one user
 // per service and the permissions it needs.
 func newNATSAuthCmd() *cobra.Command {
-	return &cobra.Command{
+	var controllers []string
+	cmd := &cobra.Command{
 		Use:   "nats-authorization",
 		Short: "Print a nats-server authorization block: one user per service, each allowed only its subjects",
 		Long: "Print a nats-server authorization block: one user per service (" + strings.Join(natsperm.Services, ", ") +
 			"), each allowed only the subjects it uses. Passwords are read by the server from $SLUICE_<USER>_PASSWORD.",
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, err := fmt.Fprint(cmd.OutOrStdout(), natsperm.ServerConfig())
+			_, err := fmt.Fprint(cmd.OutOrStdout(), natsperm.ServerConfig(natsperm.WithCheckControllers(controllers...)))
 			return err
 		},
 	}
+	cmd.Flags().StringSliceVar(&controllers, "check-controllers", nil,
+		"admission check controllers of your own the checks user runs too, by controllerName (Sluice's own: "+strings.Join(natsperm.BuiltinCheckControllers, ", ")+")")
+	return cmd
 }
 
 // newSetupCmd creates or updates Sluice's streams and buckets and exits:

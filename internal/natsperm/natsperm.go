@@ -11,9 +11,12 @@ package natsperm
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
+	"github.com/sluice-dev/sluice/api/v1beta1"
+	"github.com/sluice-dev/sluice/checks"
 	"github.com/sluice-dev/sluice/events"
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/internal/configstore"
@@ -21,6 +24,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/ledger"
 	"github.com/sluice-dev/sluice/internal/natsconn"
 	"github.com/sluice-dev/sluice/internal/workloads"
+	"github.com/sluice-dev/sluice/services/integration/kinds"
 )
 
 // Permissions of one NATS user.
@@ -106,8 +110,31 @@ func workloadEvents(types ...string) []string {
 // for external tools: `sluice events tail`).
 var Services = []string{"admission", "integration", "preemption", "quota", "watcher", "checks", "setup", "reader"}
 
+// Option widens the users' permissions.
+type Option func(*settings)
+
+type settings struct {
+	checkControllers []string
+}
+
+// WithCheckControllers lets the checks user run these admission check
+// controllers too, besides Sluice's own (each consumes with a durable
+// consumer named after it, checks.Durable). NATS subject wildcards match
+// whole tokens only, so each consumer is named.
+func WithCheckControllers(names ...string) Option {
+	return func(s *settings) { s.checkControllers = append(s.checkControllers, names...) }
+}
+
+// BuiltinCheckControllers are the admission check controllers Sluice
+// ships; the checks user may always run them.
+var BuiltinCheckControllers = []string{v1beta1.ProvisioningRequestController}
+
 // For returns the permissions of a service's user.
-func For(service string) (Permissions, error) {
+func For(service string, opts ...Option) (Permissions, error) {
+	var set settings
+	for _, o := range opts {
+		o(&set)
+	}
 	r := newRules("sluice-" + service)
 	switch service {
 	case "admission":
@@ -123,9 +150,9 @@ func For(service string) (Permissions, error) {
 		r.publish(workloadEvents("submitted", "started", "stopped", "finished", "deleted")...)
 		r.readStream(bus.StreamEvents)
 		// Each kind's consumer of pending reasons: <kind>-pending.
-		r.publish("$JS.API.CONSUMER.CREATE."+bus.StreamEvents+".*-pending", "$JS.API.CONSUMER.CREATE."+bus.StreamEvents+".*-pending.>",
-			"$JS.API.CONSUMER.INFO."+bus.StreamEvents+".*-pending", "$JS.API.CONSUMER.MSG.NEXT."+bus.StreamEvents+".*-pending",
-			"$JS.ACK."+bus.StreamEvents+".*-pending.>", "sluice.dlq.*-pending")
+		for _, kind := range kinds.Names() {
+			r.consume(bus.StreamEvents, kind+"-pending")
+		}
 		r.kvRead(configstore.Bucket).kvRead(ledger.Bucket).kvWrite(workloads.Bucket).kvWrite(fence.Bucket).kvWrite(bus.BucketShards)
 	case "preemption":
 		r.publish(workloadEvents("preempted")...)
@@ -145,9 +172,9 @@ func For(service string) (Permissions, error) {
 		// Admission check controllers: each consumes reservations with
 		// its own durable consumer, check-<name>, and answers.
 		r.publish("sluice.check.v1.updated.>")
-		r.publish("$JS.API.CONSUMER.CREATE."+bus.StreamEvents+".check-*", "$JS.API.CONSUMER.CREATE."+bus.StreamEvents+".check-*.>",
-			"$JS.API.CONSUMER.INFO."+bus.StreamEvents+".check-*", "$JS.API.CONSUMER.MSG.NEXT."+bus.StreamEvents+".check-*",
-			"$JS.ACK."+bus.StreamEvents+".check-*.>", "sluice.dlq.check-*")
+		for _, c := range slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(BuiltinCheckControllers), set.checkControllers...)))) {
+			r.consume(bus.StreamEvents, checks.Durable(c))
+		}
 		r.readStream(bus.StreamEvents)
 	case "setup":
 		r.publish("$JS.API.STREAM.CREATE.*", "$JS.API.STREAM.UPDATE.*", "$JS.API.STREAM.INFO.*", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST")
@@ -167,11 +194,11 @@ func For(service string) (Permissions, error) {
 // configuration with one user per service; each password is the
 // environment variable SLUICE_<SERVICE>_PASSWORD, which the server reads
 // at start.
-func ServerConfig() string {
+func ServerConfig(opts ...Option) string {
 	var b strings.Builder
 	b.WriteString("authorization {\n  users = [\n")
 	for _, svc := range Services {
-		p, _ := For(svc)
+		p, _ := For(svc, opts...)
 		fmt.Fprintf(&b, "    {\n      user: %q\n      password: $SLUICE_%s_PASSWORD\n      permissions: {\n", svc, strings.ToUpper(svc))
 		fmt.Fprintf(&b, "        publish: { allow: %s }\n", quoteList(p.Publish))
 		fmt.Fprintf(&b, "        subscribe: { allow: %s }\n", quoteList(p.Subscribe))

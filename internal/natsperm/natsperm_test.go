@@ -29,6 +29,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sluice-dev/sluice/api/v1beta1"
+	"github.com/sluice-dev/sluice/checks"
 	"github.com/sluice-dev/sluice/events"
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/internal/configstore"
@@ -413,5 +414,74 @@ func TestServerConfigLoads(t *testing.T) {
 		if !got[svc] {
 			t.Errorf("no user %s in the rendered configuration", svc)
 		}
+	}
+}
+
+// TestNamedConsumers: the integration user may consume each kind's pending
+// reasons and the checks user each built-in check controller's
+// reservations, under their own durable names only (NATS wildcards match
+// whole tokens, so each name is in the table).
+func TestNamedConsumers(t *testing.T) {
+	srv, caFile := startServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	connect := func(service string) jetstream.JetStream {
+		t.Helper()
+		cfg := natsconn.Config{URL: srv, User: service, Password: "pw-" + service, CAFile: caFile}
+		opts, err := cfg.Options("sluice-" + service)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nc, err := nats.Connect(srv, opts...)
+		if err != nil {
+			t.Fatalf("%s: connect: %v", service, err)
+		}
+		t.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return js
+	}
+	if err := bus.Setup(ctx, connect("setup"), bus.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		user, durable, filter string
+		wantAllowed           bool
+	}{
+		{"integration", "job-pending", events.SubjectFilter("workload", "pending", "job", "*"), true},
+		{"integration", "pytorchjob-pending", events.SubjectFilter("workload", "pending", "pytorchjob", "*"), true},
+		{"integration", "stranger-pending", events.SubjectFilter("workload", "pending", "job", "*"), false},
+		{"checks", checks.Durable(v1beta1.ProvisioningRequestController), events.SubjectFilter("workload", "reserved", "*", "*"), true},
+		{"checks", checks.Durable("example.com/unlisted"), events.SubjectFilter("workload", "reserved", "*", "*"), false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.user+"/"+tc.durable, func(t *testing.T) {
+			js := connect(tc.user)
+			// A refused request is never answered: wait a little only.
+			cctx, ccancel := context.WithTimeout(ctx, 3*time.Second)
+			defer ccancel()
+			c, err := js.CreateOrUpdateConsumer(cctx, bus.StreamEvents, jetstream.ConsumerConfig{Durable: tc.durable, FilterSubject: tc.filter, AckPolicy: jetstream.AckExplicitPolicy})
+			if !tc.wantAllowed {
+				if err == nil {
+					t.Fatalf("%s created consumer %s; want it refused", tc.user, tc.durable)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("%s: create consumer %s: %v", tc.user, tc.durable, err)
+			}
+			if _, err := c.Fetch(1, jetstream.FetchMaxWait(200*time.Millisecond)); err != nil {
+				t.Fatalf("%s: fetch from %s: %v", tc.user, tc.durable, err)
+			}
+		})
+	}
+	p, err := natsperm.For("checks", natsperm.WithCheckControllers("example.com/budget"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(p.Publish, "$JS.API.CONSUMER.CREATE."+bus.StreamEvents+"."+checks.Durable("example.com/budget")) {
+		t.Errorf("WithCheckControllers: the checks user may not create check-example-com-budget: %v", p.Publish)
 	}
 }

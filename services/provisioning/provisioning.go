@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -475,7 +476,8 @@ func (s *Service) sync(ctx context.Context, key string) error {
 		return nil // inactive: the check answers nothing
 	}
 	started := false
-	if failed(&pr) {
+	if meta.IsStatusConditionTrue(pr.Status.Conditions, autoscaling.BookingExpired) {
+		// An expired booking matters only to a job that has not started.
 		_, j, _, err := s.job(ctx, w)
 		if err != nil {
 			return err
