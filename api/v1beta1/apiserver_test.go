@@ -32,12 +32,13 @@ const crdDir = "../../config/crd"
 
 // crdFiles names the generated manifest of each kind.
 var crdFiles = map[string]string{
-	"ClusterQueue":          "sluice.dev_clusterqueues.yaml",
-	"Cohort":                "sluice.dev_cohorts.yaml",
-	"LocalQueue":            "sluice.dev_localqueues.yaml",
-	"ResourceFlavor":        "sluice.dev_resourceflavors.yaml",
-	"WorkloadPriorityClass": "sluice.dev_workloadpriorityclasses.yaml",
-	"AdmissionCheck":        "sluice.dev_admissionchecks.yaml",
+	"ClusterQueue":              "sluice.dev_clusterqueues.yaml",
+	"Cohort":                    "sluice.dev_cohorts.yaml",
+	"LocalQueue":                "sluice.dev_localqueues.yaml",
+	"ResourceFlavor":            "sluice.dev_resourceflavors.yaml",
+	"WorkloadPriorityClass":     "sluice.dev_workloadpriorityclasses.yaml",
+	"AdmissionCheck":            "sluice.dev_admissionchecks.yaml",
+	"ProvisioningRequestConfig": "sluice.dev_provisioningrequestconfigs.yaml",
 }
 
 // readCRD decodes a generated manifest strictly (an unknown field in it is a

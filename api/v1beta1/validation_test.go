@@ -518,6 +518,33 @@ func TestAdmissionCheckValidation(t *testing.T) {
 	})
 }
 
+func TestProvisioningRequestConfigValidation(t *testing.T) {
+	runValidationCases(t, "ProvisioningRequestConfig", []validationCase{
+		{
+			name: "Kueue's example, every field",
+			obj: provisioningRequestConfig(`{provisioningClassName: check-capacity.autoscaling.x-k8s.io, managedResources: [nvidia.com/gpu],
+				parameters: {ValidUntilSeconds: "600"}, podSetMergePolicy: IdenticalWorkloadSchedulingRequirements,
+				retryStrategy: {backoffLimitCount: 2, backoffBaseSeconds: 60, backoffMaxSeconds: 1800},
+				podSetUpdates: {nodeSelector: [{key: cloud.example.com/request, valueFromProvisioningClassDetail: RequestKey}]}}`),
+		},
+		{
+			name:     "no class",
+			obj:      provisioningRequestConfig(`{managedResources: [nvidia.com/gpu]}`),
+			wantErrs: []fieldError{{"spec.provisioningClassName", "Required value"}},
+		},
+		{
+			name:     "a merge policy Kueue does not have",
+			obj:      provisioningRequestConfig(`{provisioningClassName: c, podSetMergePolicy: Always}`),
+			wantErrs: []fieldError{{"spec.podSetMergePolicy", `Unsupported value: "Always": supported values: "IdenticalPodTemplates", "IdenticalWorkloadSchedulingRequirements"`}},
+		},
+		{
+			name:     "a negative retry count",
+			obj:      provisioningRequestConfig(`{provisioningClassName: c, retryStrategy: {backoffLimitCount: -1}}`),
+			wantErrs: []fieldError{{"spec.retryStrategy.backoffLimitCount", "Invalid value: -1: spec.retryStrategy.backoffLimitCount in body should be greater than or equal to 0"}},
+		},
+	})
+}
+
 func TestCohortValidation(t *testing.T) {
 	runValidationCases(t, "Cohort", []validationCase{
 		{
@@ -818,6 +845,10 @@ func resourceFlavor(spec string) string {
 
 func admissionCheck(spec string) string {
 	return object("AdmissionCheck", "name: prov", "spec", spec)
+}
+
+func provisioningRequestConfig(spec string) string {
+	return object("ProvisioningRequestConfig", "name: prov", "spec", spec)
 }
 
 func workloadPriorityClass(fields string) string {
