@@ -1372,7 +1372,12 @@ func (s *Service) publish(ctx context.Context, ds []engine.Decision, lost map[st
 		s.noteWaiting(d.Key, class, d.Reason, now)
 		t, ok := s.told[d.Key]
 		switch {
-		case ok && t.class == class:
+		case ok && !news(t.class, class):
+			// Keep the more telling of the two, so that what comes next
+			// is judged against it.
+			if isPosition(t.class) && !isPosition(class) {
+				t.class = class
+			}
 			t.held = false
 			s.told[d.Key] = t
 			continue
@@ -1421,7 +1426,7 @@ func (s *Service) flushPending(ctx context.Context, now time.Time) {
 		s.told[key] = t
 		w := s.wls[key]
 		reason := s.eng.PendingReason(key)
-		if w == nil || reason == "" || s.eng.IsAdmitted(key) || reasonClass(reason) == t.class {
+		if w == nil || reason == "" || s.eng.IsAdmitted(key) || !news(t.class, reasonClass(reason)) {
 			continue
 		}
 		s.tellPending(ctx, w.Workload, key, s.eng.ClusterQueueOf(key), reason)
@@ -1431,14 +1436,62 @@ func (s *Service) flushPending(ctx context.Context, now time.Time) {
 	}
 }
 
+// news reports whether a workload's pending reason of class next is worth
+// announcing after one of class prev. Only a change in kind is. Which
+// workload it waits behind, or a number, is not (reasonClass takes them
+// out), nor is a move between the head of its queue, which says what quota
+// it lacks, and a place behind the head, which says only that it waits:
+// both are the same wait for quota, and its live reason and place are in
+// the pending API.
+func news(prev, next string) bool {
+	switch {
+	case prev == next:
+		return false
+	case isPosition(next) && isPosition(prev):
+		return queueOf(prev) != queueOf(next)
+	case isPosition(next):
+		// Someone got ahead of it: it still waits for quota.
+		return !awaitsQuota(prev)
+	case isPosition(prev):
+		// It reached the head of its queue, short of quota.
+		return !strings.Contains(next, insufficientQuota)
+	}
+	return true
+}
+
+// Pending reasons of the waits for quota (internal/engine's texts).
+const (
+	insufficientQuota = "insufficient unused quota for "
+	waitingBehind     = "waiting behind "
+	waitingIn         = "waiting in ClusterQueue "
+	waitingForRelease = "preempted workload(s) to release quota"
+)
+
+// isPosition reports whether a reason class says only where the workload
+// waits in its queue.
+func isPosition(class string) bool {
+	return strings.HasPrefix(class, waitingBehind) || strings.HasPrefix(class, waitingIn)
+}
+
+// queueOf is the ClusterQueue a position names.
+func queueOf(position string) string {
+	_, q, _ := strings.Cut(position, "ClusterQueue ")
+	return q
+}
+
+// awaitsQuota reports whether a reason class is a wait for quota: short of
+// it, behind others, or for preempted workloads to give theirs up.
+func awaitsQuota(class string) bool {
+	return isPosition(class) || strings.Contains(class, insufficientQuota) || strings.HasSuffix(class, waitingForRelease)
+}
+
 // reasonClass is what a pending reason says with the workload it waits
 // behind and every number taken out.
 func reasonClass(reason string) string {
-	const behind = "waiting behind "
-	if i := strings.Index(reason, behind); i >= 0 {
-		rest := reason[i+len(behind):]
+	if i := strings.Index(reason, waitingBehind); i >= 0 {
+		rest := reason[i+len(waitingBehind):]
 		if j := strings.IndexByte(rest, ' '); j >= 0 {
-			reason = reason[:i+len(behind)] + "*" + rest[j:]
+			reason = reason[:i+len(waitingBehind)] + "*" + rest[j:]
 		}
 	}
 	return strings.Map(func(r rune) rune {
