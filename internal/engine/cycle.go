@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 )
@@ -68,6 +69,8 @@ type cycle struct {
 	out     []Decision
 	cursor  map[*cqState]int
 	blocked map[*cqState]bool
+	// kept is the quota preemptors wait for, by cohort tree (keepQuota).
+	kept map[*node][]kept
 	touched map[*cqState]bool
 	// id stamps workloads seen (wlState.seenIn) and preempted
 	// (wlState.victimIn) in this cycle. A victim may be admitted again into
@@ -368,6 +371,7 @@ func (t *tree) compareShares(a *node, ua []frAmount, b *node, ub []frAmount) (in
 func (c *cycle) process(entries []*entry) {
 	e := c.e
 	roots := map[*node]bool{}
+	c.keepQuota(entries)
 	for _, en := range entries {
 		ws, cq := en.ws, en.ws.cq
 		ws.seenIn = c.id
@@ -381,6 +385,15 @@ func (c *cycle) process(entries []*entry) {
 			if !e.fits(cq, en.a, true) {
 				// Another admission of this round took the room; the
 				// next round looks again.
+				continue
+			}
+			if by := c.keptFrom(ws, en.a, c.kept[root]); by != nil {
+				c.pend(ws, keptFor(by))
+				if cq.QueueingStrategy == StrictFIFO {
+					c.blocked[cq] = true
+				} else {
+					ws.parked = true
+				}
 				continue
 			}
 			c.admit(ws, en.a)
@@ -441,11 +454,88 @@ func (c *cycle) requestPreemption(ws *wlState, en *entry) {
 	c.pend(ws, waitingForVictims(waiting))
 	c.blocked[ws.cq] = true
 	root := ws.cq.node.root()
-	ws.waiting = preemptionWait{root: root, released: root.released, n: waiting}
+	ws.waiting = preemptionWait{root: root, released: root.released, n: waiting, usage: slices.Clone(en.a.usage)}
 }
 
+// kept is quota a preemptor waits to use, once its victims are gone.
+type kept struct {
+	ws    *wlState
+	usage []frAmount
+}
+
+// keepQuota adds to the cycle's kept quota, by cohort tree, what the
+// round's preemptors need. While victims stop (deferred preemption), the
+// quota each releases is the preemptor's: a workload that would fit in it
+// must not take it, in this round or a later one of the cycle, or the
+// preemptor preempts again, and again (Kueue reserves the preemptor's
+// resources in its cohort for the cycle the same way).
+func (c *cycle) keepQuota(entries []*entry) {
+	if !c.e.deferred {
+		return // victims go at once: nothing to keep
+	}
+	for _, en := range entries {
+		var u []frAmount
+		switch {
+		case en.waitingFor > 0:
+			u = en.ws.waiting.usage
+		case len(en.targets) > 0:
+			u = en.a.usage
+		}
+		if len(u) == 0 {
+			continue
+		}
+		if c.kept == nil {
+			c.kept = map[*node][]kept{}
+		}
+		root := en.ws.cq.node.root()
+		c.kept[root] = append(c.kept[root], kept{ws: en.ws, usage: u})
+	}
+}
+
+// keptFrom returns the preemptor whose kept quota a would take, if any:
+// a fits with the kept quota counted as used.
+func (c *cycle) keptFrom(ws *wlState, a *assignment, ks []kept) *wlState {
+	var by *wlState
+	for _, k := range ks {
+		if k.ws == ws {
+			continue
+		}
+		if by == nil {
+			by = k.ws
+		}
+		for _, u := range k.usage {
+			k.ws.cq.node.addUsage(u.fr, u.v)
+		}
+	}
+	if by == nil {
+		return nil
+	}
+	fits := c.e.fits(ws.cq, a, true)
+	for _, k := range ks {
+		if k.ws == ws {
+			continue
+		}
+		for _, u := range k.usage {
+			k.ws.cq.node.addUsage(u.fr, -u.v)
+		}
+	}
+	if fits {
+		return nil
+	}
+	return by
+}
+
+// keptFor is the pending reason of a workload that would fit in quota kept
+// for a preemptor.
+func keptFor(preemptor *wlState) string {
+	return fmt.Sprintf("the quota it fits in is kept for %s, which waits for %s", preemptor.key, waitingForRelease)
+}
+
+// waitingForRelease ends the reasons of waits for preempted workloads.
+const waitingForRelease = "preempted workload(s) to release quota"
+
 func waitingForVictims(n int) string {
-	return fmt.Sprintf("waiting for %d preempted workload(s) to release quota", n)
+	return fmt.Sprintf("waiting for %d %s", n, waitingForRelease)
 }
 
 // requeued notes that a queue's pending list changed under the cycle.

@@ -48,6 +48,60 @@ func TestDeferredEviction(t *testing.T) {
 			wantReason: map[string]string{"ns/low": "pod set main: insufficient unused quota for cpu in flavor default: requested 4, available 0"},
 		},
 		{
+			name: "quota a victim releases is kept for its preemptor, not taken by a borrower",
+			cfg: Config{
+				Flavors: flavors("default"),
+				ClusterQueues: []ClusterQueue{
+					newCQ("a").cohort("co").preemption(Never, Any).quota("default", "cpu", 4000).obj(),
+					newCQ("b").cohort("co").quota("default", "cpu", 0).obj(),
+				},
+				LocalQueues: lqs("ns-a", "a", "ns-b", "b"),
+			},
+			wls: []Workload{
+				newWL("ns-b", "b1").pods("main", 1, "cpu", 2000).admittedIn("b", "default", -2*time.Minute).obj(),
+				newWL("ns-b", "b2").pods("main", 1, "cpu", 2000).admittedIn("b", "default", -time.Minute).obj(),
+				newWL("ns-a", "reclaim").pods("main", 1, "cpu", 4000).obj(),
+				newWL("ns-b", "next").pods("main", 1, "cpu", 2000).at(time.Second).obj(),
+			},
+			steps: []string{"cycle", "evict ns-b/b2", "cycle"},
+			wantCycles: [][]string{
+				{"preempted ns-b/b2", "preempted ns-b/b1", "pending ns-a/reclaim", "pending ns-b/next"},
+				// b2 is back in its queue, first; neither it nor next
+				// takes what b2 gave up.
+				{"pending ns-a/reclaim", "pending ns-b/b2", "pending ns-b/next"},
+			},
+			wantReason: map[string]string{
+				"ns-a/reclaim": "waiting for 1 preempted workload(s) to release quota",
+				"ns-b/b2":      "the quota it fits in is kept for ns-a/reclaim, which waits for preempted workload(s) to release quota",
+			},
+		},
+		{
+			name: "the preemptor gets the kept quota once its last victim is gone",
+			cfg: Config{
+				Flavors: flavors("default"),
+				ClusterQueues: []ClusterQueue{
+					newCQ("a").cohort("co").preemption(Never, Any).quota("default", "cpu", 4000).obj(),
+					newCQ("b").cohort("co").quota("default", "cpu", 0).obj(),
+				},
+				LocalQueues: lqs("ns-a", "a", "ns-b", "b"),
+			},
+			wls: []Workload{
+				newWL("ns-b", "b1").pods("main", 1, "cpu", 2000).admittedIn("b", "default", -2*time.Minute).obj(),
+				newWL("ns-b", "b2").pods("main", 1, "cpu", 2000).admittedIn("b", "default", -time.Minute).obj(),
+				newWL("ns-a", "reclaim").pods("main", 1, "cpu", 4000).obj(),
+				newWL("ns-b", "next").pods("main", 1, "cpu", 2000).at(time.Second).obj(),
+			},
+			steps: []string{"cycle", "evict ns-b/b2", "cycle", "evict ns-b/b1", "cycle"},
+			wantCycles: [][]string{
+				{"preempted ns-b/b2", "preempted ns-b/b1", "pending ns-a/reclaim", "pending ns-b/next"},
+				{"pending ns-a/reclaim", "pending ns-b/b2", "pending ns-b/next"},
+				{"admitted ns-a/reclaim", "pending ns-b/b1", "pending ns-b/b2", "pending ns-b/next"},
+			},
+			wantReason: map[string]string{
+				"ns-b/b2": "pod set main: insufficient unused quota for cpu in flavor default: requested 2, available 0",
+			},
+		},
+		{
 			name: "HoldAndDrain asks once and keeps the quota until told",
 			cfg: Config{
 				Flavors:       flavors("default"),

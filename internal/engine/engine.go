@@ -341,6 +341,8 @@ type preemptionWait struct {
 	root     *node
 	released uint64
 	n        int
+	// usage is what the preemptor needs: kept for it while it waits.
+	usage []frAmount
 }
 
 func (e *Engine) unpark(root *node) {
