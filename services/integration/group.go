@@ -342,6 +342,33 @@ func GroupWorkload(ad Adapter, ns, group string, live []Job, prio PriorityResolv
 	return w, true, nil
 }
 
+// GroupTemplates returns, by pod set (role) of a pod group's workload, the
+// pod set of the first member in it, as its user wrote it: what a pod of
+// that role looks like.
+func GroupTemplates(ad Adapter, members []Job) (map[string]PodSet, error) {
+	out := map[string]PodSet{}
+	for _, m := range members {
+		view, err := ad.Decode(m.Object())
+		if err != nil {
+			return nil, err
+		}
+		if err := Pristine(view); err != nil {
+			return nil, err
+		}
+		sets, err := view.PodSets()
+		if err != nil {
+			return nil, err
+		}
+		if len(sets) != 1 {
+			return nil, fmt.Errorf("%s has %d pod sets, a group member must have one: %w", m.Meta().GetName(), len(sets), ErrInvalidGroup)
+		}
+		if role := roleName(askOf(sets[0].Spec)); out[role].Spec == nil {
+			out[role] = sets[0]
+		}
+	}
+	return out, nil
+}
+
 // roleName names the pod set of the members that ask for what ps asks
 // for: the same requests, node selector and tolerations.
 func roleName(ps WorkloadPodSet) string {

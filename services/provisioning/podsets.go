@@ -1,6 +1,7 @@
 package provisioning
 
 import (
+	"maps"
 	"slices"
 	"strings"
 
@@ -50,16 +51,21 @@ func podSetsOfJob(j, view integration.Job, assigned []events.PodSetAssignmentV1,
 		if !ok {
 			n = ps.Count
 		}
-		t := corev1.PodTemplateSpec{Spec: *ps.Spec.DeepCopy()}
-		if ps.Meta != nil {
-			t.Labels, t.Annotations = ps.Meta.Labels, ps.Meta.Annotations
-			delete(t.Annotations, integration.AdmissionAnnotation)
-			delete(t.Annotations, integration.OriginalAnnotation)
-		}
-		limitsAsRequests(&t.Spec)
-		out = append(out, podSet{names: []string{ps.Name}, count: n, template: t})
+		out = append(out, templateOf(ps, ps.Name, n))
 	}
 	return out, nil
+}
+
+// templateOf is the pod template of a request for count pods like ps's.
+func templateOf(ps integration.PodSet, name string, count int32) podSet {
+	t := corev1.PodTemplateSpec{Spec: *ps.Spec.DeepCopy()}
+	if ps.Meta != nil {
+		t.Labels, t.Annotations = maps.Clone(ps.Meta.Labels), maps.Clone(ps.Meta.Annotations)
+		delete(t.Annotations, integration.AdmissionAnnotation)
+		delete(t.Annotations, integration.OriginalAnnotation)
+	}
+	limitsAsRequests(&t.Spec)
+	return podSet{names: []string{name}, count: count, template: t}
 }
 
 // limitsAsRequests sets a container's request for each resource it only

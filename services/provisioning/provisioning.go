@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	autoscaling "k8s.io/autoscaler/cluster-autoscaler/apis/provisioningrequest/autoscaling.x-k8s.io/v1"
@@ -48,6 +49,9 @@ var (
 	// ErrNoConfig: the check's ProvisioningRequestConfig is not there
 	// (yet); the reservation is offered again with backoff.
 	ErrNoConfig = errors.New("provisioning: no ProvisioningRequestConfig for the check")
+	// ErrPodSets: the workload's pod sets cannot be read from its objects;
+	// the check is Rejected with the reason.
+	ErrPodSets = errors.New("cannot read the workload's pod sets")
 	// ErrUnknownKind: the workload's kind is not one this controller reads.
 	ErrUnknownKind = errors.New("provisioning: unknown job kind")
 )
@@ -266,23 +270,21 @@ func (s *Service) decide(ctx context.Context, r checks.Request) (checks.Answer, 
 		return checks.Answer{}, err
 	}
 	log := s.log.With().Str("workload", r.Workload.String()).Str("check", r.Check).Logger()
-	obj, j, view, err := s.job(ctx, r.Workload)
+	owners, sets, err := s.podSetsOf(ctx, r)
 	switch {
 	case errors.Is(err, ErrUnknownKind):
 		log.Warn().Err(err).Msg("cannot provision for this kind: the check stays Pending")
 		return checks.Answer{}, nil
-	case err != nil:
-		return checks.Answer{}, err
-	case j == nil:
-		// Gone, or a pod group (its workload is no one object), which
-		// this controller does not provision for yet.
-		log.Info().Msg("no object of the workload's name and uid: nothing provisioned")
+	case err == nil && len(owners) == 0:
+		log.Info().Msg("the workload's objects are gone: nothing provisioned")
 		return checks.Answer{}, nil
 	}
-	sets, err := podSetsOfJob(j, view, r.PodSets, s.flavorMap())
-	if err != nil {
+	if errors.Is(err, ErrPodSets) {
 		log.Warn().Err(err).Msg("cannot read the workload's pod sets")
-		return checks.Answer{State: events.CheckRejected, Message: "cannot read the workload's pod sets: " + err.Error()}, nil
+		return checks.Answer{State: events.CheckRejected, Message: err.Error()}, nil
+	}
+	if err != nil {
+		return checks.Answer{}, err // the API server: offered again
 	}
 	sets = managed(sets, cfg.Spec.ManagedResources)
 	if len(sets) == 0 {
@@ -312,7 +314,7 @@ func (s *Service) decide(ctx context.Context, r checks.Request) (checks.Answer, 
 		log.Info().Str("request", latest.Name).Msg("ProvisioningRequest taken over by a new reservation")
 		return answerOf(latest, cfg.Spec, false), nil
 	}
-	name, err := s.create(ctx, r, obj, cfg, merge(sets, cfg.Spec.PodSetMergePolicy), next)
+	name, err := s.create(ctx, r, owners, cfg, merge(sets, cfg.Spec.PodSetMergePolicy), next)
 	if err != nil {
 		return checks.Answer{}, err
 	}
@@ -323,6 +325,66 @@ func (s *Service) decide(ctx context.Context, r checks.Request) (checks.Answer, 
 		}
 	}
 	return checks.Answer{}, nil
+}
+
+// podSetsOf returns the objects a workload is made of (one, or a pod
+// group's members) and its pod sets as they would run under the
+// reservation; no objects when they are gone. An error that is not
+// ErrUnknownKind and names no API failure means the pod sets cannot be
+// read.
+func (s *Service) podSetsOf(ctx context.Context, r checks.Request) ([]*unstructured.Unstructured, []podSet, error) {
+	obj, j, view, err := s.job(ctx, r.Workload)
+	if err != nil {
+		return nil, nil, err
+	}
+	if j != nil {
+		sets, err := podSetsOfJob(j, view, r.PodSets, s.flavorMap())
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: %v", ErrPodSets, err)
+		}
+		return []*unstructured.Unstructured{obj}, sets, nil
+	}
+	ad := s.adapters[r.Workload.Kind]
+	g, ok := ad.(integration.Grouper)
+	if !ok {
+		return nil, nil, nil
+	}
+	// A pod group: its workload is named after the group, its pod sets
+	// are its members' roles.
+	list, err := s.dyn.Resource(ad.Kind().GVR()).Namespace(r.Workload.Namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: labels.Set{g.GroupLabel(): r.Workload.Name}.String()})
+	if err != nil {
+		return nil, nil, fmt.Errorf("list the members of group %s: %w", r.Workload, err)
+	}
+	var owners []*unstructured.Unstructured
+	var members []integration.Job
+	for i := range list.Items {
+		u := &list.Items[i]
+		if u.GetDeletionTimestamp() != nil {
+			continue
+		}
+		m, err := ad.Decode(u)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: %v", ErrPodSets, err)
+		}
+		owners, members = append(owners, u), append(members, m)
+	}
+	if len(members) == 0 {
+		return nil, nil, nil
+	}
+	roles, err := integration.GroupTemplates(ad, members)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %v", ErrPodSets, err)
+	}
+	var sets []podSet
+	for _, psa := range r.PodSets {
+		ps, ok := roles[psa.Name]
+		if !ok {
+			return nil, nil, fmt.Errorf("%w: no member of group %s is in pod set %s", ErrPodSets, r.Workload, psa.Name)
+		}
+		sets = append(sets, templateOf(ps, psa.Name, psa.Count))
+	}
+	return owners, sets, nil
 }
 
 // job reads the workload's object: as it is (j) and a second copy to
@@ -344,7 +406,7 @@ func (s *Service) job(ctx context.Context, w events.WorkloadRef) (*unstructured.
 	}
 	j, err := ad.Decode(obj)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("decode %s %s: %w", w.Kind, w, err)
+		return nil, nil, nil, fmt.Errorf("%w: decode %s %s: %v", ErrPodSets, w.Kind, w, err)
 	}
 	view, err := ad.Decode(obj)
 	if err != nil {
@@ -371,9 +433,13 @@ func (s *Service) requestsOf(uid, check string) []*autoscaling.ProvisioningReque
 
 // create makes attempt n's pod templates, then its request, all owned by
 // the workload's object so that deleting it deletes them.
-func (s *Service) create(ctx context.Context, r checks.Request, owner *unstructured.Unstructured, cfg *v1beta1.ProvisioningRequestConfig, sets []podSet, n int32) (string, error) {
+func (s *Service) create(ctx context.Context, r checks.Request, owners []*unstructured.Unstructured, cfg *v1beta1.ProvisioningRequestConfig, sets []podSet, n int32) (string, error) {
 	name := RequestName(r.Workload, r.Check, n)
-	ref := metav1.OwnerReference{APIVersion: owner.GetAPIVersion(), Kind: owner.GetKind(), Name: owner.GetName(), UID: owner.GetUID()}
+	// Deleted once every owner is: the job, or all of a group's members.
+	var refs []metav1.OwnerReference
+	for _, o := range owners {
+		refs = append(refs, metav1.OwnerReference{APIVersion: o.GetAPIVersion(), Kind: o.GetKind(), Name: o.GetName(), UID: o.GetUID()})
+	}
 	lbl := map[string]string{WorkloadUIDLabel: r.Workload.UID}
 	wl, err := json.Marshal(r.Workload)
 	if err != nil {
@@ -381,16 +447,16 @@ func (s *Service) create(ctx context.Context, r checks.Request, owner *unstructu
 	}
 	pr := &autoscaling.ProvisioningRequest{
 		TypeMeta: metav1.TypeMeta{APIVersion: autoscaling.SchemeGroupVersion.String(), Kind: "ProvisioningRequest"},
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: r.Workload.Namespace, Labels: lbl, OwnerReferences: []metav1.OwnerReference{ref},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: r.Workload.Namespace, Labels: lbl, OwnerReferences: refs,
 			Annotations: map[string]string{WorkloadAnnotation: string(wl), CheckAnnotation: r.Check, AttemptAnnotation: strconv.Itoa(int(n)),
 				AdmissionAnnotation: r.Admission, PodSetsAnnotation: names(sets)}},
 		Spec: autoscaling.ProvisioningRequestSpec{ProvisioningClassName: cfg.Spec.ProvisioningClassName,
-			Parameters: parameters(cfg.Spec, owner.GetAnnotations())},
+			Parameters: parameters(cfg.Spec, owners[0].GetAnnotations())},
 	}
 	for _, ps := range sets {
 		tn := TemplateName(name, ps.names[0])
 		pt := &corev1.PodTemplate{ObjectMeta: metav1.ObjectMeta{Name: tn, Namespace: r.Workload.Namespace, Labels: lbl,
-			OwnerReferences: []metav1.OwnerReference{ref}}, Template: ps.template}
+			OwnerReferences: refs}, Template: ps.template}
 		if _, err := s.kube.CoreV1().PodTemplates(pt.Namespace).Create(ctx, pt, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return "", fmt.Errorf("create PodTemplate %s/%s: %w", pt.Namespace, tn, err)
 		}

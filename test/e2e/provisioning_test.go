@@ -149,6 +149,33 @@ spec: {clusterQueue: %[1]s}
 		_, ok := reservations(t)["job/"+ns+"/exhausted"]
 		return !ok, "still held"
 	})
+
+	// A pod group: one request for its members, owned by all of them;
+	// they start on the new node, each consuming it.
+	members := []string{"grp-0", "grp-1"}
+	for _, m := range members {
+		createMember(t, ns, "grp", m, len(members), 1, "2s")
+	}
+	gpr := waitRequest(t, ns, "pod-grp-"+ns+"-1")
+	if len(gpr.OwnerReferences) != 2 || len(gpr.Spec.PodSets) != 1 || gpr.Spec.PodSets[0].Count != 2 {
+		t.Fatalf("the group's request: owners %v, pod sets %+v; want both members, one pod set of 2", gpr.OwnerReferences, gpr.Spec.PodSets)
+	}
+	addNode(t, ns+"-pool-3", "pool-3")
+	setRequestStatus(t, ns, gpr.Name, autoscaling.Provisioned, map[string]string{"RequestKey": "pool-3"})
+	eventually(t, 60*time.Second, "the group's members ungated, each consuming the request", func() (bool, string) {
+		n, state := 0, ""
+		for _, m := range members {
+			p, ok := getPod(t, ns, m)
+			if ok && len(p.Spec.SchedulingGates) == 0 && p.Annotations[autoscaling.ProvisioningRequestPodAnnotationKey] == gpr.Name &&
+				p.Spec.NodeSelector["e2e.sluice.dev/pool"] == "pool-3" {
+				n++
+			}
+			if ok {
+				state += fmt.Sprintf("%s: gates %v, annotations %v, selector %v; ", m, p.Spec.SchedulingGates, p.Annotations, p.Spec.NodeSelector)
+			}
+		}
+		return n == len(members), state
+	})
 }
 
 // waitRequest waits for the ProvisioningRequest named name.
