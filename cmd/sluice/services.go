@@ -129,6 +129,24 @@ func (c *common) kube() (*rest.Config, error) {
 	return cfg, nil
 }
 
+// kindClients selects the named kinds' adapters and makes the clients
+// that read and write their objects.
+func kindClients(kc *rest.Config, names []string) ([]integration.Adapter, kubernetes.Interface, dynamic.Interface, error) {
+	ads, err := kinds.Select(names)
+	if err != nil {
+		return nil, nil, nil, usageError{err}
+	}
+	kube, err := kubernetes.NewForConfig(protobuf(kc))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	dyn, err := dynamic.NewForConfig(kc)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return ads, kube, dyn, nil
+}
+
 // protobuf is kc speaking protobuf, for clients of built-in kinds only
 // (custom resources have no protobuf encoding): the API server encodes
 // each watch event once per encoding its watchers ask for, and the
@@ -362,15 +380,7 @@ func watcherRunner(f *serviceFlags) runner {
 // CRD is served.
 func integrationRunner(f *serviceFlags, names func() []string) runner {
 	return func(ctx context.Context, js jetstream.JetStream, kc *rest.Config, log zerolog.Logger, tf *tracing.Factory) (service, error) {
-		ads, err := kinds.Select(names())
-		if err != nil {
-			return nil, usageError{err}
-		}
-		kube, err := kubernetes.NewForConfig(protobuf(kc))
-		if err != nil {
-			return nil, err
-		}
-		dyn, err := dynamic.NewForConfig(kc)
+		ads, kube, dyn, err := kindClients(kc, names())
 		if err != nil {
 			return nil, err
 		}
@@ -435,15 +445,7 @@ func (g *integrations) Ready() error {
 // the named kinds, once the API server serves ProvisioningRequests.
 func provisioningRunner(names func() []string) runner {
 	return func(ctx context.Context, js jetstream.JetStream, kc *rest.Config, log zerolog.Logger, tf *tracing.Factory) (service, error) {
-		ads, err := kinds.Select(names())
-		if err != nil {
-			return nil, usageError{err}
-		}
-		kube, err := kubernetes.NewForConfig(protobuf(kc))
-		if err != nil {
-			return nil, err
-		}
-		dyn, err := dynamic.NewForConfig(kc)
+		ads, kube, dyn, err := kindClients(kc, names())
 		if err != nil {
 			return nil, err
 		}

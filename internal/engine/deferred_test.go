@@ -16,6 +16,25 @@ func kinds(ds []Decision) []string {
 	return out
 }
 
+// reclaimCfg: queue a lends its 4 CPUs to b, where two workloads borrow
+// them; a reclaims them for one workload, and b has another waiting.
+var (
+	reclaimCfg = Config{
+		Flavors: flavors("default"),
+		ClusterQueues: []ClusterQueue{
+			newCQ("a").cohort("co").preemption(Never, Any).quota("default", "cpu", 4000).obj(),
+			newCQ("b").cohort("co").quota("default", "cpu", 0).obj(),
+		},
+		LocalQueues: lqs("ns-a", "a", "ns-b", "b"),
+	}
+	reclaimWls = []Workload{
+		newWL("ns-b", "b1").pods("main", 1, "cpu", 2000).admittedIn("b", "default", -2*time.Minute).obj(),
+		newWL("ns-b", "b2").pods("main", 1, "cpu", 2000).admittedIn("b", "default", -time.Minute).obj(),
+		newWL("ns-a", "reclaim").pods("main", 1, "cpu", 4000).obj(),
+		newWL("ns-b", "next").pods("main", 1, "cpu", 2000).at(time.Second).obj(),
+	}
+)
+
 func TestDeferredEviction(t *testing.T) {
 	drain := HoldAndDrain
 	cases := []struct {
@@ -48,21 +67,9 @@ func TestDeferredEviction(t *testing.T) {
 			wantReason: map[string]string{"ns/low": "pod set main: insufficient unused quota for cpu in flavor default: requested 4, available 0"},
 		},
 		{
-			name: "quota a victim releases is kept for its preemptor, not taken by a borrower",
-			cfg: Config{
-				Flavors: flavors("default"),
-				ClusterQueues: []ClusterQueue{
-					newCQ("a").cohort("co").preemption(Never, Any).quota("default", "cpu", 4000).obj(),
-					newCQ("b").cohort("co").quota("default", "cpu", 0).obj(),
-				},
-				LocalQueues: lqs("ns-a", "a", "ns-b", "b"),
-			},
-			wls: []Workload{
-				newWL("ns-b", "b1").pods("main", 1, "cpu", 2000).admittedIn("b", "default", -2*time.Minute).obj(),
-				newWL("ns-b", "b2").pods("main", 1, "cpu", 2000).admittedIn("b", "default", -time.Minute).obj(),
-				newWL("ns-a", "reclaim").pods("main", 1, "cpu", 4000).obj(),
-				newWL("ns-b", "next").pods("main", 1, "cpu", 2000).at(time.Second).obj(),
-			},
+			name:  "quota a victim releases is kept for its preemptor, not taken by a borrower",
+			cfg:   reclaimCfg,
+			wls:   reclaimWls,
 			steps: []string{"cycle", "evict ns-b/b2", "cycle"},
 			wantCycles: [][]string{
 				{"preempted ns-b/b2", "preempted ns-b/b1", "pending ns-a/reclaim", "pending ns-b/next"},
@@ -76,21 +83,9 @@ func TestDeferredEviction(t *testing.T) {
 			},
 		},
 		{
-			name: "the preemptor gets the kept quota once its last victim is gone",
-			cfg: Config{
-				Flavors: flavors("default"),
-				ClusterQueues: []ClusterQueue{
-					newCQ("a").cohort("co").preemption(Never, Any).quota("default", "cpu", 4000).obj(),
-					newCQ("b").cohort("co").quota("default", "cpu", 0).obj(),
-				},
-				LocalQueues: lqs("ns-a", "a", "ns-b", "b"),
-			},
-			wls: []Workload{
-				newWL("ns-b", "b1").pods("main", 1, "cpu", 2000).admittedIn("b", "default", -2*time.Minute).obj(),
-				newWL("ns-b", "b2").pods("main", 1, "cpu", 2000).admittedIn("b", "default", -time.Minute).obj(),
-				newWL("ns-a", "reclaim").pods("main", 1, "cpu", 4000).obj(),
-				newWL("ns-b", "next").pods("main", 1, "cpu", 2000).at(time.Second).obj(),
-			},
+			name:  "the preemptor gets the kept quota once its last victim is gone",
+			cfg:   reclaimCfg,
+			wls:   reclaimWls,
 			steps: []string{"cycle", "evict ns-b/b2", "cycle", "evict ns-b/b1", "cycle"},
 			wantCycles: [][]string{
 				{"preempted ns-b/b2", "preempted ns-b/b1", "pending ns-a/reclaim", "pending ns-b/next"},

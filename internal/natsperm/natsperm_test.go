@@ -56,25 +56,8 @@ func TestServicesUnderTheirPermissions(t *testing.T) {
 	violations := &errorsSeen{}
 	connect := func(service string) (*nats.Conn, jetstream.JetStream) {
 		t.Helper()
-		cfg := natsconn.Config{URL: srv, User: service, Password: "pw-" + service, CAFile: caFile}
-		if err := cfg.Validate(); err != nil {
-			t.Fatal(err)
-		}
-		opts, err := cfg.Options("sluice-" + service)
-		if err != nil {
-			t.Fatal(err)
-		}
-		opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { violations.add(service, err) }))
-		nc, err := nats.Connect(srv, opts...)
-		if err != nil {
-			t.Fatalf("%s: connect: %v", service, err)
-		}
-		t.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return nc, js
+		return connectAs(t, srv, caFile, service,
+			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { violations.add(service, err) }))
 	}
 
 	_, setupJS := connect("setup")
@@ -307,6 +290,29 @@ func (l *eventLog) wait(t *testing.T, what string, match func(events.Envelope) b
 	}
 }
 
+// connectAs connects to the test server as a service's user.
+func connectAs(t *testing.T, srv, caFile, service string, extra ...nats.Option) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	cfg := natsconn.Config{URL: srv, User: service, Password: "pw-" + service, CAFile: caFile}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := cfg.Options("sluice-" + service)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(srv, append(opts, extra...)...)
+	if err != nil {
+		t.Fatalf("%s: connect: %v", service, err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js
+}
+
 // startServer starts a nats-server with JetStream on loopback that serves
 // TLS with a fresh CA and knows one user per service with the table's
 // permissions (password "pw-<service>"). It returns the URL and the CA file.
@@ -427,20 +433,7 @@ func TestNamedConsumers(t *testing.T) {
 	defer cancel()
 	connect := func(service string) jetstream.JetStream {
 		t.Helper()
-		cfg := natsconn.Config{URL: srv, User: service, Password: "pw-" + service, CAFile: caFile}
-		opts, err := cfg.Options("sluice-" + service)
-		if err != nil {
-			t.Fatal(err)
-		}
-		nc, err := nats.Connect(srv, opts...)
-		if err != nil {
-			t.Fatalf("%s: connect: %v", service, err)
-		}
-		t.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, js := connectAs(t, srv, caFile, service)
 		return js
 	}
 	if err := bus.Setup(ctx, connect("setup"), bus.Config{}); err != nil {

@@ -8,10 +8,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 
-	"github.com/sluice-dev/sluice/api/v1beta1"
 	"github.com/sluice-dev/sluice/checks"
 	"github.com/sluice-dev/sluice/events"
 )
@@ -103,17 +100,7 @@ spec: {clusterQueue: %[1]s}
 		}
 	})
 
-	eventually(t, 20*time.Second, "the AdmissionCheck marked Active", func() (bool, string) {
-		u, err := env.dyn.Resource(checks.GVR).Get(context.Background(), ns+"-budget", metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		var ac v1beta1.AdmissionCheck
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &ac); err != nil {
-			return false, err.Error()
-		}
-		return ac.IsActive(), fmt.Sprint(ac.Status.Conditions)
-	})
+	waitCheckActive(t, ns+"-budget", 20*time.Second)
 	createJob(t, jobSpec{ns: ns, name: "retried", queue: "q", pods: 1, gpus: 1, runFor: "3s"})
 	createJob(t, jobSpec{ns: ns, name: "denied", queue: "q", pods: 1, gpus: 1, runFor: "3s"})
 

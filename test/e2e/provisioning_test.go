@@ -75,17 +75,7 @@ spec: {clusterQueue: %[1]s}
 `, ns))
 	watchQuota(t)
 	// sluice dev notices the CRD within its discovery poll.
-	eventually(t, 60*time.Second, "the provisioning AdmissionCheck marked Active", func() (bool, string) {
-		u, err := env.dyn.Resource(checks.GVR).Get(context.Background(), ns, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		var ac v1beta1.AdmissionCheck
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &ac); err != nil {
-			return false, err.Error()
-		}
-		return ac.IsActive(), fmt.Sprint(ac.Status.Conditions)
-	})
+	waitCheckActive(t, ns, 60*time.Second)
 
 	// Provisioned: the Job starts on the node made for it.
 	j := createJob(t, jobSpec{ns: ns, name: "provisioned", queue: "q", pods: 2, gpus: 1, runFor: "3s"})
@@ -175,6 +165,23 @@ spec: {clusterQueue: %[1]s}
 			}
 		}
 		return n == len(members), state
+	})
+}
+
+// waitCheckActive waits for the AdmissionCheck's controller to mark it
+// Active.
+func waitCheckActive(t *testing.T, name string, within time.Duration) {
+	t.Helper()
+	eventually(t, within, "AdmissionCheck "+name+" marked Active", func() (bool, string) {
+		u, err := env.dyn.Resource(checks.GVR).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		var ac v1beta1.AdmissionCheck
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &ac); err != nil {
+			return false, err.Error()
+		}
+		return ac.IsActive(), fmt.Sprint(ac.Status.Conditions)
 	})
 }
 
