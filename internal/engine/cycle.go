@@ -70,7 +70,7 @@ type cycle struct {
 	cursor  map[*cqState]int
 	blocked map[*cqState]bool
 	// kept is the quota preemptors wait for, by cohort tree (keepQuota).
-	kept map[*node][]kept
+	kept    map[*node][]kept
 	touched map[*cqState]bool
 	// id stamps workloads seen (wlState.seenIn) and preempted
 	// (wlState.victimIn) in this cycle. A victim may be admitted again into
