@@ -25,6 +25,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/natsconn"
 	"github.com/sluice-dev/sluice/internal/workloads"
 	"github.com/sluice-dev/sluice/services/integration/kinds"
+	"github.com/sluice-dev/sluice/services/provisioning"
 )
 
 // Permissions of one NATS user.
@@ -175,6 +176,8 @@ func For(service string, opts ...Option) (Permissions, error) {
 		for _, c := range slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(BuiltinCheckControllers), set.checkControllers...)))) {
 			r.consume(bus.StreamEvents, checks.Durable(c))
 		}
+		// The provisioning check deletes the requests of ended workloads.
+		r.consume(bus.StreamEvents, provisioning.EndedDurable)
 		r.readStream(bus.StreamEvents)
 	case "setup":
 		r.publish("$JS.API.STREAM.CREATE.*", "$JS.API.STREAM.UPDATE.*", "$JS.API.STREAM.INFO.*", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST")

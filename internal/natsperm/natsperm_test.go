@@ -39,6 +39,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/workloads"
 	"github.com/sluice-dev/sluice/services/admission"
 	"github.com/sluice-dev/sluice/services/preemption"
+	"github.com/sluice-dev/sluice/services/provisioning"
 	"github.com/sluice-dev/sluice/services/quota"
 )
 
@@ -447,6 +448,7 @@ func TestNamedConsumers(t *testing.T) {
 		{"integration", "pytorchjob-pending", events.SubjectFilter("workload", "pending", "pytorchjob", "*"), true},
 		{"integration", "stranger-pending", events.SubjectFilter("workload", "pending", "job", "*"), false},
 		{"checks", checks.Durable(v1beta1.ProvisioningRequestController), events.SubjectFilter("workload", "reserved", "*", "*"), true},
+		{"checks", provisioning.EndedDurable, events.SubjectFilter("workload", "finished", "*", "*"), true},
 		{"checks", checks.Durable("example.com/unlisted"), events.SubjectFilter("workload", "reserved", "*", "*"), false},
 	}
 	for _, tc := range cases {

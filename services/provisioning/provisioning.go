@@ -31,6 +31,7 @@ import (
 	"github.com/sluice-dev/sluice/api/v1beta1"
 	"github.com/sluice-dev/sluice/checks"
 	"github.com/sluice-dev/sluice/events"
+	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/services/integration"
 )
 
@@ -179,9 +180,38 @@ func (s *Service) Run(ctx context.Context) error {
 		})
 	}
 	s.log.Info().Msg("provisioning admission check controller running")
+	wg.Go(func() {
+		// Capacity a workload that ended no longer needs is given back
+		// (deleting the request lets the autoscaler scale down).
+		err := bus.Run(ctx, s.js, bus.ConsumerSpec{Stream: bus.StreamEvents, Durable: EndedDurable,
+			FilterSubjects: []string{events.SubjectFilter("workload", "finished", "*", "*"), events.SubjectFilter("workload", "deleted", "*", "*")}},
+			s.ended, bus.WithLogger(s.log))
+		if err != nil && ctx.Err() == nil {
+			s.log.Error().Err(err).Msg("ended workloads' requests not deleted")
+		}
+	})
 	err := s.ctrl.Run(ctx)
 	s.queue.ShutDown()
 	return err
+}
+
+// EndedDurable is the consumer of ended workloads, whose requests are
+// deleted.
+var EndedDurable = checks.Durable(v1beta1.ProvisioningRequestController) + "-ended"
+
+// ended deletes the requests of a workload that finished or was deleted.
+func (s *Service) ended(ctx context.Context, env events.Envelope) error {
+	var e struct {
+		Workload events.WorkloadRef `json:"workload"`
+	}
+	if err := env.As(&e); err != nil {
+		return fmt.Errorf("%w: %v", bus.ErrPoison, err)
+	}
+	for _, pr := range s.requestsOf(e.Workload.UID, "") {
+		s.remove(ctx, pr)
+		s.log.Info().Str("workload", e.Workload.String()).Str("request", pr.Name).Msg("ProvisioningRequest of an ended workload deleted")
+	}
+	return nil
 }
 
 // waitServed asks the API server every poll whether it serves
@@ -415,7 +445,8 @@ func (s *Service) job(ctx context.Context, w events.WorkloadRef) (*unstructured.
 	return obj, j, view, nil
 }
 
-// requestsOf lists the requests made for a workload's check, by attempt.
+// requestsOf lists the requests made for a workload's check (every
+// check: ""), by attempt.
 func (s *Service) requestsOf(uid, check string) []*autoscaling.ProvisioningRequest {
 	var out []*autoscaling.ProvisioningRequest
 	for _, o := range s.requests.GetStore().List() {
@@ -423,7 +454,7 @@ func (s *Service) requestsOf(uid, check string) []*autoscaling.ProvisioningReque
 		if err := fromUnstructured(o, &pr); err != nil {
 			continue
 		}
-		if pr.Labels[WorkloadUIDLabel] == uid && pr.Annotations[CheckAnnotation] == check && attemptOf(&pr) > 0 {
+		if pr.Labels[WorkloadUIDLabel] == uid && (check == "" || pr.Annotations[CheckAnnotation] == check) && attemptOf(&pr) > 0 {
 			out = append(out, &pr)
 		}
 	}

@@ -110,6 +110,12 @@ spec: {clusterQueue: %[1]s}
 		}
 	}
 	waitComplete(t, ns, "provisioned", 60*time.Second)
+	// Its capacity is given back once it finished.
+	eventually(t, 30*time.Second, "the finished Job's request and pod template deleted", func() (bool, string) {
+		_, err := env.dyn.Resource(provisioning.RequestGVR).Namespace(ns).Get(context.Background(), pr.Name, metav1.GetOptions{})
+		_, terr := env.kube.CoreV1().PodTemplates(ns).Get(context.Background(), tpl.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err) && apierrors.IsNotFound(terr), fmt.Sprint(err, terr)
+	})
 
 	// Failed once: the quota is given up, and after the backoff a second
 	// request is made, which is provisioned.
