@@ -531,9 +531,6 @@ func keptFor(preemptor *wlState) string {
 	return fmt.Sprintf("the quota it fits in is kept for %s, which waits for %s", preemptor.key, waitingForRelease)
 }
 
-// waitingForRelease ends the reasons of waits for preempted workloads.
-const waitingForRelease = "preempted workload(s) to release quota"
-
 func waitingForVictims(n int) string {
 	return fmt.Sprintf("waiting for %d %s", n, waitingForRelease)
 }
@@ -637,13 +634,13 @@ func (c *cycle) explain() {
 			case head != nil:
 				if ws.behind != head || ws.reason == "" {
 					if behind == "" {
-						behind = fmt.Sprintf("waiting behind %s in ClusterQueue %s", head.key, cq.Name)
+						behind = fmt.Sprintf("%s%s in ClusterQueue %s", waitingBehind, head.key, cq.Name)
 					}
 					c.pend(ws, behind)
 					ws.behind = head
 				}
 			default:
-				c.pend(ws, fmt.Sprintf("waiting in ClusterQueue %s", cq.Name))
+				c.pend(ws, waitingIn+cq.Name)
 			}
 			if head == nil && stop == "" && !lqStopped(ws) {
 				head = ws

@@ -84,7 +84,7 @@ func (r reason) text() string {
 	case reasonSelector:
 		return fmt.Sprintf("flavor %s does not match nodeSelector %s=%s of pod set %s", r.flavor, r.key, r.value, r.podSet)
 	case reasonInsufficient:
-		return fmt.Sprintf("insufficient unused quota for %s in flavor %s: requested %s, available %s",
+		return fmt.Sprintf("%s%s in flavor %s: requested %s, available %s", insufficientQuota,
 			r.resource, r.flavor, Format(r.resource, r.requested), Format(r.resource, r.available))
 	default:
 		return fmt.Sprintf("insufficient quota for %s in flavor %s: requested %s, more than the ClusterQueue can ever use (%s)",

@@ -1375,7 +1375,8 @@ func (s *Service) publish(ctx context.Context, ds []engine.Decision, lost map[st
 		case ok && !news(t.class, class):
 			// Keep the more telling of the two, so that what comes next
 			// is judged against it.
-			if isPosition(t.class) && !isPosition(class) {
+			_, was := engine.PositionQueue(t.class)
+			if _, is := engine.PositionQueue(class); was && !is {
 				t.class = class
 			}
 			t.held = false
@@ -1444,54 +1445,31 @@ func (s *Service) flushPending(ctx context.Context, now time.Time) {
 // both are the same wait for quota, and its live reason and place are in
 // the pending API.
 func news(prev, next string) bool {
+	pq, prevPos := engine.PositionQueue(prev)
+	nq, nextPos := engine.PositionQueue(next)
 	switch {
 	case prev == next:
 		return false
-	case isPosition(next) && isPosition(prev):
-		return queueOf(prev) != queueOf(next)
-	case isPosition(next):
+	case prevPos && nextPos:
+		return pq != nq
+	case nextPos:
 		// Someone got ahead of it: it still waits for quota.
-		return !awaitsQuota(prev)
-	case isPosition(prev):
+		return !engine.AwaitsQuota(prev)
+	case prevPos:
 		// It reached the head of its queue, short of quota.
-		return !strings.Contains(next, insufficientQuota)
+		return !engine.ShortOfQuota(next)
 	}
 	return true
-}
-
-// Pending reasons of the waits for quota (internal/engine's texts).
-const (
-	insufficientQuota = "insufficient unused quota for "
-	waitingBehind     = "waiting behind "
-	waitingIn         = "waiting in ClusterQueue "
-	waitingForRelease = "preempted workload(s) to release quota"
-)
-
-// isPosition reports whether a reason class says only where the workload
-// waits in its queue.
-func isPosition(class string) bool {
-	return strings.HasPrefix(class, waitingBehind) || strings.HasPrefix(class, waitingIn)
-}
-
-// queueOf is the ClusterQueue a position names.
-func queueOf(position string) string {
-	_, q, _ := strings.Cut(position, "ClusterQueue ")
-	return q
-}
-
-// awaitsQuota reports whether a reason class is a wait for quota: short of
-// it, behind others, or for preempted workloads to give theirs up.
-func awaitsQuota(class string) bool {
-	return isPosition(class) || strings.Contains(class, insufficientQuota) || strings.HasSuffix(class, waitingForRelease)
 }
 
 // reasonClass is what a pending reason says with the workload it waits
 // behind and every number taken out.
 func reasonClass(reason string) string {
-	if i := strings.Index(reason, waitingBehind); i >= 0 {
-		rest := reason[i+len(waitingBehind):]
+	const behind = "waiting behind "
+	if i := strings.Index(reason, behind); i >= 0 {
+		rest := reason[i+len(behind):]
 		if j := strings.IndexByte(rest, ' '); j >= 0 {
-			reason = reason[:i+len(waitingBehind)] + "*" + rest[j:]
+			reason = reason[:i+len(behind)] + "*" + rest[j:]
 		}
 	}
 	return strings.Map(func(r rune) rune {

@@ -1,0 +1,35 @@
+package engine
+
+import "strings"
+
+// Fixed parts of the pending reasons of a wait for quota, so that a
+// reader can tell the kinds of waiting apart without parsing the text.
+const (
+	waitingBehind     = "waiting behind "
+	waitingIn         = "waiting in ClusterQueue "
+	insufficientQuota = "insufficient unused quota for "
+	waitingForRelease = "preempted workload(s) to release quota"
+)
+
+// PositionQueue reports whether a pending reason says only where the
+// workload waits in its queue ("waiting behind …" or "waiting in …"), and
+// names that ClusterQueue.
+func PositionQueue(reason string) (clusterQueue string, ok bool) {
+	if !strings.HasPrefix(reason, waitingBehind) && !strings.HasPrefix(reason, waitingIn) {
+		return "", false
+	}
+	_, q, _ := strings.Cut(reason, "ClusterQueue ")
+	return q, true
+}
+
+// ShortOfQuota reports whether a pending reason says the workload, at the
+// head of its queue, lacks unused quota.
+func ShortOfQuota(reason string) bool { return strings.Contains(reason, insufficientQuota) }
+
+// AwaitsQuota reports whether a pending reason is a wait for quota: short
+// of it, behind others in its queue, or for preempted workloads to give
+// theirs up.
+func AwaitsQuota(reason string) bool {
+	_, pos := PositionQueue(reason)
+	return pos || ShortOfQuota(reason) || strings.HasSuffix(reason, waitingForRelease)
+}
