@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/sluice-dev/sluice/api/v1beta1"
 	"github.com/sluice-dev/sluice/events"
@@ -24,15 +25,21 @@ type podSet struct {
 // podSetsOfJob returns the workload's pod sets as they would run under the
 // reservation: the admitted counts, the templates with the assigned
 // flavors' node labels and tolerations.
-func podSetsOfJob(j, view integration.Job, assigned []events.PodSetAssignmentV1, flavors map[string]*v1beta1.ResourceFlavor) ([]podSet, error) {
+func podSetsOfJob(ad integration.Adapter, obj runtime.Object, assigned []events.PodSetAssignmentV1, flavors map[string]*v1beta1.ResourceFlavor) ([]podSet, error) {
 	a := integration.Assignment{ClusterQueue: "-"}
 	for _, ps := range assigned {
 		a.PodSets = append(a.PodSets, integration.PodSetAssignment{Name: ps.Name, Count: ps.Count, Flavors: ps.Flavors})
 	}
+	view, err := ad.Decode(obj)
+	if err != nil {
+		return nil, err
+	}
 	// Admit refuses a job that runs; its templates are the user's then,
 	// without the flavors', which the request does without.
 	if err := integration.Admit(view, a, flavors); err != nil {
-		view = j
+		if view, err = ad.Decode(obj); err != nil {
+			return nil, err
+		}
 		if err := integration.Pristine(view); err != nil {
 			return nil, err
 		}

@@ -140,6 +140,15 @@ func (s *Service) Run(ctx context.Context) error {
 		o.LabelSelector = WorkloadUIDLabel
 	})
 	s.requests = ours.ForResource(RequestGVR).Informer()
+	if err := s.requests.AddIndexers(cache.Indexers{byWorkload: func(o any) ([]string, error) {
+		m, err := meta.Accessor(o)
+		if err != nil {
+			return nil, nil
+		}
+		return []string{m.GetLabels()[WorkloadUIDLabel]}, nil
+	}}); err != nil {
+		return err
+	}
 	s.configs = factory.ForResource(ConfigGVR).Informer()
 	s.flavors = factory.ForResource(flavorGVR).Informer()
 	s.queue = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
@@ -363,18 +372,17 @@ func (s *Service) decide(ctx context.Context, r checks.Request) (checks.Answer, 
 // ErrUnknownKind and names no API failure means the pod sets cannot be
 // read.
 func (s *Service) podSetsOf(ctx context.Context, r checks.Request) ([]*unstructured.Unstructured, []podSet, error) {
-	obj, j, view, err := s.job(ctx, r.Workload)
+	ad, obj, err := s.object(ctx, r.Workload)
 	if err != nil {
 		return nil, nil, err
 	}
-	if j != nil {
-		sets, err := podSetsOfJob(j, view, r.PodSets, s.flavorMap())
+	if obj != nil {
+		sets, err := podSetsOfJob(ad, obj, r.PodSets, s.flavorMap())
 		if err != nil {
 			return nil, nil, fmt.Errorf("%w: %v", ErrPodSets, err)
 		}
 		return []*unstructured.Unstructured{obj}, sets, nil
 	}
-	ad := s.adapters[r.Workload.Kind]
 	g, ok := ad.(integration.Grouper)
 	if !ok {
 		return nil, nil, nil
@@ -417,44 +425,42 @@ func (s *Service) podSetsOf(ctx context.Context, r checks.Request) ([]*unstructu
 	return owners, sets, nil
 }
 
-// job reads the workload's object: as it is (j) and a second copy to
-// change (view); nil when it is gone or another object took its name.
-func (s *Service) job(ctx context.Context, w events.WorkloadRef) (*unstructured.Unstructured, integration.Job, integration.Job, error) {
+// object reads the workload's object, with its kind's adapter; nil when
+// it is gone or another object took its name (or the workload is a pod
+// group, named after no object).
+func (s *Service) object(ctx context.Context, w events.WorkloadRef) (integration.Adapter, *unstructured.Unstructured, error) {
 	ad, ok := s.adapters[w.Kind]
 	if !ok {
-		return nil, nil, nil, fmt.Errorf("%w: kind %q is not integrated here", ErrUnknownKind, w.Kind)
+		return nil, nil, fmt.Errorf("%w: kind %q is not integrated here", ErrUnknownKind, w.Kind)
 	}
 	obj, err := s.dyn.Resource(ad.Kind().GVR()).Namespace(w.Namespace).Get(ctx, w.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return nil, nil, nil, nil
+		return ad, nil, nil
 	}
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("read %s %s: %w", w.Kind, w, err)
+		return nil, nil, fmt.Errorf("read %s %s: %w", w.Kind, w, err)
 	}
 	if string(obj.GetUID()) != w.UID {
-		return nil, nil, nil, nil
+		return ad, nil, nil
 	}
-	j, err := ad.Decode(obj)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("%w: decode %s %s: %v", ErrPodSets, w.Kind, w, err)
-	}
-	view, err := ad.Decode(obj)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	return obj, j, view, nil
+	return ad, obj, nil
 }
+
+// byWorkload indexes the requests by their workload's UID: every ended
+// workload is looked up, most of them with none.
+const byWorkload = "workload"
 
 // requestsOf lists the requests made for a workload's check (every
 // check: ""), by attempt.
 func (s *Service) requestsOf(uid, check string) []*autoscaling.ProvisioningRequest {
 	var out []*autoscaling.ProvisioningRequest
-	for _, o := range s.requests.GetStore().List() {
+	objs, _ := s.requests.GetIndexer().ByIndex(byWorkload, uid)
+	for _, o := range objs {
 		var pr autoscaling.ProvisioningRequest
 		if err := fromUnstructured(o, &pr); err != nil {
 			continue
 		}
-		if pr.Labels[WorkloadUIDLabel] == uid && (check == "" || pr.Annotations[CheckAnnotation] == check) && attemptOf(&pr) > 0 {
+		if (check == "" || pr.Annotations[CheckAnnotation] == check) && attemptOf(&pr) > 0 {
 			out = append(out, &pr)
 		}
 	}
@@ -575,12 +581,12 @@ func (s *Service) sync(ctx context.Context, key string) error {
 	started := false
 	if meta.IsStatusConditionTrue(pr.Status.Conditions, autoscaling.BookingExpired) {
 		// An expired booking matters only to a job that has not started.
-		_, j, _, err := s.job(ctx, w)
+		_, obj, err := s.object(ctx, w)
 		if err != nil {
 			return err
 		}
-		if j != nil {
-			_, started, _ = integration.AdmissionOf(j.Meta().GetAnnotations())
+		if obj != nil {
+			_, started, _ = integration.AdmissionOf(obj.GetAnnotations())
 		}
 	}
 	a := answerOf(&pr, cfg.Spec, started)

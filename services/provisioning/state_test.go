@@ -25,12 +25,10 @@ type requestBuilder struct {
 func makeRequest(name string, attempt int) *requestBuilder {
 	b := &requestBuilder{}
 	b.pr.Name = name
-	b.pr.Annotations = map[string]string{AttemptAnnotation: itoa(attempt), PodSetsAnnotation: "main"}
+	b.pr.Annotations = map[string]string{AttemptAnnotation: strconv.Itoa(attempt), PodSetsAnnotation: "main"}
 	b.pr.Spec.ProvisioningClassName = "check-capacity.autoscaling.x-k8s.io"
 	return b
 }
-
-func itoa(n int) string { return strconv.Itoa(n) }
 
 func (b *requestBuilder) condition(t string, msg string) *requestBuilder {
 	b.pr.Status.Conditions = append(b.pr.Status.Conditions, metav1.Condition{Type: t, Status: metav1.ConditionTrue, Reason: t, Message: msg})
