@@ -348,22 +348,12 @@ func GroupWorkload(ad Adapter, ns, group string, live []Job, prio PriorityResolv
 func GroupTemplates(ad Adapter, members []Job) (map[string]PodSet, error) {
 	out := map[string]PodSet{}
 	for _, m := range members {
-		view, err := ad.Decode(m.Object())
+		role, ps, err := memberRole(ad.Decode, m)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%s: %w", m.Meta().GetName(), err)
 		}
-		if err := Pristine(view); err != nil {
-			return nil, err
-		}
-		sets, err := view.PodSets()
-		if err != nil {
-			return nil, err
-		}
-		if len(sets) != 1 {
-			return nil, fmt.Errorf("%s has %d pod sets, a group member must have one: %w", m.Meta().GetName(), len(sets), ErrInvalidGroup)
-		}
-		if role := roleName(askOf(sets[0].Spec)); out[role].Spec == nil {
-			out[role] = sets[0]
+		if out[role].Spec == nil {
+			out[role] = ps
 		}
 	}
 	return out, nil
@@ -388,21 +378,28 @@ func roleName(ps WorkloadPodSet) string {
 
 // roleOf returns the pod set of the group's workload a member belongs to.
 func roleOf(k *kindRunner, m Job) (string, error) {
-	view, err := k.decode(m.Object())
+	role, _, err := memberRole(k.decode, m)
+	return role, err
+}
+
+// memberRole returns a group member's role and its one pod set, as its
+// user wrote it (a copy, decoded with decode).
+func memberRole(decode func(runtime.Object) (Job, error), m Job) (string, PodSet, error) {
+	view, err := decode(m.Object())
 	if err != nil {
-		return "", err
+		return "", PodSet{}, err
 	}
 	if err := Pristine(view); err != nil {
-		return "", err
+		return "", PodSet{}, err
 	}
 	sets, err := view.PodSets()
 	if err != nil {
-		return "", err
+		return "", PodSet{}, err
 	}
 	if len(sets) != 1 {
-		return "", fmt.Errorf("%d pod sets, a group member must have one: %w", len(sets), ErrInvalidGroup)
+		return "", PodSet{}, fmt.Errorf("%d pod sets, a group member must have one: %w", len(sets), ErrInvalidGroup)
 	}
-	return roleName(askOf(sets[0].Spec)), nil
+	return roleName(askOf(sets[0].Spec)), sets[0], nil
 }
 
 // startGroup applies a group's reservation to its gated members, one API
