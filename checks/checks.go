@@ -48,6 +48,9 @@ type Answer struct {
 	RequeueAfter time.Duration
 	// PodSetUpdates (Ready only): what the check adds to the pods.
 	PodSetUpdates []events.PodSetUpdateV1
+	// Cluster (Ready only): the worker cluster the workload was
+	// dispatched to, where it runs instead of here.
+	Cluster string
 }
 
 // Decider decides checks. An error is transient: the reservation is
@@ -307,12 +310,16 @@ func (c *Controller) Answer(ctx context.Context, r Request, a Answer) error {
 	default:
 		return fmt.Errorf("%w: answer of %s for %s: state %q is not Ready, Retry or Rejected", bus.ErrPoison, r.Check, r.Workload, a.State)
 	}
-	ev := events.CheckUpdatedV1{Workload: r.Workload, Admission: r.Admission, Check: r.Check, State: a.State, Message: a.Message, PodSetUpdates: a.PodSetUpdates}
+	ev := events.CheckUpdatedV1{Workload: r.Workload, Admission: r.Admission, Check: r.Check, State: a.State, Message: a.Message, PodSetUpdates: a.PodSetUpdates, Cluster: a.Cluster}
 	if a.State == events.CheckRetry && a.RequeueAfter > 0 {
 		secs := int32((a.RequeueAfter + time.Second - 1) / time.Second)
 		ev.RequeueAfterSeconds = &secs
 	}
-	if err := c.pub.Publish(ctx, ev, events.ID(ev.Type(), r.Workload.UID, r.Admission, r.Check, a.State)); err != nil {
+	parts := []any{r.Admission, r.Check, a.State}
+	if a.Cluster != "" {
+		parts = append(parts, a.Cluster)
+	}
+	if err := c.pub.Publish(ctx, ev, events.ID(ev.Type(), r.Workload.UID, parts...)); err != nil {
 		return fmt.Errorf("checks: answer %s for %s: %w", r.Check, r.Workload, err)
 	}
 	c.log.Info().Str("workload", r.Workload.String()).Str("check", r.Check).Str("state", a.State).Msg("admission check answered")

@@ -75,6 +75,10 @@ type CheckUpdatedV1 struct {
 	// it starts (Ready only), e.g. an annotation naming provisioned
 	// capacity.
 	PodSetUpdates []PodSetUpdateV1 `json:"podSetUpdates,omitempty"`
+	// Cluster (Ready only) is the worker cluster a multicluster check
+	// dispatched the workload to: its job runs there, while the object
+	// here stays suspended and mirrors the worker's status.
+	Cluster string `json:"cluster,omitempty"`
 }
 
 // PodSetUpdateV1 is what a check adds to the pods of one pod set.
@@ -115,6 +119,14 @@ func (e CheckUpdatedV1) Validate() error {
 	}
 	if r := e.RequeueAfterSeconds; r != nil && (*r < 0 || e.State != CheckRetry) {
 		return invalidf("requeueAfterSeconds %d: only a Retry has one, and it must not be negative", *r)
+	}
+	if e.Cluster != "" {
+		if e.State != CheckReady {
+			return invalidf("cluster %q: only a Ready answer names one", e.Cluster)
+		}
+		if err := checkName("cluster", e.Cluster); err != nil {
+			return err
+		}
 	}
 	for i, u := range e.PodSetUpdates {
 		if err := checkRequired("podSetUpdates[].name", u.Name); err != nil {

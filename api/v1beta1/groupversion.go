@@ -25,6 +25,7 @@ func addKnownTypes(s *runtime.Scheme) error {
 		&WorkloadPriorityClass{}, &WorkloadPriorityClassList{},
 		&AdmissionCheck{}, &AdmissionCheckList{},
 		&ProvisioningRequestConfig{}, &ProvisioningRequestConfigList{},
+		&MultiClusterConfig{}, &MultiClusterConfigList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

@@ -1,8 +1,11 @@
 package embeddednats
 
 import (
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"sync"
 	"time"
@@ -53,7 +56,32 @@ type Options struct {
 	// ReadyTimeout bounds the wait for the server to accept connections;
 	// default 10s.
 	ReadyTimeout time.Duration
+
+	// JetStreamDomain names the server's JetStream, so that servers
+	// joined by leaf nodes can tell theirs apart ("" for none).
+	JetStreamDomain string
+	// LeafHost and LeafPort accept leaf node connections (LeafPort 0:
+	// none). Leaf nodes log in as one of LeafUsers.
+	LeafHost string
+	LeafPort int
+	// LeafUsers are the users leaf nodes log in as, each allowed only its
+	// subjects. With any, clients that give no credentials are
+	// LocalUser, allowed everything.
+	LeafUsers []LeafUser
+	// LeafRemotes are hubs this server joins as a leaf node:
+	// nats-leaf://user:password@host:port URLs.
+	LeafRemotes []string
 }
+
+// LeafUser is a user leaf nodes log in as. Publish and Subscribe are the
+// subjects the leaf node may send into this server and receive from it.
+type LeafUser struct {
+	Name, Password     string
+	Publish, Subscribe []string
+}
+
+// LocalUser is who clients without credentials are once LeafUsers exist.
+const LocalUser = "sluice"
 
 // Validate checks the options.
 func (o Options) Validate() error {
@@ -62,6 +90,19 @@ func (o Options) Validate() error {
 	}
 	if o.MaxMemory < 0 || o.MaxStore < 0 {
 		return fmt.Errorf("%w: JetStream limits must not be negative", ErrInvalidOptions)
+	}
+	if o.LeafPort < 0 || o.LeafPort > 65535 {
+		return fmt.Errorf("%w: leaf port %d: must be 0..65535", ErrInvalidOptions, o.LeafPort)
+	}
+	for _, u := range o.LeafUsers {
+		if u.Name == "" || u.Name == LocalUser || u.Password == "" {
+			return fmt.Errorf("%w: leaf user %q: a name other than %q and a password are required", ErrInvalidOptions, u.Name, LocalUser)
+		}
+	}
+	for _, r := range o.LeafRemotes {
+		if u, err := url.Parse(r); err != nil || u.Host == "" {
+			return fmt.Errorf("%w: leaf remote %q: not a nats-leaf://user:password@host:port URL", ErrInvalidOptions, r)
+		}
 	}
 	if o.ReadyTimeout < 0 {
 		return fmt.Errorf("%w: ready timeout %s: must not be negative", ErrInvalidOptions, o.ReadyTimeout)
@@ -111,6 +152,11 @@ func Start(opts Options) (*Server, error) {
 		SyncAlways:         opts.SyncAlways,
 		NoSigs:             true,
 		NoLog:              opts.Logger == nil,
+		JetStreamDomain:    opts.JetStreamDomain,
+	}
+	if err := leafOptions(sopts, opts); err != nil {
+		s.removeTemp()
+		return nil, err
 	}
 	ns, err := server.NewServer(sopts)
 	if err != nil {
@@ -136,6 +182,55 @@ func Start(opts Options) (*Server, error) {
 	}
 	return s, nil
 }
+
+// leafOptions sets up leaf node connections in both directions.
+func leafOptions(sopts *server.Options, opts Options) error {
+	if opts.LeafPort != 0 {
+		sopts.LeafNode.Host = opts.LeafHost
+		if sopts.LeafNode.Host == "" {
+			sopts.LeafNode.Host = DefaultHost
+		}
+		sopts.LeafNode.Port = opts.LeafPort
+	}
+	if len(opts.LeafUsers) > 0 {
+		// Leaf nodes log in as ordinary users: those carry permissions,
+		// the leaf node block's own users do not.
+		local, err := randomPassword()
+		if err != nil {
+			return err
+		}
+		sopts.Users = append(sopts.Users, &server.User{Username: LocalUser, Password: local})
+		sopts.NoAuthUser = LocalUser
+		for _, u := range opts.LeafUsers {
+			sopts.Users = append(sopts.Users, &server.User{Username: u.Name, Password: u.Password, Permissions: &server.Permissions{
+				Publish:   &server.SubjectPermission{Allow: u.Publish},
+				Subscribe: &server.SubjectPermission{Allow: u.Subscribe},
+			}})
+		}
+	}
+	for _, r := range opts.LeafRemotes {
+		u, err := url.Parse(r)
+		if err != nil {
+			return fmt.Errorf("%w: leaf remote: %v", ErrInvalidOptions, err)
+		}
+		sopts.LeafNode.Remotes = append(sopts.LeafNode.Remotes, &server.RemoteLeafOpts{URLs: []*url.URL{u}})
+	}
+	if len(opts.LeafRemotes) > 0 {
+		sopts.LeafNode.ReconnectInterval = time.Second
+	}
+	return nil
+}
+
+func randomPassword() (string, error) {
+	b := make([]byte, 18)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("embeddednats: password: %w", err)
+	}
+	return base64.RawURLEncoding.EncodeToString(b), nil
+}
+
+// LeafConnections is the number of leaf node connections the server has.
+func (s *Server) LeafConnections() int { return s.ns.NumLeafNodes() }
 
 // ClientURL is the nats:// URL clients connect to ("" with DontListen).
 func (s *Server) ClientURL() string {

@@ -58,6 +58,13 @@ type Reservation struct {
 	// PodSetUpdates are what each check (by name) that answered Ready
 	// adds to the workload's pods when it starts.
 	PodSetUpdates map[string][]events.PodSetUpdateV1 `json:"podSetUpdates,omitempty"`
+	// DispatchedTo is the worker cluster a multicluster check that
+	// answered Ready sent the workload to: it runs there, and its object
+	// here is not started.
+	DispatchedTo string `json:"dispatchedTo,omitempty"`
+	// DispatchedBy is that check; its next answer without a cluster
+	// takes the dispatch back.
+	DispatchedBy string `json:"dispatchedBy,omitempty"`
 }
 
 // Startable reports whether the reservation's workload may start: it

@@ -1526,8 +1526,9 @@ func (s *Service) handleCheck(ctx context.Context, env events.Envelope) error {
 	}
 	log := s.log.With().Str("workload", wk).Str("check", e.Check).Str("state", e.State).Logger()
 	var updates []events.PodSetUpdateV1
+	var cluster string
 	if e.State == events.CheckReady {
-		updates = e.PodSetUpdates
+		updates, cluster = e.PodSetUpdates, e.Cluster
 	}
 	_, wrote, err := s.writer.Update(ctx, s.ledKV, wk, func(r *ledger.Reservation) bool {
 		if r.Admission() != e.Admission || (r.UID != "" && r.UID != e.Workload.UID) {
@@ -1537,11 +1538,18 @@ func (s *Service) handleCheck(ctx context.Context, env events.Envelope) error {
 			if r.Checks[i].Name != st.Name {
 				continue
 			}
-			if r.Checks[i] == st && reflect.DeepEqual(r.PodSetUpdates[st.Name], updates) {
+			to, by := r.DispatchedTo, r.DispatchedBy
+			if cluster != "" {
+				to, by = cluster, st.Name
+			} else if by == st.Name {
+				to, by = "", ""
+			}
+			if r.Checks[i] == st && reflect.DeepEqual(r.PodSetUpdates[st.Name], updates) && to == r.DispatchedTo {
 				return false
 			}
 			r.Checks[i] = st
 			setPodSetUpdates(r, st.Name, updates)
+			r.DispatchedTo, r.DispatchedBy = to, by
 			return true
 		}
 		return false

@@ -978,6 +978,10 @@ func (s *Service) sync(ctx context.Context, k *kindRunner, key string) error {
 	switch {
 	case held && suspended && !r.Startable():
 		return nil // quota reserved: it waits for its admission checks
+	case held && r.DispatchedTo != "":
+		// Dispatched to a worker cluster: it runs there, this object
+		// stays suspended and mirrors the worker's status.
+		return s.startRemote(ctx, job, rec, r)
 	case held && suspended && m.GetAnnotations()[StoppedAnnotation] != r.Admission():
 		return s.start(ctx, k, job, rec, r)
 	case held && !suspended:
@@ -1272,6 +1276,27 @@ func (s *Service) start(ctx context.Context, k *kindRunner, job Job, rec *events
 		return err
 	}
 	s.recorder.Eventf(job.Object(), corev1.EventTypeNormal, "Admitted", "admitted by ClusterQueue %s: %s", r.ClusterQueue, describe(r))
+	return s.announceStart(ctx, rec, r)
+}
+
+// startRemote announces the start of a workload a multicluster check
+// dispatched to a worker cluster. Nothing here changes: the object stays
+// suspended (the worker runs the job), and its end comes with the status
+// the dispatcher mirrors from the worker. The fences hold as for a local
+// start, so a preemption waits for the announcement.
+func (s *Service) startRemote(ctx context.Context, job Job, rec *events.WorkloadSubmittedV1, r ledger.Reservation) (err error) {
+	if st := s.fenceOf(workloads.Key(rec.Workload)); st.Admission == r.Admission() && st.Phase == fence.Started {
+		return nil
+	}
+	ctx, span := s.startSpan(ctx, rec, r)
+	defer func() { endSpan(span, err) }()
+	before, err := s.fencedStart(ctx, rec, r, func() error { return nil })
+	if err != nil {
+		return err
+	}
+	if !before {
+		s.recorder.Eventf(job.Object(), corev1.EventTypeNormal, "Dispatched", "admitted by ClusterQueue %s: runs in worker cluster %s", r.ClusterQueue, r.DispatchedTo)
+	}
 	return s.announceStart(ctx, rec, r)
 }
 

@@ -1,0 +1,113 @@
+package multicluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+)
+
+// handler handles one message of the stream. A nil error acks it, an
+// error wrapping ErrBadMessage terminates it (it can never be handled),
+// any other error naks it for a retry with backoff.
+type handler func(ctx context.Context, m jetstream.Msg) error
+
+// consume runs a durable consumer of the stream, one message at a time,
+// until ctx ends. The stream keeps one message per subject, so a message
+// handled late is still the one that holds.
+func consume(ctx context.Context, js jetstream.JetStream, durable, filter string, h handler, log zerolog.Logger) error {
+	log = log.With().Str("consumer", durable).Logger()
+	var cons jetstream.Consumer
+	for attempt := 1; ; attempt++ {
+		c, err := js.CreateOrUpdateConsumer(ctx, Stream, jetstream.ConsumerConfig{
+			Durable: durable, FilterSubject: filter, AckPolicy: jetstream.AckExplicitPolicy,
+			AckWait: 30 * time.Second, MaxAckPending: 256,
+		})
+		if err == nil {
+			cons = c
+			break
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		wait := backoff(attempt)
+		log.Warn().Err(err).Dur("retry_in", wait).Msg("consumer not created yet")
+		if !sleep(ctx, wait) {
+			return nil
+		}
+	}
+	log.Info().Str("filter", filter).Msg("consuming")
+	failures := 0
+	for ctx.Err() == nil {
+		batch, err := cons.Fetch(16, jetstream.FetchMaxWait(2*time.Second))
+		if err == nil {
+			for m := range batch.Messages() {
+				settle(ctx, m, h(ctx, m), log)
+			}
+			err = batch.Error()
+		}
+		switch {
+		case err == nil, errors.Is(err, nats.ErrTimeout), errors.Is(err, jetstream.ErrNoMessages):
+			failures = 0
+			continue
+		case errors.Is(err, nats.ErrConnectionClosed):
+			return fmt.Errorf("multicluster: consumer %s: %w", durable, err)
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		failures++
+		wait := backoff(failures)
+		log.Warn().Err(err).Dur("retry_in", wait).Msg("fetch failed")
+		if !sleep(ctx, wait) {
+			break
+		}
+	}
+	return nil
+}
+
+func settle(ctx context.Context, m jetstream.Msg, err error, log zerolog.Logger) {
+	switch {
+	case err == nil:
+		if aerr := m.Ack(); aerr != nil {
+			log.Warn().Err(aerr).Str("subject", m.Subject()).Msg("ack failed; the message comes again")
+		}
+	case errors.Is(err, ErrBadMessage):
+		log.Error().Err(err).Str("subject", m.Subject()).Msg("message parked: it cannot be handled")
+		_ = m.TermWithReason(err.Error())
+	case ctx.Err() != nil:
+		_ = m.Nak()
+	default:
+		n := 1
+		if md, merr := m.Metadata(); merr == nil {
+			n = int(md.NumDelivered)
+		}
+		wait := backoff(n)
+		log.Warn().Err(err).Str("subject", m.Subject()).Dur("retry_in", wait).Msg("handling failed; will retry")
+		_ = m.NakWithDelay(wait)
+	}
+}
+
+// backoff doubles from 500 ms up to 30 s.
+func backoff(n int) time.Duration {
+	d := 500 * time.Millisecond
+	for i := 1; i < n && d < 30*time.Second; i++ {
+		d *= 2
+	}
+	return min(d, 30*time.Second)
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,111 @@
+package multicluster
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/sluice-dev/sluice/api/v1beta1"
+	"github.com/sluice-dev/sluice/services/integration"
+)
+
+// Labels and annotations on a worker's copy.
+const (
+	// OriginLabel carries the UID of the manager's workload.
+	OriginLabel = "sluice.dev/multicluster-origin"
+	// AdmissionAnnotation names the manager's reservation the copy was
+	// offered for.
+	AdmissionAnnotation = "sluice.dev/multicluster-admission"
+	// ManagerAnnotation names the manager's job (namespace/name).
+	ManagerAnnotation = "sluice.dev/multicluster-manager-job"
+)
+
+// kueueManagedBy is the managedBy value of Kueue's MultiKueue, which a
+// job moved over from Kueue may carry.
+const kueueManagedBy = "kueue.x-k8s.io/multikueue"
+
+// remoteCopy is the object a worker creates for a manager's job: its
+// name, namespace, labels, user annotations and spec, suspended (the
+// worker's Sluice admits it), without what the manager's API server
+// generated for it or what hands it to the multicluster dispatcher.
+func remoteCopy(ad integration.Adapter, obj *unstructured.Unstructured) (json.RawMessage, error) {
+	job, err := ad.Decode(obj)
+	if err != nil {
+		return nil, err
+	}
+	job.SetSuspended(true)
+	content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(job.Object())
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", obj.GetName(), err)
+	}
+	in := &unstructured.Unstructured{Object: content}
+	out := &unstructured.Unstructured{Object: map[string]any{}}
+	out.SetAPIVersion(obj.GetAPIVersion())
+	out.SetKind(obj.GetKind())
+	out.SetName(obj.GetName())
+	out.SetNamespace(obj.GetNamespace())
+	out.SetLabels(in.GetLabels())
+	ann := map[string]string{}
+	for k, v := range in.GetAnnotations() {
+		if strings.HasPrefix(k, "sluice.dev/") || k == "kubectl.kubernetes.io/last-applied-configuration" {
+			continue // the manager's bookkeeping, not the user's
+		}
+		ann[k] = v
+	}
+	if len(ann) > 0 {
+		out.SetAnnotations(ann)
+	}
+	spec, ok := in.Object["spec"].(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("%s %s/%s has no spec", ad.Kind().Name, obj.GetNamespace(), obj.GetName())
+	}
+	for _, path := range [][]string{{"managedBy"}, {"runPolicy", "managedBy"}} {
+		v, _, _ := unstructured.NestedString(spec, path...)
+		if v == v1beta1.MultiClusterController || v == kueueManagedBy {
+			unstructured.RemoveNestedField(spec, path...)
+		}
+	}
+	if ad.Kind().Name == "job" {
+		// The API server generates a Job's selector and the labels that
+		// match it from the Job's UID; the worker's generates its own.
+		unstructured.RemoveNestedField(spec, "selector")
+		for _, l := range []string{"controller-uid", "batch.kubernetes.io/controller-uid", "job-name", "batch.kubernetes.io/job-name"} {
+			unstructured.RemoveNestedField(spec, "template", "metadata", "labels", l)
+		}
+	}
+	out.Object["spec"] = spec
+	raw, err := json.Marshal(out.Object)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", obj.GetName(), err)
+	}
+	return raw, nil
+}
+
+// mirrorPatch is the merge patch that makes the status of the manager's
+// object the worker's: every field of the worker's, and those only.
+func mirrorPatch(current *unstructured.Unstructured, status json.RawMessage) ([]byte, error) {
+	var want map[string]any
+	if len(status) > 0 {
+		if err := json.Unmarshal(status, &want); err != nil {
+			return nil, fmt.Errorf("%w: status: %v", ErrBadMessage, err)
+		}
+	}
+	if want == nil {
+		want = map[string]any{}
+	}
+	patch := map[string]any{}
+	for k, v := range want {
+		patch[k] = v
+	}
+	if cur, ok := current.Object["status"].(map[string]any); ok {
+		for k := range cur {
+			if _, keep := want[k]; !keep {
+				patch[k] = nil
+			}
+		}
+	}
+	return json.Marshal(map[string]any{"metadata": map[string]any{"uid": string(current.GetUID())}, "status": patch})
+}

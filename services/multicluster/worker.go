@@ -1,0 +1,363 @@
+package multicluster
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/sluice-dev/sluice/events"
+	"github.com/sluice-dev/sluice/services/integration"
+)
+
+// Worker is the agent beside a worker cluster's Sluice: it creates the
+// copies the manager offers, deletes those it withdraws, and reports
+// each copy's state and status.
+type Worker struct {
+	name      string
+	dyn       dynamic.Interface
+	hub       jetstream.JetStream
+	adapters  map[string]integration.Adapter
+	log       zerolog.Logger
+	heartbeat time.Duration
+
+	informers map[string]cache.SharedIndexInformer // by kind
+	queue     workqueue.TypedRateLimitingInterface[copyKey]
+	sentMu    sync.Mutex
+	sent      map[string][]byte // manager UID -> last report sent
+	connected atomic.Bool
+	synced    atomic.Bool
+}
+
+type copyKey struct{ kind, namespace, name string }
+
+// WorkerOption tunes a Worker.
+type WorkerOption func(*Worker)
+
+// WithWorkerLogger sets the logger.
+func WithWorkerLogger(l zerolog.Logger) WorkerOption { return func(w *Worker) { w.log = l } }
+
+// WithHeartbeat sets how often the worker tells the manager it is there.
+func WithHeartbeat(d time.Duration) WorkerOption { return func(w *Worker) { w.heartbeat = d } }
+
+// NewWorker returns the agent of the worker named name (its leaf node
+// user in the manager's NATS). hub is the manager's JetStream, reached
+// through the leaf node (jetstream.NewWithDomain); dyn is the worker
+// cluster's API.
+func NewWorker(name string, dyn dynamic.Interface, hub jetstream.JetStream, adapters []integration.Adapter, opts ...WorkerOption) (*Worker, error) {
+	if name == "" || dyn == nil || hub == nil || len(adapters) == 0 {
+		return nil, fmt.Errorf("%w: a worker name, a Kubernetes client, the manager's JetStream and job kinds are all required", ErrConfig)
+	}
+	if err := validName(name); err != nil {
+		return nil, fmt.Errorf("%w: worker name %q: %v", ErrConfig, name, err)
+	}
+	w := &Worker{name: name, dyn: dyn, hub: hub, adapters: map[string]integration.Adapter{}, log: zerolog.Nop(),
+		heartbeat: 5 * time.Second, informers: map[string]cache.SharedIndexInformer{}, sent: map[string][]byte{}}
+	for _, ad := range adapters {
+		w.adapters[ad.Kind().Name] = ad
+	}
+	for _, o := range opts {
+		o(w)
+	}
+	return w, nil
+}
+
+func validName(s string) error {
+	if len(s) > 63 {
+		return errors.New("longer than 63 characters")
+	}
+	for i, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') || (r == '-' && (i == 0 || i == len(s)-1)) {
+			return errors.New("must be lower-case letters, digits and inner '-'")
+		}
+	}
+	return nil
+}
+
+// Ready reports nil while the worker reaches the manager.
+func (w *Worker) Ready() error {
+	if !w.synced.Load() {
+		return errors.New("loading the copies in this cluster")
+	}
+	if !w.connected.Load() {
+		return errors.New("the manager's JetStream is not reachable")
+	}
+	return nil
+}
+
+// Run works until ctx ends.
+func (w *Worker) Run(ctx context.Context) error {
+	w.queue = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[copyKey](),
+		workqueue.TypedRateLimitingQueueConfig[copyKey]{Name: "multicluster-worker"})
+	defer w.queue.ShutDown()
+	factory := dynamicinformer.NewFilteredDynamicSharedInformerFactory(w.dyn, 10*time.Minute, metav1.NamespaceAll,
+		func(o *metav1.ListOptions) { o.LabelSelector = OriginLabel })
+	var synced []cache.InformerSynced
+	for name, ad := range w.adapters {
+		inf := factory.ForResource(ad.Kind().GVR()).Informer()
+		enqueue := func(o any) {
+			if k, err := cache.DeletionHandlingMetaNamespaceKeyFunc(o); err == nil {
+				ns, n, _ := cache.SplitMetaNamespaceKey(k)
+				w.queue.Add(copyKey{kind: name, namespace: ns, name: n})
+			}
+		}
+		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: func(_, o any) { enqueue(o) },
+			DeleteFunc: func(o any) { w.deleted(ctx, o) }}); err != nil {
+			return err
+		}
+		w.informers[name] = inf
+		synced = append(synced, inf.HasSynced)
+	}
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		return ctx.Err()
+	}
+	w.synced.Store(true)
+	w.log.Info().Str("worker", w.name).Msg("multicluster worker running")
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() {
+		for w.next(ctx) {
+		}
+	})
+	wg.Go(func() { w.beat(ctx) })
+	err := consume(ctx, w.hub, WorkerDurable(w.name), WorkerFilter(w.name), w.handle, w.log)
+	w.queue.ShutDown()
+	return err
+}
+
+// beat tells the manager the worker is there.
+func (w *Worker) beat(ctx context.Context) {
+	t := time.NewTicker(w.heartbeat)
+	defer t.Stop()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, w.heartbeat)
+		_, err := w.hub.Publish(pctx, Heartbeat(w.name), []byte(time.Now().UTC().Format(time.RFC3339Nano)))
+		cancel()
+		if was := w.connected.Swap(err == nil); was != (err == nil) {
+			if err != nil {
+				w.log.Warn().Err(err).Msg("the manager is not reachable")
+			} else {
+				w.log.Info().Msg("the manager is reachable")
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// handle acts on one message from the manager.
+func (w *Worker) handle(ctx context.Context, m jetstream.Msg) error {
+	var msg Message
+	if err := json.Unmarshal(m.Data(), &msg); err != nil {
+		return fmt.Errorf("%w: %v", ErrBadMessage, err)
+	}
+	if err := msg.Validate(); err != nil {
+		return err
+	}
+	ad, ok := w.adapters[msg.Workload.Kind]
+	if !ok {
+		return w.report(ctx, Report{Workload: msg.Workload, Admission: msg.Admission, State: Gone,
+			Message: fmt.Sprintf("kind %q is not integrated in worker cluster %s", msg.Workload.Kind, w.name)})
+	}
+	res := w.dyn.Resource(ad.Kind().GVR()).Namespace(msg.Workload.Namespace)
+	cur, err := res.Get(ctx, msg.Workload.Name, metav1.GetOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("read %s: %w", msg.Workload, err)
+	}
+	if apierrors.IsNotFound(err) {
+		cur = nil
+	}
+	ours := cur != nil && cur.GetLabels()[OriginLabel] == msg.Workload.UID
+	log := w.log.With().Str("workload", msg.Workload.String()).Str("admission", msg.Admission).Logger()
+	switch {
+	case msg.Type == Withdraw:
+		if ours {
+			if err := w.remove(ctx, res, cur); err != nil {
+				return err
+			}
+			log.Info().Str("reason", msg.Reason).Msg("copy withdrawn")
+		}
+		return nil
+	case ours && cur.GetAnnotations()[AdmissionAnnotation] == msg.Admission:
+		w.queue.Add(copyKey{kind: ad.Kind().Name, namespace: cur.GetNamespace(), name: cur.GetName()})
+		return nil
+	case ours:
+		// A copy of an earlier offer (the manager reserved the workload
+		// again): it goes, and the new one is made once it is gone.
+		if err := w.remove(ctx, res, cur); err != nil {
+			return err
+		}
+		return fmt.Errorf("copy of %s for an earlier offer being deleted", msg.Workload)
+	case cur != nil:
+		return w.report(ctx, Report{Workload: msg.Workload, Admission: msg.Admission, State: Gone,
+			Message: fmt.Sprintf("a %s named %s/%s that is not its copy exists in worker cluster %s", ad.Kind().Name, cur.GetNamespace(), cur.GetName(), w.name)})
+	}
+	var obj unstructured.Unstructured
+	if err := json.Unmarshal(msg.Object, &obj.Object); err != nil {
+		return fmt.Errorf("%w: object of %s: %v", ErrBadMessage, msg.Workload, err)
+	}
+	if obj.GetKind() != ad.Kind().GVK.Kind || obj.GetNamespace() != msg.Workload.Namespace || obj.GetName() != msg.Workload.Name {
+		return fmt.Errorf("%w: object of %s is a %s named %s/%s", ErrBadMessage, msg.Workload, obj.GetKind(), obj.GetNamespace(), obj.GetName())
+	}
+	labels := obj.GetLabels()
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[OriginLabel] = msg.Workload.UID
+	obj.SetLabels(labels)
+	ann := obj.GetAnnotations()
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	ann[AdmissionAnnotation] = msg.Admission
+	ann[ManagerAnnotation] = msg.Workload.Namespace + "/" + msg.Workload.Name
+	obj.SetAnnotations(ann)
+	if _, err := res.Create(ctx, &obj, metav1.CreateOptions{}); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create %s: %w", msg.Workload, err) // look again
+		}
+		if apierrors.IsInvalid(err) || apierrors.IsNotFound(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err) {
+			return w.report(ctx, Report{Workload: msg.Workload, Admission: msg.Admission, State: Gone,
+				Message: fmt.Sprintf("worker cluster %s refused the copy: %v", w.name, err)})
+		}
+		return fmt.Errorf("create %s: %w", msg.Workload, err)
+	}
+	log.Info().Msg("copy created")
+	return nil
+}
+
+func (w *Worker) remove(ctx context.Context, res dynamic.ResourceInterface, cur *unstructured.Unstructured) error {
+	uid := cur.GetUID()
+	policy := metav1.DeletePropagationBackground
+	err := res.Delete(ctx, cur.GetName(), metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}, PropagationPolicy: &policy})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("delete %s/%s: %w", cur.GetNamespace(), cur.GetName(), err)
+	}
+	return nil
+}
+
+// next reports on one copy that changed.
+func (w *Worker) next(ctx context.Context) bool {
+	k, quit := w.queue.Get()
+	if quit {
+		return false
+	}
+	defer w.queue.Done(k)
+	if err := w.sync(ctx, k); err != nil {
+		if ctx.Err() == nil {
+			w.log.Warn().Err(err).Str("workload", k.namespace+"/"+k.name).Msg("report not sent yet")
+		}
+		w.queue.AddRateLimited(k)
+		return true
+	}
+	w.queue.Forget(k)
+	return true
+}
+
+func (w *Worker) sync(ctx context.Context, k copyKey) error {
+	inf := w.informers[k.kind]
+	o, ok, err := inf.GetStore().GetByKey(k.namespace + "/" + k.name)
+	if err != nil || !ok {
+		return err
+	}
+	u, ok := o.(*unstructured.Unstructured)
+	if !ok {
+		return nil
+	}
+	r, err := w.reportOf(k.kind, u)
+	if err != nil {
+		w.log.Warn().Err(err).Str("workload", k.namespace+"/"+k.name).Msg("copy not understood")
+		return nil
+	}
+	return w.report(ctx, r)
+}
+
+// reportOf is what a copy's object says: its state and status.
+func (w *Worker) reportOf(kind string, u *unstructured.Unstructured) (Report, error) {
+	job, err := w.adapters[kind].Decode(u)
+	if err != nil {
+		return Report{}, err
+	}
+	r := Report{Workload: events.WorkloadRef{Kind: kind, Namespace: u.GetNamespace(), Name: u.GetName(), UID: u.GetLabels()[OriginLabel]},
+		Admission: u.GetAnnotations()[AdmissionAnnotation], State: Queued}
+	if done, _, msg := job.Finished(); done {
+		r.State, r.Message = Finished, msg
+	} else if !job.IsSuspended() {
+		r.State = Admitted
+	}
+	if st, ok := u.Object["status"]; ok {
+		raw, err := json.Marshal(st)
+		if err != nil {
+			return Report{}, err
+		}
+		r.Status = raw
+	}
+	return r, nil
+}
+
+// deleted reports a copy deleted in this cluster.
+func (w *Worker) deleted(ctx context.Context, o any) {
+	if t, ok := o.(cache.DeletedFinalStateUnknown); ok {
+		o = t.Obj
+	}
+	u, ok := o.(*unstructured.Unstructured)
+	if !ok {
+		return
+	}
+	for kind, ad := range w.adapters {
+		if ad.Kind().GVK.Kind != u.GetKind() {
+			continue
+		}
+		r := Report{Workload: events.WorkloadRef{Kind: kind, Namespace: u.GetNamespace(), Name: u.GetName(), UID: u.GetLabels()[OriginLabel]},
+			Admission: u.GetAnnotations()[AdmissionAnnotation], State: Gone, Message: "the copy was deleted in worker cluster " + w.name}
+		if err := w.report(ctx, r); err != nil && ctx.Err() == nil {
+			w.log.Warn().Err(err).Str("workload", r.Workload.String()).Msg("deletion not reported")
+		}
+		w.sentMu.Lock()
+		delete(w.sent, r.Workload.UID)
+		w.sentMu.Unlock()
+	}
+}
+
+// report sends a report unless it says what the last one did.
+func (w *Worker) report(ctx context.Context, r Report) error {
+	if err := r.Validate(); err != nil {
+		return nil // a copy someone else labelled: nothing to say about it
+	}
+	raw, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	w.sentMu.Lock()
+	same := bytes.Equal(w.sent[r.Workload.UID], raw)
+	w.sentMu.Unlock()
+	if same {
+		return nil
+	}
+	if _, err := w.hub.Publish(ctx, FromWorker(w.name, r.Workload.UID), raw); err != nil {
+		return fmt.Errorf("report %s of %s: %w", r.State, r.Workload, err)
+	}
+	w.sentMu.Lock()
+	w.sent[r.Workload.UID] = raw
+	w.sentMu.Unlock()
+	return nil
+}
