@@ -90,4 +90,3 @@ type MultiClusterConfigList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []MultiClusterConfig `json:"items"`
 }
-

@@ -66,7 +66,9 @@ type Dispatcher struct {
 type DispatcherOption func(*Dispatcher)
 
 // WithDispatcherLogger sets the logger.
-func WithDispatcherLogger(l zerolog.Logger) DispatcherOption { return func(d *Dispatcher) { d.log = l } }
+func WithDispatcherLogger(l zerolog.Logger) DispatcherOption {
+	return func(d *Dispatcher) { d.log = l }
+}
 
 // WithDispatcherPublisher sets the publisher of check answers.
 func WithDispatcherPublisher(p checks.Publisher) DispatcherOption {
