@@ -480,7 +480,14 @@ func quotaRunner(f *serviceFlags) runner {
 
 // newServiceCmd is the composition root of one service run alone.
 func newServiceCmd(name, short string, kube bool, bind func(*cobra.Command), mk runner) *cobra.Command {
+	return newServiceCmdWith(name, short, kube, bind, func(*common) runner { return mk })
+}
+
+// newServiceCmdWith is newServiceCmd for a service whose runner reads the
+// shared flags (the NATS connection, the replicas).
+func newServiceCmdWith(name, short string, kube bool, bind func(*cobra.Command), mkFor func(*common) runner) *cobra.Command {
 	c := &common{}
+	mk := mkFor(c)
 	cmd := &cobra.Command{
 		Use:   name,
 		Short: short,
@@ -541,7 +548,7 @@ func newServiceCmds() []*cobra.Command {
 	a := &serviceFlags{}
 	j := &serviceFlags{}
 	q := &serviceFlags{}
-	return []*cobra.Command{
+	return append([]*cobra.Command{
 		newServiceCmd("admission", "Run the admission service", false, func(c *cobra.Command) { a.bindAdmission(c); a.bindConfig(c) }, admissionRunner(a)),
 		newServiceCmd("watcher", "Run the configuration watcher", true, func(c *cobra.Command) { f.bindWatcher(c); f.bindResync(c) }, watcherRunner(f)),
 		newIntegrationCmd(j),
@@ -551,7 +558,7 @@ func newServiceCmds() []*cobra.Command {
 		newDevCmd(),
 		newSetupCmd(),
 		newNATSAuthCmd(),
-	}
+	}, newMultiClusterCmds()...)
 }
 
 // newProvisioningCmd runs the provisioning admission check controller.
@@ -639,6 +646,7 @@ func newDevCmd() *cobra.Command {
 	var port int
 	var storeDir string
 	var integrations []string
+	leaf := &leafFlags{}
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run every service in one process with an embedded NATS JetStream server",
@@ -652,21 +660,31 @@ func newDevCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			srv, err := embeddednats.Start(embeddednats.Options{Port: port, StoreDir: storeDir})
+			nopts := embeddednats.Options{Port: port, StoreDir: storeDir}
+			if err := leaf.apply(&nopts); err != nil {
+				return err
+			}
+			srv, err := embeddednats.Start(nopts)
 			if err != nil {
 				return err
 			}
 			defer srv.Shutdown()
 			c.nats.URL = srv.ClientURL()
-			log.Info().Str("nats", c.nats.URL).Msg("embedded JetStream server started")
-			return runAll(cmd.Context(), c, kc, log, []named{
+			log.Info().Str("nats", c.nats.URL).Str("domain", nopts.JetStreamDomain).Int("leaf_port", nopts.LeafPort).Msg("embedded JetStream server started")
+			kindNames := func() []string { return integrations }
+			svcs := []named{
 				{"watcher", watcherRunner(f)},
 				{"quota", quotaRunner(f)},
 				{"preemption", preemptionRunner()},
 				{"admission", admissionRunner(f)},
-				{"integration", integrationRunner(f, func() []string { return integrations })},
-				{"provisioning", provisioningRunner(func() []string { return integrations })},
-			})
+				{"integration", integrationRunner(f, kindNames)},
+				{"provisioning", provisioningRunner(kindNames)},
+				{"multicluster", dispatcherRunner(kindNames, func() int { return c.replicas })},
+			}
+			if leaf.remote != "" {
+				svcs = append(svcs, named{"worker", workerRunner(&leaf.worker, c.natsConfig, kindNames)})
+			}
+			return runAll(cmd.Context(), c, kc, log, svcs)
 		},
 	}
 	c.bind(cmd, true)
@@ -683,6 +701,7 @@ func newDevCmd() *cobra.Command {
 	f.bindQuota(cmd)
 	f.bindConfig(cmd)
 	cmd.Flags().StringSliceVar(&integrations, "integrations", kinds.Names(), "kinds to integrate, each once its CRD is installed ("+strings.Join(kinds.Names(), ", ")+")")
+	leaf.bind(cmd)
 	return cmd
 }
 

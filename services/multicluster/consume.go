@@ -22,27 +22,27 @@ type handler func(ctx context.Context, m jetstream.Msg) error
 func consume(ctx context.Context, js jetstream.JetStream, durable, filter string, h handler, log zerolog.Logger) error {
 	log = log.With().Str("consumer", durable).Logger()
 	var cons jetstream.Consumer
-	for attempt := 1; ; attempt++ {
-		c, err := js.CreateOrUpdateConsumer(ctx, Stream, jetstream.ConsumerConfig{
-			Durable: durable, FilterSubject: filter, AckPolicy: jetstream.AckExplicitPolicy,
-			AckWait: 30 * time.Second, MaxAckPending: 256,
-		})
-		if err == nil {
-			cons = c
-			break
-		}
-		if ctx.Err() != nil {
-			return nil
-		}
-		wait := backoff(attempt)
-		log.Warn().Err(err).Dur("retry_in", wait).Msg("consumer not created yet")
-		if !sleep(ctx, wait) {
-			return nil
-		}
-	}
-	log.Info().Str("filter", filter).Msg("consuming")
 	failures := 0
 	for ctx.Err() == nil {
+		if cons == nil {
+			// Made again whenever it is lost: the manager's server may come
+			// back with a new store, or the stream be set up late.
+			c, err := js.CreateOrUpdateConsumer(ctx, Stream, jetstream.ConsumerConfig{
+				Durable: durable, FilterSubject: filter, AckPolicy: jetstream.AckExplicitPolicy,
+				AckWait: 30 * time.Second, MaxAckPending: 256,
+			})
+			if err != nil {
+				failures++
+				wait := backoff(failures)
+				log.Warn().Err(err).Dur("retry_in", wait).Msg("consumer not created yet")
+				if !sleep(ctx, wait) {
+					break
+				}
+				continue
+			}
+			cons, failures = c, 0
+			log.Info().Str("filter", filter).Msg("consuming")
+		}
 		batch, err := cons.Fetch(16, jetstream.FetchMaxWait(2*time.Second))
 		if err == nil {
 			for m := range batch.Messages() {
@@ -56,6 +56,8 @@ func consume(ctx context.Context, js jetstream.JetStream, durable, filter string
 			continue
 		case errors.Is(err, nats.ErrConnectionClosed):
 			return fmt.Errorf("multicluster: consumer %s: %w", durable, err)
+		case errors.Is(err, jetstream.ErrConsumerNotFound), errors.Is(err, jetstream.ErrConsumerDeleted), errors.Is(err, nats.ErrNoResponders):
+			cons = nil
 		}
 		if ctx.Err() != nil {
 			break

@@ -11,11 +11,11 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
@@ -133,6 +133,9 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	if err := d.load(ctx); err != nil {
 		return err
 	}
+	if err := d.waitServed(ctx); err != nil {
+		return err
+	}
 	factory := dynamicinformer.NewDynamicSharedInformerFactory(d.dyn, 10*time.Minute)
 	d.configs = factory.ForResource(ConfigGVR).Informer()
 	if _, err := d.configs.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -169,6 +172,29 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	})
 	wg.Go(func() { d.watch(ctx) })
 	return d.ctrl.Run(ctx)
+}
+
+// waitServed waits until the API server serves MultiClusterConfigs (its
+// CRD is installed): ready meanwhile, as there is nothing to dispatch.
+func (d *Dispatcher) waitServed(ctx context.Context) error {
+	for told := false; ; told = true {
+		_, err := d.dyn.Resource(ConfigGVR).List(ctx, metav1.ListOptions{Limit: 1})
+		if err == nil {
+			return nil
+		}
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("multicluster: list %ss: %w", ConfigKind, err)
+		}
+		if !told {
+			d.log.Info().Msg("MultiClusterConfigs not served (CRD not installed): waiting")
+		}
+		d.mu.Lock()
+		d.ready = true
+		d.mu.Unlock()
+		if !sleep(ctx, 10*time.Second) {
+			return ctx.Err()
+		}
+	}
 }
 
 // load reads the dispatches kept in the bucket.
@@ -462,16 +488,20 @@ func (d *Dispatcher) mirror(ctx context.Context, rec *dispatch, r Report) error 
 	if err != nil {
 		return fmt.Errorf("read %s: %w", rec.Workload, err)
 	}
-	patch, err := mirrorPatch(cur, r.Status)
+	status, err := statusOf(r.Status)
 	if err != nil {
 		return err
 	}
-	if _, err := res.Patch(ctx, rec.Workload.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+	if equality.Semantic.DeepEqual(cur.Object["status"], status) {
+		return nil
+	}
+	cur.Object["status"] = status
+	if _, err := res.UpdateStatus(ctx, cur, metav1.UpdateOptions{}); err != nil {
 		if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
 			d.log.Warn().Err(err).Str("workload", rec.Workload.String()).Msg("worker's status refused by the manager's API server; not mirrored")
 			return nil
 		}
-		return fmt.Errorf("mirror status of %s: %w", rec.Workload, err)
+		return fmt.Errorf("mirror status of %s: %w", rec.Workload, err) // a conflict reads again
 	}
 	return nil
 }

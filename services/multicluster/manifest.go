@@ -84,28 +84,13 @@ func remoteCopy(ad integration.Adapter, obj *unstructured.Unstructured) (json.Ra
 	return raw, nil
 }
 
-// mirrorPatch is the merge patch that makes the status of the manager's
-// object the worker's: every field of the worker's, and those only.
-func mirrorPatch(current *unstructured.Unstructured, status json.RawMessage) ([]byte, error) {
-	var want map[string]any
-	if len(status) > 0 {
-		if err := json.Unmarshal(status, &want); err != nil {
+// statusOf decodes a reported status ({} when there is none).
+func statusOf(raw json.RawMessage) (map[string]any, error) {
+	status := map[string]any{}
+	if len(raw) > 0 {
+		if err := json.Unmarshal(raw, &status); err != nil {
 			return nil, fmt.Errorf("%w: status: %v", ErrBadMessage, err)
 		}
 	}
-	if want == nil {
-		want = map[string]any{}
-	}
-	patch := map[string]any{}
-	for k, v := range want {
-		patch[k] = v
-	}
-	if cur, ok := current.Object["status"].(map[string]any); ok {
-		for k := range cur {
-			if _, keep := want[k]; !keep {
-				patch[k] = nil
-			}
-		}
-	}
-	return json.Marshal(map[string]any{"metadata": map[string]any{"uid": string(current.GetUID())}, "status": patch})
+	return status, nil
 }

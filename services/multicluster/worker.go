@@ -108,6 +108,13 @@ func (w *Worker) Run(ctx context.Context) error {
 		func(o *metav1.ListOptions) { o.LabelSelector = OriginLabel })
 	var synced []cache.InformerSynced
 	for name, ad := range w.adapters {
+		if _, err := w.dyn.Resource(ad.Kind().GVR()).List(ctx, metav1.ListOptions{Limit: 1}); apierrors.IsNotFound(err) {
+			// Not served here (its CRD is not installed): its offers are
+			// answered Gone.
+			w.log.Info().Str("kind", name).Msg("kind not served in this cluster: its offers are refused")
+			delete(w.adapters, name)
+			continue
+		}
 		inf := factory.ForResource(ad.Kind().GVR()).Informer()
 		enqueue := func(o any) {
 			if k, err := cache.DeletionHandlingMetaNamespaceKeyFunc(o); err == nil {
@@ -176,7 +183,7 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) error {
 	ad, ok := w.adapters[msg.Workload.Kind]
 	if !ok {
 		return w.report(ctx, Report{Workload: msg.Workload, Admission: msg.Admission, State: Gone,
-			Message: fmt.Sprintf("kind %q is not integrated in worker cluster %s", msg.Workload.Kind, w.name)})
+			Message: fmt.Sprintf("kind %q is not integrated or not served in worker cluster %s", msg.Workload.Kind, w.name)})
 	}
 	res := w.dyn.Resource(ad.Kind().GVR()).Namespace(msg.Workload.Namespace)
 	cur, err := res.Get(ctx, msg.Workload.Name, metav1.GetOptions{})
