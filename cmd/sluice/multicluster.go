@@ -108,7 +108,9 @@ func (c closing) Run(ctx context.Context) error {
 func newMultiClusterCmds() []*cobra.Command {
 	var names []string
 	disp := newServiceCmdWith("multicluster", "Run the multicluster admission check controller ("+v1beta1.MultiClusterController+") of a manager cluster", true,
-		nil, func(c *common) runner { return dispatcherRunner(func() []string { return names }, func() int { return c.replicas }) })
+		nil, func(c *common) runner {
+			return dispatcherRunner(func() []string { return names }, func() int { return c.replicas })
+		})
 	disp.Flags().StringSliceVar(&names, "integrations", kinds.Names(), "job kinds to dispatch ("+strings.Join(kinds.Names(), ", ")+")")
 
 	f := &workerFlags{}
