@@ -10,7 +10,7 @@ CONTROLLER_GEN := go run sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTR
 # Directories that hold generated files; `verify` fails if they are stale.
 GENERATED_DIRS := api config charts/sluice/crds charts/sluice/templates/_kinds.tpl
 
-.PHONY: all build test test-unit fuzz e2e loadtest natscluster generate verify bench dev dev-down devcluster
+.PHONY: all build test test-unit fuzz e2e loadtest natscluster generate verify bench dev dev-down devcluster dev-multicluster dev-down-multicluster
 
 all: build
 
@@ -74,6 +74,16 @@ dev-down:
 	-@state="$${DEVCLUSTER_DIR:-$$HOME/.sluice-devcluster}"; \
 	if [ -f "$$state/sluice.pid" ]; then kill "$$(cat "$$state/sluice.pid")" 2>/dev/null; rm -f "$$state/sluice.pid"; fi
 	-bin/devcluster down
+
+# Two local clusters: a manager whose Jobs run on a worker cluster, the
+# worker's NATS a leaf node of the manager's (docs/multicluster.md).
+dev-multicluster: build devcluster
+	hack/dev-multicluster.sh
+
+dev-down-multicluster: dev-down
+	-@state="$${DEVCLUSTER_WORKER_DIR:-$$HOME/.sluice-devcluster-worker}"; \
+	if [ -f "$$state/sluice.pid" ]; then kill "$$(cat "$$state/sluice.pid")" 2>/dev/null; rm -f "$$state/sluice.pid"; fi; \
+	bin/devcluster down --dir "$$state"
 
 # Deep-copy methods (api/v1beta1/zz_generated.deepcopy.go) and one CRD
 # manifest per kind in config/crd/, copied into the Helm chart's crds/; the

@@ -25,7 +25,7 @@ import (
 
 // dispatcherRunner runs the multicluster admission check controller (in
 // a manager cluster).
-func dispatcherRunner(names func() []string, replicas func() int) runner {
+func dispatcherRunner(names func() []string) runner {
 	return func(ctx context.Context, js jetstream.JetStream, kc *rest.Config, log zerolog.Logger, tf *tracing.Factory) (service, error) {
 		ads, _, dyn, err := kindClients(kc, names())
 		if err != nil {
@@ -33,7 +33,7 @@ func dispatcherRunner(names func() []string, replicas func() int) runner {
 		}
 		pub := bus.NewPublisher(js, events.Source(v1beta1.MultiClusterController), bus.WithPublisherLogger(log), bus.WithTracer(tf))
 		d, err := multicluster.NewDispatcher(dyn, js, ads, multicluster.WithDispatcherLogger(log),
-			multicluster.WithDispatcherPublisher(pub), multicluster.WithReplicas(replicas()))
+			multicluster.WithDispatcherPublisher(pub))
 		if err != nil {
 			return nil, usageError{err}
 		}
@@ -107,10 +107,8 @@ func (c closing) Run(ctx context.Context) error {
 // dispatcher) and `sluice worker` (a worker cluster's agent).
 func newMultiClusterCmds() []*cobra.Command {
 	var names []string
-	disp := newServiceCmdWith("multicluster", "Run the multicluster admission check controller ("+v1beta1.MultiClusterController+") of a manager cluster", true,
-		nil, func(c *common) runner {
-			return dispatcherRunner(func() []string { return names }, func() int { return c.replicas })
-		})
+	disp := newServiceCmd("multicluster", "Run the multicluster admission check controller ("+v1beta1.MultiClusterController+") of a manager cluster", true,
+		nil, dispatcherRunner(func() []string { return names }))
 	disp.Flags().StringSliceVar(&names, "integrations", kinds.Names(), "job kinds to dispatch ("+strings.Join(kinds.Names(), ", ")+")")
 
 	f := &workerFlags{}

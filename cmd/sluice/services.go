@@ -37,6 +37,7 @@ import (
 	"github.com/sluice-dev/sluice/services/admission"
 	"github.com/sluice-dev/sluice/services/integration"
 	"github.com/sluice-dev/sluice/services/integration/kinds"
+	"github.com/sluice-dev/sluice/services/multicluster"
 	"github.com/sluice-dev/sluice/services/preemption"
 	"github.com/sluice-dev/sluice/services/provisioning"
 	"github.com/sluice-dev/sluice/services/quota"
@@ -177,6 +178,10 @@ func (c *common) connect(ctx context.Context, name string) (*nats.Conn, jetstrea
 		bc := bus.DefaultConfig()
 		bc.Replicas = c.replicas
 		if err := bus.Setup(ctx, js, bc); err != nil {
+			nc.Close()
+			return nil, nil, err
+		}
+		if err := multicluster.Setup(ctx, js, c.replicas); err != nil {
 			nc.Close()
 			return nil, nil, err
 		}
@@ -679,7 +684,7 @@ func newDevCmd() *cobra.Command {
 				{"admission", admissionRunner(f)},
 				{"integration", integrationRunner(f, kindNames)},
 				{"provisioning", provisioningRunner(kindNames)},
-				{"multicluster", dispatcherRunner(kindNames, func() int { return c.replicas })},
+				{"multicluster", dispatcherRunner(kindNames)},
 			}
 			if leaf.remote != "" {
 				svcs = append(svcs, named{"worker", workerRunner(&leaf.worker, c.natsConfig, kindNames)})

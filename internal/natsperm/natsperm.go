@@ -25,6 +25,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/natsconn"
 	"github.com/sluice-dev/sluice/internal/workloads"
 	"github.com/sluice-dev/sluice/services/integration/kinds"
+	"github.com/sluice-dev/sluice/services/multicluster"
 	"github.com/sluice-dev/sluice/services/provisioning"
 )
 
@@ -116,6 +117,8 @@ type Option func(*settings)
 
 type settings struct {
 	checkControllers []string
+	workers          []string
+	managerDomain    string
 }
 
 // WithCheckControllers lets the checks user run these admission check
@@ -126,9 +129,20 @@ func WithCheckControllers(names ...string) Option {
 	return func(s *settings) { s.checkControllers = append(s.checkControllers, names...) }
 }
 
+// WithWorkers adds a user per worker cluster, the user its NATS server
+// joins the manager's as a leaf node with: it may only read its own
+// offers and write its own reports (multicluster.WorkerPermissions).
+// managerDomain is the manager's JetStream domain.
+func WithWorkers(managerDomain string, names ...string) Option {
+	return func(s *settings) {
+		s.managerDomain = managerDomain
+		s.workers = append(s.workers, names...)
+	}
+}
+
 // BuiltinCheckControllers are the admission check controllers Sluice
 // ships; the checks user may always run them.
-var BuiltinCheckControllers = []string{v1beta1.ProvisioningRequestController}
+var BuiltinCheckControllers = []string{v1beta1.MultiClusterController, v1beta1.ProvisioningRequestController}
 
 // For returns the permissions of a service's user.
 func For(service string, opts ...Option) (Permissions, error) {
@@ -179,6 +193,12 @@ func For(service string, opts ...Option) (Permissions, error) {
 		// The provisioning check deletes the requests of ended workloads.
 		r.consume(bus.StreamEvents, provisioning.EndedDurable)
 		r.readStream(bus.StreamEvents)
+		// The multicluster dispatcher offers workloads to workers, reads
+		// their reports, withdraws what ended, and keeps its dispatches.
+		r.publish(multicluster.ToWorker("*", ">"))
+		r.consume(multicluster.Stream, multicluster.ReportsDurable)
+		r.consume(bus.StreamEvents, multicluster.EndedDurable)
+		r.kvWrite(multicluster.Bucket)
 	case "setup":
 		r.publish("$JS.API.STREAM.CREATE.*", "$JS.API.STREAM.UPDATE.*", "$JS.API.STREAM.INFO.*", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST")
 	case "reader":
@@ -207,9 +227,24 @@ func ServerConfig(opts ...Option) string {
 		fmt.Fprintf(&b, "        subscribe: { allow: %s }\n", quoteList(p.Subscribe))
 		b.WriteString("      }\n    }\n")
 	}
+	var set settings
+	for _, o := range opts {
+		o(&set)
+	}
+	for _, w := range set.workers {
+		pub, sub := multicluster.WorkerPermissions(w, set.managerDomain)
+		fmt.Fprintf(&b, "    {\n      # worker cluster %s: its leaf node logs in as this user\n", w)
+		fmt.Fprintf(&b, "      user: %q\n      password: $SLUICE_WORKER_%s_PASSWORD\n      permissions: {\n", w, envName(w))
+		fmt.Fprintf(&b, "        publish: { allow: %s }\n", quoteList(pub))
+		fmt.Fprintf(&b, "        subscribe: { allow: %s }\n", quoteList(sub))
+		b.WriteString("      }\n    }\n")
+	}
 	b.WriteString("  ]\n}\n")
 	return b.String()
 }
+
+// envName is a worker name as it appears in an environment variable.
+func envName(s string) string { return strings.ToUpper(strings.ReplaceAll(s, "-", "_")) }
 
 func quoteList(ss []string) string {
 	q := make([]string, len(ss))

@@ -230,3 +230,36 @@ func TestARejectedWorkloadStaysDeactivatedAfterARestart(t *testing.T) {
 		t.Error("a replica started later reserved the deactivated workload again")
 	}
 }
+
+// TestDispatchedWorkloadRetriedAfterAdmission: a multicluster check's
+// Ready names the worker cluster, kept in the reservation for the
+// integration; the same check asking to retry after the admission (its
+// worker was lost) evicts the workload, to be reserved and dispatched
+// again.
+func TestDispatchedWorkloadRetriedAfterAdmission(t *testing.T) {
+	h := newHarness(t)
+	h.configureChecks("1", true)
+	h.submit("a", "main", 0, 1, "1")
+	h.start()
+	h.eventually("a reserved", func() (bool, string) { _, aw, ok := h.checksOf("a"); return ok && aw, "" })
+	pub := bus.NewPublisher(h.js, events.Source("prov"))
+	adm := h.reservations()[key("a")].Admission()
+	ready := events.CheckUpdatedV1{Workload: ref("a"), Admission: adm, Check: "prov", State: events.CheckReady, Cluster: "worker1", Message: "admitted by worker1"}
+	if err := pub.Publish(h.ctx, ready, "ready"); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("a admitted, dispatched to worker1", func() (bool, string) {
+		r := h.reservations()[key("a")]
+		ad := eventsOf[events.WorkloadAdmittedV1](h)
+		return !r.AwaitingChecks && r.DispatchedTo == "worker1" && r.DispatchedBy == "prov" && len(ad) == 1, fmt.Sprint(r.DispatchedTo, ad)
+	})
+	retry := events.CheckUpdatedV1{Workload: ref("a"), Admission: adm, Check: "prov", State: events.CheckRetry, Message: "worker cluster worker1 lost"}
+	if err := pub.Publish(h.ctx, retry, "retry"); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("a evicted for the check", func() (bool, string) {
+		ev := eventsOf[events.WorkloadEvictedV1](h)
+		return len(ev) == 1 && ev[0].Reason == engine.ReasonAdmissionCheck &&
+			ev[0].Message == "admission check prov asked to retry: worker cluster worker1 lost", fmt.Sprint(ev)
+	})
+}

@@ -48,7 +48,6 @@ type Dispatcher struct {
 	log      zerolog.Logger
 	now      func() time.Time
 	tick     time.Duration
-	replicas int
 	pub      checks.Publisher
 
 	ctrl    *checks.Controller
@@ -81,16 +80,13 @@ func WithClock(now func() time.Time, tick time.Duration) DispatcherOption {
 	return func(d *Dispatcher) { d.now, d.tick = now, tick }
 }
 
-// WithReplicas sets the replicas of the stream and bucket it creates.
-func WithReplicas(n int) DispatcherOption { return func(d *Dispatcher) { d.replicas = n } }
-
 // NewDispatcher returns the dispatcher of the kinds' workloads.
 func NewDispatcher(dyn dynamic.Interface, js jetstream.JetStream, adapters []integration.Adapter, opts ...DispatcherOption) (*Dispatcher, error) {
 	if dyn == nil || js == nil || len(adapters) == 0 {
 		return nil, fmt.Errorf("%w: a Kubernetes client, JetStream and job kinds are all required", ErrConfig)
 	}
 	d := &Dispatcher{dyn: dyn, js: js, adapters: map[string]integration.Adapter{}, log: zerolog.Nop(), now: time.Now,
-		tick: time.Second, replicas: 1, dispatches: map[string]*dispatch{}, seen: map[string]time.Time{}}
+		tick: time.Second, dispatches: map[string]*dispatch{}, seen: map[string]time.Time{}}
 	for _, ad := range adapters {
 		d.adapters[ad.Kind().Name] = ad
 	}
@@ -121,15 +117,24 @@ func (d *Dispatcher) Ready() error {
 
 // Run dispatches until ctx ends.
 func (d *Dispatcher) Run(ctx context.Context) error {
-	if err := SetupStream(ctx, d.js, d.replicas); err != nil {
-		return err
+	// The stream and the bucket are made by Setup (`sluice setup`, or
+	// each service at start unless --setup=false).
+	for n := 1; ; n++ {
+		kv, err := d.js.KeyValue(ctx, Bucket)
+		if err == nil {
+			d.kv = kv
+			break
+		}
+		if !errors.Is(err, jetstream.ErrBucketNotFound) {
+			return fmt.Errorf("multicluster: bucket %s: %w", Bucket, err)
+		}
+		if n == 1 {
+			d.log.Warn().Msg("bucket " + Bucket + " missing: waiting for sluice setup")
+		}
+		if !sleep(ctx, backoff(n)) {
+			return ctx.Err()
+		}
 	}
-	kv, err := d.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: Bucket,
-		Description: "Sluice multicluster: workloads offered to worker clusters", Storage: jetstream.FileStorage, Replicas: d.replicas})
-	if err != nil {
-		return fmt.Errorf("multicluster: bucket %s: %w", Bucket, err)
-	}
-	d.kv = kv
 	if err := d.load(ctx); err != nil {
 		return err
 	}

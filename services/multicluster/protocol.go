@@ -149,6 +149,19 @@ func (r Report) Validate() error {
 	return nil
 }
 
+// Setup creates or updates the stream and the dispatcher's bucket in the
+// manager's JetStream.
+func Setup(ctx context.Context, js jetstream.JetStream, replicas int) error {
+	if err := SetupStream(ctx, js, replicas); err != nil {
+		return err
+	}
+	if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: Bucket,
+		Description: "Sluice multicluster: workloads offered to worker clusters", Storage: jetstream.FileStorage, Replicas: max(replicas, 1)}); err != nil {
+		return fmt.Errorf("multicluster: bucket %s: %w", Bucket, err)
+	}
+	return nil
+}
+
 // SetupStream creates or updates the stream in the manager's JetStream.
 func SetupStream(ctx context.Context, js jetstream.JetStream, replicas int) error {
 	if replicas < 1 {

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
@@ -25,6 +26,13 @@ import (
 
 // apply creates every object of a multi-document YAML.
 func apply(t *testing.T, docs string) {
+	t.Helper()
+	applyTo(t, env.dyn, docs)
+}
+
+// applyTo creates every object of a multi-document YAML in the cluster
+// of dyn.
+func applyTo(t *testing.T, dyn dynamic.Interface, docs string) {
 	t.Helper()
 	for _, doc := range strings.Split(docs, "\n---\n") {
 		if strings.TrimSpace(doc) == "" {
@@ -42,9 +50,9 @@ func apply(t *testing.T, docs string) {
 		gvr := schema.GroupVersionResource{Group: gvk.Group, Version: gvk.Version, Resource: plural}
 		var ri interface {
 			Create(context.Context, *unstructured.Unstructured, metav1.CreateOptions, ...string) (*unstructured.Unstructured, error)
-		} = env.dyn.Resource(gvr)
+		} = dyn.Resource(gvr)
 		if ns := u.GetNamespace(); ns != "" {
-			ri = env.dyn.Resource(gvr).Namespace(ns)
+			ri = dyn.Resource(gvr).Namespace(ns)
 		}
 		if _, err := ri.Create(context.Background(), &u, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatalf("create %s %s: %v", gvk.Kind, u.GetName(), err)
@@ -60,6 +68,8 @@ type jobSpec struct {
 	runFor                         string
 	// nodeSelector, when set, is the pod template's own.
 	nodeSelector map[string]string
+	// managedBy, when set, is the Job's spec.managedBy.
+	managedBy string
 }
 
 func createJob(t *testing.T, s jobSpec) *batchv1.Job {
@@ -72,6 +82,7 @@ func createJob(t *testing.T, s jobSpec) *batchv1.Job {
 	j := &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: s.ns, Labels: labels},
 		Spec: batchv1.JobSpec{
+			ManagedBy:   ptrOrNil(s.managedBy),
 			Parallelism: ptr.To(s.pods),
 			Completions: ptr.To(s.pods),
 			Template: corev1.PodTemplateSpec{
@@ -93,6 +104,13 @@ func createJob(t *testing.T, s jobSpec) *batchv1.Job {
 		t.Fatalf("job %s/%s was not suspended on create by the webhook", s.ns, s.name)
 	}
 	return got
+}
+
+func ptrOrNil(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }
 
 // eventually polls cond until it holds or the deadline passes.

@@ -39,6 +39,9 @@ var env struct {
 	nats string
 
 	kubeconfig string
+	// leafURL is where a worker cluster's NATS joins the suite's as a
+	// leaf node (as e2eWorker).
+	leafURL string
 
 	hookAddr   string
 	httpAddr   string // `sluice dev`'s /healthz and /readyz
@@ -152,8 +155,11 @@ func run(m *testing.M) int {
 	env.cfg = cfg
 	env.dyn = dynamic.NewForConfigOrDie(cfg)
 
-	natsPort, hookPort, httpPort := freePort(), freePort(), freePort()
+	natsPort, hookPort, httpPort, leafPort := freePort(), freePort(), freePort(), freePort()
 	env.nats = fmt.Sprintf("nats://127.0.0.1:%d", natsPort)
+	// The suite's Sluice is also a multicluster manager: one worker may
+	// join it as a leaf node.
+	env.leafURL = fmt.Sprintf("nats-leaf://%s:%s@127.0.0.1:%d", e2eWorker, e2eWorkerPassword, leafPort)
 	logf, err := os.Create(filepath.Join(state, "sluice.log"))
 	if err != nil {
 		fmt.Println("e2e:", err)
@@ -163,7 +169,8 @@ func run(m *testing.M) int {
 		"--nats-port", fmt.Sprint(natsPort), "--nats-store", filepath.Join(state, "jetstream"),
 		"--webhook-address", fmt.Sprintf("127.0.0.1:%d", hookPort),
 		"--http-address", fmt.Sprintf("127.0.0.1:%d", httpPort),
-		"--status-interval", "1s", "--log-level", logLevel()}
+		"--status-interval", "1s", "--log-level", logLevel(),
+		"--leaf-port", fmt.Sprint(leafPort), "--leaf-worker", e2eWorker + "=" + e2eWorkerPassword}
 	env.httpAddr = fmt.Sprintf("127.0.0.1:%d", httpPort)
 	env.sluiceBin, env.sluiceLog = filepath.Join(bin, "sluice"), logf
 	env.hookAddr = fmt.Sprintf("127.0.0.1:%d", hookPort)
