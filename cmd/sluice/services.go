@@ -578,7 +578,8 @@ func newProvisioningCmd() *cobra.Command {
 // newNATSAuthCmd prints the nats-server authorization block with one user
 // per service and the permissions it needs.
 func newNATSAuthCmd() *cobra.Command {
-	var controllers []string
+	var controllers, workers []string
+	var domain string
 	cmd := &cobra.Command{
 		Use:   "nats-authorization",
 		Short: "Print a nats-server authorization block: one user per service, each allowed only its subjects",
@@ -586,12 +587,15 @@ func newNATSAuthCmd() *cobra.Command {
 			"), each allowed only the subjects it uses. Passwords are read by the server from $SLUICE_<USER>_PASSWORD.",
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, err := fmt.Fprint(cmd.OutOrStdout(), natsperm.ServerConfig(natsperm.WithCheckControllers(controllers...)))
+			_, err := fmt.Fprint(cmd.OutOrStdout(), natsperm.ServerConfig(natsperm.WithCheckControllers(controllers...), natsperm.WithWorkers(domain, workers...)))
 			return err
 		},
 	}
 	cmd.Flags().StringSliceVar(&controllers, "check-controllers", nil,
 		"admission check controllers of your own the checks user runs too, by controllerName (Sluice's own: "+strings.Join(natsperm.BuiltinCheckControllers, ", ")+")")
+	cmd.Flags().StringSliceVar(&workers, "workers", nil,
+		"worker clusters that join this (manager's) NATS as leaf nodes: a user each, allowed only its own offers and reports (password from $SLUICE_WORKER_<NAME>_PASSWORD)")
+	cmd.Flags().StringVar(&domain, "manager-domain", "hub", "JetStream domain of this (manager's) NATS, as the workers reach it")
 	return cmd
 }
 

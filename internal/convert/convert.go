@@ -42,7 +42,14 @@ var kinds = map[string]func() any{
 	"WorkloadPriorityClass":     func() any { return &v1beta1.WorkloadPriorityClass{} },
 	"AdmissionCheck":            func() any { return &v1beta1.AdmissionCheck{} },
 	"ProvisioningRequestConfig": func() any { return &v1beta1.ProvisioningRequestConfig{} },
+	// Kueue's MultiKueueConfig lists the worker clusters, as Sluice's
+	// MultiClusterConfig does (whose workers join over NATS: Kueue's
+	// MultiKueueClusters, holding kubeconfigs, have no counterpart).
+	"MultiKueueConfig": func() any { return &v1beta1.MultiClusterConfig{} },
 }
+
+// renamedKinds are Kueue's kinds that Sluice calls otherwise.
+var renamedKinds = map[string]string{"MultiKueueConfig": "MultiClusterConfig"}
 
 // controllers maps Kueue's built-in admission check controllers to
 // Sluice's.
@@ -155,6 +162,9 @@ func convertDoc(loc string, doc []byte, opts Options) ([]byte, []string, error) 
 	}
 
 	obj["apiVersion"] = v1beta1.GroupVersion.String()
+	if k, ok := renamedKinds[kind]; ok {
+		obj["kind"] = k
+	}
 	delete(obj, "status")
 	if md, ok := obj["metadata"].(map[string]any); ok {
 		for _, f := range serverSet {
@@ -304,6 +314,9 @@ func rename(obj map[string]any, kind string) error {
 		}
 		if p, ok := spec["parameters"].(map[string]any); ok && p["apiGroup"] == "kueue.x-k8s.io" {
 			p["apiGroup"] = v1beta1.GroupVersion.Group
+			if k, ok := renamedKinds[fmt.Sprint(p["kind"])]; ok {
+				p["kind"] = k
+			}
 		}
 	}
 	return nil

@@ -208,6 +208,42 @@ spec:
 `,
 		},
 		{
+			name: "a MultiKueue check and its MultiKueueConfig become a multicluster check and MultiClusterConfig",
+			in: `apiVersion: kueue.x-k8s.io/v1beta2
+kind: AdmissionCheck
+metadata: {name: sample-multikueue}
+spec:
+  controllerName: kueue.x-k8s.io/multikueue
+  parameters: {apiGroup: kueue.x-k8s.io, kind: MultiKueueConfig, name: multikueue-test}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: MultiKueueConfig
+metadata: {name: multikueue-test}
+spec:
+  clusters: [multikueue-test-worker1, worker2]
+`,
+			want: `apiVersion: sluice.dev/v1beta1
+kind: AdmissionCheck
+metadata:
+  name: sample-multikueue
+spec:
+  controllerName: sluice.dev/multicluster
+  parameters:
+    apiGroup: sluice.dev
+    kind: MultiClusterConfig
+    name: multikueue-test
+---
+apiVersion: sluice.dev/v1beta1
+kind: MultiClusterConfig
+metadata:
+  name: multikueue-test
+spec:
+  clusters:
+  - multikueue-test-worker1
+  - worker2
+`,
+		},
+		{
 			name: "a ProvisioningRequestConfig converts as it is",
 			in: `apiVersion: kueue.x-k8s.io/v1beta2
 kind: ProvisioningRequestConfig

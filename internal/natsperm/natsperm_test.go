@@ -39,6 +39,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/workloads"
 	"github.com/sluice-dev/sluice/services/admission"
 	"github.com/sluice-dev/sluice/services/preemption"
+	"github.com/sluice-dev/sluice/services/multicluster"
 	"github.com/sluice-dev/sluice/services/provisioning"
 	"github.com/sluice-dev/sluice/services/quota"
 )
@@ -424,6 +425,42 @@ func TestServerConfigLoads(t *testing.T) {
 	}
 }
 
+// TestServerConfigWithWorkers: each worker cluster named gets a user, its
+// password from its own variable, allowed only its part.
+func TestServerConfigWithWorkers(t *testing.T) {
+	dir := t.TempDir()
+	for _, svc := range natsperm.Services {
+		t.Setenv("SLUICE_"+strings.ToUpper(svc)+"_PASSWORD", "pw-"+svc)
+	}
+	t.Setenv("SLUICE_WORKER_GPU_EAST_PASSWORD", "pw-east")
+	conf := filepath.Join(dir, "nats.conf")
+	rendered := natsperm.ServerConfig(natsperm.WithWorkers("hub", "gpu-east"))
+	if err := os.WriteFile(conf, []byte("jetstream: {store_dir: \""+filepath.Join(dir, "js")+"\", domain: hub}\nleafnodes: {port: -1}\n"+rendered), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := server.ProcessConfigFile(conf)
+	if err != nil {
+		t.Fatalf("nats-server refuses the rendered configuration: %v", err)
+	}
+	pub, sub := multicluster.WorkerPermissions("gpu-east", "hub")
+	found := false
+	for _, u := range opts.Users {
+		if u.Username != "gpu-east" {
+			continue
+		}
+		found = true
+		if u.Password != "pw-east" {
+			t.Errorf("worker user's password %q, want the one in SLUICE_WORKER_GPU_EAST_PASSWORD", u.Password)
+		}
+		if u.Permissions == nil || !slices.Equal(u.Permissions.Publish.Allow, pub) || !slices.Equal(u.Permissions.Subscribe.Allow, sub) {
+			t.Errorf("worker user's permissions %+v, want publish %v, subscribe %v", u.Permissions, pub, sub)
+		}
+	}
+	if !found {
+		t.Errorf("no user gpu-east in:\n%s", rendered)
+	}
+}
+
 // TestNamedConsumers: the integration user may consume each kind's pending
 // reasons and the checks user each built-in check controller's
 // reservations, under their own durable names only (NATS wildcards match
@@ -449,6 +486,8 @@ func TestNamedConsumers(t *testing.T) {
 		{"integration", "stranger-pending", events.SubjectFilter("workload", "pending", "job", "*"), false},
 		{"checks", checks.Durable(v1beta1.ProvisioningRequestController), events.SubjectFilter("workload", "reserved", "*", "*"), true},
 		{"checks", provisioning.EndedDurable, events.SubjectFilter("workload", "finished", "*", "*"), true},
+		{"checks", checks.Durable(v1beta1.MultiClusterController), events.SubjectFilter("workload", "reserved", "*", "*"), true},
+		{"checks", multicluster.EndedDurable, events.SubjectFilter("workload", "evicted", "*", "*"), true},
 		{"checks", checks.Durable("example.com/unlisted"), events.SubjectFilter("workload", "reserved", "*", "*"), false},
 	}
 	for _, tc := range cases {
@@ -478,5 +517,38 @@ func TestNamedConsumers(t *testing.T) {
 	}
 	if !slices.Contains(p.Publish, "$JS.API.CONSUMER.CREATE."+bus.StreamEvents+"."+checks.Durable("example.com/budget")) {
 		t.Errorf("WithCheckControllers: the checks user may not create check-example-com-budget: %v", p.Publish)
+	}
+}
+
+// TestDispatcherUnderChecksUser: the setup user makes the multicluster
+// stream and bucket; the checks user (which runs the dispatcher) offers,
+// reads reports and keeps its dispatches, and nothing else there.
+func TestDispatcherUnderChecksUser(t *testing.T) {
+	srv, caFile := startServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, setup := connectAs(t, srv, caFile, "setup")
+	if err := multicluster.Setup(ctx, setup, 1); err != nil {
+		t.Fatalf("setup user: %v", err)
+	}
+	_, js := connectAs(t, srv, caFile, "checks")
+	if _, err := js.Publish(ctx, multicluster.ToWorker("w1", "u-1"), []byte(`{}`)); err != nil {
+		t.Errorf("offer: %v", err)
+	}
+	if _, err := js.CreateOrUpdateConsumer(ctx, multicluster.Stream, jetstream.ConsumerConfig{Durable: multicluster.ReportsDurable,
+		FilterSubject: multicluster.ReportsFilter, AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
+		t.Errorf("reports consumer: %v", err)
+	}
+	kv, err := js.KeyValue(ctx, multicluster.Bucket)
+	if err != nil {
+		t.Fatalf("open %s: %v", multicluster.Bucket, err)
+	}
+	if _, err := kv.Put(ctx, "u-1", []byte(`{}`)); err != nil {
+		t.Errorf("keep a dispatch: %v", err)
+	}
+	short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
+	defer cancelShort()
+	if _, err := js.Publish(short, multicluster.FromWorker("w1", "u-1"), []byte(`{}`)); err == nil {
+		t.Error("the checks user reported as a worker")
 	}
 }

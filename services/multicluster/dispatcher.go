@@ -310,8 +310,10 @@ func (d *Dispatcher) decide(ctx context.Context, r checks.Request) (checks.Answe
 		return checks.Answer{State: events.CheckPending}, d.offer(ctx, rec, rec.Offered)
 	}
 	ad, ok := d.adapters[r.Workload.Kind]
-	if !ok {
-		return checks.Answer{State: events.CheckRejected, Message: fmt.Sprintf("kind %q cannot be dispatched here", r.Workload.Kind)}, nil
+	if _, grouped := ad.(integration.Grouper); !ok || grouped {
+		// Pods and pod groups stop by deletion and are queued by their
+		// members: a copy of one object is not the workload.
+		return checks.Answer{State: events.CheckRejected, Message: fmt.Sprintf("kind %q cannot be dispatched to worker clusters", r.Workload.Kind)}, nil
 	}
 	obj, err := d.dyn.Resource(ad.Kind().GVR()).Namespace(r.Workload.Namespace).Get(ctx, r.Workload.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) || err == nil && string(obj.GetUID()) != r.Workload.UID {
