@@ -29,6 +29,12 @@ bin/devcluster kubectl --dir "$worker" apply -f examples/multicluster/worker.yam
 
 # The manager accepts worker1's leaf node on port 7422; the worker's own
 # ports are moved aside so both run on one machine.
+if running "$manager" && ! (exec 3<>/dev/tcp/127.0.0.1/7422) 2>/dev/null; then
+	# A `make dev` one, which takes no leaf nodes: start it again as a manager.
+	echo "restarting the sluice dev of $manager to accept the worker's leaf node"
+	kill "$(cat "$manager/sluice.pid")"
+	while running "$manager"; do sleep 0.2; done
+fi
 if running "$manager"; then
 	echo "manager's sluice dev already runs (pid $(cat "$manager/sluice.pid"))"
 else
