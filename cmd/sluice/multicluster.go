@@ -50,7 +50,7 @@ type workerFlags struct {
 
 func (f *workerFlags) bind(cmd *cobra.Command, prefix string) {
 	cmd.Flags().StringVar(&f.name, prefix+"name", f.name, "this worker cluster's name: its leaf node user in the manager's NATS, as the MultiClusterConfig lists it")
-	cmd.Flags().StringVar(&f.managerDomain, prefix+"manager-domain", "hub", "the JetStream domain of the manager's NATS, reached through this cluster's leaf node")
+	cmd.Flags().StringVar(&f.managerDomain, prefix+"manager-domain", "hub", "the JetStream domain of the manager's NATS, reached through this cluster's leaf node (empty: this NATS is the manager's)")
 	cmd.Flags().DurationVar(&f.heartbeat, prefix+"heartbeat", 5*time.Second, "how often the manager is told this worker is there")
 }
 
@@ -78,7 +78,11 @@ func workerRunner(f *workerFlags, cfg func() (natsconn.Config, error), names fun
 		if err != nil {
 			return nil, fmt.Errorf("connect to NATS at %s: %w", c.URL, err)
 		}
-		hub, err := jetstream.NewWithDomain(nc, f.managerDomain)
+		// No domain: this NATS is the manager's own (one server for both).
+		hub, err := jetstream.New(nc)
+		if f.managerDomain != "" {
+			hub, err = jetstream.NewWithDomain(nc, f.managerDomain)
+		}
 		if err != nil {
 			nc.Close()
 			return nil, err

@@ -579,7 +579,7 @@ func newProvisioningCmd() *cobra.Command {
 // per service and the permissions it needs.
 func newNATSAuthCmd() *cobra.Command {
 	var controllers, workers []string
-	var domain string
+	var domain, agent string
 	cmd := &cobra.Command{
 		Use:   "nats-authorization",
 		Short: "Print a nats-server authorization block: one user per service, each allowed only its subjects",
@@ -587,7 +587,8 @@ func newNATSAuthCmd() *cobra.Command {
 			"), each allowed only the subjects it uses. Passwords are read by the server from $SLUICE_<USER>_PASSWORD.",
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, err := fmt.Fprint(cmd.OutOrStdout(), natsperm.ServerConfig(natsperm.WithCheckControllers(controllers...), natsperm.WithWorkers(domain, workers...)))
+			_, err := fmt.Fprint(cmd.OutOrStdout(), natsperm.ServerConfig(natsperm.WithCheckControllers(controllers...),
+				natsperm.WithWorkers(domain, workers...), natsperm.WithWorkerAgent(domain, agent)))
 			return err
 		},
 	}
@@ -595,7 +596,8 @@ func newNATSAuthCmd() *cobra.Command {
 		"admission check controllers of your own the checks user runs too, by controllerName (Sluice's own: "+strings.Join(natsperm.BuiltinCheckControllers, ", ")+")")
 	cmd.Flags().StringSliceVar(&workers, "workers", nil,
 		"worker clusters that join this (manager's) NATS as leaf nodes: a user each, allowed only its own offers and reports (password from $SLUICE_WORKER_<NAME>_PASSWORD)")
-	cmd.Flags().StringVar(&domain, "manager-domain", "hub", "JetStream domain of this (manager's) NATS, as the workers reach it")
+	cmd.Flags().StringVar(&domain, "manager-domain", "hub", "JetStream domain of the manager's NATS, as the workers reach it")
+	cmd.Flags().StringVar(&agent, "worker-agent", "", "on a worker cluster's NATS: the user \"worker\" for the agent of the worker of this name (password from $SLUICE_WORKER_PASSWORD)")
 	return cmd
 }
 

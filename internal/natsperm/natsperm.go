@@ -119,6 +119,9 @@ type settings struct {
 	checkControllers []string
 	workers          []string
 	managerDomain    string
+	// agent is the worker cluster whose agent gets a user ("worker") on
+	// the worker's own NATS.
+	agent, agentDomain string
 }
 
 // WithCheckControllers lets the checks user run these admission check
@@ -138,6 +141,14 @@ func WithWorkers(managerDomain string, names ...string) Option {
 		s.managerDomain = managerDomain
 		s.workers = append(s.workers, names...)
 	}
+}
+
+// WithWorkerAgent adds the user "worker" for the agent of the worker
+// cluster named name, on that cluster's own NATS: the same subjects as
+// the worker's leaf node user on the manager's (its requests cross the
+// leaf node), reaching the manager's JetStream in managerDomain.
+func WithWorkerAgent(managerDomain, name string) Option {
+	return func(s *settings) { s.agent, s.agentDomain = name, managerDomain }
 }
 
 // BuiltinCheckControllers are the admission check controllers Sluice
@@ -230,6 +241,14 @@ func ServerConfig(opts ...Option) string {
 	var set settings
 	for _, o := range opts {
 		o(&set)
+	}
+	if set.agent != "" {
+		pub, sub := multicluster.WorkerPermissions(set.agent, set.agentDomain)
+		fmt.Fprintf(&b, "    {\n      # the agent of this worker cluster, %s\n", set.agent)
+		b.WriteString("      user: \"worker\"\n      password: $SLUICE_WORKER_PASSWORD\n      permissions: {\n")
+		fmt.Fprintf(&b, "        publish: { allow: %s }\n", quoteList(pub))
+		fmt.Fprintf(&b, "        subscribe: { allow: %s }\n", quoteList(sub))
+		b.WriteString("      }\n    }\n")
 	}
 	for _, w := range set.workers {
 		pub, sub := multicluster.WorkerPermissions(w, set.managerDomain)

@@ -143,6 +143,8 @@ func TestChartRefusesBadValuesNamingThem(t *testing.T) {
 		{name: "a duration that is not one", set: []string{"admission.pendingInterval=30"}, wantErr: []string{"/admission/pendingInterval"}},
 		{name: "an unknown log level", set: []string{"logLevel=trace"}, wantErr: []string{"/logLevel"}},
 		{name: "negative replicas", set: []string{"quota.replicas=-1"}, wantErr: []string{"/quota/replicas"}},
+		{name: "a worker without its name", set: []string{"worker.enabled=true"}, wantErr: []string{"worker.name is required"}},
+		{name: "a worker name NATS and Kubernetes cannot carry", set: []string{"worker.enabled=true", "worker.name=GPU_east"}, wantErr: []string{"/worker/name"}},
 		{name: "a kind Sluice does not integrate", set: []string{"integrations.tfjob.enabled=true"},
 			wantErr: []string{"integrations.tfjob: not a kind Sluice integrates", "pytorchjob"}},
 	} {
@@ -588,5 +590,51 @@ func TestChartTracing(t *testing.T) {
 	}
 	if _, err := render(t, "tracing.sampler=sometimes"); err == nil || !strings.Contains(err.Error(), "sampler") {
 		t.Errorf("a bad sampler: %v, want it refused by name", err)
+	}
+}
+
+// The multicluster dispatcher reads the kinds' objects and writes only
+// their status; a worker's agent reads, creates and deletes them. Neither
+// touches Pods (which are not dispatched) or anything else.
+func TestChartMulticlusterRBAC(t *testing.T) {
+	objs := mustRender(t, append(allKinds(), "worker.enabled=true", "worker.name=gpu-east", "worker.managerDomain=manager")...)
+	var dispatcher, worker rbacv1.ClusterRole
+	if !find(t, objs, "ClusterRole", fullname+"-multicluster", &dispatcher) || !find(t, objs, "ClusterRole", fullname+"-worker", &worker) {
+		t.Fatalf("no multicluster or worker ClusterRole; have %v", names(objs, "ClusterRole"))
+	}
+	wantDispatcher := []rbacv1.PolicyRule{
+		{APIGroups: []string{"sluice.dev"}, Resources: []string{"admissionchecks", "multiclusterconfigs"}, Verbs: []string{"list", "watch"}},
+		{APIGroups: []string{"sluice.dev"}, Resources: []string{"admissionchecks/status"}, Verbs: []string{"update"}},
+	}
+	var wantWorker []rbacv1.PolicyRule
+	for _, ad := range kinds.All {
+		k := ad.Kind()
+		if k.Name == "pod" {
+			continue
+		}
+		wantDispatcher = append(wantDispatcher,
+			rbacv1.PolicyRule{APIGroups: []string{k.GVK.Group}, Resources: []string{k.Resource}, Verbs: []string{"get"}},
+			rbacv1.PolicyRule{APIGroups: []string{k.GVK.Group}, Resources: []string{k.Resource + "/status"}, Verbs: []string{"update"}})
+		wantWorker = append(wantWorker, rbacv1.PolicyRule{APIGroups: []string{k.GVK.Group}, Resources: []string{k.Resource},
+			Verbs: []string{"get", "list", "watch", "create", "delete"}})
+	}
+	if diff := cmp.Diff(wantDispatcher, dispatcher.Rules); diff != "" {
+		t.Errorf("dispatcher rules (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(wantWorker, worker.Rules); diff != "" {
+		t.Errorf("worker rules (-want +got):\n%s", diff)
+	}
+	var dep appsv1.Deployment
+	if !find(t, objs, "Deployment", fullname+"-worker", &dep) {
+		t.Fatal("no worker Deployment")
+	}
+	args := dep.Spec.Template.Spec.Containers[0].Args
+	for _, want := range []string{"worker", "--name=gpu-east", "--manager-domain=manager", "--setup=false"} {
+		if !slices.Contains(args, want) {
+			t.Errorf("worker args %v lack %s", args, want)
+		}
+	}
+	if objs := mustRender(t); len(names(objs, "Deployment")) != 7 || slices.Contains(names(objs, "Deployment"), fullname+"-worker") {
+		t.Errorf("default Deployments %v: want the dispatcher and no worker", names(objs, "Deployment"))
 	}
 }

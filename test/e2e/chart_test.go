@@ -265,8 +265,8 @@ func TestChartLeastPrivilege(t *testing.T) {
 		procs = append(procs, cmd)
 		ready = append(ready, component+"="+httpAddr)
 	}
-	if len(deployments) != 6 {
-		t.Fatalf("%d Deployments rendered, want watcher, admission, preemption, quota, provisioning and the Job integration", len(deployments))
+	if len(deployments) != 7 {
+		t.Fatalf("%d Deployments rendered, want watcher, admission, preemption, quota, provisioning, multicluster and the Job integration", len(deployments))
 	}
 	eventually(t, 60*time.Second, "every service ready", func() (bool, string) {
 		for _, r := range ready {
@@ -379,6 +379,13 @@ func TestChartLeastPrivilege(t *testing.T) {
 		{sa("provisioning"), "update", "sluice.dev", "clusterqueues", "", false},
 		{sa("provisioning"), "get", "", "secrets", "", false},
 		{sa("provisioning"), "list", "", "pods", "", false},
+		{sa("multicluster"), "get", "batch", "jobs", "", true},
+		{sa("multicluster"), "update", "batch", "jobs", "status", true},
+		{sa("multicluster"), "patch", "batch", "jobs", "", false},
+		{sa("multicluster"), "create", "batch", "jobs", "", false},
+		{sa("multicluster"), "list", "sluice.dev", "multiclusterconfigs", "", true},
+		{sa("multicluster"), "update", "sluice.dev", "admissionchecks", "status", true},
+		{sa("multicluster"), "get", "", "secrets", "", false},
 	} {
 		if got := canI(t, c.sa, c.verb, c.group, c.resource, c.sub); got != c.want {
 			res := c.resource
