@@ -38,8 +38,8 @@ import (
 	"github.com/sluice-dev/sluice/internal/natsperm"
 	"github.com/sluice-dev/sluice/internal/workloads"
 	"github.com/sluice-dev/sluice/services/admission"
-	"github.com/sluice-dev/sluice/services/preemption"
 	"github.com/sluice-dev/sluice/services/multicluster"
+	"github.com/sluice-dev/sluice/services/preemption"
 	"github.com/sluice-dev/sluice/services/provisioning"
 	"github.com/sluice-dev/sluice/services/quota"
 )
