@@ -39,6 +39,7 @@ var crdFiles = map[string]string{
 	"WorkloadPriorityClass":     "sluice.dev_workloadpriorityclasses.yaml",
 	"AdmissionCheck":            "sluice.dev_admissionchecks.yaml",
 	"ProvisioningRequestConfig": "sluice.dev_provisioningrequestconfigs.yaml",
+	"MultiClusterConfig":        "sluice.dev_multiclusterconfigs.yaml",
 }
 
 // readCRD decodes a generated manifest strictly (an unknown field in it is a

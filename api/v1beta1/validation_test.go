@@ -545,6 +545,36 @@ func TestProvisioningRequestConfigValidation(t *testing.T) {
 	})
 }
 
+func TestMultiClusterConfigValidation(t *testing.T) {
+	runValidationCases(t, "MultiClusterConfig", []validationCase{
+		{
+			name: "every field",
+			obj: multiClusterConfig(`{clusters: [worker-1, worker2], workerLostTimeout: 5m,
+				dispatching: {mode: Incremental, stepSize: 1, roundTimeout: 2m}}`),
+		},
+		{
+			name:     "no cluster",
+			obj:      multiClusterConfig(`{clusters: []}`),
+			wantErrs: []fieldError{{"spec.clusters", "Invalid value: 0: spec.clusters in body should have at least 1 items"}},
+		},
+		{
+			name:     "a cluster name a leaf node user cannot have",
+			obj:      multiClusterConfig(`{clusters: [Worker_1]}`),
+			wantErrs: []fieldError{{"spec.clusters[0]", `Invalid value: "Worker_1": spec.clusters[0] in body should match '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'`}},
+		},
+		{
+			name:     "a mode Kueue does not have",
+			obj:      multiClusterConfig(`{clusters: [w], dispatching: {mode: Random}}`),
+			wantErrs: []fieldError{{"spec.dispatching.mode", `Unsupported value: "Random": supported values: "AllAtOnce", "Incremental"`}},
+		},
+		{
+			name:     "a worker listed twice",
+			obj:      multiClusterConfig(`{clusters: [w, w]}`),
+			wantErrs: []fieldError{{"spec.clusters[1]", `Duplicate value: "w"`}},
+		},
+	})
+}
+
 func TestCohortValidation(t *testing.T) {
 	runValidationCases(t, "Cohort", []validationCase{
 		{
@@ -849,6 +879,10 @@ func admissionCheck(spec string) string {
 
 func provisioningRequestConfig(spec string) string {
 	return object("ProvisioningRequestConfig", "name: prov", "spec", spec)
+}
+
+func multiClusterConfig(spec string) string {
+	return object("MultiClusterConfig", "name: workers", "spec", spec)
 }
 
 func workloadPriorityClass(fields string) string {

@@ -31,6 +31,17 @@ const (
 	// object was stopped from, so that the same reservation, still in the
 	// ledger until quota accounting releases it, never starts it again.
 	StoppedAnnotation = "sluice.dev/stopped-reservation"
+
+	// HoldAnnotation holds an object back after its admission: it is
+	// queued and admitted (its quota reserved) as usual, but not started
+	// while the annotation is there. A multicluster worker's copies carry
+	// it until the manager picks the worker, so that a job offered to
+	// several workers runs in one only.
+	HoldAnnotation = "sluice.dev/hold"
+	// HeldAnnotation names the admission (its reservation's name) of a
+	// held object: written when it is admitted, removed when that
+	// reservation is gone.
+	HeldAnnotation = "sluice.dev/held-admission"
 )
 
 // Assignment is an admission decision for one workload. It is also the JSON

@@ -975,6 +975,15 @@ func (s *Service) sync(ctx context.Context, k *kindRunner, key string) error {
 	}
 	r, held := s.reservation(rec.Workload)
 	suspended := job.IsSuspended()
+	if _, hold := m.GetAnnotations()[HoldAnnotation]; hold && suspended {
+		// Held back: admitted or not, it does not start. Its annotation
+		// says which admission it holds, for whoever releases it.
+		want := ""
+		if held && r.Startable() && m.GetAnnotations()[StoppedAnnotation] != r.Admission() {
+			want = r.Admission()
+		}
+		return s.markHeld(ctx, k, job, want)
+	}
 	switch {
 	case held && suspended && !r.Startable():
 		return nil // quota reserved: it waits for its admission checks
@@ -1277,6 +1286,25 @@ func (s *Service) start(ctx context.Context, k *kindRunner, job Job, rec *events
 	}
 	s.recorder.Eventf(job.Object(), corev1.EventTypeNormal, "Admitted", "admitted by ClusterQueue %s: %s", r.ClusterQueue, describe(r))
 	return s.announceStart(ctx, rec, r)
+}
+
+// markHeld writes the admission a held object holds into HeldAnnotation
+// ("" removes it).
+func (s *Service) markHeld(ctx context.Context, k *kindRunner, job Job, admission string) error {
+	m := job.Meta()
+	if m.GetAnnotations()[HeldAnnotation] == admission {
+		return nil
+	}
+	var value any
+	if admission != "" {
+		value = admission
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"uid": string(m.GetUID()), "annotations": map[string]any{HeldAnnotation: value}}})
+	if err != nil {
+		return err
+	}
+	return s.patch(ctx, k, m.GetNamespace(), m.GetName(), patch)
 }
 
 // startRemote announces the start of a workload a multicluster check

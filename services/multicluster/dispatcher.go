@@ -346,20 +346,29 @@ func readyAnswer(worker string) checks.Answer {
 	return checks.Answer{State: events.CheckReady, Cluster: worker, Message: "admitted by worker cluster " + worker}
 }
 
-// offer sends the workload's job to workers and records them as offered.
-// Called with d.mu held.
-func (d *Dispatcher) offer(ctx context.Context, rec *dispatch, workers []string) error {
+// carrying is a message of type typ about rec with a copy of its job.
+func (d *Dispatcher) carrying(ctx context.Context, rec *dispatch, typ string) (Message, error) {
 	ad := d.adapters[rec.Workload.Kind]
 	obj, err := d.dyn.Resource(ad.Kind().GVR()).Namespace(rec.Workload.Namespace).Get(ctx, rec.Workload.Name, metav1.GetOptions{})
 	if err != nil {
-		return fmt.Errorf("read %s: %w", rec.Workload, err)
+		return Message{}, fmt.Errorf("read %s: %w", rec.Workload, err)
 	}
 	raw, err := remoteCopy(ad, obj)
+	if err != nil {
+		return Message{}, err
+	}
+	return Message{Type: typ, Workload: rec.Workload, Admission: rec.Admission, Object: raw}, nil
+}
+
+// offer sends the workload's job to workers and records them as offered.
+// Called with d.mu held.
+func (d *Dispatcher) offer(ctx context.Context, rec *dispatch, workers []string) error {
+	m, err := d.carrying(ctx, rec, Offer)
 	if err != nil {
 		return err
 	}
 	for _, w := range workers {
-		if err := d.send(ctx, w, Message{Type: Offer, Workload: rec.Workload, Admission: rec.Admission, Object: raw}); err != nil {
+		if err := d.send(ctx, w, m); err != nil {
 			return err
 		}
 		if !slices.Contains(rec.Offered, w) {
@@ -443,6 +452,15 @@ func (d *Dispatcher) handleReport(ctx context.Context, m jetstream.Msg) error {
 		d.withdraw(ctx, rec, worker, "admitted by another worker")
 		return nil
 	case v.win:
+		// The winner may run it; the others withdraw. Run goes first: a
+		// winner that misses it keeps a held copy, never a running one.
+		run, err := d.carrying(ctx, rec, Run)
+		if err != nil {
+			return err
+		}
+		if err := d.send(ctx, worker, run); err != nil {
+			return err
+		}
 		rec.Winner = worker
 		if err := d.save(ctx, rec); err != nil {
 			return err

@@ -29,13 +29,17 @@ const (
 	Offer = "offer"
 	// Withdraw: delete the copy.
 	Withdraw = "withdraw"
+	// Run: the worker won; its copy may start (created if absent, as
+	// from an offer).
+	Run = "run"
 )
 
 // States a worker reports of its copy.
 const (
 	// Queued: created, waiting for the worker's admission.
 	Queued = "Queued"
-	// Admitted: the worker admitted it (its copy runs).
+	// Admitted: the worker admitted it: its quota is reserved there, and
+	// the copy is held until the manager says Run (or runs, after that).
 	Admitted = "Admitted"
 	// Finished: it ended; Status holds the final status.
 	Finished = "Finished"
@@ -97,7 +101,7 @@ type Message struct {
 	Workload events.WorkloadRef `json:"workload"`
 	// Admission names the manager's reservation the offer is for.
 	Admission string `json:"admission"`
-	// Object (Offer) is the job object to create: its apiVersion, kind,
+	// Object (Offer, Run) is the job object to create: its apiVersion, kind,
 	// name, namespace, labels, annotations and spec.
 	Object json.RawMessage `json:"object,omitempty"`
 	// Reason (Withdraw) says why, for the worker's log.
@@ -106,8 +110,8 @@ type Message struct {
 
 // Validate checks a message.
 func (m Message) Validate() error {
-	if m.Type != Offer && m.Type != Withdraw {
-		return fmt.Errorf("%w: type %q: must be %s or %s", ErrBadMessage, m.Type, Offer, Withdraw)
+	if m.Type != Offer && m.Type != Withdraw && m.Type != Run {
+		return fmt.Errorf("%w: type %q: must be %s, %s or %s", ErrBadMessage, m.Type, Offer, Run, Withdraw)
 	}
 	if err := m.Workload.Validate(); err != nil {
 		return fmt.Errorf("%w: workload: %w", ErrBadMessage, err)
@@ -115,8 +119,8 @@ func (m Message) Validate() error {
 	if m.Workload.UID == "" {
 		return fmt.Errorf("%w: workload %s: no uid", ErrBadMessage, m.Workload)
 	}
-	if m.Type == Offer && (m.Admission == "" || len(m.Object) == 0) {
-		return fmt.Errorf("%w: offer of %s: an admission and an object are required", ErrBadMessage, m.Workload)
+	if m.Type != Withdraw && (m.Admission == "" || len(m.Object) == 0) {
+		return fmt.Errorf("%w: %s of %s: an admission and an object are required", ErrBadMessage, m.Type, m.Workload)
 	}
 	return nil
 }

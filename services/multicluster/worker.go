@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
@@ -205,6 +206,14 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) error {
 		}
 		return nil
 	case ours && cur.GetAnnotations()[AdmissionAnnotation] == msg.Admission:
+		if _, held := cur.GetAnnotations()[integration.HoldAnnotation]; held && msg.Type == Run {
+			// Picked: the worker's Sluice starts it once the hold is gone.
+			patch := []byte(`{"metadata":{"uid":"` + string(cur.GetUID()) + `","annotations":{"` + integration.HoldAnnotation + `":null}}}`)
+			if _, err := res.Patch(ctx, cur.GetName(), types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+				return fmt.Errorf("release %s: %w", msg.Workload, err) // looked at again
+			}
+			log.Info().Msg("copy released to run")
+		}
 		w.queue.Add(copyKey{kind: ad.Kind().Name, namespace: cur.GetNamespace(), name: cur.GetName()})
 		return nil
 	case ours:
@@ -237,6 +246,10 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) error {
 	}
 	ann[AdmissionAnnotation] = msg.Admission
 	ann[ManagerAnnotation] = msg.Workload.Namespace + "/" + msg.Workload.Name
+	if msg.Type == Offer {
+		// Admitted here, it waits for the manager to pick this worker.
+		ann[integration.HoldAnnotation] = ""
+	}
 	obj.SetAnnotations(ann)
 	if _, err := res.Create(ctx, &obj, metav1.CreateOptions{}); err != nil {
 		if apierrors.IsAlreadyExists(err) {
@@ -306,9 +319,13 @@ func (w *Worker) reportOf(kind string, u *unstructured.Unstructured) (Report, er
 	}
 	r := Report{Workload: events.WorkloadRef{Kind: kind, Namespace: u.GetNamespace(), Name: u.GetName(), UID: u.GetLabels()[OriginLabel]},
 		Admission: u.GetAnnotations()[AdmissionAnnotation], State: Queued}
-	if done, _, msg := job.Finished(); done {
+	_, holding := u.GetAnnotations()[integration.HoldAnnotation]
+	switch done, _, msg := job.Finished(); {
+	case done:
 		r.State, r.Message = Finished, msg
-	} else if !job.IsSuspended() {
+	case holding && u.GetAnnotations()[integration.HeldAnnotation] != "":
+		r.State = Admitted // reserved here, held for the manager's pick
+	case !holding && !job.IsSuspended():
 		r.State = Admitted
 	}
 	if st, ok := u.Object["status"]; ok {

@@ -39,9 +39,9 @@ var env struct {
 	nats string
 
 	kubeconfig string
-	// leafURL is where a worker cluster's NATS joins the suite's as a
-	// leaf node (as e2eWorker).
-	leafURL string
+	// leafPort is where worker clusters' NATS servers join the suite's as
+	// leaf nodes (as e2eWorkers).
+	leafPort int
 
 	hookAddr   string
 	httpAddr   string // `sluice dev`'s /healthz and /readyz
@@ -157,9 +157,9 @@ func run(m *testing.M) int {
 
 	natsPort, hookPort, httpPort, leafPort := freePort(), freePort(), freePort(), freePort()
 	env.nats = fmt.Sprintf("nats://127.0.0.1:%d", natsPort)
-	// The suite's Sluice is also a multicluster manager: one worker may
-	// join it as a leaf node.
-	env.leafURL = fmt.Sprintf("nats-leaf://%s:%s@127.0.0.1:%d", e2eWorker, e2eWorkerPassword, leafPort)
+	// The suite's Sluice is also a multicluster manager: two workers may
+	// join it as leaf nodes.
+	env.leafPort = leafPort
 	logf, err := os.Create(filepath.Join(state, "sluice.log"))
 	if err != nil {
 		fmt.Println("e2e:", err)
@@ -170,7 +170,10 @@ func run(m *testing.M) int {
 		"--webhook-address", fmt.Sprintf("127.0.0.1:%d", hookPort),
 		"--http-address", fmt.Sprintf("127.0.0.1:%d", httpPort),
 		"--status-interval", "1s", "--log-level", logLevel(),
-		"--leaf-port", fmt.Sprint(leafPort), "--leaf-worker", e2eWorker + "=" + e2eWorkerPassword}
+		"--leaf-port", fmt.Sprint(leafPort)}
+	for _, w := range e2eWorkers {
+		env.sluiceArgs = append(env.sluiceArgs, "--leaf-worker", w+"="+w+"-secret")
+	}
 	env.httpAddr = fmt.Sprintf("127.0.0.1:%d", httpPort)
 	env.sluiceBin, env.sluiceLog = filepath.Join(bin, "sluice"), logf
 	env.hookAddr = fmt.Sprintf("127.0.0.1:%d", hookPort)

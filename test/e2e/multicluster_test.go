@@ -27,15 +27,14 @@ import (
 	"github.com/sluice-dev/sluice/services/multicluster"
 )
 
-// The worker cluster the suite's Sluice (the manager) lets join.
-const (
-	e2eWorker         = "e2e-worker"
-	e2eWorkerPassword = "e2e-worker-secret"
-)
+// The worker clusters the suite's Sluice (the manager) lets join, each
+// with the password "<name>-secret".
+var e2eWorkers = []string{"e2e-worker1", "e2e-worker2"}
 
 // workerCluster is a second control plane with a Sluice of its own, whose
 // NATS joins the suite's as a leaf node.
 type workerCluster struct {
+	name   string
 	t      *testing.T
 	dir    string
 	kube   *kubernetes.Clientset
@@ -50,11 +49,11 @@ type workerCluster struct {
 
 // startWorkerCluster brings up the worker's control plane, CRDs and
 // Sluice; both go when the test ends.
-func startWorkerCluster(t *testing.T) *workerCluster {
+func startWorkerCluster(t *testing.T, name string) *workerCluster {
 	t.Helper()
 	top := root()
 	dc := filepath.Join(top, "bin", "devcluster")
-	w := &workerCluster{t: t, dir: t.TempDir()}
+	w := &workerCluster{name: name, t: t, dir: t.TempDir()}
 	if err := sh(top, dc, "up", "--dir", w.dir); err != nil {
 		t.Fatalf("worker devcluster up: %v", err)
 	}
@@ -74,7 +73,7 @@ func startWorkerCluster(t *testing.T) *workerCluster {
 	w.args = []string{"dev", "--kubeconfig", filepath.Join(w.dir, "kubeconfig"),
 		"--nats-port", fmt.Sprint(natsPort), "--nats-store", filepath.Join(w.dir, "jetstream"),
 		"--webhook-address", fmt.Sprintf("127.0.0.1:%d", hookPort), "--http-address", w.http,
-		"--leaf-remote", env.leafURL, "--worker-heartbeat", "1s", "--integrations", "job", "--log-level", logLevel()}
+		"--leaf-remote", fmt.Sprintf("nats-leaf://%s:%s-secret@127.0.0.1:%d", name, name, env.leafPort), "--worker-heartbeat", "1s", "--integrations", "job", "--log-level", logLevel()}
 	if w.log, err = os.Create(filepath.Join(w.dir, "sluice.log")); err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +82,7 @@ func startWorkerCluster(t *testing.T) *workerCluster {
 		w.stop(os.Interrupt)
 		if t.Failed() {
 			b, _ := os.ReadFile(w.log.Name())
-			t.Logf("worker's sluice log:\n%s", tail(string(b), 60))
+			t.Logf("%s's sluice log:\n%s", name, tail(string(b), 60))
 		}
 	})
 	nc, err := connectNATS(w.nats, 30*time.Second)
@@ -167,13 +166,49 @@ func (w *workerCluster) runningPods(ns, name string, uid types.UID) (ofCopy, all
 	return ofCopy, all
 }
 
-// TestMultiClusterDispatch: a Job created on the manager is dispatched
-// to the worker cluster, runs there on the worker's nodes while the
-// manager's copy stays suspended and mirrors its status, and finishing
-// releases quota on both and deletes the worker's copy. A worker whose
-// Sluice is killed mid-run is lost after the config's timeout: the Job is
-// given up and dispatched again; when the worker comes back its old copy
-// goes before the new one runs, so the Job never runs twice.
+// where finds the worker holding a copy of a manager's Job, and fails the
+// test if more than one does: a Job is dispatched to one worker only.
+func where(t *testing.T, workers []*workerCluster, ns, name string) (*workerCluster, *batchv1.Job) {
+	t.Helper()
+	var at *workerCluster
+	var copy *batchv1.Job
+	for _, w := range workers {
+		if w.sluice == nil {
+			continue // stopped: its API server still runs, its agent not
+		}
+		c := w.copyOf(ns, name)
+		if c == nil || c.DeletionTimestamp != nil {
+			continue
+		}
+		if _, held := c.Annotations["sluice.dev/hold"]; held {
+			continue // offered, not picked
+		}
+		if at != nil {
+			t.Errorf("%s/%s released to run in both %s and %s", ns, name, at.name, w.name)
+		}
+		at, copy = w, c
+	}
+	return at, copy
+}
+
+// runningAnywhere counts the running pods of a Job's name in every worker.
+func runningAnywhere(workers []*workerCluster, ns, name string) (total int, per map[string]int) {
+	per = map[string]int{}
+	for _, w := range workers {
+		_, all := w.runningPods(ns, name, "")
+		per[w.name] = all
+		total += all
+	}
+	return total, per
+}
+
+// TestMultiClusterDispatch: a Job created on the manager is offered to
+// two worker clusters and runs in the one picked, on its nodes, while the
+// manager's copy stays suspended and mirrors its status; finishing
+// releases quota on both sides and deletes the worker's copy. A worker
+// whose Sluice is killed mid-run is lost after the config's timeout: the
+// Job is given up and dispatched again, to the other worker; when the
+// lost worker comes back its copy is deleted, so the Job runs once.
 func TestMultiClusterDispatch(t *testing.T) {
 	ns := "e2e-mc"
 	queuesOn := func(dyn dynamic.Interface, check string) {
@@ -208,8 +243,12 @@ metadata: {name: q, namespace: %[1]s}
 spec: {clusterQueue: %[1]s}
 `, ns, checks))
 	}
-	w := startWorkerCluster(t)
-	queuesOn(w.dyn, "")
+	var workers []*workerCluster
+	for _, name := range e2eWorkers {
+		w := startWorkerCluster(t, name)
+		queuesOn(w.dyn, "")
+		workers = append(workers, w)
+	}
 	apply(t, fmt.Sprintf(`apiVersion: sluice.dev/v1beta1
 kind: MultiClusterConfig
 metadata: {name: %[1]s}
@@ -223,52 +262,67 @@ metadata: {name: %[1]s}
 spec:
   controllerName: sluice.dev/multicluster
   parameters: {apiGroup: sluice.dev, kind: MultiClusterConfig, name: %[1]s}
-`, ns, e2eWorker))
+`, ns, strings.Join(e2eWorkers, ", ")))
 	queuesOn(env.dyn, ns)
 	watchQuota(t)
 	waitCheckActive(t, ns, 60*time.Second)
 
-	// Dispatched, run on the worker, mirrored, finished on both.
+	// Offered to both, run in one, mirrored, finished on both sides.
 	createJob(t, jobSpec{ns: ns, name: "short", queue: "q", pods: 2, gpus: 1, runFor: "4s", managedBy: "sluice.dev/multicluster"})
+	var ran *workerCluster
 	var copyUID types.UID
-	eventually(t, 60*time.Second, "the worker runs short's copy on its nodes, the manager mirrors it", func() (bool, string) {
-		c := w.copyOf(ns, "short")
-		if c == nil {
-			return false, "no copy in the worker"
+	eventually(t, 60*time.Second, "short runs in one worker on its nodes, the manager mirrors it", func() (bool, string) {
+		w, c := where(t, workers, ns, "short")
+		total, per := runningAnywhere(workers, ns, "short")
+		if total > 2 {
+			t.Errorf("short runs more pods than it has: %v", per)
 		}
-		copyUID = c.UID
+		if w == nil {
+			return false, fmt.Sprint("not released anywhere yet; pods ", per)
+		}
+		ran, copyUID = w, c.UID
 		running, _ := w.runningPods(ns, "short", c.UID)
 		m := getJob(t, ns, "short")
 		return running == 2 && suspended(m) && m.Status.Active == 2 && c.Labels[multicluster.OriginLabel] == string(m.UID),
-			fmt.Sprintf("pods running %d, manager suspended %v active %d", running, suspended(m), m.Status.Active)
+			fmt.Sprintf("in %s: pods running %d, manager suspended %v active %d", w.name, running, suspended(m), m.Status.Active)
 	})
 	waitComplete(t, ns, "short", 60*time.Second)
-	eventually(t, 30*time.Second, "quota released on both, the worker's copy deleted", func() (bool, string) {
+	eventually(t, 30*time.Second, "quota released on both sides, the copies deleted", func() (bool, string) {
 		_, onManager := reservations(t)["job/"+ns+"/short"]
-		_, onWorker := w.reservations()["job/"+ns+"/short"]
-		c := w.copyOf(ns, "short")
-		return !onManager && !onWorker && (c == nil || c.UID != copyUID), fmt.Sprint(onManager, onWorker, c != nil)
+		var left []string
+		for _, w := range workers {
+			if _, ok := w.reservations()["job/"+ns+"/short"]; ok {
+				left = append(left, w.name+" reservation")
+			}
+			if c := w.copyOf(ns, "short"); c != nil && c.DeletionTimestamp == nil {
+				left = append(left, w.name+" copy")
+			}
+		}
+		return !onManager && len(left) == 0, fmt.Sprint(onManager, left)
 	})
 	if m := getJob(t, ns, "short"); !suspended(m) || m.Status.Succeeded != 2 {
 		t.Errorf("manager's short: suspended %v, succeeded %d; want suspended, 2", suspended(m), m.Status.Succeeded)
 	}
+	t.Logf("short ran in %s (copy %s)", ran.name, copyUID)
 
 	// A worker lost mid-run.
 	createJob(t, jobSpec{ns: ns, name: "long", queue: "q", pods: 1, gpus: 1, runFor: "10m", managedBy: "sluice.dev/multicluster"})
+	var lost *workerCluster
 	var first *batchv1.Job
-	eventually(t, 60*time.Second, "long runs on the worker", func() (bool, string) {
-		first = w.copyOf(ns, "long")
-		if first == nil {
-			return false, "no copy"
+	eventually(t, 60*time.Second, "long runs in one worker", func() (bool, string) {
+		lost, first = where(t, workers, ns, "long")
+		if lost == nil {
+			return false, "not released anywhere"
 		}
-		running, _ := w.runningPods(ns, "long", first.UID)
+		running, _ := lost.runningPods(ns, "long", first.UID)
 		return running == 1, fmt.Sprint("running ", running)
 	})
 	admitted := reservations(t)["job/"+ns+"/long"].Admission()
-	w.stop(os.Kill)
-	eventually(t, 60*time.Second, "long given up on the manager and reserved again", func() (bool, string) {
+	lost.stop(os.Kill)
+	eventually(t, 60*time.Second, "long given up and dispatched again, to the other worker", func() (bool, string) {
 		r, ok := reservations(t)["job/"+ns+"/long"]
-		return ok && r.Admission() != admitted && r.AwaitingChecks, fmt.Sprint(ok, r.Admission(), r.AwaitingChecks)
+		return ok && r.Admission() != admitted && !r.AwaitingChecks && r.DispatchedTo != "" && r.DispatchedTo != lost.name,
+			fmt.Sprint(ok, r.Admission(), r.AwaitingChecks, r.DispatchedTo)
 	})
 	// Evicted on the manager for its check, which names the lost worker.
 	st, err := env.js.Stream(context.Background(), bus.StreamEvents)
@@ -283,32 +337,42 @@ spec:
 	if err := json.Unmarshal(msg.Data, &evicted); err != nil {
 		t.Fatal(err)
 	}
-	if want := "worker cluster " + e2eWorker + " lost"; evicted.Reason != "AdmissionCheck" || !strings.Contains(evicted.Message, want) {
+	if want := "worker cluster " + lost.name + " lost"; evicted.Reason != "AdmissionCheck" || !strings.Contains(evicted.Message, want) {
 		t.Errorf("long evicted with %s: %q; want AdmissionCheck, naming %q", evicted.Reason, evicted.Message, want)
 	}
-	w.start()
-	eventually(t, 90*time.Second, "the worker replaced its copy and runs the new one only", func() (bool, string) {
-		c := w.copyOf(ns, "long")
-		if c == nil || c.UID == first.UID {
-			_, all := w.runningPods(ns, "long", "")
-			if all > 1 {
-				t.Errorf("long runs twice in the worker: %d pods", all)
-			}
-			return false, "old copy still there"
+	var other *workerCluster
+	for _, w := range workers {
+		if w != lost {
+			other = w
 		}
-		ofNew, all := w.runningPods(ns, "long", c.UID)
-		if all > 1 {
-			t.Errorf("long runs twice in the worker: %d pods", all)
+	}
+	eventually(t, 60*time.Second, "long runs in "+other.name, func() (bool, string) {
+		c := other.copyOf(ns, "long")
+		if c == nil {
+			return false, "no copy"
 		}
-		r := reservations(t)["job/"+ns+"/long"]
-		return ofNew == 1 && all == 1 && !r.AwaitingChecks && r.DispatchedTo == e2eWorker, fmt.Sprint(ofNew, all, r.AwaitingChecks)
+		running, _ := other.runningPods(ns, "long", c.UID)
+		return running == 1, fmt.Sprint("running ", running)
 	})
+	// The lost worker comes back: its copy goes, and long runs once.
+	lost.start()
+	eventually(t, 60*time.Second, "the returned worker's copy of long deleted", func() (bool, string) {
+		c := lost.copyOf(ns, "long")
+		return c == nil || c.UID != first.UID, "old copy still there"
+	})
+	eventually(t, 60*time.Second, "long's pods run in one worker only", func() (bool, string) {
+		total, per := runningAnywhere(workers, ns, "long")
+		return total == 1 && per[other.name] == 1, fmt.Sprint(per)
+	})
+	if w, _ := where(t, workers, ns, "long"); w != other {
+		t.Errorf("long released in %v, want %s only", w, other.name)
+	}
 	// Deleting it on the manager cleans the worker.
 	if err := env.kube.BatchV1().Jobs(ns).Delete(context.Background(), "long", metav1.DeleteOptions{PropagationPolicy: ptrTo(metav1.DeletePropagationBackground)}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 30*time.Second, "the worker's copy of long deleted", func() (bool, string) {
-		c := w.copyOf(ns, "long")
+		c := other.copyOf(ns, "long")
 		return c == nil || c.DeletionTimestamp != nil, "still there"
 	})
 }
