@@ -87,7 +87,8 @@ func workerRunner(f *workerFlags, cfg func() (natsconn.Config, error), names fun
 			nc.Close()
 			return nil, err
 		}
-		w, err := multicluster.NewWorker(f.name, dyn, hub, ads, multicluster.WithWorkerLogger(log), multicluster.WithHeartbeat(f.heartbeat))
+		w, err := multicluster.NewWorker(f.name, dyn, hub, ads, multicluster.WithWorkerLogger(log), multicluster.WithHeartbeat(f.heartbeat),
+			multicluster.WithManagerDomain(f.managerDomain))
 		if err != nil {
 			nc.Close()
 			return nil, usageError{err}

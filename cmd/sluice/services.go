@@ -55,6 +55,9 @@ type common struct {
 	setup bool
 	// httpAddr serves /healthz and /readyz ("" for none).
 	httpAddr string
+	// worker: this NATS is a worker cluster's, whose multicluster
+	// messages go to the manager's stream: it must have none of its own.
+	worker bool
 }
 
 // bind binds the flags of a service; c's httpAddr is the default of
@@ -181,9 +184,11 @@ func (c *common) connect(ctx context.Context, name string) (*nats.Conn, jetstrea
 			nc.Close()
 			return nil, nil, err
 		}
-		if err := multicluster.Setup(ctx, js, c.replicas); err != nil {
-			nc.Close()
-			return nil, nil, err
+		if !c.worker {
+			if err := multicluster.Setup(ctx, js, c.replicas); err != nil {
+				nc.Close()
+				return nil, nil, err
+			}
 		}
 	}
 	return nc, js, nil
@@ -625,6 +630,7 @@ func newSetupCmd() *cobra.Command {
 		},
 	}
 	c.bindSetup(cmd)
+	cmd.Flags().BoolVar(&c.worker, "worker-cluster", false, "this NATS is a worker cluster's (docs/multicluster.md): leave out the multicluster stream, which only the manager's has")
 	return cmd
 }
 
@@ -681,6 +687,7 @@ func newDevCmd() *cobra.Command {
 			}
 			defer srv.Shutdown()
 			c.nats.URL = srv.ClientURL()
+			c.worker = leaf.remote != ""
 			log.Info().Str("nats", c.nats.URL).Str("domain", nopts.JetStreamDomain).Int("leaf_port", nopts.LeafPort).Msg("embedded JetStream server started")
 			kindNames := func() []string { return integrations }
 			svcs := []named{

@@ -1313,8 +1313,11 @@ func (s *Service) markHeld(ctx context.Context, k *kindRunner, job Job, admissio
 // the dispatcher mirrors from the worker. The fences hold as for a local
 // start, so a preemption waits for the announcement.
 func (s *Service) startRemote(ctx context.Context, job Job, rec *events.WorkloadSubmittedV1, r ledger.Reservation) (err error) {
-	if st := s.fenceOf(workloads.Key(rec.Workload)); st.Admission == r.Admission() && st.Phase == fence.Started {
-		return nil
+	rk := workloads.Key(rec.Workload)
+	if st := s.fenceOf(rk); st.Admission == r.Admission() && st.Phase == fence.Started {
+		// Its pods are the worker's, which admitted it: for
+		// waitForPodsReady here it is ready once it runs there.
+		return s.reportReady(ctx, rk, true, r)
 	}
 	ctx, span := s.startSpan(ctx, rec, r)
 	defer func() { endSpan(span, err) }()
@@ -1325,7 +1328,10 @@ func (s *Service) startRemote(ctx context.Context, job Job, rec *events.Workload
 	if !before {
 		s.recorder.Eventf(job.Object(), corev1.EventTypeNormal, "Dispatched", "admitted by ClusterQueue %s: runs in worker cluster %s", r.ClusterQueue, r.DispatchedTo)
 	}
-	return s.announceStart(ctx, rec, r)
+	if err := s.announceStart(ctx, rec, r); err != nil {
+		return err
+	}
+	return s.reportReady(ctx, rk, true, r)
 }
 
 // assignmentOf is the assignment a reservation makes, with what its

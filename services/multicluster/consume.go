@@ -11,6 +11,16 @@ import (
 	"github.com/rs/zerolog"
 )
 
+type consumeOptions struct {
+	// fetched is told after each fetch whether it worked (an empty one
+	// did).
+	fetched func(ok bool)
+}
+
+type consumeOption func(*consumeOptions)
+
+func withFetched(f func(ok bool)) consumeOption { return func(o *consumeOptions) { o.fetched = f } }
+
 // handler handles one message of the stream. A nil error acks it, an
 // error wrapping ErrBadMessage terminates it (it can never be handled),
 // any other error naks it for a retry with backoff.
@@ -19,7 +29,16 @@ type handler func(ctx context.Context, m jetstream.Msg) error
 // consume runs a durable consumer of the stream, one message at a time,
 // until ctx ends. The stream keeps one message per subject, so a message
 // handled late is still the one that holds.
-func consume(ctx context.Context, js jetstream.JetStream, durable, filter string, h handler, log zerolog.Logger) error {
+func consume(ctx context.Context, js jetstream.JetStream, durable, filter string, h handler, log zerolog.Logger, opts ...consumeOption) error {
+	var o consumeOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	fetched := func(ok bool) {
+		if o.fetched != nil {
+			o.fetched(ok)
+		}
+	}
 	log = log.With().Str("consumer", durable).Logger()
 	var cons jetstream.Consumer
 	failures := 0
@@ -32,6 +51,7 @@ func consume(ctx context.Context, js jetstream.JetStream, durable, filter string
 				AckWait: 30 * time.Second, MaxAckPending: 256,
 			})
 			if err != nil {
+				fetched(false)
 				failures++
 				wait := backoff(failures)
 				log.Warn().Err(err).Dur("retry_in", wait).Msg("consumer not created yet")
@@ -53,6 +73,7 @@ func consume(ctx context.Context, js jetstream.JetStream, durable, filter string
 		switch {
 		case err == nil, errors.Is(err, nats.ErrTimeout), errors.Is(err, jetstream.ErrNoMessages):
 			failures = 0
+			fetched(true)
 			continue
 		case errors.Is(err, nats.ErrConnectionClosed):
 			return fmt.Errorf("multicluster: consumer %s: %w", durable, err)
@@ -62,6 +83,7 @@ func consume(ctx context.Context, js jetstream.JetStream, durable, filter string
 		if ctx.Err() != nil {
 			break
 		}
+		fetched(false)
 		failures++
 		wait := backoff(failures)
 		log.Warn().Err(err).Dur("retry_in", wait).Msg("fetch failed")

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -55,10 +56,13 @@ type Dispatcher struct {
 	configs cache.SharedIndexInformer
 
 	mu         sync.Mutex
-	dispatches map[string]*dispatch // by workload UID
+	dispatches map[string]*dispatch // by workload UID: the cache the watch walks
 	seen       map[string]time.Time // worker -> last heartbeat or report
-	started    time.Time
-	ready      bool
+	// reading: the reports consumer's last fetch worked; readingSince:
+	// since when, without a failure.
+	reading      bool
+	readingSince time.Time
+	ready        bool
 }
 
 // DispatcherOption tunes a Dispatcher.
@@ -154,14 +158,14 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		return ctx.Err()
 	}
 	d.mu.Lock()
-	d.started, d.ready = d.now(), true
+	d.ready = true
 	d.mu.Unlock()
 	d.log.Info().Msg("multicluster dispatcher running")
 
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() {
-		if err := consume(ctx, d.js, ReportsDurable, ReportsFilter, d.handleReport, d.log); err != nil && ctx.Err() == nil {
+		if err := consume(ctx, d.js, ReportsDurable, ReportsFilter, d.handleReport, d.log, withFetched(d.fetched)); err != nil && ctx.Err() == nil {
 			d.log.Error().Err(err).Msg("workers' reports no longer read")
 		}
 	})
@@ -202,47 +206,84 @@ func (d *Dispatcher) waitServed(ctx context.Context) error {
 	}
 }
 
-// load reads the dispatches kept in the bucket.
+// load reads the dispatches kept in the bucket into the cache the
+// watch walks.
 func (d *Dispatcher) load(ctx context.Context) error {
 	keys, err := d.kv.ListKeys(ctx)
 	if err != nil {
 		return fmt.Errorf("multicluster: list dispatches: %w", err)
 	}
 	for k := range keys.Keys() {
-		e, err := d.kv.Get(ctx, k)
-		if err != nil {
-			if errors.Is(err, jetstream.ErrKeyNotFound) {
-				continue
-			}
-			return fmt.Errorf("multicluster: read dispatch %s: %w", k, err)
+		if _, err := d.get(ctx, k); err != nil {
+			return err
 		}
-		var rec dispatch
-		if err := json.Unmarshal(e.Value(), &rec); err != nil {
-			d.log.Warn().Err(err).Str("key", k).Msg("dispatch record not understood; dropped")
-			_ = d.kv.Delete(ctx, k)
-			continue
-		}
-		d.dispatches[k] = &rec
 	}
 	return nil
 }
 
+// get reads a workload's dispatch from the bucket (nil: none), which is
+// what holds: a second dispatcher (one replica replacing another) may
+// have changed it. The cache follows.
+func (d *Dispatcher) get(ctx context.Context, uid string) (*dispatch, error) {
+	e, err := d.kv.Get(ctx, uid)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		delete(d.dispatches, uid)
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("multicluster: read dispatch %s: %w", uid, err)
+	}
+	var rec dispatch
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		d.log.Warn().Err(err).Str("key", uid).Msg("dispatch record not understood; dropped")
+		_ = d.kv.Delete(ctx, uid)
+		delete(d.dispatches, uid)
+		return nil, nil
+	}
+	rec.rev = e.Revision()
+	d.dispatches[uid] = &rec
+	return &rec, nil
+}
+
+// errConflict: the record changed under this dispatcher; the message is
+// handled again, from the record as it is now.
+var errConflict = errors.New("multicluster: dispatch changed meanwhile")
+
+// save writes a dispatch, conditional on the revision it was read at (a
+// new one only if there is none), so that two dispatchers never both
+// pick a winner.
 func (d *Dispatcher) save(ctx context.Context, rec *dispatch) error {
 	raw, err := json.Marshal(rec)
 	if err != nil {
 		return err
 	}
-	if _, err := d.kv.Put(ctx, rec.Workload.UID, raw); err != nil {
+	var rev uint64
+	if rec.rev == 0 {
+		rev, err = d.kv.Create(ctx, rec.Workload.UID, raw)
+	} else {
+		rev, err = d.kv.Update(ctx, rec.Workload.UID, raw, rec.rev)
+	}
+	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		delete(d.dispatches, rec.Workload.UID)
+		return fmt.Errorf("%w: %s", errConflict, rec.Workload)
+	}
+	if err != nil {
 		return fmt.Errorf("multicluster: store dispatch of %s: %w", rec.Workload, err)
 	}
+	rec.rev = rev
+	d.dispatches[rec.Workload.UID] = rec
 	return nil
 }
 
-func (d *Dispatcher) forget(ctx context.Context, uid string) error {
-	if err := d.kv.Delete(ctx, uid); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
-		return fmt.Errorf("multicluster: forget dispatch %s: %w", uid, err)
+func (d *Dispatcher) forget(ctx context.Context, rec *dispatch) error {
+	err := d.kv.Delete(ctx, rec.Workload.UID, jetstream.LastRevision(rec.rev))
+	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			return fmt.Errorf("%w: %s", errConflict, rec.Workload)
+		}
+		return fmt.Errorf("multicluster: forget dispatch %s: %w", rec.Workload, err)
 	}
-	delete(d.dispatches, uid)
+	delete(d.dispatches, rec.Workload.UID)
 	return nil
 }
 
@@ -279,14 +320,29 @@ func (d *Dispatcher) config(p *v1beta1.AdmissionCheckParametersReference) (*v1be
 	return &c, nil
 }
 
-// alive reports whether a worker was heard from within lost. Right after
-// the dispatcher starts every worker is, for as long.
+// alive reports whether a worker was heard from within lost. Silence is
+// counted only from when the dispatcher started and its reports consumer
+// last came back from a failure: a worker is not lost because the
+// manager could not read.
 func (d *Dispatcher) alive(worker string, lost time.Duration) bool {
-	last, ok := d.seen[worker]
-	if !ok || last.Before(d.started) {
-		last = d.started
+	if !d.reading {
+		return true // no verdicts while the reports cannot be read
+	}
+	last := d.seen[worker]
+	if last.Before(d.readingSince) {
+		last = d.readingSince
 	}
 	return d.now().Sub(last) < lost
+}
+
+// fetched records whether the reports consumer could read.
+func (d *Dispatcher) fetched(ok bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if ok && !d.reading {
+		d.readingSince = d.now()
+	}
+	d.reading = ok
 }
 
 // decide offers a reservation to the first workers.
@@ -302,7 +358,10 @@ func (d *Dispatcher) decide(ctx context.Context, r checks.Request) (checks.Answe
 	s := settingsOf(cfg)
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	rec := d.dispatches[r.Workload.UID]
+	rec, err := d.get(ctx, r.Workload.UID)
+	if err != nil {
+		return checks.Answer{}, err
+	}
 	if rec != nil && rec.Admission == r.Admission {
 		if rec.Winner != "" {
 			return readyAnswer(rec.Winner), nil
@@ -325,17 +384,20 @@ func (d *Dispatcher) decide(ctx context.Context, r checks.Request) (checks.Answe
 	if _, err := remoteCopy(ad, obj); err != nil {
 		return checks.Answer{State: events.CheckRejected, Message: "cannot copy the job to a worker: " + err.Error()}, nil
 	}
+	next := &dispatch{Workload: r.Workload, Check: r.Check, Admission: r.Admission, ClusterQueue: r.ClusterQueue, Config: cfg.Name, RoundAt: d.now()}
 	if rec != nil {
 		// An earlier reservation's offers: the new ones replace them on
 		// the workers offered again; the others withdraw.
-		d.withdrawAll(ctx, rec, "offered again for a new reservation")
+		if err := d.withdrawAll(ctx, rec, "offered again for a new reservation"); err != nil {
+			return checks.Answer{}, err
+		}
+		next.rev = rec.rev
 	}
-	rec = &dispatch{Workload: r.Workload, Check: r.Check, Admission: r.Admission, ClusterQueue: r.ClusterQueue, Config: cfg.Name, RoundAt: d.now()}
 	first := s.nominate(nil, func(w string) bool { return d.alive(w, s.lost) })
 	if len(first) == 0 {
 		return checks.Answer{State: events.CheckRejected, Message: "the MultiClusterConfig " + cfg.Name + " names no worker"}, nil
 	}
-	if err := d.offer(ctx, rec, first); err != nil {
+	if err := d.offer(ctx, next, first); err != nil {
 		return checks.Answer{}, err
 	}
 	d.log.Info().Str("workload", r.Workload.String()).Strs("workers", first).Msg("offered to workers")
@@ -360,23 +422,29 @@ func (d *Dispatcher) carrying(ctx context.Context, rec *dispatch, typ string) (M
 	return Message{Type: typ, Workload: rec.Workload, Admission: rec.Admission, Object: raw}, nil
 }
 
-// offer sends the workload's job to workers and records them as offered.
-// Called with d.mu held.
+// offer records workers as offered the workload, then sends them its
+// job. Called with d.mu held.
 func (d *Dispatcher) offer(ctx context.Context, rec *dispatch, workers []string) error {
 	m, err := d.carrying(ctx, rec, Offer)
 	if err != nil {
 		return err
 	}
 	for _, w := range workers {
-		if err := d.send(ctx, w, m); err != nil {
-			return err
-		}
 		if !slices.Contains(rec.Offered, w) {
 			rec.Offered = append(rec.Offered, w)
 		}
 	}
-	d.dispatches[rec.Workload.UID] = rec
-	return d.save(ctx, rec)
+	// Recorded first: a worker offered but not recorded would be told to
+	// withdraw its copy when it reports.
+	if err := d.save(ctx, rec); err != nil {
+		return err
+	}
+	for _, w := range workers {
+		if err := d.send(ctx, w, m); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (d *Dispatcher) send(ctx context.Context, worker string, m Message) error {
@@ -392,17 +460,17 @@ func (d *Dispatcher) send(ctx context.Context, worker string, m Message) error {
 
 // withdrawAll withdraws the workload from every worker offered it.
 // Called with d.mu held.
-func (d *Dispatcher) withdrawAll(ctx context.Context, rec *dispatch, reason string) {
+func (d *Dispatcher) withdrawAll(ctx context.Context, rec *dispatch, reason string) error {
 	for _, w := range rec.Offered {
-		d.withdraw(ctx, rec, w, reason)
+		if err := d.withdraw(ctx, rec, w, reason); err != nil {
+			return err
+		}
 	}
+	return nil
 }
 
-func (d *Dispatcher) withdraw(ctx context.Context, rec *dispatch, worker, reason string) {
-	if err := d.send(ctx, worker, Message{Type: Withdraw, Workload: rec.Workload, Admission: rec.Admission, Reason: reason}); err != nil {
-		// The worker's next report about the copy asks again.
-		d.log.Warn().Err(err).Str("workload", rec.Workload.String()).Str("worker", worker).Msg("withdrawal not sent")
-	}
+func (d *Dispatcher) withdraw(ctx context.Context, rec *dispatch, worker, reason string) error {
+	return d.send(ctx, worker, Message{Type: Withdraw, Workload: rec.Workload, Admission: rec.Admission, Reason: reason})
 }
 
 // handleReport acts on a worker's report: the first admission wins,
@@ -427,11 +495,14 @@ func (d *Dispatcher) handleReport(ctx context.Context, m jetstream.Msg) error {
 	if err := r.Validate(); err != nil {
 		return fmt.Errorf("report from %s: %w", worker, err)
 	}
-	rec := d.dispatches[r.Workload.UID]
+	rec, err := d.get(ctx, r.Workload.UID)
+	if err != nil {
+		return err
+	}
 	if rec == nil {
 		if r.State != Gone {
 			// About a workload the manager is done with: clean it up.
-			d.withdraw(ctx, &dispatch{Workload: r.Workload, Admission: r.Admission}, worker, "the manager no longer dispatches this workload")
+			return d.withdraw(ctx, &dispatch{Workload: r.Workload, Admission: r.Admission}, worker, "the manager no longer dispatches this workload")
 		}
 		return nil
 	}
@@ -444,40 +515,29 @@ func (d *Dispatcher) handleReport(ctx context.Context, m jetstream.Msg) error {
 		log.Info().Str("message", r.Message).Msg("worker gave the workload up")
 	}
 	v := judge(rec, worker, r)
-	req := checks.Request{Check: rec.Check, Workload: rec.Workload, Admission: rec.Admission, ClusterQueue: rec.ClusterQueue}
 	switch {
 	case v.retry != "":
-		return d.retry(ctx, rec, v.retry)
+		return d.retry(ctx, rec, v.retry, 0)
 	case v.withdraw:
-		d.withdraw(ctx, rec, worker, "admitted by another worker")
-		return nil
+		return d.withdraw(ctx, rec, worker, "admitted by another worker")
 	case v.win:
-		// The winner may run it; the others withdraw. Run goes first: a
-		// winner that misses it keeps a held copy, never a running one.
-		run, err := d.carrying(ctx, rec, Run)
-		if err != nil {
-			return err
-		}
-		if err := d.send(ctx, worker, run); err != nil {
-			return err
-		}
+		// Recorded before anything is said, conditionally: of two
+		// dispatchers only one picks. Then the winner may run it, the
+		// others withdraw, and the check is answered.
 		rec.Winner = worker
 		if err := d.save(ctx, rec); err != nil {
 			return err
 		}
-		for _, w := range rec.Offered {
-			if w != worker {
-				d.withdraw(ctx, rec, w, "admitted by worker cluster "+worker)
-			}
-		}
-		if err := d.ctrl.Answer(ctx, req, readyAnswer(worker)); err != nil {
+		log.Info().Msg("workload admitted by a worker")
+	}
+	if rec.Winner == worker && !rec.Answered {
+		if err := d.confirm(ctx, rec); err != nil {
 			return err
 		}
-		log.Info().Msg("workload admitted by a worker")
 	}
 	if rec.Winner == "" && r.State == Gone && rec.Admission == r.Admission {
 		if cfg, err := d.configNamed(rec.Config); err == nil && allGone(rec, settingsOf(cfg)) {
-			return d.retry(ctx, rec, "no worker cluster could take the workload"+colon(r.Message))
+			return d.retry(ctx, rec, "no worker cluster could take the workload"+colon(r.Message), refusedRetry)
 		}
 	}
 	if v.mirror {
@@ -486,20 +546,53 @@ func (d *Dispatcher) handleReport(ctx context.Context, m jetstream.Msg) error {
 	return nil
 }
 
+// refusedRetry is how long a workload every worker refused waits before
+// it is reserved and offered again.
+const refusedRetry = 30 * time.Second
+
+// confirm tells the winner to run the workload, the others to withdraw,
+// and answers the check Ready; each step is repeated until all are done.
+// Called with d.mu held.
+func (d *Dispatcher) confirm(ctx context.Context, rec *dispatch) error {
+	run, err := d.carrying(ctx, rec, Run)
+	if err != nil {
+		return err
+	}
+	if err := d.send(ctx, rec.Winner, run); err != nil {
+		return err
+	}
+	for _, w := range rec.Offered {
+		if w != rec.Winner {
+			if err := d.withdraw(ctx, rec, w, "admitted by worker cluster "+rec.Winner); err != nil {
+				return err
+			}
+		}
+	}
+	req := checks.Request{Check: rec.Check, Workload: rec.Workload, Admission: rec.Admission, ClusterQueue: rec.ClusterQueue}
+	if err := d.ctrl.Answer(ctx, req, readyAnswer(rec.Winner)); err != nil {
+		return err
+	}
+	rec.Answered = true
+	return d.save(ctx, rec)
+}
+
 func (d *Dispatcher) configNamed(name string) (*v1beta1.MultiClusterConfig, error) {
 	return d.config(&v1beta1.AdmissionCheckParametersReference{APIGroup: v1beta1.GroupVersion.Group, Kind: ConfigKind, Name: name})
 }
 
-// retry gives the workload's reservation up (the check asks to retry):
-// it is reserved again and offered anew. Called with d.mu held.
-func (d *Dispatcher) retry(ctx context.Context, rec *dispatch, why string) error {
-	req := checks.Request{Check: rec.Check, Workload: rec.Workload, Admission: rec.Admission, ClusterQueue: rec.ClusterQueue}
-	if err := d.ctrl.Answer(ctx, req, checks.Answer{State: events.CheckRetry, Message: why}); err != nil {
+// retry gives the workload's reservation up (the check asks to retry,
+// after delay): it is reserved again and offered anew. Called with d.mu
+// held.
+func (d *Dispatcher) retry(ctx context.Context, rec *dispatch, why string, delay time.Duration) error {
+	if err := d.withdrawAll(ctx, rec, why); err != nil {
 		return err
 	}
-	d.withdrawAll(ctx, rec, why)
+	req := checks.Request{Check: rec.Check, Workload: rec.Workload, Admission: rec.Admission, ClusterQueue: rec.ClusterQueue}
+	if err := d.ctrl.Answer(ctx, req, checks.Answer{State: events.CheckRetry, Message: why, RequeueAfter: delay}); err != nil {
+		return err
+	}
 	d.log.Info().Str("workload", rec.Workload.String()).Str("reason", why).Msg("dispatch given up; the workload is queued again")
-	return d.forget(ctx, rec.Workload.UID)
+	return d.forget(ctx, rec)
 }
 
 // mirror writes the winner's status onto the manager's object.
@@ -520,12 +613,22 @@ func (d *Dispatcher) mirror(ctx context.Context, rec *dispatch, r Report) error 
 	if equality.Semantic.DeepEqual(cur.Object["status"], status) {
 		return nil
 	}
+	prev, _ := cur.Object["status"].(map[string]any)
 	cur.Object["status"] = status
-	if _, err := res.UpdateStatus(ctx, cur, metav1.UpdateOptions{}); err != nil {
-		if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
-			d.log.Warn().Err(err).Str("workload", rec.Workload.String()).Msg("worker's status refused by the manager's API server; not mirrored")
-			return nil
-		}
+	_, err = res.UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+	if (apierrors.IsInvalid(err) || apierrors.IsBadRequest(err)) && r.State == Finished {
+		// The end must reach the manager, or its job never finishes. A
+		// status the API server refuses as a successor of the one it has
+		// (counters going down after a re-dispatch) keeps the higher
+		// counters.
+		cur.Object["status"] = keepCounters(prev, status)
+		_, err = res.UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+	}
+	if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
+		d.log.Error().Err(err).Str("workload", rec.Workload.String()).Str("state", r.State).Msg("worker's status refused by the manager's API server; not mirrored")
+		return nil
+	}
+	if err != nil {
 		return fmt.Errorf("mirror status of %s: %w", rec.Workload, err) // a conflict reads again
 	}
 	return nil
@@ -542,16 +645,22 @@ func (d *Dispatcher) ended(ctx context.Context, env events.Envelope) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	rec := d.dispatches[e.Workload.UID]
+	rec, err := d.get(ctx, e.Workload.UID)
+	if err != nil {
+		return err
+	}
 	if rec == nil || e.Admission != "" && e.Admission != rec.Admission {
 		return nil
 	}
-	d.withdrawAll(ctx, rec, "the workload's reservation in the manager ended ("+env.Type+")")
+	if err := d.withdrawAll(ctx, rec, "the workload's reservation in the manager ended ("+env.Type+")"); err != nil {
+		return err
+	}
 	d.log.Info().Str("workload", rec.Workload.String()).Str("event_type", env.Type).Msg("withdrawn from its workers")
-	return d.forget(ctx, rec.Workload.UID)
+	return d.forget(ctx, rec)
 }
 
-// watch looks every tick for winners lost and rounds run out.
+// watch looks every tick for winners lost, workers to offer to, and
+// confirmations not finished.
 func (d *Dispatcher) watch(ctx context.Context) {
 	t := time.NewTicker(d.tick)
 	defer t.Stop()
@@ -562,28 +671,49 @@ func (d *Dispatcher) watch(ctx context.Context) {
 		case <-t.C:
 		}
 		d.mu.Lock()
-		for _, rec := range d.dispatches {
-			cfg, err := d.configNamed(rec.Config)
-			if err != nil {
-				continue
-			}
-			s := settingsOf(cfg)
-			switch {
-			case rec.Winner != "" && !d.alive(rec.Winner, s.lost):
-				if err := d.retry(ctx, rec, "worker cluster "+rec.Winner+" lost: not heard from for "+s.lost.String()); err != nil {
-					d.log.Warn().Err(err).Str("workload", rec.Workload.String()).Msg("lost worker's workload not given up yet")
-				}
-			case rec.Winner == "" && s.incremental && d.now().Sub(rec.RoundAt) >= s.round:
-				next := s.nominate(rec.Offered, func(w string) bool { return d.alive(w, s.lost) })
-				if len(next) == 0 {
-					continue
-				}
-				rec.RoundAt = d.now()
-				if err := d.offer(ctx, rec, next); err != nil {
-					d.log.Warn().Err(err).Str("workload", rec.Workload.String()).Msg("next round not offered yet")
-				}
+		for _, uid := range slices.Sorted(maps.Keys(d.dispatches)) {
+			if err := d.look(ctx, d.dispatches[uid]); err != nil && ctx.Err() == nil {
+				d.log.Warn().Err(err).Str("workload", d.dispatches[uid].Workload.String()).Msg("dispatch not followed up yet")
 			}
 		}
 		d.mu.Unlock()
 	}
+}
+
+// look follows one dispatch up. Called with d.mu held.
+func (d *Dispatcher) look(ctx context.Context, cached *dispatch) error {
+	cfg, err := d.configNamed(cached.Config)
+	if err != nil {
+		return nil // its config is gone: nothing to go by
+	}
+	s := settingsOf(cfg)
+	alive := func(w string) bool { return d.alive(w, s.lost) }
+	switch {
+	case cached.Winner != "" && !alive(cached.Winner):
+	case cached.Winner != "" && !cached.Answered:
+	case cached.Winner == "" && (!s.incremental || d.now().Sub(cached.RoundAt) >= s.round):
+		if len(s.nominate(cached.Offered, alive)) == 0 {
+			return nil
+		}
+	default:
+		return nil
+	}
+	rec, err := d.get(ctx, cached.Workload.UID)
+	if err != nil || rec == nil {
+		return err
+	}
+	switch {
+	case rec.Winner != "" && !alive(rec.Winner):
+		return d.retry(ctx, rec, "worker cluster "+rec.Winner+" lost: not heard from for "+s.lost.String(), 0)
+	case rec.Winner != "" && !rec.Answered:
+		return d.confirm(ctx, rec)
+	case rec.Winner == "":
+		next := s.nominate(rec.Offered, alive)
+		if len(next) == 0 {
+			return nil
+		}
+		rec.RoundAt = d.now()
+		return d.offer(ctx, rec, next)
+	}
+	return nil
 }

@@ -68,6 +68,9 @@ func remoteCopy(ad integration.Adapter, obj *unstructured.Unstructured) (json.Ra
 			unstructured.RemoveNestedField(spec, path...)
 		}
 	}
+	// The copy is deleted by the manager once its end is reported; a
+	// TTL could delete it first (the manager's own object keeps it).
+	unstructured.RemoveNestedField(spec, "ttlSecondsAfterFinished")
 	if ad.Kind().Name == "job" {
 		// The API server generates a Job's selector and the labels that
 		// match it from the Job's UID; the worker's generates its own.

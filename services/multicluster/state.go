@@ -1,6 +1,7 @@
 package multicluster
 
 import (
+	"maps"
 	"slices"
 	"time"
 
@@ -25,6 +26,11 @@ type dispatch struct {
 	// Given is the workers that reported the copy gone (could not create
 	// it, or it was deleted there).
 	Given []string `json:"given,omitempty"`
+	// Answered: the winner was told to run it, the others to withdraw,
+	// and the check answered Ready.
+	Answered bool `json:"answered,omitempty"`
+
+	rev uint64 // the bucket's revision it was read at
 }
 
 // settings are a MultiClusterConfig's dispatching, defaults filled in.
@@ -135,4 +141,30 @@ func colon(m string) string {
 		return ""
 	}
 	return ": " + m
+}
+
+// keepCounters is status with every number that prev holds higher kept
+// from prev: a status after a re-dispatch starts its counters again.
+func keepCounters(prev, status map[string]any) map[string]any {
+	out := maps.Clone(status)
+	for k, v := range prev {
+		pv, ok1 := number(v)
+		nv, ok2 := number(status[k])
+		if ok1 && (!ok2 || pv > nv) {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func number(v any) (float64, bool) {
+	switch n := v.(type) {
+	case int64:
+		return float64(n), true
+	case float64:
+		return n, true
+	case int:
+		return float64(n), true
+	}
+	return 0, false
 }

@@ -35,6 +35,8 @@ type Worker struct {
 	adapters  map[string]integration.Adapter
 	log       zerolog.Logger
 	heartbeat time.Duration
+	// domain is the manager's JetStream domain ("" for the same server).
+	domain string
 
 	informers map[string]cache.SharedIndexInformer // by kind
 	queue     workqueue.TypedRateLimitingInterface[copyKey]
@@ -51,6 +53,11 @@ type WorkerOption func(*Worker)
 
 // WithWorkerLogger sets the logger.
 func WithWorkerLogger(l zerolog.Logger) WorkerOption { return func(w *Worker) { w.log = l } }
+
+// WithManagerDomain names the manager's JetStream domain, which stores
+// the worker's reports; an acknowledgement from another domain is an
+// error.
+func WithManagerDomain(d string) WorkerOption { return func(w *Worker) { w.domain = d } }
 
 // WithHeartbeat sets how often the worker tells the manager it is there.
 func WithHeartbeat(d time.Duration) WorkerOption { return func(w *Worker) { w.heartbeat = d } }
@@ -155,13 +162,20 @@ func (w *Worker) beat(ctx context.Context) {
 	defer t.Stop()
 	for {
 		pctx, cancel := context.WithTimeout(ctx, w.heartbeat)
-		_, err := w.hub.Publish(pctx, Heartbeat(w.name), []byte(time.Now().UTC().Format(time.RFC3339Nano)))
+		err := w.publish(pctx, Heartbeat(w.name), []byte(time.Now().UTC().Format(time.RFC3339Nano)))
 		cancel()
 		if was := w.connected.Swap(err == nil); was != (err == nil) {
 			if err != nil {
 				w.log.Warn().Err(err).Msg("the manager is not reachable")
 			} else {
+				// Back: what was reported while away may not have reached
+				// the manager (or the manager's store was lost): report
+				// every copy again.
 				w.log.Info().Msg("the manager is reachable")
+				w.sentMu.Lock()
+				clear(w.sent)
+				w.sentMu.Unlock()
+				w.requeueAll()
 			}
 		}
 		select {
@@ -351,10 +365,27 @@ func (w *Worker) deleted(ctx context.Context, o any) {
 		if ad.Kind().GVK.Kind != u.GetKind() {
 			continue
 		}
-		r := Report{Workload: events.WorkloadRef{Kind: kind, Namespace: u.GetNamespace(), Name: u.GetName(), UID: u.GetLabels()[OriginLabel]},
-			Admission: u.GetAnnotations()[AdmissionAnnotation], State: Gone, Message: "the copy was deleted in worker cluster " + w.name}
-		if err := w.report(ctx, r); err != nil && ctx.Err() == nil {
-			w.log.Warn().Err(err).Str("workload", r.Workload.String()).Msg("deletion not reported")
+		r, err := w.reportOf(kind, u)
+		if err != nil || r.State != Finished {
+			// Gone before it finished. One that finished is reported
+			// Finished, final status and all, even when its deletion (a
+			// TTL, a withdrawal) comes before the update was reported:
+			// the report replaces the last on its subject.
+			r = Report{Workload: events.WorkloadRef{Kind: kind, Namespace: u.GetNamespace(), Name: u.GetName(), UID: u.GetLabels()[OriginLabel]},
+				Admission: u.GetAnnotations()[AdmissionAnnotation], State: Gone, Message: "the copy was deleted in worker cluster " + w.name}
+		}
+		w.sentMu.Lock()
+		delete(w.sent, r.Workload.UID)
+		w.sentMu.Unlock()
+		for attempt := 1; ctx.Err() == nil; attempt++ {
+			err := w.report(ctx, r)
+			if err == nil {
+				break
+			}
+			w.log.Warn().Err(err).Str("workload", r.Workload.String()).Msg("deletion not reported yet")
+			if !sleep(ctx, backoff(attempt)) {
+				break
+			}
 		}
 		w.sentMu.Lock()
 		delete(w.sent, r.Workload.UID)
@@ -377,11 +408,40 @@ func (w *Worker) report(ctx context.Context, r Report) error {
 	if same {
 		return nil
 	}
-	if _, err := w.hub.Publish(ctx, FromWorker(w.name, r.Workload.UID), raw); err != nil {
+	if err := w.publish(ctx, FromWorker(w.name, r.Workload.UID), raw); err != nil {
 		return fmt.Errorf("report %s of %s: %w", r.State, r.Workload, err)
 	}
 	w.sentMu.Lock()
 	w.sent[r.Workload.UID] = raw
 	w.sentMu.Unlock()
 	return nil
+}
+
+// errWrongStream: a report was stored by a stream in this cluster's own
+// JetStream, not the manager's.
+var errWrongStream = errors.New("stored outside the manager's JetStream")
+
+// publish sends to the manager's stream and checks that the manager's
+// stream stored it: a stream of the same subjects in this cluster's own
+// JetStream (made by a `sluice setup` here) would otherwise acknowledge
+// what never left the cluster.
+func (w *Worker) publish(ctx context.Context, subject string, data []byte) error {
+	ack, err := w.hub.Publish(ctx, subject, data)
+	if err != nil {
+		return err
+	}
+	if w.domain != "" && ack.Domain != w.domain {
+		return fmt.Errorf("%w: domain %q, want %q (delete stream %s in this cluster's NATS)", errWrongStream, ack.Domain, w.domain, Stream)
+	}
+	return nil
+}
+
+// requeueAll reports every copy again.
+func (w *Worker) requeueAll() {
+	for kind, inf := range w.informers {
+		for _, k := range inf.GetStore().ListKeys() {
+			ns, n, _ := cache.SplitMetaNamespaceKey(k)
+			w.queue.Add(copyKey{kind: kind, namespace: ns, name: n})
+		}
+	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -616,7 +617,7 @@ func TestChartMulticlusterRBAC(t *testing.T) {
 			rbacv1.PolicyRule{APIGroups: []string{k.GVK.Group}, Resources: []string{k.Resource}, Verbs: []string{"get"}},
 			rbacv1.PolicyRule{APIGroups: []string{k.GVK.Group}, Resources: []string{k.Resource + "/status"}, Verbs: []string{"update"}})
 		wantWorker = append(wantWorker, rbacv1.PolicyRule{APIGroups: []string{k.GVK.Group}, Resources: []string{k.Resource},
-			Verbs: []string{"get", "list", "watch", "create", "delete"}})
+			Verbs: []string{"get", "list", "watch", "create", "patch", "delete"}})
 	}
 	if diff := cmp.Diff(wantDispatcher, dispatcher.Rules); diff != "" {
 		t.Errorf("dispatcher rules (-want +got):\n%s", diff)
@@ -627,6 +628,14 @@ func TestChartMulticlusterRBAC(t *testing.T) {
 	var dep appsv1.Deployment
 	if !find(t, objs, "Deployment", fullname+"-worker", &dep) {
 		t.Fatal("no worker Deployment")
+	}
+	// A worker cluster's NATS has no multicluster stream of its own.
+	var setup batchv1.Job
+	if !find(t, objs, "Job", fullname+"-setup", &setup) || len(setup.Spec.Template.Spec.Containers) == 0 {
+		t.Fatal("no setup Job")
+	}
+	if args := setup.Spec.Template.Spec.Containers[0].Args; !slices.Contains(args, "--worker-cluster") {
+		t.Errorf("the setup Job of a worker cluster lacks --worker-cluster: %v", args)
 	}
 	args := dep.Spec.Template.Spec.Containers[0].Args
 	for _, want := range []string{"worker", "--name=gpu-east", "--manager-domain=manager", "--setup=false"} {
