@@ -697,9 +697,11 @@ func newDevCmd() *cobra.Command {
 				{"admission", admissionRunner(f)},
 				{"integration", integrationRunner(f, kindNames)},
 				{"provisioning", provisioningRunner(kindNames)},
-				{"multicluster", dispatcherRunner(kindNames)},
 			}
-			if leaf.remote != "" {
+			if leaf.remote == "" {
+				svcs = append(svcs, named{"multicluster", dispatcherRunner(kindNames)})
+			} else {
+				// A worker cluster: its jobs come from the manager.
 				svcs = append(svcs, named{"worker", workerRunner(&leaf.worker, c.natsConfig, kindNames)})
 			}
 			return runAll(cmd.Context(), c, kc, log, svcs)

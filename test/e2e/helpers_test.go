@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -190,8 +191,14 @@ func waitEvent(t *testing.T, ns, name, reason, text string, within time.Duration
 // reservations reads every reservation in the quota ledger.
 func reservations(t *testing.T) map[string]ledger.Reservation {
 	t.Helper()
+	return reservationsIn(t, env.js)
+}
+
+// reservationsIn reads every reservation in the quota ledger of js.
+func reservationsIn(t *testing.T, js jetstream.JetStream) map[string]ledger.Reservation {
+	t.Helper()
 	ctx := context.Background()
-	kv, err := bus.OpenKV(ctx, env.js, ledger.Bucket)
+	kv, err := bus.OpenKV(ctx, js, ledger.Bucket)
 	if err != nil {
 		t.Fatalf("open ledger: %v", err)
 	}

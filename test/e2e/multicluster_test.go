@@ -119,20 +119,7 @@ func (w *workerCluster) stop(sig os.Signal) {
 // reservations reads the worker's quota ledger.
 func (w *workerCluster) reservations() map[string]ledger.Reservation {
 	w.t.Helper()
-	ctx := context.Background()
-	kv, err := bus.OpenKV(ctx, w.js, ledger.Bucket)
-	if err != nil {
-		w.t.Fatalf("open the worker's ledger: %v", err)
-	}
-	snap, err := ledger.Read(ctx, kv)
-	if err != nil {
-		w.t.Fatalf("read the worker's ledger: %v", err)
-	}
-	out := map[string]ledger.Reservation{}
-	for wk, h := range snap.Reservations {
-		out[wk] = h.Reservation
-	}
-	return out
+	return reservationsIn(w.t, w.js)
 }
 
 // copyOf is the worker's copy of a manager's Job (nil: none).
