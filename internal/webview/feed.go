@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -15,7 +16,7 @@ import (
 type NATSFeed struct{ NC *nats.Conn }
 
 // Follow implements Feed.
-func (f NATSFeed) Follow(ctx context.Context, deliver func(Event)) error {
+func (f NATSFeed) Follow(ctx context.Context, ready func(), deliver func(Event)) error {
 	sub, err := f.NC.Subscribe(events.SubjectFilter("workload", "", "", ""), func(m *nats.Msg) {
 		env, err := events.Decode(m)
 		if err != nil {
@@ -30,6 +31,13 @@ func (f NATSFeed) Follow(ctx context.Context, deliver func(Event)) error {
 	if err != nil {
 		return fmt.Errorf("live feed: subscribe: %w", err)
 	}
+	// The server has the subscription once a round trip is done: what is
+	// published after ready reaches it.
+	if err := f.NC.FlushTimeout(10 * time.Second); err != nil {
+		_ = sub.Unsubscribe()
+		return fmt.Errorf("live feed: subscribe: %w", err)
+	}
+	ready()
 	<-ctx.Done()
 	return sub.Unsubscribe()
 }

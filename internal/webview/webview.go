@@ -30,9 +30,10 @@ type Source interface {
 	Queues(ctx context.Context) ([]engine.QueueStats, error)
 }
 
-// Feed delivers workload events as they are published until ctx ends.
+// Feed delivers workload events as they are published until ctx ends,
+// calling ready once every event published from then on is delivered.
 type Feed interface {
-	Follow(ctx context.Context, deliver func(Event)) error
+	Follow(ctx context.Context, ready func(), deliver func(Event)) error
 }
 
 // Queue is one ClusterQueue as the page shows it.
@@ -102,23 +103,39 @@ func stream(w http.ResponseWriter, r *http.Request, feed Feed) {
 		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
 		return
 	}
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusOK)
-	fmt.Fprint(w, ": sluice live feed\n\n")
-	flusher.Flush()
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	ch := make(chan Event, 256)
 	errc := make(chan error, 1)
+	following := make(chan struct{})
 	go func() {
-		errc <- feed.Follow(ctx, func(e Event) {
+		errc <- feed.Follow(ctx, func() { close(following) }, func(e Event) {
 			select {
 			case ch <- e:
 			default:
 			}
 		})
 	}()
+	// The stream opens once the feed follows: a client that saw it open
+	// misses nothing published after.
+	select {
+	case <-following:
+	case err := <-errc:
+		if err == nil {
+			err = ctx.Err()
+		}
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		}
+		return
+	case <-ctx.Done():
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	fmt.Fprint(w, ": sluice live feed\n\n")
+	flusher.Flush()
 	keepAlive := time.NewTicker(15 * time.Second)
 	defer keepAlive.Stop()
 	for {
