@@ -77,7 +77,7 @@ func startWorkerCluster(t *testing.T, name string) *workerCluster {
 	if w.log, err = os.Create(filepath.Join(w.dir, "sluice.log")); err != nil {
 		t.Fatal(err)
 	}
-	w.start()
+	// Stopped at the end even when it never gets ready.
 	t.Cleanup(func() {
 		w.stop(os.Interrupt)
 		if t.Failed() {
@@ -85,6 +85,7 @@ func startWorkerCluster(t *testing.T, name string) *workerCluster {
 			t.Logf("%s's sluice log:\n%s", name, tail(string(b), 60))
 		}
 	})
+	w.start()
 	nc, err := connectNATS(w.nats, 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +102,7 @@ func (w *workerCluster) start() {
 		w.t.Fatalf("start the worker's sluice: %v", err)
 	}
 	w.sluice = cmd
-	eventually(w.t, 60*time.Second, "the worker's sluice ready", func() (bool, string) {
+	eventually(w.t, 60*time.Second, w.name+"'s sluice ready", func() (bool, string) {
 		code, body, err := httpGet("http://" + w.http + "/readyz")
 		return err == nil && code == 200, fmt.Sprint(code, body, err)
 	})
