@@ -57,9 +57,11 @@ spec: {clusterQueue: %[1]s}
 	watchQuota(t)
 
 	// Before the controller runs, the check is not active: the queue
-	// admits nothing.
+	// admits nothing. The Job may first wait for its LocalQueue to reach
+	// admission, and a workload's next pending reason is announced no
+	// sooner than the pending interval (30 s) after the one before.
 	createJob(t, jobSpec{ns: ns, name: "approved", queue: "q", pods: 1, gpus: 1, runFor: "3s"})
-	waitEvent(t, ns, "approved", "Pending", "AdmissionCheck "+ns+"-budget is not active", 30*time.Second)
+	waitEvent(t, ns, "approved", "Pending", "AdmissionCheck "+ns+"-budget is not active", 60*time.Second)
 
 	var mu sync.Mutex
 	tries := map[string]int{}

@@ -99,7 +99,7 @@ func TestQueueingWhenQuotaIsFull(t *testing.T) {
 	createJob(t, jobSpec{ns: ns, name: "first", queue: "q", pods: 4, gpus: 1, runFor: "6s"})
 	waitRunning(t, ns, "first", 30*time.Second)
 	createJob(t, jobSpec{ns: ns, name: "second", queue: "q", pods: 2, gpus: 1, runFor: "2s"})
-	waitEvent(t, ns, "second", "Pending", "insufficient unused quota for nvidia.com/gpu in flavor a100: requested 2, available 0", 20*time.Second)
+	waitEvent(t, ns, "second", "Pending", "insufficient unused quota for nvidia.com/gpu in flavor a100: requested 2, available 0", 45*time.Second)
 	if !suspended(getJob(t, ns, "second")) {
 		t.Fatalf("second started while first holds the quota")
 	}
@@ -134,7 +134,7 @@ func TestMissingLocalQueue(t *testing.T) {
 	ns := "e2e-missing"
 	queues(t, ns, 4, "Never")
 	createJob(t, jobSpec{ns: ns, name: "lost", queue: "later", pods: 1, gpus: 1, runFor: "1s"})
-	waitEvent(t, ns, "lost", "Pending", "LocalQueue "+ns+"/later does not exist", 20*time.Second)
+	waitEvent(t, ns, "lost", "Pending", "LocalQueue "+ns+"/later does not exist", 45*time.Second)
 	if !suspended(getJob(t, ns, "lost")) {
 		t.Fatalf("a job naming a missing queue started")
 	}
@@ -159,7 +159,7 @@ value: 2000
 	waitRunning(t, ns, "running", 30*time.Second)
 	createJob(t, jobSpec{ns: ns, name: "waiting", queue: "q", priorityClass: "high", pods: 4, gpus: 1, runFor: "4s"})
 	// Equal priority: LowerPriority preempts nobody.
-	waitEvent(t, ns, "waiting", "Pending", "insufficient unused quota", 20*time.Second)
+	waitEvent(t, ns, "waiting", "Pending", "insufficient unused quota", 45*time.Second)
 
 	// Raising the waiting Job's class makes it the higher priority.
 	patch := []byte(`{"metadata":{"labels":{"sluice.dev/priority-class":"urgent"}}}`)
@@ -180,7 +180,7 @@ func TestPriorityChangeReordersTheQueue(t *testing.T) {
 	waitRunning(t, ns, "running", 30*time.Second)
 	createJob(t, jobSpec{ns: ns, name: "first", queue: "q", pods: 4, gpus: 1, runFor: "4s"})
 	createJob(t, jobSpec{ns: ns, name: "second", queue: "q", pods: 4, gpus: 1, runFor: "4s"})
-	waitEvent(t, ns, "second", "Pending", "insufficient unused quota", 20*time.Second)
+	waitEvent(t, ns, "second", "Pending", "insufficient unused quota", 45*time.Second)
 
 	// Raised above first, second is next in line when running finishes.
 	patch := []byte(`{"metadata":{"labels":{"sluice.dev/priority-class":"high"}}}`)

@@ -73,7 +73,7 @@ func TestMetricsAndPendingAPI(t *testing.T) {
 	createJob(t, jobSpec{ns: ns, name: "running", queue: "q", pods: 4, gpus: 1, runFor: "20s"})
 	waitRunning(t, ns, "running", 30*time.Second)
 	createJob(t, jobSpec{ns: ns, name: "waiting", queue: "q", pods: 2, gpus: 1, runFor: "1s"})
-	waitEvent(t, ns, "waiting", "Pending", "insufficient unused quota", 20*time.Second)
+	waitEvent(t, ns, "waiting", "Pending", "insufficient unused quota", 45*time.Second)
 
 	// The pending API, by ClusterQueue and by LocalQueue.
 	for _, path := range []string{"/clusterqueues/" + ns + "/pendingworkloads", "/namespaces/" + ns + "/localqueues/q/pendingworkloads"} {
@@ -148,7 +148,7 @@ func TestCLI(t *testing.T) {
 	createJob(t, jobSpec{ns: ns, name: "running", queue: "q", pods: 4, gpus: 1, runFor: "15s"})
 	waitRunning(t, ns, "running", 30*time.Second)
 	createJob(t, jobSpec{ns: ns, name: "waiting", queue: "q", pods: 2, gpus: 1, runFor: "1s"})
-	waitEvent(t, ns, "waiting", "Pending", "insufficient unused quota", 20*time.Second)
+	waitEvent(t, ns, "waiting", "Pending", "insufficient unused quota", 45*time.Second)
 
 	out := sluiceCLI(t, "pending", "-n", ns, "--queue", "q")
 	if !strings.Contains(out, ns+"/waiting") || !strings.Contains(out, "insufficient unused quota") || !strings.Contains(out, "(1 of 1 waiting)") {

@@ -90,7 +90,7 @@ func TestPodLifecycle(t *testing.T) {
 
 	// Created while high holds the quota: it waits, gated.
 	createPod(t, ns, "later", "", 2, "2s")
-	waitEvent(t, ns, "later", "Pending", "insufficient unused quota", 20*time.Second)
+	waitEvent(t, ns, "later", "Pending", "insufficient unused quota", 45*time.Second)
 	if p, _ := getPod(t, ns, "later"); p == nil || len(p.Spec.SchedulingGates) == 0 {
 		t.Fatalf("pod later ungated while high holds the quota: %+v", p)
 	}
@@ -204,7 +204,7 @@ func TestPodGroupLifecycle(t *testing.T) {
 	for _, name := range members {
 		createMember(t, ns, "train", name, 3, 1, "2s")
 	}
-	waitEvent(t, ns, members[0], "Pending", "insufficient unused quota", 20*time.Second)
+	waitEvent(t, ns, members[0], "Pending", "insufficient unused quota", 45*time.Second)
 	if n, state := admittedPods(t, ns, members...); n != 0 {
 		t.Fatalf("group admitted while high holds the quota: %s", state)
 	}
