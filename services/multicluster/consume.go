@@ -9,6 +9,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+
+	"github.com/sluice-dev/sluice/internal/bus"
 )
 
 type consumeOptions struct {
@@ -116,13 +118,9 @@ func settle(ctx context.Context, m jetstream.Msg, err error, log zerolog.Logger)
 	}
 }
 
-// backoff doubles from 500 ms up to 30 s.
+// backoff doubles from 500 ms up to 30 s, as the bus's consumers do.
 func backoff(n int) time.Duration {
-	d := 500 * time.Millisecond
-	for i := 1; i < n && d < 30*time.Second; i++ {
-		d *= 2
-	}
-	return min(d, 30*time.Second)
+	return bus.ConsumerSpec{BackoffMin: 500 * time.Millisecond, BackoffMax: 30 * time.Second}.Backoff(uint64(max(n, 1)))
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {
