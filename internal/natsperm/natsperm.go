@@ -233,10 +233,7 @@ func ServerConfig(opts ...Option) string {
 	b.WriteString("authorization {\n  users = [\n")
 	for _, svc := range Services {
 		p, _ := For(svc, opts...)
-		fmt.Fprintf(&b, "    {\n      user: %q\n      password: $SLUICE_%s_PASSWORD\n      permissions: {\n", svc, strings.ToUpper(svc))
-		fmt.Fprintf(&b, "        publish: { allow: %s }\n", quoteList(p.Publish))
-		fmt.Fprintf(&b, "        subscribe: { allow: %s }\n", quoteList(p.Subscribe))
-		b.WriteString("      }\n    }\n")
+		writeUser(&b, "", svc, strings.ToUpper(svc), p)
 	}
 	var set settings
 	for _, o := range opts {
@@ -244,22 +241,27 @@ func ServerConfig(opts ...Option) string {
 	}
 	if set.agent != "" {
 		pub, sub := multicluster.WorkerPermissions(set.agent, set.agentDomain)
-		fmt.Fprintf(&b, "    {\n      # the agent of this worker cluster, %s\n", set.agent)
-		b.WriteString("      user: \"worker\"\n      password: $SLUICE_WORKER_PASSWORD\n      permissions: {\n")
-		fmt.Fprintf(&b, "        publish: { allow: %s }\n", quoteList(pub))
-		fmt.Fprintf(&b, "        subscribe: { allow: %s }\n", quoteList(sub))
-		b.WriteString("      }\n    }\n")
+		writeUser(&b, "the agent of this worker cluster, "+set.agent, "worker", "WORKER", Permissions{pub, sub})
 	}
 	for _, w := range set.workers {
 		pub, sub := multicluster.WorkerPermissions(w, set.managerDomain)
-		fmt.Fprintf(&b, "    {\n      # worker cluster %s: its leaf node logs in as this user\n", w)
-		fmt.Fprintf(&b, "      user: %q\n      password: $SLUICE_WORKER_%s_PASSWORD\n      permissions: {\n", w, envName(w))
-		fmt.Fprintf(&b, "        publish: { allow: %s }\n", quoteList(pub))
-		fmt.Fprintf(&b, "        subscribe: { allow: %s }\n", quoteList(sub))
-		b.WriteString("      }\n    }\n")
+		writeUser(&b, "worker cluster "+w+": its leaf node logs in as this user", w, "WORKER_"+envName(w), Permissions{pub, sub})
 	}
 	b.WriteString("  ]\n}\n")
 	return b.String()
+}
+
+// writeUser renders one user, its password the variable
+// SLUICE_<env>_PASSWORD.
+func writeUser(b *strings.Builder, comment, user, env string, p Permissions) {
+	b.WriteString("    {\n")
+	if comment != "" {
+		fmt.Fprintf(b, "      # %s\n", comment)
+	}
+	fmt.Fprintf(b, "      user: %q\n      password: $SLUICE_%s_PASSWORD\n      permissions: {\n", user, env)
+	fmt.Fprintf(b, "        publish: { allow: %s }\n", quoteList(p.Publish))
+	fmt.Fprintf(b, "        subscribe: { allow: %s }\n", quoteList(p.Subscribe))
+	b.WriteString("      }\n    }\n")
 }
 
 // envName is a worker name as it appears in an environment variable.
