@@ -48,10 +48,10 @@ type workerFlags struct {
 	heartbeat     time.Duration
 }
 
-func (f *workerFlags) bind(cmd *cobra.Command, prefix string) {
-	cmd.Flags().StringVar(&f.name, prefix+"name", f.name, "this worker cluster's name: its leaf node user in the manager's NATS, as the MultiClusterConfig lists it")
-	cmd.Flags().StringVar(&f.managerDomain, prefix+"manager-domain", "hub", "the JetStream domain of the manager's NATS, reached through this cluster's leaf node (empty: this NATS is the manager's)")
-	cmd.Flags().DurationVar(&f.heartbeat, prefix+"heartbeat", 5*time.Second, "how often the manager is told this worker is there")
+func (f *workerFlags) bind(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.name, "name", f.name, "this worker cluster's name: its leaf node user in the manager's NATS, as the MultiClusterConfig lists it")
+	cmd.Flags().StringVar(&f.managerDomain, "manager-domain", "hub", "the JetStream domain of the manager's NATS, reached through this cluster's leaf node (empty: this NATS is the manager's)")
+	cmd.Flags().DurationVar(&f.heartbeat, "heartbeat", 5*time.Second, "how often the manager is told this worker is there")
 }
 
 // workerRunner runs the agent of a worker cluster. It opens a connection
@@ -119,7 +119,7 @@ func newMultiClusterCmds() []*cobra.Command {
 	f := &workerFlags{}
 	var wnames []string
 	worker := newServiceCmdWith("worker", "Run a worker cluster's multicluster agent: create the jobs a manager dispatches here, report their status back", true,
-		func(cmd *cobra.Command) { f.bind(cmd, "") },
+		f.bind,
 		func(c *common) runner { return workerRunner(f, c.natsConfig, func() []string { return wnames }) })
 	worker.Long = worker.Short + ". It connects to this cluster's NATS server, which joins the manager's as a leaf node (see docs/multicluster.md)."
 	worker.Flags().StringSliceVar(&wnames, "integrations", kinds.Names(), "job kinds to run ("+strings.Join(kinds.Names(), ", ")+")")

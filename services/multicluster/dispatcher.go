@@ -1,6 +1,7 @@
 package multicluster
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,7 +13,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -610,8 +610,10 @@ func (d *Dispatcher) mirror(ctx context.Context, rec *dispatch, r Report) error 
 	if err != nil {
 		return err
 	}
-	if equality.Semantic.DeepEqual(cur.Object["status"], status) {
-		return nil
+	// Compared as JSON: the object read holds int64s where the report
+	// decoded float64s.
+	if was, err := json.Marshal(cur.Object["status"]); err == nil && bytes.Equal(was, jsonOf(status)) {
+		return nil // a report handled again
 	}
 	prev, _ := cur.Object["status"].(map[string]any)
 	cur.Object["status"] = status
@@ -716,4 +718,10 @@ func (d *Dispatcher) look(ctx context.Context, cached *dispatch) error {
 		return d.offer(ctx, rec, next)
 	}
 	return nil
+}
+
+// jsonOf encodes a status decoded from JSON (which cannot fail).
+func jsonOf(v any) []byte {
+	b, _ := json.Marshal(v)
+	return b
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
@@ -70,8 +72,8 @@ func NewWorker(name string, dyn dynamic.Interface, hub jetstream.JetStream, adap
 	if name == "" || dyn == nil || hub == nil || len(adapters) == 0 {
 		return nil, fmt.Errorf("%w: a worker name, a Kubernetes client, the manager's JetStream and job kinds are all required", ErrConfig)
 	}
-	if err := validName(name); err != nil {
-		return nil, fmt.Errorf("%w: worker name %q: %v", ErrConfig, name, err)
+	if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
+		return nil, fmt.Errorf("%w: worker name %q: %s", ErrConfig, name, strings.Join(errs, "; "))
 	}
 	w := &Worker{name: name, dyn: dyn, hub: hub, adapters: map[string]integration.Adapter{}, log: zerolog.Nop(),
 		heartbeat: 5 * time.Second, informers: map[string]cache.SharedIndexInformer{}, sent: map[string][]byte{}}
@@ -82,18 +84,6 @@ func NewWorker(name string, dyn dynamic.Interface, hub jetstream.JetStream, adap
 		o(w)
 	}
 	return w, nil
-}
-
-func validName(s string) error {
-	if len(s) > 63 {
-		return errors.New("longer than 63 characters")
-	}
-	for i, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') || (r == '-' && (i == 0 || i == len(s)-1)) {
-			return errors.New("must be lower-case letters, digits and inner '-'")
-		}
-	}
-	return nil
 }
 
 // Ready reports nil while the worker reaches the manager.
@@ -387,9 +377,6 @@ func (w *Worker) deleted(ctx context.Context, o any) {
 				break
 			}
 		}
-		w.sentMu.Lock()
-		delete(w.sent, r.Workload.UID)
-		w.sentMu.Unlock()
 	}
 }
 
