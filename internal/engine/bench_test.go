@@ -243,3 +243,71 @@ func preemptorsOverFullCohort(b *testing.B, opts ...Option) *Engine {
 	}
 	return e
 }
+
+// BenchmarkCycleBaselineBacklog measures the cycle of Kueue's baseline
+// workload with a large backlog, as the admission service runs the engine
+// (deferred eviction): 5 cohorts × 6 ClusterQueues (20 CPU nominal,
+// borrowing limit 100, LowerPriority within the queue, reclaim Any), each
+// queue full with one running large Job and `backlog` waiting Jobs of the
+// baseline's mix (70 % small, 20 % medium, 10 % large). Each iteration one
+// running Job ends in cohort 0, outside the timer, and the timed cycle
+// admits what fits in its place.
+func BenchmarkCycleBaselineBacklog(b *testing.B) {
+	for _, backlog := range []int{500, 3000} {
+		b.Run(fmt.Sprintf("waiting=%d", 30*backlog), func(b *testing.B) {
+			cfg := Config{Flavors: flavors("default")}
+			for c := range 5 {
+				for q := range 6 {
+					name := fmt.Sprintf("cq-%d-%d", c, q)
+					cfg.ClusterQueues = append(cfg.ClusterQueues, newCQ(name).cohort(fmt.Sprintf("cohort-%d", c)).
+						quota("default", "cpu", 20_000, Limited(100_000)).preemption(LowerPriority, Any).obj())
+					cfg.LocalQueues = append(cfg.LocalQueues, LocalQueue{Namespace: "ns-" + name, Name: "lq", ClusterQueue: name, StopPolicy: StopNone})
+				}
+			}
+			e := New(cfg, WithDeferredEviction())
+			classes := []struct {
+				prio int32
+				cpu  int
+			}{{50, 1000}, {100, 5000}, {200, 20_000}}
+			for _, cq := range cfg.ClusterQueues {
+				ns := "ns-" + cq.Name
+				if err := e.Submit(newWL(ns, "running").prio(200).pods("main", 1, "cpu", 20_000).admittedIn(cq.Name, "default", 0).obj()); err != nil {
+					b.Fatal(err)
+				}
+				for i := range backlog {
+					class := classes[0]
+					switch {
+					case i%10 == 9:
+						class = classes[2]
+					case i%10 >= 7:
+						class = classes[1]
+					}
+					w := newWL(ns, fmt.Sprintf("w%05d", i)).prio(class.prio).at(time.Duration(i)*time.Millisecond).pods("main", 1, "cpu", class.cpu).obj()
+					if err := e.Submit(w); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			e.Cycle(t0)
+			running := []string{"ns-cq-0-0/running"}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				if len(running) == 0 {
+					b.Fatalf("iteration %d: nothing running in cohort 0 to end", i)
+				}
+				if err := e.Remove(running[0]); err != nil {
+					b.Fatal(err)
+				}
+				running = running[1:]
+				b.StartTimer()
+				for _, d := range e.Cycle(t0.Add(time.Duration(i+1) * time.Second)) {
+					if d.Kind == KindAdmitted {
+						running = append(running, d.Key)
+					}
+				}
+			}
+		})
+	}
+}

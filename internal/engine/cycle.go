@@ -67,8 +67,6 @@ type cycle struct {
 	e       *Engine
 	now     time.Time
 	out     []Decision
-	cursor  map[*cqState]int
-	blocked map[*cqState]bool
 	// kept is the quota preemptors wait for, by cohort tree (keepQuota).
 	kept    map[*node][]kept
 	touched map[*cqState]bool
@@ -98,8 +96,6 @@ func (e *Engine) Cycle(now time.Time) []Decision {
 		id:      e.cycles,
 		e:       e,
 		now:     now,
-		cursor:  map[*cqState]int{},
-		blocked: map[*cqState]bool{},
 		touched: map[*cqState]bool{},
 	}
 	c.podsReadyTimeouts()
@@ -176,26 +172,52 @@ func lqStopped(ws *wlState) bool {
 	return ws.lq != nil && (ws.lq.StopPolicy == Hold || ws.lq.StopPolicy == HoldAndDrain)
 }
 
+// scan returns cq's place in this cycle's walk: from its first workload,
+// not blocked, when the cycle has not looked at it yet.
+func (c *cycle) scan(cq *cqState) *queueScan {
+	if cq.scan.cycle != c.id {
+		cq.scan = queueScan{cycle: c.id}
+	}
+	return &cq.scan
+}
+
+// rescan walks cq again from its first workload.
+func (c *cycle) rescan(cq *cqState) {
+	sc := c.scan(cq)
+	sc.cursor, sc.unsettled = 0, false
+}
+
 // heads returns the first admissible-looking workload of every queue that
 // is not blocked for the rest of this cycle.
 func (c *cycle) heads() []*wlState {
 	var out []*wlState
 	for _, cq := range c.e.tree.cqOrder {
-		if c.blocked[cq] || len(cq.pending) == 0 || stopped(cq) != "" {
+		if cq.settled {
 			continue
 		}
-		i := c.cursor[cq]
+		sc := c.scan(cq)
+		if sc.blocked || len(cq.pending) == 0 || stopped(cq) != "" {
+			continue
+		}
+		i := sc.cursor
 		for i < len(cq.pending) {
 			ws := cq.pending[i]
-			if ws.admitted != nil || ws.parked || lqStopped(ws) || c.heldBack(ws) != "" {
+			if ws.admitted != nil || ws.parked {
+				i++
+				continue
+			}
+			if lqStopped(ws) || c.heldBack(ws) != "" {
+				sc.unsettled = true
 				i++
 				continue
 			}
 			break
 		}
-		c.cursor[cq] = i
+		sc.cursor = i
 		if i < len(cq.pending) {
 			out = append(out, cq.pending[i])
+		} else if !sc.unsettled {
+			cq.settled = true
 		}
 	}
 	return out
@@ -217,19 +239,21 @@ func (c *cycle) nominate(ws *wlState, en *entry) *entry {
 		return en
 	}
 	en.a = &en.own
-	if m := &cq.memo; m.rep != nil && m.epoch == e.epoch && m.rep.shape == ws.shape {
-		en.a.mode, en.a.reasons, en.stable = noFit, m.why, true
+	if m := &cq.memo; c.memoHit(ws) {
+		en.a.mode, en.a.reasons, en.stable = m.mode, m.why, true
 		return en
 	}
 	e.assign(ws, ws.full, en.a)
 	if en.a.mode == fit {
 		return en
 	}
+	searched := false
 	if en.a.mode == preemptFit && ws.victimIn != c.id {
 		if t := e.preemptionTargets(ws, en.a); len(t) > 0 {
 			en.targets = t
 			return en
 		}
+		searched = true
 	}
 	pe, atMin := c.partial(ws)
 	if pe != nil {
@@ -242,14 +266,32 @@ func (c *cycle) nominate(ws *wlState, en *entry) *entry {
 		en.own, en.stable = *atMin, false
 		en.a = &en.own
 	}
-	if en.a.mode == noFit && !en.a.consulted {
+	shapeOnly := en.a.mode == noFit && !en.a.consulted
+	byPriority := atMin == nil && !e.tree.fair && cq.Preemption.WithinClusterQueue != LowerOrNewerEqualPriority &&
+		((en.a.mode == noFit && en.a.consulted) || (en.a.mode == preemptFit && searched))
+	if shapeOnly || byPriority {
 		// The round's arena is reused: the memo keeps its own copy, which
 		// entries then share read-only.
 		en.a.reasons = append([]reason(nil), en.a.reasons...)
 		en.stable = true
-		cq.memo.epoch, cq.memo.rep, cq.memo.why = e.epoch, ws, en.a.reasons
+		m := &cq.memo
+		m.epoch, m.rep, m.why, m.mode, m.byPriority = e.epoch, ws, en.a.reasons, en.a.mode, !shapeOnly
 	}
 	return en
+}
+
+// memoHit reports whether ws's queue remembers ws's outcome at the current
+// usage. A workload that does not fit whatever its priority stands for
+// every workload of its shape. One whose outcome depended on preemption
+// (no victims to be found) stands for those of its shape and priority:
+// with classical preemption and no withinClusterQueue policy that reads
+// ages, candidates are chosen by priority alone, so theirs are the same.
+func (c *cycle) memoHit(ws *wlState) bool {
+	m := &ws.cq.memo
+	if m.rep == nil || m.epoch != c.e.epoch || m.rep.shape != ws.shape {
+		return false
+	}
+	return !m.byPriority || m.rep.w.Priority == ws.w.Priority
 }
 
 // partial looks for the largest pod counts, between each pod set's
@@ -380,7 +422,7 @@ func (c *cycle) process(entries []*entry) {
 		case en.waitingFor > 0:
 			roots[root] = true
 			c.pend(ws, waitingForVictims(en.waitingFor))
-			c.blocked[cq] = true
+			c.scan(cq).blocked = true
 		case en.a != nil && en.a.mode == fit && len(en.targets) == 0:
 			if !e.fits(cq, en.a, true) {
 				// Another admission of this round took the room; the
@@ -390,7 +432,7 @@ func (c *cycle) process(entries []*entry) {
 			if by := c.keptFrom(ws, en.a, c.kept[root]); by != nil {
 				c.pend(ws, keptFor(by))
 				if cq.QueueingStrategy == StrictFIFO {
-					c.blocked[cq] = true
+					c.scan(cq).blocked = true
 				} else {
 					ws.parked = true
 				}
@@ -429,7 +471,7 @@ func (c *cycle) process(entries []*entry) {
 				c.pend(ws, en.reason)
 			}
 			if cq.QueueingStrategy == StrictFIFO {
-				c.blocked[cq] = true
+				c.scan(cq).blocked = true
 			} else {
 				ws.parked = true
 			}
@@ -448,11 +490,14 @@ func (c *cycle) requestPreemption(ws *wlState, en *entry) {
 		}
 		t.ws.evicting = true
 		t.ws.victimIn = c.id
+		// Workloads on their way out are tried first as victims: a
+		// search judged before may now end otherwise.
+		c.e.epoch++
 		waiting++
 		c.emit(Decision{Kind: KindPreempted, Key: t.ws.key, ClusterQueue: t.ws.admitted.cq.Name, Reason: t.reason, Preemptor: ws.key})
 	}
 	c.pend(ws, waitingForVictims(waiting))
-	c.blocked[ws.cq] = true
+	c.scan(ws.cq).blocked = true
 	root := ws.cq.node.root()
 	ws.waiting = preemptionWait{root: root, released: root.released, n: waiting, usage: slices.Clone(en.a.usage)}
 }
@@ -537,11 +582,11 @@ func waitingForVictims(n int) string {
 
 // requeued notes that a queue's pending list changed under the cycle.
 func (c *cycle) requeued(cq *cqState) {
-	c.cursor[cq] = 0
+	c.rescan(cq)
 	c.touched[cq] = true
 	// Released quota may let parked workloads in the tree fit.
 	for _, m := range c.e.tree.members[cq.node.root()] {
-		c.cursor[m] = 0
+		c.rescan(m)
 	}
 }
 
@@ -612,6 +657,9 @@ func (c *cycle) pend(ws *wlState, reason string) {
 func (c *cycle) explain() {
 	e := c.e
 	for _, cq := range e.tree.cqOrder {
+		if cq.settled && !c.podsBlocked {
+			continue // each of its workloads has its reason
+		}
 		stop := stopped(cq)
 		var head *wlState
 		var behind string // rendered once per queue

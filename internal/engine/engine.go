@@ -347,6 +347,7 @@ type preemptionWait struct {
 
 func (e *Engine) unpark(root *node) {
 	for _, cq := range e.tree.members[root] {
+		cq.settled = false
 		for _, p := range cq.pending {
 			p.parked = false
 		}
@@ -462,6 +463,16 @@ func (e *Engine) SetPriority(key string, priority int32) error {
 	w.Priority = priority
 	ws.w = &w
 	ws.parked = false
+	if ws.cq != nil {
+		ws.cq.settled = false
+	}
+	// An admitted workload's priority decides whom it may be preempted
+	// by: what was judged before no longer holds, and workloads parked for
+	// want of victims in its tree may find one now.
+	e.epoch++
+	if ws.admitted != nil {
+		e.unpark(ws.admitted.cq.node.root())
+	}
 	if queued {
 		ws.cq.insertPending(ws)
 	}

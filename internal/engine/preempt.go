@@ -402,17 +402,19 @@ func (e *Engine) fits(cq *cqState, a *assignment, allowBorrowing bool) bool {
 	return true
 }
 
+// take and putBack try a victim's quota as free during a search for
+// targets. Every search puts back all it took before it returns, so they
+// leave the epoch alone: usage is the same after as before, and what was
+// judged at it still holds.
 func (e *Engine) take(ws *wlState) {
 	for _, u := range ws.admitted.usage {
 		ws.admitted.cq.node.addUsage(u.fr, -u.v)
-		e.epoch++
 	}
 }
 
 func (e *Engine) putBack(ws *wlState) {
 	for _, u := range ws.admitted.usage {
 		ws.admitted.cq.node.addUsage(u.fr, u.v)
-		e.epoch++
 	}
 }
 

@@ -63,6 +63,34 @@ func TestSetPriority(t *testing.T) {
 			wantAdmitted:  []string{"ns/urgent"},
 			wantPreempted: map[string]string{"ns/running": "InClusterQueue by ns/urgent"},
 		},
+		{
+			// The first cycle finds no victim for either waiting workload,
+			// remembers that for their shape and priority, and parks them
+			// both: neither may stand for b once its priority changes.
+			name: "a parked workload whose priority is raised preempts though one of its shape found no victim",
+			cfg:  oneCQ(newCQ("cq").preemption(LowerPriority, Never).quota("default", "cpu", 4000)),
+			wls: []Workload{
+				newWL("ns", "running").prio(10).pods("main", 1, "cpu", 4000).admittedIn("cq", "default", -time.Minute).obj(),
+				newWL("ns", "a").prio(5).pods("main", 1, "cpu", 4000).obj(),
+				newWL("ns", "b").prio(5).at(time.Second).pods("main", 1, "cpu", 4000).obj(),
+			},
+			before:        true,
+			changes:       []change{{"ns/b", 20}},
+			wantAdmitted:  []string{"ns/b"},
+			wantPreempted: map[string]string{"ns/running": "InClusterQueue by ns/b"},
+		},
+		{
+			name: "a workload parked for want of victims preempts one whose priority is lowered later",
+			cfg:  oneCQ(newCQ("cq").preemption(LowerPriority, Never).quota("default", "cpu", 4000)),
+			wls: []Workload{
+				newWL("ns", "running").prio(10).pods("main", 1, "cpu", 4000).admittedIn("cq", "default", -time.Minute).obj(),
+				newWL("ns", "urgent").prio(5).pods("main", 1, "cpu", 4000).obj(),
+			},
+			before:        true,
+			changes:       []change{{"ns/running", 1}},
+			wantAdmitted:  []string{"ns/urgent"},
+			wantPreempted: map[string]string{"ns/running": "InClusterQueue by ns/urgent"},
+		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -19,6 +19,7 @@ func (cq *cqState) sortPending() {
 }
 
 func (cq *cqState) insertPending(ws *wlState) {
+	cq.settled = false
 	if ws.queued {
 		// Admitted and evicted within one cycle: its old entry is still
 		// in place, since lists are compacted at the end of a cycle.
@@ -32,6 +33,7 @@ func (cq *cqState) insertPending(ws *wlState) {
 }
 
 func (cq *cqState) removePending(ws *wlState) {
+	cq.settled = false
 	ws.queued = false
 	i := sort.Search(len(cq.pending), func(i int) bool { return !queueLess(cq.pending[i], ws) })
 	if i < len(cq.pending) && cq.pending[i] == ws {

@@ -246,7 +246,33 @@ type cqState struct {
 		epoch uint64
 		rep   *wlState
 		why   []reason
+		mode mode
+		// byPriority: rep's outcome depended on whom it could preempt,
+		// so it stands for workloads of its shape and priority only
+		// (see cycle.memoHit).
+		byPriority bool
 	}
+	// scan is this queue's place in the current cycle's walk, valid
+	// while scan.cycle is the cycle's id (kept here, not in maps of the
+	// cycle: heads looks it up once per queue per round).
+	scan queueScan
+	// settled: every pending workload was judged and parked, each with
+	// its reason, so until something in the queue or its cohort tree
+	// changes (a workload added, removed or reprioritized, quota
+	// released) a cycle has nothing to look at or explain in it.
+	settled bool
+}
+
+// queueScan is where a cycle's walk of a queue's pending list stands.
+type queueScan struct {
+	cycle uint64
+	// cursor: the workloads before it were judged this cycle.
+	cursor int
+	// blocked: the queue admits nothing more this cycle.
+	blocked bool
+	// unsettled: a workload before cursor is held back or in a stopped
+	// LocalQueue, not parked (see cqState.settled).
+	unsettled bool
 }
 
 type group struct {
