@@ -64,9 +64,9 @@ type entry struct {
 
 // cycle carries the per-cycle bookkeeping.
 type cycle struct {
-	e       *Engine
-	now     time.Time
-	out     []Decision
+	e   *Engine
+	now time.Time
+	out []Decision
 	// kept is the quota preemptors wait for, by cohort tree (keepQuota).
 	kept    map[*node][]kept
 	touched map[*cqState]bool

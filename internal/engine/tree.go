@@ -246,7 +246,7 @@ type cqState struct {
 		epoch uint64
 		rep   *wlState
 		why   []reason
-		mode mode
+		mode  mode
 		// byPriority: rep's outcome depended on whom it could preempt,
 		// so it stands for workloads of its shape and priority only
 		// (see cycle.memoHit).
