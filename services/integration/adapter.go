@@ -144,6 +144,14 @@ type (
 		GroupOf(obj metav1.Object) (name string, total int32, err error)
 	}
 
+	// CacheTrimmer is an adapter that drops, in place, parts of its
+	// informer's copy of an object that no decision reads (see
+	// TrimPodSpec). Managed fields and kubectl's last-applied manifest
+	// are dropped for every kind.
+	CacheTrimmer interface {
+		TrimForCache(obj runtime.Object)
+	}
+
 	// InformerSource is an adapter that watches its kind with a typed
 	// informer (smaller in memory than an unstructured one).
 	InformerSource interface {

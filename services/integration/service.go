@@ -478,7 +478,16 @@ func (s *Service) startInformer(ctx context.Context, k *kindRunner) error {
 			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
 			func(o *metav1.ListOptions) { o.LabelSelector = v1beta1.QueueNameLabel }).Informer()
 	}
-	if err := k.inf.SetTransform(trimForCache); err != nil {
+	transform := trimForCache
+	if t, ok := k.ad.(CacheTrimmer); ok {
+		transform = func(obj any) (any, error) {
+			if o, ok := obj.(runtime.Object); ok {
+				t.TrimForCache(o)
+			}
+			return trimForCache(obj)
+		}
+	}
+	if err := k.inf.SetTransform(transform); err != nil {
 		return fmt.Errorf("integration: watch %s: %w", k.kind.Resource, err)
 	}
 	if err := indexGroups(k.ad, k.inf); err != nil {

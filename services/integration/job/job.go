@@ -52,6 +52,29 @@ func (Adapter) NewInformer(kube kubernetes.Interface, resync time.Duration, labe
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = labelSelector })).Batch().V1().Jobs().Informer()
 }
 
+// generatedLabels are the labels the API server puts on a Job's pod
+// template (and its spec.selector) when the Job is created.
+var generatedLabels = []string{"controller-uid", batchv1.ControllerUidLabel, "job-name", batchv1.JobNameLabel}
+
+// TrimForCache implements integration.CacheTrimmer: besides the pod
+// spec's unread parts, the generated selector and template labels go.
+func (Adapter) TrimForCache(obj runtime.Object) {
+	j, ok := obj.(*batchv1.Job)
+	if !ok {
+		return
+	}
+	j.Spec.Selector = nil
+	if l := j.Spec.Template.Labels; l != nil {
+		for _, k := range generatedLabels {
+			delete(l, k)
+		}
+		if len(l) == 0 {
+			j.Spec.Template.Labels = nil
+		}
+	}
+	integration.TrimPodSpec(&j.Spec.Template.Spec)
+}
+
 // Job is a batch/v1 Job under the framework.
 type Job struct{ *batchv1.Job }
 

@@ -66,6 +66,20 @@ func (Adapter) NewInformer(kube kubernetes.Interface, resync time.Duration, labe
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = labelSelector })).Core().V1().Pods().Informer()
 }
 
+// TrimForCache implements integration.CacheTrimmer: the pod spec's unread
+// parts and the containers' statuses (a pod's phase and conditions are
+// what its workload reads).
+func (Adapter) TrimForCache(obj runtime.Object) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	integration.TrimPodSpec(&p.Spec)
+	p.Status.ContainerStatuses = nil
+	p.Status.InitContainerStatuses = nil
+	p.Status.EphemeralContainerStatuses = nil
+}
+
 var _ integration.Grouper = Adapter{}
 
 // GroupLabel implements integration.Grouper.
