@@ -33,6 +33,11 @@ type Kind struct {
 	GVK  schema.GroupVersionKind
 	// Resource is the plural resource name: "jobs", "jobsets".
 	Resource string
+	// SuspendField is the boolean field that suspends an object of the
+	// kind, as a path ("spec", "suspend"); empty when suspension is not
+	// one field (a Pod's scheduling gate). With it, the webhook is not
+	// called for objects created suspended (see WebhookMatchCondition).
+	SuspendField []string
 }
 
 // GVR is the kind's group, version and resource.

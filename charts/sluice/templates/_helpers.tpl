@@ -365,7 +365,8 @@ does not rotate it.
 {{/*
 One entry of a kind's MutatingWebhookConfiguration: dict "root" $ "kind"
 (a line of the kinds table) "service" "ca" "name" "selector" (the
-objectSelector's matchExpressions).
+objectSelector's matchExpressions) and, optionally, "condition" (a CEL
+match condition).
 */}}
 {{- define "sluice.webhookEntry" -}}
 {{- $v := .root.Values -}}
@@ -396,4 +397,9 @@ objectSelector's matchExpressions).
   objectSelector:
     matchExpressions:
       {{- toYaml .selector | nindent 6 }}
+  {{- with .condition }}
+  matchConditions:
+    - name: changes-something
+      expression: {{ . | quote }}
+  {{- end }}
 {{- end -}}

@@ -28,7 +28,7 @@ const (
 )
 
 // Kind is the Job's kind.
-var Kind = integration.Kind{Name: "job", GVK: batchv1.SchemeGroupVersion.WithKind("Job"), Resource: "jobs"}
+var Kind = integration.Kind{Name: "job", GVK: batchv1.SchemeGroupVersion.WithKind("Job"), Resource: "jobs", SuspendField: []string{"spec", "suspend"}}
 
 // Adapter is the batch/v1 Job adapter.
 type Adapter struct{}

@@ -17,7 +17,7 @@ import (
 )
 
 // Kind is the JobSet's kind.
-var Kind = integration.Kind{Name: "jobset", GVK: jobsetv1.GroupVersion.WithKind("JobSet"), Resource: "jobsets"}
+var Kind = integration.Kind{Name: "jobset", GVK: jobsetv1.GroupVersion.WithKind("JobSet"), Resource: "jobsets", SuspendField: []string{"spec", "suspend"}}
 
 // Adapter is the JobSet adapter.
 type Adapter struct{}

@@ -17,7 +17,7 @@ import (
 )
 
 // Kind is the MPIJob's kind.
-var Kind = integration.Kind{Name: "mpijob", GVK: mpiv2.SchemeGroupVersion.WithKind("MPIJob"), Resource: "mpijobs"}
+var Kind = integration.Kind{Name: "mpijob", GVK: mpiv2.SchemeGroupVersion.WithKind("MPIJob"), Resource: "mpijobs", SuspendField: []string{"spec", "runPolicy", "suspend"}}
 
 // Adapter is the MPIJob adapter.
 type Adapter struct{}

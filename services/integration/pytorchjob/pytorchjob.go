@@ -20,7 +20,7 @@ import (
 )
 
 // Kind is the PyTorchJob's kind.
-var Kind = integration.Kind{Name: "pytorchjob", GVK: kftov1.GroupVersion.WithKind("PyTorchJob"), Resource: "pytorchjobs"}
+var Kind = integration.Kind{Name: "pytorchjob", GVK: kftov1.GroupVersion.WithKind("PyTorchJob"), Resource: "pytorchjobs", SuspendField: []string{"spec", "runPolicy", "suspend"}}
 
 // Adapter is the PyTorchJob adapter.
 type Adapter struct{}

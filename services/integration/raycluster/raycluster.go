@@ -22,7 +22,7 @@ const HeadPodSet = "head"
 const maxWorkerGroups = 7
 
 // Kind is the RayCluster's kind.
-var Kind = integration.Kind{Name: "raycluster", GVK: rayv1.GroupVersion.WithKind("RayCluster"), Resource: "rayclusters"}
+var Kind = integration.Kind{Name: "raycluster", GVK: rayv1.GroupVersion.WithKind("RayCluster"), Resource: "rayclusters", SuspendField: []string{"spec", "suspend"}}
 
 // Adapter is the RayCluster adapter.
 type Adapter struct{}

@@ -24,7 +24,7 @@ import (
 const SubmitterPodSet = "submitter"
 
 // Kind is the RayJob's kind.
-var Kind = integration.Kind{Name: "rayjob", GVK: rayv1.GroupVersion.WithKind("RayJob"), Resource: "rayjobs"}
+var Kind = integration.Kind{Name: "rayjob", GVK: rayv1.GroupVersion.WithKind("RayJob"), Resource: "rayjobs", SuspendField: []string{"spec", "suspend"}}
 
 // Adapter is the RayJob adapter.
 type Adapter struct{}
