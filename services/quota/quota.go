@@ -81,7 +81,14 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("quota: open %s: %w", fence.Bucket, err)
 	}
-	errc := make(chan error, 1)
+	errc := make(chan error, 2)
+	tracker := usage.NewTracker(s.js, s.log)
+	tracked := make(chan struct{})
+	go func() {
+		if err := tracker.Run(ctx, tracked); err != nil {
+			errc <- err
+		}
+	}()
 	go func() {
 		errc <- bus.Run(ctx, s.js, bus.ConsumerSpec{
 			Stream:  bus.StreamEvents,
@@ -108,8 +115,12 @@ func (s *Service) Run(ctx context.Context) error {
 			if err := s.reconcile(ctx, led, wls); err != nil && ctx.Err() == nil {
 				s.log.Warn().Err(err).Msg("ledger reconciliation")
 			}
-			if err := s.publishUsage(ctx); err != nil && ctx.Err() == nil {
-				s.log.Warn().Err(err).Msg("usage not published")
+			select {
+			case <-tracked:
+				if err := s.publishUsage(ctx, tracker); err != nil && ctx.Err() == nil {
+					s.log.Warn().Err(err).Msg("usage not published")
+				}
+			default: // not every record read yet: no usage to tell
 			}
 			if _, err := fence.Collect(ctx, fk, fenceAge, time.Now()); err != nil && ctx.Err() == nil {
 				s.log.Warn().Err(err).Msg("collecting ended workloads' fences")
@@ -226,11 +237,8 @@ func (s *Service) reconcile(ctx context.Context, led jetstream.KeyValue, wls jet
 
 // publishUsage announces every ClusterQueue's usage that changed since
 // the last announcement.
-func (s *Service) publishUsage(ctx context.Context) error {
-	rep, err := usage.Compute(ctx, s.js, s.lqToCQ(ctx))
-	if err != nil {
-		return err
-	}
+func (s *Service) publishUsage(ctx context.Context, tracker *usage.Tracker) error {
+	rep := tracker.Report(s.lqToCQ(ctx))
 	names := make([]string, 0, len(rep.ClusterQueues))
 	for n := range rep.ClusterQueues {
 		names = append(names, n)

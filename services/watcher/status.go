@@ -43,6 +43,15 @@ type queueStatus struct {
 
 func (w *statusWriter) run(ctx context.Context, s *Service) {
 	w.last = map[string]queueStatus{}
+	tracker := usage.NewTracker(w.js, s.log)
+	tracked := make(chan struct{})
+	go func() {
+		// The watches retry on their own: Run ends early only when a
+		// bucket cannot be opened.
+		if err := tracker.Run(ctx, tracked); err != nil {
+			s.log.Error().Err(err).Msg("queue usage not followed: status not written")
+		}
+	}()
 	t := time.NewTicker(w.interval)
 	defer t.Stop()
 	for {
@@ -50,24 +59,26 @@ func (w *statusWriter) run(ctx context.Context, s *Service) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := w.write(ctx, s); err != nil && ctx.Err() == nil {
+			select {
+			case <-tracked:
+			default:
+				continue // not every record read yet
+			}
+			if err := w.write(ctx, s, tracker); err != nil && ctx.Err() == nil {
 				s.log.Warn().Err(err).Msg("queue status not written")
 			}
 		}
 	}
 }
 
-func (w *statusWriter) write(ctx context.Context, s *Service) error {
+func (w *statusWriter) write(ctx context.Context, s *Service, tracker *usage.Tracker) error {
 	lqToCQ := map[string]string{}
 	for _, obj := range s.stores[configstore.KindLocalQueue].List() {
 		u := obj.(*unstructured.Unstructured)
 		cq, _, _ := unstructured.NestedString(u.Object, "spec", "clusterQueue")
 		lqToCQ[u.GetNamespace()+"/"+u.GetName()] = cq
 	}
-	rep, err := usage.Compute(ctx, w.js, lqToCQ)
-	if err != nil {
-		return err
-	}
+	rep := tracker.Report(lqToCQ)
 	status := func(q *usage.Queue, nominal map[string]map[string]int64) queueStatus {
 		if q == nil {
 			return queueStatus{}

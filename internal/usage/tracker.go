@@ -1,0 +1,225 @@
+package usage
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/internal/engine"
+	"github.com/sluice-dev/sluice/internal/ledger"
+	"github.com/sluice-dev/sluice/internal/workloads"
+)
+
+// Tracker follows the workload records and the quota ledger and keeps of
+// each only what a report counts: a workload's LocalQueue and per pod set
+// its requests in canonical amounts, a reservation's ClusterQueue, counts
+// and flavors. A report is then a pass over those, where Compute decodes
+// every record each time (at 100,000 waiting workloads, every few seconds).
+type Tracker struct {
+	js  jetstream.JetStream
+	log zerolog.Logger
+
+	mu   sync.Mutex
+	wls  map[string]tracked
+	held map[string]ledger.Reservation
+	// names interns LocalQueue names, which many workloads share.
+	names map[string]string
+}
+
+// tracked is what a report needs of one workload record.
+type tracked struct {
+	localQueue string // namespace/name
+	podSets    []trackedPodSet
+}
+
+type trackedPodSet struct {
+	name     string
+	requests []amount
+}
+
+type amount struct {
+	resource string
+	v        int64
+}
+
+// NewTracker returns a tracker; Run feeds it.
+func NewTracker(js jetstream.JetStream, log zerolog.Logger) *Tracker {
+	return &Tracker{js: js, log: log, wls: map[string]tracked{}, held: map[string]ledger.Reservation{}, names: map[string]string{}}
+}
+
+// Run follows both buckets until ctx ends, closing synced once the current
+// entries of both are in.
+func (t *Tracker) Run(ctx context.Context, synced chan<- struct{}) error {
+	wkv, err := bus.OpenKV(ctx, t.js, workloads.Bucket)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", workloads.Bucket, err)
+	}
+	lkv, err := bus.OpenKV(ctx, t.js, ledger.Bucket)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", ledger.Bucket, err)
+	}
+	wSynced, lSynced := make(chan struct{}), make(chan struct{})
+	go func() {
+		for _, c := range []chan struct{}{wSynced, lSynced} {
+			select {
+			case <-c:
+			case <-ctx.Done():
+				return
+			}
+		}
+		close(synced)
+	}()
+	opts := []bus.WatchOption{bus.WithWatchLogger(t.log), bus.WithReconnects(t.js.Conn())}
+	errc := make(chan error, 2)
+	go func() {
+		errc <- bus.WatchKV(ctx, wkv, wSynced, func(e jetstream.KeyValueEntry, _ bool) { t.applyRecord(e) }, opts...)
+	}()
+	go func() {
+		errc <- bus.WatchKV(ctx, lkv, lSynced, func(e jetstream.KeyValueEntry, _ bool) { t.applyLedger(e) }, opts...)
+	}()
+	err = <-errc
+	if ctx.Err() != nil {
+		return nil
+	}
+	return fmt.Errorf("usage: %w", err)
+}
+
+func (t *Tracker) applyRecord(e jetstream.KeyValueEntry) {
+	key := workloads.EngineKeyFromKV(e.Key())
+	if e.Operation() != jetstream.KeyValuePut {
+		t.mu.Lock()
+		delete(t.wls, key)
+		t.mu.Unlock()
+		return
+	}
+	// Only the fields counted are decoded.
+	var rec struct {
+		Workload struct {
+			Namespace string `json:"namespace"`
+		} `json:"workload"`
+		LocalQueue string `json:"localQueue"`
+		PodSets    []struct {
+			Name     string            `json:"name"`
+			Requests map[string]string `json:"requests"`
+		} `json:"podSets"`
+	}
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		// Admission refuses and reports such a record; it is not counted.
+		t.log.Debug().Err(err).Str("workload", key).Msg("unreadable workload record left out of usage")
+		return
+	}
+	tr := tracked{podSets: make([]trackedPodSet, 0, len(rec.PodSets))}
+	for _, ps := range rec.PodSets {
+		tr.podSets = append(tr.podSets, trackedPodSet{name: ps.Name, requests: parse(ps.Requests)})
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	lq := rec.Workload.Namespace + "/" + rec.LocalQueue
+	if n, ok := t.names[lq]; ok {
+		lq = n
+	} else {
+		t.names[lq] = lq
+	}
+	tr.localQueue = lq
+	t.wls[key] = tr
+}
+
+func (t *Tracker) applyLedger(e jetstream.KeyValueEntry) {
+	c, err := ledger.Parse(e)
+	if err != nil || c.Workload == "" {
+		// A tree's revision key, or an entry admission reports as
+		// corrupt. (An older Sluice's reservations in a tree's value
+		// are moved to their own keys when admission starts.)
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if c.Reservation == nil {
+		delete(t.held, c.Workload)
+		return
+	}
+	t.held[c.Workload] = *c.Reservation
+}
+
+// Report is the usage as of the entries applied so far. lqToCQ maps a
+// LocalQueue (namespace/name) to its ClusterQueue, for counting the
+// pending workloads of ClusterQueues.
+func (t *Tracker) Report(lqToCQ map[string]string) Report {
+	rep := Report{ClusterQueues: map[string]*Queue{}, LocalQueues: map[string]*Queue{}}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for wk, r := range t.held {
+		cq := get(rep.ClusterQueues, r.ClusterQueue)
+		cq.Admitted++
+		w, known := t.wls[wk]
+		lqKey := w.localQueue
+		if r.LocalQueue != "" {
+			lqKey = namespaceOf(wk) + "/" + r.LocalQueue
+		}
+		var lq *Queue
+		if lqKey != "" {
+			lq = get(rep.LocalQueues, lqKey)
+			lq.Admitted++
+		}
+		for _, pa := range r.PodSets {
+			// A reservation carries its requests; one booked by an
+			// older Sluice has them in the workload's record only.
+			reqs := parse(r.Requests[pa.Name])
+			if reqs == nil && known {
+				for _, ps := range w.podSets {
+					if ps.name == pa.Name {
+						reqs = ps.requests
+					}
+				}
+			}
+			for _, a := range reqs {
+				v := a.v * int64(pa.Count)
+				cq.add(pa.Flavors[a.resource], a.resource, v)
+				if lq != nil {
+					lq.add(pa.Flavors[a.resource], a.resource, v)
+				}
+			}
+		}
+	}
+	for wk, w := range t.wls {
+		if _, ok := t.held[wk]; ok {
+			continue
+		}
+		get(rep.LocalQueues, w.localQueue).Pending++
+		if cq, ok := lqToCQ[w.localQueue]; ok {
+			get(rep.ClusterQueues, cq).Pending++
+		}
+	}
+	return rep
+}
+
+// parse turns requests as quantity strings into canonical amounts, leaving
+// out any that does not parse (admission refuses those workloads).
+func parse(reqs map[string]string) []amount {
+	if len(reqs) == 0 {
+		return nil
+	}
+	out := make([]amount, 0, len(reqs))
+	for res, qs := range reqs {
+		q, err := resource.ParseQuantity(qs)
+		if err != nil {
+			continue
+		}
+		out = append(out, amount{resource: res, v: engine.Canonical(res, q)})
+	}
+	return out
+}
+
+// namespaceOf is the namespace in an engine key, kind/namespace/name.
+func namespaceOf(key string) string {
+	_, rest, _ := strings.Cut(key, "/")
+	ns, _, _ := strings.Cut(rest, "/")
+	return ns
+}
