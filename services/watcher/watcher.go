@@ -94,8 +94,9 @@ type Option func(*Service)
 // WithLogger sets the logger.
 func WithLogger(l zerolog.Logger) Option { return func(s *Service) { s.log = l } }
 
-// WithStatus makes the watcher write ClusterQueue and LocalQueue status
-// from the ledger and workload buckets every interval.
+// WithStatus makes the watcher write ClusterQueue and LocalQueue status,
+// as a usage.Tracker following the ledger and workload buckets counts it,
+// every interval (only what changed).
 func WithStatus(js jetstream.JetStream, interval time.Duration) Option {
 	return func(s *Service) { s.status = &statusWriter{js: js, interval: interval} }
 }
