@@ -211,6 +211,10 @@ func (c *cycle) heads() []*wlState {
 				i++
 				continue
 			}
+			if c.judgedAlready(ws) {
+				i++
+				continue
+			}
 			break
 		}
 		sc.cursor = i
@@ -221,6 +225,28 @@ func (c *cycle) heads() []*wlState {
 		}
 	}
 	return out
+}
+
+// judgedAlready parks a workload of a BestEffortFIFO queue whose outcome
+// the queue's memo holds at the current usage, as a round would after
+// nominating it (no fit, its reasons), without a round of its own: after a
+// release wakes a tree, each of its waiting workloads would otherwise cost
+// a round, and a round costs every queue a look. The one difference is
+// that a round re-judges a workload whose tree changed in that same round;
+// parked here, it is judged again at the next release in its tree, as a
+// workload parked in an earlier round is.
+func (c *cycle) judgedAlready(ws *wlState) bool {
+	cq := ws.cq
+	if cq.QueueingStrategy == StrictFIFO || !ws.selected || !c.memoHit(ws) {
+		return false
+	}
+	if w := ws.waiting; c.e.deferred && w.n > 0 && w.root == cq.node.root() && w.released == w.root.released {
+		return false // a preemptor waiting for its victims: its own reason
+	}
+	ws.seenIn = c.id
+	c.pendWhy(ws, cq.memo.why, true)
+	ws.parked = true
+	return true
 }
 
 // nominate decides what ws could get now, filling en.
