@@ -855,13 +855,29 @@ func (s *Service) cycle(ctx context.Context) error {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	for _, tree := range keys {
-		k := ledger.TreeKey(tree)
+	// Trees are booked side by side: their keys and revisions are
+	// disjoint, and each batch is a round trip to the stream's leader,
+	// which a cycle admitting in every cohort would otherwise wait for
+	// one after another.
+	type booking struct {
+		res    map[string]ledger.Reservation
+		booked ledger.Booked
+		err    error
+	}
+	bookings := make([]booking, len(keys))
+	for i, tree := range keys {
 		res := make(map[string]ledger.Reservation, len(byKey[tree]))
 		for _, d := range byKey[tree] {
 			res[d.Key] = s.reservation(d, now)
 		}
-		booked, err := s.writer.Reserve(ctx, tree, s.trees[k], res)
+		bookings[i].res = res
+		rev := s.trees[ledger.TreeKey(tree)]
+		wg.Go(func() { bookings[i].booked, bookings[i].err = s.writer.Reserve(ctx, tree, rev, res) })
+	}
+	wg.Wait()
+	for i, tree := range keys {
+		k := ledger.TreeKey(tree)
+		res, booked, err := bookings[i].res, bookings[i].booked, bookings[i].err
 		if booked.Tree > s.trees[k] {
 			s.trees[k] = booked.Tree
 		}
