@@ -143,6 +143,7 @@ func TestChartRefusesBadValuesNamingThem(t *testing.T) {
 		{name: "an unknown auth mode", set: []string{"nats.auth.mode=token"}, wantErr: []string{"/nats/auth/mode"}},
 		{name: "a duration that is not one", set: []string{"admission.pendingInterval=30"}, wantErr: []string{"/admission/pendingInterval"}},
 		{name: "an unknown log level", set: []string{"logLevel=trace"}, wantErr: []string{"/logLevel"}},
+		{name: "a memory limit the Go runtime cannot read", set: []string{"goMemLimit=400MB"}, wantErr: []string{"/goMemLimit"}},
 		{name: "negative replicas", set: []string{"quota.replicas=-1"}, wantErr: []string{"/quota/replicas"}},
 		{name: "a worker without its name", set: []string{"worker.enabled=true"}, wantErr: []string{"worker.name is required"}},
 		{name: "a worker name NATS and Kubernetes cannot carry", set: []string{"worker.enabled=true", "worker.name=GPU_east"}, wantErr: []string{"/worker/name"}},
@@ -591,6 +592,38 @@ func TestChartTracing(t *testing.T) {
 	}
 	if _, err := render(t, "tracing.sampler=sometimes"); err == nil || !strings.Contains(err.Error(), "sampler") {
 		t.Errorf("a bad sampler: %v, want it refused by name", err)
+	}
+}
+
+// goMemLimit reaches every Deployment as GOMEMLIMIT, and nothing is set
+// without it.
+func TestChartGoMemLimit(t *testing.T) {
+	limits := func(objs []*unstructured.Unstructured) map[string]string {
+		out := map[string]string{}
+		for _, name := range names(objs, "Deployment") {
+			var dep appsv1.Deployment
+			find(t, objs, "Deployment", name, &dep)
+			for _, e := range dep.Spec.Template.Spec.Containers[0].Env {
+				if e.Name == "GOMEMLIMIT" {
+					out[name] = e.Value
+				}
+			}
+		}
+		return out
+	}
+	if got := limits(mustRender(t)); len(got) != 0 {
+		t.Errorf("GOMEMLIMIT set without goMemLimit: %v", got)
+	}
+	objs := mustRender(t, "goMemLimit=400MiB")
+	got := limits(objs)
+	deps := names(objs, "Deployment")
+	if len(deps) < 5 || len(got) != len(deps) {
+		t.Fatalf("GOMEMLIMIT in %d of %d Deployments: %v", len(got), len(deps), got)
+	}
+	for name, v := range got {
+		if v != "400MiB" {
+			t.Errorf("%s: GOMEMLIMIT %q, want 400MiB", name, v)
+		}
 	}
 }
 

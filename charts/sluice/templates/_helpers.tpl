@@ -230,6 +230,9 @@ spec:
             - name: POD_NAME
               valueFrom:
                 fieldRef: {fieldPath: metadata.name}
+            {{- with $root.Values.goMemLimit }}
+            - {name: GOMEMLIMIT, value: {{ . | quote }}}
+            {{- end }}
             {{- with include "sluice.natsEnv" (dict "root" $root "user" .user) }}{{ . | nindent 12 }}{{ end }}
             {{- with $root.Values.tracing }}
             {{- if .endpoint }}
