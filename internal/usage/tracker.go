@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -161,8 +160,8 @@ func (t *Tracker) Report(lqToCQ map[string]string) Report {
 		cq.Admitted++
 		w, known := t.wls[wk]
 		lqKey := w.localQueue
-		if r.LocalQueue != "" {
-			lqKey = namespaceOf(wk) + "/" + r.LocalQueue
+		if _, ns, _, ok := workloads.SplitEngineKey(wk); ok && r.LocalQueue != "" {
+			lqKey = ns + "/" + r.LocalQueue
 		}
 		var lq *Queue
 		if lqKey != "" {
@@ -216,11 +215,4 @@ func parse(reqs map[string]string) []amount {
 		out = append(out, amount{resource: res, v: engine.Canonical(res, q)})
 	}
 	return out
-}
-
-// namespaceOf is the namespace in an engine key, kind/namespace/name.
-func namespaceOf(key string) string {
-	_, rest, _ := strings.Cut(key, "/")
-	ns, _, _ := strings.Cut(rest, "/")
-	return ns
 }

@@ -37,6 +37,16 @@ func EngineKeyFromKV(key string) string {
 	return parts[0] + "/" + parts[1] + "/" + parts[2]
 }
 
+// SplitEngineKey splits the engine's key into its kind, namespace and
+// name; ok is false for a key without all three.
+func SplitEngineKey(key string) (kind, ns, name string, ok bool) {
+	parts := strings.SplitN(key, "/", 3)
+	if len(parts) != 3 {
+		return "", "", "", false
+	}
+	return parts[0], parts[1], parts[2], true
+}
+
 // KVKeyFromEngine turns the engine's key into a KV key.
 func KVKeyFromEngine(key string) string {
 	parts := strings.SplitN(key, "/", 3)

@@ -634,7 +634,7 @@ func (s *Service) book(wk string, r ledger.Reservation) {
 // fromReservation rebuilds an admitted workload from its reservation
 // alone, for a workload whose record is not known.
 func fromReservation(key string, r ledger.Reservation) (engine.Workload, error) {
-	kind, ns, name, ok := splitKey(key)
+	kind, ns, name, ok := workloads.SplitEngineKey(key)
 	if !ok {
 		return engine.Workload{}, fmt.Errorf("reservation key %q is not kind/namespace/name", key)
 	}
@@ -708,7 +708,7 @@ func (s *Service) applyLedger(ctx context.Context, e jetstream.KeyValueEntry) {
 		}
 		if a, ok := s.uncertain[c.Workload]; ok {
 			delete(s.uncertain, c.Workload)
-			if kind, ns, name, ok := splitKey(c.Workload); ok && a == c.Reservation.Admission() && c.Reservation.UID != "" {
+			if kind, ns, name, ok := workloads.SplitEngineKey(c.Workload); ok && a == c.Reservation.Admission() && c.Reservation.UID != "" {
 				// This replica's booking whose answer was lost: it is
 				// stored, so it is announced (once: the id is the
 				// admission's).
@@ -1256,7 +1256,7 @@ func (s *Service) announceLedger(ctx context.Context) {
 // announce publishes the admitted event of one reservation unless it is
 // the last announcement stored for its workload.
 func (s *Service) announce(ctx context.Context, wk string, r ledger.Reservation) {
-	kind, ns, name, ok := splitKey(wk)
+	kind, ns, name, ok := workloads.SplitEngineKey(wk)
 	if !ok || r.UID == "" {
 		return
 	}
@@ -1281,14 +1281,6 @@ func (s *Service) announce(ctx context.Context, wk string, r ledger.Reservation)
 // admittedOf is the announcement of a reservation.
 func admittedOf(ref events.WorkloadRef, r ledger.Reservation) events.WorkloadAdmittedV1 {
 	return events.WorkloadAdmittedV1{Workload: ref, ClusterQueue: r.ClusterQueue, PodSets: assignments(r.PodSets), Admission: r.Admission()}
-}
-
-func splitKey(key string) (kind, ns, name string, ok bool) {
-	parts := strings.SplitN(key, "/", 3)
-	if len(parts) != 3 {
-		return "", "", "", false
-	}
-	return parts[0], parts[1], parts[2], true
 }
 
 // publish announces the cycle's decisions. Admissions whose reservation

@@ -228,7 +228,7 @@ func (s *Service) reconcile(ctx context.Context, led jetstream.KeyValue, wls jet
 		if !errors.Is(err, jetstream.ErrKeyNotFound) {
 			continue
 		}
-		kind, ns, name := split(wk)
+		kind, ns, name, _ := workloads.SplitEngineKey(wk)
 		errs = append(errs, s.release(ctx, led, events.WorkloadRef{Kind: kind, Namespace: ns, Name: name, UID: r.UID}, r.Admission(),
 			"reconcile "+r.Admission()))
 	}
@@ -291,12 +291,4 @@ func (s *Service) lqToCQ(ctx context.Context) map[string]string {
 		}
 	}
 	return out
-}
-
-func split(engineKey string) (kind, ns, name string) {
-	parts := strings.SplitN(engineKey, "/", 3)
-	for len(parts) < 3 {
-		parts = append([]string{""}, parts...)
-	}
-	return parts[0], parts[1], parts[2]
 }
