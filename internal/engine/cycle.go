@@ -240,13 +240,21 @@ func (c *cycle) judgedAlready(ws *wlState) bool {
 	if cq.QueueingStrategy == StrictFIFO || !ws.selected || !c.memoHit(ws) {
 		return false
 	}
-	if w := ws.waiting; c.e.deferred && w.n > 0 && w.root == cq.node.root() && w.released == w.root.released {
-		return false // a preemptor waiting for its victims: its own reason
+	if c.waitsForVictims(ws) {
+		return false // its own reason
 	}
 	ws.seenIn = c.id
 	c.pendWhy(ws, cq.memo.why, true)
 	ws.parked = true
 	return true
+}
+
+// waitsForVictims: ws is a preemptor whose victims are still stopping,
+// and nothing was released in its tree since it asked, so it waits as it
+// did.
+func (c *cycle) waitsForVictims(ws *wlState) bool {
+	w := ws.waiting
+	return c.e.deferred && w.n > 0 && w.root == ws.cq.node.root() && w.released == w.root.released
 }
 
 // nominate decides what ws could get now, filling en.
@@ -258,10 +266,8 @@ func (c *cycle) nominate(ws *wlState, en *entry) *entry {
 		en.reason = fmt.Sprintf("namespace %s is not selected by the namespaceSelector of ClusterQueue %s", ws.w.Namespace, cq.Name)
 		return en
 	}
-	if w := ws.waiting; e.deferred && w.n > 0 && w.root == cq.node.root() && w.released == w.root.released {
-		// Its victims are still stopping and nothing was released in
-		// its tree since it asked: it waits, as it did.
-		en.waitingFor = w.n
+	if c.waitsForVictims(ws) {
+		en.waitingFor = ws.waiting.n
 		return en
 	}
 	en.a = &en.own
