@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -27,10 +28,16 @@ func scrape(t *testing.T) map[string]*dto.MetricFamily {
 		t.Fatal(err)
 	}
 	defer res.Body.Close()
+	return parseMetrics(t, res.Body)
+}
+
+// parseMetrics reads metrics in Prometheus's text format.
+func parseMetrics(t *testing.T, r io.Reader) map[string]*dto.MetricFamily {
+	t.Helper()
 	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(res.Body)
+	fams, err := parser.TextToMetricFamilies(r)
 	if err != nil {
-		t.Fatalf("parse /metrics: %v", err)
+		t.Fatalf("parse metrics: %v", err)
 	}
 	return fams
 }

@@ -1,13 +1,11 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,11 +24,7 @@ func webhookExclusions(t *testing.T) float64 {
 	if err != nil {
 		t.Fatalf("read the API server's metrics: %v", err)
 	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(strings.NewReader(string(raw)))
-	if err != nil {
-		t.Fatalf("parse the API server's metrics: %v", err)
-	}
+	fams := parseMetrics(t, bytes.NewReader(raw))
 	var n float64
 	if f := fams["apiserver_admission_match_condition_exclusions_total"]; f != nil {
 		for _, m := range f.Metric {
