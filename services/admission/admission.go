@@ -522,7 +522,11 @@ func (s *Service) applyFences() {
 	}
 	for key := range s.unapplied {
 		if !s.eng.Known(key) {
-			continue // applied when the record arrives (submit)
+			// Applied when the record arrives (submit lists it again).
+			// Kept here, the fences of every finished workload would be
+			// looked at again each cycle.
+			delete(s.unapplied, key)
+			continue
 		}
 		st := s.fences[key]
 		if rq, cur := st.Requeue, s.eng.Requeues(key); rq != nil &&
@@ -624,6 +628,9 @@ func (s *Service) book(wk string, r ledger.Reservation) {
 		var ew engine.Workload
 		if ew, err = fromReservation(wk, r); err == nil {
 			err = s.eng.Submit(ew)
+		}
+		if _, ok := s.fences[wk]; ok && err == nil {
+			s.unapplied[wk] = true
 		}
 	}
 	if err != nil {

@@ -126,6 +126,20 @@ func TestWaitForPodsReady(t *testing.T) {
 		})
 	})
 
+	t.Run("a fence seen before its record: its backoff applies when the record arrives", func(t *testing.T) {
+		h, _ := admittedWithPodsReady(t, wfpr)
+		kv, err := bus.OpenKV(h.ctx, h.js, fence.Bucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.put(kv, workloads.Key(ref("b")), fence.State{Requeue: &fence.Requeue{Count: 2, At: now.Add(5 * time.Minute)}})
+		// Cycles run meanwhile (a's release wakes one); b is unknown to them.
+		h.release("a")
+		time.Sleep(100 * time.Millisecond)
+		h.submit("b", "main", 0, 1, "1")
+		pending("b", "cq", "requeued after PodsReadyTimeout: backing off until 2025-06-07T08:14:10Z").do(h)
+	})
+
 	t.Run("pods ready in time: kept", func(t *testing.T) {
 		h, clk := admittedWithPodsReady(t, wfpr)
 		fk, adm := h.startedFence("a")
