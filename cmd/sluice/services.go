@@ -319,7 +319,9 @@ func (f *serviceFlags) bindResync(cmd *cobra.Command) {
 	cmd.Flags().DurationVar(&f.resync, "resync", 10*time.Minute, "full re-list interval of Kubernetes watches")
 }
 func (f *serviceFlags) bindIntegration(cmd *cobra.Command) {
-	cmd.Flags().IntVar(&f.workers, "workers", 32, "objects of each kind reconciled in parallel")
+	// A reconcile mostly waits on NATS and the API server; with 32, a
+	// burst of admissions queued for seconds before starting (docs/performance.md).
+	cmd.Flags().IntVar(&f.workers, "workers", 128, "objects of each kind reconciled in parallel")
 	cmd.Flags().StringVar(&f.webhookAddr, "webhook-address", "127.0.0.1:9443", "address of the suspend-on-create webhook (empty: none)")
 	cmd.Flags().StringVar(&f.webhookHost, "webhook-host", "127.0.0.1", "host the API server reaches the webhook by")
 	cmd.Flags().StringVar(&f.webhookCertDir, "webhook-cert-dir", "", "directory with the webhook's serving certificate (tls.crt, tls.key; ca.crt optional) (empty: self-signed at start)")
@@ -400,12 +402,12 @@ func integrationRunner(f *serviceFlags, names func() []string) runner {
 		}
 		cfg := integration.Config{Workers: f.workers, Resync: f.resync, WebhookAddress: f.webhookAddr, WebhookHost: f.webhookHost,
 			WebhookCertDir: f.webhookCertDir, ExternalWebhookConfiguration: f.webhookExternal, KueueLabels: f.kueueLabels, Replica: f.replica,
-			ReportPodsReady: set.podsReady != nil, Tracing: tf}
+			ReportPodsReady: set.podsReady != nil, Tracing: tf, QueueMetrics: integration.NewQueueMetrics()}
 		if err := cfg.Validate(); err != nil {
 			return nil, usageError{err}
 		}
 		pub := bus.NewPublisher(js, events.Source("integration"), bus.WithPublisherLogger(log), bus.WithTracer(tf))
-		g := &integrations{}
+		g := &integrations{metrics: cfg.QueueMetrics}
 		g.run = func(ctx context.Context) error {
 			mk := func(c integration.Config, ads []integration.Adapter) (*integration.Service, error) {
 				svc, err := integration.New(c, ads, kube, dyn, js, pub, log)
@@ -423,12 +425,16 @@ func integrationRunner(f *serviceFlags, names func() []string) runner {
 // integrations are the services RunWhenServed starts, one per batch of
 // kinds served together: ready when each started is.
 type integrations struct {
-	run  func(context.Context) error
-	mu   sync.Mutex
-	svcs []*integration.Service
+	run     func(context.Context) error
+	metrics *integration.QueueMetrics
+	mu      sync.Mutex
+	svcs    []*integration.Service
 }
 
 func (g *integrations) Run(ctx context.Context) error { return g.run(ctx) }
+
+// Collectors are the metrics every kind's service shares.
+func (g *integrations) Collectors() []prometheus.Collector { return g.metrics.Collectors() }
 
 func (g *integrations) add(s *integration.Service) {
 	g.mu.Lock()

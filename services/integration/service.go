@@ -77,6 +77,9 @@ type Config struct {
 	// Replica names this process among the replicas of its kinds (a
 	// subject token); empty picks a random one.
 	Replica string
+	// QueueMetrics receives the kinds' work queue metrics; nil keeps them
+	// unexported.
+	QueueMetrics *QueueMetrics
 	// ReportPodsReady writes into each started workload's fence whether
 	// its pods are all ready, for admission's waitForPodsReady.
 	ReportPodsReady bool
@@ -127,6 +130,8 @@ type Service struct {
 	pub    Publisher
 	log    zerolog.Logger
 	kinds  map[string]*kindRunner
+	// qmetrics are the kinds' work queue metrics.
+	qmetrics *QueueMetrics
 
 	wlKV     jetstream.KeyValue
 	fenceKV  jetstream.KeyValue
@@ -182,6 +187,9 @@ func New(cfg Config, adapters []Adapter, kube kubernetes.Interface, dyn dynamic.
 	if cfg.Replica == "" {
 		cfg.Replica = nuid.Next()
 	}
+	if cfg.QueueMetrics == nil {
+		cfg.QueueMetrics = NewQueueMetrics() // kept, not exported
+	}
 	s := &Service{
 		synced:         health.NewGate("objects, configuration, ledger or fences not loaded yet"),
 		cfg:            cfg,
@@ -198,6 +206,7 @@ func New(cfg Config, adapters []Adapter, kube kubernetes.Interface, dyn dynamic.
 		fences:         map[string]fence.State{},
 		stopsAnnounced: map[string]string{},
 		unverified:     map[string]bool{},
+		qmetrics:       cfg.QueueMetrics,
 	}
 	for _, ad := range adapters {
 		k := ad.Kind()
@@ -220,7 +229,7 @@ func New(cfg Config, adapters []Adapter, kube kubernetes.Interface, dyn dynamic.
 			// a queue-wide 10/s bucket, which throttles every object once
 			// a burst of write conflicts retries.
 			queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.NewTypedItemExponentialFailureRateLimiter[string](5*time.Millisecond, 30*time.Second),
-				workqueue.TypedRateLimitingQueueConfig[string]{Name: k.Name}),
+				workqueue.TypedRateLimitingQueueConfig[string]{Name: k.Name, MetricsProvider: s.qmetrics}),
 		}
 	}
 	return s, nil
@@ -652,9 +661,26 @@ func (s *Service) watchLedger(ctx context.Context, kv jetstream.KeyValue, synced
 		}
 		for _, wk := range changed {
 			kind, key, _ := strings.Cut(wk, "/")
-			s.kinds[kind].queue.Add(key)
+			k := s.kinds[kind]
+			if c.Tree == "" && c.Reservation == nil && s.finishedInCache(k, key) {
+				// The release of a finished object: its end was handled
+				// on its own update, and there is nothing left to stop.
+				continue
+			}
+			k.queue.Add(key)
 		}
 	})
+}
+
+// finishedInCache reports whether the informer holds the object finished.
+// Finished is final, so a stale cache cannot say so wrongly.
+func (s *Service) finishedInCache(k *kindRunner, key string) bool {
+	job, err := s.cached(k, key)
+	if err != nil || job == nil {
+		return false
+	}
+	done, _, _ := job.Finished()
+	return done
 }
 
 // watchFences keeps the fence state of the workloads of the kinds run
@@ -1480,7 +1506,14 @@ func endSpan(span trace.Span, err error) {
 // confirmStart finishes a start that was applied but not announced (the
 // service stopped between the two): stops of that admission wait for it.
 func (s *Service) confirmStart(ctx context.Context, rec *events.WorkloadSubmittedV1, r ledger.Reservation) error {
-	st, err := fence.Get(ctx, s.fenceKV, workloads.Key(rec.Workload))
+	rk := workloads.Key(rec.Workload)
+	if st := s.fenceOf(rk); st.Admission == r.Admission() && st.Phase != "" && st.Phase != fence.Starting {
+		// An admission's fence never moves back to starting: seen past
+		// it, even late, there is nothing to confirm (every running
+		// object's change would otherwise read its fence).
+		return nil
+	}
+	st, err := fence.Get(ctx, s.fenceKV, rk)
 	if err != nil {
 		return err
 	}

@@ -127,10 +127,15 @@ func TestMetricsAndPendingAPI(t *testing.T) {
 				wrong = append(wrong, fmt.Sprintf("%s%v = %v (found %v), want %v", w.name, w.labels, v, ok, w.value))
 			}
 		}
-		for _, name := range []string{"sluice_event_publish_duration_seconds", "sluice_admission_cycle_duration_seconds", "go_goroutines"} {
+		for _, name := range []string{"sluice_event_publish_duration_seconds", "sluice_admission_cycle_duration_seconds", "go_goroutines",
+			"sluice_workqueue_depth", "sluice_workqueue_queue_duration_seconds", "sluice_workqueue_work_duration_seconds"} {
 			if fams[name] == nil {
 				wrong = append(wrong, name+" missing")
 			}
+		}
+		// Both Jobs went through the Job integration's work queue.
+		if v, ok := value(fams, "sluice_workqueue_adds_total", map[string]string{"name": "job"}); !ok || v < 2 {
+			wrong = append(wrong, fmt.Sprintf("sluice_workqueue_adds_total{name=job} = %v (found %v), want at least 2", v, ok))
 		}
 		return len(wrong) == 0, strings.Join(wrong, "; ")
 	})
