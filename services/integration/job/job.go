@@ -57,7 +57,8 @@ func (Adapter) NewInformer(kube kubernetes.Interface, resync time.Duration, labe
 var generatedLabels = []string{"controller-uid", batchv1.ControllerUidLabel, "job-name", batchv1.JobNameLabel}
 
 // TrimForCache implements integration.CacheTrimmer: besides the pod
-// spec's unread parts, the generated selector and template labels go.
+// spec's unread parts, the generated selector and template labels go, and
+// a finished Job's whole template.
 func (Adapter) TrimForCache(obj runtime.Object) {
 	j, ok := obj.(*batchv1.Job)
 	if !ok {
@@ -71,6 +72,13 @@ func (Adapter) TrimForCache(obj runtime.Object) {
 		if len(l) == 0 {
 			j.Spec.Template.Labels = nil
 		}
+	}
+	if done, _, _ := (&Job{j}).Finished(); done {
+		// A finished Job is only ever looked at for its end: its pod
+		// template is dead weight, and finished Jobs stay in the cache
+		// until they are deleted (most of it, late in a large run).
+		j.Spec.Template = corev1.PodTemplateSpec{}
+		return
 	}
 	integration.TrimPodSpec(&j.Spec.Template.Spec)
 }

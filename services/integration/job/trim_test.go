@@ -79,6 +79,19 @@ func TestTrimForCache(t *testing.T) {
 	if d := cmp.Diff(integration.PodRequests(fullSets[0].Spec), integration.PodRequests(trimSets[0].Spec), quantityCmp); d != "" {
 		t.Errorf("requests of the trimmed Job differ (-full +trimmed):\n%s", d)
 	}
+	// A finished Job keeps what its end is read from, not its template.
+	done := full.DeepCopy()
+	done.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, Message: "all done"}}
+	doneTrim := trimmed(done)
+	if d := cmp.Diff(corev1.PodTemplateSpec{}, doneTrim.Spec.Template); d != "" {
+		t.Errorf("a finished Job's template kept (-want +got):\n%s", d)
+	}
+	if fin, ok, msg := (&Job{doneTrim}).Finished(); !fin || !ok || msg != "all done" {
+		t.Errorf("the trimmed finished Job reads as finished %v, succeeded %v, %q", fin, ok, msg)
+	}
+	if doneTrim.Name != full.Name || doneTrim.UID != full.UID || !cmp.Equal(doneTrim.Labels, full.Labels) {
+		t.Errorf("a finished Job's identity or labels changed: %v", doneTrim.ObjectMeta)
+	}
 	// Another kind passes untouched.
 	pod := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
 	Adapter{}.TrimForCache(pod)
