@@ -112,7 +112,7 @@ func components(l layout, bins build.Binaries, self string, p Ports, fsync bool)
 				// lifecycle controller runs to lift the taint once kwok
 				// reports the node Ready.
 				"--disable-admission-plugins=TaintNodesByCondition",
-				"--profiling=false",
+				"--profiling=true",
 			}},
 			health: healthURL(p.APIServer, "/readyz"),
 		},
