@@ -132,6 +132,8 @@ type Service struct {
 	kinds  map[string]*kindRunner
 	// qmetrics are the kinds' work queue metrics.
 	qmetrics *QueueMetrics
+	// reconfigured tells requeueOnConfig that the configuration changed.
+	reconfigured chan struct{}
 
 	wlKV     jetstream.KeyValue
 	fenceKV  jetstream.KeyValue
@@ -207,6 +209,7 @@ func New(cfg Config, adapters []Adapter, kube kubernetes.Interface, dyn dynamic.
 		stopsAnnounced: map[string]string{},
 		unverified:     map[string]bool{},
 		qmetrics:       cfg.QueueMetrics,
+		reconfigured:   make(chan struct{}, 1),
 	}
 	for _, ad := range adapters {
 		k := ad.Kind()
@@ -370,6 +373,7 @@ func (s *Service) Run(ctx context.Context) error {
 			_ = k.owner.Run(leaseCtx, func(shards []int) { s.enqueueShards(ctx, k, shards) })
 		}()
 	}
+	spawn("requeue on configuration changes", s.requeueOnConfig)
 	for _, k := range s.kinds {
 		spawn(k.kind.Name+" pending consumer", func(ctx context.Context) error {
 			return bus.Run(ctx, s.js, bus.ConsumerSpec{
@@ -629,10 +633,37 @@ func (s *Service) watchConfig(ctx context.Context, kv jetstream.KeyValue, synced
 		s.snap, _ = s.config.Snapshot()
 		s.mu.Unlock()
 		if live {
-			// A new queue or priority class may unblock objects.
-			s.enqueueAll()
+			// A new queue or priority class may unblock objects: look at
+			// all of them, once for a burst of changes (requeueOnConfig).
+			select {
+			case s.reconfigured <- struct{}{}:
+			default:
+			}
 		}
 	})
+}
+
+// configSettle is how long requeueOnConfig waits after looking at every
+// object, so that a burst of configuration changes (every queue rewritten
+// at a start, a chart upgrade) costs a few passes over the objects, not
+// one per change.
+const configSettle = 250 * time.Millisecond
+
+// requeueOnConfig looks at every object after the configuration changed.
+func (s *Service) requeueOnConfig(ctx context.Context) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.reconfigured:
+		}
+		s.enqueueAll()
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(configSettle):
+		}
+	}
 }
 
 func (s *Service) enqueueAll() {

@@ -173,6 +173,30 @@ value: 2000
 	waitRunning(t, ns, "running", 30*time.Second)
 }
 
+// A label naming a priority class that does not exist yet takes effect
+// once the class is created: the configuration change looks at the objects
+// again.
+func TestPriorityClassCreatedAfterTheLabel(t *testing.T) {
+	ns := "e2e-class-later"
+	queues(t, ns, 4, "Never")
+	createJob(t, jobSpec{ns: ns, name: "running", queue: "q", pods: 4, gpus: 1, runFor: "600s"})
+	waitRunning(t, ns, "running", 30*time.Second)
+	createJob(t, jobSpec{ns: ns, name: "waiting", queue: "q", pods: 4, gpus: 1, runFor: "1s"})
+	waitEvent(t, ns, "waiting", "Pending", "insufficient unused quota", 45*time.Second)
+
+	patch := []byte(`{"metadata":{"labels":{"sluice.dev/priority-class":"e2e-later"}}}`)
+	if _, err := env.kube.BatchV1().Jobs(ns).Patch(context.Background(), "waiting", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("relabel waiting: %v", err)
+	}
+	waitEvent(t, ns, "waiting", "PriorityClassNotFound", "e2e-later", 20*time.Second)
+	apply(t, `apiVersion: sluice.dev/v1beta1
+kind: WorkloadPriorityClass
+metadata: {name: e2e-later}
+value: 3000
+`)
+	waitEvent(t, ns, "waiting", "PriorityChanged", "priority 3000 (e2e-later)", 20*time.Second)
+}
+
 func TestPriorityChangeReordersTheQueue(t *testing.T) {
 	ns := "e2e-reorder"
 	queues(t, ns, 4, "Never")
