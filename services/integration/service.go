@@ -130,8 +130,6 @@ type Service struct {
 	pub    Publisher
 	log    zerolog.Logger
 	kinds  map[string]*kindRunner
-	// qmetrics are the kinds' work queue metrics.
-	qmetrics *QueueMetrics
 	// reconfigured tells requeueOnConfig that the configuration changed.
 	reconfigured chan struct{}
 
@@ -208,7 +206,6 @@ func New(cfg Config, adapters []Adapter, kube kubernetes.Interface, dyn dynamic.
 		fences:         map[string]fence.State{},
 		stopsAnnounced: map[string]string{},
 		unverified:     map[string]bool{},
-		qmetrics:       cfg.QueueMetrics,
 		reconfigured:   make(chan struct{}, 1),
 	}
 	for _, ad := range adapters {
@@ -232,7 +229,7 @@ func New(cfg Config, adapters []Adapter, kube kubernetes.Interface, dyn dynamic.
 			// a queue-wide 10/s bucket, which throttles every object once
 			// a burst of write conflicts retries.
 			queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.NewTypedItemExponentialFailureRateLimiter[string](5*time.Millisecond, 30*time.Second),
-				workqueue.TypedRateLimitingQueueConfig[string]{Name: k.Name, MetricsProvider: s.qmetrics}),
+				workqueue.TypedRateLimitingQueueConfig[string]{Name: k.Name, MetricsProvider: cfg.QueueMetrics}),
 		}
 	}
 	return s, nil
