@@ -565,6 +565,12 @@ func (s *Service) submit(key string) {
 	if err := s.eng.Submit(ew); err != nil {
 		s.log.Error().Err(err).Str("workload", key).Msg("workload not queued")
 	}
+	s.fenceToApply(key)
+}
+
+// fenceToApply lists the fence of a workload the engine just learned
+// about for the next tick's applyFences.
+func (s *Service) fenceToApply(key string) {
 	if _, ok := s.fences[key]; ok {
 		s.unapplied[key] = true
 	}
@@ -629,8 +635,8 @@ func (s *Service) book(wk string, r ledger.Reservation) {
 		if ew, err = fromReservation(wk, r); err == nil {
 			err = s.eng.Submit(ew)
 		}
-		if _, ok := s.fences[wk]; ok && err == nil {
-			s.unapplied[wk] = true
+		if err == nil {
+			s.fenceToApply(wk)
 		}
 	}
 	if err != nil {
