@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/api/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -147,6 +148,15 @@ spec: {clusterQueue: %[1]s}
 	waitComplete(t, ns, "lost", 60*time.Second)
 }
 
+// setPriorityClass relabels a Job with a workload priority class.
+func setPriorityClass(t *testing.T, ns, job, class string) {
+	t.Helper()
+	patch := []byte(`{"metadata":{"labels":{"` + v1beta1.PriorityClassLabel + `":"` + class + `"}}}`)
+	if _, err := env.kube.BatchV1().Jobs(ns).Patch(context.Background(), job, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("relabel %s/%s with priority class %s: %v", ns, job, class, err)
+	}
+}
+
 func TestPriorityChangeTakesEffect(t *testing.T) {
 	ns := "e2e-reprioritize"
 	queues(t, ns, 4, "LowerPriority")
@@ -162,10 +172,7 @@ value: 2000
 	waitEvent(t, ns, "waiting", "Pending", "insufficient unused quota", 45*time.Second)
 
 	// Raising the waiting Job's class makes it the higher priority.
-	patch := []byte(`{"metadata":{"labels":{"sluice.dev/priority-class":"urgent"}}}`)
-	if _, err := env.kube.BatchV1().Jobs(ns).Patch(context.Background(), "waiting", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatalf("relabel waiting: %v", err)
-	}
+	setPriorityClass(t, ns, "waiting", "urgent")
 	waitEvent(t, ns, "waiting", "PriorityChanged", "priority 2000 (urgent), was 1000 (high)", 20*time.Second)
 	waitEvent(t, ns, "running", "Preempted", "InClusterQueue", 30*time.Second)
 	waitRunning(t, ns, "waiting", 30*time.Second)
@@ -184,10 +191,7 @@ func TestPriorityClassCreatedAfterTheLabel(t *testing.T) {
 	createJob(t, jobSpec{ns: ns, name: "waiting", queue: "q", pods: 4, gpus: 1, runFor: "1s"})
 	waitEvent(t, ns, "waiting", "Pending", "insufficient unused quota", 45*time.Second)
 
-	patch := []byte(`{"metadata":{"labels":{"sluice.dev/priority-class":"e2e-later"}}}`)
-	if _, err := env.kube.BatchV1().Jobs(ns).Patch(context.Background(), "waiting", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatalf("relabel waiting: %v", err)
-	}
+	setPriorityClass(t, ns, "waiting", "e2e-later")
 	waitEvent(t, ns, "waiting", "PriorityClassNotFound", "e2e-later", 20*time.Second)
 	apply(t, `apiVersion: sluice.dev/v1beta1
 kind: WorkloadPriorityClass
@@ -207,10 +211,7 @@ func TestPriorityChangeReordersTheQueue(t *testing.T) {
 	waitEvent(t, ns, "second", "Pending", "insufficient unused quota", 45*time.Second)
 
 	// Raised above first, second is next in line when running finishes.
-	patch := []byte(`{"metadata":{"labels":{"sluice.dev/priority-class":"high"}}}`)
-	if _, err := env.kube.BatchV1().Jobs(ns).Patch(context.Background(), "second", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatalf("relabel second: %v", err)
-	}
+	setPriorityClass(t, ns, "second", "high")
 	waitEvent(t, ns, "second", "PriorityChanged", "priority 1000 (high)", 20*time.Second)
 	waitRunning(t, ns, "second", 60*time.Second)
 	if !suspended(getJob(t, ns, "first")) {
