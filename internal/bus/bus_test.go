@@ -189,9 +189,10 @@ func TestSetupIdempotent(t *testing.T) {
 	if dc := d.CachedInfo().Config; dc.MaxAge != 30*24*time.Hour || strings.Join(dc.Subjects, ",") != "sluice.dlq.>" {
 		t.Errorf("SLUICE_DLQ config %+v", dc)
 	}
-	// The ledger keeps one revision per key (a release's marker replaces
-	// the reservation), takes atomic batches and per-message TTLs.
-	for b, want := range map[string]int64{"sluice-quota": 1, "sluice-workloads": 5, "sluice-config": 5} {
+	// The ledger, the records and the fences keep one revision per key
+	// (a deletion's marker replaces the value and expires); the ledger
+	// takes atomic batches too.
+	for b, want := range map[string]int64{"sluice-quota": 1, "sluice-workloads": 1, "sluice-fence": 1, "sluice-config": 5} {
 		kv, err := js.KeyValue(ctx, b)
 		if err != nil {
 			t.Fatalf("bucket %s: %v", b, err)
@@ -211,6 +212,15 @@ func TestSetupIdempotent(t *testing.T) {
 	if qc := q.CachedInfo().Config; !qc.AllowAtomicPublish || !qc.AllowMsgTTL {
 		t.Errorf("ledger stream: atomic batches %v, message TTLs %v; want both", qc.AllowAtomicPublish, qc.AllowMsgTTL)
 	}
+	for _, b := range []string{bus.BucketWorkloads, bus.BucketFence} {
+		st, err := js.Stream(ctx, "KV_"+b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !st.CachedInfo().Config.AllowMsgTTL {
+			t.Errorf("bucket %s does not take message TTLs", b)
+		}
+	}
 
 	// A changed config updates in place.
 	if err := bus.Setup(ctx, js, bus.Config{MaxAge: 24 * time.Hour, KVHistory: 2}); err != nil {
@@ -223,7 +233,7 @@ func TestSetupIdempotent(t *testing.T) {
 	if info.Config.MaxAge != 24*time.Hour || info.State.Msgs != 1 {
 		t.Errorf("after update: max age %s, %d messages", info.Config.MaxAge, info.State.Msgs)
 	}
-	kv, _ := js.KeyValue(ctx, bus.BucketWorkloads)
+	kv, _ := js.KeyValue(ctx, bus.BucketConfig)
 	if st, _ := kv.Status(ctx); st.History() != 2 {
 		t.Errorf("history not updated: %d", st.History())
 	}

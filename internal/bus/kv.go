@@ -2,11 +2,14 @@ package bus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -20,7 +23,7 @@ import (
 // leaving a preempted job's quota booked forever. The subjects of the
 // bucket's stream, read from the server's stream state, are one snapshot
 // and miss nothing.
-func OpenKV(ctx context.Context, js jetstream.JetStream, bucket string) (jetstream.KeyValue, error) {
+func OpenKV(ctx context.Context, js jetstream.JetStream, bucket string, opts ...KVOption) (jetstream.KeyValue, error) {
 	kv, err := js.KeyValue(ctx, bucket)
 	if err != nil {
 		return nil, fmt.Errorf("open bucket %s: %w", bucket, err)
@@ -29,13 +32,123 @@ func OpenKV(ctx context.Context, js jetstream.JetStream, bucket string) (jetstre
 	if err != nil {
 		return nil, fmt.Errorf("open stream of bucket %s: %w", bucket, err)
 	}
-	return &exactKV{KeyValue: kv, stream: st, prefix: "$KV." + bucket + "."}, nil
+	sc := st.CachedInfo().Config
+	k := &exactKV{
+		KeyValue: kv, js: js, stream: st, prefix: "$KV." + bucket + ".",
+		expiring:  sc.MaxMsgsPerSubject == 1 && sc.AllowMsgTTL,
+		markerTTL: DeleteMarkerTTL,
+	}
+	for _, o := range opts {
+		o(k)
+	}
+	return k, nil
 }
+
+// KVOption tunes a bucket OpenKV opens.
+type KVOption func(*exactKV)
+
+// WithMarkerTTL sets how long the marker Remove leaves stays (default
+// DeleteMarkerTTL).
+func WithMarkerTTL(d time.Duration) KVOption { return func(k *exactKV) { k.markerTTL = d } }
 
 type exactKV struct {
 	jetstream.KeyValue
+	js     jetstream.JetStream
 	stream jetstream.Stream
 	prefix string
+	// expiring: the bucket keeps one revision per key and takes
+	// per-message TTLs, so a delete marker can expire (Remove).
+	expiring  bool
+	markerTTL time.Duration
+}
+
+// DeleteMarkerTTL is how long the marker Remove leaves stays: far longer
+// than a live watch lags. A watch started again after it expired never
+// sees the key, and WatchKV then tells its caller the key is gone.
+const DeleteMarkerTTL = 15 * time.Minute
+
+// Remove deletes key, only if its revision is still revision (0: any).
+// In a bucket that keeps one revision per key and takes per-message TTLs
+// (Setup makes the workload and fence buckets so) the delete marker
+// expires after DeleteMarkerTTL (WithMarkerTTL): the marker replaces the value, and once
+// it is gone so is the key's subject, so the bucket does not list a key
+// for every workload that ever ran. Elsewhere it is an ordinary delete.
+func (k *exactKV) Remove(ctx context.Context, key string, revision uint64) error {
+	if !k.expiring {
+		return Remove(ctx, k.KeyValue, key, revision)
+	}
+	m := nats.NewMsg(k.prefix + key)
+	m.Header.Set("KV-Operation", "DEL")
+	m.Header.Set("Nats-TTL", k.markerTTL.String())
+	if revision != 0 {
+		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(revision, 10))
+	}
+	ctx, cancel := Bounded(ctx)
+	defer cancel()
+	_, err := k.js.PublishMsg(ctx, m)
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+		return fmt.Errorf("remove %s: %w", key, jetstream.ErrKeyExists)
+	}
+	if err != nil {
+		return fmt.Errorf("remove %s: %w", key, err)
+	}
+	return nil
+}
+
+// Deleter is the part of a bucket Remove uses.
+type Deleter interface {
+	Delete(ctx context.Context, key string, opts ...jetstream.KVDeleteOpt) error
+}
+
+// Remove removes key from kv, only at revision (0: any): with an expiring
+// marker when kv is a bucket OpenKV opened (exactKV.Remove), with a plain
+// delete otherwise.
+func Remove(ctx context.Context, kv Deleter, key string, revision uint64) error {
+	if r, ok := kv.(interface {
+		Remove(context.Context, string, uint64) error
+	}); ok {
+		return r.Remove(ctx, key, revision)
+	}
+	if revision == 0 {
+		return kv.Delete(ctx, key)
+	}
+	return kv.Delete(ctx, key, jetstream.LastRevision(revision))
+}
+
+// PurgeMarkers removes the delete markers of keys matching filter (a KV
+// key pattern, ">" for all) written longer than olderThan ago, and so the
+// keys' subjects: markers left before Remove existed never expire, and a
+// bucket lists every key whose subject holds one. Only what a marker
+// replaced goes: a key written again since is kept. It reports how many
+// markers it removed.
+func (k *exactKV) PurgeMarkers(ctx context.Context, filter string, olderThan time.Duration, now time.Time) (int, error) {
+	w, err := k.KeyValue.Watch(ctx, filter, jetstream.MetaOnly())
+	if err != nil {
+		return 0, fmt.Errorf("purge markers of %s: %w", strings.TrimSuffix(k.prefix, "."), err)
+	}
+	var old []jetstream.KeyValueEntry
+	for e := range w.Updates() {
+		if e == nil {
+			break
+		}
+		if e.Operation() != jetstream.KeyValuePut && now.Sub(e.Created()) > olderThan {
+			old = append(old, e)
+		}
+	}
+	_ = w.Stop()
+	n := 0
+	for _, e := range old {
+		// Up to and including the marker: a later put survives.
+		pctx, cancel := Bounded(ctx)
+		err := k.stream.Purge(pctx, jetstream.WithPurgeSubject(k.prefix+e.Key()), jetstream.WithPurgeSequence(e.Revision()+1))
+		cancel()
+		if err != nil {
+			return n, fmt.Errorf("purge the marker of %s: %w", e.Key(), err)
+		}
+		n++
+	}
+	return n, nil
 }
 
 // ListKeys lists every key whose subject holds a message, in order. A key
@@ -79,4 +192,16 @@ const RequestTimeout = 5 * time.Second
 // Bounded returns ctx with a deadline at most RequestTimeout away.
 func Bounded(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, RequestTimeout)
+}
+
+// PurgeOldMarkers is PurgeMarkers on a bucket OpenKV opened, for markers
+// older than any expiring one lives (DeleteMarkerTTL, then the server's
+// LimitMarkerTTL): those that will never go by themselves. On another
+// bucket it does nothing.
+func PurgeOldMarkers(ctx context.Context, kv jetstream.KeyValue, filter string, now time.Time) (int, error) {
+	k, ok := kv.(*exactKV)
+	if !ok {
+		return 0, nil
+	}
+	return k.PurgeMarkers(ctx, filter, DeleteMarkerTTL+LimitMarkerTTL, now)
 }

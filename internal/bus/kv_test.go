@@ -1,11 +1,15 @@
 package bus_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-dev/sluice/internal/bus"
 )
@@ -86,5 +90,116 @@ func TestOpenKVEmptyBucketAndMissingBucket(t *testing.T) {
 	}
 	if _, err := bus.OpenKV(ctx, js, "no-such-bucket"); err == nil {
 		t.Error("OpenKV of a missing bucket succeeded")
+	}
+}
+
+// remover is what OpenKV's buckets add to jetstream.KeyValue.
+type remover interface {
+	Remove(ctx context.Context, key string, revision uint64) error
+	PurgeMarkers(ctx context.Context, filter string, olderThan time.Duration, now time.Time) (int, error)
+}
+
+// expiringBucket creates a bucket as Setup makes the record and fence
+// buckets, with markers that expire after a second.
+func expiringBucket(t *testing.T, ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, remover) {
+	t.Helper()
+	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "expiring", History: 1, LimitMarkerTTL: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := bus.OpenKV(ctx, js, "expiring", bus.WithMarkerTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv, kv.(remover)
+}
+
+func listKeys(t *testing.T, ctx context.Context, kv jetstream.KeyValue) []string {
+	t.Helper()
+	l, err := kv.ListKeys(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for k := range l.Keys() {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+// TestRemoveLeavesAMarkerThatExpires: a removed key reads as deleted at
+// once and, once its marker expired, is no longer listed; a removal at a
+// stale revision is refused as a conflict.
+func TestRemoveLeavesAMarkerThatExpires(t *testing.T) {
+	ctx, js := setup(t)
+	kv, r := expiringBucket(t, ctx, js)
+	for _, k := range []string{"a", "b"} {
+		if _, err := kv.Put(ctx, k, []byte(k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rev, err := kv.Put(ctx, "b", []byte("b2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Remove(ctx, "b", rev-1); !bus.IsRevisionConflict(err) {
+		t.Fatalf("Remove at a stale revision: %v, want a revision conflict", err)
+	}
+	if err := r.Remove(ctx, "b", rev); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Get(ctx, "b"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Errorf("Get of a removed key: %v, want not found", err)
+	}
+	if d := cmp.Diff([]string{"a", "b"}, listKeys(t, ctx, kv)); d != "" {
+		t.Errorf("right after the removal (-want +got):\n%s", d)
+	}
+	// The marker expires, then the one the server leaves in its place.
+	want := []string{"a"}
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline) && !cmp.Equal(want, listKeys(t, ctx, kv)); {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if d := cmp.Diff(want, listKeys(t, ctx, kv)); d != "" {
+		t.Errorf("after the marker expired (-want +got):\n%s", d)
+	}
+	// The key can be created again.
+	if _, err := kv.Create(ctx, "b", []byte("b3")); err != nil {
+		t.Errorf("Create after the marker expired: %v", err)
+	}
+}
+
+// TestPurgeMarkers: in a bucket whose markers do not expire (Remove is a
+// plain delete there), markers older than the age go with their keys'
+// subjects; newer markers and live keys stay.
+func TestPurgeMarkers(t *testing.T) {
+	ctx, js := setup(t)
+	kv, err := bus.OpenKV(ctx, js, bus.BucketConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := kv.(remover)
+	for _, k := range []string{"a", "gone", "again"} {
+		if _, err := kv.Put(ctx, k, []byte(k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, k := range []string{"gone", "again"} {
+		if err := r.Remove(ctx, k, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := kv.Put(ctx, "again", []byte("back")); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := r.PurgeMarkers(ctx, ">", time.Hour, time.Now()); err != nil || n != 0 {
+		t.Errorf("PurgeMarkers of markers younger than the age: %d, %v; want 0", n, err)
+	}
+	if n, err := r.PurgeMarkers(ctx, ">", time.Minute, time.Now().Add(time.Hour)); err != nil || n != 1 {
+		t.Errorf("PurgeMarkers: %d, %v; want 1", n, err)
+	}
+	if d := cmp.Diff([]string{"a", "again"}, listKeys(t, ctx, kv)); d != "" {
+		t.Errorf("after the purge (-want +got):\n%s", d)
+	}
+	if e, err := kv.Get(ctx, "again"); err != nil || string(e.Value()) != "back" {
+		t.Errorf("a key written again after its deletion: %v, %v", e, err)
 	}
 }

@@ -32,6 +32,11 @@ func WithPatience(d time.Duration) WatchOption { return func(w *kvWatch) { w.pat
 // applied for its key is skipped, so apply sees each key's revisions in
 // order, even across the watch being started again.
 //
+// A watch started again (after a reconnect) gets the bucket's current
+// entries once more; a key applied before that is not among them was
+// deleted meanwhile, and its delete marker expired before the watch could
+// see it (Remove): WatchKV applies its deletion.
+//
 // nats.go marks the end of a watch's initial values once it has seen as
 // many as its consumer had pending when created. After a NATS server
 // stopped uncleanly, that count can include messages the consumer never
@@ -42,7 +47,7 @@ func WithPatience(d time.Duration) WatchOption { return func(w *kvWatch) { w.pat
 // changes from then on with a watch of updates only, and declares the
 // initial values in.
 func WatchKV(ctx context.Context, kv jetstream.KeyValue, synced chan<- struct{}, apply func(e jetstream.KeyValueEntry, live bool), opts ...WatchOption) error {
-	w := &kvWatch{kv: kv, apply: apply, log: zerolog.Nop(), patience: 10 * time.Second, applied: map[string]uint64{}}
+	w := &kvWatch{kv: kv, apply: apply, log: zerolog.Nop(), patience: 10 * time.Second, applied: map[string]applied{}}
 	for _, o := range opts {
 		o(w)
 	}
@@ -55,9 +60,19 @@ type kvWatch struct {
 	log      zerolog.Logger
 	nc       *nats.Conn
 	patience time.Duration
-	// applied is the revision last applied per key.
-	applied map[string]uint64
-	done    bool
+	// applied is what was last applied per key.
+	applied map[string]applied
+	// seen holds the keys delivered so far by the initial values of a
+	// watch started again; nil outside of such a pass.
+	seen map[string]bool
+	done bool
+}
+
+// applied is the revision last applied for a key, and whether it was a
+// value (not a deletion).
+type applied struct {
+	revision uint64
+	put      bool
 }
 
 func (w *kvWatch) run(ctx context.Context, synced chan<- struct{}) error {
@@ -88,8 +103,10 @@ func (w *kvWatch) run(ctx context.Context, synced chan<- struct{}) error {
 			if watcher, err = w.kv.WatchAll(ctx); err != nil {
 				return err
 			}
+			w.seen = map[string]bool{}
+			stalled.Reset(w.patience)
 		case <-stalled.C:
-			if w.done {
+			if w.done && w.seen == nil {
 				continue
 			}
 			w.log.Warn().Str("bucket", w.kv.Bucket()).Dur("idle", w.patience).
@@ -98,6 +115,7 @@ func (w *kvWatch) run(ctx context.Context, synced chan<- struct{}) error {
 			if watcher, err = w.kv.WatchAll(ctx, jetstream.UpdatesOnly()); err != nil {
 				return err
 			}
+			w.seen = nil
 			if err := w.snapshot(ctx); err != nil {
 				// Try again after the patience.
 				w.log.Warn().Err(err).Str("bucket", w.kv.Bucket()).Msg("bucket not read")
@@ -113,23 +131,45 @@ func (w *kvWatch) run(ctx context.Context, synced chan<- struct{}) error {
 				return fmt.Errorf("watch of %s closed", w.kv.Bucket())
 			}
 			if e == nil {
+				w.endPass()
 				markDone()
 				continue
 			}
-			if !w.done {
+			if !w.done || w.seen != nil {
 				stalled.Reset(w.patience)
+			}
+			if w.seen != nil {
+				w.seen[e.Key()] = true
 			}
 			w.deliver(e)
 		}
 	}
 }
 
-// deliver applies an entry unless one as new was applied for its key.
-func (w *kvWatch) deliver(e jetstream.KeyValueEntry) {
-	if e.Revision() <= w.applied[e.Key()] {
+// endPass ends the initial values of a watch started again: a key whose
+// value was applied but that did not come again is gone.
+func (w *kvWatch) endPass() {
+	if w.seen == nil {
 		return
 	}
-	w.applied[e.Key()] = e.Revision()
+	var gone []deletedEntry
+	for key, a := range w.applied {
+		if a.put && !w.seen[key] {
+			gone = append(gone, deletedEntry{bucket: w.kv.Bucket(), key: key, revision: a.revision + 1})
+		}
+	}
+	w.seen = nil
+	for _, d := range gone {
+		w.deliver(d)
+	}
+}
+
+// deliver applies an entry unless one as new was applied for its key.
+func (w *kvWatch) deliver(e jetstream.KeyValueEntry) {
+	if e.Revision() <= w.applied[e.Key()].revision {
+		return
+	}
+	w.applied[e.Key()] = applied{revision: e.Revision(), put: e.Operation() == jetstream.KeyValuePut}
 	w.apply(e, w.done)
 	if w.done && e.Operation() != jetstream.KeyValuePut {
 		// Whatever comes for the key from now on is newer: forget it, so
@@ -164,9 +204,9 @@ func (w *kvWatch) snapshot(ctx context.Context) error {
 		present[key] = true
 		w.deliver(e)
 	}
-	for key, rev := range w.applied {
-		if !present[key] {
-			w.deliver(deletedEntry{bucket: w.kv.Bucket(), key: key, revision: rev + 1})
+	for key, a := range w.applied {
+		if a.put && !present[key] {
+			w.deliver(deletedEntry{bucket: w.kv.Bucket(), key: key, revision: a.revision + 1})
 		}
 	}
 	return nil

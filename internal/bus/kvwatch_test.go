@@ -8,9 +8,11 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/internal/natstest"
 )
 
 // markerless is a bucket whose watches never mark the end of their
@@ -166,5 +168,96 @@ func TestWatchKVMarksTheEndOfItsInitialValues(t *testing.T) {
 	}
 	if d := cmp.Diff(map[string]string{"a": "a1"}, st.snapshot()); d != "" {
 		t.Errorf("(-want +got):\n%s", d)
+	}
+}
+
+// blinding is a bucket whose first watch goes blind once told to: it
+// delivers nothing more, as a watch does that misses a deletion.
+type blinding struct {
+	jetstream.KeyValue
+	blind   chan struct{}
+	watches int
+}
+
+func (b *blinding) WatchAll(ctx context.Context, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
+	w, err := b.KeyValue.WatchAll(ctx, opts...)
+	if err != nil || b.watches > 0 {
+		return w, err
+	}
+	b.watches++
+	out := make(chan jetstream.KeyValueEntry)
+	go func() {
+		defer close(out)
+		for e := range w.Updates() {
+			select {
+			case <-b.blind:
+				continue
+			default:
+			}
+			select {
+			case out <- e:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return &dropped{KeyWatcher: w, out: out}, nil
+}
+
+// TestWatchKVForgetsAKeyDeletedWhileItWasAway: a key deleted while the
+// watch saw nothing, whose marker expired before the watch was started
+// again on a reconnect, is deleted for the caller when the new watch's
+// initial values end without it.
+func TestWatchKVForgetsAKeyDeletedWhileItWasAway(t *testing.T) {
+	url, _ := natstest.Start(t)
+	watchConn, watchJS := natstest.Connect(t, url, nats.ReconnectWait(10*time.Millisecond))
+	ctx := testCtx(t)
+	kv, r := expiringBucket(t, ctx, watchJS)
+	for _, k := range []string{"a", "b"} {
+		if _, err := kv.Put(ctx, k, []byte(k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := &blinding{KeyValue: kv, blind: make(chan struct{})}
+	st := &state{vals: map[string]string{}, revs: map[string]uint64{}}
+	synced := make(chan struct{})
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- bus.WatchKV(wctx, b, synced, st.apply, bus.WithReconnects(watchConn), bus.WithPatience(time.Minute))
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("WatchKV: %v", err)
+		}
+	}()
+	select {
+	case <-synced:
+	case <-time.After(5 * time.Second):
+		t.Fatal("not synced")
+	}
+	close(b.blind)
+	if err := r.Remove(ctx, "b", 0); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline) && len(listKeys(t, ctx, kv)) > 1; {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if keys := listKeys(t, ctx, kv); len(keys) != 1 {
+		t.Fatalf("the marker of b did not expire: %v", keys)
+	}
+	if d := cmp.Diff(map[string]string{"a": "a", "b": "b"}, st.snapshot()); d != "" {
+		t.Fatalf("the blind watch saw the deletion (-want +got):\n%s", d)
+	}
+	if err := watchConn.ForceReconnect(); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"a": "a"}
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && !cmp.Equal(want, st.snapshot()); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if d := cmp.Diff(want, st.snapshot()); d != "" {
+		t.Errorf("after the watch started again (-want +got):\n%s", d)
 	}
 }

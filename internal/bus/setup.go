@@ -72,7 +72,8 @@ type Config struct {
 	// DLQMaxAge of dead letters; default 30 days.
 	DLQMaxAge time.Duration
 	// KVHistory is how many revisions each KV key keeps, 1..64; default 5.
-	// The quota ledger keeps one whatever this says.
+	// The quota ledger, the workload records and the fences keep one
+	// whatever this says (their deleted keys' markers expire).
 	KVHistory int
 }
 
@@ -193,20 +194,23 @@ func (c Config) KeyValueConfig(bucket string) jetstream.KeyValueConfig {
 		Replicas:    c.Replicas,
 		Storage:     jetstream.FileStorage,
 	}
-	if bucket == BucketQuota {
+	switch bucket {
+	case BucketQuota, BucketWorkloads, BucketFence:
 		// One revision per key, and per-message TTLs: a released
-		// reservation leaves a delete marker that replaces it and expires
-		// (internal/ledger), so the bucket does not keep a key for every
-		// workload that ever ran.
+		// reservation (internal/ledger), an ended workload's record and
+		// its collected fence (Remove) leave a delete marker that
+		// replaces the value and expires, so the bucket does not keep a
+		// key for every workload that ever ran.
 		kvc.History = 1
-		kvc.LimitMarkerTTL = QuotaMarkerTTL
+		kvc.LimitMarkerTTL = LimitMarkerTTL
 	}
 	return kvc
 }
 
-// QuotaMarkerTTL is how long the quota ledger keeps the marker the server
-// leaves when it removes a key by age; removals by release set their own.
-const QuotaMarkerTTL = time.Minute
+// LimitMarkerTTL is how long a bucket with expiring markers keeps the
+// marker the server leaves when a message expires (an expired delete
+// marker among them); removals set their own (DeleteMarkerTTL).
+const LimitMarkerTTL = time.Minute
 
 // Setup creates the SLUICE and SLUICE_DLQ streams and the sluice-quota,
 // sluice-workloads, sluice-config, sluice-fence and sluice-shards KV buckets, or updates

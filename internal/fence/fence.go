@@ -353,12 +353,13 @@ func Finish(ctx context.Context, kv KV, key, admission, uid string, end *End) er
 type Lister interface {
 	KV
 	ListKeys(ctx context.Context, opts ...jetstream.WatchOpt) (jetstream.KeyLister, error)
-	PurgeDeletes(ctx context.Context, opts ...jetstream.KVPurgeOpt) error
+	Delete(ctx context.Context, key string, opts ...jetstream.KVDeleteOpt) error
 }
 
 // Collect deletes the keys of admissions that finished longer than age
-// ago, and then the delete markers older than age, so the bucket holds
-// only live workloads. A key written again since it was read is left.
+// ago, so the bucket holds only live workloads. A key written again since
+// it was read is left. In a bucket opened with bus.OpenKV the deletions'
+// markers expire (bus.Remove), and the keys go with them.
 func Collect(ctx context.Context, kv Lister, age time.Duration, now time.Time) (int, error) {
 	l, err := kv.ListKeys(ctx)
 	if errors.Is(err, jetstream.ErrNoKeysFound) {
@@ -385,16 +386,13 @@ func Collect(ctx context.Context, kv Lister, age time.Duration, now time.Time) (
 		if json.Unmarshal(e.Value(), &st) != nil || st.Phase != Finished || now.Sub(e.Created()) < age {
 			continue
 		}
-		if err := kv.Delete(ctx, k, jetstream.LastRevision(e.Revision())); err != nil {
+		if err := bus.Remove(ctx, kv, k, e.Revision()); err != nil {
 			if !bus.IsRevisionConflict(err) {
 				errs = append(errs, fmt.Errorf("fence %s: delete: %w", k, err))
 			}
 			continue
 		}
 		n++
-	}
-	if err := kv.PurgeDeletes(ctx, jetstream.DeleteMarkersOlderThan(age)); err != nil {
-		errs = append(errs, fmt.Errorf("fence: purge delete markers: %w", err))
 	}
 	return n, errors.Join(errs...)
 }

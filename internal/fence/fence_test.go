@@ -269,7 +269,7 @@ func TestFenceRace(t *testing.T) {
 
 // TestCollect: ended workloads' keys go once old enough; live ones stay.
 func TestCollect(t *testing.T) {
-	ctx, kv := bucket(t)
+	ctx, js, kv := bucketOn(t)
 	if err := fence.Finish(ctx, kv, "job.ns.ended", "a1", "u1", &fence.End{Succeeded: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -300,10 +300,29 @@ func TestCollect(t *testing.T) {
 	if d := cmp.Diff([]string{"job.ns.running=starting", "job.ns.stopping=stopping"}, left); d != "" {
 		t.Errorf("keys left (-want +got):\n%s", d)
 	}
+	// The collected key's marker expires, taking the key with it.
+	stream, err := js.Stream(ctx, "KV_"+fence.Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := stream.GetLastMsgForSubject(ctx, "$KV."+fence.Bucket+".job.ns.ended")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if op, ttl := m.Header.Get("KV-Operation"), m.Header.Get("Nats-TTL"); op != "DEL" || ttl != bus.DeleteMarkerTTL.String() {
+		t.Errorf("marker of the collected key: operation %q, TTL %q; want DEL, %s", op, ttl, bus.DeleteMarkerTTL)
+	}
 }
 
 // bucket is the fence's bucket on a fresh embedded JetStream server.
 func bucket(t *testing.T) (context.Context, jetstream.KeyValue) {
+	t.Helper()
+	ctx, _, kv := bucketOn(t)
+	return ctx, kv
+}
+
+// bucketOn is bucket with the server's JetStream context.
+func bucketOn(t *testing.T) (context.Context, jetstream.JetStream, jetstream.KeyValue) {
 	t.Helper()
 	js := natstest.JetStream(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -311,11 +330,11 @@ func bucket(t *testing.T) (context.Context, jetstream.KeyValue) {
 	if err := bus.Setup(ctx, js, bus.Config{}); err != nil {
 		t.Fatal(err)
 	}
-	kv, err := js.KeyValue(ctx, fence.Bucket)
+	kv, err := bus.OpenKV(ctx, js, fence.Bucket)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ctx, kv
+	return ctx, js, kv
 }
 
 // Only the first start of a workload is reported as first, through stops

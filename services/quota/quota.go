@@ -107,6 +107,9 @@ func (s *Service) Run(ctx context.Context) error {
 	}()
 	t := time.NewTicker(s.cfg.Reconcile)
 	defer t.Stop()
+	// Fences deleted before their markers expired (bus.Remove) keep them
+	// forever: purged once per start.
+	oldMarkersPurged := false
 	for {
 		select {
 		case err := <-errc:
@@ -124,6 +127,13 @@ func (s *Service) Run(ctx context.Context) error {
 			}
 			if _, err := fence.Collect(ctx, fk, fenceAge, time.Now()); err != nil && ctx.Err() == nil {
 				s.log.Warn().Err(err).Msg("collecting ended workloads' fences")
+			}
+			if !oldMarkersPurged {
+				if _, err := bus.PurgeOldMarkers(ctx, fk, ">", time.Now()); err != nil && ctx.Err() == nil {
+					s.log.Warn().Err(err).Msg("old delete markers of fences not purged")
+				} else {
+					oldMarkersPurged = true
+				}
 			}
 		}
 	}
