@@ -605,7 +605,7 @@ func (c *cycle) keptFrom(ws *wlState, a *assignment, ks []kept) *wlState {
 // keptFor is the pending reason of a workload that would fit in quota kept
 // for a preemptor.
 func keptFor(preemptor *wlState) string {
-	return fmt.Sprintf("the quota it fits in is kept for %s, which waits for %s", preemptor.key, waitingForRelease)
+	return fmt.Sprintf("%s%s, which waits for %s", quotaKeptFor, preemptor.key, waitingForRelease)
 }
 
 func waitingForVictims(n int) string {

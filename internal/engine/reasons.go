@@ -9,6 +9,7 @@ const (
 	waitingIn         = "waiting in ClusterQueue "
 	insufficientQuota = "insufficient unused quota for "
 	waitingForRelease = "preempted workload(s) to release quota"
+	quotaKeptFor      = "the quota it fits in is kept for "
 )
 
 // PositionQueue reports whether a pending reason says only where the
@@ -25,6 +26,11 @@ func PositionQueue(reason string) (clusterQueue string, ok bool) {
 // ShortOfQuota reports whether a pending reason says the workload, at the
 // head of its queue, lacks unused quota.
 func ShortOfQuota(reason string) bool { return strings.Contains(reason, insufficientQuota) }
+
+// KeptForPreemptor reports whether a pending reason says the quota the
+// workload would fit in is kept for another workload, which waits for its
+// preemption victims to give theirs up.
+func KeptForPreemptor(reason string) bool { return strings.HasPrefix(reason, quotaKeptFor) }
 
 // AwaitsQuota reports whether a pending reason is a wait for quota: short
 // of it, behind others in its queue, or for preempted workloads to give

@@ -1460,11 +1460,14 @@ func (s *Service) flushPending(ctx context.Context, now time.Time) {
 
 // news reports whether a workload's pending reason of class next is worth
 // announcing after one of class prev. Only a change in kind is. Which
-// workload it waits behind, or a number, is not (reasonClass takes them
-// out), nor is a move between the head of its queue, which says what quota
-// it lacks, and a place behind the head, which says only that it waits:
-// both are the same wait for quota, and its live reason and place are in
-// the pending API.
+// workload it waits behind or which preemptor keeps quota, or a number, is
+// not (reasonClass takes them out), nor is a move between the head of its
+// queue, which says what quota it lacks, and a place behind the head,
+// which says only that it waits, nor one between lacking unused quota and
+// finding the quota it fits in kept for a preemptor (quota others hold,
+// running or about to run): each pair is the same wait for quota, and its
+// live reason and place are in the pending API. Waiting for its own
+// preemption victims is news.
 func news(prev, next string) bool {
 	pq, prevPos := engine.PositionQueue(prev)
 	nq, nextPos := engine.PositionQueue(next)
@@ -1478,7 +1481,9 @@ func news(prev, next string) bool {
 		return !engine.AwaitsQuota(prev)
 	case prevPos:
 		// It reached the head of its queue, short of quota.
-		return !engine.ShortOfQuota(next)
+		return !engine.ShortOfQuota(next) && !engine.KeptForPreemptor(next)
+	case engine.ShortOfQuota(prev) && engine.KeptForPreemptor(next), engine.KeptForPreemptor(prev) && engine.ShortOfQuota(next):
+		return false
 	}
 	return true
 }
@@ -1486,11 +1491,12 @@ func news(prev, next string) bool {
 // reasonClass is what a pending reason says with the workload it waits
 // behind and every number taken out.
 func reasonClass(reason string) string {
-	const behind = "waiting behind "
-	if i := strings.Index(reason, behind); i >= 0 {
-		rest := reason[i+len(behind):]
-		if j := strings.IndexByte(rest, ' '); j >= 0 {
-			reason = reason[:i+len(behind)] + "*" + rest[j:]
+	for _, before := range []string{"waiting behind ", "kept for "} {
+		if i := strings.Index(reason, before); i >= 0 {
+			rest := reason[i+len(before):]
+			if j := strings.IndexByte(rest, ' '); j >= 0 {
+				reason = reason[:i+len(before)] + "*" + rest[j:]
+			}
 		}
 	}
 	return strings.Map(func(r rune) rune {
