@@ -243,6 +243,56 @@ func TestSetupIdempotent(t *testing.T) {
 	}
 }
 
+// TestSetupUpgradesBucketsToExpiringMarkers: record and fence buckets made
+// by an earlier Sluice (five revisions per key, no message TTLs) keep
+// their keys and get one revision per key and message TTLs, so that
+// removals from then on expire.
+func TestSetupUpgradesBucketsToExpiringMarkers(t *testing.T) {
+	ctx := testCtx(t)
+	js := natstest.JetStream(t)
+	for _, b := range []string{bus.BucketWorkloads, bus.BucketFence} {
+		kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: b, History: 5, Storage: jetstream.FileStorage})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range []string{"1", "2"} {
+			if _, err := kv.Put(ctx, "job.ns.a", []byte(v)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := bus.Setup(ctx, js, bus.Config{}); err != nil {
+		t.Fatalf("Setup over older buckets: %v", err)
+	}
+	for _, b := range []string{bus.BucketWorkloads, bus.BucketFence} {
+		kv, err := bus.OpenKV(ctx, js, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e, err := kv.Get(ctx, "job.ns.a"); err != nil || string(e.Value()) != "2" {
+			t.Errorf("bucket %s after the upgrade: %v, %v; want the key's last value", b, e, err)
+		}
+		if err := bus.Remove(ctx, kv, "job.ns.a", 0); err != nil {
+			t.Fatal(err)
+		}
+		st, err := js.Stream(ctx, "KV_"+b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := st.GetLastMsgForSubject(ctx, "$KV."+b+".job.ns.a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := st.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ttl := m.Header.Get("Nats-TTL"); ttl == "" || info.State.Msgs != 1 {
+			t.Errorf("bucket %s: a removal left TTL %q and %d messages; want a TTL and only the marker", b, ttl, info.State.Msgs)
+		}
+	}
+}
+
 func TestPublishDeduplicates(t *testing.T) {
 	ctx, js := setup(t)
 	p := bus.NewPublisher(js, events.Source("test"))
