@@ -124,7 +124,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	// The stream and the bucket are made by Setup (`sluice setup`, or
 	// each service at start unless --setup=false).
 	for n := 1; ; n++ {
-		kv, err := d.js.KeyValue(ctx, Bucket)
+		kv, err := bus.OpenKV(ctx, d.js, Bucket)
 		if err == nil {
 			d.kv = kv
 			break
@@ -138,6 +138,11 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		if !sleep(ctx, backoff(n)) {
 			return ctx.Err()
 		}
+	}
+	if n, err := bus.PurgeOldMarkers(ctx, d.kv, ">", time.Now()); err != nil {
+		d.log.Warn().Err(err).Msg("old delete markers of dispatches not purged")
+	} else if n > 0 {
+		d.log.Info().Int("markers", n).Msg("purged old delete markers of dispatches")
 	}
 	if err := d.load(ctx); err != nil {
 		return err
@@ -236,7 +241,7 @@ func (d *Dispatcher) get(ctx context.Context, uid string) (*dispatch, error) {
 	var rec dispatch
 	if err := json.Unmarshal(e.Value(), &rec); err != nil {
 		d.log.Warn().Err(err).Str("key", uid).Msg("dispatch record not understood; dropped")
-		_ = d.kv.Delete(ctx, uid)
+		_ = bus.Remove(ctx, d.kv, uid, 0)
 		delete(d.dispatches, uid)
 		return nil, nil
 	}
@@ -276,7 +281,7 @@ func (d *Dispatcher) save(ctx context.Context, rec *dispatch) error {
 }
 
 func (d *Dispatcher) forget(ctx context.Context, rec *dispatch) error {
-	err := d.kv.Delete(ctx, rec.Workload.UID, jetstream.LastRevision(rec.rev))
+	err := bus.Remove(ctx, d.kv, rec.Workload.UID, rec.rev)
 	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 			return fmt.Errorf("%w: %s", errConflict, rec.Workload)

@@ -73,7 +73,7 @@ func dispatcherHarness(t *testing.T) (*Dispatcher, jetstream.JetStream, events.W
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.kv, err = js.KeyValue(ctx, Bucket); err != nil {
+	if d.kv, err = bus.OpenKV(ctx, js, Bucket); err != nil {
 		t.Fatal(err)
 	}
 	return d, js, events.WorkloadRef{Kind: "job", Namespace: "ns", Name: "a", UID: "u-1"}
@@ -194,6 +194,15 @@ func TestWinnerGoneRetriesButFinishedDoesNot(t *testing.T) {
 	d.mu.Unlock()
 	if rec != nil {
 		t.Errorf("the winner's copy gone, the dispatch kept: %+v", rec)
+	}
+	// The forgotten dispatch's marker expires, so the bucket does not keep
+	// a key per workload ever dispatched.
+	st, err := js.Stream(ctx, "KV_"+Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := st.GetLastMsgForSubject(ctx, "$KV."+Bucket+"."+ref.UID); err != nil || m.Header.Get("Nats-TTL") == "" {
+		t.Errorf("marker of the forgotten dispatch: %v, %v; want one with a TTL", m, err)
 	}
 	if got := lastTo(t, js, "w1", ref.UID); got != Withdraw {
 		t.Errorf("last message to w1: %q, want %q", got, Withdraw)

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-dev/sluice/events"
+	"github.com/sluice-dev/sluice/internal/bus"
 )
 
 // Stream is the manager's JetStream stream that carries offers to the
@@ -159,8 +160,12 @@ func Setup(ctx context.Context, js jetstream.JetStream, replicas int) error {
 	if err := SetupStream(ctx, js, replicas); err != nil {
 		return err
 	}
+	// One revision per key and per-message TTLs: a forgotten dispatch's
+	// delete marker expires (bus.Remove), so the bucket does not keep a
+	// key for every workload ever dispatched.
 	if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: Bucket,
-		Description: "Sluice multicluster: workloads offered to worker clusters", Storage: jetstream.FileStorage, Replicas: max(replicas, 1)}); err != nil {
+		Description: "Sluice multicluster: workloads offered to worker clusters", Storage: jetstream.FileStorage, Replicas: max(replicas, 1),
+		History: 1, LimitMarkerTTL: bus.LimitMarkerTTL}); err != nil {
 		return fmt.Errorf("multicluster: bucket %s: %w", Bucket, err)
 	}
 	return nil
