@@ -70,9 +70,10 @@ const DeleteMarkerTTL = 15 * time.Minute
 // Remove deletes key, only if its revision is still revision (0: any).
 // In a bucket that keeps one revision per key and takes per-message TTLs
 // (Setup makes the workload and fence buckets so) the delete marker
-// expires after DeleteMarkerTTL (WithMarkerTTL): the marker replaces the value, and once
-// it is gone so is the key's subject, so the bucket does not list a key
-// for every workload that ever ran. Elsewhere it is an ordinary delete.
+// expires after DeleteMarkerTTL (WithMarkerTTL): the marker replaces the
+// value, and once it is gone so is the key's subject, so the bucket does
+// not list a key for every workload that ever ran. Elsewhere it is an
+// ordinary delete.
 func (k *exactKV) Remove(ctx context.Context, key string, revision uint64) error {
 	if !k.expiring {
 		return Remove(ctx, k.KeyValue, key, revision)
@@ -87,7 +88,8 @@ func (k *exactKV) Remove(ctx context.Context, key string, revision uint64) error
 	defer cancel()
 	_, err := k.js.PublishMsg(ctx, m)
 	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+	if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
 		return fmt.Errorf("remove %s: %w", key, jetstream.ErrKeyExists)
 	}
 	if err != nil {
@@ -128,12 +130,26 @@ func (k *exactKV) PurgeMarkers(ctx context.Context, filter string, olderThan tim
 		return 0, fmt.Errorf("purge markers of %s: %w", strings.TrimSuffix(k.prefix, "."), err)
 	}
 	var old []jetstream.KeyValueEntry
-	for e := range w.Updates() {
-		if e == nil {
-			break
-		}
-		if e.Operation() != jetstream.KeyValuePut && now.Sub(e.Created()) > olderThan {
-			old = append(old, e)
+	idle := time.NewTimer(RequestTimeout)
+	defer idle.Stop()
+	for listed := false; !listed; {
+		select {
+		case <-ctx.Done():
+			_ = w.Stop()
+			return 0, ctx.Err()
+		case <-idle.C:
+			// The end of the current entries never came (see WatchKV):
+			// the next start tries again.
+			_ = w.Stop()
+			return 0, fmt.Errorf("purge markers of %s: the listing stalled", strings.TrimSuffix(k.prefix, "."))
+		case e, ok := <-w.Updates():
+			switch {
+			case !ok || e == nil:
+				listed = true
+			case e.Operation() != jetstream.KeyValuePut && now.Sub(e.Created()) > olderThan:
+				old = append(old, e)
+			}
+			idle.Reset(RequestTimeout)
 		}
 	}
 	_ = w.Stop()
