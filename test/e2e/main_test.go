@@ -203,18 +203,26 @@ func run(m *testing.M) int {
 	}
 	defer nc.Close()
 	env.js, _ = jetstream.New(nc)
-	if err := waitWebhook(30 * time.Second); err != nil {
+	// The first start on a fresh machine also creates the streams and
+	// buckets and waits for the CRDs' discovery: give it time, and say
+	// what the process logged when it does not make it.
+	sluiceLogTail := func() {
+		b, _ := os.ReadFile(logf.Name())
+		fmt.Println("e2e: last lines of the sluice log:\n" + tail(string(b), 80))
+	}
+	if err := waitWebhook(90 * time.Second); err != nil {
 		fmt.Println("e2e:", err)
+		sluiceLogTail()
 		return 1
 	}
-	if err := waitReady(30 * time.Second); err != nil {
+	if err := waitReady(60 * time.Second); err != nil {
 		fmt.Println("e2e:", err)
+		sluiceLogTail()
 		return 1
 	}
 	code := m.Run()
 	if code != 0 {
-		b, _ := os.ReadFile(logf.Name())
-		fmt.Println("e2e: last lines of the sluice log:\n" + tail(string(b), 80))
+		sluiceLogTail()
 	}
 	return code
 }
