@@ -107,8 +107,9 @@ func (s *Service) Run(ctx context.Context) error {
 	}()
 	t := time.NewTicker(s.cfg.Reconcile)
 	defer t.Stop()
-	// Fences deleted before their markers expired (bus.Remove) keep them
-	// forever: purged once per start.
+	// Fences deleted by an earlier version, before deletions left markers
+	// that expire (bus.Remove), keep their markers forever: they are
+	// purged once per start.
 	oldMarkersPurged := false
 	for {
 		select {
