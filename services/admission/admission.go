@@ -1371,12 +1371,8 @@ func (s *Service) publish(ctx context.Context, ds []engine.Decision, lost map[st
 	}
 	for _, k := range order {
 		p := preemptions[k]
-		var victims []string
-		for _, v := range p.Victims {
-			victims = append(victims, v.Workload.UID)
-		}
 		pctx, span := s.tracePreemption(ctx, p, s.clock())
-		s.send(pctx, outgoing{ev: *p, id: events.ID(p.Type(), p.Preemptor.UID, victims)})
+		s.send(pctx, outgoing{ev: *p, id: preemptionID(*p)})
 		span.End()
 	}
 	now := s.clock()
@@ -1411,6 +1407,19 @@ func (s *Service) publish(ctx context.Context, ds []engine.Decision, lost map[st
 		s.tellPending(ctx, w.Workload, d.Key, d.ClusterQueue, d.Reason)
 	}
 	return s.flush(ctx)
+}
+
+// preemptionID is the id of a preemption request. It names each victim's
+// admission and reason, not only the victim: a preemptor that asks again
+// for the same workloads once they were admitted again makes a new
+// request, which the stream must not take for a re-send of the first and
+// drop (seen at 100,000 Jobs: three such requests).
+func preemptionID(p events.PreemptionRequestedV1) string {
+	victims := make([]string, 0, 3*len(p.Victims))
+	for _, v := range p.Victims {
+		victims = append(victims, v.Workload.UID, v.Admission, v.Reason)
+	}
+	return events.ID(p.Type(), p.Preemptor.UID, victims)
 }
 
 // told is what was last announced of a waiting workload's reason.
