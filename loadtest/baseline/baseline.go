@@ -67,8 +67,8 @@ type Options struct {
 	Prefix string
 	// Timeout bounds setup, the replay and the wait for the Jobs (default
 	// 15 min); Jobs not finished by then are reported, not an error.
-	// Reading the event stream and the cleanup may take up to 2 min and
-	// 1 min more.
+	// Reading the event stream and the cleanup may take up to 2 min each
+	// more.
 	Timeout time.Duration
 	// NATSURL, if set, is read after the run: Sluice's event stream.
 	NATSURL string
@@ -280,7 +280,10 @@ func Run(parent context.Context, kube kubernetes.Interface, dyn dynamic.Interfac
 	}
 
 	if !o.Keep {
-		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		// Longer than the API server's own request timeout (1 min), so that
+		// a deletion too large for it ends with the server's answer that it
+		// goes on deleting, not with this client giving up first.
+		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 		if err := deleteJobs(cctx, kube, o.Namespace, selector, false); err != nil {
 			res.Errors = append(res.Errors, "cleanup: "+err.Error())
 		}
