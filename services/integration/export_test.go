@@ -6,3 +6,8 @@ var (
 	WorkKey       = workKey
 	GroupFinished = groupFinished
 )
+
+var (
+	CacheTransform = cacheTransform
+	DecodeCached   = decodeCached
+)

@@ -489,16 +489,7 @@ func (s *Service) startInformer(ctx context.Context, k *kindRunner) error {
 			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
 			func(o *metav1.ListOptions) { o.LabelSelector = v1beta1.QueueNameLabel }).Informer()
 	}
-	transform := trimForCache
-	if t, ok := k.ad.(CacheTrimmer); ok {
-		transform = func(obj any) (any, error) {
-			if o, ok := obj.(runtime.Object); ok {
-				t.TrimForCache(o)
-			}
-			return trimForCache(obj)
-		}
-	}
-	if err := k.inf.SetTransform(transform); err != nil {
+	if err := k.inf.SetTransform(cacheTransform(k.ad)); err != nil {
 		return fmt.Errorf("integration: watch %s: %w", k.kind.Resource, err)
 	}
 	if err := indexGroups(k.ad, k.inf); err != nil {
@@ -527,15 +518,37 @@ func (s *Service) startInformer(ctx context.Context, k *kindRunner) error {
 // lastApplied is kubectl's copy of the manifest it applied.
 const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
 
+// cacheTransform returns what an adapter's informer does to each object
+// it receives before keeping it: trim it (trimForCache, the adapter's
+// CacheTrimmer), and pack it when the informer is typed (packed).
+func cacheTransform(ad Adapter) cache.TransformFunc {
+	trimmer, _ := ad.(CacheTrimmer)
+	_, typed := ad.(InformerSource)
+	return func(obj any) (any, error) {
+		o, ok := obj.(runtime.Object)
+		if !ok {
+			return obj, nil
+		}
+		if trimmer != nil {
+			trimmer.TrimForCache(o)
+		}
+		trimForCache(o)
+		if typed {
+			return pack(o)
+		}
+		return o, nil
+	}
+}
+
 // trimForCache drops from the informer's copy of an object what no
 // decision reads: its managed fields, often as large as the rest of the
 // object, and kubectl's last-applied manifest. Patches are computed
 // between two copies of the cached object, so what is dropped here is
 // never written back or removed.
-func trimForCache(obj any) (any, error) {
+func trimForCache(obj runtime.Object) {
 	m, err := meta.Accessor(obj)
 	if err != nil {
-		return obj, nil // a tombstone: kept as it is
+		return // a tombstone: kept as it is
 	}
 	m.SetManagedFields(nil)
 	if a := m.GetAnnotations(); a[lastApplied] != "" {
@@ -547,7 +560,6 @@ func trimForCache(obj any) (any, error) {
 		}
 		m.SetAnnotations(trimmed)
 	}
-	return obj, nil
 }
 
 // relevant reports whether an update can change what Sluice does: most
@@ -558,8 +570,8 @@ func relevant(ad Adapter, o, n any, podsReady bool) bool {
 	if !ok1 || !ok2 {
 		return true
 	}
-	oj, err1 := ad.Decode(oo)
-	nj, err2 := ad.Decode(no)
+	oj, err1 := decodeCached(ad, oo)
+	nj, err2 := decodeCached(ad, no)
 	if err1 != nil || err2 != nil {
 		return true
 	}
@@ -1812,7 +1824,7 @@ func (s *Service) handlePending(_ context.Context, k *kindRunner, env events.Env
 // decode decodes an object of the kind and stamps its kind on it, so
 // Kubernetes Events can name it without a scheme.
 func (k *kindRunner) decode(obj runtime.Object) (Job, error) {
-	j, err := k.ad.Decode(obj)
+	j, err := decodeCached(k.ad, obj)
 	if err != nil {
 		return nil, fmt.Errorf("decode %s: %w", k.kind.Resource, err)
 	}

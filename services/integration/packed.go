@@ -1,0 +1,114 @@
+package integration
+
+import (
+	"fmt"
+	"maps"
+	"reflect"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// protoObject is a typed API object that encodes itself as protobuf, as
+// every type of k8s.io/api does.
+type protoObject interface {
+	runtime.Object
+	Marshal() ([]byte, error)
+	Unmarshal([]byte) error
+}
+
+// packed is an informer's copy of a typed object kept as its protobuf
+// encoding, with only the metadata that keys, indexes and event handlers
+// read kept decoded. A typed Job is ~3 KB in memory even trimmed (its
+// struct alone, with the pod template's spec inline, is 1.3 KB), most of
+// it zero fields; its encoding is a few hundred bytes. An informer holds
+// every labelled object of its kind, which at 100,000 waiting Jobs made
+// the Job cache the largest part of Sluice's memory.
+//
+// Everything that reads an object decodes it first (kindRunner.decode,
+// decodeCached), which unpacks it into a fresh typed object; raw is never
+// changed once packed, so copies share it.
+type packed struct {
+	metav1.TypeMeta
+	// ObjectMeta holds the name, namespace, UID, resource version, labels
+	// and annotations; the rest of the metadata is in raw.
+	metav1.ObjectMeta
+	raw []byte
+	typ reflect.Type // of the typed object: what unpack fills
+}
+
+// pack encodes obj, which the caller owns and gives up, when it is a typed
+// object that encodes itself; anything else (an unstructured object, a
+// tombstone) is returned as it is.
+func pack(obj runtime.Object) (runtime.Object, error) {
+	po, ok := obj.(protoObject)
+	if !ok || reflect.TypeOf(obj).Kind() != reflect.Pointer {
+		return obj, nil // a tombstone or another type: kept as it is
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return obj, nil
+	}
+	out := &packed{typ: reflect.TypeOf(obj).Elem()}
+	out.TypeMeta.SetGroupVersionKind(obj.GetObjectKind().GroupVersionKind())
+	out.Name, out.Namespace, out.UID = m.GetName(), m.GetNamespace(), m.GetUID()
+	out.ResourceVersion, out.Labels, out.Annotations = m.GetResourceVersion(), m.GetLabels(), m.GetAnnotations()
+	// What is kept decoded is left out of the encoding.
+	m.SetName("")
+	m.SetNamespace("")
+	m.SetUID("")
+	m.SetResourceVersion("")
+	m.SetLabels(nil)
+	m.SetAnnotations(nil)
+	raw, err := po.Marshal()
+	if err != nil {
+		return nil, fmt.Errorf("pack %s/%s: %w", out.Namespace, out.Name, err)
+	}
+	out.raw = raw
+	return out, nil
+}
+
+// unpack returns a fresh typed copy of the object: changing it changes
+// nothing in the cache.
+func (o *packed) unpack() (runtime.Object, error) {
+	obj, ok := reflect.New(o.typ).Interface().(protoObject)
+	if !ok {
+		return nil, fmt.Errorf("unpack %s/%s: %s does not decode itself", o.Namespace, o.Name, o.typ)
+	}
+	if err := obj.Unmarshal(o.raw); err != nil {
+		return nil, fmt.Errorf("unpack %s/%s: %w", o.Namespace, o.Name, err)
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return nil, fmt.Errorf("unpack %s/%s: %w", o.Namespace, o.Name, err)
+	}
+	m.SetName(o.Name)
+	m.SetNamespace(o.Namespace)
+	m.SetUID(o.UID)
+	m.SetResourceVersion(o.ResourceVersion)
+	m.SetLabels(maps.Clone(o.Labels))
+	m.SetAnnotations(maps.Clone(o.Annotations))
+	obj.GetObjectKind().SetGroupVersionKind(o.GroupVersionKind())
+	return obj, nil
+}
+
+// DeepCopyObject implements runtime.Object; the encoding is shared, as it
+// never changes.
+func (o *packed) DeepCopyObject() runtime.Object {
+	c := &packed{TypeMeta: o.TypeMeta, raw: o.raw, typ: o.typ}
+	o.ObjectMeta.DeepCopyInto(&c.ObjectMeta)
+	return c
+}
+
+// decodeCached decodes an object as an informer holds it, packed or not.
+func decodeCached(ad Adapter, obj runtime.Object) (Job, error) {
+	if p, ok := obj.(*packed); ok {
+		typed, err := p.unpack()
+		if err != nil {
+			return nil, err
+		}
+		obj = typed
+	}
+	return ad.Decode(obj)
+}
