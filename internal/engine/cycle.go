@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -22,7 +23,9 @@ const (
 	KindPreempted Kind = "preempted"
 	// KindEvicted: the workload lost its quota for another Reason.
 	KindEvicted Kind = "evicted"
-	// KindPending: the workload waits, and Reason changed.
+	// KindPending: the workload waits, and Reason changed (but for a
+	// move from behind one head of its queue to behind another, which
+	// changes only what PendingReason says).
 	KindPending Kind = "pending"
 )
 
@@ -716,7 +719,15 @@ func (c *cycle) explain() {
 					if behind == "" {
 						behind = fmt.Sprintf("%s%s in ClusterQueue %s", waitingBehind, head.key, cq.Name)
 					}
-					c.pend(ws, behind)
+					if ws.behind != nil && ws.reason != "" && strings.HasSuffix(ws.reason, " in ClusterQueue "+cq.Name) {
+						// Behind another head of the same queue: the same
+						// wait. The reason is kept current for the pending
+						// API, but no decision says it: each admission
+						// would otherwise re-announce everyone behind.
+						ws.reason = behind
+					} else {
+						c.pend(ws, behind)
+					}
 					ws.behind = head
 				}
 			default:

@@ -3,6 +3,8 @@ package engine
 import (
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 // TestReasonKinds: the reasons a cycle writes are told apart by kind.
@@ -46,4 +48,70 @@ func TestReasonKinds(t *testing.T) {
 	if AwaitsQuota("LocalQueue ns/lq is stopped (stopPolicy Hold)") {
 		t.Error("a stopped LocalQueue counts as a wait for quota")
 	}
+}
+
+// TestPendingDecisionsWhenTheHeadChanges: when the head of a StrictFIFO
+// queue leaves, the next one becomes head (a decision: it now lacks quota)
+// and those behind it move behind the new head without a decision, while
+// PendingReason says whom they wait behind.
+func TestPendingDecisionsWhenTheHeadChanges(t *testing.T) {
+	cases := []struct {
+		name string
+		// leave is the workload removed between the two cycles.
+		leave           string
+		wantSecond      map[string]string // pending decisions of the second cycle
+		wantReasonAfter map[string]string
+	}{
+		{
+			name:            "the head leaves",
+			leave:           "ns/b",
+			wantSecond:      map[string]string{"ns/c": "pod set main: insufficient unused quota for cpu in flavor default: requested 2, available 1"},
+			wantReasonAfter: map[string]string{"ns/d": "waiting behind ns/c in ClusterQueue cq", "ns/e": "waiting behind ns/c in ClusterQueue cq"},
+		},
+		{
+			name:            "one behind the head leaves",
+			leave:           "ns/d",
+			wantSecond:      map[string]string{},
+			wantReasonAfter: map[string]string{"ns/c": "waiting behind ns/b in ClusterQueue cq", "ns/e": "waiting behind ns/b in ClusterQueue cq"},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := New(Config{
+				Flavors:       flavors("default"),
+				ClusterQueues: []ClusterQueue{newCQ("cq").strict().quota("default", "cpu", 3000).obj()},
+				LocalQueues:   lqs("ns", "cq"),
+			})
+			for i, name := range []string{"a", "b", "c", "d", "e"} {
+				if err := e.Submit(newWL("ns", name).at(time.Duration(i)).pods("main", 1, "cpu", 2000).obj()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			first := pendingDecisions(e.Cycle(t0))
+			if want := 4; len(first) != want {
+				t.Fatalf("first cycle: %d pending decisions, want %d: %v", len(first), want, first)
+			}
+			if err := e.Remove(tc.leave); err != nil {
+				t.Fatal(err)
+			}
+			if d := cmp.Diff(tc.wantSecond, pendingDecisions(e.Cycle(t0.Add(time.Second)))); d != "" {
+				t.Errorf("second cycle's pending decisions (-want +got):\n%s", d)
+			}
+			for key, want := range tc.wantReasonAfter {
+				if got := e.PendingReason(key); got != want {
+					t.Errorf("PendingReason(%s) = %q, want %q", key, got, want)
+				}
+			}
+		})
+	}
+}
+
+func pendingDecisions(ds []Decision) map[string]string {
+	out := map[string]string{}
+	for _, d := range ds {
+		if d.Kind == KindPending {
+			out[d.Key] = d.Reason
+		}
+	}
+	return out
 }

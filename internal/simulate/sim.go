@@ -640,7 +640,12 @@ func (s *sim) summary() Record {
 			sum.ReservedCount++
 		default:
 			wr.State = "pending"
-			wr.Reason = r.reason
+			// The engine's own reason: a move behind another head of the
+			// queue changes it without a decision.
+			wr.Reason = s.eng.PendingReason(r.key)
+			if wr.Reason == "" {
+				wr.Reason = r.reason
+			}
 			sum.PendingCount++
 		}
 		sum.PreemptionCount += r.preempted

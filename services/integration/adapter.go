@@ -158,7 +158,9 @@ type (
 	}
 
 	// InformerSource is an adapter that watches its kind with a typed
-	// informer (smaller in memory than an unstructured one).
+	// informer (smaller in memory than an unstructured one). The
+	// framework keeps the informer's objects packed, so its Decode must
+	// take them as DecodeAs does.
 	InformerSource interface {
 		// NewInformer returns an informer over the kind's objects that
 		// carry labelSelector.
@@ -167,13 +169,24 @@ type (
 )
 
 // DecodeAs returns obj as a copy of the typed object *T: a *T is deep
-// copied, an unstructured object converted. what names the kind in errors
-// ("batch/v1 Job"). It is the usual body of an adapter's Decode.
+// copied, an unstructured object converted, an object packed in a typed
+// informer's cache unpacked. what names the kind in errors ("batch/v1
+// Job"). It is the usual body of an adapter's Decode, and the body of an
+// InformerSource's.
 func DecodeAs[T any, PT interface {
 	*T
 	runtime.Object
 }](obj runtime.Object, what string) (PT, error) {
 	switch o := obj.(type) {
+	case *packed:
+		u, err := o.unpack()
+		if err != nil {
+			return nil, fmt.Errorf("not a %s: %w", what, err)
+		}
+		if t, ok := u.(PT); ok {
+			return t, nil // a fresh copy already
+		}
+		return nil, fmt.Errorf("not a %s: %T", what, u)
 	case PT:
 		if cp, ok := o.DeepCopyObject().(PT); ok {
 			return cp, nil

@@ -7,7 +7,4 @@ var (
 	GroupFinished = groupFinished
 )
 
-var (
-	CacheTransform = cacheTransform
-	DecodeCached   = decodeCached
-)
+var CacheTransform = cacheTransform

@@ -26,8 +26,8 @@ type protoObject interface {
 // every labelled object of its kind, which at 100,000 waiting Jobs made
 // the Job cache the largest part of Sluice's memory.
 //
-// Everything that reads an object decodes it first (kindRunner.decode,
-// decodeCached), which unpacks it into a fresh typed object; raw is never
+// Everything that reads an object decodes it first, and the adapter's
+// Decode unpacks it into a fresh typed object (DecodeAs); raw is never
 // changed once packed, so copies share it.
 type packed struct {
 	metav1.TypeMeta
@@ -99,16 +99,4 @@ func (o *packed) DeepCopyObject() runtime.Object {
 	c := &packed{TypeMeta: o.TypeMeta, raw: o.raw, typ: o.typ}
 	o.ObjectMeta.DeepCopyInto(&c.ObjectMeta)
 	return c
-}
-
-// decodeCached decodes an object as an informer holds it, packed or not.
-func decodeCached(ad Adapter, obj runtime.Object) (Job, error) {
-	if p, ok := obj.(*packed); ok {
-		typed, err := p.unpack()
-		if err != nil {
-			return nil, err
-		}
-		obj = typed
-	}
-	return ad.Decode(obj)
 }

@@ -90,7 +90,7 @@ func TestCacheKeepsTypedObjectsPacked(t *testing.T) {
 	}
 
 	for _, obj := range []runtime.Object{kept.(runtime.Object), kept.(runtime.Object).DeepCopyObject()} {
-		got, err := integration.DecodeCached(ad, obj)
+		got, err := ad.Decode(obj)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -103,7 +103,7 @@ func TestCacheKeepsTypedObjectsPacked(t *testing.T) {
 		got.Meta().GetLabels()["changed"] = "x"
 		got.SetSuspended(false)
 	}
-	again, err := integration.DecodeCached(ad, kept.(runtime.Object))
+	again, err := ad.Decode(kept.(runtime.Object))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +150,7 @@ func TestPackedPodsKeepTheirGroup(t *testing.T) {
 	if key, ok := integration.WorkKey(pod.Adapter{}, kept); key != "ns/sweep" || !ok {
 		t.Errorf("work key %q, %v; want ns/sweep", key, ok)
 	}
-	j, err := integration.DecodeCached(pod.Adapter{}, kept.(runtime.Object))
+	j, err := pod.Adapter{}.Decode(kept.(runtime.Object))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +211,7 @@ func BenchmarkCachedJob(b *testing.B) {
 				b.Fatal(err)
 			}
 			for b.Loop() {
-				if _, err := integration.DecodeCached(ad, obj.(runtime.Object)); err != nil {
+				if _, err := ad.Decode(obj.(runtime.Object)); err != nil {
 					b.Fatal(err)
 				}
 			}

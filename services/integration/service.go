@@ -570,8 +570,8 @@ func relevant(ad Adapter, o, n any, podsReady bool) bool {
 	if !ok1 || !ok2 {
 		return true
 	}
-	oj, err1 := decodeCached(ad, oo)
-	nj, err2 := decodeCached(ad, no)
+	oj, err1 := ad.Decode(oo)
+	nj, err2 := ad.Decode(no)
 	if err1 != nil || err2 != nil {
 		return true
 	}
@@ -1824,7 +1824,7 @@ func (s *Service) handlePending(_ context.Context, k *kindRunner, env events.Env
 // decode decodes an object of the kind and stamps its kind on it, so
 // Kubernetes Events can name it without a scheme.
 func (k *kindRunner) decode(obj runtime.Object) (Job, error) {
-	j, err := decodeCached(k.ad, obj)
+	j, err := k.ad.Decode(obj)
 	if err != nil {
 		return nil, fmt.Errorf("decode %s: %w", k.kind.Resource, err)
 	}
