@@ -31,17 +31,21 @@ type protoObject interface {
 // changed once packed, so copies share it.
 type packed struct {
 	metav1.TypeMeta
-	// ObjectMeta holds the name, namespace, UID, resource version, labels
-	// and annotations; the rest of the metadata is in raw.
+	// ObjectMeta holds the name, namespace, UID and resource version, and
+	// with withLabels the labels and annotations (a Grouper's index reads
+	// them; for other kinds they stay in raw, a small map costing ~300
+	// bytes decoded); the rest of the metadata is in raw.
 	metav1.ObjectMeta
-	raw []byte
-	typ reflect.Type // of the typed object: what unpack fills
+	raw        []byte
+	typ        reflect.Type // of the typed object: what unpack fills
+	withLabels bool
 }
 
 // pack encodes obj, which the caller owns and gives up, when it is a typed
 // object that encodes itself; anything else (an unstructured object, a
-// tombstone) is returned as it is.
-func pack(obj runtime.Object) (runtime.Object, error) {
+// tombstone) is returned as it is. withLabels keeps its labels and
+// annotations decoded.
+func pack(obj runtime.Object, withLabels bool) (runtime.Object, error) {
 	po, ok := obj.(protoObject)
 	if !ok || reflect.TypeOf(obj).Kind() != reflect.Pointer {
 		return obj, nil // a tombstone or another type: kept as it is
@@ -50,17 +54,19 @@ func pack(obj runtime.Object) (runtime.Object, error) {
 	if err != nil {
 		return obj, nil
 	}
-	out := &packed{typ: reflect.TypeOf(obj).Elem()}
+	out := &packed{typ: reflect.TypeOf(obj).Elem(), withLabels: withLabels}
 	out.TypeMeta.SetGroupVersionKind(obj.GetObjectKind().GroupVersionKind())
-	out.Name, out.Namespace, out.UID = m.GetName(), m.GetNamespace(), m.GetUID()
-	out.ResourceVersion, out.Labels, out.Annotations = m.GetResourceVersion(), m.GetLabels(), m.GetAnnotations()
+	out.Name, out.Namespace, out.UID, out.ResourceVersion = m.GetName(), m.GetNamespace(), m.GetUID(), m.GetResourceVersion()
 	// What is kept decoded is left out of the encoding.
 	m.SetName("")
 	m.SetNamespace("")
 	m.SetUID("")
 	m.SetResourceVersion("")
-	m.SetLabels(nil)
-	m.SetAnnotations(nil)
+	if withLabels {
+		out.Labels, out.Annotations = m.GetLabels(), m.GetAnnotations()
+		m.SetLabels(nil)
+		m.SetAnnotations(nil)
+	}
 	raw, err := po.Marshal()
 	if err != nil {
 		return nil, fmt.Errorf("pack %s/%s: %w", out.Namespace, out.Name, err)
@@ -87,8 +93,10 @@ func (o *packed) unpack() (runtime.Object, error) {
 	m.SetNamespace(o.Namespace)
 	m.SetUID(o.UID)
 	m.SetResourceVersion(o.ResourceVersion)
-	m.SetLabels(maps.Clone(o.Labels))
-	m.SetAnnotations(maps.Clone(o.Annotations))
+	if o.withLabels {
+		m.SetLabels(maps.Clone(o.Labels))
+		m.SetAnnotations(maps.Clone(o.Annotations))
+	}
 	obj.GetObjectKind().SetGroupVersionKind(o.GroupVersionKind())
 	return obj, nil
 }
@@ -96,7 +104,7 @@ func (o *packed) unpack() (runtime.Object, error) {
 // DeepCopyObject implements runtime.Object; the encoding is shared, as it
 // never changes.
 func (o *packed) DeepCopyObject() runtime.Object {
-	c := &packed{TypeMeta: o.TypeMeta, raw: o.raw, typ: o.typ}
+	c := &packed{TypeMeta: o.TypeMeta, raw: o.raw, typ: o.typ, withLabels: o.withLabels}
 	o.ObjectMeta.DeepCopyInto(&c.ObjectMeta)
 	return c
 }

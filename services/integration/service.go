@@ -520,10 +520,12 @@ const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
 
 // cacheTransform returns what an adapter's informer does to each object
 // it receives before keeping it: trim it (trimForCache, the adapter's
-// CacheTrimmer), and pack it when the informer is typed (packed).
+// CacheTrimmer), and pack it when the informer is typed (packed), its
+// labels and annotations kept decoded for a Grouper's index.
 func cacheTransform(ad Adapter) cache.TransformFunc {
 	trimmer, _ := ad.(CacheTrimmer)
 	_, typed := ad.(InformerSource)
+	_, grouper := ad.(Grouper)
 	return func(obj any) (any, error) {
 		o, ok := obj.(runtime.Object)
 		if !ok {
@@ -534,7 +536,7 @@ func cacheTransform(ad Adapter) cache.TransformFunc {
 		}
 		trimForCache(o)
 		if typed {
-			return pack(o)
+			return pack(o, grouper)
 		}
 		return o, nil
 	}
