@@ -67,8 +67,8 @@ type Options struct {
 	Prefix string
 	// Timeout bounds setup, the replay and the wait for the Jobs (default
 	// 15 min); Jobs not finished by then are reported, not an error.
-	// Reading the event stream and the cleanup may take up to 2 min each
-	// more.
+	// Reading the event stream may take up to 2 min more, the cleanup up
+	// to 5.
 	Timeout time.Duration
 	// NATSURL, if set, is read after the run: Sluice's event stream.
 	NATSURL string
@@ -280,10 +280,11 @@ func Run(parent context.Context, kube kubernetes.Interface, dyn dynamic.Interfac
 	}
 
 	if !o.Keep {
-		// Longer than the API server's own request timeout (1 min), so that
-		// a deletion too large for it ends with the server's answer that it
-		// goes on deleting, not with this client giving up first.
-		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+		// Several times the API server's own request timeout (1 min): a
+		// deletion too large for it ends with the server's answer that it
+		// goes on deleting (or a reset stream), and is asked again for
+		// what is left (deleteJobs).
+		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
 		if err := deleteJobs(cctx, kube, o.Namespace, selector, false); err != nil {
 			res.Errors = append(res.Errors, "cleanup: "+err.Error())
 		}
@@ -636,11 +637,23 @@ func probe(ctx context.Context, kube kubernetes.Interface, tr *tracker, n names,
 // wait, waits until they are gone.
 func deleteJobs(ctx context.Context, kube kubernetes.Interface, ns, selector string, wait bool) error {
 	policy := metav1.DeletePropagationBackground
-	err := kube.BatchV1().Jobs(ns).DeleteCollection(ctx, metav1.DeleteOptions{PropagationPolicy: &policy}, metav1.ListOptions{LabelSelector: selector})
-	// Deleting 100,000 Jobs takes the API server longer than its request
-	// timeout; it answers so and goes on deleting.
-	if err != nil && !apierrors.IsTimeout(err) && !apierrors.IsServerTimeout(err) {
-		return err
+	for {
+		err := kube.BatchV1().Jobs(ns).DeleteCollection(ctx, metav1.DeleteOptions{PropagationPolicy: &policy}, metav1.ListOptions{LabelSelector: selector})
+		if err == nil {
+			break
+		}
+		// Deleting 100,000 Jobs takes the API server longer than its
+		// request timeout: it answers so, or resets the HTTP/2 stream,
+		// and goes on deleting. Asking again deletes what is left.
+		var status apierrors.APIStatus
+		if !apierrors.IsTimeout(err) && !apierrors.IsServerTimeout(err) && errors.As(err, &status) {
+			return err
+		}
+		select {
+		case <-time.After(2 * time.Second):
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last answer: %w)", ctx.Err(), err)
+		}
 	}
 	for wait {
 		l, err := kube.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{LabelSelector: selector, Limit: 1})
