@@ -45,14 +45,14 @@ type packed struct {
 // object that encodes itself; anything else (an unstructured object, a
 // tombstone) is returned as it is. withLabels keeps its labels and
 // annotations decoded.
-func pack(obj runtime.Object, withLabels bool) (runtime.Object, error) {
+func pack(obj runtime.Object, withLabels bool) runtime.Object {
 	po, ok := obj.(protoObject)
 	if !ok || reflect.TypeOf(obj).Kind() != reflect.Pointer {
-		return obj, nil // a tombstone or another type: kept as it is
+		return obj // a tombstone or another type: kept as it is
 	}
 	m, err := meta.Accessor(obj)
 	if err != nil {
-		return obj, nil
+		return obj
 	}
 	out := &packed{typ: reflect.TypeOf(obj).Elem(), withLabels: withLabels}
 	out.TypeMeta.SetGroupVersionKind(obj.GetObjectKind().GroupVersionKind())
@@ -69,10 +69,25 @@ func pack(obj runtime.Object, withLabels bool) (runtime.Object, error) {
 	}
 	raw, err := po.Marshal()
 	if err != nil {
-		return nil, fmt.Errorf("pack %s/%s: %w", out.Namespace, out.Name, err)
+		// Not seen for an object the API server encoded; the informer
+		// keeps it as it came rather than stop its watch over it.
+		out.restore(m)
+		return obj
 	}
 	out.raw = raw
-	return out, nil
+	return out
+}
+
+// restore writes into m the metadata kept decoded.
+func (o *packed) restore(m metav1.Object) {
+	m.SetName(o.Name)
+	m.SetNamespace(o.Namespace)
+	m.SetUID(o.UID)
+	m.SetResourceVersion(o.ResourceVersion)
+	if o.withLabels {
+		m.SetLabels(maps.Clone(o.Labels))
+		m.SetAnnotations(maps.Clone(o.Annotations))
+	}
 }
 
 // unpack returns a fresh typed copy of the object: changing it changes
@@ -89,14 +104,7 @@ func (o *packed) unpack() (runtime.Object, error) {
 	if err != nil {
 		return nil, fmt.Errorf("unpack %s/%s: %w", o.Namespace, o.Name, err)
 	}
-	m.SetName(o.Name)
-	m.SetNamespace(o.Namespace)
-	m.SetUID(o.UID)
-	m.SetResourceVersion(o.ResourceVersion)
-	if o.withLabels {
-		m.SetLabels(maps.Clone(o.Labels))
-		m.SetAnnotations(maps.Clone(o.Annotations))
-	}
+	o.restore(m)
 	obj.GetObjectKind().SetGroupVersionKind(o.GroupVersionKind())
 	return obj, nil
 }

@@ -536,7 +536,7 @@ func cacheTransform(ad Adapter) cache.TransformFunc {
 		}
 		trimForCache(o)
 		if typed {
-			return pack(o, grouper)
+			return pack(o, grouper), nil
 		}
 		return o, nil
 	}
