@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 )
@@ -250,8 +251,9 @@ func preemptorsOverFullCohort(b *testing.B, opts ...Option) *Engine {
 // borrowing limit 100, LowerPriority within the queue, reclaim Any), each
 // queue full with one running large Job and `backlog` waiting Jobs of the
 // baseline's mix (70 % small, 20 % medium, 10 % large). Each iteration one
-// running Job ends in cohort 0, outside the timer, and the timed cycle
-// admits what fits in its place.
+// running Job ends in cohort 0 and a new one joins the end of its queue,
+// outside the timer, so the backlog stays as large however many
+// iterations run, and the timed cycle admits what fits in its place.
 func BenchmarkCycleBaselineBacklog(b *testing.B) {
 	for _, backlog := range []int{500, 3000} {
 		b.Run(fmt.Sprintf("waiting=%d", 30*backlog), func(b *testing.B) {
@@ -298,6 +300,12 @@ func BenchmarkCycleBaselineBacklog(b *testing.B) {
 					b.Fatalf("iteration %d: nothing running in cohort 0 to end", i)
 				}
 				if err := e.Remove(running[0]); err != nil {
+					b.Fatal(err)
+				}
+				ns, _, _ := strings.Cut(running[0], "/")
+				refill := newWL(ns, fmt.Sprintf("refill%07d", i)).prio(classes[0].prio).
+					at(time.Duration(backlog+i)*time.Millisecond).pods("main", 1, "cpu", classes[0].cpu).obj()
+				if err := e.Submit(refill); err != nil {
 					b.Fatal(err)
 				}
 				running = running[1:]

@@ -645,10 +645,11 @@ func (c *cycle) admit(ws *wlState, a *assignment) {
 
 // emit appends a decision, doubling the slice when full: append's own
 // growth for large slices (1.25×) copies a cycle's 100,000 pending
-// decisions several times over.
+// decisions several times over. It starts small: most cycles decide one
+// or two things, and at full scale there are hundreds of cycles a second.
 func (c *cycle) emit(d Decision) {
 	if len(c.out) == cap(c.out) {
-		grown := make([]Decision, len(c.out), max(64, 2*cap(c.out)))
+		grown := make([]Decision, len(c.out), max(4, 2*cap(c.out)))
 		copy(grown, c.out)
 		c.out = grown
 	}
