@@ -698,7 +698,7 @@ func (c *cycle) explain() {
 		}
 		stop := stopped(cq)
 		var head *wlState
-		var behind string // rendered once per queue
+		var behind, in string // rendered once per queue
 		for _, ws := range cq.pending {
 			if ws.admitted != nil {
 				continue
@@ -718,9 +718,10 @@ func (c *cycle) explain() {
 			case head != nil:
 				if ws.behind != head || ws.reason == "" {
 					if behind == "" {
-						behind = fmt.Sprintf("%s%s in ClusterQueue %s", waitingBehind, head.key, cq.Name)
+						in = " in ClusterQueue " + cq.Name
+						behind = waitingBehind + head.key + in
 					}
-					if ws.behind != nil && ws.reason != "" && strings.HasSuffix(ws.reason, " in ClusterQueue "+cq.Name) {
+					if ws.behind != nil && ws.reason != "" && strings.HasSuffix(ws.reason, in) {
 						// Behind another head of the same queue: the same
 						// wait. The reason is kept current for the pending
 						// API, but no decision says it: each admission
