@@ -32,13 +32,13 @@ type protoObject interface {
 type packed struct {
 	metav1.TypeMeta
 	// ObjectMeta holds the name, namespace, UID and resource version, and
-	// with withLabels the labels and annotations (a Grouper's index reads
-	// them; for other kinds they stay in raw, a small map costing ~300
-	// bytes decoded); the rest of the metadata is in raw.
+	// when packed withLabels the labels and annotations (a Grouper's index
+	// reads them; for other kinds they stay in raw, a small map costing
+	// ~300 bytes decoded); the rest of the metadata is in raw. Labels or
+	// annotations held here are absent from raw.
 	metav1.ObjectMeta
-	raw        []byte
-	typ        reflect.Type // of the typed object: what unpack fills
-	withLabels bool
+	raw []byte
+	typ reflect.Type // of the typed object: what unpack fills
 }
 
 // pack encodes obj, which the caller owns and gives up, when it is a typed
@@ -54,7 +54,7 @@ func pack(obj runtime.Object, withLabels bool) runtime.Object {
 	if err != nil {
 		return obj
 	}
-	out := &packed{typ: reflect.TypeOf(obj).Elem(), withLabels: withLabels}
+	out := &packed{typ: reflect.TypeOf(obj).Elem()}
 	out.TypeMeta.SetGroupVersionKind(obj.GetObjectKind().GroupVersionKind())
 	out.Name, out.Namespace, out.UID, out.ResourceVersion = m.GetName(), m.GetNamespace(), m.GetUID(), m.GetResourceVersion()
 	// What is kept decoded is left out of the encoding.
@@ -84,8 +84,10 @@ func (o *packed) restore(m metav1.Object) {
 	m.SetNamespace(o.Namespace)
 	m.SetUID(o.UID)
 	m.SetResourceVersion(o.ResourceVersion)
-	if o.withLabels {
+	if o.Labels != nil {
 		m.SetLabels(maps.Clone(o.Labels))
+	}
+	if o.Annotations != nil {
 		m.SetAnnotations(maps.Clone(o.Annotations))
 	}
 }
@@ -112,7 +114,7 @@ func (o *packed) unpack() (runtime.Object, error) {
 // DeepCopyObject implements runtime.Object; the encoding is shared, as it
 // never changes.
 func (o *packed) DeepCopyObject() runtime.Object {
-	c := &packed{TypeMeta: o.TypeMeta, raw: o.raw, typ: o.typ, withLabels: o.withLabels}
+	c := &packed{TypeMeta: o.TypeMeta, raw: o.raw, typ: o.typ}
 	o.ObjectMeta.DeepCopyInto(&c.ObjectMeta)
 	return c
 }

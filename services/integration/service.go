@@ -550,7 +550,7 @@ func cacheTransform(ad Adapter) cache.TransformFunc {
 func trimForCache(obj runtime.Object) {
 	m, err := meta.Accessor(obj)
 	if err != nil {
-		return // a tombstone: kept as it is
+		return // no metadata to trim
 	}
 	m.SetManagedFields(nil)
 	if a := m.GetAnnotations(); a[lastApplied] != "" {
