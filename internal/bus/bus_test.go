@@ -761,7 +761,7 @@ func TestConsumerSpec(t *testing.T) {
 		t.Errorf("Backoff(huge) = %s", got)
 	}
 	cc := s.ConsumerConfig()
-	if cc.AckPolicy != jetstream.AckExplicitPolicy || cc.MaxDeliver != -1 || cc.AckWait != 30*time.Second || cc.Durable != "d" {
+	if cc.AckPolicy != jetstream.AckExplicitPolicy || cc.MaxDeliver != -1 || cc.AckWait != bus.DefaultAckWait || cc.Durable != "d" {
 		t.Errorf("consumer config %+v", cc)
 	}
 	bad := []bus.ConsumerSpec{
@@ -893,6 +893,39 @@ func TestSlowHandlerIsNotRedelivered(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	if n := calls.Load(); n != 1 {
 		t.Errorf("handler called %d times: redelivered while in progress", n)
+	}
+}
+
+// TestWaitingMessageIsNotRedelivered: with one handler, the messages of a
+// fetch wait for it longer than AckWait; none may be redelivered meanwhile
+// (each is kept alive from the fetch, not from its handler's start).
+func TestWaitingMessageIsNotRedelivered(t *testing.T) {
+	ctx, js := setup(t)
+	var mu sync.Mutex
+	calls := map[string]int{}
+	spec := bus.ConsumerSpec{Durable: "queued", FilterSubjects: []string{"sluice.workload.>"}, AckWait: time.Second}
+	for _, n := range []string{"q1", "q2", "q3"} {
+		publish(t, ctx, js, submitted(n))
+	}
+	run(t, js, spec, func(ctx context.Context, env events.Envelope) error {
+		mu.Lock()
+		calls[env.Subject]++
+		mu.Unlock()
+		time.Sleep(1200 * time.Millisecond) // the last waits 2.4 × AckWait
+		return nil
+	}, bus.WithBatch(3))
+	eventually(t, "all three handled", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(calls) == 3
+	})
+	time.Sleep(1500 * time.Millisecond) // a redelivery of the last would show by now
+	mu.Lock()
+	defer mu.Unlock()
+	for subj, n := range calls {
+		if n != 1 {
+			t.Errorf("%s handled %d times: redelivered while waiting for the handler", subj, n)
+		}
 	}
 }
 

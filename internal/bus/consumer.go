@@ -30,7 +30,10 @@ const (
 	DefaultMaxDeliver   = 10
 	DefaultBackoffMin   = time.Second
 	DefaultBackoffMax   = time.Minute
-	DefaultAckWait      = 30 * time.Second
+	// DefaultAckWait is short because the runner keeps every message it
+	// holds alive (see keepAlive): it only bounds how long a delivery lost
+	// on the way, e.g. while the server restarts, waits to be redelivered.
+	DefaultAckWait      = 10 * time.Second
 	DefaultBatch        = 10
 	DefaultFetchWait    = 2 * time.Second
 	DefaultDrainTimeout = 10 * time.Second
@@ -80,7 +83,8 @@ type ConsumerSpec struct {
 	// error: BackoffMin·2^(attempt-1), at most BackoffMax. Defaults 1s, 1m.
 	BackoffMin, BackoffMax time.Duration
 	// AckWait is how long the server waits for an ack before redelivering;
-	// default 30s. The runner extends it while a handler runs.
+	// default 10s. The runner extends it for every message it holds, from
+	// the fetch on, so it only delays messages lost in delivery.
 	AckWait time.Duration
 }
 
@@ -282,12 +286,34 @@ func (r *runner) run(ctx context.Context) error {
 	})
 	defer stopDrain()
 
-	work := make(chan jetstream.Msg)
+	// work holds fetched messages until a worker takes them; a fetch asks
+	// for no more than work has room for (slots), so every message the
+	// runner has received sits in work or with a worker, kept alive, and
+	// none waits unseen in the client's buffer while its AckWait runs.
+	work := make(chan held, r.opts.batch)
+	slots := make(chan struct{}, r.opts.batch)
+	for range r.opts.batch {
+		slots <- struct{}{}
+	}
+	take := func(yield func(held) bool) {
+		for m := range work {
+			slots <- struct{}{}
+			if r.stopping() {
+				// Not started: hand it back for another replica now.
+				m.stop()
+				_ = m.Nak()
+				continue
+			}
+			if !yield(m) {
+				return
+			}
+		}
+	}
 	var wg sync.WaitGroup
 	if key := r.opts.partition; key != nil {
-		parts := make([]chan jetstream.Msg, r.opts.concurrency)
+		parts := make([]chan held, r.opts.concurrency)
 		for i := range parts {
-			parts[i] = make(chan jetstream.Msg, r.opts.batch)
+			parts[i] = make(chan held, r.opts.batch)
 			wg.Go(func() {
 				for m := range parts[i] {
 					r.process(m)
@@ -295,7 +321,7 @@ func (r *runner) run(ctx context.Context) error {
 			})
 		}
 		wg.Go(func() {
-			for m := range work {
+			for m := range take {
 				h := fnv.New32a()
 				_, _ = h.Write([]byte(key(m.Subject())))
 				parts[h.Sum32()%uint32(len(parts))] <- m
@@ -307,7 +333,7 @@ func (r *runner) run(ctx context.Context) error {
 	} else {
 		for range r.opts.concurrency {
 			wg.Go(func() {
-				for m := range work {
+				for m := range take {
 					r.process(m)
 				}
 			})
@@ -315,7 +341,7 @@ func (r *runner) run(ctx context.Context) error {
 	}
 	r.log.Info().Strs("filter_subjects", r.spec.FilterSubjects).Msg("consumer running")
 
-	runErr := r.pull(ctx, cons, work)
+	runErr := r.pull(ctx, cons, work, slots)
 	close(work)
 
 	done := make(chan struct{})
@@ -330,24 +356,48 @@ func (r *runner) run(ctx context.Context) error {
 }
 
 // pull fetches until ctx ends, handing messages to the workers.
-func (r *runner) pull(ctx context.Context, cons jetstream.Consumer, work chan<- jetstream.Msg) error {
+// Each fetch asks for as many messages as it holds slots for; work never
+// blocks it.
+func (r *runner) pull(ctx context.Context, cons jetstream.Consumer, work chan<- held, slots chan struct{}) error {
 	failures := uint64(0)
 	for ctx.Err() == nil {
-		batch, err := cons.Fetch(r.opts.batch, jetstream.FetchMaxWait(r.opts.fetchWait))
+		// Wait for half the slots at least: fewer free means work holds
+		// more than half a batch, so the workers are busy anyway, and a
+		// fetch per freed slot would cost a request per message.
+		n := 0
+		for n < max(1, r.opts.batch/2) {
+			select {
+			case <-slots:
+				n++
+			case <-ctx.Done():
+				return nil
+			}
+		}
+	more:
+		for n < r.opts.batch {
+			select {
+			case <-slots:
+				n++
+			default:
+				break more
+			}
+		}
+		batch, err := cons.Fetch(n, jetstream.FetchMaxWait(r.opts.fetchWait))
 		if err == nil {
 			for m := range batch.Messages() {
-				if ctx.Err() != nil {
+				if ctx.Err() != nil || n == 0 {
 					_ = m.Nak()
 					continue
 				}
-				select {
-				case work <- m:
-				case <-ctx.Done():
-					// Not started: hand it back for another replica now.
-					_ = m.Nak()
-				}
+				// Kept alive from here on: a message waiting for a free
+				// handler is not redelivered meanwhile.
+				work <- held{Msg: m, stop: r.keepAlive(m)}
+				n--
 			}
 			err = batch.Error()
+		}
+		for range n { // slots not used by this fetch
+			slots <- struct{}{}
 		}
 		switch {
 		case err == nil, errors.Is(err, nats.ErrTimeout), errors.Is(err, jetstream.ErrNoMessages):
@@ -377,8 +427,16 @@ func (r *runner) pull(ctx context.Context, cons jetstream.Consumer, work chan<- 
 	return nil
 }
 
+// held is a fetched message and the stop of its keep-alive.
+type held struct {
+	jetstream.Msg
+	stop func()
+}
+
 // process handles one message and settles it.
-func (r *runner) process(m jetstream.Msg) {
+func (r *runner) process(h held) {
+	m := h.Msg
+	defer h.stop()
 	md, err := m.Metadata()
 	if err != nil {
 		r.log.Error().Err(err).Str("subject", m.Subject()).Msg("message without JetStream metadata")
@@ -400,10 +458,9 @@ func (r *runner) process(m jetstream.Msg) {
 	}
 
 	ctx := log.WithContext(env.Context(r.base))
-	stop := r.keepAlive(m)
 	began := time.Now()
 	err = r.call(ctx, env)
-	stop()
+	h.stop()
 	outcome := "retry"
 	defer func() { handleDuration.WithLabelValues(r.spec.Durable, outcome).Observe(time.Since(began).Seconds()) }()
 
