@@ -27,9 +27,9 @@ type Handler func(ctx context.Context, env events.Envelope) error
 
 // Defaults of ConsumerSpec and of Run's options.
 const (
-	DefaultMaxDeliver   = 10
-	DefaultBackoffMin   = time.Second
-	DefaultBackoffMax   = time.Minute
+	DefaultMaxDeliver = 10
+	DefaultBackoffMin = time.Second
+	DefaultBackoffMax = time.Minute
 	// DefaultAckWait is short because the runner keeps every message it
 	// holds alive (see keepAlive): it only bounds how long a delivery lost
 	// on the way, e.g. while the server restarts, waits to be redelivered.
