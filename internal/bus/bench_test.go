@@ -31,6 +31,20 @@ func BenchmarkPublish(b *testing.B) {
 
 // BenchmarkRun measures consuming (decode, handle, ack) pre-published events.
 func BenchmarkRun(b *testing.B) {
+	benchmarkRun(b, func(env events.Envelope) error {
+		var ev events.WorkloadSubmittedV1
+		return env.As(&ev)
+	}, bus.WithBatch(100), bus.WithFetchWait(100*time.Millisecond))
+}
+
+// BenchmarkRunPartitioned consumes as quota accounting does: eight
+// partitions by workload, 32 messages a fetch.
+func BenchmarkRunPartitioned(b *testing.B) {
+	benchmarkRun(b, func(events.Envelope) error { return nil },
+		bus.WithPartitions(8, events.SubjectWorkload), bus.WithBatch(32))
+}
+
+func benchmarkRun(b *testing.B, h func(events.Envelope) error, opts ...bus.RunOption) {
 	ctx := context.Background()
 	js := natstest.JetStream(b)
 	if err := bus.Setup(ctx, js, bus.Config{}); err != nil {
@@ -51,15 +65,14 @@ func BenchmarkRun(b *testing.B) {
 	go func() {
 		_ = bus.Run(rctx, js, bus.ConsumerSpec{Durable: "bench", FilterSubjects: []string{"sluice.>"}},
 			func(ctx context.Context, env events.Envelope) error {
-				var ev events.WorkloadSubmittedV1
-				if err := env.As(&ev); err != nil {
+				if err := h(env); err != nil {
 					return err
 				}
 				if n.Add(1) == int64(b.N) {
 					close(done)
 				}
 				return nil
-			}, bus.WithBatch(100), bus.WithFetchWait(100*time.Millisecond))
+			}, opts...)
 	}()
 	<-done
 }

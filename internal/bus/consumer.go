@@ -355,31 +355,22 @@ func (r *runner) run(ctx context.Context) error {
 	return runErr
 }
 
-// pull fetches until ctx ends, handing messages to the workers.
-// Each fetch asks for as many messages as it holds slots for; work never
+// pull fetches until ctx ends, handing messages to the workers. A fetch
+// starts when work has room for a whole batch, so handing over never
 // blocks it.
 func (r *runner) pull(ctx context.Context, cons jetstream.Consumer, work chan<- held, slots chan struct{}) error {
 	failures := uint64(0)
 	for ctx.Err() == nil {
-		// Wait for half the slots at least: fewer free means work holds
-		// more than half a batch, so the workers are busy anyway, and a
-		// fetch per freed slot would cost a request per message.
+		// The next fetch waits until the workers took every message of
+		// the last one, as a fetch handing its messages over one by one
+		// would: a fetch per freed slot would cost a request per message.
 		n := 0
-		for n < max(1, r.opts.batch/2) {
+		for n < r.opts.batch {
 			select {
 			case <-slots:
 				n++
 			case <-ctx.Done():
 				return nil
-			}
-		}
-	more:
-		for n < r.opts.batch {
-			select {
-			case <-slots:
-				n++
-			default:
-				break more
 			}
 		}
 		batch, err := cons.Fetch(n, jetstream.FetchMaxWait(r.opts.fetchWait))
