@@ -28,7 +28,7 @@ type configuration struct {
 	APIVersion  string `json:"apiVersion"`
 	Kind        string `json:"kind"`
 	FairSharing *struct {
-		Enable               bool     `json:"enable"`
+		Enable               *bool    `json:"enable,omitempty"`
 		PreemptionStrategies []string `json:"preemptionStrategies,omitempty"`
 	} `json:"fairSharing,omitempty"`
 	WaitForPodsReady *queueconfig.WaitForPodsReady `json:"waitForPodsReady,omitempty"`
@@ -67,6 +67,17 @@ func convertConfiguration(loc string, obj map[string]any, opts Options) ([]byte,
 	}
 	if len(process) > 0 {
 		warnings = append(warnings, fmt.Sprintf("dropped %s: %s: settings of Kueue's own process (Sluice's services take flags)", loc, strings.Join(process, ", ")))
+	}
+	// Sluice turns a block without enable on. In Kueue v1beta1 enable
+	// defaults to false; v1beta2 has no enable, the block turns the feature
+	// on. The converted block says which, so it means what it meant.
+	v1beta1Config := obj["apiVersion"] == "config.kueue.x-k8s.io/v1beta1"
+	for _, k := range []string{"fairSharing", "waitForPodsReady"} {
+		if block, ok := obj[k].(map[string]any); ok {
+			if _, set := block["enable"]; !set {
+				block["enable"] = !v1beta1Config
+			}
+		}
 	}
 	obj["apiVersion"], obj["kind"] = v1beta1.GroupVersion.String(), "Configuration"
 	return finish(loc, obj, func() any { return &configuration{} }, opts, warnings)

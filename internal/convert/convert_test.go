@@ -310,6 +310,26 @@ waitForPodsReady: {enable: true, timeout: 10m, requeuingStrategy: {backoffLimitC
 			wantWarnings: []string{"dropped queues.yaml: document 1 (Configuration): metrics, namespace: settings of Kueue's own process (Sluice's services take flags)"},
 		},
 		{
+			name: "Kueue v1beta2 has no enable: its blocks turn the features on, and the converted blocks say so",
+			in: `apiVersion: config.kueue.x-k8s.io/v1beta2
+kind: Configuration
+fairSharing: {preemptionStrategies: [LessThanInitialShare]}
+waitForPodsReady: {timeout: 10m}
+`,
+			want: "apiVersion: sluice.dev/v1beta1\nfairSharing:\n  enable: true\n  preemptionStrategies:\n  - LessThanInitialShare\nkind: Configuration\n" +
+				"waitForPodsReady:\n  enable: true\n  timeout: 10m\n",
+		},
+		{
+			name: "in Kueue v1beta1 a block without enable is off, and stays off",
+			in: `apiVersion: config.kueue.x-k8s.io/v1beta1
+kind: Configuration
+fairSharing: {preemptionStrategies: [LessThanInitialShare]}
+waitForPodsReady: {timeout: 10m}
+`,
+			want: "apiVersion: sluice.dev/v1beta1\nfairSharing:\n  enable: false\n  preemptionStrategies:\n  - LessThanInitialShare\nkind: Configuration\n" +
+				"waitForPodsReady:\n  enable: false\n  timeout: 10m\n",
+		},
+		{
 			name:    "a Configuration setting of decisions Sluice lacks is refused by name",
 			in:      "apiVersion: config.kueue.x-k8s.io/v1beta2\nkind: Configuration\nmanageJobsWithoutQueueName: true\n",
 			wantErr: "queues.yaml: document 1 (Configuration): manageJobsWithoutQueueName: not supported by Sluice",

@@ -163,7 +163,9 @@ type SimPodSetAdmission struct {
 type Configuration struct {
 	metav1.TypeMeta `json:",inline"`
 	FairSharing     *struct {
-		Enable bool `json:"enable"`
+		// Enable is Kueue v1beta1's switch; left out, the block turns fair
+		// sharing on (as in Kueue v1beta2, which has no switch).
+		Enable *bool `json:"enable,omitempty"`
 		// PreemptionStrategies: Kueue's names and the orders Kueue allows.
 		PreemptionStrategies []string `json:"preemptionStrategies,omitempty"`
 	} `json:"fairSharing,omitempty"`
@@ -376,7 +378,7 @@ func (sc *Scenario) add(base string, doc []byte, seen map[string]string, sawConf
 		if err := fieldErrors(loc, o.WaitForPodsReady.Validate(field.NewPath("waitForPodsReady"))); err != nil {
 			return err
 		}
-		sc.Config.FairSharing = o.FairSharing != nil && o.FairSharing.Enable
+		sc.Config.FairSharing = o.FairSharing != nil && (o.FairSharing.Enable == nil || *o.FairSharing.Enable)
 		if o.FairSharing != nil {
 			if err := fieldErrors(loc, queueconfig.ValidateFairStrategies(field.NewPath("fairSharing", "preemptionStrategies"), o.FairSharing.PreemptionStrategies)); err != nil {
 				return err

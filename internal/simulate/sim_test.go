@@ -882,3 +882,27 @@ func TestRunEndsWhenOnlyTimeoutsAreLeft(t *testing.T) {
 		t.Errorf("%d finished, want team/first", sum.FinishedCount)
 	}
 }
+
+// TestFairSharingBlockTurnsItOn: a fairSharing block without enable turns
+// fair sharing on, as waitForPodsReady's does (Kueue v1beta2 has no
+// switch); enable: false keeps it off.
+func TestFairSharingBlockTurnsItOn(t *testing.T) {
+	cases := []struct {
+		name, block string
+		want        bool
+	}{
+		{name: "no block", block: "", want: false},
+		{name: "block without enable", block: "fairSharing: {preemptionStrategies: [LessThanInitialShare]}\n", want: true},
+		{name: "empty block", block: "fairSharing: {}\n", want: true},
+		{name: "enable true", block: "fairSharing: {enable: true}\n", want: true},
+		{name: "enable false", block: "fairSharing: {enable: false, preemptionStrategies: [LessThanInitialShare]}\n", want: false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			sc := load(t, "apiVersion: sluice.dev/v1beta1\nkind: Configuration\n"+tc.block)
+			if got := sc.Config.FairSharing; got != tc.want {
+				t.Errorf("fair sharing on = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
