@@ -22,7 +22,10 @@ kubectl apply -f examples/cluster/queues.yaml
 if [ -f "$state/sluice.pid" ] && kill -0 "$(cat "$state/sluice.pid")" 2>/dev/null; then
 	echo "sluice dev already runs (pid $(cat "$state/sluice.pid"))"
 else
-	nohup bin/sluice dev --nats-store "$state/jetstream" >"$state/sluice.log" 2>&1 &
+	# SLUICE_DEV_ARGS: more flags for sluice dev (e.g. --kueue-labels,
+	# --config FILE), split on spaces.
+	# shellcheck disable=SC2086
+	nohup bin/sluice dev --nats-store "$state/jetstream" ${SLUICE_DEV_ARGS:-} >"$state/sluice.log" 2>&1 &
 	echo $! >"$state/sluice.pid"
 	echo "sluice dev started (pid $(cat "$state/sluice.pid")), log in $state/sluice.log"
 fi

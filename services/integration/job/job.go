@@ -25,6 +25,10 @@ const (
 	// may start the Job with as few as this many parallel pods (an integer
 	// in 1..parallelism) when the full parallelism does not fit.
 	MinParallelismAnnotation = "sluice.dev/job-min-parallelism"
+	// KueueMinParallelismAnnotation is Kueue's name for the same; it is
+	// read when the Job does not carry Sluice's, so Jobs written for Kueue
+	// keep their partial admission.
+	KueueMinParallelismAnnotation = "kueue.x-k8s.io/job-min-parallelism"
 )
 
 // Kind is the Job's kind.
@@ -116,13 +120,19 @@ func (j *Job) PodSets() ([]integration.PodSet, error) {
 		count = min(count, *c)
 	}
 	minCount := count
-	if raw, ok := j.Annotations[MinParallelismAnnotation]; ok {
+	key := MinParallelismAnnotation
+	raw, ok := j.Annotations[key]
+	if !ok {
+		key = KueueMinParallelismAnnotation
+		raw, ok = j.Annotations[key]
+	}
+	if ok {
 		v, err := strconv.ParseInt(strings.TrimSpace(raw), 10, 32)
 		if err != nil {
-			return nil, fmt.Errorf("annotation %s=%q is not an integer: %w", MinParallelismAnnotation, raw, integration.ErrBadAnnotation)
+			return nil, fmt.Errorf("annotation %s=%q is not an integer: %w", key, raw, integration.ErrBadAnnotation)
 		}
 		if v < 1 || v > int64(par) {
-			return nil, fmt.Errorf("annotation %s=%d must be between 1 and parallelism (%d): %w", MinParallelismAnnotation, v, par, integration.ErrBadAnnotation)
+			return nil, fmt.Errorf("annotation %s=%d must be between 1 and parallelism (%d): %w", key, v, par, integration.ErrBadAnnotation)
 		}
 		// completions may cap the count below the requested minimum; the
 		// minimum can never exceed what the Job runs at once.

@@ -195,6 +195,24 @@ func TestWorkloadFromJobCounts(t *testing.T) {
 			wantMinCount: 2,
 		},
 		{
+			name:         "Kueue's min-parallelism annotation is read too",
+			job:          makeJob("j").parallelism(4).annotation(KueueMinParallelismAnnotation, "2"),
+			wantCount:    4,
+			wantMinCount: 2,
+		},
+		{
+			name:         "Sluice's min-parallelism wins over Kueue's",
+			job:          makeJob("j").parallelism(4).annotation(KueueMinParallelismAnnotation, "1").annotation(MinParallelismAnnotation, "3"),
+			wantCount:    4,
+			wantMinCount: 3,
+		},
+		{
+			name:        "a bad Kueue min-parallelism is refused by its name",
+			job:         makeJob("j").parallelism(4).annotation(KueueMinParallelismAnnotation, "9"),
+			wantErr:     ErrBadAnnotation,
+			wantErrText: KueueMinParallelismAnnotation,
+		},
+		{
 			name:         "min-parallelism may equal parallelism",
 			job:          makeJob("j").parallelism(4).annotation(MinParallelismAnnotation, "4"),
 			wantCount:    4,
