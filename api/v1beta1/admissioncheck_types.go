@@ -9,6 +9,10 @@ import (
 // names a check which is missing or not active admits nothing.
 const AdmissionCheckActive = "Active"
 
+// QueueActive is the condition type a ClusterQueue's and a LocalQueue's
+// status carry: True when the queue admits work (Kueue's Active).
+const QueueActive = "Active"
+
 // AdmissionCheckSpec says which controller decides a check, and with which
 // parameters.
 type AdmissionCheckSpec struct {

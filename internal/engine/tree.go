@@ -234,8 +234,9 @@ type cqState struct {
 	groups []group
 	// groupOf maps a covered resource to its group index.
 	groupOf map[string]int
-	// inactive, when set, says why the queue admits nothing.
-	inactive string
+	// inactive, when set, says why the queue admits nothing;
+	// inactiveReason is its Kueue condition reason.
+	inactive, inactiveReason string
 	// pending is kept in queue order (see queueLess).
 	pending  []*wlState
 	admitted []*wlState
@@ -392,6 +393,7 @@ func buildTree(cfg Config) *tree {
 				cg.flavors = append(cg.flavors, gf)
 				if _, ok := t.flavors[f.Name]; !ok && s.inactive == "" {
 					s.inactive = fmt.Sprintf("ClusterQueue %s is inactive: ResourceFlavor %s does not exist", cq.Name, f.Name)
+					s.inactiveReason = "FlavorNotFound"
 				}
 			}
 			s.groups = append(s.groups, cg)
@@ -403,8 +405,10 @@ func buildTree(cfg Config) *tree {
 			case s.inactive != "":
 			case !exists:
 				s.inactive = fmt.Sprintf("ClusterQueue %s is inactive: AdmissionCheck %s does not exist", cq.Name, rule.Name)
+				s.inactiveReason = "AdmissionCheckNotFound"
 			case !active:
 				s.inactive = fmt.Sprintf("ClusterQueue %s is inactive: AdmissionCheck %s is not active (its controller does not run)", cq.Name, rule.Name)
+				s.inactiveReason = "AdmissionCheckInactive"
 			}
 		}
 		if cq.Cohort != "" {
@@ -413,6 +417,7 @@ func buildTree(cfg Config) *tree {
 			p.children = append(p.children, n)
 			if cyclic[p.root().name] && s.inactive == "" {
 				s.inactive = fmt.Sprintf("ClusterQueue %s is inactive: its cohort tree has a cycle", cq.Name)
+				s.inactiveReason = "CohortCycle"
 			}
 		}
 		t.cqs[cq.Name] = s

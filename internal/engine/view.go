@@ -1,6 +1,9 @@
 package engine
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // PendingItem is a waiting workload and its place in line.
 type PendingItem struct {
@@ -166,4 +169,51 @@ func BaseUnits(resource string, v int64) float64 {
 		return float64(v) / 1000
 	}
 	return float64(v)
+}
+
+// Activity is whether a queue accepts work now: Kueue's Active condition
+// of a ClusterQueue or LocalQueue, with its reason (Kueue's names) and a
+// message.
+type Activity struct {
+	Active          bool
+	Reason, Message string
+}
+
+// ClusterQueueActivity reports whether a ClusterQueue can admit: not when a
+// flavor or admission check it names is missing or inactive, its cohort
+// tree has a cycle, or its stopPolicy holds it. ok is false for an unknown
+// ClusterQueue.
+func (e *Engine) ClusterQueueActivity(name string) (a Activity, ok bool) {
+	cq, ok := e.tree.cqs[name]
+	if !ok {
+		return Activity{}, false
+	}
+	switch {
+	case cq.inactive != "":
+		return Activity{Reason: cq.inactiveReason, Message: cq.inactive}, true
+	case cq.StopPolicy == Hold || cq.StopPolicy == HoldAndDrain:
+		return Activity{Reason: "Stopped", Message: stopped(cq)}, true
+	}
+	return Activity{Active: true, Reason: "Ready", Message: "Can admit new workloads"}, true
+}
+
+// LocalQueueActivity reports whether workloads submitted to a LocalQueue
+// can be admitted: not when its ClusterQueue is missing or inactive, or
+// its stopPolicy holds it. ok is false for an unknown LocalQueue.
+func (e *Engine) LocalQueueActivity(namespace, name string) (a Activity, ok bool) {
+	lq, ok := e.tree.lqs[namespace+"/"+name]
+	if !ok {
+		return Activity{}, false
+	}
+	if lq.StopPolicy == Hold || lq.StopPolicy == HoldAndDrain {
+		return Activity{Reason: "Stopped", Message: fmt.Sprintf("LocalQueue %s/%s is stopped (stopPolicy %s)", namespace, name, lq.StopPolicy)}, true
+	}
+	cqa, exists := e.ClusterQueueActivity(lq.ClusterQueue)
+	switch {
+	case !exists:
+		return Activity{Reason: "ClusterQueueDoesNotExist", Message: fmt.Sprintf("ClusterQueue %s does not exist", lq.ClusterQueue)}, true
+	case !cqa.Active:
+		return Activity{Reason: "ClusterQueueIsInactive", Message: cqa.Message}, true
+	}
+	return Activity{Active: true, Reason: "Ready", Message: "Can submit new workloads to its ClusterQueue"}, true
 }

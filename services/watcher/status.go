@@ -22,6 +22,7 @@ import (
 	"github.com/sluice-dev/sluice/api/v1beta1"
 	"github.com/sluice-dev/sluice/internal/configstore"
 	"github.com/sluice-dev/sluice/internal/engine"
+	"github.com/sluice-dev/sluice/internal/queueconfig"
 	"github.com/sluice-dev/sluice/internal/usage"
 )
 
@@ -39,6 +40,8 @@ type queueStatus struct {
 	Pending      int32                 `json:"pendingWorkloads"`
 	Admitted     int32                 `json:"admittedWorkloads"`
 	FlavorsUsage []v1beta1.FlavorUsage `json:"flavorsUsage"`
+	// Conditions holds the queue's Active condition (Kueue's).
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
 func (w *statusWriter) run(ctx context.Context, s *Service) {
@@ -79,23 +82,91 @@ func (w *statusWriter) write(ctx context.Context, s *Service, tracker *usage.Tra
 		lqToCQ[u.GetNamespace()+"/"+u.GetName()] = cq
 	}
 	rep := tracker.Report(lqToCQ)
-	status := func(q *usage.Queue, nominal map[string]map[string]int64) queueStatus {
-		if q == nil {
-			return queueStatus{}
+	eng := s.engineOfStores()
+	now := metav1.NewTime(time.Now()).Rfc3339Copy()
+	status := func(u *unstructured.Unstructured, id string, q *usage.Queue, nominal map[string]map[string]int64, a engine.Activity, known bool) queueStatus {
+		var st queueStatus
+		if q != nil {
+			st = queueStatus{Pending: q.Pending, Admitted: q.Admitted, FlavorsUsage: flavorsUsage(q.Amounts, nominal)}
 		}
-		return queueStatus{Pending: q.Pending, Admitted: q.Admitted, FlavorsUsage: flavorsUsage(q.Amounts, nominal)}
+		if known {
+			st.Conditions = []metav1.Condition{w.activeCondition(u, id, a, now)}
+		}
+		return st
 	}
 	var errs []error
 	for _, obj := range s.stores[configstore.KindClusterQueue].List() {
 		u := obj.(*unstructured.Unstructured)
-		errs = append(errs, w.patch(ctx, s, mirrored[1].gvr, "", u.GetName(), "cq/"+u.GetName(), status(rep.ClusterQueues[u.GetName()], nominalOf(u))))
+		id := "cq/" + u.GetName()
+		a, known := eng.ClusterQueueActivity(u.GetName())
+		errs = append(errs, w.patch(ctx, s, mirrored[1].gvr, "", u.GetName(), id, status(u, id, rep.ClusterQueues[u.GetName()], nominalOf(u), a, known)))
 	}
 	for _, obj := range s.stores[configstore.KindLocalQueue].List() {
 		u := obj.(*unstructured.Unstructured)
 		lq := u.GetNamespace() + "/" + u.GetName()
-		errs = append(errs, w.patch(ctx, s, mirrored[3].gvr, u.GetNamespace(), u.GetName(), "lq/"+lq, status(rep.LocalQueues[lq], nil)))
+		id := "lq/" + lq
+		a, known := eng.LocalQueueActivity(u.GetNamespace(), u.GetName())
+		errs = append(errs, w.patch(ctx, s, mirrored[3].gvr, u.GetNamespace(), u.GetName(), id, status(u, id, rep.LocalQueues[lq], nil, a, known)))
 	}
 	return errors.Join(errs...)
+}
+
+// engineOfStores is an engine with the configuration the watcher sees (as
+// it mirrors it), to tell which queues are active as admission does.
+func (s *Service) engineOfStores() *engine.Engine {
+	cs := configstore.New()
+	for _, m := range mirrored {
+		for _, obj := range s.stores[m.kind].List() {
+			u, ok := obj.(*unstructured.Unstructured)
+			if !ok {
+				continue
+			}
+			b, err := encode(m.kind, u)
+			if err != nil {
+				continue
+			}
+			cs.Apply(configstore.Key(m.kind, u.GetNamespace(), u.GetName()), b)
+		}
+	}
+	snap, _ := cs.Snapshot() // objects that do not decode are left out, as admission does
+	cfg, err := queueconfig.ToEngine(snap.Objects)
+	if err != nil {
+		s.log.Warn().Err(err).Msg("queue configuration not read: queue conditions say so")
+	}
+	return engine.New(cfg)
+}
+
+// activeCondition is a queue's Active condition: its last transition time
+// is kept while its status stays the same (from what this watcher wrote,
+// else from the object).
+func (w *statusWriter) activeCondition(u *unstructured.Unstructured, id string, a engine.Activity, now metav1.Time) metav1.Condition {
+	c := metav1.Condition{Type: v1beta1.QueueActive, Status: metav1.ConditionFalse, Reason: a.Reason, Message: a.Message,
+		ObservedGeneration: u.GetGeneration(), LastTransitionTime: now}
+	if a.Active {
+		c.Status = metav1.ConditionTrue
+	}
+	if prev, ok := w.last[id]; ok {
+		for _, p := range prev.Conditions {
+			if p.Type == c.Type && p.Status == c.Status {
+				c.LastTransitionTime = p.LastTransitionTime
+				return c
+			}
+		}
+		return c
+	}
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, raw := range conds {
+		m, ok := raw.(map[string]any)
+		if !ok || m["type"] != c.Type || m["status"] != string(c.Status) {
+			continue
+		}
+		if ts, ok := m["lastTransitionTime"].(string); ok {
+			if at, err := time.Parse(time.RFC3339, ts); err == nil {
+				c.LastTransitionTime = metav1.NewTime(at)
+			}
+		}
+	}
+	return c
 }
 
 func (w *statusWriter) patch(ctx context.Context, s *Service, gvr schema.GroupVersionResource, ns, name, id string, st queueStatus) error {

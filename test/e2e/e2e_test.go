@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluice-dev/sluice/api/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -219,4 +220,73 @@ func TestPriorityChangeReordersTheQueue(t *testing.T) {
 	}
 	waitComplete(t, ns, "second", 60*time.Second)
 	waitRunning(t, ns, "first", 30*time.Second)
+}
+
+// activeCondition reads a queue's Active condition: its status and reason.
+func activeCondition(t *testing.T, resource, ns, name string) (status, reason string) {
+	t.Helper()
+	ri := env.dyn.Resource(v1beta1.GroupVersion.WithResource(resource))
+	var (
+		u   *unstructured.Unstructured
+		err error
+	)
+	if ns != "" {
+		u, err = ri.Namespace(ns).Get(context.Background(), name, metav1.GetOptions{})
+	} else {
+		u, err = ri.Get(context.Background(), name, metav1.GetOptions{})
+	}
+	if err != nil {
+		return "", err.Error()
+	}
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, ok := c.(map[string]any); ok && m["type"] == v1beta1.QueueActive {
+			s, _ := m["status"].(string)
+			r, _ := m["reason"].(string)
+			return s, r
+		}
+	}
+	return "", "no Active condition"
+}
+
+// TestQueueActiveConditions: a ClusterQueue naming a flavor that does not
+// exist is not Active, nor is its LocalQueue; once the flavor exists both
+// are (Kueue's Active condition, what `kubectl wait --for=condition=Active`
+// waits for).
+func TestQueueActiveConditions(t *testing.T) {
+	ns := "e2e-active"
+	apply(t, fmt.Sprintf(`apiVersion: v1
+kind: Namespace
+metadata: {name: %[1]s}
+---
+apiVersion: sluice.dev/v1beta1
+kind: ClusterQueue
+metadata: {name: %[1]s}
+spec:
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: [cpu]
+    flavors:
+    - name: %[1]s-flavor
+      resources: [{name: cpu, nominalQuota: 4}]
+---
+apiVersion: sluice.dev/v1beta1
+kind: LocalQueue
+metadata: {name: q, namespace: %[1]s}
+spec: {clusterQueue: %[1]s}
+`, ns))
+	want := func(wantStatus, cqReason, lqReason string) {
+		eventually(t, 30*time.Second, "Active "+wantStatus, func() (bool, string) {
+			cs, cr := activeCondition(t, "clusterqueues", "", ns)
+			ls, lr := activeCondition(t, "localqueues", ns, "q")
+			return cs == wantStatus && cr == cqReason && ls == wantStatus && lr == lqReason,
+				fmt.Sprintf("ClusterQueue %s/%s, LocalQueue %s/%s", cs, cr, ls, lr)
+		})
+	}
+	want("False", "FlavorNotFound", "ClusterQueueIsInactive")
+	apply(t, fmt.Sprintf(`apiVersion: sluice.dev/v1beta1
+kind: ResourceFlavor
+metadata: {name: %s-flavor}
+`, ns))
+	want("True", "Ready", "Ready")
 }

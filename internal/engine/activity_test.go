@@ -1,0 +1,76 @@
+package engine
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// TestQueueActivity: Kueue's Active condition of each ClusterQueue and
+// LocalQueue, with Kueue's reasons.
+func TestQueueActivity(t *testing.T) {
+	lq := func(ns, name, cq string, p StopPolicy) LocalQueue {
+		return LocalQueue{Namespace: ns, Name: name, ClusterQueue: cq, StopPolicy: p}
+	}
+	cfg := Config{
+		Flavors: flavors("on-demand"),
+		ClusterQueues: []ClusterQueue{
+			newCQ("ready").quota("on-demand", "cpu", 1000).obj(),
+			newCQ("no-flavor").quota("ghost", "cpu", 1000).obj(),
+			newCQ("no-check").quota("on-demand", "cpu", 1000).checks(AdmissionCheckRule{Name: "missing"}).obj(),
+			newCQ("idle-check").quota("on-demand", "cpu", 1000).checks(AdmissionCheckRule{Name: "idle"}).obj(),
+			newCQ("held").quota("on-demand", "cpu", 1000).stop(HoldAndDrain).obj(),
+		},
+		AdmissionChecks: []AdmissionCheck{{Name: "idle", Active: false}},
+		LocalQueues: []LocalQueue{
+			lq("ns", "ok", "ready", StopNone),
+			lq("ns", "held", "ready", Hold),
+			lq("ns", "orphan", "nowhere", StopNone),
+			lq("ns", "behind-held", "held", StopNone),
+			lq("ns", "behind-inactive", "no-flavor", StopNone),
+		},
+	}
+	e := New(cfg)
+	wantCQ := map[string]Activity{
+		"ready":      {Active: true, Reason: "Ready", Message: "Can admit new workloads"},
+		"no-flavor":  {Reason: "FlavorNotFound", Message: "ClusterQueue no-flavor is inactive: ResourceFlavor ghost does not exist"},
+		"no-check":   {Reason: "AdmissionCheckNotFound", Message: "ClusterQueue no-check is inactive: AdmissionCheck missing does not exist"},
+		"idle-check": {Reason: "AdmissionCheckInactive", Message: "ClusterQueue idle-check is inactive: AdmissionCheck idle is not active (its controller does not run)"},
+		"held":       {Reason: "Stopped", Message: "ClusterQueue held is stopped (stopPolicy HoldAndDrain)"},
+	}
+	gotCQ := map[string]Activity{}
+	for name := range wantCQ {
+		a, ok := e.ClusterQueueActivity(name)
+		if !ok {
+			t.Fatalf("ClusterQueue %s unknown", name)
+		}
+		gotCQ[name] = a
+	}
+	if d := cmp.Diff(wantCQ, gotCQ); d != "" {
+		t.Errorf("ClusterQueue activity (-want +got):\n%s", d)
+	}
+	wantLQ := map[string]Activity{
+		"ok":              {Active: true, Reason: "Ready", Message: "Can submit new workloads to its ClusterQueue"},
+		"held":            {Reason: "Stopped", Message: "LocalQueue ns/held is stopped (stopPolicy Hold)"},
+		"orphan":          {Reason: "ClusterQueueDoesNotExist", Message: "ClusterQueue nowhere does not exist"},
+		"behind-held":     {Reason: "ClusterQueueIsInactive", Message: "ClusterQueue held is stopped (stopPolicy HoldAndDrain)"},
+		"behind-inactive": {Reason: "ClusterQueueIsInactive", Message: "ClusterQueue no-flavor is inactive: ResourceFlavor ghost does not exist"},
+	}
+	gotLQ := map[string]Activity{}
+	for name := range wantLQ {
+		a, ok := e.LocalQueueActivity("ns", name)
+		if !ok {
+			t.Fatalf("LocalQueue ns/%s unknown", name)
+		}
+		gotLQ[name] = a
+	}
+	if d := cmp.Diff(wantLQ, gotLQ); d != "" {
+		t.Errorf("LocalQueue activity (-want +got):\n%s", d)
+	}
+	if _, ok := e.ClusterQueueActivity("nowhere"); ok {
+		t.Error("an unknown ClusterQueue has an activity")
+	}
+	if _, ok := e.LocalQueueActivity("ns", "nowhere"); ok {
+		t.Error("an unknown LocalQueue has an activity")
+	}
+}
