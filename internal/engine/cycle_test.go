@@ -128,6 +128,22 @@ func TestCycleBasics(t *testing.T) {
 			},
 		},
 		{
+			name: "a pod set short of quota says what it asks for and what earlier pod sets take",
+			cfg: Config{
+				Flavors:       flavors("on-demand"),
+				ClusterQueues: []ClusterQueue{newCQ("cq").quota("on-demand", "cpu", 10000).obj()},
+				LocalQueues:   lqs("ns", "cq"),
+			},
+			workloads: []Workload{
+				newWL("ns", "a").pods("main", 1, "cpu", 8500).obj(),
+				newWL("ns", "b").at(1).pods("master", 1, "cpu", 1000).pods("worker", 1, "cpu", 1000).obj(),
+			},
+			wantAdmitted: map[string]string{"ns/a": "cq main=1:cpu=on-demand"},
+			wantPending: map[string]string{
+				"ns/b": "pod set worker: insufficient unused quota for cpu in flavor on-demand: requested 1 (2 with the workload's earlier pod sets), available 1500m",
+			},
+		},
+		{
 			name: "StrictFIFO blocks behind its head, BestEffortFIFO does not",
 			cfg: Config{
 				Flavors: flavors("default"),

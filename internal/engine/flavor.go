@@ -68,6 +68,9 @@ type reason struct {
 	flavor    string
 	resource  string
 	requested int64
+	// prior is what earlier pod sets of the workload already take of the
+	// flavor-resource; requested includes it.
+	prior     int64
 	available int64
 	key       string
 	value     string
@@ -84,6 +87,10 @@ func (r reason) text() string {
 	case reasonSelector:
 		return fmt.Sprintf("flavor %s does not match nodeSelector %s=%s of pod set %s", r.flavor, r.key, r.value, r.podSet)
 	case reasonInsufficient:
+		if r.prior > 0 {
+			return fmt.Sprintf("%s%s in flavor %s: requested %s (%s with the workload's earlier pod sets), available %s", insufficientQuota,
+				r.resource, r.flavor, Format(r.resource, r.requested-r.prior), Format(r.resource, r.requested), Format(r.resource, r.available))
+		}
 		return fmt.Sprintf("%s%s in flavor %s: requested %s, available %s", insufficientQuota,
 			r.resource, r.flavor, Format(r.resource, r.requested), Format(r.resource, r.available))
 	default:
@@ -380,7 +387,7 @@ func (e *Engine) tryFlavor(ws *wlState, a *assignment, gf *groupFlavor, ps *PodS
 			continue
 		}
 		pot := n.potential(i)
-		r := reason{kind: reasonInsufficient, podSet: ps.Name, flavor: gf.name, resource: rr.resource, requested: val, available: avail}
+		r := reason{kind: reasonInsufficient, podSet: ps.Name, flavor: gf.name, resource: rr.resource, requested: val, prior: val - rr.perPod*count, available: avail}
 		canPreempt := val <= pot && cq.mayPreempt() &&
 			(val <= n.nominal[i] || below || cq.Preemption.BorrowWithinCohort == LowerPriority || e.tree.fair)
 		if !canPreempt {
