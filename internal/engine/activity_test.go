@@ -2,6 +2,7 @@ package engine
 
 import (
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -72,5 +73,55 @@ func TestQueueActivity(t *testing.T) {
 	}
 	if _, ok := e.LocalQueueActivity("ns", "nowhere"); ok {
 		t.Error("an unknown LocalQueue has an activity")
+	}
+}
+
+// TestDeactivatedLeavesTheLine: a deactivated workload has no place in its
+// queue's pending list, nor in its counts (Kueue takes it out of the
+// queue); those behind it move up.
+func TestDeactivatedLeavesTheLine(t *testing.T) {
+	e := New(Config{
+		Flavors:       flavors("on-demand"),
+		ClusterQueues: []ClusterQueue{newCQ("cq").quota("on-demand", "cpu", 0).obj()},
+		LocalQueues:   lqs("ns", "cq"),
+	})
+	for i, name := range []string{"a", "b", "c"} {
+		if err := e.Submit(newWL("ns", name).at(time.Duration(i)).pods("main", 1, "cpu", 1000).obj()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.Cycle(time.Unix(10, 0))
+	if err := e.SetRequeues("ns/a", RequeueState{Deactivated: "deactivated: exceeding the maximum number of re-queuing retries"}); err != nil {
+		t.Fatal(err)
+	}
+	type pos struct {
+		key        string
+		inCQ, inLQ int
+	}
+	positions := func(p PendingPage) []pos {
+		var out []pos
+		for _, it := range p.Items {
+			out = append(out, pos{it.Key, it.PositionInClusterQueue, it.PositionInLocalQueue})
+		}
+		return out
+	}
+	want := []pos{{"ns/b", 0, 0}, {"ns/c", 1, 1}}
+	cqPage, _ := e.PendingInClusterQueue("cq", 0, 0)
+	lqPage, _ := e.PendingInLocalQueue("ns", "lq", 0, 0)
+	for name, p := range map[string]PendingPage{"ClusterQueue": cqPage, "LocalQueue": lqPage} {
+		if d := cmp.Diff(want, positions(p), cmp.AllowUnexported(pos{})); d != "" {
+			t.Errorf("%s page (-want +got):\n%s", name, d)
+		}
+		if p.Total != 2 {
+			t.Errorf("%s page total %d, want 2", name, p.Total)
+		}
+	}
+	second, _ := e.PendingInClusterQueue("cq", 1, 1)
+	if d := cmp.Diff([]pos{{"ns/c", 1, 1}}, positions(second), cmp.AllowUnexported(pos{})); d != "" {
+		t.Errorf("page at offset 1 (-want +got):\n%s", d)
+	}
+	st := e.Stats(time.Unix(10, 0))
+	if len(st) != 1 || st[0].Active+st[0].Inadmissible != 2 {
+		t.Errorf("stats %+v: want 2 waiting, the deactivated one in neither count", st)
 	}
 }

@@ -55,35 +55,32 @@ func (e *Engine) PendingInLocalQueue(namespace, name string, offset, limit int) 
 }
 
 // pendingPage walks cq's pending list: positions need the count of
-// everything before. Between cycles the list holds waiting workloads only
-// (admitted ones are compacted away at the end of the cycle that admits
-// them), so a ClusterQueue's total is its length and the walk stops after
-// the page; a LocalQueue's total needs the whole walk.
+// everything before, and the total the count of everything. Between cycles
+// the list holds waiting workloads only (admitted ones are compacted away
+// at the end of the cycle that admits them). A deactivated workload is no
+// longer in line (Kueue takes it out of its queue): it has no position and
+// is not counted.
 func (e *Engine) pendingPage(cq *cqState, only *LocalQueue, offset, limit int) PendingPage {
 	var page PendingPage
-	if only == nil {
-		page.Total = len(cq.pending)
-	}
 	inLQ := map[*LocalQueue]int{}
-	for cqPos, ws := range cq.pending {
-		full := limit > 0 && len(page.Items) >= limit
-		if only == nil && full {
-			break
+	cqPos := -1
+	for _, ws := range cq.pending {
+		if ws.pods.deactivated != "" {
+			continue
 		}
+		cqPos++
 		lqPos := inLQ[ws.lq]
 		inLQ[ws.lq]++
-		if only != nil {
-			if ws.lq != only {
-				continue
-			}
-			page.Total++
+		if only != nil && ws.lq != only {
+			continue
 		}
+		page.Total++
 		// offset counts in the queue asked about.
 		idx := cqPos
 		if only != nil {
 			idx = lqPos
 		}
-		if idx < offset || full {
+		if idx < offset || (limit > 0 && len(page.Items) >= limit) {
 			continue
 		}
 		page.Items = append(page.Items, PendingItem{
@@ -101,8 +98,8 @@ type QueueStats struct {
 	ClusterQueue string
 	Cohort       string
 	// Active waiting workloads may be admitted at the next cycle;
-	// inadmissible ones wait for quota to be released (parked), for a
-	// backoff, or were deactivated.
+	// inadmissible ones wait for quota to be released (parked) or for a
+	// backoff. Deactivated workloads wait for nothing and are in neither.
 	Active, Inadmissible int
 	Resources            []ResourceStats
 }
@@ -123,8 +120,8 @@ func (e *Engine) Stats(now time.Time) []QueueStats {
 		st := QueueStats{ClusterQueue: cq.Name, Cohort: cq.Cohort}
 		for _, ws := range cq.pending {
 			switch {
-			case ws.admitted != nil:
-			case ws.parked || ws.pods.deactivated != "" || now.Before(ws.pods.requeueAt):
+			case ws.admitted != nil, ws.pods.deactivated != "":
+			case ws.parked || now.Before(ws.pods.requeueAt):
 				st.Inadmissible++
 			default:
 				st.Active++

@@ -192,8 +192,9 @@ func For(service string, opts ...Option) (Permissions, error) {
 		r.kvRead(configstore.Bucket).kvRead(workloads.Bucket).kvWrite(ledger.Bucket).kvWrite(fence.Bucket)
 	case "watcher":
 		r.publish("sluice.config.v1.>")
-		// Queue status: usage from the ledger, pending counts from records.
-		r.kvWrite(configstore.Bucket).kvRead(ledger.Bucket).kvRead(workloads.Bucket)
+		// Queue status: usage from the ledger, pending counts from records
+		// less the workloads deactivated (their fences say so).
+		r.kvWrite(configstore.Bucket).kvRead(ledger.Bucket).kvRead(workloads.Bucket).kvRead(fence.Bucket)
 	case "checks":
 		// Admission check controllers: each consumes reservations with
 		// its own durable consumer, check-<name>, and answers.

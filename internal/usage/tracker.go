@@ -12,14 +12,15 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/internal/engine"
+	"github.com/sluice-dev/sluice/internal/fence"
 	"github.com/sluice-dev/sluice/internal/ledger"
 	"github.com/sluice-dev/sluice/internal/workloads"
 )
 
-// Tracker follows the workload records and the quota ledger and keeps of
-// each only what a report counts: a workload's LocalQueue and per pod set
-// its requests in canonical amounts, a reservation's ClusterQueue, counts
-// and flavors. Each change is decoded once, as it comes; a report is a pass
+// Tracker follows the workload records, the quota ledger and the fences,
+// and keeps of each only what a report counts: a workload's LocalQueue and
+// per pod set its requests in canonical amounts, a reservation's
+// ClusterQueue, counts and flavors, and which workloads are deactivated. Each change is decoded once, as it comes; a report is a pass
 // over those compact entries (reading the buckets for each report decoded
 // every record every few seconds: 100,000 of them at full scale).
 type Tracker struct {
@@ -29,6 +30,9 @@ type Tracker struct {
 	mu   sync.Mutex
 	wls  map[string]tracked
 	held map[string]ledger.Reservation
+	// deactivated are the workloads waitForPodsReady or a rejecting
+	// admission check took out of line: not pending (Kueue's count).
+	deactivated map[string]bool
 	// names interns LocalQueue names, which many workloads share.
 	names map[string]string
 }
@@ -51,11 +55,12 @@ type amount struct {
 
 // NewTracker returns a tracker; Run feeds it.
 func NewTracker(js jetstream.JetStream, log zerolog.Logger) *Tracker {
-	return &Tracker{js: js, log: log, wls: map[string]tracked{}, held: map[string]ledger.Reservation{}, names: map[string]string{}}
+	return &Tracker{js: js, log: log, wls: map[string]tracked{}, held: map[string]ledger.Reservation{}, deactivated: map[string]bool{},
+		names: map[string]string{}}
 }
 
-// Run follows both buckets until ctx ends, closing synced once the current
-// entries of both are in.
+// Run follows the three buckets until ctx ends, closing synced once the
+// current entries of all are in.
 func (t *Tracker) Run(ctx context.Context, synced chan<- struct{}) error {
 	wkv, err := bus.OpenKV(ctx, t.js, workloads.Bucket)
 	if err != nil {
@@ -65,9 +70,13 @@ func (t *Tracker) Run(ctx context.Context, synced chan<- struct{}) error {
 	if err != nil {
 		return fmt.Errorf("open %s: %w", ledger.Bucket, err)
 	}
-	wSynced, lSynced := make(chan struct{}), make(chan struct{})
+	fkv, err := bus.OpenKV(ctx, t.js, fence.Bucket)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", fence.Bucket, err)
+	}
+	wSynced, lSynced, fSynced := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	go func() {
-		for _, c := range []chan struct{}{wSynced, lSynced} {
+		for _, c := range []chan struct{}{wSynced, lSynced, fSynced} {
 			select {
 			case <-c:
 			case <-ctx.Done():
@@ -77,12 +86,15 @@ func (t *Tracker) Run(ctx context.Context, synced chan<- struct{}) error {
 		close(synced)
 	}()
 	opts := []bus.WatchOption{bus.WithWatchLogger(t.log), bus.WithReconnects(t.js.Conn())}
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	go func() {
 		errc <- bus.WatchKV(ctx, wkv, wSynced, func(e jetstream.KeyValueEntry, _ bool) { t.applyRecord(e) }, opts...)
 	}()
 	go func() {
 		errc <- bus.WatchKV(ctx, lkv, lSynced, func(e jetstream.KeyValueEntry, _ bool) { t.applyLedger(e) }, opts...)
+	}()
+	go func() {
+		errc <- bus.WatchKV(ctx, fkv, fSynced, func(e jetstream.KeyValueEntry, _ bool) { t.applyFence(e) }, opts...)
 	}()
 	err = <-errc
 	if ctx.Err() != nil {
@@ -148,6 +160,25 @@ func (t *Tracker) applyLedger(e jetstream.KeyValueEntry) {
 	t.held[c.Workload] = *c.Reservation
 }
 
+// applyFence notes whether a workload is deactivated; only that part of
+// its fence is decoded.
+func (t *Tracker) applyFence(e jetstream.KeyValueEntry) {
+	key := workloads.EngineKeyFromKV(e.Key())
+	var st struct {
+		Requeue *struct {
+			Deactivated string `json:"deactivated"`
+		} `json:"requeue"`
+	}
+	off := e.Operation() != jetstream.KeyValuePut || json.Unmarshal(e.Value(), &st) != nil || st.Requeue == nil || st.Requeue.Deactivated == ""
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if off {
+		delete(t.deactivated, key)
+		return
+	}
+	t.deactivated[key] = true
+}
+
 // Report is the usage as of the entries applied so far. lqToCQ maps a
 // LocalQueue (namespace/name) to its ClusterQueue, for counting the
 // pending workloads of ClusterQueues.
@@ -189,7 +220,7 @@ func (t *Tracker) Report(lqToCQ map[string]string) Report {
 		}
 	}
 	for wk, w := range t.wls {
-		if _, ok := t.held[wk]; ok {
+		if _, ok := t.held[wk]; ok || t.deactivated[wk] {
 			continue
 		}
 		get(rep.LocalQueues, w.localQueue).Pending++

@@ -13,6 +13,7 @@ import (
 	"github.com/sluice-dev/sluice/events"
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/internal/engine"
+	"github.com/sluice-dev/sluice/internal/fence"
 	"github.com/sluice-dev/sluice/internal/ledger"
 	"github.com/sluice-dev/sluice/internal/natstest"
 	"github.com/sluice-dev/sluice/internal/usage"
@@ -128,9 +129,18 @@ func TestTracker(t *testing.T) {
 		t.Fatal(err)
 	}
 	record(t, ctx, wkv, "other", "c", "lq2", "3")
+	// "b" deactivated (its fence says so): out of line, not pending.
+	fkv, err := js.KeyValue(ctx, fence.Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fkv.Put(ctx, workloads.KVKeyFromEngine("job/ns/b"),
+		[]byte(`{"admission":"x","phase":"stopping","requeue":{"count":3,"deactivated":"deactivated: exceeding the maximum number of re-queuing retries"}}`)); err != nil {
+		t.Fatal(err)
+	}
 	want = map[string]summary{
-		"cq/cq":        {Pending: 1, Admitted: 2, Amounts: map[string]map[string]int64{"default": {"cpu": 3000}}},
-		"lq/ns/lq":     {Pending: 1, Admitted: 2, Amounts: map[string]map[string]int64{"default": {"cpu": 3000}}},
+		"cq/cq":        {Pending: 0, Admitted: 2, Amounts: map[string]map[string]int64{"default": {"cpu": 3000}}},
+		"lq/ns/lq":     {Pending: 0, Admitted: 2, Amounts: map[string]map[string]int64{"default": {"cpu": 3000}}},
 		"lq/other/lq2": {Pending: 1},
 	}
 	var d string
