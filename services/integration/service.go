@@ -375,9 +375,10 @@ func (s *Service) Run(ctx context.Context) error {
 	for _, k := range s.kinds {
 		spawn(k.kind.Name+" pending consumer", func(ctx context.Context) error {
 			return bus.Run(ctx, s.js, bus.ConsumerSpec{
-				Stream:         bus.StreamEvents,
-				Durable:        k.kind.Name + "-pending",
-				FilterSubjects: []string{events.SubjectFilter("workload", "pending", k.kind.Name, "*")},
+				Stream:  bus.StreamEvents,
+				Durable: k.kind.Name + "-pending",
+				FilterSubjects: []string{events.SubjectFilter("workload", "pending", k.kind.Name, "*"),
+					events.SubjectFilter("workload", "reserved", k.kind.Name, "*")},
 			}, func(ctx context.Context, env events.Envelope) error { return s.handlePending(ctx, k, env) }, bus.WithLogger(s.log))
 		})
 	}
@@ -1800,26 +1801,43 @@ func (s *Service) stopCause(ctx context.Context, w events.WorkloadRef, admission
 	return "", "", "", errStopNotAnnounced
 }
 
-// handlePending reports a changed pending reason on the object.
+// handlePending reports on the object a changed pending reason, or the
+// reservation of its quota while it waits for its admission checks
+// (Kueue's QuotaReserved).
 func (s *Service) handlePending(_ context.Context, k *kindRunner, env events.Envelope) error {
-	var e events.WorkloadPendingV1
-	if err := env.As(&e); err != nil {
-		return bus.Poison(err)
+	var (
+		w              events.WorkloadRef
+		reason, detail string
+	)
+	switch env.Type {
+	case events.TypeWorkloadReservedV1:
+		var e events.WorkloadReservedV1
+		if err := env.As(&e); err != nil {
+			return bus.Poison(err)
+		}
+		w, reason = e.Workload, "QuotaReserved"
+		detail = fmt.Sprintf("quota reserved in ClusterQueue %s; waiting for admission checks %s", e.ClusterQueue, strings.Join(e.Checks, ", "))
+	default:
+		var e events.WorkloadPendingV1
+		if err := env.As(&e); err != nil {
+			return bus.Poison(err)
+		}
+		w, reason, detail = e.Workload, "Pending", e.Reason
 	}
-	if strings.HasPrefix(e.Workload.UID, groupUIDPrefix) {
-		// A group's reason is told on each of its members.
-		members, err := s.members(k, e.Workload.String())
+	if strings.HasPrefix(w.UID, groupUIDPrefix) {
+		// A group's news is told on each of its members.
+		members, err := s.members(k, w.String())
 		if err != nil {
 			return err
 		}
 		for _, m := range members {
-			s.recorder.Event(m.Object(), corev1.EventTypeNormal, "Pending", e.Reason)
+			s.recorder.Event(m.Object(), corev1.EventTypeNormal, reason, detail)
 		}
 		return nil
 	}
 	ref := &corev1.ObjectReference{Kind: k.kind.GVK.Kind, APIVersion: k.kind.GVK.GroupVersion().String(),
-		Namespace: e.Workload.Namespace, Name: e.Workload.Name, UID: types.UID(e.Workload.UID)}
-	s.recorder.Event(ref, corev1.EventTypeNormal, "Pending", e.Reason)
+		Namespace: w.Namespace, Name: w.Name, UID: types.UID(w.UID)}
+	s.recorder.Event(ref, corev1.EventTypeNormal, reason, detail)
 	return nil
 }
 

@@ -107,6 +107,9 @@ spec: {clusterQueue: %[1]s}
 	createJob(t, jobSpec{ns: ns, name: "denied", queue: "q", pods: 1, gpus: 1, runFor: "3s"})
 
 	waitRunning(t, ns, "approved", 60*time.Second)
+	// While its check had not answered, its quota was held for it, and
+	// the Job said so (Kueue's QuotaReserved).
+	waitEvent(t, ns, "approved", "QuotaReserved", "waiting for admission checks "+ns+"-budget", 20*time.Second)
 	waitEvent(t, ns, "retried", "Evicted", "evicted: AdmissionCheck", 60*time.Second)
 	waitRunning(t, ns, "retried", 60*time.Second)
 	waitEvent(t, ns, "denied", "Pending", "deactivated: admission check "+ns+"-budget rejected the workload: over budget", 60*time.Second)
