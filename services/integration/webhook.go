@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -476,6 +477,7 @@ func (w *Webhook) mutate(ad Adapter, req *admissionv1.AdmissionRequest) *admissi
 	if ig, ok := job.(Ignorer); ok && ig.Ignored() {
 		return resp
 	}
+	resp.Warnings = kueueOnly(job)
 
 	if !job.IsSuspended() {
 		suspended, err := ad.Decode(u.DeepCopy())
@@ -751,4 +753,49 @@ func validateWebhookURL(raw string) error {
 		return fmt.Errorf("webhook url %q: a fragment is not allowed", raw)
 	}
 	return nil
+}
+
+// kueueReadAnyway are the Kueue labels and annotations Sluice reads on a job
+// of its own: the queue and priority labels (honoured with --kueue-labels,
+// and left alone beside Sluice's for Kueue running side by side) and the
+// partial admission annotation.
+var kueueReadAnyway = map[string]bool{
+	v1beta1.KueueQueueNameLabel: true, v1beta1.KueuePriorityClassLabel: true,
+	"kueue.x-k8s.io/job-min-parallelism": true,
+}
+
+// kueueOnly warns, for the client to show, of each Kueue label or
+// annotation on a job Sluice queues that Sluice does not read (on the job
+// or a pod set's template: topology-aware scheduling, Kueue's pod groups,
+// …), so nobody is surprised that it does nothing.
+func kueueOnly(job Job) []string {
+	var out []string
+	seen := map[string]bool{} // a Pod is its own pod set: say each key once
+	check := func(where string, m map[string]string, what string) {
+		keys := make([]string, 0, len(m))
+		for k := range m {
+			if strings.HasPrefix(k, "kueue.x-k8s.io/") && !kueueReadAnyway[k] && !seen[what+k] {
+				seen[what+k] = true
+				keys = append(keys, k)
+			}
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			out = append(out, fmt.Sprintf("%s%s %s is Kueue's; Sluice does not read it (docs/migrate-from-kueue.md)", where, what, k))
+		}
+	}
+	m := job.Meta()
+	check("", m.GetLabels(), "label")
+	check("", m.GetAnnotations(), "annotation")
+	if sets, err := job.PodSets(); err == nil {
+		for _, ps := range sets {
+			if ps.Meta == nil {
+				continue
+			}
+			where := "pod set " + ps.Name + ": "
+			check(where, ps.Meta.Labels, "label")
+			check(where, ps.Meta.Annotations, "annotation")
+		}
+	}
+	return out
 }

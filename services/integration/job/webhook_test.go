@@ -82,7 +82,30 @@ func TestWebhookMutate(t *testing.T) {
 		wantJob     *jobBuilder // the object after the patch, when patched
 		wantCode    int32       // Result.Code when denied
 		kueueLabels bool        // the webhook honours Kueue's labels
+		// wantWarnings are what the client is told (Kueue's settings
+		// Sluice does not read).
+		wantWarnings []string
 	}{
+		{
+			name: "Kueue settings Sluice does not read are warned of, those it reads are not",
+			op:   admissionv1.Create,
+			kind: batchJobKind,
+			object: func(t *testing.T) []byte {
+				return jobJSON(t, makeJob("j").suspend(false).
+					label("kueue.x-k8s.io/max-exec-time-seconds", "60").
+					annotation(KueueMinParallelismAnnotation, "1").
+					templateAnnotation("kueue.x-k8s.io/podset-required-topology", "rack").obj())
+			},
+			wantAllowed: true,
+			wantPatched: true,
+			wantJob: makeJob("j").label("kueue.x-k8s.io/max-exec-time-seconds", "60").
+				annotation(KueueMinParallelismAnnotation, "1").
+				templateAnnotation("kueue.x-k8s.io/podset-required-topology", "rack"),
+			wantWarnings: []string{
+				"label kueue.x-k8s.io/max-exec-time-seconds is Kueue's; Sluice does not read it (docs/migrate-from-kueue.md)",
+				"pod set main: annotation kueue.x-k8s.io/podset-required-topology is Kueue's; Sluice does not read it (docs/migrate-from-kueue.md)",
+			},
+		},
 		{
 			name:        "a managed job is suspended on create",
 			op:          admissionv1.Create,
@@ -226,6 +249,9 @@ func TestWebhookMutate(t *testing.T) {
 			}
 			if r.Allowed != tc.wantAllowed {
 				t.Fatalf("allowed = %v, want %v (result %+v)", r.Allowed, tc.wantAllowed, r.Result)
+			}
+			if d := cmp.Diff(tc.wantWarnings, r.Warnings); d != "" {
+				t.Errorf("warnings (-want +got):\n%s", d)
 			}
 			if !tc.wantAllowed {
 				if r.Result == nil || r.Result.Code != tc.wantCode || r.Result.Message == "" {
