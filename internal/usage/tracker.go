@@ -20,8 +20,9 @@ import (
 // Tracker follows the workload records, the quota ledger and the fences,
 // and keeps of each only what a report counts: a workload's LocalQueue and
 // per pod set its requests in canonical amounts, a reservation's
-// ClusterQueue, counts and flavors, and which workloads are deactivated. Each change is decoded once, as it comes; a report is a pass
-// over those compact entries (reading the buckets for each report decoded
+// ClusterQueue, counts and flavors, and which workloads are deactivated.
+// Each change is decoded once, as it comes; a report is a pass over those
+// compact entries (reading the buckets for each report decoded
 // every record every few seconds: 100,000 of them at full scale).
 type Tracker struct {
 	js  jetstream.JetStream

@@ -131,7 +131,9 @@ func (s *Service) engineOfStores() *engine.Engine {
 	snap, _ := cs.Snapshot() // objects that do not decode are left out, as admission does
 	cfg, err := queueconfig.ToEngine(snap.Objects)
 	if err != nil {
-		s.log.Warn().Err(err).Msg("queue configuration not read: queue conditions say so")
+		// Admission reports the same error; here the queues' Active
+		// conditions are left as they are until it is fixed.
+		s.log.Debug().Err(err).Msg("queue configuration not read: Active conditions not written")
 	}
 	return engine.New(cfg)
 }
