@@ -15,3 +15,7 @@ const (
 	KueueQueueNameLabel     = "kueue.x-k8s.io/queue-name"
 	KueuePriorityClassLabel = "kueue.x-k8s.io/priority-class"
 )
+
+// KueueMinParallelismAnnotation is Kueue's partial admission annotation
+// on a Job; Sluice reads it when the Job lacks its own.
+const KueueMinParallelismAnnotation = "kueue.x-k8s.io/job-min-parallelism"

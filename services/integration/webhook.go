@@ -761,7 +761,7 @@ func validateWebhookURL(raw string) error {
 // partial admission annotation.
 var kueueReadAnyway = map[string]bool{
 	v1beta1.KueueQueueNameLabel: true, v1beta1.KueuePriorityClassLabel: true,
-	"kueue.x-k8s.io/job-min-parallelism": true,
+	v1beta1.KueueMinParallelismAnnotation: true,
 }
 
 // kueueOnly warns, for the client to show, of each Kueue label or

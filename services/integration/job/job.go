@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/sluice-dev/sluice/api/v1beta1"
 	"github.com/sluice-dev/sluice/services/integration"
 )
 
@@ -28,7 +29,7 @@ const (
 	// KueueMinParallelismAnnotation is Kueue's name for the same; it is
 	// read when the Job does not carry Sluice's, so Jobs written for Kueue
 	// keep their partial admission.
-	KueueMinParallelismAnnotation = "kueue.x-k8s.io/job-min-parallelism"
+	KueueMinParallelismAnnotation = v1beta1.KueueMinParallelismAnnotation
 )
 
 // Kind is the Job's kind.
