@@ -33,6 +33,10 @@ type statusWriter struct {
 	js       jetstream.JetStream
 	interval time.Duration
 	last     map[string]queueStatus
+	// eng is the configuration as of mirrored change engGen, for the
+	// queues' Active conditions.
+	eng    *engine.Engine
+	engGen uint64
 }
 
 // queueStatus is the status the watcher owns.
@@ -82,7 +86,11 @@ func (w *statusWriter) write(ctx context.Context, s *Service, tracker *usage.Tra
 		lqToCQ[u.GetNamespace()+"/"+u.GetName()] = cq
 	}
 	rep := tracker.Report(lqToCQ)
-	eng := s.engineOfStores()
+	if gen := s.configGen.Load(); w.eng == nil || gen != w.engGen {
+		// Read before the stores: a change after it is seen next time.
+		w.eng, w.engGen = s.engineOfStores(), gen
+	}
+	eng := w.eng
 	now := metav1.NewTime(time.Now()).Rfc3339Copy()
 	status := func(u *unstructured.Unstructured, id string, q *usage.Queue, nominal map[string]map[string]int64, a engine.Activity, known bool) queueStatus {
 		var st queueStatus

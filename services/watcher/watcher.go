@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -80,6 +81,9 @@ type Service struct {
 	status *statusWriter
 	// written remembers the last value put per key (one worker writes).
 	written map[string][]byte
+	// configGen counts the changes mirrored, so that queue status rebuilds
+	// its view of the configuration only after one.
+	configGen atomic.Uint64
 }
 
 // item is one object to bring in line: its kind and cache key.
@@ -95,8 +99,9 @@ type Option func(*Service)
 func WithLogger(l zerolog.Logger) Option { return func(s *Service) { s.log = l } }
 
 // WithStatus makes the watcher write ClusterQueue and LocalQueue status,
-// as a usage.Tracker following the ledger and workload buckets counts it,
-// every interval (only what changed).
+// as a usage.Tracker following the ledger, workload and fence buckets
+// counts it, with each queue's Active condition, every interval (only what
+// changed).
 func WithStatus(js jetstream.JetStream, interval time.Duration) Option {
 	return func(s *Service) { s.status = &statusWriter{js: js, interval: interval} }
 }
@@ -209,6 +214,7 @@ func (s *Service) sync(ctx context.Context, it item) error {
 			return fmt.Errorf("delete %s: %w", key, err)
 		}
 		delete(s.written, key)
+		s.configGen.Add(1)
 		ev.Deleted = true
 	} else {
 		b, err := encode(it.kind, obj)
@@ -224,6 +230,7 @@ func (s *Service) sync(ctx context.Context, it item) error {
 		}
 		ev.Revision = rev
 		s.written[key] = b
+		s.configGen.Add(1)
 	}
 	return s.pub.Publish(ctx, ev, events.ID(ev.Type(), key, ev.Revision, ev.Deleted))
 }
