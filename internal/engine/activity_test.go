@@ -39,15 +39,19 @@ func TestQueueActivity(t *testing.T) {
 		"idle-check": {Reason: "AdmissionCheckInactive", Message: "ClusterQueue idle-check is inactive: AdmissionCheck idle is not active (its controller does not run)"},
 		"held":       {Reason: "Stopped", Message: "ClusterQueue held is stopped (stopPolicy HoldAndDrain)"},
 	}
-	gotCQ := map[string]Activity{}
-	for name := range wantCQ {
-		a, ok := e.ClusterQueueActivity(name)
-		if !ok {
-			t.Fatalf("ClusterQueue %s unknown", name)
+	// activities asks get about every queue want names.
+	activities := func(want map[string]Activity, get func(string) (Activity, bool)) map[string]Activity {
+		got := map[string]Activity{}
+		for name := range want {
+			a, ok := get(name)
+			if !ok {
+				t.Fatalf("queue %s unknown", name)
+			}
+			got[name] = a
 		}
-		gotCQ[name] = a
+		return got
 	}
-	if d := cmp.Diff(wantCQ, gotCQ); d != "" {
+	if d := cmp.Diff(wantCQ, activities(wantCQ, e.ClusterQueueActivity)); d != "" {
 		t.Errorf("ClusterQueue activity (-want +got):\n%s", d)
 	}
 	wantLQ := map[string]Activity{
@@ -57,15 +61,8 @@ func TestQueueActivity(t *testing.T) {
 		"behind-held":     {Reason: "ClusterQueueIsInactive", Message: "ClusterQueue held is stopped (stopPolicy HoldAndDrain)"},
 		"behind-inactive": {Reason: "ClusterQueueIsInactive", Message: "ClusterQueue no-flavor is inactive: ResourceFlavor ghost does not exist"},
 	}
-	gotLQ := map[string]Activity{}
-	for name := range wantLQ {
-		a, ok := e.LocalQueueActivity("ns", name)
-		if !ok {
-			t.Fatalf("LocalQueue ns/%s unknown", name)
-		}
-		gotLQ[name] = a
-	}
-	if d := cmp.Diff(wantLQ, gotLQ); d != "" {
+	inNS := func(name string) (Activity, bool) { return e.LocalQueueActivity("ns", name) }
+	if d := cmp.Diff(wantLQ, activities(wantLQ, inNS)); d != "" {
 		t.Errorf("LocalQueue activity (-want +got):\n%s", d)
 	}
 	if _, ok := e.ClusterQueueActivity("nowhere"); ok {
