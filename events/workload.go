@@ -67,6 +67,9 @@ type WorkloadSubmittedV1 struct {
 	PriorityClass string      `json:"priorityClass,omitempty"`
 	CreationTime  time.Time   `json:"creationTime"`
 	PodSets       []PodSetV1  `json:"podSets"`
+	// MaximumExecutionTimeSeconds, when set, is how long the workload may
+	// stay admitted in total before it is evicted and deactivated.
+	MaximumExecutionTimeSeconds int32 `json:"maximumExecutionTimeSeconds,omitempty"`
 }
 
 // Type implements Event.
@@ -95,6 +98,9 @@ func (e WorkloadSubmittedV1) Validate() error {
 		if err := p.validate(i); err != nil {
 			return err
 		}
+	}
+	if e.MaximumExecutionTimeSeconds < 0 {
+		return invalidf("maximumExecutionTimeSeconds: %d is negative", e.MaximumExecutionTimeSeconds)
 	}
 	return nil
 }

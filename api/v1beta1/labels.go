@@ -19,3 +19,12 @@ const (
 // KueueMinParallelismAnnotation is Kueue's partial admission annotation
 // on a Job; Sluice reads it when the Job lacks its own.
 const KueueMinParallelismAnnotation = "kueue.x-k8s.io/job-min-parallelism"
+
+// MaxExecTimeLabel on a job bounds, in whole seconds above zero, how long
+// it may stay admitted in total over all its admissions; past that it is
+// evicted and deactivated. KueueMaxExecTimeLabel is Kueue's name for the
+// same; it is read when the job lacks Sluice's.
+const (
+	MaxExecTimeLabel      = "sluice.dev/max-exec-time-seconds"
+	KueueMaxExecTimeLabel = "kueue.x-k8s.io/max-exec-time-seconds"
+)

@@ -165,3 +165,13 @@ func flavors(names ...string) []Flavor {
 	}
 	return out
 }
+
+// maxExec gives the workload a maximum execution time.
+func (b *wlBuilder) maxExec(d time.Duration) *wlBuilder { b.w.MaxExecution = d; return b }
+
+// ranBefore sets how long an already admitted workload ran in earlier
+// admissions.
+func (b *wlBuilder) ranBefore(d time.Duration) *wlBuilder {
+	b.w.Admission.PastExecution = d
+	return b
+}

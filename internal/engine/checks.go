@@ -181,6 +181,7 @@ func (c *cycle) settleChecks(cq *cqState, ws *wlState) {
 }
 
 func (c *cycle) evictForCheck(cq *cqState, ws *wlState, reason, message string) {
+	ws.charge(c.now)
 	if c.e.deferred {
 		ws.evicting = true
 	} else {

@@ -102,6 +102,7 @@ func (e *Engine) Cycle(now time.Time) []Decision {
 		touched: map[*cqState]bool{},
 	}
 	c.podsReadyTimeouts()
+	c.execTimeouts()
 	c.admissionChecks()
 	c.drain()
 	c.podsBlocked = c.podsReadyBlock()
@@ -149,6 +150,7 @@ func (c *cycle) drain() {
 			if ws.evicting {
 				continue // already asked
 			}
+			ws.charge(c.now)
 			if c.e.deferred {
 				ws.evicting = true
 			} else {
@@ -489,6 +491,7 @@ func (c *cycle) process(entries []*entry) {
 			for _, t := range en.targets {
 				vcq := t.ws.admitted.cq
 				t.ws.victimIn = c.id
+				t.ws.charge(c.now)
 				e.evict(t.ws)
 				c.requeued(vcq)
 				c.emit(Decision{Kind: KindPreempted, Key: t.ws.key, ClusterQueue: vcq.Name, Reason: t.reason, Preemptor: ws.key})
@@ -525,6 +528,7 @@ func (c *cycle) requestPreemption(ws *wlState, en *entry) {
 		}
 		t.ws.evicting = true
 		t.ws.victimIn = c.id
+		t.ws.charge(c.now)
 		// Workloads on their way out are tried first as victims: a
 		// search judged before may now end otherwise.
 		c.e.epoch++

@@ -28,6 +28,9 @@ type admitted struct {
 	checks   []CheckStatus
 	awaiting bool
 	since    time.Time
+	// charged: the time this admission ran was added to the workload's
+	// executed time (see charge).
+	charged bool
 }
 
 // wlState is the engine's bookkeeping for one workload.
@@ -92,6 +95,9 @@ type Engine struct {
 	tree       *tree
 	workloads  map[string]*wlState
 	unresolved map[string]*wlState
+	// timed counts known workloads with a maximum execution time, so
+	// cycles look for expired ones only while there are any.
+	timed int
 }
 
 // scratch is reusable working memory for flavor assignment.
@@ -255,6 +261,10 @@ func (e *Engine) Submit(w Workload) error {
 		}
 		ws.admitted = e.booked(cq, usage, *w.Admission)
 		ws.admittedNow()
+		ws.pods.executed = w.Admission.PastExecution
+	}
+	if w.MaxExecution > 0 {
+		e.timed++
 	}
 	e.resolve(ws)
 	if ws.admitted != nil {
@@ -377,6 +387,9 @@ func (e *Engine) Remove(key string) error {
 	} else if ws.cq != nil {
 		ws.cq.removePending(ws)
 	}
+	if ws.w.MaxExecution > 0 {
+		e.timed--
+	}
 	delete(e.workloads, key)
 	delete(e.unresolved, key)
 	return nil
@@ -435,6 +448,7 @@ func (e *Engine) Book(key string, a Admission) error {
 	}
 	ws.admitted = e.booked(cq, usage, a)
 	ws.admittedNow()
+	ws.pods.executed = max(ws.pods.executed, a.PastExecution)
 	ws.reason, ws.why, ws.parked = "", nil, false
 	e.hold(ws)
 	return nil

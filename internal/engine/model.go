@@ -280,6 +280,9 @@ type Admission struct {
 	// quota is reserved but the workload is not admitted.
 	Checks         []CheckStatus
 	AwaitingChecks bool
+	// PastExecution is how long the workload ran in its earlier
+	// admissions, toward its maximum execution time.
+	PastExecution time.Duration
 }
 
 // Workload is one job as the engine sees it.
@@ -293,6 +296,10 @@ type Workload struct {
 	// Submitted orders the queue (older first within a priority).
 	Submitted time.Time
 	PodSets   []PodSet
+	// MaxExecution, when above zero, is how long the workload may stay
+	// admitted in total before it is evicted and deactivated (Kueue's
+	// maximumExecutionTimeSeconds).
+	MaxExecution time.Duration
 	// Admission is set for a workload that already holds quota.
 	Admission *Admission
 }

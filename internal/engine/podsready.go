@@ -66,6 +66,9 @@ type readiness struct {
 	requeueWhy string
 	// deactivated, when set, is why the workload is never admitted again.
 	deactivated string
+	// executed is how long its earlier admissions ran, toward its
+	// maximum execution time (see charge).
+	executed time.Duration
 }
 
 // SetPodsReady records whether all pods of an admitted workload are ready,
@@ -105,6 +108,9 @@ type RequeueState struct {
 	// Why says what held it back until At when it was not a
 	// PodsReadyTimeout (an admission check asked to retry).
 	Why string
+	// Executed is how long its ended admissions ran, toward its maximum
+	// execution time.
+	Executed time.Duration
 }
 
 // Requeues reports a workload's RequeueState.
@@ -113,7 +119,7 @@ func (e *Engine) Requeues(key string) RequeueState {
 	if !ok {
 		return RequeueState{}
 	}
-	return RequeueState{Count: ws.pods.requeues, At: ws.pods.requeueAt, Deactivated: ws.pods.deactivated, Why: ws.pods.requeueWhy}
+	return RequeueState{Count: ws.pods.requeues, At: ws.pods.requeueAt, Deactivated: ws.pods.deactivated, Why: ws.pods.requeueWhy, Executed: ws.pods.executed}
 }
 
 // SetRequeues restores what Requeues reported, for a workload submitted
@@ -124,6 +130,7 @@ func (e *Engine) SetRequeues(key string, rs RequeueState) error {
 		return fmt.Errorf("set requeues of %s: %w", key, ErrUnknownWorkload)
 	}
 	ws.pods.requeues, ws.pods.requeueAt, ws.pods.deactivated, ws.pods.requeueWhy = rs.Count, rs.At, rs.Deactivated, rs.Why
+	ws.pods.executed = rs.Executed
 	return nil
 }
 
@@ -172,6 +179,7 @@ func (c *cycle) podsReadyTimeouts() {
 			}
 		}
 		for _, ws := range late {
+			ws.charge(c.now)
 			r := &ws.pods
 			reason := ReasonPodsReadyTimeout
 			if lim := w.BackoffLimitCount; lim != nil && r.requeues+1 > *lim {
@@ -230,12 +238,13 @@ func (c *cycle) heldBack(ws *wlState) string {
 }
 
 // NextTimer returns the earliest moment after now at which a cycle would
-// decide something because time passed: a pods-ready timeout or the end
-// of a requeue backoff (after a timeout, or an admission check's Retry).
+// decide something because time passed: a pods-ready timeout, the end
+// of a requeue backoff (after a timeout, or an admission check's Retry),
+// or a maximum execution time reached.
 // ok is false when nothing waits on time.
 func (e *Engine) NextTimer(now time.Time) (next time.Time, ok bool) {
 	w := e.cfg.WaitForPodsReady
-	if w == nil && !e.tree.checks {
+	if w == nil && !e.tree.checks && e.timed == 0 {
 		return time.Time{}, false
 	}
 	consider := func(t time.Time) {
@@ -251,6 +260,9 @@ func (e *Engine) NextTimer(now time.Time) (next time.Time, ok bool) {
 		}
 		if ws.admitted == nil && ws.pods.deactivated == "" {
 			consider(ws.pods.requeueAt)
+		}
+		if at, due := ws.execDeadline(); due {
+			consider(at)
 		}
 	}
 	return next, ok

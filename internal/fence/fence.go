@@ -119,6 +119,9 @@ type Requeue struct {
 	// Why holds the workload back until At, when it was not a
 	// PodsReadyTimeout (an admission check asked to retry).
 	Why string `json:"why,omitempty"`
+	// Executed is how long the workload's ended admissions ran toward its
+	// maximum execution time, in nanoseconds.
+	Executed time.Duration `json:"executed,omitempty"`
 }
 
 // End is the announcement of a job's end.

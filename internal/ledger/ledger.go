@@ -65,6 +65,11 @@ type Reservation struct {
 	// DispatchedBy is that check; its next answer without a cluster
 	// takes the dispatch back.
 	DispatchedBy string `json:"dispatchedBy,omitempty"`
+	// MaxExecution is the workload's maximum execution time, and
+	// PastExecution how long its earlier admissions ran toward it (both
+	// in nanoseconds), for a replica that takes over while it runs.
+	MaxExecution  time.Duration `json:"maxExecution,omitempty"`
+	PastExecution time.Duration `json:"pastExecution,omitempty"`
 }
 
 // Startable reports whether the reservation's workload may start: it

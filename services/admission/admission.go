@@ -530,8 +530,8 @@ func (s *Service) applyFences() {
 		}
 		st := s.fences[key]
 		if rq, cur := st.Requeue, s.eng.Requeues(key); rq != nil &&
-			(rq.Count > cur.Count || rq.At.After(cur.At) || (rq.Deactivated != "" && cur.Deactivated == "")) {
-			_ = s.eng.SetRequeues(key, engine.RequeueState{Count: rq.Count, At: rq.At, Deactivated: rq.Deactivated, Why: rq.Why})
+			(rq.Count > cur.Count || rq.At.After(cur.At) || (rq.Deactivated != "" && cur.Deactivated == "") || rq.Executed > cur.Executed) {
+			_ = s.eng.SetRequeues(key, engine.RequeueState{Count: rq.Count, At: rq.At, Deactivated: rq.Deactivated, Why: rq.Why, Executed: rq.Executed})
 			s.dirty = true
 		}
 		if st.Ready != nil {
@@ -611,7 +611,8 @@ func (s *Service) bookLedger() {
 
 // admissionOf is a reservation as the engine books it.
 func admissionOf(r ledger.Reservation) engine.Admission {
-	return engine.Admission{ClusterQueue: r.ClusterQueue, PodSets: r.PodSets, At: r.AdmittedAt, Checks: r.Checks, AwaitingChecks: r.AwaitingChecks}
+	return engine.Admission{ClusterQueue: r.ClusterQueue, PodSets: r.PodSets, At: r.AdmittedAt, Checks: r.Checks, AwaitingChecks: r.AwaitingChecks,
+		PastExecution: r.PastExecution}
 }
 
 // book makes one reservation hold quota in the engine. For one it holds
@@ -652,7 +653,8 @@ func fromReservation(key string, r ledger.Reservation) (engine.Workload, error) 
 		return engine.Workload{}, fmt.Errorf("reservation key %q is not kind/namespace/name", key)
 	}
 	a := admissionOf(r)
-	w := engine.Workload{Kind: kind, Namespace: ns, Name: name, Queue: r.LocalQueue, Priority: r.Priority, Submitted: r.Submitted, Admission: &a}
+	w := engine.Workload{Kind: kind, Namespace: ns, Name: name, Queue: r.LocalQueue, Priority: r.Priority, Submitted: r.Submitted, Admission: &a,
+		MaxExecution: r.MaxExecution}
 	for _, ps := range r.PodSets {
 		eps := engine.PodSet{Name: ps.Name, Count: ps.Count, Requests: map[string]int64{}}
 		for res, v := range r.Requests[ps.Name] {
@@ -676,6 +678,8 @@ func (s *Service) toEngine(w *events.WorkloadSubmittedV1) (engine.Workload, erro
 		Queue:     w.LocalQueue,
 		Priority:  w.Priority,
 		Submitted: w.CreationTime,
+		// Kueue's maximumExecutionTimeSeconds.
+		MaxExecution: time.Duration(w.MaximumExecutionTimeSeconds) * time.Second,
 	}
 	for _, ps := range w.PodSets {
 		eps := engine.PodSet{Name: ps.Name, Count: ps.Count, MinCount: ps.MinCount, Requests: map[string]int64{},
@@ -743,8 +747,10 @@ func (s *Service) applyLedger(ctx context.Context, e jetstream.KeyValueEntry) {
 	}
 	wk := c.Workload
 	if _, known := s.wls[wk]; known && !s.recordGone(ctx, wk) {
-		// Stopped (preempted or drained): back to its queue.
-		_ = s.eng.Evict(wk)
+		// Stopped (preempted, drained, or suspended from outside): back
+		// to its queue. Its run until now counts toward a maximum
+		// execution time, unless the engine's decision counted it.
+		_ = s.eng.Stop(wk, s.clock())
 		return
 	}
 	// Finished or deleted. The integration deletes the record before it
@@ -989,6 +995,10 @@ func (s *Service) reservation(d engine.Decision, now time.Time) ledger.Reservati
 		r.LocalQueue, r.Priority, r.Submitted, r.UID = w.LocalQueue, w.Priority, w.CreationTime, w.Workload.UID
 		for _, ps := range w.PodSets {
 			r.Requests[ps.Name] = ps.Requests
+		}
+		if w.MaximumExecutionTimeSeconds > 0 {
+			r.MaxExecution = time.Duration(w.MaximumExecutionTimeSeconds) * time.Second
+			r.PastExecution = s.eng.Requeues(d.Key).Executed
 		}
 	}
 	return r
@@ -1344,11 +1354,12 @@ func (s *Service) publish(ctx context.Context, ds []engine.Decision, lost map[st
 			o := outgoing{ev: ev, id: events.ID(ev.Type(), ref.UID, admission),
 				fenceKey: workloads.Key(ref), admission: admission, admitted: &first}
 			switch d.Reason {
-			case engine.ReasonPodsReadyTimeout, engine.ReasonRequeuingLimitExceeded, engine.ReasonAdmissionCheck, engine.ReasonDeactivated:
+			case engine.ReasonPodsReadyTimeout, engine.ReasonRequeuingLimitExceeded, engine.ReasonAdmissionCheck, engine.ReasonDeactivated,
+				engine.ReasonMaxExecTimeExceeded:
 				// The fence keeps the count and the backoff for a
 				// replica that starts after this one.
 				rs := s.eng.Requeues(d.Key)
-				o.requeue = &fence.Requeue{Count: rs.Count, At: rs.At.UTC(), Deactivated: rs.Deactivated, Why: rs.Why}
+				o.requeue = &fence.Requeue{Count: rs.Count, At: rs.At.UTC(), Deactivated: rs.Deactivated, Why: rs.Why, Executed: rs.Executed}
 			}
 			ectx, span := s.traceEviction(ctx, ref, d, admission)
 			s.send(ectx, o)

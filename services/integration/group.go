@@ -314,7 +314,8 @@ func GroupWorkload(ad Adapter, ns, group string, live []Job, prio PriorityResolv
 		}
 		if i == 0 {
 			w = Workload{Namespace: ns, Name: group, UID: groupUIDPrefix + mw.UID, LocalQueue: queue,
-				PriorityClass: mw.PriorityClass, Priority: mw.Priority, CreationTime: mw.CreationTime}
+				PriorityClass: mw.PriorityClass, Priority: mw.Priority, CreationTime: mw.CreationTime,
+				MaxExecutionSeconds: mw.MaxExecutionSeconds}
 		}
 		ps := mw.PodSets[0]
 		name := roleName(ps)

@@ -1250,6 +1250,8 @@ func toEvent(kind string, w Workload) events.WorkloadSubmittedV1 {
 		Priority:      w.Priority,
 		PriorityClass: w.PriorityClass,
 		CreationTime:  w.CreationTime,
+
+		MaximumExecutionTimeSeconds: w.MaxExecutionSeconds,
 	}
 	for _, ps := range w.PodSets {
 		p := events.PodSetV1{Name: ps.Name, Count: ps.Count, MinCount: ps.MinCount, Requests: map[string]string{},
@@ -1794,11 +1796,18 @@ func (s *Service) stopCause(ctx context.Context, w events.WorkloadRef, admission
 		case events.TypeWorkloadEvictedV1:
 			var e events.WorkloadEvictedV1
 			if env.As(&e) == nil && e.Admission == admission && e.Workload.UID == w.UID {
-				return e.ClusterQueue, "Evicted", "evicted: " + e.Reason, nil
+				return e.ClusterQueue, "Evicted", "evicted: " + e.Reason + colonMessage(e.Message), nil
 			}
 		}
 	}
 	return "", "", "", errStopNotAnnounced
+}
+
+func colonMessage(m string) string {
+	if m == "" {
+		return ""
+	}
+	return ": " + m
 }
 
 // handlePending reports on the object a changed pending reason, or the

@@ -477,6 +477,9 @@ func (w *Webhook) mutate(ad Adapter, req *admissionv1.AdmissionRequest) *admissi
 	if ig, ok := job.(Ignorer); ok && ig.Ignored() {
 		return resp
 	}
+	if _, err := MaxExecution(m.GetLabels()); err != nil {
+		return deny(resp, k, err.Error())
+	}
 	resp.Warnings = kueueOnly(job)
 
 	if !job.IsSuspended() {
@@ -758,10 +761,10 @@ func validateWebhookURL(raw string) error {
 // kueueReadAnyway are the Kueue labels and annotations Sluice reads on a job
 // of its own: the queue and priority labels (honoured with --kueue-labels,
 // and left alone beside Sluice's for Kueue running side by side) and the
-// partial admission annotation.
+// partial admission annotation and the maximum execution time label.
 var kueueReadAnyway = map[string]bool{
 	v1beta1.KueueQueueNameLabel: true, v1beta1.KueuePriorityClassLabel: true,
-	v1beta1.KueueMinParallelismAnnotation: true,
+	v1beta1.KueueMinParallelismAnnotation: true, v1beta1.KueueMaxExecTimeLabel: true,
 }
 
 // kueueOnly warns, for the client to show, of each Kueue label or

@@ -3,6 +3,7 @@ package integration
 import (
 	"fmt"
 	"maps"
+	"strconv"
 	"strings"
 	"time"
 
@@ -25,6 +26,9 @@ type Workload struct {
 	Priority      int32
 	CreationTime  time.Time
 	PodSets       []WorkloadPodSet
+	// MaxExecutionSeconds, when above zero, is the job's maximum
+	// execution time (see MaxExecution).
+	MaxExecutionSeconds int32
 }
 
 // WorkloadPodSet is a group of identical pods as the queueing core sees it.
@@ -124,14 +128,19 @@ func WorkloadOf(kind string, j Job, prio PriorityResolver) (Workload, error) {
 	if err != nil {
 		return Workload{}, fmt.Errorf("%s %s: %w", kind, key, err)
 	}
+	maxExec, err := MaxExecution(m.GetLabels())
+	if err != nil {
+		return Workload{}, fmt.Errorf("%s %s: %w", kind, key, err)
+	}
 	w := Workload{
-		Namespace:     m.GetNamespace(),
-		Name:          m.GetName(),
-		UID:           string(m.GetUID()),
-		LocalQueue:    queue,
-		PriorityClass: className,
-		Priority:      priority,
-		CreationTime:  m.GetCreationTimestamp().Time,
+		Namespace:           m.GetNamespace(),
+		Name:                m.GetName(),
+		UID:                 string(m.GetUID()),
+		LocalQueue:          queue,
+		PriorityClass:       className,
+		Priority:            priority,
+		CreationTime:        m.GetCreationTimestamp().Time,
+		MaxExecutionSeconds: maxExec,
 	}
 	for _, ps := range sets {
 		if ps.Count < 0 {
@@ -146,6 +155,27 @@ func WorkloadOf(kind string, j Job, prio PriorityResolver) (Workload, error) {
 		w.PodSets = append(w.PodSets, wps)
 	}
 	return w, nil
+}
+
+// MaxExecution reads a job's maximum execution time in seconds from its
+// labels: sluice.dev/max-exec-time-seconds, or else Kueue's
+// kueue.x-k8s.io/max-exec-time-seconds; 0 when neither is set. A value that
+// is not a whole number of seconds above zero is an error wrapping
+// ErrInvalidJob that names the label.
+func MaxExecution(labels map[string]string) (int32, error) {
+	key := v1beta1.MaxExecTimeLabel
+	v, ok := labels[key]
+	if !ok {
+		key = v1beta1.KueueMaxExecTimeLabel
+		if v, ok = labels[key]; !ok {
+			return 0, nil
+		}
+	}
+	n, err := strconv.ParseInt(v, 10, 32)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("label %s: %q is not a whole number of seconds above 0: %w", key, v, ErrInvalidJob)
+	}
+	return int32(n), nil
 }
 
 // askOf is what one pod built from spec asks for: its effective requests,

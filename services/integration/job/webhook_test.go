@@ -81,6 +81,7 @@ func TestWebhookMutate(t *testing.T) {
 		wantPatched bool
 		wantJob     *jobBuilder // the object after the patch, when patched
 		wantCode    int32       // Result.Code when denied
+		wantMessage string      // in Result.Message when denied
 		kueueLabels bool        // the webhook honours Kueue's labels
 		// wantWarnings are what the client is told (Kueue's settings
 		// Sluice does not read).
@@ -93,18 +94,38 @@ func TestWebhookMutate(t *testing.T) {
 			object: func(t *testing.T) []byte {
 				return jobJSON(t, makeJob("j").suspend(false).
 					label("kueue.x-k8s.io/max-exec-time-seconds", "60").
+					label("kueue.x-k8s.io/prebuilt-workload-name", "w").
 					annotation(KueueMinParallelismAnnotation, "1").
 					templateAnnotation("kueue.x-k8s.io/podset-required-topology", "rack").obj())
 			},
 			wantAllowed: true,
 			wantPatched: true,
 			wantJob: makeJob("j").label("kueue.x-k8s.io/max-exec-time-seconds", "60").
+				label("kueue.x-k8s.io/prebuilt-workload-name", "w").
 				annotation(KueueMinParallelismAnnotation, "1").
 				templateAnnotation("kueue.x-k8s.io/podset-required-topology", "rack"),
 			wantWarnings: []string{
-				"label kueue.x-k8s.io/max-exec-time-seconds is Kueue's; Sluice does not read it (docs/migrate-from-kueue.md)",
+				"label kueue.x-k8s.io/prebuilt-workload-name is Kueue's; Sluice does not read it (docs/migrate-from-kueue.md)",
 				"pod set main: annotation kueue.x-k8s.io/podset-required-topology is Kueue's; Sluice does not read it (docs/migrate-from-kueue.md)",
 			},
+		},
+		{
+			name:        "a maximum execution time that is not a whole number of seconds above 0 is refused, naming the label",
+			op:          admissionv1.Create,
+			kind:        batchJobKind,
+			object:      func(t *testing.T) []byte { return jobJSON(t, makeJob("j").label(v1beta1.MaxExecTimeLabel, "1h").obj()) },
+			wantCode:    http.StatusBadRequest,
+			wantMessage: `label sluice.dev/max-exec-time-seconds: "1h" is not a whole number of seconds above 0`,
+		},
+		{
+			name: "Kueue's maximum execution time label is checked too",
+			op:   admissionv1.Create,
+			kind: batchJobKind,
+			object: func(t *testing.T) []byte {
+				return jobJSON(t, makeJob("j").label(v1beta1.KueueMaxExecTimeLabel, "0").obj())
+			},
+			wantCode:    http.StatusBadRequest,
+			wantMessage: `label kueue.x-k8s.io/max-exec-time-seconds: "0" is not a whole number of seconds above 0`,
 		},
 		{
 			name:        "a managed job is suspended on create",
@@ -254,8 +275,8 @@ func TestWebhookMutate(t *testing.T) {
 				t.Errorf("warnings (-want +got):\n%s", d)
 			}
 			if !tc.wantAllowed {
-				if r.Result == nil || r.Result.Code != tc.wantCode || r.Result.Message == "" {
-					t.Errorf("result = %+v, want code %d with a message", r.Result, tc.wantCode)
+				if r.Result == nil || r.Result.Code != tc.wantCode || r.Result.Message == "" || !strings.Contains(r.Result.Message, tc.wantMessage) {
+					t.Errorf("result = %+v, want code %d with a message containing %q", r.Result, tc.wantCode, tc.wantMessage)
 				}
 				return
 			}
