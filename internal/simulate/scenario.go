@@ -106,6 +106,9 @@ type SimulatedWorkloadSpec struct {
 	// AdmissionChecks say how the admission checks of its ClusterQueue
 	// answer for this workload. A check not listed is Ready at once.
 	AdmissionChecks []SimCheck `json:"admissionChecks,omitempty"`
+	// MaximumExecutionTimeSeconds bounds how long the workload may stay
+	// admitted in total (Kueue's max-exec-time-seconds label).
+	MaximumExecutionTimeSeconds *int32 `json:"maximumExecutionTimeSeconds,omitempty"`
 }
 
 // SimCheck is how one admission check answers a workload's reservations.
@@ -463,6 +466,9 @@ func validateWorkload(w *SimulatedWorkload) field.ErrorList {
 	}
 	if s.Runtime != nil && s.Runtime.Duration <= 0 {
 		errs = append(errs, field.Invalid(sp.Child("runtime"), s.Runtime.String(), "must be positive (leave it out for a workload that never finishes)"))
+	}
+	if m := s.MaximumExecutionTimeSeconds; m != nil && *m <= 0 {
+		errs = append(errs, field.Invalid(sp.Child("maximumExecutionTimeSeconds"), *m, "must be a whole number of seconds above 0 (leave it out for no maximum)"))
 	}
 	if len(s.PodSets) == 0 {
 		errs = append(errs, field.Required(sp.Child("podSets"), "at least one pod set"))

@@ -268,6 +268,9 @@ func (s *sim) toEngine(r *wlRun) engine.Workload {
 		Priority:  r.priority,
 		Submitted: s.opts.Start.Add(r.submitted),
 	}
+	if m := w.Spec.MaximumExecutionTimeSeconds; m != nil {
+		ew.MaxExecution = time.Duration(*m) * time.Second
+	}
 	for _, ps := range w.Spec.PodSets {
 		eps := engine.PodSet{Name: ps.Name, Count: ps.Count, Requests: map[string]int64{}, NodeSelector: ps.NodeSelector, Tolerations: ps.Tolerations}
 		if ps.MinCount != nil {

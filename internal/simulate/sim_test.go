@@ -906,3 +906,36 @@ func TestFairSharingBlockTurnsItOn(t *testing.T) {
 		})
 	}
 }
+
+// TestMaxExecutionTimeCountsOverAdmissions: a workload's run before its
+// preemption counts toward its maximum execution time; when the total
+// reaches it, the workload is evicted and never admitted again.
+func TestMaxExecutionTimeCountsOverAdmissions(t *testing.T) {
+	yaml := strings.Replace(reclaim(), "  runtime: 30m\n", "  runtime: 30m\n  maximumExecutionTimeSeconds: 1200\n", 1)
+	recs := run(t, yaml, Options{})
+	got := steps(t, recs, "admitted", "preempted", "evicted", "finished")
+	want := []step{
+		{0, "admitted", "team-a/sweep", "cq-a main×8 nvidia.com/gpu=a100"},
+		{5 * time.Minute, "preempted", "team-a/sweep", "InCohortReclamation by team-b/train"},
+		{5 * time.Minute, "admitted", "team-b/train", "cq-b main×4 nvidia.com/gpu=a100"},
+		{15 * time.Minute, "finished", "team-b/train", "cq-b"},
+		{15 * time.Minute, "admitted", "team-a/sweep", "cq-a main×8 nvidia.com/gpu=a100"},
+		// 5m in its first admission, 15m in its second: 20m in all.
+		{30 * time.Minute, "evicted", "team-a/sweep", "DeactivatedDueToMaximumExecutionTimeExceeded"},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("steps (-want +got):\n%s", diff)
+	}
+	sweep := workloadResult(t, summaryOf(t, recs), "team-a/sweep")
+	if sweep.State == "finished" || sweep.Evictions != 1 {
+		t.Errorf("summary of team-a/sweep = %+v, want one eviction and not finished", sweep)
+	}
+}
+
+func TestLoadRejectsMaxExecutionTimeBelowOne(t *testing.T) {
+	yaml := strings.Replace(reclaim(), "  runtime: 30m\n", "  runtime: 30m\n  maximumExecutionTimeSeconds: 0\n", 1)
+	_, err := Load([]Source{{Name: "test.yaml", R: strings.NewReader(yaml)}})
+	if err == nil || !strings.Contains(err.Error(), "spec.maximumExecutionTimeSeconds") || !strings.Contains(err.Error(), "team-a/sweep") {
+		t.Errorf("Load() error = %v, want one naming team-a/sweep's spec.maximumExecutionTimeSeconds", err)
+	}
+}

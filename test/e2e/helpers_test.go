@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -71,14 +72,29 @@ type jobSpec struct {
 	nodeSelector map[string]string
 	// managedBy, when set, is the Job's spec.managedBy.
 	managedBy string
+	// labels are added to the Job's own.
+	labels map[string]string
 }
 
 func createJob(t *testing.T, s jobSpec) *batchv1.Job {
 	t.Helper()
+	got, err := env.kube.BatchV1().Jobs(s.ns).Create(context.Background(), jobOf(s), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create job %s/%s: %v", s.ns, s.name, err)
+	}
+	if got.Spec.Suspend == nil || !*got.Spec.Suspend {
+		t.Fatalf("job %s/%s was not suspended on create by the webhook", s.ns, s.name)
+	}
+	return got
+}
+
+// jobOf is the Job s describes.
+func jobOf(s jobSpec) *batchv1.Job {
 	labels := map[string]string{v1beta1.QueueNameLabel: s.queue}
 	if s.priorityClass != "" {
 		labels[v1beta1.PriorityClassLabel] = s.priorityClass
 	}
+	maps.Copy(labels, s.labels)
 	res := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), "nvidia.com/gpu": *resource.NewQuantity(s.gpus, resource.DecimalSI)}
 	j := &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: s.ns, Labels: labels},
@@ -97,14 +113,7 @@ func createJob(t *testing.T, s jobSpec) *batchv1.Job {
 			},
 		},
 	}
-	got, err := env.kube.BatchV1().Jobs(s.ns).Create(context.Background(), j, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("create job %s/%s: %v", s.ns, s.name, err)
-	}
-	if got.Spec.Suspend == nil || !*got.Spec.Suspend {
-		t.Fatalf("job %s/%s was not suspended on create by the webhook", s.ns, s.name)
-	}
-	return got
+	return j
 }
 
 func ptrOrNil(s string) *string {

@@ -1,0 +1,40 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sluice-dev/sluice/api/v1beta1"
+)
+
+func TestMaxExecutionTime(t *testing.T) {
+	ns := "e2e-maxexec"
+	queues(t, ns, 8, "Never")
+
+	// Kueue's label, as Kueue's users set it: a Job that runs longer is
+	// stopped after 6 s of running and deactivated; one that ends sooner
+	// completes.
+	kueueLimit := func(s string) map[string]string { return map[string]string{v1beta1.KueueMaxExecTimeLabel: s} }
+	createJob(t, jobSpec{ns: ns, name: "long", queue: "q", pods: 1, gpus: 1, runFor: "10m", labels: kueueLimit("6")})
+	createJob(t, jobSpec{ns: ns, name: "short", queue: "q", pods: 1, gpus: 1, runFor: "2s", labels: kueueLimit("120")})
+	waitRunning(t, ns, "long", 30*time.Second)
+	waitEvent(t, ns, "long", "Evicted", "evicted: DeactivatedDueToMaximumExecutionTimeExceeded: exceeding the maximum execution time (6s)", 60*time.Second)
+	waitEvent(t, ns, "long", "Pending", "deactivated: exceeding the maximum execution time", 40*time.Second)
+	if !suspended(getJob(t, ns, "long")) {
+		t.Errorf("a Job past its maximum execution time runs")
+	}
+	waitComplete(t, ns, "short", 60*time.Second)
+
+	// A value that is not a whole number of seconds is refused on create,
+	// with the label named.
+	_, err := env.kube.BatchV1().Jobs(ns).Create(context.Background(),
+		jobOf(jobSpec{ns: ns, name: "bad", queue: "q", pods: 1, gpus: 1, runFor: "1s", labels: map[string]string{v1beta1.MaxExecTimeLabel: "1h"}}),
+		metav1.CreateOptions{})
+	if err == nil || !strings.Contains(err.Error(), v1beta1.MaxExecTimeLabel) {
+		t.Errorf("create with %s=1h: error %v, want a refusal naming the label", v1beta1.MaxExecTimeLabel, err)
+	}
+}
