@@ -164,13 +164,13 @@ func (c *cycle) settleChecks(cq *cqState, ws *wlState) {
 	switch {
 	case rejected != nil:
 		ws.pods.deactivated = fmt.Sprintf("deactivated: admission check %s rejected the workload%s", rejected.Name, colonMessage(rejected.Message))
-		c.evictForCheck(cq, ws, ReasonDeactivated, fmt.Sprintf("admission check %s rejected the workload%s", rejected.Name, colonMessage(rejected.Message)))
+		c.evictFor(cq, ws, ReasonDeactivated, fmt.Sprintf("admission check %s rejected the workload%s", rejected.Name, colonMessage(rejected.Message)))
 	case retry != nil:
 		ws.pods.requeueAt = c.now.Add(delay)
 		ws.pods.requeueWhy = fmt.Sprintf("admission check %s asked to retry", retry.Name)
 		// Back in line by the time of its eviction, as in Kueue.
 		ws.orderAt = c.now
-		c.evictForCheck(cq, ws, ReasonAdmissionCheck, fmt.Sprintf("admission check %s asked to retry%s", retry.Name, colonMessage(retry.Message)))
+		c.evictFor(cq, ws, ReasonAdmissionCheck, fmt.Sprintf("admission check %s asked to retry%s", retry.Name, colonMessage(retry.Message)))
 	case ready && a.awaiting:
 		a.awaiting = false
 		a.since = c.now
@@ -180,7 +180,9 @@ func (c *cycle) settleChecks(cq *cqState, ws *wlState) {
 	}
 }
 
-func (c *cycle) evictForCheck(cq *cqState, ws *wlState, reason, message string) {
+// evictFor takes an admitted workload's quota away for reason (at once, or
+// by asking, with deferred eviction) and says so.
+func (c *cycle) evictFor(cq *cqState, ws *wlState, reason, message string) {
 	ws.charge(c.now)
 	if c.e.deferred {
 		ws.evicting = true

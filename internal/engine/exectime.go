@@ -63,15 +63,7 @@ func (c *cycle) execTimeouts() {
 			ws.admitted.charged = true
 			ws.pods.executed = 0
 			ws.pods.deactivated = deactivatedPastExecTime
-			if c.e.deferred {
-				ws.evicting = true
-			} else {
-				c.e.evict(ws)
-				c.requeued(cq)
-			}
-			c.touched[cq] = true
-			c.emit(Decision{Kind: KindEvicted, Key: ws.key, ClusterQueue: cq.Name, Reason: ReasonMaxExecTimeExceeded,
-				Message: fmt.Sprintf("exceeding the maximum execution time (%s)", ws.w.MaxExecution)})
+			c.evictFor(cq, ws, ReasonMaxExecTimeExceeded, fmt.Sprintf("exceeding the maximum execution time (%s)", ws.w.MaxExecution))
 		}
 	}
 }

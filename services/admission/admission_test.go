@@ -205,7 +205,7 @@ func (h *harness) configure(cpu string, preemption *v1beta1.ClusterQueuePreempti
 // submit writes the workload record of a job whose single pod set has
 // count pods of cpu each. Records are stamped one second apart in
 // submission order, so queue order is submission order.
-func (h *harness) submit(name, queue string, priority int32, count int32, cpu string) {
+func (h *harness) submit(name, queue string, priority int32, count int32, cpu string, with ...func(*events.WorkloadSubmittedV1)) {
 	h.t.Helper()
 	rec := events.WorkloadSubmittedV1{
 		Workload:     ref(name),
@@ -213,6 +213,9 @@ func (h *harness) submit(name, queue string, priority int32, count int32, cpu st
 		Priority:     priority,
 		CreationTime: now.Add(time.Duration(len(h.recs)) * time.Second),
 		PodSets:      []events.PodSetV1{{Name: "main", Count: count, Requests: map[string]string{"cpu": cpu}}},
+	}
+	for _, f := range with {
+		f(&rec)
 	}
 	h.recs[name] = rec
 	h.put(h.wls, workloads.Key(rec.Workload), rec)

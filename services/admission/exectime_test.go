@@ -8,42 +8,52 @@ import (
 
 	"github.com/sluice-dev/sluice/events"
 	"github.com/sluice-dev/sluice/internal/engine"
-	"github.com/sluice-dev/sluice/internal/workloads"
 )
 
-// limitExec gives a submitted workload's record a maximum execution time.
-func (h *harness) limitExec(name string, seconds int32) {
+// limitExec gives a record a maximum execution time.
+func limitExec(seconds int32) func(*events.WorkloadSubmittedV1) {
+	return func(r *events.WorkloadSubmittedV1) { r.MaximumExecutionTimeSeconds = seconds }
+}
+
+// exceedsAt moves the clock to one second before a's maximum execution
+// time runs out, checks that it still runs, then to the moment it runs
+// out, and waits for its eviction.
+func (h *harness) exceedsAt(clk *fakeClock, left time.Duration) {
 	h.t.Helper()
-	rec := h.recs[name]
-	rec.MaximumExecutionTimeSeconds = seconds
-	h.recs[name] = rec
-	h.put(h.wls, workloads.Key(rec.Workload), rec)
+	clk.advance(left - time.Second)
+	time.Sleep(50 * time.Millisecond)
+	if got := h.evictions("a"); len(got) != 0 {
+		h.t.Fatalf("evicted before its maximum execution time: %v", got)
+	}
+	clk.advance(time.Second)
+	h.eventually("evicted for its maximum execution time", func() (bool, string) {
+		got := h.evictions("a")
+		want := []string{engine.ReasonMaxExecTimeExceeded}
+		return cmp.Equal(got, want), cmp.Diff(want, got)
+	})
+}
+
+// admittedWithLimit starts admission on a moved clock and has workload
+// "a", with a maximum execution time of 60 s, admitted.
+func admittedWithLimit(t *testing.T) (*harness, *fakeClock) {
+	t.Helper()
+	h := newHarness(t)
+	clk := &fakeClock{t: now}
+	h.clock = clk.now
+	h.configure("4", nil)
+	h.start()
+	h.submit("a", "main", 0, 4, "1", limitExec(60))
+	admitted("a", 4).do(h)
+	return h, clk
 }
 
 func TestMaxExecutionTime(t *testing.T) {
 	t.Run("admitted past its maximum: evicted and deactivated, and a new replica keeps it so", func(t *testing.T) {
-		h := newHarness(t)
-		clk := &fakeClock{t: now}
-		h.clock = clk.now
-		h.configure("4", nil)
-		h.start()
-		h.submit("a", "main", 0, 4, "1")
-		h.limitExec("a", 60)
-		admitted("a", 4).do(h)
+		h, clk := admittedWithLimit(t)
 		if r := h.reservations()[key("a")]; r.MaxExecution != time.Minute || r.PastExecution != 0 {
 			t.Errorf("reservation keeps max %s, past %s; want 1m0s, 0s", r.MaxExecution, r.PastExecution)
 		}
-		clk.advance(59 * time.Second)
-		time.Sleep(50 * time.Millisecond)
-		if got := h.evictions("a"); len(got) != 0 {
-			t.Fatalf("evicted before its maximum execution time: %v", got)
-		}
-		clk.advance(time.Second)
-		h.eventually("evicted for its maximum execution time", func() (bool, string) {
-			got := h.evictions("a")
-			want := []string{engine.ReasonMaxExecTimeExceeded}
-			return cmp.Equal(got, want), cmp.Diff(want, got)
-		})
+		h.exceedsAt(clk, time.Minute)
 		var msg string
 		for _, ev := range eventsOf[events.WorkloadEvictedV1](h) {
 			msg = ev.Message
@@ -62,14 +72,7 @@ func TestMaxExecutionTime(t *testing.T) {
 	})
 
 	t.Run("time counts over admissions: a stopped admission's run is kept", func(t *testing.T) {
-		h := newHarness(t)
-		clk := &fakeClock{t: now}
-		h.clock = clk.now
-		h.configure("4", nil)
-		h.start()
-		h.submit("a", "main", 0, 4, "1")
-		h.limitExec("a", 60)
-		admitted("a", 4).do(h)
+		h, clk := admittedWithLimit(t)
 		// Suspended from outside after 40 s: quota accounting releases
 		// the reservation, and the workload is admitted again.
 		clk.advance(40 * time.Second)
@@ -78,16 +81,7 @@ func TestMaxExecutionTime(t *testing.T) {
 			r, ok := h.reservations()[key("a")]
 			return ok && r.PastExecution == 40*time.Second, cmp.Diff(40*time.Second, r.PastExecution)
 		})
-		clk.advance(19 * time.Second)
-		time.Sleep(50 * time.Millisecond)
-		if got := h.evictions("a"); len(got) != 0 {
-			t.Fatalf("evicted before 60s of runs in total: %v", got)
-		}
-		clk.advance(time.Second)
-		h.eventually("evicted 20s into its second admission", func() (bool, string) {
-			got := h.evictions("a")
-			want := []string{engine.ReasonMaxExecTimeExceeded}
-			return cmp.Equal(got, want), cmp.Diff(want, got)
-		})
+		// 20 s left of its 60.
+		h.exceedsAt(clk, 20*time.Second)
 	})
 }
