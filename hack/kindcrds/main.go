@@ -31,6 +31,9 @@ var crds = []crd{
 	{module: "github.com/ray-project/kuberay/ray-operator", path: "config/crd/bases/ray.io_rayclusters.yaml"},
 	{module: "github.com/ray-project/kuberay/ray-operator", path: "config/crd/bases/ray.io_rayjobs.yaml"},
 	{module: "github.com/kubeflow/training-operator", path: "manifests/base/crds/kubeflow.org_pytorchjobs.yaml"},
+	{module: "github.com/kubeflow/training-operator", path: "manifests/base/crds/kubeflow.org_tfjobs.yaml"},
+	{module: "github.com/kubeflow/training-operator", path: "manifests/base/crds/kubeflow.org_xgboostjobs.yaml"},
+	{module: "github.com/kubeflow/training-operator", path: "manifests/base/crds/kubeflow.org_paddlejobs.yaml"},
 	// MPIJob v2beta1 comes from mpi-operator (training-operator's MPIJob
 	// CRD is the older v1 of the same name).
 	{module: "github.com/kubeflow/mpi-operator", path: "manifests/base/kubeflow.org_mpijobs.yaml"},

@@ -147,8 +147,8 @@ func TestChartRefusesBadValuesNamingThem(t *testing.T) {
 		{name: "negative replicas", set: []string{"quota.replicas=-1"}, wantErr: []string{"/quota/replicas"}},
 		{name: "a worker without its name", set: []string{"worker.enabled=true"}, wantErr: []string{"worker.name is required"}},
 		{name: "a worker name NATS and Kubernetes cannot carry", set: []string{"worker.enabled=true", "worker.name=GPU_east"}, wantErr: []string{"/worker/name"}},
-		{name: "a kind Sluice does not integrate", set: []string{"integrations.tfjob.enabled=true"},
-			wantErr: []string{"integrations.tfjob: not a kind Sluice integrates", "pytorchjob"}},
+		{name: "a kind Sluice does not integrate", set: []string{"integrations.mxjob.enabled=true"},
+			wantErr: []string{"integrations.mxjob: not a kind Sluice integrates", "pytorchjob"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := render(t, tc.set...)

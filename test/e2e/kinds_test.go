@@ -14,9 +14,12 @@ import (
 	"github.com/sluice-dev/sluice/services/integration"
 	"github.com/sluice-dev/sluice/services/integration/jobset"
 	"github.com/sluice-dev/sluice/services/integration/mpijob"
+	"github.com/sluice-dev/sluice/services/integration/paddlejob"
 	"github.com/sluice-dev/sluice/services/integration/pytorchjob"
 	"github.com/sluice-dev/sluice/services/integration/raycluster"
 	"github.com/sluice-dev/sluice/services/integration/rayjob"
+	"github.com/sluice-dev/sluice/services/integration/tfjob"
+	"github.com/sluice-dev/sluice/services/integration/xgboostjob"
 )
 
 // pod is a pod template asking for one CPU and one GPU; %s is an
@@ -106,6 +109,42 @@ spec:
 `,
 		finish: conditionTrue("Succeeded", false),
 	},
+	"tfjob": {
+		adapter: tfjob.Adapter{},
+		manifest: `apiVersion: kubeflow.org/v1
+kind: TFJob
+metadata: {name: %[2]s, namespace: %[1]s, labels: {sluice.dev/queue-name: q}}
+spec:
+  tfReplicaSpecs:
+    PS: {replicas: 1, restartPolicy: OnFailure, template: ` + fmt.Sprintf(gpuPod, "") + `}
+    Worker: {replicas: 2, restartPolicy: OnFailure, template: ` + fmt.Sprintf(gpuPod, userSelector) + `}
+`,
+		finish: conditionTrue("Succeeded", false),
+	},
+	"xgboostjob": {
+		adapter: xgboostjob.Adapter{},
+		manifest: `apiVersion: kubeflow.org/v1
+kind: XGBoostJob
+metadata: {name: %[2]s, namespace: %[1]s, labels: {sluice.dev/queue-name: q}}
+spec:
+  xgbReplicaSpecs:
+    Master: {replicas: 1, restartPolicy: Never, template: ` + fmt.Sprintf(gpuPod, "") + `}
+    Worker: {replicas: 2, restartPolicy: Never, template: ` + fmt.Sprintf(gpuPod, userSelector) + `}
+`,
+		finish: conditionTrue("Failed", false),
+	},
+	"paddlejob": {
+		adapter: paddlejob.Adapter{},
+		manifest: `apiVersion: kubeflow.org/v1
+kind: PaddleJob
+metadata: {name: %[2]s, namespace: %[1]s, labels: {sluice.dev/queue-name: q}}
+spec:
+  paddleReplicaSpecs:
+    Master: {replicas: 1, restartPolicy: Never, template: ` + fmt.Sprintf(gpuPod, "") + `}
+    Worker: {replicas: 2, restartPolicy: Never, template: ` + fmt.Sprintf(gpuPod, userSelector) + `}
+`,
+		finish: conditionTrue("Succeeded", false),
+	},
 }
 
 // conditionTrue appends a True condition of type t to status.conditions,
@@ -158,7 +197,7 @@ func podSetSelectors(t *testing.T, ad integration.Adapter, u *unstructured.Unstr
 // The kinds' CRDs are installed after `sluice dev` started.
 func TestKindLifecycle(t *testing.T) {
 	installKindCRDs(t)
-	for _, name := range []string{"jobset", "rayjob", "raycluster", "mpijob", "pytorchjob"} {
+	for _, name := range []string{"jobset", "rayjob", "raycluster", "mpijob", "pytorchjob", "tfjob", "xgboostjob", "paddlejob"} {
 		t.Run(name, func(t *testing.T) { kindLifecycle(t, kindCases[name]) })
 	}
 }

@@ -10,10 +10,13 @@ import (
 	"github.com/sluice-dev/sluice/services/integration/job"
 	"github.com/sluice-dev/sluice/services/integration/jobset"
 	"github.com/sluice-dev/sluice/services/integration/mpijob"
+	"github.com/sluice-dev/sluice/services/integration/paddlejob"
 	"github.com/sluice-dev/sluice/services/integration/pod"
 	"github.com/sluice-dev/sluice/services/integration/pytorchjob"
 	"github.com/sluice-dev/sluice/services/integration/raycluster"
 	"github.com/sluice-dev/sluice/services/integration/rayjob"
+	"github.com/sluice-dev/sluice/services/integration/tfjob"
+	"github.com/sluice-dev/sluice/services/integration/xgboostjob"
 )
 
 // All lists the adapters, one line per kind.
@@ -24,6 +27,9 @@ var All = []integration.Adapter{
 	raycluster.Adapter{},
 	mpijob.Adapter{},
 	pytorchjob.Adapter{},
+	tfjob.Adapter{},
+	xgboostjob.Adapter{},
+	paddlejob.Adapter{},
 	pod.Adapter{},
 }
 

@@ -41,7 +41,7 @@ var ownedKinds = map[string][]string{
 	"batch":                    {"Job"},
 	"jobset.x-k8s.io":          {"JobSet"},
 	"ray.io":                   {"RayCluster", "RayJob"},
-	"kubeflow.org":             {"MPIJob", "PyTorchJob"},
+	"kubeflow.org":             {"MPIJob", "PyTorchJob", "TFJob", "XGBoostJob", "PaddleJob"},
 	"leaderworkerset.x-k8s.io": {"LeaderWorkerSet"},
 }
 

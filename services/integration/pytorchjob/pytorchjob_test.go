@@ -6,7 +6,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	kftov1 "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 )
 
@@ -52,36 +51,5 @@ func TestPodSets(t *testing.T) {
 				t.Errorf("counts (-want +got):\n%s", diff)
 			}
 		})
-	}
-}
-
-// TestSuspendWithoutRunPolicy: a PyTorchJob may come without runPolicy.
-func TestSuspendWithoutRunPolicy(t *testing.T) {
-	j, _ := Adapter{}.Decode(&kftov1.PyTorchJob{})
-	if j.IsSuspended() {
-		t.Fatal("suspended without runPolicy")
-	}
-	j.SetSuspended(true)
-	if !j.IsSuspended() {
-		t.Fatal("SetSuspended(true) did not suspend")
-	}
-}
-
-func TestFinished(t *testing.T) {
-	for _, tc := range []struct {
-		typ                         kftov1.JobConditionType
-		status                      corev1.ConditionStatus
-		wantFinished, wantSucceeded bool
-	}{
-		{kftov1.JobSucceeded, corev1.ConditionTrue, true, true},
-		{kftov1.JobFailed, corev1.ConditionTrue, true, false},
-		{kftov1.JobRunning, corev1.ConditionTrue, false, false},
-		{kftov1.JobSucceeded, corev1.ConditionFalse, false, false},
-	} {
-		pj := &kftov1.PyTorchJob{Status: kftov1.JobStatus{Conditions: []kftov1.JobCondition{{Type: tc.typ, Status: tc.status}}}}
-		j, _ := Adapter{}.Decode(pj)
-		if f, s, _ := j.Finished(); f != tc.wantFinished || s != tc.wantSucceeded {
-			t.Errorf("%s=%s: Finished() = %v, %v", tc.typ, tc.status, f, s)
-		}
 	}
 }

@@ -1,0 +1,35 @@
+// Package xgboostjob is Sluice's adapter for Kubeflow XGBoostJobs (XGBoost,
+// kubeflow.org/v1, training-operator): one pod set per replica type,
+// "master" then "worker", of its replicas (default 1). It is
+// suspended through spec.runPolicy.suspend (the webhook adds runPolicy
+// when the manifest has none) and finishes with its Succeeded or Failed
+// condition (package kubeflow).
+package xgboostjob
+
+import (
+	kftov1 "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/sluice-dev/sluice/services/integration"
+	"github.com/sluice-dev/sluice/services/integration/kubeflow"
+)
+
+// Kind is the XGBoostJob's kind.
+var Kind = integration.Kind{Name: "xgboostjob", GVK: kftov1.GroupVersion.WithKind("XGBoostJob"), Resource: "xgboostjobs", SuspendField: kubeflow.SuspendField}
+
+var shape = &kubeflow.Shape{Kind: Kind.Name, Field: "spec.xgbReplicaSpecs", Order: []kftov1.ReplicaType{kftov1.XGBoostJobReplicaTypeMaster, kftov1.XGBoostJobReplicaTypeWorker}}
+
+// Adapter is the XGBoostJob adapter.
+type Adapter struct{}
+
+// Kind implements integration.Adapter.
+func (Adapter) Kind() integration.Kind { return Kind }
+
+// Decode implements integration.Adapter.
+func (Adapter) Decode(obj runtime.Object) (integration.Job, error) {
+	o, err := integration.DecodeAs[kftov1.XGBoostJob](obj, "XGBoostJob")
+	if err != nil {
+		return nil, err
+	}
+	return kubeflow.New(o, o.Spec.XGBReplicaSpecs, &o.Spec.RunPolicy, &o.Status, shape), nil
+}
