@@ -32,6 +32,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/health"
 	"github.com/sluice-dev/sluice/internal/natsconn"
 	"github.com/sluice-dev/sluice/internal/natsperm"
+	"github.com/sluice-dev/sluice/internal/queueconfig"
 	"github.com/sluice-dev/sluice/internal/simulate"
 	"github.com/sluice-dev/sluice/internal/tracing"
 	"github.com/sluice-dev/sluice/services/admission"
@@ -267,7 +268,7 @@ type serviceFlags struct {
 // `sluice dev` runs together under one flag.
 func (f *serviceFlags) bindConfig(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.configFile, "config", "",
-		"file with a Configuration document, as sluice simulate reads it: fairSharing and waitForPodsReady, under Kueue's names")
+		"file with a Configuration document, as sluice simulate reads it: fairSharing, waitForPodsReady and resources, under Kueue's names")
 	// A bad file is refused before anything connects.
 	cmd.PreRunE = func(*cobra.Command, []string) error {
 		_, err := f.configuration()
@@ -280,6 +281,9 @@ type settings struct {
 	fairSharing    bool
 	fairStrategies engine.FairStrategies
 	podsReady      *engine.WaitForPodsReady
+	// resources is Kueue's resources block, which the integrations apply
+	// to the requests they queue jobs with.
+	resources *queueconfig.Resources
 }
 
 // configuration reads --config; without one, fair sharing is --fair-sharing
@@ -301,7 +305,8 @@ func (f *serviceFlags) configuration() (settings, error) {
 	if len(sc.Workloads)+len(o.Flavors)+len(o.ClusterQueues)+len(o.Cohorts)+len(o.LocalQueues)+len(o.PriorityClasses)+len(o.Namespaces) > 0 {
 		return settings{}, usageError{fmt.Errorf("--config %s: only a Configuration document belongs here (queues come from the cluster)", f.configFile)}
 	}
-	return settings{fairSharing: f.fairSharing || o.FairSharing, fairStrategies: o.FairStrategies, podsReady: o.WaitForPodsReady}, nil
+	return settings{fairSharing: f.fairSharing || o.FairSharing, fairStrategies: o.FairStrategies, podsReady: o.WaitForPodsReady,
+		resources: o.Resources}, nil
 }
 
 func (f *serviceFlags) bindAdmission(cmd *cobra.Command) {
@@ -403,6 +408,9 @@ func integrationRunner(f *serviceFlags, names func() []string) runner {
 		cfg := integration.Config{Workers: f.workers, Resync: f.resync, WebhookAddress: f.webhookAddr, WebhookHost: f.webhookHost,
 			WebhookCertDir: f.webhookCertDir, ExternalWebhookConfiguration: f.webhookExternal, KueueLabels: f.kueueLabels, Replica: f.replica,
 			ReportPodsReady: set.podsReady != nil, Tracing: tf, QueueMetrics: integration.NewQueueMetrics()}
+		if set.resources != nil {
+			cfg.Requests = set.resources.Apply
+		}
 		if err := cfg.Validate(); err != nil {
 			return nil, usageError{err}
 		}

@@ -32,11 +32,12 @@ type configuration struct {
 		PreemptionStrategies []string `json:"preemptionStrategies,omitempty"`
 	} `json:"fairSharing,omitempty"`
 	WaitForPodsReady *queueconfig.WaitForPodsReady `json:"waitForPodsReady,omitempty"`
+	Resources        *queueconfig.Resources        `json:"resources,omitempty"`
 }
 
 // convertConfiguration turns Kueue's manager Configuration
 // (config.kueue.x-k8s.io) into Sluice's Configuration document: fair
-// sharing and waitForPodsReady are kept under their names; what configures
+// sharing, waitForPodsReady and resources are kept under their names; what configures
 // Kueue's process is dropped with a warning; any other setting of queueing
 // decisions Sluice lacks is refused unless DropUnsupported.
 func convertConfiguration(loc string, obj map[string]any, opts Options) ([]byte, []string, error) {
@@ -50,7 +51,7 @@ func convertConfiguration(loc string, obj map[string]any, opts Options) ([]byte,
 	var process []string
 	for _, k := range keys {
 		switch {
-		case k == "apiVersion" || k == "kind" || k == "fairSharing" || k == "waitForPodsReady":
+		case k == "apiVersion" || k == "kind" || k == "fairSharing" || k == "waitForPodsReady" || k == "resources":
 		case processOnly[k]:
 			process = append(process, k)
 			delete(obj, k)

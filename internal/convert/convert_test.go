@@ -340,6 +340,18 @@ waitForPodsReady: {timeout: 10m}
 			wantErr: "queues.yaml: document 1 (Configuration): waitForPodsReady.podsReadyGate: not supported by Sluice",
 		},
 		{
+			name: "Kueue's resources block is kept: excluded prefixes and transformations",
+			in: "apiVersion: config.kueue.x-k8s.io/v1beta2\nkind: Configuration\nresources:\n  excludeResourcePrefixes: [example.com/]\n" +
+				"  transformations:\n  - {input: nvidia.com/mig-1g.5gb, strategy: Replace, outputs: {example.com/accelerator-memory: 5Gi}}\n",
+			want: "apiVersion: sluice.dev/v1beta1\nkind: Configuration\nresources:\n  excludeResourcePrefixes:\n  - example.com/\n" +
+				"  transformations:\n  - input: nvidia.com/mig-1g.5gb\n    outputs:\n      example.com/accelerator-memory: 5Gi\n    strategy: Replace\n",
+		},
+		{
+			name:    "a resources setting Sluice lacks is refused by its path",
+			in:      "apiVersion: config.kueue.x-k8s.io/v1beta2\nkind: Configuration\nresources:\n  deviceClassMappings: [{name: gpus, deviceClassNames: [gpu.example.com]}]\n",
+			wantErr: "queues.yaml: document 1 (Configuration): resources.deviceClassMappings: not supported by Sluice",
+		},
+		{
 			name:    "a LocalQueue's fairSharing is refused",
 			in:      "apiVersion: kueue.x-k8s.io/v1beta1\nkind: LocalQueue\nmetadata: {name: q, namespace: ns}\nspec: {clusterQueue: cq, fairSharing: {weight: 2}}\n",
 			wantErr: "queues.yaml: document 1 (LocalQueue ns/q): spec.fairSharing (Admission Fair Sharing): not supported by Sluice",

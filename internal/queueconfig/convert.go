@@ -25,6 +25,9 @@ type Objects struct {
 	// Kueue's default).
 	FairStrategies  []string
 	AdmissionChecks []v1beta1.AdmissionCheck
+	// Resources turns pods' requests into what workloads are queued
+	// with; nil counts requests as they are.
+	Resources *Resources
 }
 
 // ToEngine converts validated objects into the engine's configuration.

@@ -173,6 +173,9 @@ type Configuration struct {
 		PreemptionStrategies []string `json:"preemptionStrategies,omitempty"`
 	} `json:"fairSharing,omitempty"`
 	WaitForPodsReady *queueconfig.WaitForPodsReady `json:"waitForPodsReady,omitempty"`
+	// Resources is Kueue's resources block: excluded resource prefixes
+	// and resource transformations.
+	Resources *queueconfig.Resources `json:"resources,omitempty"`
 }
 
 // namespace is the part of a v1 Namespace the simulator reads.
@@ -389,6 +392,10 @@ func (sc *Scenario) add(base string, doc []byte, seen map[string]string, sawConf
 			sc.Config.FairStrategies = o.FairSharing.PreemptionStrategies
 		}
 		sc.Config.WaitForPodsReady = o.WaitForPodsReady.Engine()
+		if err := fieldErrors(loc, o.Resources.Validate(field.NewPath("resources"))); err != nil {
+			return err
+		}
+		sc.Config.Resources = o.Resources
 	case "SimulatedWorkload":
 		var o SimulatedWorkload
 		if err := decode(loc, doc, js, &o); err != nil {

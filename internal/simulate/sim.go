@@ -166,6 +166,8 @@ type sim struct {
 	// (timeouts, ends of backoffs); stopped says why the run ended early.
 	futile  int
 	stopped string
+	// resources turns a pod's requests into what is queued.
+	resources *queueconfig.Resources
 }
 
 // maxFutileInstants ends a run in which nothing but waitForPodsReady's
@@ -192,6 +194,7 @@ func Run(sc *Scenario, opts Options) ([]Record, error) {
 		nominal:   map[frKey]int64{},
 		podsReady: cfg.WaitForPodsReady != nil,
 		timers:    map[time.Duration]bool{},
+		resources: sc.Config.Resources,
 	}
 	for _, cq := range cfg.ClusterQueues {
 		for _, g := range cq.ResourceGroups {
@@ -276,7 +279,7 @@ func (s *sim) toEngine(r *wlRun) engine.Workload {
 		if ps.MinCount != nil {
 			eps.MinCount = *ps.MinCount
 		}
-		for res, q := range ps.Requests {
+		for res, q := range s.resources.Apply(ps.Requests) {
 			eps.Requests[string(res)] = engine.Canonical(string(res), q)
 		}
 		ew.PodSets = append(ew.PodSets, eps)

@@ -939,3 +939,62 @@ func TestLoadRejectsMaxExecutionTimeBelowOne(t *testing.T) {
 		t.Errorf("Load() error = %v, want one naming team-a/sweep's spec.maximumExecutionTimeSeconds", err)
 	}
 }
+
+// TestResourceTransformations: with Kueue's resources block, a workload is
+// queued by its transformed requests: MIG slices count as accelerator
+// memory (Replace), and a resource under an excluded prefix is not
+// counted, so a ClusterQueue that covers neither input admits it.
+func TestResourceTransformations(t *testing.T) {
+	config := docHead + `kind: Configuration
+resources:
+  excludeResourcePrefixes: [example.com/nic]
+  transformations:
+  - input: nvidia.com/mig-1g.5gb
+    strategy: Replace
+    outputs: {example.com/accelerator-memory: 5Gi}
+`
+	queue := clusterQueue("cq", `  resourceGroups:
+  - coveredResources: [cpu, example.com/accelerator-memory]
+    flavors:
+    - name: default
+      resources: [{name: cpu, nominalQuota: 8}, {name: example.com/accelerator-memory, nominalQuota: 20Gi}]
+`)
+	job := func(name string, slices int) string {
+		return workload("default", name, fmt.Sprintf(`  queueName: lq
+  runtime: 10m
+  podSets: [{name: main, count: 1, requests: {cpu: 1, example.com/nic: 1, nvidia.com/mig-1g.5gb: %d}}]
+`, slices))
+	}
+	yaml := scenario(config, flavor("default"), queue, localQueue("default", "lq", "  clusterQueue: cq\n"),
+		job("three", 3), job("two", 2))
+	got := steps(t, run(t, yaml, Options{}), "admitted", "pending")
+	want := []step{
+		{0, "admitted", "default/three", "cq main×1 cpu=default,example.com/accelerator-memory=default"},
+		// 15Gi of 20Gi taken: 2 slices (10Gi) wait.
+		{0, "pending", "default/two", "pod set main: insufficient unused quota for example.com/accelerator-memory in flavor default: requested 10737418240, available 5368709120"},
+		{10 * time.Minute, "admitted", "default/two", "cq main×1 cpu=default,example.com/accelerator-memory=default"},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("steps (-want +got):\n%s", diff)
+	}
+
+	// Without the block, the same workloads ask for resources the
+	// ClusterQueue does not cover.
+	plain := scenario(flavor("default"), queue, localQueue("default", "lq", "  clusterQueue: cq\n"), job("three", 3))
+	got = steps(t, run(t, plain, Options{}), "admitted", "pending")
+	if len(got) != 1 || got[0].Type != "pending" {
+		t.Errorf("without transformations: steps %v, want one pending", got)
+	}
+}
+
+func TestLoadRejectsABadResourcesBlock(t *testing.T) {
+	yaml := docHead + `kind: Configuration
+resources:
+  transformations:
+  - {input: cpu, strategy: Keep}
+`
+	_, err := Load([]Source{{Name: "test.yaml", R: strings.NewReader(yaml)}})
+	if err == nil || !strings.Contains(err.Error(), "resources.transformations[0].strategy") {
+		t.Errorf("Load() error = %v, want one naming resources.transformations[0].strategy", err)
+	}
+}

@@ -256,7 +256,7 @@ func (s *Service) submitGroup(ctx context.Context, k *kindRunner, rk string, ref
 	s.mu.Lock()
 	prio := s.priorities()
 	s.mu.Unlock()
-	w, complete, err := GroupWorkload(k.ad, ref.Namespace, ref.Name, live, prio)
+	w, complete, err := GroupWorkload(k.ad, ref.Namespace, ref.Name, live, prio, s.workloadOptions()...)
 	if err != nil {
 		for _, m := range live {
 			s.recorder.Eventf(m.Object(), corev1.EventTypeWarning, "InvalidWorkload", "group %s not queued: %v", ref.Name, err)
@@ -275,7 +275,7 @@ func (s *Service) submitGroup(ctx context.Context, k *kindRunner, rk string, ref
 // complete is false while fewer of them exist than the group's total. An
 // error names the member and the field that keep the group from being
 // queued.
-func GroupWorkload(ad Adapter, ns, group string, live []Job, prio PriorityResolver) (w Workload, complete bool, err error) {
+func GroupWorkload(ad Adapter, ns, group string, live []Job, prio PriorityResolver, opts ...WorkloadOption) (w Workload, complete bool, err error) {
 	g, ok := ad.(Grouper)
 	if !ok || len(live) == 0 {
 		return Workload{}, false, fmt.Errorf("group %s/%s: no members of a grouping kind: %w", ns, group, ErrInvalidGroup)
@@ -305,7 +305,7 @@ func GroupWorkload(ad Adapter, ns, group string, live []Job, prio PriorityResolv
 		if err != nil {
 			return Workload{}, false, err
 		}
-		mw, err := WorkloadOf(kind, view, prio)
+		mw, err := WorkloadOf(kind, view, prio, opts...)
 		if err != nil {
 			return Workload{}, false, err
 		}

@@ -86,6 +86,9 @@ type Config struct {
 	// Tracing makes each kind's tracer (service.name sluice-<kind>); nil
 	// records no spans.
 	Tracing *tracing.Factory
+	// Requests turns one pod's effective requests into those its workload
+	// is queued with (Kueue's resources block); nil keeps them.
+	Requests func(corev1.ResourceList) corev1.ResourceList
 }
 
 // Validate checks the configuration.
@@ -1199,7 +1202,7 @@ func (s *Service) submit(ctx context.Context, k *kindRunner, rk string, job Job)
 	if err != nil {
 		return nil, err
 	}
-	w, err := WorkloadOf(k.kind.Name, view, prio)
+	w, err := WorkloadOf(k.kind.Name, view, prio, s.workloadOptions()...)
 	if err != nil {
 		// Bad input is reported on the object and not retried: a change
 		// to the object or the configuration brings it back.
@@ -1895,6 +1898,14 @@ func (k *keyLocks) lock(key string) (unlock func()) {
 }
 
 // priorities resolves priority classes from the configuration snapshot.
+// workloadOptions are how this service builds workloads from objects.
+func (s *Service) workloadOptions() []WorkloadOption {
+	if s.cfg.Requests == nil {
+		return nil
+	}
+	return []WorkloadOption{WithRequests(s.cfg.Requests)}
+}
+
 func (s *Service) priorities() StaticPriorityResolver {
 	return StaticPriorityResolver{WorkloadPriorityClasses: s.snap.WorkloadPriorityClasses, PriorityClasses: s.snap.PriorityClasses,
 		DefaultPriorityClass: s.snap.DefaultPriorityClass}

@@ -99,6 +99,20 @@ func (r StaticPriorityResolver) PriorityClass(name string) (int32, error) {
 	return v, nil
 }
 
+// WorkloadOption tunes WorkloadOf.
+type WorkloadOption func(*workloadOptions)
+
+type workloadOptions struct {
+	requests func(corev1.ResourceList) corev1.ResourceList
+}
+
+// WithRequests has f turn each pod set's per-pod requests into those the
+// workload is queued with (Kueue's resources block: excluded prefixes and
+// transformations). The pods themselves keep asking for what they ask.
+func WithRequests(f func(corev1.ResourceList) corev1.ResourceList) WorkloadOption {
+	return func(o *workloadOptions) { o.requests = f }
+}
+
 // WorkloadOf translates an object of a kind into a Workload. It returns an
 // error wrapping ErrNotManaged when the object has no queue label, and one
 // wrapping ErrInvalidJob naming the field when its pod sets cannot be read.
@@ -107,7 +121,11 @@ func (r StaticPriorityResolver) PriorityClass(name string) (int32, error) {
 // again (see Pristine), so flavor labels and a lowered count never leak
 // back into the workload. The per-pod requests follow Kubernetes' effective
 // pod request (see PodRequests).
-func WorkloadOf(kind string, j Job, prio PriorityResolver) (Workload, error) {
+func WorkloadOf(kind string, j Job, prio PriorityResolver, opts ...WorkloadOption) (Workload, error) {
+	var o workloadOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	m := j.Meta()
 	key := m.GetNamespace() + "/" + m.GetName()
 	queue := m.GetLabels()[v1beta1.QueueNameLabel]
@@ -151,6 +169,9 @@ func WorkloadOf(kind string, j Job, prio PriorityResolver) (Workload, error) {
 			minCount = ps.Count
 		}
 		wps := askOf(ps.Spec)
+		if o.requests != nil {
+			wps.Requests = o.requests(wps.Requests)
+		}
 		wps.Name, wps.Count, wps.MinCount = ps.Name, ps.Count, minCount
 		w.PodSets = append(w.PodSets, wps)
 	}

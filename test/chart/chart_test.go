@@ -20,6 +20,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -678,5 +679,41 @@ func TestChartMulticlusterRBAC(t *testing.T) {
 	}
 	if objs := mustRender(t); len(names(objs, "Deployment")) != 7 || slices.Contains(names(objs, "Deployment"), fullname+"-worker") {
 		t.Errorf("default Deployments %v: want the dispatcher and no worker", names(objs, "Deployment"))
+	}
+}
+
+// TestChartQuotaResources: Kueue's resources block becomes the
+// Configuration's resources, which `sluice` accepts and the integrations
+// read; a strategy Kueue lacks is refused by its path.
+func TestChartQuotaResources(t *testing.T) {
+	objs := mustRender(t, "quotaResources.excludeResourcePrefixes[0]=example.com/nic",
+		"quotaResources.transformations[0].input=nvidia.com/mig-1g.5gb", "quotaResources.transformations[0].strategy=Replace",
+		"quotaResources.transformations[0].outputs.example\\.com/accelerator-memory=5Gi")
+	var cm corev1.ConfigMap
+	if !find(t, objs, "ConfigMap", fullname+"-config", &cm) {
+		t.Fatalf("no ConfigMap %s-config: %v", fullname, names(objs, "ConfigMap"))
+	}
+	sc, err := simulate.Load([]simulate.Source{{Name: "config.yaml", R: strings.NewReader(cm.Data["config.yaml"])}})
+	if err != nil {
+		t.Fatalf("the rendered Configuration is refused: %v\n%s", err, cm.Data["config.yaml"])
+	}
+	r := sc.Config.Resources
+	if r == nil || len(r.ExcludeResourcePrefixes) != 1 || len(r.Transformations) != 1 || r.Transformations[0].Strategy != "Replace" {
+		t.Fatalf("resources read back as %+v", r)
+	}
+	got := r.Apply(corev1.ResourceList{"nvidia.com/mig-1g.5gb": resource.MustParse("2"), "example.com/nic": resource.MustParse("1")})
+	if q := got["example.com/accelerator-memory"]; len(got) != 1 || q.Cmp(resource.MustParse("10Gi")) != 0 {
+		t.Errorf("two slices are queued as %v, want example.com/accelerator-memory: 10Gi only", got)
+	}
+	var dep appsv1.Deployment
+	if !find(t, objs, "Deployment", fullname+"-integration-job", &dep) {
+		t.Fatal("no Deployment integration-job")
+	}
+	if !slices.Contains(dep.Spec.Template.Spec.Containers[0].Args, "--config=/etc/sluice/config/config.yaml") {
+		t.Errorf("integration-job is not given the Configuration: %v", dep.Spec.Template.Spec.Containers[0].Args)
+	}
+	if _, err := render(t, "quotaResources.transformations[0].input=cpu", "quotaResources.transformations[0].strategy=Keep"); err == nil ||
+		!strings.Contains(err.Error(), "quotaResources/transformations/0/strategy") {
+		t.Errorf("an unknown strategy is not refused by name: %v", err)
 	}
 }

@@ -16,6 +16,19 @@ import (
 // given GPU quota and policy, a namespace and a LocalQueue "q" in it.
 func queues(t *testing.T, name string, gpus int, preemption string) {
 	t.Helper()
+	queuesWith(t, name, preemption, fmt.Sprintf(`  - coveredResources: [cpu, nvidia.com/gpu]
+    flavors:
+    - name: a100
+      resources:
+      - {name: cpu, nominalQuota: 64}
+      - {name: nvidia.com/gpu, nominalQuota: %d}
+`, gpus))
+}
+
+// queuesWith is queues with the ClusterQueue's resource groups given (YAML
+// list items indented by two spaces).
+func queuesWith(t *testing.T, name, preemption, groups string) {
+	t.Helper()
 	apply(t, fmt.Sprintf(`apiVersion: sluice.dev/v1beta1
 kind: ResourceFlavor
 metadata: {name: a100}
@@ -32,15 +45,9 @@ kind: ClusterQueue
 metadata: {name: %[1]s}
 spec:
   namespaceSelector: {}
-  preemption: {withinClusterQueue: %[3]s}
+  preemption: {withinClusterQueue: %[2]s}
   resourceGroups:
-  - coveredResources: [cpu, nvidia.com/gpu]
-    flavors:
-    - name: a100
-      resources:
-      - {name: cpu, nominalQuota: 64}
-      - {name: nvidia.com/gpu, nominalQuota: %[2]d}
----
+%[3]s---
 apiVersion: v1
 kind: Namespace
 metadata: {name: %[1]s}
@@ -49,7 +56,7 @@ apiVersion: sluice.dev/v1beta1
 kind: LocalQueue
 metadata: {name: q, namespace: %[1]s}
 spec: {clusterQueue: %[1]s}
-`, name, gpus, preemption))
+`, name, preemption, groups))
 	watchQuota(t)
 	// A test's Jobs must not hold the nodes' GPUs for the tests after it.
 	t.Cleanup(func() {

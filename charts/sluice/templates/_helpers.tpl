@@ -142,7 +142,7 @@ integrations read with --config; empty when nothing in it is set.
 */ -}}
 {{- define "sluice.configuration" -}}
 {{- $strategies := .Values.admission.fairSharingPreemptionStrategies -}}
-{{- if or .Values.waitForPodsReady $strategies -}}
+{{- if or .Values.waitForPodsReady $strategies .Values.quotaResources -}}
 apiVersion: sluice.dev/v1beta1
 kind: Configuration
 {{- with $strategies }}
@@ -152,6 +152,10 @@ fairSharing:
 {{- end }}
 {{- with .Values.waitForPodsReady }}
 waitForPodsReady:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.quotaResources }}
+resources:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end -}}

@@ -5,10 +5,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluice-dev/sluice/services/integration"
-
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/sluice-dev/sluice/internal/queueconfig"
+	"github.com/sluice-dev/sluice/services/integration"
 )
 
 func TestPodRequests(t *testing.T) {
@@ -496,5 +497,33 @@ func TestWorkloadFromJobNotManaged(t *testing.T) {
 func TestWorkloadFromJobNil(t *testing.T) {
 	if _, err := workloadFromJob(nil, nil); !errors.Is(err, ErrInvalidJob) {
 		t.Errorf("workloadFromJob(nil) error = %v, want ErrInvalidJob", err)
+	}
+}
+
+// TestWorkloadWithRequests: the service's resources block changes what a
+// Job is queued with (here: a resource excluded, one transformed), and
+// never the Job's pods.
+func TestWorkloadWithRequests(t *testing.T) {
+	r := &queueconfig.Resources{
+		ExcludeResourcePrefixes: []string{"example.com/nic"},
+		Transformations: []queueconfig.ResourceTransformation{
+			{Input: "nvidia.com/mig-1g.5gb", Strategy: queueconfig.Replace, Outputs: rl("example.com/accelerator-memory", "5Gi")},
+		},
+	}
+	job := makeJob("j").parallelism(2).containers(ctr("a").req("cpu", "1", "example.com/nic", "1").lim("nvidia.com/mig-1g.5gb", "2")).obj()
+	before := job.DeepCopy()
+	w, err := integration.WorkloadOf("job", &Job{job}, nil, integration.WithRequests(r.Apply))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := rl("cpu", "1", "example.com/accelerator-memory", "10Gi")
+	if diff := cmp.Diff(want, w.PodSets[0].Requests, quantityCmp); diff != "" {
+		t.Errorf("requests (-want +got):\n%s", diff)
+	}
+	if w.PodSets[0].Count != 2 {
+		t.Errorf("count = %d, want 2", w.PodSets[0].Count)
+	}
+	if diff := cmp.Diff(before, job, quantityCmp); diff != "" {
+		t.Errorf("the Job changed (-before +after):\n%s", diff)
 	}
 }
