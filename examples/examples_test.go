@@ -301,6 +301,31 @@ var facts = map[string]func(s *story){
 		s.pendingWith("team/second", 4*minute+40*second, "deactivated: exceeding the maximum number of re-queuing retries")
 		s.finished("team/first", 10*minute+30*second)
 	},
+	"max-execution-time.yaml": func(s *story) {
+		s.admitted("team/sweep", 1, 0, "cq", "main×4 nvidia.com/gpu=gpu")
+		s.preempted("team/sweep", 5*minute, "team/urgent", "InClusterQueue")
+		s.admitted("team/sweep", 2, 15*minute, "cq", "main×4 nvidia.com/gpu=gpu")
+		ev := s.of("evicted", "team/sweep")
+		if len(ev) != 1 || ev[0].At != 30*minute || ev[0].Data.Reason != "DeactivatedDueToMaximumExecutionTimeExceeded" {
+			s.t.Errorf("team/sweep evictions %v, want one at 30m for its maximum execution time", ev)
+		}
+		s.pendingWith("team/sweep", 30*minute, "deactivated: exceeding the maximum execution time")
+		s.admissions("team/sweep", 2)
+		s.finished("team/short", 40*minute)
+		if r := s.result("team/sweep"); r.State != "pending" {
+			s.t.Errorf("team/sweep ends %s, want pending (deactivated)", r.State)
+		}
+		// Nothing waits on short's unused hour: the run ends when it does.
+		if s.summary.ElapsedSeconds != 2400 {
+			s.t.Errorf("run took %vs, want 2400s", s.summary.ElapsedSeconds)
+		}
+	},
+	"resource-transformations.yaml": func(s *story) {
+		s.admitted("team/small", 1, 0, "cq", "main×4 cpu=mig,example.com/accelerator-memory=mig,example.com/credits=budget")
+		s.admitted("team/big", 1, 0, "cq", "main×2 cpu=mig,example.com/accelerator-memory=mig,example.com/credits=budget")
+		s.pendingWith("team/more", minute, "insufficient unused quota for example.com/accelerator-memory in flavor mig")
+		s.admitted("team/more", 1, 10*minute, "cq", "main×2 cpu=mig,example.com/accelerator-memory=mig,example.com/credits=budget")
+	},
 	"admission-checks.yaml": func(s *story) {
 		// train-1 lands on spot, where only the budget check runs.
 		if r := s.of("reserved", "team-a/train-1"); len(r) != 1 || len(r[0].Data.Checks) != 1 || r[0].Data.Checks[0].Name != "budget" {

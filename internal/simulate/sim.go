@@ -299,6 +299,9 @@ func (s *sim) loop() {
 	for first || s.events.Len() > 0 {
 		t := time.Duration(0)
 		if !first {
+			if s.dropStale(); s.events.Len() == 0 {
+				break
+			}
 			t = s.events[0].at
 		}
 		if s.opts.Until > 0 && t > s.opts.Until {
@@ -313,12 +316,12 @@ func (s *sim) loop() {
 				continue
 			}
 			onlyTimers = false
+			if s.stale(ev) {
+				continue
+			}
 			r := s.wls[ev.wl]
 			switch ev.kind {
 			case evCheck:
-				if ev.run != r.run || (r.state != "reserved" && r.state != "admitted") {
-					continue
-				}
 				st := engine.CheckStatus{Name: ev.check, State: engine.CheckState(ev.answer.State), Message: ev.answer.Message}
 				data := CheckData{Namespace: r.spec.Namespace, Name: r.spec.Name, Check: ev.check, State: ev.answer.State, Message: ev.answer.Message}
 				if ra := ev.answer.RequeueAfter; ra != nil {
@@ -329,17 +332,11 @@ func (s *sim) loop() {
 				_ = s.eng.SetCheck(r.key, st)
 				s.records = append(s.records, s.record(events.TypeCheckUpdatedV1, r.key, data))
 			case evReady:
-				if ev.run != r.run || r.state != "admitted" {
-					continue
-				}
 				_ = s.eng.SetPodsReady(r.key, true, s.opts.Start.Add(t))
 				if r.runtime > 0 {
 					s.push(simEvent{at: t + r.runtime, kind: evFinish, wl: r.idx, run: r.run})
 				}
 			case evFinish:
-				if ev.run != r.run || r.state != "admitted" {
-					continue
-				}
 				s.release(r)
 				_ = s.eng.Remove(r.key)
 				r.state = "finished"
@@ -500,6 +497,35 @@ func (s *sim) schedule(r *wlRun, at time.Duration) {
 		after = ra.After
 	}
 	s.push(simEvent{at: max(s.now, at+after), kind: evReady, wl: r.idx, run: r.run})
+}
+
+// dropStale drops events at the head of the queue that would do
+// nothing: a timer the engine no longer waits for (the workload whose
+// deadline it was finished or became ready), or the end, readiness or
+// check answer of an admission that is over. They neither move the clock
+// nor stretch the run.
+func (s *sim) dropStale() {
+	for s.events.Len() > 0 && s.stale(s.events[0]) {
+		ev := heap.Pop(&s.events).(simEvent)
+		if ev.kind == evTimer {
+			delete(s.timers, ev.at)
+		}
+	}
+}
+
+func (s *sim) stale(ev simEvent) bool {
+	switch ev.kind {
+	case evTimer:
+		next, ok := s.eng.NextTimer(s.opts.Start.Add(s.now))
+		return !ok || next.After(s.opts.Start.Add(ev.at))
+	case evCheck:
+		r := s.wls[ev.wl]
+		return ev.run != r.run || (r.state != "reserved" && r.state != "admitted")
+	case evReady, evFinish:
+		r := s.wls[ev.wl]
+		return ev.run != r.run || r.state != "admitted"
+	}
+	return false
 }
 
 // armTimer queues a cycle for when the engine next decides something
