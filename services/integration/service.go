@@ -1253,7 +1253,7 @@ func toEvent(kind string, w Workload) events.WorkloadSubmittedV1 {
 		Priority:      w.Priority,
 		PriorityClass: w.PriorityClass,
 		CreationTime:  w.CreationTime,
-
+		// Kueue's maximumExecutionTimeSeconds.
 		MaximumExecutionTimeSeconds: w.MaxExecutionSeconds,
 	}
 	for _, ps := range w.PodSets {
@@ -1897,7 +1897,6 @@ func (k *keyLocks) lock(key string) (unlock func()) {
 	}
 }
 
-// priorities resolves priority classes from the configuration snapshot.
 // workloadOptions are how this service builds workloads from objects.
 func (s *Service) workloadOptions() []WorkloadOption {
 	if s.cfg.Requests == nil {
@@ -1906,6 +1905,7 @@ func (s *Service) workloadOptions() []WorkloadOption {
 	return []WorkloadOption{WithRequests(s.cfg.Requests)}
 }
 
+// priorities resolves priority classes from the configuration snapshot.
 func (s *Service) priorities() StaticPriorityResolver {
 	return StaticPriorityResolver{WorkloadPriorityClasses: s.snap.WorkloadPriorityClasses, PriorityClasses: s.snap.PriorityClasses,
 		DefaultPriorityClass: s.snap.DefaultPriorityClass}
