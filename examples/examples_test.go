@@ -325,6 +325,14 @@ var facts = map[string]func(s *story){
 		s.admitted("team/big", 1, 0, "cq", "main×2 cpu=mig,example.com/accelerator-memory=mig,example.com/credits=budget")
 		s.pendingWith("team/more", minute, "insufficient unused quota for example.com/accelerator-memory in flavor mig")
 		s.admitted("team/more", 1, 10*minute, "cq", "main×2 cpu=mig,example.com/accelerator-memory=mig,example.com/credits=budget")
+		// Usage is counted in the transformed resources: 70 credits for
+		// the first 10m, 50 until 15m, 30 for the last 15m.
+		if u := s.utilization("cq", "budget", "example.com/credits"); u < 0.466 || u > 0.468 {
+			s.t.Errorf("credits utilization %v, want about 0.467", u)
+		}
+		if u := s.utilization("cq", "mig", "example.com/accelerator-memory"); u < 0.707 || u > 0.709 {
+			s.t.Errorf("accelerator memory utilization %v, want about 0.708", u)
+		}
 	},
 	"admission-checks.yaml": func(s *story) {
 		// train-1 lands on spot, where only the budget check runs.

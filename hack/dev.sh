@@ -10,8 +10,9 @@ export KUBECONFIG="$state/kubeconfig"
 kubectl() { bin/devcluster kubectl --dir "$state" "$@"; }
 
 kubectl apply -f config/crd/ >/dev/null
-# The job kinds' CRDs (JobSet, RayJob, RayCluster, MPIJob, PyTorchJob) from
-# the upstream modules; server-side, as they are too large for the
+# The job kinds' CRDs (JobSet, RayJob, RayCluster, MPIJob, and the training
+# operator's PyTorchJob, TFJob, XGBoostJob, PaddleJob) from the upstream
+# modules; server-side, as they are too large for the
 # last-applied annotation.
 kinds="$state/kind-crds"
 go run ./hack/kindcrds "$kinds" >/dev/null
@@ -21,6 +22,9 @@ kubectl apply -f examples/cluster/queues.yaml
 
 if [ -f "$state/sluice.pid" ] && kill -0 "$(cat "$state/sluice.pid")" 2>/dev/null; then
 	echo "sluice dev already runs (pid $(cat "$state/sluice.pid"))"
+	if [ -n "${SLUICE_DEV_ARGS:-}" ]; then
+		echo "SLUICE_DEV_ARGS not applied to the running sluice dev: run make dev-down first" >&2
+	fi
 else
 	# SLUICE_DEV_ARGS: more flags for sluice dev (e.g. --kueue-labels,
 	# --config FILE), split on spaces.
@@ -38,6 +42,14 @@ kubectl delete --ignore-not-found --wait -f examples/cluster/jobs.yaml -f exampl
 # earlier run may point at it before it listens).
 for i in $(seq 1 120); do
 	kubectl create --dry-run=server -f examples/cluster/jobs.yaml >/dev/null 2>&1 && break
+	if ! kill -0 "$(cat "$state/sluice.pid")" 2>/dev/null; then
+		# It refused its flags or configuration: say why, not that the
+		# webhook is slow.
+		echo "sluice dev stopped; the end of $state/sluice.log:" >&2
+		tail -n 5 "$state/sluice.log" >&2
+		rm -f "$state/sluice.pid"
+		exit 1
+	fi
 	if [ "$i" = 120 ]; then
 		echo "Sluice's webhook did not answer within 60 s; see $state/sluice.log" >&2
 		exit 1
@@ -48,13 +60,18 @@ kubectl apply -f examples/cluster/jobs.yaml
 sleep 15
 kubectl apply -f examples/cluster/jobs-later.yaml
 
+# The devcluster's kubectl finds a cluster in another directory by --dir.
+dc="bin/devcluster kubectl"
+if [ -n "${DEVCLUSTER_DIR:-}" ]; then
+	dc="bin/devcluster kubectl --dir $state"
+fi
 cat <<MSG
 
 Sluice is running. Open its live view at http://127.0.0.1:8090/ or look at it with:
 
   export KUBECONFIG=$state/kubeconfig
-  bin/devcluster kubectl get jobs -A -w          # team-a/sweep is preempted by team-b/train
-  bin/devcluster kubectl get events -n team-b    # Admitted / Pending (with the reason) / Preempted
+  $dc get jobs -A -w          # team-a/sweep is preempted by team-b/train
+  $dc get events -n team-b    # Admitted / Pending (with the reason) / Preempted
   bin/sluice events tail --all                   # every decision as a CloudEvent, from the start
   bin/sluice queues                              # usage, pending and admitted per queue
   bin/sluice pending --cluster-queue team-a      # who waits, in which order, and why

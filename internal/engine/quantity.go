@@ -23,6 +23,11 @@ func Format(res string, v int64) string {
 			return resource.NewQuantity(v, resource.BinarySI).String()
 		}
 		return resource.NewQuantity(v, resource.DecimalSI).String()
+	case v != 0 && v%(1<<20) == 0:
+		// An extended resource counted in bytes (accelerator memory,
+		// hugepages): 10Gi, not 10737418240. No count of devices is a
+		// multiple of 2^20.
+		return resource.NewQuantity(v, resource.BinarySI).String()
 	default:
 		return resource.NewQuantity(v, resource.DecimalSI).String()
 	}

@@ -466,7 +466,9 @@ func (s *sim) book(r *wlRun, cq string, podSets []engine.PodSetAssignment) {
 			if ps.Name != pa.Name {
 				continue
 			}
-			for res, q := range ps.Requests {
+			// Usage is of what the workload is queued with: its
+			// requests after the resources block.
+			for res, q := range s.resources.Apply(ps.Requests) {
 				k := frKey{cq, pa.Flavors[string(res)], string(res)}
 				v := engine.Canonical(string(res), q) * int64(pa.Count)
 				r.usage[k] += v

@@ -971,7 +971,7 @@ resources:
 	want := []step{
 		{0, "admitted", "default/three", "cq main×1 cpu=default,example.com/accelerator-memory=default"},
 		// 15Gi of 20Gi taken: 2 slices (10Gi) wait.
-		{0, "pending", "default/two", "pod set main: insufficient unused quota for example.com/accelerator-memory in flavor default: requested 10737418240, available 5368709120"},
+		{0, "pending", "default/two", "pod set main: insufficient unused quota for example.com/accelerator-memory in flavor default: requested 10Gi, available 5Gi"},
 		{10 * time.Minute, "admitted", "default/two", "cq main×1 cpu=default,example.com/accelerator-memory=default"},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {

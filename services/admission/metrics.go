@@ -30,7 +30,7 @@ func newMetrics() *metrics {
 			Help:    "Time from a workload's creation to its admission, by ClusterQueue.",
 			Buckets: prometheus.ExponentialBuckets(0.01, 2.5, 16)}, []string{"cluster_queue"}),
 		evicted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_evicted_workloads_total",
-			Help: "Workloads evicted other than by preemption (stop policies, PodsReadyTimeout), by ClusterQueue and reason."},
+			Help: "Workloads evicted other than by preemption (stop policies, waitForPodsReady, admission checks, maximum execution time), by ClusterQueue and reason."},
 			[]string{"cluster_queue", "reason"}),
 		preempted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_preempted_workloads_total",
 			Help: "Workloads chosen for preemption, by the preemptor's ClusterQueue and the reason."},

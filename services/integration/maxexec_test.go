@@ -23,7 +23,8 @@ func TestMaxExecution(t *testing.T) {
 		{name: "zero is refused", labels: map[string]string{v1beta1.MaxExecTimeLabel: "0"}, wantErrText: `label sluice.dev/max-exec-time-seconds: "0"`},
 		{name: "negative is refused", labels: map[string]string{v1beta1.KueueMaxExecTimeLabel: "-5"}, wantErrText: `label kueue.x-k8s.io/max-exec-time-seconds: "-5"`},
 		{name: "a duration is not seconds", labels: map[string]string{v1beta1.MaxExecTimeLabel: "1h"}, wantErrText: `"1h" is not a whole number of seconds above 0`},
-		{name: "beyond int32 is refused", labels: map[string]string{v1beta1.MaxExecTimeLabel: "4294967296"}, wantErrText: `"4294967296"`},
+		{name: "beyond int32 is refused", labels: map[string]string{v1beta1.MaxExecTimeLabel: "4294967296"}, wantErrText: `"4294967296" is more than 2147483647 seconds`},
+		{name: "a huge negative is not a number of seconds", labels: map[string]string{v1beta1.MaxExecTimeLabel: "-99999999999"}, wantErrText: `"-99999999999" is not a whole number of seconds above 0`},
 		{name: "a bad Sluice label is refused even with a good Kueue one", labels: map[string]string{v1beta1.MaxExecTimeLabel: "", v1beta1.KueueMaxExecTimeLabel: "20"}, wantErrText: `label sluice.dev/max-exec-time-seconds: ""`},
 	}
 	for _, tc := range cases {

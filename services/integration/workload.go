@@ -1,8 +1,10 @@
 package integration
 
 import (
+	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -193,7 +195,10 @@ func MaxExecution(labels map[string]string) (int32, error) {
 		}
 	}
 	n, err := strconv.ParseInt(v, 10, 32)
-	if err != nil || n <= 0 {
+	switch {
+	case errors.Is(err, strconv.ErrRange) && !strings.HasPrefix(v, "-"):
+		return 0, fmt.Errorf("label %s: %q is more than %d seconds: %w", key, v, math.MaxInt32, ErrInvalidJob)
+	case err != nil || n <= 0:
 		return 0, fmt.Errorf("label %s: %q is not a whole number of seconds above 0: %w", key, v, ErrInvalidJob)
 	}
 	return int32(n), nil
