@@ -37,11 +37,15 @@ fi
 # The story plays again on each run: the example Jobs of a previous run go
 # first.
 kubectl delete --ignore-not-found --wait -f examples/cluster/jobs.yaml -f examples/cluster/jobs-later.yaml >/dev/null
-# A server-side dry run of the Jobs goes through Sluice's webhook: it
-# passes once this process's webhook answers (a configuration left by an
-# earlier run may point at it before it listens).
+# A server-side dry run of the Jobs goes through Sluice's webhook: they
+# come back suspended once this process's webhook answers (a configuration
+# left by an earlier run may point at it before it listens; on a new
+# cluster there is none until sluice dev writes it).
 for i in $(seq 1 120); do
-	kubectl create --dry-run=server -f examples/cluster/jobs.yaml >/dev/null 2>&1 && break
+	suspended="$(kubectl create --dry-run=server -f examples/cluster/jobs.yaml -o jsonpath='{.spec.suspend}{" "}' 2>/dev/null || true)"
+	if [[ "$suspended" == *true* && "$suspended" != *false* ]]; then
+		break
+	fi
 	if ! kill -0 "$(cat "$state/sluice.pid")" 2>/dev/null; then
 		# It refused its flags or configuration: say why, not that the
 		# webhook is slow.
