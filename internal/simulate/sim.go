@@ -6,6 +6,8 @@ import (
 	"sort"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/sluice-dev/sluice/events"
 	"github.com/sluice-dev/sluice/internal/engine"
 	"github.com/sluice-dev/sluice/internal/queueconfig"
@@ -137,6 +139,9 @@ type wlRun struct {
 	// reservations counts the workload's reservations that waited for
 	// admission checks; each check answers them in turn.
 	reservations int
+	// queued is each pod set's per-pod requests as the workload is
+	// queued with them (after the resources block), by pod set name.
+	queued map[string]corev1.ResourceList
 }
 
 type frKey struct{ cq, flavor, resource string }
@@ -166,8 +171,6 @@ type sim struct {
 	// (timeouts, ends of backoffs); stopped says why the run ended early.
 	futile  int
 	stopped string
-	// resources turns a pod's requests into what is queued.
-	resources *queueconfig.Resources
 }
 
 // maxFutileInstants ends a run in which nothing but waitForPodsReady's
@@ -194,7 +197,6 @@ func Run(sc *Scenario, opts Options) ([]Record, error) {
 		nominal:   map[frKey]int64{},
 		podsReady: cfg.WaitForPodsReady != nil,
 		timers:    map[time.Duration]bool{},
-		resources: sc.Config.Resources,
 	}
 	for _, cq := range cfg.ClusterQueues {
 		for _, g := range cq.ResourceGroups {
@@ -212,7 +214,11 @@ func Run(sc *Scenario, opts Options) ([]Record, error) {
 	var pre []*wlRun
 	for i := range sc.Workloads {
 		w := &sc.Workloads[i]
-		r := &wlRun{spec: w, idx: i, key: w.Namespace + "/" + w.Name, state: "waiting", submitted: w.Spec.SubmitAt.Duration}
+		r := &wlRun{spec: w, idx: i, key: w.Namespace + "/" + w.Name, state: "waiting", submitted: w.Spec.SubmitAt.Duration,
+			queued: map[string]corev1.ResourceList{}}
+		for _, ps := range w.Spec.PodSets {
+			r.queued[ps.Name] = sc.Config.Resources.Apply(ps.Requests)
+		}
 		switch {
 		case w.Spec.PriorityClassName != "":
 			r.priority = classes[w.Spec.PriorityClassName]
@@ -279,7 +285,7 @@ func (s *sim) toEngine(r *wlRun) engine.Workload {
 		if ps.MinCount != nil {
 			eps.MinCount = *ps.MinCount
 		}
-		for res, q := range s.resources.Apply(ps.Requests) {
+		for res, q := range r.queued[ps.Name] {
 			eps.Requests[string(res)] = engine.Canonical(string(res), q)
 		}
 		ew.PodSets = append(ew.PodSets, eps)
@@ -468,7 +474,7 @@ func (s *sim) book(r *wlRun, cq string, podSets []engine.PodSetAssignment) {
 			}
 			// Usage is of what the workload is queued with: its
 			// requests after the resources block.
-			for res, q := range s.resources.Apply(ps.Requests) {
+			for res, q := range r.queued[ps.Name] {
 				k := frKey{cq, pa.Flavors[string(res)], string(res)}
 				v := engine.Canonical(string(res), q) * int64(pa.Count)
 				r.usage[k] += v
