@@ -80,8 +80,8 @@ func (r *Resources) Apply(requests corev1.ResourceList) corev1.ResourceList {
 	}
 	out := make(corev1.ResourceList, len(requests))
 	outputs := corev1.ResourceList{}
-	for _, name := range sortedNames(requests) {
-		q := requests[name]
+	// Sums of quantities do not depend on the order they are added in.
+	for name, q := range requests {
 		if r.excluded(name) {
 			continue
 		}
@@ -90,8 +90,8 @@ func (r *Resources) Apply(requests corev1.ResourceList) corev1.ResourceList {
 			out[name] = q
 			continue
 		}
-		for _, on := range sortedNames(t.Outputs) {
-			add := t.Outputs[on].DeepCopy()
+		for on, factor := range t.Outputs {
+			add := factor.DeepCopy()
 			add.Mul(q.Value())
 			if have, ok := outputs[on]; ok {
 				add.Add(have)
