@@ -82,17 +82,3 @@ func (e *Engine) Stop(key string, at time.Time) error {
 	e.evict(ws)
 	return nil
 }
-
-// Executed reports how long a workload ran, summed over its admissions,
-// up to now; for a workload with no maximum execution time it is zero.
-func (e *Engine) Executed(key string, now time.Time) time.Duration {
-	ws, ok := e.workloads[key]
-	if !ok || ws.w.MaxExecution <= 0 {
-		return 0
-	}
-	d := ws.pods.executed
-	if a := ws.admitted; a != nil && !a.awaiting && !a.charged && now.After(a.since) {
-		d += now.Sub(a.since)
-	}
-	return d
-}
