@@ -1799,18 +1799,15 @@ func (s *Service) stopCause(ctx context.Context, w events.WorkloadRef, admission
 		case events.TypeWorkloadEvictedV1:
 			var e events.WorkloadEvictedV1
 			if env.As(&e) == nil && e.Admission == admission && e.Workload.UID == w.UID {
-				return e.ClusterQueue, "Evicted", "evicted: " + e.Reason + colonMessage(e.Message), nil
+				msg := "evicted: " + e.Reason
+				if e.Message != "" {
+					msg += ": " + e.Message
+				}
+				return e.ClusterQueue, "Evicted", msg, nil
 			}
 		}
 	}
 	return "", "", "", errStopNotAnnounced
-}
-
-func colonMessage(m string) string {
-	if m == "" {
-		return ""
-	}
-	return ": " + m
 }
 
 // handlePending reports on the object a changed pending reason, or the
