@@ -97,54 +97,24 @@ spec:
 `,
 		finish: conditionTrue("Succeeded", false),
 	},
-	"pytorchjob": {
-		adapter: pytorchjob.Adapter{},
-		manifest: `apiVersion: kubeflow.org/v1
-kind: PyTorchJob
+	"pytorchjob": {adapter: pytorchjob.Adapter{}, manifest: trainingJob("PyTorchJob", "pytorchReplicaSpecs", "Master"), finish: conditionTrue("Succeeded", false)},
+	"tfjob":      {adapter: tfjob.Adapter{}, manifest: trainingJob("TFJob", "tfReplicaSpecs", "PS"), finish: conditionTrue("Succeeded", false)},
+	"xgboostjob": {adapter: xgboostjob.Adapter{}, manifest: trainingJob("XGBoostJob", "xgbReplicaSpecs", "Master"), finish: conditionTrue("Failed", false)},
+	"paddlejob":  {adapter: paddlejob.Adapter{}, manifest: trainingJob("PaddleJob", "paddleReplicaSpecs", "Master"), finish: conditionTrue("Succeeded", false)},
+}
+
+// trainingJob is the manifest of a training operator job of kind whose
+// replicas are under spec.<field>: one replica of type first, and two
+// workers with a nodeSelector of their own.
+func trainingJob(kind, field, first string) string {
+	return `apiVersion: kubeflow.org/v1
+kind: ` + kind + `
 metadata: {name: %[2]s, namespace: %[1]s, labels: {sluice.dev/queue-name: q}}
 spec:
-  pytorchReplicaSpecs:
-    Master: {replicas: 1, restartPolicy: OnFailure, template: ` + fmt.Sprintf(gpuPod, "") + `}
+  ` + field + `:
+    ` + first + `: {replicas: 1, restartPolicy: OnFailure, template: ` + fmt.Sprintf(gpuPod, "") + `}
     Worker: {replicas: 2, restartPolicy: OnFailure, template: ` + fmt.Sprintf(gpuPod, userSelector) + `}
-`,
-		finish: conditionTrue("Succeeded", false),
-	},
-	"tfjob": {
-		adapter: tfjob.Adapter{},
-		manifest: `apiVersion: kubeflow.org/v1
-kind: TFJob
-metadata: {name: %[2]s, namespace: %[1]s, labels: {sluice.dev/queue-name: q}}
-spec:
-  tfReplicaSpecs:
-    PS: {replicas: 1, restartPolicy: OnFailure, template: ` + fmt.Sprintf(gpuPod, "") + `}
-    Worker: {replicas: 2, restartPolicy: OnFailure, template: ` + fmt.Sprintf(gpuPod, userSelector) + `}
-`,
-		finish: conditionTrue("Succeeded", false),
-	},
-	"xgboostjob": {
-		adapter: xgboostjob.Adapter{},
-		manifest: `apiVersion: kubeflow.org/v1
-kind: XGBoostJob
-metadata: {name: %[2]s, namespace: %[1]s, labels: {sluice.dev/queue-name: q}}
-spec:
-  xgbReplicaSpecs:
-    Master: {replicas: 1, restartPolicy: Never, template: ` + fmt.Sprintf(gpuPod, "") + `}
-    Worker: {replicas: 2, restartPolicy: Never, template: ` + fmt.Sprintf(gpuPod, userSelector) + `}
-`,
-		finish: conditionTrue("Failed", false),
-	},
-	"paddlejob": {
-		adapter: paddlejob.Adapter{},
-		manifest: `apiVersion: kubeflow.org/v1
-kind: PaddleJob
-metadata: {name: %[2]s, namespace: %[1]s, labels: {sluice.dev/queue-name: q}}
-spec:
-  paddleReplicaSpecs:
-    Master: {replicas: 1, restartPolicy: Never, template: ` + fmt.Sprintf(gpuPod, "") + `}
-    Worker: {replicas: 2, restartPolicy: Never, template: ` + fmt.Sprintf(gpuPod, userSelector) + `}
-`,
-		finish: conditionTrue("Succeeded", false),
-	},
+`
 }
 
 // conditionTrue appends a True condition of type t to status.conditions,
