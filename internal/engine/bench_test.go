@@ -254,9 +254,14 @@ func preemptorsOverFullCohort(b *testing.B, opts ...Option) *Engine {
 // running Job ends in cohort 0 and a new one joins the end of its queue,
 // outside the timer, so the backlog stays as large however many
 // iterations run, and the timed cycle admits what fits in its place.
+// quiet=true runs the engine as admission does, WithQuietPending.
 func BenchmarkCycleBaselineBacklog(b *testing.B) {
-	for _, backlog := range []int{500, 3000} {
-		b.Run(fmt.Sprintf("waiting=%d", 30*backlog), func(b *testing.B) {
+	for _, bench := range []struct {
+		backlog int
+		quiet   bool
+	}{{500, false}, {500, true}, {3000, false}, {3000, true}} {
+		backlog := bench.backlog
+		b.Run(fmt.Sprintf("waiting=%d/quiet=%v", 30*backlog, bench.quiet), func(b *testing.B) {
 			cfg := Config{Flavors: flavors("default")}
 			for c := range 5 {
 				for q := range 6 {
@@ -266,7 +271,11 @@ func BenchmarkCycleBaselineBacklog(b *testing.B) {
 					cfg.LocalQueues = append(cfg.LocalQueues, LocalQueue{Namespace: "ns-" + name, Name: "lq", ClusterQueue: name, StopPolicy: StopNone})
 				}
 			}
-			e := New(cfg, WithDeferredEviction())
+			opts := []Option{WithDeferredEviction()}
+			if bench.quiet {
+				opts = append(opts, WithQuietPending())
+			}
+			e := New(cfg, opts...)
 			classes := []struct {
 				prio int32
 				cpu  int

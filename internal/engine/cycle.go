@@ -84,6 +84,8 @@ type cycle struct {
 	// lastWhy and lastText cache the last rendering of reasons.
 	lastWhy  []reason
 	lastText string
+	// lastReason and lastClass cache the last ReasonClass (quiet only).
+	lastReason, lastClass string
 	// podsBlocked: waitForPodsReady's blockAdmission holds every
 	// admission back this cycle.
 	podsBlocked bool
@@ -685,6 +687,15 @@ func (c *cycle) pend(ws *wlState, reason string) {
 		return
 	}
 	ws.reason = reason
+	if c.e.quiet {
+		if reason != c.lastReason {
+			c.lastReason, c.lastClass = reason, ReasonClass(reason)
+		}
+		if ws.class == c.lastClass {
+			return
+		}
+		ws.class = c.lastClass
+	}
 	cq := ""
 	if ws.cq != nil {
 		cq = ws.cq.Name

@@ -58,6 +58,9 @@ type wlState struct {
 	why []reason
 	// behind is the workload this one was last said to wait behind.
 	behind *wlState
+	// class is ReasonClass of the reason last decided, with
+	// WithQuietPending.
+	class string
 	// selected: cq's namespaceSelector accepts the workload's namespace.
 	selected bool
 	// shape hashes what flavor assignment reads of the workload: its pod
@@ -85,6 +88,8 @@ type wlState struct {
 type Engine struct {
 	scratch  scratch
 	deferred bool
+	// quiet: a pending decision only for a reason of another class.
+	quiet bool
 	cycles   uint64
 	// epoch changes whenever any usage changes, so a judgement made at
 	// one epoch holds for as long as the epoch stays.
@@ -129,6 +134,15 @@ type Option func(*Engine)
 // release their quota at once and the preemptor is admitted in the same
 // cycle.
 func WithDeferredEviction() Option { return func(e *Engine) { e.deferred = true } }
+
+// WithQuietPending decides a workload's pending reason only when it
+// changes in kind (ReasonClass), not when only a number in it or the
+// workload it waits behind moved: after each release in a cohort tree,
+// every workload waiting in it would otherwise get a decision whose text
+// differs from the last one in an amount ("available 3", then
+// "available 4"). PendingReason still says the current reason. Without it
+// (the simulator), every change of text is a decision.
+func WithQuietPending() Option { return func(e *Engine) { e.quiet = true } }
 
 // SetConfig replaces the configuration. Admitted workloads keep their
 // admission; every pending workload is reconsidered.
@@ -449,7 +463,7 @@ func (e *Engine) Book(key string, a Admission) error {
 	ws.admitted = e.booked(cq, usage, a)
 	ws.admittedNow()
 	ws.pods.executed = max(ws.pods.executed, a.PastExecution)
-	ws.reason, ws.why, ws.parked = "", nil, false
+	ws.reason, ws.class, ws.why, ws.parked = "", "", nil, false
 	e.hold(ws)
 	return nil
 }

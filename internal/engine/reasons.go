@@ -32,6 +32,27 @@ func ShortOfQuota(reason string) bool { return strings.Contains(reason, insuffic
 // preemption victims to give theirs up.
 func KeptForPreemptor(reason string) bool { return strings.HasPrefix(reason, quotaKeptFor) }
 
+// ReasonClass is what a pending reason says with the workload it waits
+// behind (or the preemptor quota is kept for) and every number taken out:
+// two reasons of one class are the same wait, told apart only by a place
+// in line or an amount that moved.
+func ReasonClass(reason string) string {
+	for _, before := range []string{waitingBehind, "kept for "} {
+		if i := strings.Index(reason, before); i >= 0 {
+			rest := reason[i+len(before):]
+			if j := strings.IndexByte(rest, ' '); j >= 0 {
+				reason = reason[:i+len(before)] + "*" + rest[j:]
+			}
+		}
+	}
+	return strings.Map(func(r rune) rune {
+		if r >= '0' && r <= '9' {
+			return '#'
+		}
+		return r
+	}, reason)
+}
+
 // AwaitsQuota reports whether a pending reason is a wait for quota: short
 // of it, behind others in its queue, or for preempted workloads to give
 // theirs up.

@@ -115,3 +115,80 @@ func pendingDecisions(ds []Decision) map[string]string {
 	}
 	return out
 }
+
+// TestQuietPending: with WithQuietPending, a reason that changed only in a
+// number is not a decision, though PendingReason says it; a reason of
+// another kind is.
+func TestQuietPending(t *testing.T) {
+	config := func(stop StopPolicy) Config {
+		return Config{
+			Flavors:       flavors("default"),
+			ClusterQueues: []ClusterQueue{newCQ("cq").stop(stop).quota("default", "cpu", 4000).obj()},
+			LocalQueues:   lqs("ns", "cq"),
+		}
+	}
+	const short = "pod set main: insufficient unused quota for cpu in flavor default: requested 3, available "
+	cases := []struct {
+		name  string
+		quiet bool
+		// change happens between the two cycles.
+		change          func(*Engine) error
+		wantSecond      map[string]string
+		wantReasonAfter string
+	}{
+		{
+			name:            "a number moved, quiet",
+			quiet:           true,
+			change:          func(e *Engine) error { return e.Remove("ns/r1") },
+			wantSecond:      map[string]string{},
+			wantReasonAfter: short + "2",
+		},
+		{
+			name:            "a number moved, every change decided",
+			change:          func(e *Engine) error { return e.Remove("ns/r1") },
+			wantSecond:      map[string]string{"ns/w": short + "2"},
+			wantReasonAfter: short + "2",
+		},
+		{
+			name:  "another kind of reason, quiet",
+			quiet: true,
+			change: func(e *Engine) error {
+				e.SetConfig(config(Hold))
+				return nil
+			},
+			wantSecond:      map[string]string{"ns/w": "ClusterQueue cq is stopped (stopPolicy Hold)"},
+			wantReasonAfter: "ClusterQueue cq is stopped (stopPolicy Hold)",
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := []Option{WithDeferredEviction()}
+			if tc.quiet {
+				opts = append(opts, WithQuietPending())
+			}
+			e := New(config(""), opts...)
+			for _, w := range []Workload{
+				newWL("ns", "r1").pods("main", 1, "cpu", 1000).admittedIn("cq", "default", -time.Minute).obj(),
+				newWL("ns", "r2").pods("main", 1, "cpu", 1000).admittedIn("cq", "default", -time.Minute).obj(),
+				newWL("ns", "r3").pods("main", 1, "cpu", 1000).admittedIn("cq", "default", -time.Minute).obj(),
+				newWL("ns", "w").pods("main", 1, "cpu", 3000).obj(),
+			} {
+				if err := e.Submit(w); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if d := cmp.Diff(map[string]string{"ns/w": short + "1"}, pendingDecisions(e.Cycle(t0))); d != "" {
+				t.Fatalf("first cycle's pending decisions (-want +got):\n%s", d)
+			}
+			if err := tc.change(e); err != nil {
+				t.Fatal(err)
+			}
+			if d := cmp.Diff(tc.wantSecond, pendingDecisions(e.Cycle(t0.Add(time.Second)))); d != "" {
+				t.Errorf("second cycle's pending decisions (-want +got):\n%s", d)
+			}
+			if got := e.PendingReason("ns/w"); got != tc.wantReasonAfter {
+				t.Errorf("PendingReason = %q, want %q", got, tc.wantReasonAfter)
+			}
+		})
+	}
+}

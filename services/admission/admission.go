@@ -10,7 +10,6 @@ import (
 	"reflect"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -184,7 +183,7 @@ func New(cfg Config, js jetstream.JetStream, pub Publisher, opts ...Option) (*Se
 		s.cfg.PendingInterval = DefaultPendingInterval
 	}
 	s.eng = engine.New(engine.Config{FairSharing: cfg.FairSharing, WaitForPodsReady: cfg.WaitForPodsReady, FairStrategies: cfg.FairStrategies},
-		engine.WithDeferredEviction())
+		engine.WithDeferredEviction(), engine.WithQuietPending())
 	return s, nil
 }
 
@@ -1396,7 +1395,7 @@ func (s *Service) publish(ctx context.Context, ds []engine.Decision, lost map[st
 		// number that moved is not worth an event (and a Kubernetes Event
 		// on the job) for every waiting workload at every admission; and
 		// news comes at most once per interval.
-		class := reasonClass(d.Reason)
+		class := engine.ReasonClass(d.Reason)
 		s.noteWaiting(d.Key, class, d.Reason, now)
 		t, ok := s.told[d.Key]
 		switch {
@@ -1447,7 +1446,7 @@ type told struct {
 // event, not a re-send.
 func (s *Service) tellPending(ctx context.Context, ref events.WorkloadRef, key, cq, reason string) {
 	now := s.clock()
-	s.told[key] = told{class: reasonClass(reason), at: now}
+	s.told[key] = told{class: engine.ReasonClass(reason), at: now}
 	ev := events.WorkloadPendingV1{Workload: ref, ClusterQueue: cq, Reason: reason}
 	s.send(ctx, outgoing{ev: ev, id: events.ID(ev.Type(), ref.UID, reason, now.UnixNano())})
 }
@@ -1468,7 +1467,7 @@ func (s *Service) flushPending(ctx context.Context, now time.Time) {
 		s.told[key] = t
 		w := s.wls[key]
 		reason := s.eng.PendingReason(key)
-		if w == nil || reason == "" || s.eng.IsAdmitted(key) || !news(t.class, reasonClass(reason)) {
+		if w == nil || reason == "" || s.eng.IsAdmitted(key) || !news(t.class, engine.ReasonClass(reason)) {
 			continue
 		}
 		s.tellPending(ctx, w.Workload, key, s.eng.ClusterQueueOf(key), reason)
@@ -1481,7 +1480,7 @@ func (s *Service) flushPending(ctx context.Context, now time.Time) {
 // news reports whether a workload's pending reason of class next is worth
 // announcing after one of class prev. Only a change in kind is. Which
 // workload it waits behind or which preemptor keeps quota, or a number, is
-// not (reasonClass takes them out), nor is a move between the head of its
+// not (engine.ReasonClass takes them out), nor is a move between the head of its
 // queue, which says what quota it lacks, and a place behind the head,
 // which says only that it waits, nor one between lacking unused quota and
 // finding the quota it fits in kept for a preemptor (quota others hold,
@@ -1506,25 +1505,6 @@ func news(prev, next string) bool {
 		return false
 	}
 	return true
-}
-
-// reasonClass is what a pending reason says with the workload it waits
-// behind and every number taken out.
-func reasonClass(reason string) string {
-	for _, before := range []string{"waiting behind ", "kept for "} {
-		if i := strings.Index(reason, before); i >= 0 {
-			rest := reason[i+len(before):]
-			if j := strings.IndexByte(rest, ' '); j >= 0 {
-				reason = reason[:i+len(before)] + "*" + rest[j:]
-			}
-		}
-	}
-	return strings.Map(func(r rune) rune {
-		if r >= '0' && r <= '9' {
-			return '#'
-		}
-		return r
-	}, reason)
 }
 
 func assignments(ps []engine.PodSetAssignment) []events.PodSetAssignmentV1 {

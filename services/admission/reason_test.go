@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/sluice-dev/sluice/events"
+	"github.com/sluice-dev/sluice/internal/engine"
 )
 
 func TestNews(t *testing.T) {
@@ -61,7 +62,7 @@ func TestNews(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := !news(reasonClass(tc.a), reasonClass(tc.b)); got != tc.wantSame {
+			if got := !news(engine.ReasonClass(tc.a), engine.ReasonClass(tc.b)); got != tc.wantSame {
 				t.Errorf("news(%q, %q) = %v, want %v", tc.a, tc.b, !got, !tc.wantSame)
 			}
 		})
