@@ -89,8 +89,8 @@ type Engine struct {
 	scratch  scratch
 	deferred bool
 	// quiet: a pending decision only for a reason of another class.
-	quiet bool
-	cycles   uint64
+	quiet  bool
+	cycles uint64
 	// epoch changes whenever any usage changes, so a judgement made at
 	// one epoch holds for as long as the epoch stays.
 	epoch uint64
