@@ -691,10 +691,11 @@ func (c *cycle) pend(ws *wlState, reason string) {
 		if reason != c.lastReason {
 			c.lastReason, c.lastClass = reason, ReasonClass(reason)
 		}
-		if ws.class == c.lastClass {
+		class, news := Retold(ws.class, c.lastClass)
+		ws.class = class
+		if !news {
 			return
 		}
-		ws.class = c.lastClass
 	}
 	cq := ""
 	if ws.cq != nil {

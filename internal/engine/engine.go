@@ -58,7 +58,7 @@ type wlState struct {
 	why []reason
 	// behind is the workload this one was last said to wait behind.
 	behind *wlState
-	// class is ReasonClass of the reason last decided, with
+	// class is what the next reason is judged against (Retold), with
 	// WithQuietPending.
 	class string
 	// selected: cq's namespaceSelector accepts the workload's namespace.
@@ -88,7 +88,7 @@ type wlState struct {
 type Engine struct {
 	scratch  scratch
 	deferred bool
-	// quiet: a pending decision only for a reason of another class.
+	// quiet: a pending decision only for a reason that is news.
 	quiet  bool
 	cycles uint64
 	// epoch changes whenever any usage changes, so a judgement made at
@@ -135,13 +135,15 @@ type Option func(*Engine)
 // cycle.
 func WithDeferredEviction() Option { return func(e *Engine) { e.deferred = true } }
 
-// WithQuietPending decides a workload's pending reason only when it
-// changes in kind (ReasonClass), not when only a number in it or the
-// workload it waits behind moved: after each release in a cohort tree,
-// every workload waiting in it would otherwise get a decision whose text
-// differs from the last one in an amount ("available 3", then
-// "available 4"). PendingReason still says the current reason. Without it
-// (the simulator), every change of text is a decision.
+// WithQuietPending decides a workload's pending reason only when it is
+// news after the last one decided (News): not when only a number in it or
+// the workload it waits behind moved, nor when it goes from lacking quota
+// at the head of its queue to waiting behind a preemptor and back. After
+// each release in a cohort tree, every workload waiting in it would
+// otherwise get a decision ("available 3", then "available 4"), which the
+// admission service would then find is not worth an event. PendingReason
+// still says the current reason. Without it (the simulator), every change
+// of text is a decision.
 func WithQuietPending() Option { return func(e *Engine) { e.quiet = true } }
 
 // SetConfig replaces the configuration. Admitted workloads keep their

@@ -53,6 +53,52 @@ func ReasonClass(reason string) string {
 	}, reason)
 }
 
+// News reports whether a pending reason of class next (ReasonClass) is
+// worth telling after one of class prev. Only a change in kind is. Which
+// workload it waits behind or which preemptor keeps quota, or a number, is
+// not (ReasonClass takes them out), nor is a move between the head of its
+// queue, which says what quota it lacks, and a place behind the head,
+// which says only that it waits, nor one between lacking unused quota and
+// finding the quota it fits in kept for a preemptor (quota others hold,
+// running or about to run): each pair is the same wait for quota, and its
+// live reason and place are in the pending API. Waiting for its own
+// preemption victims is news, and so is a first reason (prev "").
+func News(prev, next string) bool {
+	pq, prevPos := PositionQueue(prev)
+	nq, nextPos := PositionQueue(next)
+	switch {
+	case prev == next:
+		return false
+	case prevPos && nextPos:
+		return pq != nq
+	case nextPos:
+		// Someone got ahead of it: it still waits for quota.
+		return !AwaitsQuota(prev)
+	case prevPos:
+		// It reached the head of its queue, short of quota.
+		return !ShortOfQuota(next) && !KeptForPreemptor(next)
+	case ShortOfQuota(prev) && KeptForPreemptor(next), KeptForPreemptor(prev) && ShortOfQuota(next):
+		return false
+	}
+	return true
+}
+
+// Retold says whether a reason of class next is news after one of class
+// prev (News), and which class to judge the next reason against: next
+// when it is news, else the more telling of the two, so that a reason
+// saying what quota it lacks is not judged against a place in line.
+func Retold(prev, next string) (class string, news bool) {
+	if News(prev, next) {
+		return next, true
+	}
+	if _, was := PositionQueue(prev); was {
+		if _, is := PositionQueue(next); !is {
+			return next, false
+		}
+	}
+	return prev, false
+}
+
 // AwaitsQuota reports whether a pending reason is a wait for quota: short
 // of it, behind others in its queue, or for preempted workloads to give
 // theirs up.

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -123,7 +124,7 @@ func TestQuietPending(t *testing.T) {
 	config := func(stop StopPolicy) Config {
 		return Config{
 			Flavors:       flavors("default"),
-			ClusterQueues: []ClusterQueue{newCQ("cq").stop(stop).quota("default", "cpu", 4000).obj()},
+			ClusterQueues: []ClusterQueue{newCQ("cq").strict().stop(stop).preemption(LowerPriority, Never).quota("default", "cpu", 4000).obj()},
 			LocalQueues:   lqs("ns", "cq"),
 		}
 	}
@@ -148,6 +149,33 @@ func TestQuietPending(t *testing.T) {
 			change:          func(e *Engine) error { return e.Remove("ns/r1") },
 			wantSecond:      map[string]string{"ns/w": short + "2"},
 			wantReasonAfter: short + "2",
+		},
+		{
+			name:  "behind a preemptor, then short of quota again, quiet",
+			quiet: true,
+			change: func(e *Engine) error {
+				// An urgent workload comes ahead of w and preempts;
+				// once its victim is gone and it runs, w lacks quota
+				// again.
+				if err := e.Submit(newWL("ns", "urgent").prio(10).pods("main", 1, "cpu", 2000).obj()); err != nil {
+					return err
+				}
+				ds := e.Cycle(t0.Add(time.Second / 2))
+				if pd := pendingDecisions(ds); pd["ns/w"] != "" {
+					return fmt.Errorf("w decided behind the preemptor: %q", pd["ns/w"])
+				}
+				if got := e.PendingReason("ns/w"); got != "waiting behind ns/urgent in ClusterQueue cq" {
+					return fmt.Errorf("w waits for %q, want it behind the preemptor", got)
+				}
+				for _, d := range ds {
+					if d.Kind == KindPreempted {
+						return e.Remove(d.Key)
+					}
+				}
+				return fmt.Errorf("urgent preempted nothing: %+v", ds)
+			},
+			wantSecond:      map[string]string{},
+			wantReasonAfter: short + "0",
 		},
 		{
 			name:  "another kind of reason, quiet",
@@ -188,6 +216,97 @@ func TestQuietPending(t *testing.T) {
 			}
 			if got := e.PendingReason("ns/w"); got != tc.wantReasonAfter {
 				t.Errorf("PendingReason = %q, want %q", got, tc.wantReasonAfter)
+			}
+		})
+	}
+}
+
+// TestNews: which changes of a pending reason are worth telling.
+func TestNews(t *testing.T) {
+	cases := []struct {
+		name, a, b string
+		wantSame   bool
+	}{
+		{"another place in line is no news",
+			"waiting behind job/team-a/w1 in ClusterQueue cq", "waiting behind job/team-a/w7 in ClusterQueue cq", true},
+		{"another number is no news",
+			"pod set main: insufficient unused quota for cpu in flavor default: requested 2, available 1",
+			"pod set main: insufficient unused quota for cpu in flavor default: requested 2, available 0", true},
+		{"another resource is news",
+			"pod set main: insufficient unused quota for cpu in flavor default: requested 2, available 1",
+			"pod set main: insufficient unused quota for memory in flavor default: requested 2, available 1", false},
+		{"waiting for preemption after quota is news",
+			"pod set main: insufficient unused quota for cpu in flavor default: requested 2, available 1",
+			"waiting for 1 preempted workload(s) to release quota", false},
+		{"someone getting ahead is no news",
+			"pod set main: insufficient unused quota for cpu in flavor default: requested 2, available 1",
+			"waiting behind job/team-a/w1 in ClusterQueue cq", true},
+		{"reaching the head of the queue short of quota is no news",
+			"waiting behind job/team-a/w1 in ClusterQueue cq",
+			"pod set main: insufficient unused quota for cpu in flavor default: requested 2, available 1", true},
+		{"first in an empty queue after waiting behind is no news",
+			"waiting behind job/team-a/w1 in ClusterQueue cq", "waiting in ClusterQueue cq", true},
+		{"someone getting ahead while preemption frees quota is no news",
+			"waiting for 2 preempted workload(s) to release quota", "waiting behind job/team-a/w1 in ClusterQueue cq", true},
+		{"reaching the head to wait for preemption is news",
+			"waiting behind job/team-a/w1 in ClusterQueue cq", "waiting for 1 preempted workload(s) to release quota", false},
+		{"more than the queue can ever use is news",
+			"waiting behind job/team-a/w1 in ClusterQueue cq",
+			"pod set main: insufficient quota for cpu in flavor default: requested 200, more than the ClusterQueue can ever use (64)", false},
+		{"a stopped queue is news",
+			"waiting behind job/team-a/w1 in ClusterQueue cq", "LocalQueue team-a/q is stopped (stopPolicy Hold)", false},
+		{"leaving a stopped queue is news",
+			"LocalQueue team-a/q is stopped (stopPolicy Hold)", "waiting behind job/team-a/w1 in ClusterQueue cq", false},
+		{"the quota it fits in kept for a preemptor after lacking quota is no news",
+			"pod set main: insufficient unused quota for cpu in flavor default: requested 2, available 1",
+			"the quota it fits in is kept for job/team-b/big, which waits for preempted workload(s) to release quota", true},
+		{"lacking quota again once the preemptor runs is no news",
+			"the quota it fits in is kept for job/team-b/big, which waits for preempted workload(s) to release quota",
+			"pod set main: insufficient unused quota for cpu in flavor default: requested 2, available 0", true},
+		{"another preemptor keeping the quota is no news",
+			"the quota it fits in is kept for job/team-b/big, which waits for preempted workload(s) to release quota",
+			"the quota it fits in is kept for job/team-c/huge, which waits for preempted workload(s) to release quota", true},
+		{"reaching the head to find the quota kept for a preemptor is no news",
+			"waiting behind job/team-a/w1 in ClusterQueue cq",
+			"the quota it fits in is kept for job/team-b/big, which waits for preempted workload(s) to release quota", true},
+		{"waiting for its own victims after the quota was kept for another is news",
+			"the quota it fits in is kept for job/team-b/big, which waits for preempted workload(s) to release quota",
+			"waiting for 1 preempted workload(s) to release quota", false},
+		{"another queue is news",
+			"waiting behind job/team-a/w1 in ClusterQueue cq", "waiting behind job/team-a/w1 in ClusterQueue other", false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := !News(ReasonClass(tc.a), ReasonClass(tc.b)); got != tc.wantSame {
+				t.Errorf("News(%q, %q) = %v, want %v", tc.a, tc.b, !got, !tc.wantSame)
+			}
+		})
+	}
+}
+
+// TestRetold: what the next reason is judged against after each change.
+func TestRetold(t *testing.T) {
+	const (
+		behind = "waiting behind * in ClusterQueue cq"
+		short  = "pod set main: insufficient unused quota for cpu in flavor default: requested #, available #"
+		victim = "waiting for # preempted workload(s) to release quota"
+	)
+	cases := []struct {
+		name, prev, next string
+		wantClass        string
+		wantNews         bool
+	}{
+		{name: "a first reason", next: short, wantClass: short, wantNews: true},
+		{name: "the same", prev: short, next: short, wantClass: short},
+		{name: "behind others after lacking quota keeps the quota it lacks", prev: short, next: behind, wantClass: short},
+		{name: "lacking quota after a place in line says more", prev: behind, next: short, wantClass: short},
+		{name: "waiting for its victims", prev: short, next: victim, wantClass: victim, wantNews: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			class, news := Retold(tc.prev, tc.next)
+			if class != tc.wantClass || news != tc.wantNews {
+				t.Errorf("Retold(%q, %q) = %q, %v; want %q, %v", tc.prev, tc.next, class, news, tc.wantClass, tc.wantNews)
 			}
 		})
 	}

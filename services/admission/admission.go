@@ -1398,15 +1398,10 @@ func (s *Service) publish(ctx context.Context, ds []engine.Decision, lost map[st
 		class := engine.ReasonClass(d.Reason)
 		s.noteWaiting(d.Key, class, d.Reason, now)
 		t, ok := s.told[d.Key]
+		kept, news := engine.Retold(t.class, class)
 		switch {
-		case ok && !news(t.class, class):
-			// Keep the more telling of the two, so that what comes next
-			// is judged against it.
-			_, was := engine.PositionQueue(t.class)
-			if _, is := engine.PositionQueue(class); was && !is {
-				t.class = class
-			}
-			t.held = false
+		case ok && !news:
+			t.class, t.held = kept, false
 			s.told[d.Key] = t
 			continue
 		case ok && s.clock().Sub(t.at) < s.cfg.PendingInterval:
@@ -1467,7 +1462,7 @@ func (s *Service) flushPending(ctx context.Context, now time.Time) {
 		s.told[key] = t
 		w := s.wls[key]
 		reason := s.eng.PendingReason(key)
-		if w == nil || reason == "" || s.eng.IsAdmitted(key) || !news(t.class, engine.ReasonClass(reason)) {
+		if w == nil || reason == "" || s.eng.IsAdmitted(key) || !engine.News(t.class, engine.ReasonClass(reason)) {
 			continue
 		}
 		s.tellPending(ctx, w.Workload, key, s.eng.ClusterQueueOf(key), reason)
@@ -1475,36 +1470,6 @@ func (s *Service) flushPending(ctx context.Context, now time.Time) {
 	if err := s.flush(ctx); err != nil {
 		s.log.Warn().Err(err).Msg("pending reasons not announced")
 	}
-}
-
-// news reports whether a workload's pending reason of class next is worth
-// announcing after one of class prev. Only a change in kind is. Which
-// workload it waits behind or which preemptor keeps quota, or a number, is
-// not (engine.ReasonClass takes them out), nor is a move between the head of its
-// queue, which says what quota it lacks, and a place behind the head,
-// which says only that it waits, nor one between lacking unused quota and
-// finding the quota it fits in kept for a preemptor (quota others hold,
-// running or about to run): each pair is the same wait for quota, and its
-// live reason and place are in the pending API. Waiting for its own
-// preemption victims is news.
-func news(prev, next string) bool {
-	pq, prevPos := engine.PositionQueue(prev)
-	nq, nextPos := engine.PositionQueue(next)
-	switch {
-	case prev == next:
-		return false
-	case prevPos && nextPos:
-		return pq != nq
-	case nextPos:
-		// Someone got ahead of it: it still waits for quota.
-		return !engine.AwaitsQuota(prev)
-	case prevPos:
-		// It reached the head of its queue, short of quota.
-		return !engine.ShortOfQuota(next) && !engine.KeptForPreemptor(next)
-	case engine.ShortOfQuota(prev) && engine.KeptForPreemptor(next), engine.KeptForPreemptor(prev) && engine.ShortOfQuota(next):
-		return false
-	}
-	return true
 }
 
 func assignments(ps []engine.PodSetAssignment) []events.PodSetAssignmentV1 {
