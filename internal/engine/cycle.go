@@ -330,7 +330,7 @@ func (c *cycle) memoHit(ws *wlState) bool {
 	if m.rep == nil || m.epoch != c.e.epoch || m.rep.shape != ws.shape {
 		return false
 	}
-	return !m.byPriority || m.rep.w.Priority == ws.w.Priority
+	return !m.byPriority || m.rep.prio == ws.prio
 }
 
 // partial looks for the largest pod counts, between each pod set's

@@ -33,45 +33,55 @@ type admitted struct {
 	charged bool
 }
 
-// wlState is the engine's bookkeeping for one workload.
+// wlState is the engine's bookkeeping for one workload. The fields a
+// cycle reads of every waiting workload as it walks a queue (after each
+// release in a cohort tree, its whole backlog) come first, and readiness
+// starts with what heldBack reads, so that the walk touches as few cache
+// lines of each workload as it can: at 100,000 waiting the walk's time is
+// mostly waiting for memory.
 type wlState struct {
-	w   *Workload
-	key string
+	admitted *admitted
 	// cq is the ClusterQueue the workload queues in; nil while its
 	// LocalQueue or ClusterQueue is missing (see unresolved).
-	cq         *cqState
-	lq         *LocalQueue
-	unresolved string
-	// split holds each pod set's requests by resource group of cq; full
-	// holds each pod set's full count.
-	split    []podSetReqs
-	full     []int32
-	admitted *admitted
+	cq *cqState
+	lq *LocalQueue
+	// why is the structured form of reason when it came from flavor
+	// assignment; an unchanged why skips rendering reason again.
+	why []reason
+	// shape hashes what flavor assignment reads of the workload: its pod
+	// sets. Workloads of one shape in one queue fit alike.
+	shape uint32
+	// prio is w.Priority, kept here for the walk.
+	prio int32
 	// parked: found inadmissible in a BestEffortFIFO queue; skipped until
 	// quota is released in its cohort tree or configuration changes.
 	parked bool
 	// queued: the workload has an entry in its ClusterQueue's pending list.
 	queued bool
-	reason string
-	// why is the structured form of reason when it came from flavor
-	// assignment; an unchanged why skips rendering reason again.
-	why []reason
-	// behind is the workload this one was last said to wait behind.
-	behind *wlState
-	// class is what the next reason is judged against (Retold), with
-	// WithQuietPending.
-	class string
 	// selected: cq's namespaceSelector accepts the workload's namespace.
 	selected bool
-	// shape hashes what flavor assignment reads of the workload: its pod
-	// sets. Workloads of one shape in one queue fit alike.
-	shape uint32
 	// evicting: asked to give up its quota, which it holds until the
 	// caller reports it gone (deferred eviction only).
 	evicting bool
 	// seenIn and victimIn hold the id of the last cycle that judged or
 	// preempted the workload.
 	seenIn, victimIn uint64
+	reason           string
+	// class is what the next reason is judged against (Retold), with
+	// WithQuietPending.
+	class string
+	// behind is the workload this one was last said to wait behind.
+	behind *wlState
+	// pods is what waitForPodsReady knows of it.
+	pods readiness
+
+	w          *Workload
+	key        string
+	unresolved string
+	// split holds each pod set's requests by resource group of cq; full
+	// holds each pod set's full count.
+	split []podSetReqs
+	full  []int32
 	// waiting remembers a preemptor left waiting for its victims to
 	// release quota (deferred eviction only): until quota is released in
 	// its tree, judging it again would choose the same victims.
@@ -79,8 +89,6 @@ type wlState struct {
 	// orderAt places the workload in its queue among equal priorities:
 	// its submission, or its last PodsReadyTimeout eviction.
 	orderAt time.Time
-	// pods is what waitForPodsReady knows of it.
-	pods readiness
 }
 
 // Engine holds configuration, queues and quota usage. It is not safe for
@@ -265,7 +273,7 @@ func (e *Engine) Submit(w Workload) error {
 	if _, ok := e.workloads[key]; ok {
 		return fmt.Errorf("submit %s: %w", key, ErrDuplicate)
 	}
-	ws := &wlState{w: &w, key: key, orderAt: w.Submitted}
+	ws := &wlState{w: &w, prio: w.Priority, key: key, orderAt: w.Submitted}
 	if w.Admission != nil {
 		cq, ok := e.tree.cqs[w.Admission.ClusterQueue]
 		if !ok {
@@ -491,7 +499,7 @@ func (e *Engine) SetPriority(key string, priority int32) error {
 	}
 	w := *ws.w
 	w.Priority = priority
-	ws.w = &w
+	ws.w, ws.prio = &w, priority
 	ws.parked = false
 	if ws.cq != nil {
 		ws.cq.settled = false

@@ -53,19 +53,19 @@ const (
 // readiness is what the engine knows of an admitted workload's pods, and
 // of the requeues they caused.
 type readiness struct {
+	// deactivated, when set, is why the workload is never admitted again.
+	deactivated string
+	// requeueAt holds the workload back until then; requeues counts
+	// PodsReadyTimeout evictions.
+	requeueAt time.Time
+	requeues  int32
+	// requeueWhy says what holds it back until requeueAt, when it was not
+	// a PodsReadyTimeout (an admission check asked to retry).
+	requeueWhy string
 	// ready: all pods are ready now; once: they have been, in this
 	// admission; lostAt: when they stopped being ready after that.
 	ready, once bool
 	lostAt      time.Time
-	// requeues counts PodsReadyTimeout evictions; requeueAt holds the
-	// workload back until then.
-	requeues  int32
-	requeueAt time.Time
-	// requeueWhy says what holds it back until requeueAt, when it was not
-	// a PodsReadyTimeout (an admission check asked to retry).
-	requeueWhy string
-	// deactivated, when set, is why the workload is never admitted again.
-	deactivated string
 	// executed is how long its earlier admissions ran, toward its
 	// maximum execution time (see charge).
 	executed time.Duration
