@@ -261,7 +261,7 @@ func (c *cycle) judgedAlready(ws *wlState) bool {
 // did.
 func (c *cycle) waitsForVictims(ws *wlState) bool {
 	w := ws.waiting
-	return c.e.deferred && w.n > 0 && w.root == ws.cq.node.root() && w.released == w.root.released
+	return c.e.deferred && w != nil && w.n > 0 && w.root == ws.cq.node.root() && w.released == w.root.released
 }
 
 // nominate decides what ws could get now, filling en.
@@ -540,7 +540,7 @@ func (c *cycle) requestPreemption(ws *wlState, en *entry) {
 	c.pend(ws, waitingForVictims(waiting))
 	c.scan(ws.cq).blocked = true
 	root := ws.cq.node.root()
-	ws.waiting = preemptionWait{root: root, released: root.released, n: waiting, usage: slices.Clone(en.a.usage)}
+	ws.waiting = &preemptionWait{root: root, released: root.released, n: waiting, usage: slices.Clone(en.a.usage)}
 }
 
 // kept is quota a preemptor waits to use, once its victims are gone.

@@ -72,6 +72,11 @@ type wlState struct {
 	class string
 	// behind is the workload this one was last said to wait behind.
 	behind *wlState
+	// waiting remembers a preemptor left waiting for its victims to
+	// release quota (deferred eviction only): until quota is released in
+	// its tree, judging it again would choose the same victims. nil for
+	// a workload that never waited so.
+	waiting *preemptionWait
 	// pods is what waitForPodsReady knows of it.
 	pods readiness
 
@@ -82,10 +87,6 @@ type wlState struct {
 	// holds each pod set's full count.
 	split []podSetReqs
 	full  []int32
-	// waiting remembers a preemptor left waiting for its victims to
-	// release quota (deferred eviction only): until quota is released in
-	// its tree, judging it again would choose the same victims.
-	waiting preemptionWait
 	// orderAt places the workload in its queue among equal priorities:
 	// its submission, or its last PodsReadyTimeout eviction.
 	orderAt time.Time
