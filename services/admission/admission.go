@@ -1317,20 +1317,20 @@ func (s *Service) publish(ctx context.Context, ds []engine.Decision, lost map[st
 	var order []string
 	for _, d := range ds {
 		w := s.wls[d.Key]
-		if w == nil {
+		ref, known := s.refOf(d.Key)
+		if !known {
 			continue
 		}
-		ref := w.Workload
 		switch d.Kind {
 		case engine.KindReserved:
-			if lost[d.Key] {
+			if lost[d.Key] || w == nil {
 				continue
 			}
 			delete(s.told, d.Key)
 			r := s.res[d.Key].Reservation
 			s.send(ctx, outgoing{ev: reservedOf(ref, r), id: workloads.ReservedID(ref, r.Admission()), ended: d.Key})
 		case engine.KindAdmitted:
-			if lost[d.Key] {
+			if lost[d.Key] || w == nil {
 				continue
 			}
 			delete(s.told, d.Key) // a reason after this admission is news
@@ -1412,6 +1412,25 @@ func (s *Service) publish(ctx context.Context, ds []engine.Decision, lost map[st
 		s.tellPending(ctx, w.Workload, d.Key, d.ClusterQueue, d.Reason)
 	}
 	return s.flush(ctx)
+}
+
+// refOf names the workload a decision is about: from its record or, for
+// one admitted by another replica whose record this replica has not seen
+// yet, from its reservation. An eviction or a preemption of such a
+// workload must be announced all the same: the engine counts it as asked
+// and does not decide it again (seen in a test: a ClusterQueue drained
+// between another replica's booking and its record's arrival, and the
+// admission it held never stopped).
+func (s *Service) refOf(key string) (events.WorkloadRef, bool) {
+	if w := s.wls[key]; w != nil {
+		return w.Workload, true
+	}
+	h, held := s.res[key]
+	kind, ns, name, ok := workloads.SplitEngineKey(key)
+	if !held || !ok || h.UID == "" {
+		return events.WorkloadRef{}, false
+	}
+	return events.WorkloadRef{Kind: kind, Namespace: ns, Name: name, UID: h.UID}, true
 }
 
 // preemptionID is the id of a preemption request. It names each victim's

@@ -1121,8 +1121,24 @@ func TestPendingReasonsAreCoalesced(t *testing.T) {
 // holding an admission another replica reserved but has not announced yet
 // (it is slow, or stopped in between): the admitted event is published
 // before the evicted one, so no subscriber sees a stop of an admission it
-// never saw.
+// never saw. The draining replica may also not have seen x's record yet:
+// x is known from its reservation alone, and its eviction is announced
+// all the same.
 func TestEvictionAnnouncesTheAdmissionFirst(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// recordSeen: x's record arrives before the ClusterQueue is
+		// stopped; otherwise only after both are evicted.
+		recordSeen bool
+	}{
+		{name: "its record seen", recordSeen: true},
+		{name: "its record not seen yet"},
+	} {
+		t.Run(tc.name, func(t *testing.T) { evictionAnnouncesTheAdmissionFirst(t, tc.recordSeen) })
+	}
+}
+
+func evictionAnnouncesTheAdmissionFirst(t *testing.T, recordSeen bool) {
 	h := newHarness(t)
 	h.configure("4", nil)
 	h.start()
@@ -1136,14 +1152,28 @@ func TestEvictionAnnouncesTheAdmissionFirst(t *testing.T) {
 		PodSets: []events.PodSetV1{{Name: "main", Count: 1, Requests: map[string]string{"cpu": "1"}}}}
 	h.recs["x"] = x
 	h.reserve(map[string]ledger.Reservation{key("x"): h.expected("x", 1)})
-	h.put(h.wls, workloads.Key(x.Workload), x)
 	rs := h.reservations()
+	if recordSeen {
+		h.put(h.wls, workloads.Key(x.Workload), x)
+		h.eventually("x's record seen", func() (bool, string) {
+			seen, err := h.svc.RecordKnown(h.ctx, key("x"))
+			return seen, fmt.Sprint(err)
+		})
+	} else {
+		h.eventually("x's reservation booked", func() (bool, string) {
+			held, err := h.svc.HoldsAdmission(h.ctx, key("x"))
+			return held, fmt.Sprint(err)
+		})
+	}
 	cq := clusterQueue("cq", "4", nil)
 	cq.Spec.StopPolicy = ptr.To(v1beta1.HoldAndDrain)
 	h.put(h.cfg, configstore.Key(configstore.KindClusterQueue, "", "cq"), cq)
 	h.eventually("both evicted", func() (bool, string) {
 		return len(eventsOf[events.WorkloadEvictedV1](h)) == 2, fmt.Sprint(eventsOf[events.WorkloadEvictedV1](h))
 	})
+	if !recordSeen {
+		h.put(h.wls, workloads.Key(x.Workload), x)
+	}
 	var got []string
 	h.mu.Lock()
 	for _, env := range h.evs {

@@ -1,0 +1,17 @@
+package admission
+
+import "context"
+
+// RecordKnown reports whether the service holds the record of the
+// workload with engine key key (tests only).
+func (s *Service) RecordKnown(ctx context.Context, key string) (known bool, err error) {
+	err = s.read(ctx, func() { known = s.wls[key] != nil })
+	return known, err
+}
+
+// HoldsAdmission reports whether the service's engine holds an admission
+// of the workload with engine key key (tests only).
+func (s *Service) HoldsAdmission(ctx context.Context, key string) (held bool, err error) {
+	err = s.read(ctx, func() { held = s.eng.IsAdmitted(key) })
+	return held, err
+}
