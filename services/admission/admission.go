@@ -974,12 +974,12 @@ func (s *Service) recordPassed(ctx context.Context) {
 		if h.Revision > s.res[wk].Revision {
 			s.res[wk] = h
 		}
-		w := s.wls[wk]
-		if w == nil {
+		ref, known := s.refOf(wk)
+		if !known {
 			continue
 		}
 		s.metrics.admitted.WithLabelValues(h.ClusterQueue).Inc()
-		s.send(ctx, outgoing{ev: admittedOf(w.Workload, h.Reservation), id: workloads.AdmittedID(w.Workload, admission), ended: wk})
+		s.send(ctx, outgoing{ev: admittedOf(ref, h.Reservation), id: workloads.AdmittedID(ref, admission), ended: wk})
 	}
 }
 
