@@ -1417,10 +1417,10 @@ func (s *Service) publish(ctx context.Context, ds []engine.Decision, lost map[st
 // refOf names the workload a decision is about: from its record or, for
 // one admitted by another replica whose record this replica has not seen
 // yet, from its reservation. An eviction or a preemption of such a
-// workload must be announced all the same: the engine counts it as asked
-// and does not decide it again (seen in a test: a ClusterQueue drained
-// between another replica's booking and its record's arrival, and the
-// admission it held never stopped).
+// workload, or its admission once its checks passed, must be announced
+// all the same: nothing decides it again (seen in a test: a ClusterQueue
+// drained between another replica's booking and its record's arrival,
+// and the admission it held never stopped).
 func (s *Service) refOf(key string) (events.WorkloadRef, bool) {
 	if w := s.wls[key]; w != nil {
 		return w.Workload, true
