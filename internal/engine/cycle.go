@@ -637,7 +637,7 @@ func (c *cycle) admit(ws *wlState, a *assignment) {
 	ws.admitted = &admitted{cq: cq, usage: a.usage, podSets: podSets, at: c.now, since: c.now}
 	ws.admittedNow()
 	c.e.hold(ws)
-	ws.reason, ws.why = "", nil
+	ws.reason, ws.class, ws.why = "", "", nil
 	ws.parked = false
 	c.touched[cq] = true
 	if checks := requiredChecks(cq, podSets, nil); len(checks) > 0 {

@@ -436,7 +436,7 @@ func (e *Engine) evict(ws *wlState) {
 	}
 	ws.evicting = false
 	e.release(ws)
-	ws.reason, ws.why = "", nil
+	ws.reason, ws.class, ws.why = "", "", nil
 	if ws.cq != nil {
 		ws.cq.insertPending(ws)
 	}

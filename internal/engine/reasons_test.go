@@ -284,6 +284,47 @@ func TestNews(t *testing.T) {
 	}
 }
 
+// TestQuietPendingAfterRequeue: with WithQuietPending, the first reason
+// of a workload back in its queue after an admission is decided, even of
+// the kind it had before it was admitted: the admission service tells a
+// requeued workload's wait afresh.
+func TestQuietPendingAfterRequeue(t *testing.T) {
+	const short = "pod set main: insufficient unused quota for cpu in flavor default: requested 2, available 0"
+	e := New(Config{
+		Flavors:       flavors("default"),
+		ClusterQueues: []ClusterQueue{newCQ("cq").quota("default", "cpu", 2000).obj()},
+		LocalQueues:   lqs("ns", "cq"),
+	}, WithDeferredEviction(), WithQuietPending())
+	for _, w := range []Workload{
+		newWL("ns", "r").pods("main", 1, "cpu", 2000).admittedIn("cq", "default", -time.Minute).obj(),
+		newWL("ns", "w").pods("main", 1, "cpu", 2000).obj(),
+	} {
+		if err := e.Submit(w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := cmp.Diff(map[string]string{"ns/w": short}, pendingDecisions(e.Cycle(t0))); d != "" {
+		t.Fatalf("first cycle (-want +got):\n%s", d)
+	}
+	if err := e.Remove("ns/r"); err != nil {
+		t.Fatal(err)
+	}
+	e.Cycle(t0.Add(time.Second))
+	if !e.IsAdmitted("ns/w") {
+		t.Fatal("w not admitted into the freed quota")
+	}
+	// w is stopped from outside while x takes the quota elsewhere.
+	if err := e.Evict("ns/w"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Submit(newWL("ns", "x").pods("main", 1, "cpu", 2000).admittedIn("cq", "default", 0).obj()); err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(map[string]string{"ns/w": short}, pendingDecisions(e.Cycle(t0.Add(2*time.Second)))); d != "" {
+		t.Errorf("after the requeue (-want +got):\n%s", d)
+	}
+}
+
 // TestRetold: what the next reason is judged against after each change.
 func TestRetold(t *testing.T) {
 	const (
