@@ -85,8 +85,10 @@ type Service struct {
 
 	eng    *engine.Engine
 	config *configstore.Store
-	// wls are the known workloads by engine key.
-	wls map[string]*events.WorkloadSubmittedV1
+	// wls are the known workloads by engine key; their pod sets'
+	// requests are shared through shapes.
+	wls    map[string]*events.WorkloadSubmittedV1
+	shapes shapes
 	// told is what was last announced of each waiting workload's reason.
 	told map[string]told
 	// lastFlush is when held-back reasons were last looked at.
@@ -436,6 +438,11 @@ func (s *Service) applyWorkload(e jetstream.KeyValueEntry) {
 		return
 	}
 	key = workloads.EngineKey(w.Workload)
+	for i, ps := range w.PodSets {
+		if sh, err := s.shapes.of(ps.Requests); err == nil {
+			w.PodSets[i].Requests = sh.text
+		}
+	}
 	if old, known := s.wls[key]; known {
 		// Only the priority of a record changes after submission (its
 		// priority class label was changed); its pod sets never do.
@@ -681,16 +688,12 @@ func (s *Service) toEngine(w *events.WorkloadSubmittedV1) (engine.Workload, erro
 		MaxExecution: time.Duration(w.MaximumExecutionTimeSeconds) * time.Second,
 	}
 	for _, ps := range w.PodSets {
-		eps := engine.PodSet{Name: ps.Name, Count: ps.Count, MinCount: ps.MinCount, Requests: map[string]int64{},
-			NodeSelector: ps.NodeSelector, Tolerations: ps.Tolerations}
-		for r, v := range ps.Requests {
-			q, err := resource.ParseQuantity(v)
-			if err != nil {
-				return ew, fmt.Errorf("pod set %s: request %s=%q: %w", ps.Name, r, v, err)
-			}
-			eps.Requests[r] = engine.Canonical(r, q)
+		sh, err := s.shapes.of(ps.Requests)
+		if err != nil {
+			return ew, fmt.Errorf("pod set %s: %w", ps.Name, err)
 		}
-		ew.PodSets = append(ew.PodSets, eps)
+		ew.PodSets = append(ew.PodSets, engine.PodSet{Name: ps.Name, Count: ps.Count, MinCount: ps.MinCount, Requests: sh.canon,
+			NodeSelector: ps.NodeSelector, Tolerations: ps.Tolerations})
 	}
 	return ew, nil
 }
