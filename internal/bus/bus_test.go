@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,7 +18,6 @@ import (
 
 	"github.com/sluice-dev/sluice/events"
 	"github.com/sluice-dev/sluice/internal/bus"
-	"github.com/sluice-dev/sluice/internal/embeddednats"
 	"github.com/sluice-dev/sluice/internal/natstest"
 	"github.com/sluice-dev/sluice/internal/workloads"
 )
@@ -250,54 +247,6 @@ func TestSetupIdempotent(t *testing.T) {
 // by an earlier Sluice (five revisions per key, no message TTLs) keep
 // their keys and get one revision per key and message TTLs, so that
 // removals from then on expire.
-// The SLUICE stream is stored in blocks of at most 4 MB: the server keeps
-// a whole block in memory for the stream's write tail and for each read
-// of an older event, so its block size is resident memory.
-func TestEventBlocksAreMediumSized(t *testing.T) {
-	ctx := testCtx(t)
-	dir := t.TempDir()
-	s := natstest.StartServer(t, embeddednats.Options{StoreDir: dir})
-	_, js := natstest.Connect(t, s.ClientURL())
-	if err := bus.Setup(ctx, js, bus.Config{}); err != nil {
-		t.Fatalf("Setup: %v", err)
-	}
-	// 6 MB of events: one 8 MB block, or two of 4 MB.
-	body := bytes.Repeat([]byte("x"), 1<<10)
-	for i := range 6 << 10 {
-		if _, err := js.PublishAsync(fmt.Sprintf("sluice.workload.submitted.v1.job.ns.w%d", i), body); err != nil {
-			t.Fatal(err)
-		}
-	}
-	select {
-	case <-js.PublishAsyncComplete():
-	case <-ctx.Done():
-		t.Fatal("publishing did not complete")
-	}
-	var blocks []int64
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || filepath.Base(filepath.Dir(filepath.Dir(path))) != bus.StreamEvents || filepath.Ext(path) != ".blk" {
-			return err
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		blocks = append(blocks, info.Size())
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(blocks) < 2 {
-		t.Fatalf("SLUICE stored 6 MB in %d block(s) of %v bytes, want blocks of at most 4 MB", len(blocks), blocks)
-	}
-	for _, n := range blocks {
-		if n > 4<<20 {
-			t.Errorf("a SLUICE block holds %d bytes, want at most 4 MB", n)
-		}
-	}
-}
-
 func TestSetupUpgradesBucketsToExpiringMarkers(t *testing.T) {
 	ctx := testCtx(t)
 	js := natstest.JetStream(t)

@@ -144,18 +144,8 @@ func (c Config) StreamConfig() jetstream.StreamConfig {
 		Storage:     jetstream.FileStorage,
 		MaxMsgs:     -1,
 		MaxBytes:    -1,
-		// No subject (one workload's events of one type) comes near this
-		// limit. It is set because the server sizes a file stream's
-		// blocks by its limits: with a per-subject limit it takes 4 MB
-		// blocks instead of 8 MB, and a block is what it holds in memory
-		// for each write tail and each read of an older event (at
-		// 15,000 Jobs, 16 MB less resident heap).
-		MaxMsgsPerSubject: EventsPerSubject,
 	}
 }
-
-// EventsPerSubject is the SLUICE stream's limit of messages per subject.
-const EventsPerSubject = 1 << 30
 
 // DLQStreamConfig is the configuration Setup gives the SLUICE_DLQ stream.
 func (c Config) DLQStreamConfig() jetstream.StreamConfig {
