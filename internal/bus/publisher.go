@@ -181,9 +181,6 @@ type Outgoing struct {
 	// stored; otherwise its error is ErrLastChanged.
 	ExpectLast string
 	ExpectSeq  uint64
-	// Stored is set by PublishAll to the stream sequence the event is
-	// stored at (the first copy's, for a re-send), or 0 when it failed.
-	Stored uint64
 }
 
 // ErrLastChanged: an event was not stored because something was stored
@@ -240,7 +237,6 @@ func (p *JetStreamPublisher) PublishAll(ctx context.Context, out []Outgoing) []e
 			errs[f.i] = fmt.Errorf("bus: publish %s %s: %w", o.Event.Type(), f.msg.Subject, lastChanged(err))
 			return
 		}
-		out[f.i].Stored = ack.Sequence
 		p.logPublished(o.Ctx, o.Event, o.ID, f.msg, ack)
 	}
 	for i, o := range out {
@@ -263,7 +259,6 @@ func (p *JetStreamPublisher) PublishAll(ctx context.Context, out []Outgoing) []e
 				errs[i] = fmt.Errorf("bus: publish %s %s: %w", o.Event.Type(), msg.Subject, lastChanged(err))
 				continue
 			}
-			out[i].Stored = ack.Sequence
 			p.logPublished(o.Ctx, o.Event, o.ID, msg, ack)
 			continue
 		}

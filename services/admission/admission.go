@@ -1,7 +1,6 @@
 package admission
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -92,16 +91,6 @@ type Service struct {
 	shapes shapes
 	// told is what was last announced of each waiting workload's reason.
 	told map[string]told
-	// stored is the stream sequence of the last event this replica
-	// stored about each workload (its pending reason or its admission),
-	// from the acknowledgement. An admission's announcement expects it
-	// rather than reading the last event about the workload first: that
-	// event is most often older than the stream's last block, and the
-	// server reads a whole block (4–8 MB, kept 10 s) to answer. At
-	// 100,000 Jobs such reads held 75 MB of the heap. A guess that is no
-	// longer the last (another service published since) is refused by
-	// the stream, and the announcement then reads as before.
-	stored map[string]uint64
 	// lastFlush is when held-back reasons were last looked at.
 	lastFlush time.Time
 	// res is the ledger's reservations by workload, with their revisions;
@@ -178,7 +167,6 @@ func New(cfg Config, js jetstream.JetStream, pub Publisher, opts ...Option) (*Se
 		config:    configstore.New(),
 		wls:       map[string]*events.WorkloadSubmittedV1{},
 		told:      map[string]told{},
-		stored:    map[string]uint64{},
 		queued:    map[string]*queuedTrace{},
 		res:       map[string]ledger.Held{},
 		uncertain: map[string]string{},
@@ -437,7 +425,6 @@ func (s *Service) applyWorkload(e jetstream.KeyValueEntry) {
 		delete(s.wls, key)
 		delete(s.told, key)
 		delete(s.queued, key)
-		delete(s.stored, key)
 		if _, held := s.res[key]; held || !s.synced.IsOpen() {
 			// Its quota stays booked until the ledger lets go of it.
 			return
@@ -774,7 +761,6 @@ func (s *Service) applyLedger(ctx context.Context, e jetstream.KeyValueEntry) {
 	delete(s.wls, wk)
 	delete(s.told, wk)
 	delete(s.queued, wk)
-	delete(s.stored, wk)
 	_ = s.eng.Remove(wk)
 }
 
@@ -877,7 +863,6 @@ func (s *Service) cycle(ctx context.Context) error {
 			delete(s.wls, d.Key)
 			delete(s.told, d.Key)
 			delete(s.queued, d.Key)
-			delete(s.stored, d.Key)
 			_ = s.eng.Remove(d.Key)
 			decisions[i].Kind = ""
 			continue
@@ -1033,8 +1018,6 @@ type outgoing struct {
 	// admitted (the end came after the decision), and quota
 	// reconciliation releases the reservation.
 	ended string
-	// about is the engine key of the workload a pending reason is about.
-	about string
 	// admitted is the announcement of the admission a stop ends, published
 	// first if it is not on the stream yet: the replica that reserved the
 	// admission may be slow to announce it, or stopped before it did.
@@ -1081,10 +1064,6 @@ func (s *Service) flush(ctx context.Context) error {
 			plain = append(plain, o)
 			continue
 		}
-		if ref, ok := events.WorkloadOf(o.ev); ok {
-			// What was stored about it before is not the last any more.
-			delete(s.stored, workloads.EngineKey(ref))
-		}
 		if err := s.publishOne(ctx, o); err != nil {
 			s.unsent = append(s.unsent, o)
 			errs = append(errs, err)
@@ -1100,11 +1079,6 @@ func (s *Service) flush(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for i, o := range plain {
 		if o.ended == "" {
-			continue
-		}
-		if seq, ok := s.stored[o.ended]; ok && s.wls[o.ended] != nil {
-			// Its record is here, and the stream checks the guess.
-			last[i] = seq
 			continue
 		}
 		sem <- struct{}{}
@@ -1148,14 +1122,6 @@ func (s *Service) flush(ctx context.Context) error {
 		}
 	}
 	for i, err := range ap.PublishAll(ctx, out) {
-		about := cmp.Or(send[i].about, send[i].ended)
-		if about != "" && s.wls[about] != nil {
-			if err == nil {
-				s.stored[about] = out[i].Stored
-			} else {
-				delete(s.stored, about)
-			}
-		}
 		if errors.Is(err, bus.ErrLastChanged) {
 			// Something about the workload came between the look and the
 			// publish: look again, one at a time.
@@ -1499,7 +1465,7 @@ func (s *Service) tellPending(ctx context.Context, ref events.WorkloadRef, key, 
 	now := s.clock()
 	s.told[key] = told{class: engine.ReasonClass(reason), at: now}
 	ev := events.WorkloadPendingV1{Workload: ref, ClusterQueue: cq, Reason: reason}
-	s.send(ctx, outgoing{ev: ev, id: events.ID(ev.Type(), ref.UID, reason, now.UnixNano()), about: key})
+	s.send(ctx, outgoing{ev: ev, id: events.ID(ev.Type(), ref.UID, reason, now.UnixNano())})
 }
 
 // flushPending announces the reasons held back whose interval is over, if

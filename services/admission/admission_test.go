@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	corev1 "k8s.io/api/core/v1"
@@ -1199,84 +1198,5 @@ func evictionAnnouncesTheAdmissionFirst(t *testing.T, recordSeen bool) {
 	if len(got) != 4 || got[0] != "admitted probe" || slices.Index(got, "admitted x") > slices.Index(got, "evicted x") ||
 		!slices.Contains(got, "evicted probe") {
 		t.Errorf("events in stream order = %v, want probe admitted, then x admitted before x evicted, and probe evicted", got)
-	}
-}
-
-// TestAdmissionExpectsItsOwnLastEvent: a waiting workload whose pending
-// reason this replica stored is announced admitted expecting that event to
-// be the last about it, without reading the stream first. When something
-// else about it was stored since, the stream refuses the guess, and the
-// announcement reads the last event and is made all the same.
-func TestAdmissionExpectsItsOwnLastEvent(t *testing.T) {
-	h := newHarness(t)
-	h.configure("1", nil)
-	var mu sync.Mutex
-	var reads []string // subjects whose last event was read
-	sub, err := h.js.Conn().Subscribe("$JS.API.STREAM.MSG.GET."+bus.StreamEvents, func(m *nats.Msg) {
-		var req struct {
-			LastBySubject string `json:"last_by_subj"`
-		}
-		if json.Unmarshal(m.Data, &req) == nil && req.LastBySubject != "" {
-			mu.Lock()
-			reads = append(reads, req.LastBySubject)
-			mu.Unlock()
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	if err := h.js.Conn().Flush(); err != nil {
-		t.Fatal(err)
-	}
-	readsAbout := func(name string) int {
-		mu.Lock()
-		defer mu.Unlock()
-		n := 0
-		for _, s := range reads {
-			if strings.HasSuffix(s, "."+name) {
-				n++
-			}
-		}
-		return n
-	}
-	admitted := func(name string) int {
-		n := 0
-		for _, ev := range eventsOf[events.WorkloadAdmittedV1](h) {
-			if ev.Workload.Name == name {
-				n++
-			}
-		}
-		return n
-	}
-	h.start()
-	h.submit("a", "main", 0, 1, "1")
-	h.eventually("a admitted", func() (bool, string) { return admitted("a") == 1, "" })
-	h.submit("waiting", "main", 0, 1, "1")
-	h.submit("overtaken", "main", 0, 1, "1")
-	h.eventually("both told to wait", func() (bool, string) {
-		_, w := h.lastPending("waiting")
-		_, o := h.lastPending("overtaken")
-		return w && o, fmt.Sprint(w, o)
-	})
-	// Another service stores an event about overtaken after its reason.
-	again := h.recs["overtaken"]
-	if err := bus.NewPublisher(h.js, events.Source("integration")).Publish(h.ctx, again, "submitted-again"); err != nil {
-		t.Fatal(err)
-	}
-
-	h.finish("a")
-	h.eventually("waiting admitted", func() (bool, string) { return admitted("waiting") == 1, "" })
-	if n := readsAbout("waiting"); n != 0 {
-		t.Errorf("the stream was read %d times to announce waiting's admission, want 0", n)
-	}
-	h.finish("waiting")
-	h.eventually("overtaken admitted", func() (bool, string) { return admitted("overtaken") == 1, "" })
-	if n := readsAbout("overtaken"); n == 0 {
-		t.Error("overtaken's admission was announced without reading the event stored after its reason")
-	}
-	time.Sleep(50 * time.Millisecond)
-	if n := admitted("overtaken"); n != 1 {
-		t.Errorf("overtaken announced admitted %d times, want once", n)
 	}
 }
