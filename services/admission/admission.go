@@ -1187,7 +1187,14 @@ func (s *Service) publishOne(ctx context.Context, o outgoing) error {
 			}
 		}
 	}
-	return s.pub.Publish(ctx, o.ev, o.id)
+	ep, expecting := s.pub.(workloads.ExpectingPublisher)
+	ref, about := events.WorkloadOf(o.ev)
+	if o.fenceKey == "" || !expecting || !about || s.stream == nil {
+		return s.pub.Publish(ctx, o.ev, o.id)
+	}
+	// Not after the job's end, which may have come since the fence.
+	_, err := workloads.AnnounceStop(ctx, ep, s.stream, o.ev, o.id, ref)
+	return err
 }
 
 // announcement is how a reservation is announced: admitted, or reserved

@@ -24,6 +24,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/internal/configstore"
 	"github.com/sluice-dev/sluice/internal/engine"
+	"github.com/sluice-dev/sluice/internal/fence"
 	"github.com/sluice-dev/sluice/internal/ledger"
 	"github.com/sluice-dev/sluice/internal/natstest"
 	"github.com/sluice-dev/sluice/internal/tracing"
@@ -1198,5 +1199,51 @@ func evictionAnnouncesTheAdmissionFirst(t *testing.T, recordSeen bool) {
 	if len(got) != 4 || got[0] != "admitted probe" || slices.Index(got, "admitted x") > slices.Index(got, "evicted x") ||
 		!slices.Contains(got, "evicted probe") {
 		t.Errorf("events in stream order = %v, want probe admitted, then x admitted before x evicted, and probe evicted", got)
+	}
+}
+
+// TestEvictionIsNotAnnouncedAfterTheEnd: the job of an admitted workload
+// ends between the fence that claims its eviction and the eviction's
+// announcement (the integration records the end over the claim and
+// announces it): the eviction is dropped, and nothing is evicted after the
+// workload's finished event.
+func TestEvictionIsNotAnnouncedAfterTheEnd(t *testing.T) {
+	h := newHarness(t)
+	h.configure("4", nil)
+	h.start()
+	h.submit("x", "main", 0, 1, "1")
+	h.submit("probe", "main", 0, 1, "1")
+	h.eventually("both admitted", func() (bool, string) {
+		return len(eventsOf[events.WorkloadAdmittedV1](h)) == 2, fmt.Sprint(eventsOf[events.WorkloadAdmittedV1](h))
+	})
+	// The eviction of x claimed in the fence (as an earlier attempt of
+	// this replica did), then x's end announced.
+	admission := h.reservations()[key("x")].Admission()
+	fk, err := h.js.KeyValue(h.ctx, fence.Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evicted := events.ID(events.TypeWorkloadEvictedV1, ref("x").UID, admission)
+	if err := fence.Stop(h.ctx, fk, workloads.Key(ref("x")), admission, evicted); err != nil {
+		t.Fatal(err)
+	}
+	fin := events.WorkloadFinishedV1{Workload: ref("x"), ClusterQueue: "cq", Succeeded: true}
+	if err := bus.NewPublisher(h.js, events.Source("integration")).Publish(h.ctx, fin, events.ID(fin.Type(), ref("x").UID)); err != nil {
+		t.Fatal(err)
+	}
+
+	cq := clusterQueue("cq", "4", nil)
+	cq.Spec.StopPolicy = ptr.To(v1beta1.HoldAndDrain)
+	h.put(h.cfg, configstore.Key(configstore.KindClusterQueue, "", "cq"), cq)
+	h.eventually("probe evicted", func() (bool, string) {
+		return len(eventsOf[events.WorkloadEvictedV1](h)) >= 1, fmt.Sprint(eventsOf[events.WorkloadEvictedV1](h))
+	})
+	time.Sleep(100 * time.Millisecond) // many cycles
+	var got []string
+	for _, ev := range eventsOf[events.WorkloadEvictedV1](h) {
+		got = append(got, ev.Workload.Name)
+	}
+	if d := cmp.Diff([]string{"probe"}, got); d != "" {
+		t.Errorf("evicted workloads (-want +got):\n%s", d)
 	}
 }

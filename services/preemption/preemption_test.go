@@ -56,9 +56,13 @@ func TestPreemption(t *testing.T) {
 		readmitted []string
 		// late victims' admissions are announced 150 ms in (the replica
 		// that reserved them is slow); the others' before the request.
-		late     []string
-		requests []events.PreemptionRequestedV1
-		want     []events.WorkloadPreemptedV1
+		late []string
+		// endedInFlight victims' stops were claimed in the fence (by an
+		// earlier delivery of the request) and their jobs' ends announced
+		// since: the end came between the fence and the announcement.
+		endedInFlight []string
+		requests      []events.PreemptionRequestedV1
+		want          []events.WorkloadPreemptedV1
 	}{
 		{
 			name:     "a victim whose start is in flight is preempted once the start is announced",
@@ -117,6 +121,13 @@ func TestPreemption(t *testing.T) {
 			want:     []events.WorkloadPreemptedV1{preempted("low1", "high"), preempted("low2", "high")},
 		},
 		{
+			name:          "a victim whose job's end is announced after its stop was fenced is not preempted after the end",
+			holding:       []string{"low1", "low2"},
+			endedInFlight: []string{"low1"},
+			requests:      []events.PreemptionRequestedV1{request("high", "low1", "low2")},
+			want:          []events.WorkloadPreemptedV1{preempted("low2", "high")},
+		},
+		{
 			name:     "the same victim asked twice by one preemptor is preempted once",
 			holding:  []string{"low1"},
 			requests: []events.PreemptionRequestedV1{request("high", "low1"), request("high", "low1")},
@@ -168,6 +179,16 @@ func TestPreemption(t *testing.T) {
 			for _, n := range append(tc.holding, "marker") {
 				if !slices.Contains(tc.late, n) {
 					announce(n)
+				}
+			}
+			for _, n := range tc.endedInFlight {
+				stopID := events.ID(events.TypeWorkloadPreemptedV1, ref(n).UID, admission, ref("high").UID)
+				if err := fence.Stop(ctx, fk, workloads.Key(ref(n)), admission, stopID); err != nil {
+					t.Fatal(err)
+				}
+				fin := events.WorkloadFinishedV1{Workload: ref(n), ClusterQueue: "cq", Succeeded: true}
+				if err := bus.NewPublisher(js, events.Source("integration")).Publish(ctx, fin, events.ID(fin.Type(), ref(n).UID)); err != nil {
+					t.Fatal(err)
 				}
 			}
 			if len(tc.late) > 0 {
