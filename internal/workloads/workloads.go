@@ -187,22 +187,23 @@ type ExpectingPublisher interface {
 	PublishExpecting(ctx context.Context, ev events.Event, id, filter string, look func(context.Context) (uint64, bool, error)) (bool, error)
 }
 
-// AnnounceStop publishes the stop ev (preempted or evicted, with id) of
-// an admission of w, unless w's job ended first; it reports whether it
-// published. The stop's fence refuses a stop of an admission whose job
-// ended, but the end can come between the fence and the announcement (the
+// AnnounceUnlessEnded publishes ev (with id) about w, unless w's job
+// ended first; it reports whether it published. It is how a stop
+// (preempted or evicted) is announced, and an admission a stop must
+// follow. The stop's fence refuses a stop of an admission whose job ended,
+// but the end can come between the fence and the announcement (the
 // integration records the end in the fence over a stop it has not seen
-// announced, then announces the end): so the stop is published expecting
-// the last event about w to be the one read, and dropped once that is the
-// end. An end stored after the stop is fine: the stop was decided first.
-func AnnounceStop(ctx context.Context, p ExpectingPublisher, s LastMsgReader, ev events.Event, id string, w events.WorkloadRef) (bool, error) {
+// announced, then announces the end): so ev is published expecting the
+// last event about w to be the one read, and dropped once that is the end.
+// An end stored after ev is fine: ev was decided first.
+func AnnounceUnlessEnded(ctx context.Context, p ExpectingPublisher, s LastMsgReader, ev events.Event, id string, w events.WorkloadRef) (bool, error) {
 	return p.PublishExpecting(ctx, ev, id, events.WorkloadFilter(w), func(ctx context.Context) (uint64, bool, error) {
 		last, err := Last(ctx, s, w)
 		switch {
 		case err != nil:
 			return 0, false, err
 		case last.ID == id, last.Ended(w.UID):
-			return 0, false, nil // announced already, or nothing left to stop
+			return 0, false, nil // announced already, or too late
 		}
 		return last.Seq, true, nil
 	})

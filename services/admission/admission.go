@@ -1176,25 +1176,34 @@ func (s *Service) publishOne(ctx context.Context, o outgoing) error {
 			return err
 		}
 	}
+	announce := s.pub.Publish
+	if ep, ok := s.pub.(workloads.ExpectingPublisher); ok && s.stream != nil {
+		// Neither the stop nor the admission it follows is announced
+		// after the job's end, which may have come since the fence.
+		announce = func(ctx context.Context, ev events.Event, id string) error {
+			ref, about := events.WorkloadOf(ev)
+			if !about {
+				return s.pub.Publish(ctx, ev, id)
+			}
+			_, err := workloads.AnnounceUnlessEnded(ctx, ep, s.stream, ev, id, ref)
+			return err
+		}
+	}
 	if a := o.admitted; a != nil && s.stream != nil {
 		done, err := workloads.Reserved(ctx, s.stream, a.ref, a.admission)
 		if err != nil {
 			return err
 		}
 		if !done {
-			if err := s.pub.Publish(ctx, a.ev, a.id); err != nil {
+			if err := announce(ctx, a.ev, a.id); err != nil {
 				return err
 			}
 		}
 	}
-	ep, expecting := s.pub.(workloads.ExpectingPublisher)
-	ref, about := events.WorkloadOf(o.ev)
-	if o.fenceKey == "" || !expecting || !about || s.stream == nil {
+	if !o.stop() {
 		return s.pub.Publish(ctx, o.ev, o.id)
 	}
-	// Not after the job's end, which may have come since the fence.
-	_, err := workloads.AnnounceStop(ctx, ep, s.stream, o.ev, o.id, ref)
-	return err
+	return announce(ctx, o.ev, o.id)
 }
 
 // announcement is how a reservation is announced: admitted, or reserved

@@ -140,7 +140,7 @@ func (s *Service) handle(ctx context.Context, led jetstream.KeyValue, fk fence.K
 			tracing.AttrReason.String(v.Reason), tracing.AttrAdmission.String(r.Admission())))
 		if ep, ok := s.pub.(workloads.ExpectingPublisher); ok {
 			// Not after the job's end, which may have come since the fence.
-			_, err = workloads.AnnounceStop(vctx, ep, stream, ev, id, v.Workload)
+			_, err = workloads.AnnounceUnlessEnded(vctx, ep, stream, ev, id, v.Workload)
 		} else {
 			err = s.pub.Publish(vctx, ev, id)
 		}
