@@ -984,6 +984,38 @@ func (h *harness) reservedBeforeStart(names ...string) map[string]ledger.Reserva
 	return r
 }
 
+// probeAdmitted submits workload probe and waits for the announcement of
+// its admission.
+func (h *harness) probeAdmitted() {
+	h.t.Helper()
+	h.submit("probe", "main", 0, 1, "1")
+	h.eventually("probe announced", func() (bool, string) {
+		return len(eventsOf[events.WorkloadAdmittedV1](h)) == 1, fmt.Sprint(eventsOf[events.WorkloadAdmittedV1](h))
+	})
+}
+
+// reservedElsewhere books another replica's reservation of a workload
+// asking for 1 cpu, before this replica sees its record (else it might
+// admit the workload itself), and returns the record, for the test to
+// write when it wants.
+func (h *harness) reservedElsewhere(name string) events.WorkloadSubmittedV1 {
+	h.t.Helper()
+	rec := events.WorkloadSubmittedV1{Workload: ref(name), LocalQueue: "main", CreationTime: now.Add(time.Second),
+		PodSets: []events.PodSetV1{{Name: "main", Count: 1, Requests: map[string]string{"cpu": "1"}}}}
+	h.recs[name] = rec
+	h.reserve(map[string]ledger.Reservation{key(name): h.expected(name, 1)})
+	return rec
+}
+
+// drain stops ClusterQueue cq (4 cpu) with HoldAndDrain: its admissions
+// are evicted.
+func (h *harness) drain() {
+	h.t.Helper()
+	cq := clusterQueue("cq", "4", nil)
+	cq.Spec.StopPolicy = ptr.To(v1beta1.HoldAndDrain)
+	h.put(h.cfg, configstore.Key(configstore.KindClusterQueue, "", "cq"), cq)
+}
+
 // TestStartAnnouncesWhatACrashLeftUnannounced: a replica that stopped
 // between writing a reservation and announcing it leaves an admission no
 // integration will start; the next replica announces it, under the id an
@@ -1143,16 +1175,9 @@ func evictionAnnouncesTheAdmissionFirst(t *testing.T, recordSeen bool) {
 	h := newHarness(t)
 	h.configure("4", nil)
 	h.start()
-	h.submit("probe", "main", 0, 1, "1")
-	h.eventually("probe announced", func() (bool, string) {
-		return len(eventsOf[events.WorkloadAdmittedV1](h)) == 1, fmt.Sprint(eventsOf[events.WorkloadAdmittedV1](h))
-	})
-	// The other replica's reservation of x, next to the probe's, booked
-	// before this replica sees x's record (else it might admit x itself).
-	x := events.WorkloadSubmittedV1{Workload: ref("x"), LocalQueue: "main", CreationTime: now.Add(time.Second),
-		PodSets: []events.PodSetV1{{Name: "main", Count: 1, Requests: map[string]string{"cpu": "1"}}}}
-	h.recs["x"] = x
-	h.reserve(map[string]ledger.Reservation{key("x"): h.expected("x", 1)})
+	h.probeAdmitted()
+	// The other replica's reservation of x, next to the probe's.
+	x := h.reservedElsewhere("x")
 	rs := h.reservations()
 	if recordSeen {
 		h.put(h.wls, workloads.Key(x.Workload), x)
@@ -1166,9 +1191,7 @@ func evictionAnnouncesTheAdmissionFirst(t *testing.T, recordSeen bool) {
 			return held, fmt.Sprint(err)
 		})
 	}
-	cq := clusterQueue("cq", "4", nil)
-	cq.Spec.StopPolicy = ptr.To(v1beta1.HoldAndDrain)
-	h.put(h.cfg, configstore.Key(configstore.KindClusterQueue, "", "cq"), cq)
+	h.drain()
 	h.eventually("both evicted", func() (bool, string) {
 		return len(eventsOf[events.WorkloadEvictedV1](h)) == 2, fmt.Sprint(eventsOf[events.WorkloadEvictedV1](h))
 	})
@@ -1227,22 +1250,14 @@ func evictionIsNotAnnouncedAfterTheEnd(t *testing.T, announced bool) {
 	h := newHarness(t)
 	h.configure("4", nil)
 	h.start()
-	h.submit("probe", "main", 0, 1, "1")
-	h.eventually("probe announced", func() (bool, string) {
-		return len(eventsOf[events.WorkloadAdmittedV1](h)) == 1, fmt.Sprint(eventsOf[events.WorkloadAdmittedV1](h))
-	})
+	h.probeAdmitted()
 	if announced {
 		h.submit("x", "main", 0, 1, "1")
 		h.eventually("x announced", func() (bool, string) {
 			return len(eventsOf[events.WorkloadAdmittedV1](h)) == 2, fmt.Sprint(eventsOf[events.WorkloadAdmittedV1](h))
 		})
 	} else {
-		// Another replica's reservation of x, booked before this
-		// replica sees x's record (else it might admit x itself).
-		x := events.WorkloadSubmittedV1{Workload: ref("x"), LocalQueue: "main", CreationTime: now.Add(time.Second),
-			PodSets: []events.PodSetV1{{Name: "main", Count: 1, Requests: map[string]string{"cpu": "1"}}}}
-		h.recs["x"] = x
-		h.reserve(map[string]ledger.Reservation{key("x"): h.expected("x", 1)})
+		x := h.reservedElsewhere("x")
 		h.put(h.wls, workloads.Key(x.Workload), x)
 		h.eventually("x's record seen and its admission held", func() (bool, string) {
 			seen, err := h.svc.RecordKnown(h.ctx, key("x"))
@@ -1266,9 +1281,7 @@ func evictionIsNotAnnouncedAfterTheEnd(t *testing.T, announced bool) {
 		t.Fatal(err)
 	}
 
-	cq := clusterQueue("cq", "4", nil)
-	cq.Spec.StopPolicy = ptr.To(v1beta1.HoldAndDrain)
-	h.put(h.cfg, configstore.Key(configstore.KindClusterQueue, "", "cq"), cq)
+	h.drain()
 	h.eventually("probe evicted", func() (bool, string) {
 		return len(eventsOf[events.WorkloadEvictedV1](h)) >= 1, fmt.Sprint(eventsOf[events.WorkloadEvictedV1](h))
 	})
