@@ -1240,7 +1240,7 @@ func reservedOf(ref events.WorkloadRef, r ledger.Reservation) events.WorkloadRes
 // and looks again when something came since.
 func (s *Service) announceUnlessEnded(ctx context.Context, o outgoing) error {
 	ref, _ := events.WorkloadOf(o.ev)
-	ep, expecting := s.pub.(expectingPublisher)
+	ep, expecting := s.pub.(workloads.ExpectingPublisher)
 	if !expecting || s.stream == nil {
 		gone, _, err := s.ended(ctx, o)
 		if err != nil || gone {
@@ -1256,12 +1256,6 @@ func (s *Service) announceUnlessEnded(ctx context.Context, o outgoing) error {
 		return seq, !gone, err
 	})
 	return err
-}
-
-// expectingPublisher publishes an event only while the last message on a
-// subject filter is the one looked at (bus.JetStreamPublisher).
-type expectingPublisher interface {
-	PublishExpecting(ctx context.Context, ev events.Event, id, filter string, look func(context.Context) (uint64, bool, error)) (bool, error)
 }
 
 // retry publishes what failed before, in order, keeping what fails again.

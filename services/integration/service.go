@@ -1507,12 +1507,6 @@ func (s *Service) announceStart(ctx context.Context, rec *events.WorkloadSubmitt
 	return err
 }
 
-// expectingPublisher publishes an event only while the last message on a
-// subject filter is the one looked at (bus.JetStreamPublisher).
-type expectingPublisher interface {
-	PublishExpecting(ctx context.Context, ev events.Event, id, filter string, look func(context.Context) (uint64, bool, error)) (bool, error)
-}
-
 // publishStarted announces a start unless the admission's stop or the
 // job's end was announced first. The fence keeps a stop from being
 // decided while a start is in flight, but a start whose claim was given up
@@ -1522,7 +1516,7 @@ type expectingPublisher interface {
 // since, and a stop that came first wins. The job is then stopped, as
 // the stop says.
 func (s *Service) publishStarted(ctx context.Context, ev events.WorkloadStartedV1, id string) error {
-	ep, expecting := s.pub.(expectingPublisher)
+	ep, expecting := s.pub.(workloads.ExpectingPublisher)
 	if !expecting || s.events == nil {
 		return s.pub.Publish(ctx, ev, id)
 	}
