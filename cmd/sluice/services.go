@@ -677,6 +677,7 @@ func newDevCmd() *cobra.Command {
 	var port int
 	var storeDir string
 	var integrations []string
+	memLimit := devMemoryLimit
 	leaf := &leafFlags{}
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -684,6 +685,10 @@ func newDevCmd() *cobra.Command {
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := c.logger("dev")
+			if err != nil {
+				return err
+			}
+			limit, err := applyMemoryLimit(memLimit, os.Getenv("GOMEMLIMIT"))
 			if err != nil {
 				return err
 			}
@@ -702,7 +707,7 @@ func newDevCmd() *cobra.Command {
 			defer srv.Shutdown()
 			c.nats.URL = srv.ClientURL()
 			c.worker = leaf.remote != ""
-			log.Info().Str("nats", c.nats.URL).Str("domain", nopts.JetStreamDomain).Int("leaf_port", nopts.LeafPort).Msg("embedded JetStream server started")
+			log.Info().Str("nats", c.nats.URL).Str("domain", nopts.JetStreamDomain).Int("leaf_port", nopts.LeafPort).Str("memory_limit", limit).Msg("embedded JetStream server started")
 			kindNames := func() []string { return integrations }
 			svcs := []named{
 				{"watcher", watcherRunner(f)},
@@ -728,6 +733,7 @@ func newDevCmd() *cobra.Command {
 	}
 	cmd.Flags().IntVar(&port, "nats-port", 4222, "port of the embedded NATS server (0: any free port)")
 	cmd.Flags().StringVar(&storeDir, "nats-store", "", "JetStream store directory (default: a temporary one, removed at exit)")
+	cmd.Flags().StringVar(&memLimit, "memory-limit", memLimit, "the Go runtime's soft memory limit, written as GOMEMLIMIT is (900MiB, 2GiB; 0 or off for none); GOMEMLIMIT in the environment wins")
 	f.bindAdmission(cmd)
 	f.bindWatcher(cmd)
 	f.bindIntegration(cmd)
