@@ -177,7 +177,9 @@ func TestSetupIdempotent(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := s.CachedInfo().Config
-	if cfg.MaxAge != 7*24*time.Hour || cfg.Duplicates != 2*time.Minute || cfg.Replicas != 1 ||
+	// AllowDirect: the last event about a workload is read with a direct
+	// get (TestPublishAllExpectsTheLastEvent reads it so).
+	if cfg.MaxAge != 7*24*time.Hour || cfg.Duplicates != 2*time.Minute || cfg.Replicas != 1 || !cfg.AllowDirect ||
 		cfg.Storage != jetstream.FileStorage || cfg.Retention != jetstream.LimitsPolicy ||
 		strings.Join(cfg.Subjects, ",") != "sluice.workload.>,sluice.preemption.>,sluice.quota.>,sluice.config.>,sluice.check.>" {
 		t.Errorf("SLUICE config %+v", cfg)

@@ -144,6 +144,11 @@ func (c Config) StreamConfig() jetstream.StreamConfig {
 		Storage:     jetstream.FileStorage,
 		MaxMsgs:     -1,
 		MaxBytes:    -1,
+		// The services read the last event about a workload before each
+		// transition they announce. A direct get answers with the stored
+		// message as it is; the stream API would wrap it in JSON with its
+		// data in base64, to be encoded by the server and decoded here.
+		AllowDirect: true,
 	}
 }
 
