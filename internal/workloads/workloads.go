@@ -187,17 +187,27 @@ type ExpectingPublisher interface {
 	PublishExpecting(ctx context.Context, ev events.Event, id, filter string, look func(context.Context) (uint64, bool, error)) (bool, error)
 }
 
+// Publisher publishes an event under an id.
+type Publisher interface {
+	Publish(ctx context.Context, ev events.Event, id string) error
+}
+
 // AnnounceUnlessEnded publishes ev (with id) about w, unless w's job
-// ended first; it reports whether it published. It is how a stop
-// (preempted or evicted) is announced, and an admission a stop must
-// follow. The stop's fence refuses a stop of an admission whose job ended,
-// but the end can come between the fence and the announcement (the
-// integration records the end in the fence over a stop it has not seen
-// announced, then announces the end): so ev is published expecting the
-// last event about w to be the one read, and dropped once that is the end.
-// An end stored after ev is fine: ev was decided first.
-func AnnounceUnlessEnded(ctx context.Context, p ExpectingPublisher, s LastMsgReader, ev events.Event, id string, w events.WorkloadRef) (bool, error) {
-	return p.PublishExpecting(ctx, ev, id, events.WorkloadFilter(w), func(ctx context.Context) (uint64, bool, error) {
+// ended first. It is how a stop (preempted or evicted) is announced, and
+// an admission a stop must follow. The stop's fence refuses a stop of an
+// admission whose job ended, but the end can come between the fence and
+// the announcement (the integration records the end in the fence over a
+// stop it has not seen announced, then announces the end): so ev is
+// published expecting the last event about w to be the one read, and
+// dropped once that is the end. An end stored after ev is fine: ev was
+// decided first. A publisher that cannot expect (or no stream to read)
+// publishes ev as it is.
+func AnnounceUnlessEnded(ctx context.Context, p Publisher, s LastMsgReader, ev events.Event, id string, w events.WorkloadRef) error {
+	ep, expecting := p.(ExpectingPublisher)
+	if !expecting || s == nil {
+		return p.Publish(ctx, ev, id)
+	}
+	_, err := ep.PublishExpecting(ctx, ev, id, events.WorkloadFilter(w), func(ctx context.Context) (uint64, bool, error) {
 		last, err := Last(ctx, s, w)
 		switch {
 		case err != nil:
@@ -207,4 +217,5 @@ func AnnounceUnlessEnded(ctx context.Context, p ExpectingPublisher, s LastMsgRea
 		}
 		return last.Seq, true, nil
 	})
+	return err
 }

@@ -1176,34 +1176,24 @@ func (s *Service) publishOne(ctx context.Context, o outgoing) error {
 			return err
 		}
 	}
-	announce := s.pub.Publish
-	if ep, ok := s.pub.(workloads.ExpectingPublisher); ok && s.stream != nil {
-		// Neither the stop nor the admission it follows is announced
-		// after the job's end, which may have come since the fence.
-		announce = func(ctx context.Context, ev events.Event, id string) error {
-			ref, about := events.WorkloadOf(ev)
-			if !about {
-				return s.pub.Publish(ctx, ev, id)
-			}
-			_, err := workloads.AnnounceUnlessEnded(ctx, ep, s.stream, ev, id, ref)
-			return err
-		}
-	}
+	// Neither the stop nor the admission it follows is announced after
+	// the job's end, which may have come since the fence.
 	if a := o.admitted; a != nil && s.stream != nil {
 		done, err := workloads.Reserved(ctx, s.stream, a.ref, a.admission)
 		if err != nil {
 			return err
 		}
 		if !done {
-			if err := announce(ctx, a.ev, a.id); err != nil {
+			if err := workloads.AnnounceUnlessEnded(ctx, s.pub, s.stream, a.ev, a.id, a.ref); err != nil {
 				return err
 			}
 		}
 	}
-	if !o.stop() {
+	ref, about := events.WorkloadOf(o.ev)
+	if !o.stop() || !about {
 		return s.pub.Publish(ctx, o.ev, o.id)
 	}
-	return announce(ctx, o.ev, o.id)
+	return workloads.AnnounceUnlessEnded(ctx, s.pub, s.stream, o.ev, o.id, ref)
 }
 
 // announcement is how a reservation is announced: admitted, or reserved

@@ -138,12 +138,8 @@ func (s *Service) handle(ctx context.Context, led jetstream.KeyValue, fk fence.K
 		vctx, span := s.tracer.Start(ctx, v.Workload, tracing.SpanPreempt, trace.WithAttributes(
 			tracing.AttrPreemptor.String(tracing.WorkloadName(req.Preemptor)), tracing.AttrClusterQueue.String(v.ClusterQueue),
 			tracing.AttrReason.String(v.Reason), tracing.AttrAdmission.String(r.Admission())))
-		if ep, ok := s.pub.(workloads.ExpectingPublisher); ok {
-			// Not after the job's end, which may have come since the fence.
-			_, err = workloads.AnnounceUnlessEnded(vctx, ep, stream, ev, id, v.Workload)
-		} else {
-			err = s.pub.Publish(vctx, ev, id)
-		}
+		// Not after the job's end, which may have come since the fence.
+		err = workloads.AnnounceUnlessEnded(vctx, s.pub, stream, ev, id, v.Workload)
 		span.End()
 		if err != nil {
 			return err
