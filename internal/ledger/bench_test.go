@@ -1,37 +1,21 @@
 package ledger_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
 
-	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/internal/ledger"
-	"github.com/sluice-dev/sluice/internal/natstest"
 )
 
-// benchJS is an embedded, file-backed JetStream server with Sluice's
-// streams and buckets, as `sluice dev` runs one.
-func benchJS(b *testing.B) jetstream.JetStream {
-	b.Helper()
-	js := natstest.JetStream(b)
-	if err := bus.Setup(context.Background(), js, bus.Config{}); err != nil {
-		b.Fatal(err)
-	}
-	return js
-}
-
 // BenchmarkReserve books reservations into one tree, one atomic batch per
-// booking, as the admission service books each tree once per cycle. On a
+// booking, as the admission service books each tree once per cycle, on an
+// embedded file-backed server as `sluice dev` runs one. On a
 // one-replica file-backed stream the server stages every batch in a file
 // store of its own (docs/performance.md, stop 32).
 func BenchmarkReserve(b *testing.B) {
 	for _, n := range []int{1, 10} {
 		b.Run(fmt.Sprintf("%d reservations a batch", n), func(b *testing.B) {
-			ctx := context.Background()
-			w := ledger.NewWriter(benchJS(b))
+			ctx, _, w := open(b)
 			var rev uint64
 			b.ResetTimer()
 			for i := range b.N {
@@ -53,11 +37,7 @@ func BenchmarkReserve(b *testing.B) {
 // bucket, without a batch: what booking a lone reservation would cost if
 // one message could carry the tree's check.
 func BenchmarkKeyCompareAndSet(b *testing.B) {
-	ctx := context.Background()
-	kv, err := benchJS(b).KeyValue(ctx, ledger.Bucket)
-	if err != nil {
-		b.Fatal(err)
-	}
+	ctx, kv, _ := open(b)
 	val := []byte(`{"clusterQueue":"cq"}`)
 	rev, err := kv.Create(ctx, "bench", val)
 	if err != nil {

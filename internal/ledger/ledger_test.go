@@ -20,7 +20,7 @@ import (
 
 // open starts an embedded JetStream server, creates Sluice's buckets and
 // returns the ledger bucket and a writer.
-func open(t *testing.T) (context.Context, jetstream.KeyValue, *ledger.Writer) {
+func open(t testing.TB) (context.Context, jetstream.KeyValue, *ledger.Writer) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
