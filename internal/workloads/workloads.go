@@ -80,6 +80,8 @@ type Latest struct {
 	// UID and Admission are the workload UID and the admission it names,
 	// where it names them.
 	UID, Admission string
+	// Reason is a pending event's reason (with its UID).
+	Reason string
 }
 
 // Ended reports whether the event is the end (finished or deleted) of the
@@ -90,6 +92,15 @@ func (l Latest) Ended(uid string) bool {
 		return uid == "" || l.UID == uid
 	}
 	return false
+}
+
+// PendingFor returns the reason of a pending event about the workload with
+// the given UID, and whether the event is one.
+func (l Latest) PendingFor(uid string) (string, bool) {
+	if l.Type != events.TypeWorkloadPendingV1 || l.UID != uid {
+		return "", false
+	}
+	return l.Reason, true
 }
 
 // Stopped reports whether the event is the stop (preempted or evicted) of
@@ -118,13 +129,14 @@ func Last(ctx context.Context, s LastMsgReader, w events.WorkloadRef) (Latest, e
 	}
 	l := Latest{Seq: msg.Sequence, Type: msg.Header.Get(events.HeaderType), ID: msg.Header.Get(jetstream.MsgIDHeader)}
 	switch l.Type {
-	case events.TypeWorkloadFinishedV1, events.TypeWorkloadDeletedV1, events.TypeWorkloadPreemptedV1, events.TypeWorkloadEvictedV1:
+	case events.TypeWorkloadFinishedV1, events.TypeWorkloadDeletedV1, events.TypeWorkloadPreemptedV1, events.TypeWorkloadEvictedV1, events.TypeWorkloadPendingV1:
 		var ev struct {
 			Workload  events.WorkloadRef `json:"workload"`
 			Admission string             `json:"admission"`
+			Reason    string             `json:"reason"`
 		}
 		if json.Unmarshal(msg.Data, &ev) == nil {
-			l.UID, l.Admission = ev.Workload.UID, ev.Admission
+			l.UID, l.Admission, l.Reason = ev.Workload.UID, ev.Admission, ev.Reason
 		}
 	}
 	return l, nil

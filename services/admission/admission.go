@@ -1461,11 +1461,41 @@ type told struct {
 // tellPending announces a workload's pending reason. Its id names the
 // reason and the time, so that a reason that comes back later is a new
 // event, not a re-send.
+//
+// When the last event stored about the workload already tells a reason of
+// the same kind, it only notes that as told. That is how a restarted
+// replica, which starts knowing nothing it told, and replicas running side
+// by side, each with its own record of what it told, do not announce every
+// waiting workload again (seen with two replicas restarted 17 times each
+// under 15,000 Jobs: 21 pending events per Job instead of about one).
 func (s *Service) tellPending(ctx context.Context, ref events.WorkloadRef, key, cq, reason string) {
 	now := s.clock()
-	s.told[key] = told{class: engine.ReasonClass(reason), at: now}
+	class := engine.ReasonClass(reason)
+	if prev, ok := s.storedPending(ctx, ref); ok {
+		if kept, news := engine.Retold(engine.ReasonClass(prev), class); !news {
+			s.told[key] = told{class: kept, at: now}
+			return
+		}
+	}
+	s.told[key] = told{class: class, at: now}
 	ev := events.WorkloadPendingV1{Workload: ref, ClusterQueue: cq, Reason: reason}
 	s.send(ctx, outgoing{ev: ev, id: events.ID(ev.Type(), ref.UID, reason, now.UnixNano())})
+}
+
+// storedPending returns the reason of the last event stored about the
+// workload, if that event is a pending one. Without the stream, or when it
+// cannot be read, it says none, and the reason is announced: a repeated
+// pending event costs less than a missing one.
+func (s *Service) storedPending(ctx context.Context, ref events.WorkloadRef) (string, bool) {
+	if s.stream == nil {
+		return "", false
+	}
+	last, err := workloads.Last(ctx, s.stream, ref)
+	if err != nil {
+		s.log.Debug().Err(err).Str("workload", workloads.EngineKey(ref)).Msg("last event not read: pending reason announced")
+		return "", false
+	}
+	return last.PendingFor(ref.UID)
 }
 
 // flushPending announces the reasons held back whose interval is over, if

@@ -1298,3 +1298,71 @@ func evictionIsNotAnnouncedAfterTheEnd(t *testing.T, announced bool) {
 		t.Errorf("events about x in stream order = %v, want none after finished", got)
 	}
 }
+
+// TestRestartDoesNotTellPendingReasonsAgain: a restarted replica starts
+// knowing nothing it told, a minute later. A waiting workload whose last event already
+// tells a reason of the kind it waits for gets no second pending event;
+// one whose reason changed in kind, or a job recreated under the same name
+// (another UID), gets one.
+func TestRestartDoesNotTellPendingReasonsAgain(t *testing.T) {
+	h := newHarness(t)
+	// The clock moves, so an announcement made again has another id,
+	// which the stream's duplicate window would not drop.
+	var mu sync.Mutex
+	clock := now
+	h.clock = func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	advance := func(d time.Duration) { mu.Lock(); clock = clock.Add(d); mu.Unlock() }
+	h.configure("4", nil)
+	h.start()
+	insufficient := "pod set main: insufficient unused quota for cpu in flavor default: requested 2, available 0"
+	lostQueue := "LocalQueue team-a/other does not exist"
+	for _, s := range []step{
+		submit("a", "main", 0, 4, "1"),
+		ledgerIs(map[string]int32{"a": 4}),
+		submit("b", "main", 0, 1, "2"),
+		pending("b", "cq", insufficient),
+		submit("c", "other", 0, 1, "1"),
+		submit("d", "main", 0, 1, "2"),
+	} {
+		s.do(h)
+	}
+	told := func(name string) []events.WorkloadPendingV1 {
+		var out []events.WorkloadPendingV1
+		for _, ev := range eventsOf[events.WorkloadPendingV1](h) {
+			if ev.Workload.Name == name {
+				out = append(out, ev)
+			}
+		}
+		return out
+	}
+	h.eventually("c and d told", func() (bool, string) {
+		return len(told("c")) == 1 && len(told("d")) == 1, fmt.Sprint(told("c"), told("d"))
+	})
+	wantB := told("b")
+	h.stopF()
+	advance(time.Minute)
+
+	// While no replica runs, d's job is deleted and created again under
+	// the same name, and c's LocalQueue comes: c now waits for quota.
+	if err := h.wls.Delete(h.ctx, workloads.Key(ref("d"))); err != nil {
+		t.Fatal(err)
+	}
+	h.submit("d", "main", 0, 1, "2", func(r *events.WorkloadSubmittedV1) { r.Workload.UID = "uid-d2" })
+	putLocalQueue("other").do(h)
+	h.start()
+	h.submit("probe", "main", 0, 1, "2")
+	h.eventually("the restarted replica decided", func() (bool, string) {
+		_, p := h.lastPending("probe")
+		return p && len(told("c")) == 2 && len(told("d")) == 2, fmt.Sprint(told("c"), told("d"))
+	})
+	time.Sleep(100 * time.Millisecond) // many cycles
+	if d := cmp.Diff(wantB, told("b")); d != "" {
+		t.Errorf("b waits as before the restart; its pending events (-want +got):\n%s", d)
+	}
+	if got := told("d"); len(got) != 2 || got[1].Workload.UID != "uid-d2" {
+		t.Errorf("d's pending events = %+v, want one about each of its two jobs", got)
+	}
+	if got := told("c"); len(got) != 2 || got[0].Reason != lostQueue || engine.ReasonClass(got[1].Reason) == engine.ReasonClass(lostQueue) {
+		t.Errorf("c's pending events = %+v, want %q and then a reason of another kind", got, lostQueue)
+	}
+}
