@@ -1389,6 +1389,7 @@ func (s *Service) publish(ctx context.Context, ds []engine.Decision, lost map[st
 		span.End()
 	}
 	now := s.clock()
+	var tells []pendingTell
 	for _, d := range ds {
 		w := s.wls[d.Key]
 		if w == nil || d.Kind != engine.KindPending {
@@ -1412,8 +1413,9 @@ func (s *Service) publish(ctx context.Context, ds []engine.Decision, lost map[st
 			s.told[d.Key] = t
 			continue
 		}
-		s.tellPending(ctx, w.Workload, d.Key, d.ClusterQueue, d.Reason)
+		tells = append(tells, pendingTell{ref: w.Workload, key: d.Key, cq: d.ClusterQueue, reason: d.Reason})
 	}
+	s.tellPending(ctx, tells)
 	return s.flush(ctx)
 }
 
@@ -1458,29 +1460,59 @@ type told struct {
 	held bool
 }
 
-// tellPending announces a workload's pending reason. Its id names the
-// reason and the time, so that a reason that comes back later is a new
+// tellPending announces waiting workloads' pending reasons. Each id names
+// the reason and the time, so that a reason that comes back later is a new
 // event, not a re-send.
 //
-// When the last event stored about the workload already tells a reason of
+// When the last event stored about a workload already tells a reason of
 // the same kind, it only notes that as told. That is how a restarted
 // replica, which starts knowing nothing it told, and replicas running side
 // by side, each with its own record of what it told, do not announce every
 // waiting workload again (seen with two replicas restarted 17 times each
 // under 15,000 Jobs: 21 pending events per Job instead of about one).
-func (s *Service) tellPending(ctx context.Context, ref events.WorkloadRef, key, cq, reason string) {
-	now := s.clock()
-	class := engine.ReasonClass(reason)
-	if prev, ok := s.storedPending(ctx, ref); ok {
-		if kept, news := engine.Retold(engine.ReasonClass(prev), class); !news {
-			s.told[key] = told{class: kept, at: now}
-			return
+// The stream is read for all of them together, pendingReads at a time, so
+// a cycle with many new waiting workloads does not wait for each read in
+// turn before its admissions and preemptions are published.
+func (s *Service) tellPending(ctx context.Context, tells []pendingTell) {
+	stored := make([]struct {
+		reason string
+		ok     bool
+	}, len(tells))
+	if s.stream != nil && len(tells) > 0 {
+		var wg sync.WaitGroup
+		slots := make(chan struct{}, pendingReads)
+		for i, t := range tells {
+			slots <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-slots }()
+				stored[i].reason, stored[i].ok = s.storedPending(ctx, t.ref)
+			})
 		}
+		wg.Wait()
 	}
-	s.told[key] = told{class: class, at: now}
-	ev := events.WorkloadPendingV1{Workload: ref, ClusterQueue: cq, Reason: reason}
-	s.send(ctx, outgoing{ev: ev, id: events.ID(ev.Type(), ref.UID, reason, now.UnixNano())})
+	now := s.clock()
+	for i, t := range tells {
+		class := engine.ReasonClass(t.reason)
+		if st := stored[i]; st.ok {
+			if kept, news := engine.Retold(engine.ReasonClass(st.reason), class); !news {
+				s.told[t.key] = told{class: kept, at: now}
+				continue
+			}
+		}
+		s.told[t.key] = told{class: class, at: now}
+		ev := events.WorkloadPendingV1{Workload: t.ref, ClusterQueue: t.cq, Reason: t.reason}
+		s.send(ctx, outgoing{ev: ev, id: events.ID(ev.Type(), t.ref.UID, t.reason, now.UnixNano())})
+	}
 }
+
+// pendingTell is a pending reason to announce.
+type pendingTell struct {
+	ref             events.WorkloadRef
+	key, cq, reason string
+}
+
+// pendingReads bounds the reads of the stream tellPending makes at once.
+const pendingReads = 16
 
 // storedPending returns the reason of the last event stored about the
 // workload, if that event is a pending one. Without the stream, or when it
@@ -1508,6 +1540,7 @@ func (s *Service) flushPending(ctx context.Context, now time.Time) {
 		}
 	}
 	sort.Strings(due)
+	var tells []pendingTell
 	for _, key := range due {
 		t := s.told[key]
 		t.held = false
@@ -1517,8 +1550,9 @@ func (s *Service) flushPending(ctx context.Context, now time.Time) {
 		if w == nil || reason == "" || s.eng.IsAdmitted(key) || !engine.News(t.class, engine.ReasonClass(reason)) {
 			continue
 		}
-		s.tellPending(ctx, w.Workload, key, s.eng.ClusterQueueOf(key), reason)
+		tells = append(tells, pendingTell{ref: w.Workload, key: key, cq: s.eng.ClusterQueueOf(key), reason: reason})
 	}
+	s.tellPending(ctx, tells)
 	if err := s.flush(ctx); err != nil {
 		s.log.Warn().Err(err).Msg("pending reasons not announced")
 	}
