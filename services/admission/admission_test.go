@@ -1299,11 +1299,11 @@ func evictionIsNotAnnouncedAfterTheEnd(t *testing.T, announced bool) {
 	}
 }
 
-// TestRestartDoesNotTellPendingReasonsAgain: a restarted replica starts
-// knowing nothing it told, a minute later. A waiting workload whose last event already
-// tells a reason of the kind it waits for gets no second pending event;
-// one whose reason changed in kind, or a job recreated under the same name
-// (another UID), gets one.
+// TestRestartDoesNotTellPendingReasonsAgain: a replica restarted a minute
+// later starts knowing nothing it told. A waiting workload whose last
+// event already tells a reason of the kind it waits for gets no second
+// pending event; one whose reason changed in kind, or a job recreated
+// under the same name (another UID), gets one.
 func TestRestartDoesNotTellPendingReasonsAgain(t *testing.T) {
 	h := newHarness(t)
 	// The clock moves, so an announcement made again has another id,
