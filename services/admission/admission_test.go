@@ -306,6 +306,15 @@ func (h *harness) lastPending(name string) (events.WorkloadPendingV1, bool) {
 	return last, found
 }
 
+// movingClock gives the services started next a clock that stands at now
+// until advance moves it.
+func (h *harness) movingClock() (advance func(time.Duration)) {
+	var mu sync.Mutex
+	clock := now
+	h.clock = func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	return func(d time.Duration) { mu.Lock(); clock = clock.Add(d); mu.Unlock() }
+}
+
 // eventually polls cond until it holds, failing with its last report.
 func (h *harness) eventually(what string, cond func() (bool, string)) {
 	h.t.Helper()
@@ -1105,10 +1114,7 @@ func (h *harness) envelopes(eventType string) []events.Envelope {
 // it still holds; a moved number is never announced.
 func TestPendingReasonsAreCoalesced(t *testing.T) {
 	h := newHarness(t)
-	var mu sync.Mutex
-	clock := now
-	h.clock = func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
-	advance := func(d time.Duration) { mu.Lock(); clock = clock.Add(d); mu.Unlock() }
+	advance := h.movingClock()
 	h.pendingInterval = 10 * time.Second
 	h.configure("4", nil)
 	h.start()
@@ -1308,10 +1314,7 @@ func TestRestartDoesNotTellPendingReasonsAgain(t *testing.T) {
 	h := newHarness(t)
 	// The clock moves, so an announcement made again has another id,
 	// which the stream's duplicate window would not drop.
-	var mu sync.Mutex
-	clock := now
-	h.clock = func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
-	advance := func(d time.Duration) { mu.Lock(); clock = clock.Add(d); mu.Unlock() }
+	advance := h.movingClock()
 	h.configure("4", nil)
 	h.start()
 	insufficient := "pod set main: insufficient unused quota for cpu in flavor default: requested 2, available 0"
