@@ -111,6 +111,9 @@ type WorkloadPendingV1 struct {
 	Workload     WorkloadRef `json:"workload"`
 	ClusterQueue string      `json:"clusterQueue"`
 	Reason       string      `json:"reason"`
+	// Invalid: the workload as written can never be admitted (Reason
+	// says which pod set and resource), whatever quota frees.
+	Invalid bool `json:"invalid,omitempty"`
 }
 
 // Type implements Event.

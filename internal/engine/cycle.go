@@ -213,6 +213,12 @@ func (c *cycle) heads() []*wlState {
 				i++
 				continue
 			}
+			if ws.invalid != "" {
+				// Never admitted, and holds no one up; told once.
+				c.pend(ws, ws.invalid)
+				i++
+				continue
+			}
 			if lqStopped(ws) || c.heldBack(ws) != "" {
 				sc.unsettled = true
 				i++
@@ -720,6 +726,9 @@ func (c *cycle) explain() {
 				continue
 			}
 			switch {
+			case ws.invalid != "":
+				c.pend(ws, ws.invalid)
+				continue // never admitted: not a head others wait behind
 			case stop != "":
 				c.pend(ws, stop)
 			case lqStopped(ws):

@@ -83,6 +83,10 @@ type wlState struct {
 	w          *Workload
 	key        string
 	unresolved string
+	// invalid, when set, is why the workload as written can never be
+	// admitted (see validate): it waits in its queue with that reason,
+	// holding no one up, until it is changed or removed.
+	invalid string
 	// split holds each pod set's requests by resource group of cq; full
 	// holds each pod set's full count.
 	split []podSetReqs
@@ -274,8 +278,11 @@ func (e *Engine) Submit(w Workload) error {
 	if _, ok := e.workloads[key]; ok {
 		return fmt.Errorf("submit %s: %w", key, ErrDuplicate)
 	}
-	ws := &wlState{w: &w, prio: w.Priority, key: key, orderAt: w.Submitted}
+	ws := &wlState{w: &w, prio: w.Priority, key: key, orderAt: w.Submitted, invalid: validate(&w)}
 	if w.Admission != nil {
+		if ws.invalid != "" {
+			return fmt.Errorf("submit %s: %s: %w", key, ws.invalid, ErrBadAdmission)
+		}
 		cq, ok := e.tree.cqs[w.Admission.ClusterQueue]
 		if !ok {
 			return fmt.Errorf("submit %s: ClusterQueue %s does not exist: %w", key, w.Admission.ClusterQueue, ErrBadAdmission)
@@ -314,6 +321,10 @@ func (e *Engine) usageOf(cq *cqState, ws *wlState, podSets []PodSetAssignment) (
 		if ps == nil {
 			return nil, fmt.Errorf("pod set %s is not in the workload: %w", psa.Name, ErrBadAdmission)
 		}
+		if psa.Count < 0 || psa.Count > ps.Count {
+			// Within the pod set's count, the totals validate bounded.
+			return nil, fmt.Errorf("pod set %s: admitted with %d pods, it has %d: %w", psa.Name, psa.Count, ps.Count, ErrBadAdmission)
+		}
 		for r, v := range ps.Requests {
 			if v == 0 {
 				continue
@@ -335,7 +346,11 @@ func (e *Engine) usageOf(cq *cqState, ws *wlState, podSets []PodSetAssignment) (
 			if idx < 0 {
 				return nil, fmt.Errorf("pod set %s: ClusterQueue %s has no flavor %s for resource %s: %w", psa.Name, cq.Name, f, r, ErrBadAdmission)
 			}
-			a.addUsage(idx, v*int64(psa.Count))
+			total, ok := MulAmount(v, int64(psa.Count))
+			if !ok {
+				return nil, fmt.Errorf("pod set %s: %d pods × %s of %s is more than Sluice can count: %w", psa.Name, psa.Count, Format(r, v), r, ErrBadAdmission)
+			}
+			a.addUsage(idx, total)
 		}
 	}
 	return a.usage, nil

@@ -189,18 +189,18 @@ func (t *tree) share(n *node, extra []frAmount) int64 {
 	}
 	lendable := map[string]int64{}
 	for i := range t.frs {
-		lendable[t.frs[i].Resource] += n.parent.potential(i)
+		lendable[t.frs[i].Resource] = min(MaxAmount, lendable[t.frs[i].Resource]+n.parent.potential(i))
 	}
 	var drs int64
 	for r, b := range borrowed {
 		if l := lendable[r]; l > 0 {
-			drs = max(drs, b*1000/l)
+			drs = max(drs, mulDiv(b, 1000, l))
 		}
 	}
 	if n.weight == 0 {
 		return math.MaxInt64
 	}
-	return drs * 1000 / n.weight
+	return mulDiv(drs, 1000, n.weight)
 }
 
 // frAmount is an amount of one flavor-resource.
@@ -464,12 +464,14 @@ func (t *tree) setQuota(n *node, groups []ResourceGroup) {
 		for _, f := range g.Flavors {
 			for _, q := range f.Resources {
 				i := t.frIndex[fr{f.Name, q.Resource}]
-				n.nominal[i] = q.Nominal
+				// Bounded, so that sums of quotas and usage never
+				// overflow (see MaxAmount).
+				n.nominal[i] = ClampQuota(q.Nominal)
 				if q.BorrowingLimit.Set {
-					n.borrowLimit[i] = q.BorrowingLimit.Value
+					n.borrowLimit[i] = ClampQuota(q.BorrowingLimit.Value)
 				}
 				if q.LendingLimit.Set {
-					n.lendLimit[i] = q.LendingLimit.Value
+					n.lendLimit[i] = ClampQuota(q.LendingLimit.Value)
 				}
 			}
 		}
@@ -513,7 +515,9 @@ func (t *tree) computeSubtree(n *node) {
 	for _, c := range n.children {
 		t.computeSubtree(c)
 		for i := range t.frs {
-			n.subtree[i] += c.subtree[i] - c.guaranteed(i)
+			// Each term is within MaxAmount, so the sum cannot overflow
+			// before it is bounded again.
+			n.subtree[i] = min(MaxAmount, n.subtree[i]+c.subtree[i]-c.guaranteed(i))
 		}
 		n.height = max(n.height, c.height+1)
 	}

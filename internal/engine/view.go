@@ -121,7 +121,7 @@ func (e *Engine) Stats(now time.Time) []QueueStats {
 		for _, ws := range cq.pending {
 			switch {
 			case ws.admitted != nil, ws.pods.deactivated != "":
-			case ws.parked || now.Before(ws.pods.requeueAt):
+			case ws.parked || ws.invalid != "" || now.Before(ws.pods.requeueAt):
 				st.Inadmissible++
 			default:
 				st.Active++

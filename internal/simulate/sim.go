@@ -476,7 +476,7 @@ func (s *sim) book(r *wlRun, cq string, podSets []engine.PodSetAssignment) {
 			// requests after the resources block.
 			for res, q := range r.queued[ps.Name] {
 				k := frKey{cq, pa.Flavors[string(res)], string(res)}
-				v := engine.Canonical(string(res), q) * int64(pa.Count)
+				v, _ := engine.MulAmount(engine.Canonical(string(res), q), int64(pa.Count))
 				r.usage[k] += v
 				s.usage[k] += v
 			}

@@ -212,7 +212,9 @@ func (t *Tracker) Report(lqToCQ map[string]string) Report {
 				}
 			}
 			for _, a := range reqs {
-				v := a.v * int64(pa.Count)
+				// Saturated: reported, never enforced; admission never
+				// books an amount it cannot count.
+				v, _ := engine.MulAmount(a.v, int64(pa.Count))
 				cq.add(pa.Flavors[a.resource], a.resource, v)
 				if lq != nil {
 					lq.add(pa.Flavors[a.resource], a.resource, v)

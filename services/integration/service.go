@@ -1811,6 +1811,7 @@ func (s *Service) handlePending(_ context.Context, k *kindRunner, env events.Env
 	var (
 		w              events.WorkloadRef
 		reason, detail string
+		kind           = corev1.EventTypeNormal
 	)
 	switch env.Type {
 	case events.TypeWorkloadReservedV1:
@@ -1826,6 +1827,10 @@ func (s *Service) handlePending(_ context.Context, k *kindRunner, env events.Env
 			return bus.Poison(err)
 		}
 		w, reason, detail = e.Workload, "Pending", e.Reason
+		if e.Invalid {
+			// Never admitted as written: the tenant has to change it.
+			kind, reason = corev1.EventTypeWarning, "InvalidWorkload"
+		}
 	}
 	if strings.HasPrefix(w.UID, groupUIDPrefix) {
 		// A group's news is told on each of its members.
@@ -1834,13 +1839,13 @@ func (s *Service) handlePending(_ context.Context, k *kindRunner, env events.Env
 			return err
 		}
 		for _, m := range members {
-			s.recorder.Event(m.Object(), corev1.EventTypeNormal, reason, detail)
+			s.recorder.Event(m.Object(), kind, reason, detail)
 		}
 		return nil
 	}
 	ref := &corev1.ObjectReference{Kind: k.kind.GVK.Kind, APIVersion: k.kind.GVK.GroupVersion().String(),
 		Namespace: w.Namespace, Name: w.Name, UID: types.UID(w.UID)}
-	s.recorder.Event(ref, corev1.EventTypeNormal, reason, detail)
+	s.recorder.Event(ref, kind, reason, detail)
 	return nil
 }
 
