@@ -353,6 +353,10 @@ func (e WorkloadFinishedV1) Validate() error { return e.Workload.Validate() }
 // released and its workload forgotten.
 type WorkloadDeletedV1 struct {
 	Workload WorkloadRef `json:"workload"`
+	// Reason is empty when the object was deleted, and QueueNameRemoved
+	// when it lives on but left its queue (its queue label was removed
+	// while it was suspended): either way the workload ends.
+	Reason string `json:"reason,omitempty"`
 }
 
 // Type implements Event.

@@ -126,8 +126,10 @@ type Requeue struct {
 
 // End is the announcement of a job's end.
 type End struct {
-	// Deleted: the object went away; otherwise it finished.
+	// Deleted: the object went away, or left its queue (Reason says
+	// which); otherwise it finished.
 	Deleted      bool   `json:"deleted,omitempty"`
+	Reason       string `json:"reason,omitempty"`
 	ClusterQueue string `json:"clusterQueue,omitempty"`
 	Succeeded    bool   `json:"succeeded,omitempty"`
 	Message      string `json:"message,omitempty"`

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"sort"
@@ -257,6 +258,12 @@ func (s *Service) submitGroup(ctx context.Context, k *kindRunner, rk string, ref
 	prio := s.priorities()
 	s.mu.Unlock()
 	w, complete, err := GroupWorkload(k.ad, ref.Namespace, ref.Name, live, prio, s.workloadOptions()...)
+	if err == nil && complete {
+		var rec *events.WorkloadSubmittedV1
+		if rec, err = s.store(ctx, k, rk, w); !errors.Is(err, ErrInvalidJob) {
+			return rec, err
+		}
+	}
 	if err != nil {
 		for _, m := range live {
 			s.recorder.Eventf(m.Object(), corev1.EventTypeWarning, "InvalidWorkload", "group %s not queued: %v", ref.Name, err)
@@ -264,10 +271,7 @@ func (s *Service) submitGroup(ctx context.Context, k *kindRunner, rk string, ref
 		s.log.Warn().Err(err).Str("workload", rk).Msg("group not queued")
 		return nil, nil
 	}
-	if !complete {
-		return nil, nil // a partial group is never queued
-	}
-	return s.store(ctx, k, rk, w)
+	return nil, nil // a partial group is never queued
 }
 
 // GroupWorkload builds the workload of the group ns/group of a Grouper's
@@ -284,7 +288,9 @@ func GroupWorkload(ad Adapter, ns, group string, live []Job, prio PriorityResolv
 	first := live[0].Meta()
 	var total int32
 	queue := first.GetLabels()[v1beta1.QueueNameLabel]
-	roles := map[string]*WorkloadPodSet{}
+	// First what the members' labels say, which is cheap: while the group
+	// is incomplete nothing more is read, so the syncs of a group whose
+	// members arrive one by one cost little each.
 	for i, m := range live {
 		meta := m.Meta()
 		_, t, err := g.GroupOf(meta)
@@ -300,6 +306,18 @@ func GroupWorkload(ad Adapter, ns, group string, live []Job, prio PriorityResolv
 		if q := meta.GetLabels()[v1beta1.QueueNameLabel]; q != queue {
 			return Workload{}, false, fmt.Errorf("%s is queued in %q, %s in %q: %w", meta.GetName(), q, first.GetName(), queue, ErrInvalidGroup)
 		}
+	}
+	if total > MaxGroupSize {
+		return Workload{}, false, fmt.Errorf("%s says the group has %d members, more than the %d a group may have: %w", first.GetName(), total, MaxGroupSize, ErrInvalidGroup)
+	}
+	if n := int32(len(live)); n > total {
+		return Workload{}, false, fmt.Errorf("%d members exist, more than the group's total of %d: %w", n, total, ErrInvalidGroup)
+	} else if n < total {
+		return Workload{}, false, nil
+	}
+	roles := map[string]*WorkloadPodSet{}
+	for i, m := range live {
+		meta := m.Meta()
 		// A copy: WorkloadOf changes its argument.
 		view, err := ad.Decode(m.Object())
 		if err != nil {
@@ -326,11 +344,9 @@ func GroupWorkload(ad Adapter, ns, group string, live []Job, prio PriorityResolv
 		}
 		ps.Name, ps.Count, ps.MinCount = name, 1, 1
 		roles[name] = &ps
-	}
-	if n := int32(len(live)); n > total {
-		return Workload{}, false, fmt.Errorf("%d members exist, more than the group's total of %d: %w", n, total, ErrInvalidGroup)
-	} else if n < total {
-		return Workload{}, false, nil
+		if len(roles) > MaxPodSets {
+			return Workload{}, false, fmt.Errorf("its members have more than %d roles (pod shapes), the most pod sets a workload may have: %w", MaxPodSets, ErrInvalidGroup)
+		}
 	}
 	names := make([]string, 0, len(roles))
 	for n := range roles {

@@ -1031,6 +1031,11 @@ func (s *Service) sync(ctx context.Context, k *kindRunner, key string) error {
 			return err
 		}
 		if fresh != nil && string(fresh.Meta().GetUID()) == rec.Workload.UID && groupOf(k.ad, fresh.Meta()) == "" {
+			if _, labelled := fresh.Meta().GetLabels()[v1beta1.QueueNameLabel]; !labelled {
+				// Not deleted: it left its queue (the informer
+				// only holds labelled objects).
+				return s.leave(ctx, k, rk, rec, fresh)
+			}
 			return errLookAgain
 		}
 		if err := s.gone(ctx, rk, rec, nil); err != nil {
@@ -1203,15 +1208,38 @@ func (s *Service) submit(ctx context.Context, k *kindRunner, rk string, job Job)
 		return nil, err
 	}
 	w, err := WorkloadOf(k.kind.Name, view, prio, s.workloadOptions()...)
-	if err != nil {
-		// Bad input is reported on the object and not retried: a change
-		// to the object or the configuration brings it back.
-		s.recorder.Eventf(job.Object(), corev1.EventTypeWarning, "InvalidWorkload", "not queued: %v", err)
-		s.log.Warn().Err(err).Str("workload", rk).Msg("not queued")
-		return nil, nil
+	if err == nil {
+		var rec *events.WorkloadSubmittedV1
+		if rec, err = s.store(ctx, k, rk, w); !errors.Is(err, ErrInvalidJob) {
+			if err == nil && rec == nil {
+				s.tellNotRequeued(job, rk, w.UID)
+			}
+			return rec, err
+		}
 	}
-	return s.store(ctx, k, rk, w)
+	// Bad input is reported on the object and not retried: a change to
+	// the object or the configuration brings it back.
+	s.recorder.Eventf(job.Object(), corev1.EventTypeWarning, "InvalidWorkload", "not queued: %v", err)
+	s.log.Warn().Err(err).Str("workload", rk).Msg("not queued")
+	return nil, nil
 }
+
+// tellNotRequeued explains on an object why it is not queued although it
+// is labelled: it left its queue before, while suspended (see leave), and
+// that ended its workload for good.
+func (s *Service) tellNotRequeued(job Job, rk, uid string) {
+	st := s.fenceOf(rk)
+	if st.Phase != fence.Finished || st.UID != uid || st.End == nil || st.End.Reason != ReasonQueueNameRemoved {
+		return
+	}
+	s.recorder.Eventf(job.Object(), corev1.EventTypeWarning, "NotQueued",
+		"not queued: this job left its queue earlier (label %s removed) and is not queued again; create it anew to queue it", v1beta1.QueueNameLabel)
+}
+
+// maxRecordBytes bounds a workload record: it travels as one NATS
+// message, which the server caps at 1 MiB by default; the rest is left
+// for headers. A job whose record is larger is refused, never retried.
+const maxRecordBytes = 1<<20 - 32<<10
 
 // store writes a workload's record and announces it; nil, nil for an
 // object that ended already.
@@ -1224,6 +1252,11 @@ func (s *Service) store(ctx context.Context, k *kindRunner, rk string, w Workloa
 		return nil, nil
 	}
 	rec := toEvent(k.kind.Name, w)
+	// A record the stream would refuse is refused here, with the reason,
+	// rather than written and then retried forever.
+	if err := rec.Validate(); err != nil {
+		return nil, fmt.Errorf("workload record: %v: %w", err, ErrInvalidJob)
+	}
 	ctx, span := k.tracer.Start(ctx, rec.Workload, tracing.SpanSubmit, trace.WithAttributes(
 		tracing.AttrLocalQueue.String(rec.LocalQueue), tracing.AttrPriority.Int64(int64(rec.Priority))))
 	err := s.writeRecord(ctx, rk, rec)
@@ -1239,6 +1272,10 @@ func (s *Service) writeRecord(ctx context.Context, rk string, rec events.Workloa
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return err
+	}
+	if len(b) > maxRecordBytes {
+		return fmt.Errorf("its workload record is %d bytes, more than the %d a record may have (its pod sets' node selectors, tolerations or requests are too large): %w",
+			len(b), maxRecordBytes, ErrInvalidJob)
 	}
 	if _, err := s.wlKV.Create(ctx, rk, b); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 		return fmt.Errorf("write workload %s: %w", rk, err)
@@ -1267,9 +1304,47 @@ func toEvent(kind string, w Workload) events.WorkloadSubmittedV1 {
 	return ev
 }
 
+// ReasonQueueNameRemoved is the reason of the deleted event of a workload
+// whose object left its queue: its queue label was removed while it was
+// suspended.
+const ReasonQueueNameRemoved = "QueueNameRemoved"
+
+// leave ends the workload of an object whose queue label was removed. A
+// suspended object's workload ends at once, as if the object were
+// deleted (reservation, fence and record released, one deleted event),
+// and from then on the object is not Sluice's. One that still runs (the
+// webhook refuses that change, so only while it was not asked) is
+// stopped first: it runs on its workload's quota.
+func (s *Service) leave(ctx context.Context, k *kindRunner, rk string, rec *events.WorkloadSubmittedV1, job Job) error {
+	if finished, ok, msg := job.Finished(); finished {
+		return s.gone(ctx, rk, rec, &events.WorkloadFinishedV1{Succeeded: ok, Message: msg})
+	}
+	if !job.IsSuspended() {
+		r, _ := s.reservation(rec.Workload)
+		if err := s.stop(ctx, k, job, rec.Workload, "", ReasonQueueNameRemoved,
+			fmt.Sprintf("label %s removed while running: stopped, and no longer queued", v1beta1.QueueNameLabel), r.Admission()); err != nil {
+			return err
+		}
+		return errLookAgain // ended once the stop is seen
+	}
+	s.recorder.Eventf(job.Object(), corev1.EventTypeNormal, "LeftQueue",
+		"label %s removed: no longer queued in LocalQueue %s; Sluice does not manage this job any more", v1beta1.QueueNameLabel, rec.LocalQueue)
+	s.log.Info().Str("workload", rk).Str("queue", rec.LocalQueue).Msg("left its queue: workload ended")
+	return s.end(ctx, rk, rec, &fence.End{Deleted: true, Reason: ReasonQueueNameRemoved})
+}
+
 // gone announces an object that finished or disappeared and deletes its
 // record; quota accounting then releases its reservation.
 func (s *Service) gone(ctx context.Context, rk string, rec *events.WorkloadSubmittedV1, fin *events.WorkloadFinishedV1) error {
+	end := &fence.End{Deleted: fin == nil}
+	if fin != nil {
+		end.Succeeded, end.Message = fin.Succeeded, fin.Message
+	}
+	return s.end(ctx, rk, rec, end)
+}
+
+// end ends a workload: the fence, then the record, then the announcement.
+func (s *Service) end(ctx context.Context, rk string, rec *events.WorkloadSubmittedV1, end *fence.End) error {
 	r, _ := s.reservation(rec.Workload)
 	// The fence first, so no preemption of the admission is announced
 	// after the end; then the record: whoever learns of the end from the
@@ -1277,10 +1352,7 @@ func (s *Service) gone(ctx context.Context, rk string, rec *events.WorkloadSubmi
 	// again.
 	// The fence keeps the announcement too, for whoever takes over if
 	// this replica stops before making it.
-	end := &fence.End{Deleted: fin == nil, ClusterQueue: r.ClusterQueue}
-	if fin != nil {
-		end.Succeeded, end.Message = fin.Succeeded, fin.Message
-	}
+	end.ClusterQueue = r.ClusterQueue
 	if err := fence.Finish(ctx, s.fenceKV, rk, r.Admission(), rec.Workload.UID, end); err != nil {
 		return err
 	}
@@ -1297,7 +1369,7 @@ func (s *Service) gone(ctx context.Context, rk string, rec *events.WorkloadSubmi
 // endEvent is the announcement of a workload's end and its id.
 func endEvent(w events.WorkloadRef, end *fence.End) (events.Event, string) {
 	if end.Deleted {
-		ev := events.WorkloadDeletedV1{Workload: w}
+		ev := events.WorkloadDeletedV1{Workload: w, Reason: end.Reason}
 		return ev, events.ID(ev.Type(), w.UID)
 	}
 	ev := events.WorkloadFinishedV1{Workload: w, ClusterQueue: end.ClusterQueue, Succeeded: end.Succeeded, Message: end.Message}

@@ -443,7 +443,14 @@ func (w *Webhook) mutate(ad Adapter, req *admissionv1.AdmissionRequest) *admissi
 	resp := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
 	k := ad.Kind()
 	gvk := schema.GroupVersionKind{Group: req.Kind.Group, Version: req.Kind.Version, Kind: req.Kind.Kind}
-	if gvk != k.GVK || req.Operation != admissionv1.Create {
+	if gvk != k.GVK {
+		return resp
+	}
+	switch req.Operation {
+	case admissionv1.Create:
+	case admissionv1.Update:
+		return w.reviewUpdate(ad, req, resp)
+	default:
 		return resp
 	}
 	if len(req.Object.Raw) == 0 {
@@ -476,6 +483,9 @@ func (w *Webhook) mutate(ad Adapter, req *admissionv1.AdmissionRequest) *admissi
 	}
 	if ig, ok := job.(Ignorer); ok && ig.Ignored() {
 		return resp
+	}
+	if err := CheckQueueName(queue); err != nil {
+		return deny(resp, k, err.Error())
 	}
 	if _, err := MaxExecution(m.GetLabels()); err != nil {
 		return deny(resp, k, err.Error())
@@ -521,6 +531,60 @@ func (w *Webhook) mutate(ad Adapter, req *admissionv1.AdmissionRequest) *admissi
 	pt := admissionv1.PatchTypeJSONPatch
 	resp.Patch = patch
 	resp.PatchType = &pt
+	return resp
+}
+
+// reviewUpdate refuses a change of an object's queue, as Kueue does,
+// unless the object is suspended (or finished): a running object holds
+// quota in its queue, and one that left the queue, or moved to another,
+// would keep running on quota nobody counts any more. A suspended object
+// may move, or leave the queue; its workload then ends (or queues anew).
+func (w *Webhook) reviewUpdate(ad Adapter, req *admissionv1.AdmissionRequest, resp *admissionv1.AdmissionResponse) *admissionv1.AdmissionResponse {
+	k := ad.Kind()
+	if len(req.Object.Raw) == 0 || len(req.OldObject.Raw) == 0 {
+		return deny(resp, k, "update request lacks the object or the old object")
+	}
+	decode := func(raw []byte) (Job, error) {
+		u := &unstructured.Unstructured{}
+		if err := u.UnmarshalJSON(raw); err != nil {
+			return nil, err
+		}
+		return ad.Decode(u)
+	}
+	job, err := decode(req.Object.Raw)
+	if err != nil {
+		return deny(resp, k, "request object is not a "+k.GVK.String()+": "+err.Error())
+	}
+	old, err := decode(req.OldObject.Raw)
+	if err != nil {
+		return deny(resp, k, "request old object is not a "+k.GVK.String()+": "+err.Error())
+	}
+	was, is := old.Meta().GetLabels()[v1beta1.QueueNameLabel], job.Meta().GetLabels()[v1beta1.QueueNameLabel]
+	if was == is {
+		return resp
+	}
+	if ig, ok := job.(Ignorer); ok && ig.Ignored() {
+		return resp
+	}
+	if is != "" {
+		if err := CheckQueueName(is); err != nil {
+			return deny(resp, k, err.Error())
+		}
+	}
+	done, _, _ := job.Finished()
+	if !job.IsSuspended() && !done {
+		change := fmt.Sprintf("changed from %q to %q", was, is)
+		switch {
+		case is == "":
+			change = fmt.Sprintf("removed (it was %q)", was)
+		case was == "":
+			change = fmt.Sprintf("added (%q)", is)
+		}
+		return deny(resp, k, fmt.Sprintf("metadata.labels[%s]: may not be %s while the %s is not suspended: "+
+			"a running job keeps the queue it was admitted by; suspend it first", v1beta1.QueueNameLabel, change, k.Name))
+	}
+	w.log.Info().Str("workload", k.Name+"/"+req.Namespace+"/"+req.Name).Str("queue", is).Str("was", was).
+		Msg("update: queue changed on a suspended object")
 	return resp
 }
 
@@ -664,7 +728,10 @@ func WebhookConfiguration(k Kind, webhookURL string, caBundle []byte, kueueLabel
 				CABundle: append([]byte(nil), caBundle...),
 			},
 			Rules: []admissionregistrationv1.RuleWithOperations{{
-				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+				// UPDATE: a change of queue is refused while the object
+				// runs (reviewUpdate); the match condition leaves out
+				// every other update.
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
 				Rule: admissionregistrationv1.Rule{
 					APIGroups:   []string{k.GVK.Group},
 					APIVersions: []string{k.GVK.Version},
@@ -687,15 +754,16 @@ func WebhookConfiguration(k Kind, webhookURL string, caBundle []byte, kueueLabel
 			ReinvocationPolicy:      &never,
 		}},
 	}
-	if expr := WebhookMatchCondition(k); expr != "" {
-		cfg.Webhooks[0].MatchConditions = []admissionregistrationv1.MatchCondition{{Name: MatchConditionName, Expression: expr}}
-	}
+	cfg.Webhooks[0].MatchConditions = []admissionregistrationv1.MatchCondition{{Name: MatchConditionName, Expression: WebhookMatchCondition(k)}}
 	if kueueLabels {
 		// Objects with Kueue's queue label and not Sluice's (an object
 		// with both goes to the first webhook only).
 		kw := *cfg.Webhooks[0].DeepCopy()
 		kw.Name = kueueLabelsWebhookName(k)
 		kw.MatchConditions = nil // it always has labels to add
+		// Creates only: such an object is Sluice's from its create on
+		// (the first entry sees its updates), or was never Sluice's.
+		kw.Rules[0].Operations = []admissionregistrationv1.OperationType{admissionregistrationv1.Create}
 		kw.ObjectSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
 			{Key: v1beta1.KueueQueueNameLabel, Operator: metav1.LabelSelectorOpExists},
 			{Key: v1beta1.QueueNameLabel, Operator: metav1.LabelSelectorOpDoesNotExist},
@@ -709,14 +777,21 @@ func WebhookConfiguration(k Kind, webhookURL string, caBundle []byte, kueueLabel
 const MatchConditionName = "changes-something"
 
 // WebhookMatchCondition is the CEL expression under which the API server
-// calls a kind's webhook: unless the object is created suspended (its
-// kind's SuspendField true) and carries none of the annotations the
-// webhook removes, since for such an object it would change nothing.
-// Skipping the call saves a round trip per create, which a burst of
-// submissions feels. "" for a kind without a SuspendField.
+// calls a kind's webhook. On UPDATE: only when the queue label changes
+// (added, removed or another value), which reviewUpdate judges. On
+// CREATE: unless the object is created suspended (its kind's
+// SuspendField true), carries none of the annotations the webhook
+// removes, no maximum execution time label and a well-formed queue name,
+// since for such an object it would change and refuse nothing; skipping
+// the call saves a round trip per create, which a burst of submissions
+// feels. A kind without a SuspendField is always called on CREATE.
 func WebhookMatchCondition(k Kind) string {
+	label := func(obj string) string {
+		return fmt.Sprintf("(has(%[1]s.metadata.labels) && %[2]q in %[1]s.metadata.labels ? %[1]s.metadata.labels[%[2]q] : \"\")", obj, v1beta1.QueueNameLabel)
+	}
+	update := label("object") + " != " + label("oldObject")
 	if len(k.SuspendField) == 0 {
-		return ""
+		return "request.operation != \"UPDATE\" || " + update
 	}
 	var suspended []string
 	path := "object"
@@ -729,7 +804,16 @@ func WebhookMatchCondition(k Kind) string {
 	for _, a := range []string{OriginalAnnotation, AdmissionAnnotation, StoppedAnnotation} {
 		annotated = append(annotated, fmt.Sprintf("%q in object.metadata.annotations", a))
 	}
-	return "!(" + strings.Join(suspended, " && ") + ") || (has(object.metadata.annotations) && (" + strings.Join(annotated, " || ") + "))"
+	var labelled []string
+	for _, l := range []string{v1beta1.MaxExecTimeLabel, v1beta1.KueueMaxExecTimeLabel} {
+		labelled = append(labelled, fmt.Sprintf("%q in object.metadata.labels", l))
+	}
+	badQueue := fmt.Sprintf("!%s.matches(%q)", label("object"), queueNamePattern)
+	create := "!(" + strings.Join(suspended, " && ") + ")" +
+		" || (has(object.metadata.annotations) && (" + strings.Join(annotated, " || ") + "))" +
+		" || (has(object.metadata.labels) && (" + strings.Join(labelled, " || ") + "))" +
+		" || " + badQueue
+	return "request.operation == \"UPDATE\" ? " + update + " : (" + create + ")"
 }
 
 // kueueLabelsWebhookName names the webhook entry for objects labelled the

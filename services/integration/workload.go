@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/sluice-dev/sluice/api/v1beta1"
 )
@@ -134,6 +135,9 @@ func WorkloadOf(kind string, j Job, prio PriorityResolver, opts ...WorkloadOptio
 	if queue == "" {
 		return Workload{}, fmt.Errorf("%s %s: %w", kind, key, ErrNotManaged)
 	}
+	if err := CheckQueueName(queue); err != nil {
+		return Workload{}, fmt.Errorf("%s %s: %w", kind, key, err)
+	}
 	if err := Pristine(j); err != nil {
 		return Workload{}, fmt.Errorf("%s %s: %w", kind, key, err)
 	}
@@ -143,6 +147,9 @@ func WorkloadOf(kind string, j Job, prio PriorityResolver, opts ...WorkloadOptio
 	}
 	if len(sets) == 0 {
 		return Workload{}, fmt.Errorf("%s %s: no pod sets: %w", kind, key, ErrInvalidJob)
+	}
+	if len(sets) > MaxPodSets {
+		return Workload{}, fmt.Errorf("%s %s: %d pod sets, more than the %d a workload may have: %w", kind, key, len(sets), MaxPodSets, ErrInvalidJob)
 	}
 	className, priority, err := resolvePriority(m.GetLabels(), sets, prio)
 	if err != nil {
@@ -178,6 +185,28 @@ func WorkloadOf(kind string, j Job, prio PriorityResolver, opts ...WorkloadOptio
 		w.PodSets = append(w.PodSets, wps)
 	}
 	return w, nil
+}
+
+// MaxPodSets is the most pod sets a workload may have, as in Kueue: a
+// JobSet's replicated jobs, a pod group's roles.
+const MaxPodSets = 8
+
+// MaxGroupSize is the most members a group (of Pods) may have. A group's
+// workload is built from all of its members at once.
+const MaxGroupSize = 10000
+
+// queueNamePattern is what a LocalQueue's name looks like (a DNS-1123
+// subdomain; a label value is at most 63 characters anyway).
+const queueNamePattern = `^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+
+// CheckQueueName checks a queue label's value: it must be a name a
+// LocalQueue can have. The error wraps ErrInvalidJob and says what is
+// wrong.
+func CheckQueueName(v string) error {
+	if errs := validation.IsDNS1123Subdomain(v); len(errs) > 0 {
+		return fmt.Errorf("label %s: %q cannot name a LocalQueue: %s: %w", v1beta1.QueueNameLabel, v, strings.Join(errs, "; "), ErrInvalidJob)
+	}
+	return nil
 }
 
 // MaxExecution reads a job's maximum execution time in seconds from its

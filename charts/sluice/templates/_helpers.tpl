@@ -372,8 +372,8 @@ does not rotate it.
 {{/*
 One entry of a kind's MutatingWebhookConfiguration: dict "root" $ "kind"
 (a line of the kinds table) "service" "ca" "name" "selector" (the
-objectSelector's matchExpressions) and, optionally, "condition" (a CEL
-match condition).
+objectSelector's matchExpressions), "operations" and, optionally,
+"condition" (a CEL match condition).
 */}}
 {{- define "sluice.webhookEntry" -}}
 {{- $v := .root.Values -}}
@@ -389,7 +389,7 @@ match condition).
     caBundle: {{ .ca | b64enc }}
     {{- end }}
   rules:
-    - operations: [CREATE]
+    - operations: [{{ join ", " .operations }}]
       apiGroups: [{{ .kind.group | quote }}]
       apiVersions: [{{ .kind.version | quote }}]
       resources: [{{ .kind.resource }}]

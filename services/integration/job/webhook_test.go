@@ -39,8 +39,12 @@ func newTestWebhook(t *testing.T, opts ...integration.WebhookOption) *integratio
 }
 
 // reviewFor builds the AdmissionReview the API server sends for op on job.
-func reviewFor(t *testing.T, op admissionv1.Operation, kind metav1.GroupVersionKind, object []byte) []byte {
+func reviewFor(t *testing.T, op admissionv1.Operation, kind metav1.GroupVersionKind, object []byte, old ...[]byte) []byte {
 	t.Helper()
+	var oldObject runtime.RawExtension
+	if len(old) > 0 {
+		oldObject.Raw = old[0]
+	}
 	review := admissionv1.AdmissionReview{
 		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
 		Request: &admissionv1.AdmissionRequest{
@@ -51,6 +55,7 @@ func reviewFor(t *testing.T, op admissionv1.Operation, kind metav1.GroupVersionK
 			Name:      "j",
 			Operation: op,
 			Object:    runtime.RawExtension{Raw: object},
+			OldObject: oldObject,
 		},
 	}
 	b, err := json.Marshal(review)
@@ -73,10 +78,12 @@ var batchJobKind = metav1.GroupVersionKind{Group: "batch", Version: "v1", Kind: 
 
 func TestWebhookMutate(t *testing.T) {
 	cases := []struct {
-		name        string
-		op          admissionv1.Operation
-		kind        metav1.GroupVersionKind
-		object      func(t *testing.T) []byte
+		name   string
+		op     admissionv1.Operation
+		kind   metav1.GroupVersionKind
+		object func(t *testing.T) []byte
+		// old is an update's old object; the object itself when nil.
+		old         func(t *testing.T) []byte
 		wantAllowed bool
 		wantPatched bool
 		wantJob     *jobBuilder // the object after the patch, when patched
@@ -218,6 +225,87 @@ func TestWebhookMutate(t *testing.T) {
 			wantAllowed: true,
 		},
 		{
+			name:        "removing the queue label from a running job is refused",
+			op:          admissionv1.Update,
+			kind:        batchJobKind,
+			old:         func(t *testing.T) []byte { return jobJSON(t, makeJob("j").suspend(false).obj()) },
+			object:      func(t *testing.T) []byte { return jobJSON(t, makeJob("j").noQueue().suspend(false).obj()) },
+			wantCode:    http.StatusBadRequest,
+			wantMessage: `metadata.labels[sluice.dev/queue-name]: may not be removed (it was "lq") while the job is not suspended`,
+		},
+		{
+			name:        "moving a running job to another queue is refused",
+			op:          admissionv1.Update,
+			kind:        batchJobKind,
+			old:         func(t *testing.T) []byte { return jobJSON(t, makeJob("j").suspend(false).obj()) },
+			object:      func(t *testing.T) []byte { return jobJSON(t, makeJob("j").queue("other").suspend(false).obj()) },
+			wantCode:    http.StatusBadRequest,
+			wantMessage: `may not be changed from "lq" to "other" while the job is not suspended`,
+		},
+		{
+			name:        "adding the queue label to a running job is refused",
+			op:          admissionv1.Update,
+			kind:        batchJobKind,
+			old:         func(t *testing.T) []byte { return jobJSON(t, makeJob("j").noQueue().suspend(false).obj()) },
+			object:      func(t *testing.T) []byte { return jobJSON(t, makeJob("j").suspend(false).obj()) },
+			wantCode:    http.StatusBadRequest,
+			wantMessage: `may not be added ("lq") while the job is not suspended`,
+		},
+		{
+			name:        "unsuspending and removing the label at once is refused",
+			op:          admissionv1.Update,
+			kind:        batchJobKind,
+			old:         func(t *testing.T) []byte { return jobJSON(t, makeJob("j").obj()) },
+			object:      func(t *testing.T) []byte { return jobJSON(t, makeJob("j").noQueue().suspend(false).obj()) },
+			wantCode:    http.StatusBadRequest,
+			wantMessage: `may not be removed`,
+		},
+		{
+			name:        "removing the queue label from a suspended job is allowed: it leaves its queue",
+			op:          admissionv1.Update,
+			kind:        batchJobKind,
+			old:         func(t *testing.T) []byte { return jobJSON(t, makeJob("j").obj()) },
+			object:      func(t *testing.T) []byte { return jobJSON(t, makeJob("j").noQueue().obj()) },
+			wantAllowed: true,
+		},
+		{
+			name:        "a suspended job may move to another queue",
+			op:          admissionv1.Update,
+			kind:        batchJobKind,
+			old:         func(t *testing.T) []byte { return jobJSON(t, makeJob("j").obj()) },
+			object:      func(t *testing.T) []byte { return jobJSON(t, makeJob("j").queue("other").obj()) },
+			wantAllowed: true,
+		},
+		{
+			name: "a finished job's label may go",
+			op:   admissionv1.Update,
+			kind: batchJobKind,
+			old: func(t *testing.T) []byte {
+				return jobJSON(t, makeJob("j").suspend(false).condition(batchv1.JobComplete, "True", "", "").obj())
+			},
+			object: func(t *testing.T) []byte {
+				return jobJSON(t, makeJob("j").noQueue().suspend(false).condition(batchv1.JobComplete, "True", "", "").obj())
+			},
+			wantAllowed: true,
+		},
+		{
+			name:        "a queue name that cannot name a LocalQueue is refused on update",
+			op:          admissionv1.Update,
+			kind:        batchJobKind,
+			old:         func(t *testing.T) []byte { return jobJSON(t, makeJob("j").obj()) },
+			object:      func(t *testing.T) []byte { return jobJSON(t, makeJob("j").queue("Team_A").obj()) },
+			wantCode:    http.StatusBadRequest,
+			wantMessage: `label sluice.dev/queue-name: "Team_A" cannot name a LocalQueue`,
+		},
+		{
+			name:        "a queue name that cannot name a LocalQueue is refused on create",
+			op:          admissionv1.Create,
+			kind:        batchJobKind,
+			object:      func(t *testing.T) []byte { return jobJSON(t, makeJob("j").queue("Team_A").obj()) },
+			wantCode:    http.StatusBadRequest,
+			wantMessage: `label sluice.dev/queue-name: "Team_A" cannot name a LocalQueue`,
+		},
+		{
 			name:        "another kind passes unchanged",
 			op:          admissionv1.Create,
 			kind:        metav1.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"},
@@ -245,7 +333,14 @@ func TestWebhookMutate(t *testing.T) {
 			if tc.kueueLabels {
 				url = kueueSrv.URL
 			}
-			resp, err := http.Post(url+integration.MutatePath(Kind), "application/json", bytes.NewReader(reviewFor(t, tc.op, tc.kind, object)))
+			var old []byte
+			switch {
+			case tc.old != nil:
+				old = tc.old(t)
+			case tc.op == admissionv1.Update:
+				old = object
+			}
+			resp, err := http.Post(url+integration.MutatePath(Kind), "application/json", bytes.NewReader(reviewFor(t, tc.op, tc.kind, object, old)))
 			if err != nil {
 				t.Fatalf("POST: %v", err)
 			}
@@ -559,7 +654,7 @@ func TestEnsureWebhookConfiguration(t *testing.T) {
 		Name:           integration.WebhookName(Kind),
 		URL:            url1,
 		CABundle:       string(ca),
-		Operations:     []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+		Operations:     []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
 		Resources:      []string{"batch", "v1", "jobs"},
 		FailurePolicy:  admissionregistrationv1.Fail,
 		SideEffects:    admissionregistrationv1.SideEffectClassNone,
