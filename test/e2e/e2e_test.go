@@ -29,6 +29,14 @@ func queues(t *testing.T, name string, gpus int, preemption string) {
 // list items indented by two spaces).
 func queuesWith(t *testing.T, name, preemption, groups string) {
 	t.Helper()
+	applyQueues(t, name, preemption, groups)
+	watchQuota(t)
+}
+
+// applyQueues creates what queuesWith does, without starting a quota
+// checker (which knows the ClusterQueues that exist when it starts).
+func applyQueues(t *testing.T, name, preemption, groups string) {
+	t.Helper()
 	apply(t, fmt.Sprintf(`apiVersion: sluice.dev/v1beta1
 kind: ResourceFlavor
 metadata: {name: a100}
@@ -57,7 +65,6 @@ kind: LocalQueue
 metadata: {name: q, namespace: %[1]s}
 spec: {clusterQueue: %[1]s}
 `, name, preemption, groups))
-	watchQuota(t)
 	// A test's Jobs must not hold the nodes' GPUs for the tests after it.
 	t.Cleanup(func() {
 		bg := metav1.DeletePropagationBackground
