@@ -306,3 +306,39 @@ func TestInvalidQueueNameIsRefused(t *testing.T) {
 		t.Fatalf("create suspended with %s=1h: %v; want it refused", v1beta1.MaxExecTimeLabel, err)
 	}
 }
+
+// TestRecordTooLargeIsRefused: a Job whose workload record would not fit
+// in a NATS message (20,000 node selector entries, about 1.2 MB, which the
+// API server accepts) stays suspended with an InvalidWorkload Event that
+// says so, and is not retried; a Job beside it runs.
+func TestRecordTooLargeIsRefused(t *testing.T) {
+	ns := "e2e-tenant-large"
+	queues(t, ns, 4, "Never")
+	big := jobOf(jobSpec{ns: ns, name: "big", queue: "q", pods: 1, gpus: 1, runFor: "1s"})
+	sel := map[string]string{}
+	for i := range 20000 {
+		sel[fmt.Sprintf("example.com/key-%05d", i)] = strings.Repeat("v", 40)
+	}
+	big.Spec.Template.Spec.NodeSelector = sel
+	if _, err := env.kube.BatchV1().Jobs(ns).Create(context.Background(), big, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create a Job with a large node selector: %v", err)
+	}
+	waitEvent(t, ns, "big", "InvalidWorkload", "more than the 1015808 a record may have", 45*time.Second)
+	createJob(t, jobSpec{ns: ns, name: "small", queue: "q", pods: 1, gpus: 1, runFor: "1s"})
+	waitComplete(t, ns, "small", 60*time.Second)
+	if !suspended(getJob(t, ns, "big")) {
+		t.Fatalf("the Job too large to record started")
+	}
+	// Refused once, not retried: one Event (a repeat would raise its count).
+	evs, err := env.kube.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=big,reason=InvalidWorkload"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs.Items) != 1 || evs.Items[0].Count > 2 {
+		var counts []int32
+		for _, e := range evs.Items {
+			counts = append(counts, e.Count)
+		}
+		t.Errorf("InvalidWorkload Events on big: %d, counts %v; want one, told once", len(evs.Items), counts)
+	}
+}

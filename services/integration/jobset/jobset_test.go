@@ -169,3 +169,28 @@ func TestDecodeUnstructured(t *testing.T) {
 		t.Error("a Pod decoded as a JobSet")
 	}
 }
+
+// TestTooManyPodSets: a JobSet of more replicatedJobs than a workload may
+// have pod sets (8, as in Kueue) is not queued, with an error naming the
+// number and the cap.
+func TestTooManyPodSets(t *testing.T) {
+	var rjs [][4]any
+	for i := range integration.MaxPodSets + 1 {
+		rjs = append(rjs, [4]any{"r" + string(rune('a'+i)), 1, 1, 0})
+	}
+	j, err := Adapter{}.Decode(jobSet(rjs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = integration.WorkloadOf("jobset", j, nil)
+	if !errors.Is(err, integration.ErrInvalidJob) || !strings.Contains(err.Error(), "9 pod sets, more than the 8 a workload may have") {
+		t.Fatalf("WorkloadOf() error = %v, want one saying 9 pod sets are more than 8", err)
+	}
+	j, err = Adapter{}.Decode(jobSet(rjs[:integration.MaxPodSets]...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := integration.WorkloadOf("jobset", j, nil); err != nil {
+		t.Fatalf("WorkloadOf() of 8 pod sets: %v", err)
+	}
+}

@@ -115,6 +115,34 @@ func TestGroupWorkload(t *testing.T) {
 			members: []*podBuilder{member("a", 0, "2"), member("b", 1, "")},
 			wantErr: integration.ErrInvalidJob,
 		},
+		{
+			name:    "a group larger than a group may be is refused, before it is complete",
+			members: []*podBuilder{member("a", 0, "2147483647"), member("b", 1, "2147483647")},
+			wantErr: integration.ErrInvalidGroup,
+		},
+		{
+			name: "a partial group is not read further than its labels",
+			// b's pod set could not be read (a negative overhead would
+			// do; here a queue name no LocalQueue can have), yet while
+			// the group waits for its third member nothing says so.
+			members: []*podBuilder{member("a", 0, "3").queue("Bad_Q"), member("b", 1, "3").queue("Bad_Q")},
+		},
+		{
+			name:    "a complete group in a queue no LocalQueue can be named is refused",
+			members: []*podBuilder{member("a", 0, "2").queue("Bad_Q"), member("b", 1, "2").queue("Bad_Q")},
+			wantErr: integration.ErrInvalidJob,
+		},
+		{
+			name: "more roles than a workload has pod sets are refused",
+			members: func() []*podBuilder {
+				var ms []*podBuilder
+				for i := range integration.MaxPodSets + 1 {
+					ms = append(ms, member("m"+strconv.Itoa(i), i, strconv.Itoa(integration.MaxPodSets+1)).gpus(i+1))
+				}
+				return ms
+			}(),
+			wantErr: integration.ErrInvalidGroup,
+		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
