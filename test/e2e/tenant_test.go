@@ -87,6 +87,11 @@ func TestQueueLabelCannotBeRemovedFromARunningJob(t *testing.T) {
 		!strings.Contains(err.Error(), "may not be changed") {
 		t.Fatalf("moving a running Job to another queue: %v; want it refused", err)
 	}
+	// Labelled again with its own queue's name: no change, allowed.
+	same := []byte(`{"metadata":{"labels":{"` + v1beta1.QueueNameLabel + `":"q"}}}`)
+	if _, err := env.kube.BatchV1().Jobs(ns).Patch(ctx, "running", types.MergePatchType, same, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("the same queue label again: %v", err)
+	}
 	// Other updates of a running Job still go through (and are not sent
 	// to the webhook at all).
 	other := []byte(`{"metadata":{"labels":{"team":"a"}}}`)

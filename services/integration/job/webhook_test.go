@@ -240,7 +240,7 @@ func TestWebhookMutate(t *testing.T) {
 			old:         func(t *testing.T) []byte { return jobJSON(t, makeJob("j").suspend(false).obj()) },
 			object:      func(t *testing.T) []byte { return jobJSON(t, makeJob("j").queue("other").suspend(false).obj()) },
 			wantCode:    http.StatusBadRequest,
-			wantMessage: `may not be changed from "lq" to "other" while the job is not suspended`,
+			wantMessage: `may not be changed from "lq" to "other"`,
 		},
 		{
 			name:        "adding the queue label to a running job is refused",
@@ -269,12 +269,13 @@ func TestWebhookMutate(t *testing.T) {
 			wantAllowed: true,
 		},
 		{
-			name:        "a suspended job may move to another queue",
+			name:        "a suspended job may not move to another queue (not done yet), and is told what to do",
 			op:          admissionv1.Update,
 			kind:        batchJobKind,
 			old:         func(t *testing.T) []byte { return jobJSON(t, makeJob("j").obj()) },
 			object:      func(t *testing.T) []byte { return jobJSON(t, makeJob("j").queue("other").obj()) },
-			wantAllowed: true,
+			wantCode:    http.StatusBadRequest,
+			wantMessage: `may not be changed from "lq" to "other": Sluice does not move a queued job to another queue`,
 		},
 		{
 			name: "a finished job's label may go",
