@@ -328,3 +328,19 @@ func BenchmarkCycleBaselineBacklog(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSubmit measures what adding a waiting workload costs, its
+// requests checked against MaxAmount included: the work every submitted
+// Job does once in the admission service.
+func BenchmarkSubmit(b *testing.B) {
+	b.ReportAllocs()
+	cfg := Config{Flavors: flavors("f"), ClusterQueues: []ClusterQueue{newCQ("cq").quota("f", "cpu", 1000).quota("f", "gpu", 8).obj()},
+		LocalQueues: lqs("ns", "cq")}
+	e := New(cfg)
+	for i := range b.N {
+		w := newWL("ns", fmt.Sprintf("w%d", i)).pods("launcher", 1, "cpu", 500).pods("workers", 4, "cpu", 2000, "gpu", 1).obj()
+		if err := e.Submit(w); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
