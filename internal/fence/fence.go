@@ -354,6 +354,29 @@ func Finish(ctx context.Context, kv KV, key, admission, uid string, end *End) er
 	return err
 }
 
+// Reopen lets a job whose workload ended without the job ending (it left
+// its queue, or moved to another) be queued again: the fence of that end,
+// for a job of uid, is cleared, so that a new workload of the same job is
+// fenced afresh. It returns the end it cleared (nil when the fence was
+// not such an end: a job that finished or was deleted is never reopened).
+func Reopen(ctx context.Context, kv KV, key, uid string, reopenable func(End) bool) (*End, error) {
+	var ended *End
+	_, err := move(ctx, kv, key, func(cur State) (State, bool, error) {
+		if cur.Phase != Finished || cur.UID != uid || cur.End == nil || !reopenable(*cur.End) {
+			ended = nil
+			return cur, false, nil
+		}
+		ended = cur.End
+		// The ended admission is kept: a late start of it still finds
+		// it, and starts nothing without a reservation of the new UID.
+		return State{Admission: cur.Admission}, true, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return ended, nil
+}
+
 // Lister is the part of a KV bucket Collect walks.
 type Lister interface {
 	KV

@@ -365,3 +365,50 @@ func TestEndStartFirstOnlyOnce(t *testing.T) {
 		t.Errorf("first starts (-want +got):\n%s", d)
 	}
 }
+
+// TestReopen: only the end of a workload whose job lives on (as the
+// caller says) is cleared, for the job's own UID; a finished or deleted
+// job's end stays, so a stale view of it is never queued again.
+func TestReopen(t *testing.T) {
+	left := func(e fence.End) bool { return e.Reason == "QueueNameRemoved" }
+	cases := []struct {
+		name      string
+		end       *fence.End
+		uid       string
+		wantEnded bool
+		wantPhase fence.Phase
+	}{
+		{name: "left its queue: cleared", end: &fence.End{Deleted: true, Reason: "QueueNameRemoved"}, uid: "u1", wantEnded: true, wantPhase: ""},
+		{name: "deleted: kept", end: &fence.End{Deleted: true}, uid: "u1", wantPhase: fence.Finished},
+		{name: "finished: kept", end: &fence.End{Succeeded: true}, uid: "u1", wantPhase: fence.Finished},
+		{name: "another object of the same name: kept", end: &fence.End{Deleted: true, Reason: "QueueNameRemoved"}, uid: "u2", wantPhase: fence.Finished},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, kv := bucket(t)
+			if err := fence.Finish(ctx, kv, "job.ns.j", "a1", "u1", tc.end); err != nil {
+				t.Fatal(err)
+			}
+			ended, err := fence.Reopen(ctx, kv, "job.ns.j", tc.uid, left)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (ended != nil) != tc.wantEnded {
+				t.Errorf("fence.Reopen() = %+v, want an end: %t", ended, tc.wantEnded)
+			}
+			st, err := fence.Get(ctx, kv, "job.ns.j")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Phase != tc.wantPhase {
+				t.Errorf("phase after Reopen = %q, want %q", st.Phase, tc.wantPhase)
+			}
+			if tc.wantEnded {
+				// A new admission of the new workload starts as usual.
+				if _, err := fence.BeginStart(ctx, kv, "job.ns.j", "a2"); err != nil {
+					t.Errorf("BeginStart after Reopen: %v", err)
+				}
+			}
+		})
+	}
+}

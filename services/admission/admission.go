@@ -748,6 +748,14 @@ func (s *Service) applyLedger(ctx context.Context, e jetstream.KeyValueEntry) {
 		return
 	}
 	wk := c.Workload
+	if w, known := s.wls[wk]; known && prev.Reservation.UID != "" && w.Workload.UID != prev.Reservation.UID {
+		// The reservation of an earlier workload of the same job, which
+		// left its queue or moved to another and came back: the engine
+		// held that one until now; the record's queues afresh.
+		_ = s.eng.Remove(wk)
+		s.submit(wk)
+		return
+	}
 	if _, known := s.wls[wk]; known && !s.recordGone(ctx, wk) {
 		// Stopped (preempted, drained, or suspended from outside): back
 		// to its queue. Its run until now counts toward a maximum

@@ -1021,7 +1021,7 @@ func (s *Service) sync(ctx context.Context, k *kindRunner, key string) error {
 	if job != nil && groupOf(k.ad, job.Meta()) != "" {
 		job = nil // a member of a group: the group's key covers it
 	}
-	if rec != nil && (job == nil || rec.Workload.UID != string(job.Meta().GetUID())) {
+	if rec != nil && (job == nil || ObjectUID(rec.Workload.UID) != string(job.Meta().GetUID())) {
 		// Deleted, or deleted and created again under the same name. The
 		// informer may only be behind (this replica just took the shard
 		// from another that saw the object first): ask the API server
@@ -1030,7 +1030,7 @@ func (s *Service) sync(ctx context.Context, k *kindRunner, key string) error {
 		if err != nil {
 			return err
 		}
-		if fresh != nil && string(fresh.Meta().GetUID()) == rec.Workload.UID && groupOf(k.ad, fresh.Meta()) == "" {
+		if fresh != nil && string(fresh.Meta().GetUID()) == ObjectUID(rec.Workload.UID) && groupOf(k.ad, fresh.Meta()) == "" {
 			if _, labelled := fresh.Meta().GetLabels()[v1beta1.QueueNameLabel]; !labelled {
 				// Not deleted: it left its queue (the informer
 				// only holds labelled objects).
@@ -1062,6 +1062,14 @@ func (s *Service) sync(ctx context.Context, k *kindRunner, key string) error {
 	if ig, ok := job.(Ignorer); ok && ig.Ignored() {
 		return nil
 	}
+	if rec != nil && m.GetLabels()[v1beta1.QueueNameLabel] != rec.LocalQueue {
+		// Moved to another LocalQueue: its workload ends, and a new one
+		// queues in the other.
+		if err := s.move(ctx, k, rk, rec, job); err != nil {
+			return err
+		}
+		rec = nil
+	}
 	if rec == nil {
 		if rec, err = s.submit(ctx, k, rk, job); err != nil || rec == nil {
 			return err
@@ -1088,6 +1096,12 @@ func (s *Service) sync(ctx context.Context, k *kindRunner, key string) error {
 		return err
 	}
 	r, held := s.reservation(rec.Workload)
+	if held && r.UID != "" && r.UID != rec.Workload.UID {
+		// The reservation of an earlier workload of the same job (it
+		// left its queue or moved, and came back), on its way out: not
+		// this workload's to start with.
+		held = false
+	}
 	suspended := job.IsSuspended()
 	if _, hold := m.GetAnnotations()[HoldAnnotation]; hold && suspended {
 		// Held back: admitted or not, it does not start. Its annotation
@@ -1160,7 +1174,7 @@ func (s *Service) record(ctx context.Context, rk string) (*events.WorkloadSubmit
 func (s *Service) reprioritize(ctx context.Context, rk string, rec *events.WorkloadSubmittedV1, job Job) (*events.WorkloadSubmittedV1, error) {
 	m := job.Meta()
 	name := m.GetLabels()[v1beta1.PriorityClassLabel]
-	if name == "" || name == rec.PriorityClass || rec.Workload.UID != string(m.GetUID()) {
+	if name == "" || name == rec.PriorityClass || ObjectUID(rec.Workload.UID) != string(m.GetUID()) {
 		return rec, nil
 	}
 	s.mu.Lock()
@@ -1202,6 +1216,22 @@ func (s *Service) submit(ctx context.Context, k *kindRunner, rk string, job Job)
 	s.mu.Lock()
 	prio := s.priorities()
 	s.mu.Unlock()
+	st, err := fence.Get(ctx, s.fenceKV, rk)
+	if err != nil {
+		return nil, err
+	}
+	incarnation := 0
+	if reopenable(st, string(job.Meta().GetUID())) {
+		// Its earlier workload ended when it left its queue, or moved:
+		// it is queued again, as a new workload.
+		if job, err = s.reopen(ctx, k, rk, job.Meta().GetNamespace(), job.Meta().GetName(), st); err != nil || job == nil {
+			return nil, err
+		}
+		incarnation = incarnationOf(st.UID) + 1
+		if st, err = fence.Get(ctx, s.fenceKV, rk); err != nil {
+			return nil, err
+		}
+	}
 	// WorkloadOf changes its argument (Pristine): give it a copy.
 	view, err := k.decode(job.Object())
 	if err != nil {
@@ -1209,11 +1239,9 @@ func (s *Service) submit(ctx context.Context, k *kindRunner, rk string, job Job)
 	}
 	w, err := WorkloadOf(k.kind.Name, view, prio, s.workloadOptions()...)
 	if err == nil {
+		w.UID = WorkloadUID(w.UID, incarnation)
 		var rec *events.WorkloadSubmittedV1
-		if rec, err = s.store(ctx, k, rk, w); !errors.Is(err, ErrInvalidJob) {
-			if err == nil && rec == nil {
-				s.tellNotRequeued(job, rk, w.UID)
-			}
+		if rec, err = s.storeFenced(ctx, k, rk, w, st); !errors.Is(err, ErrInvalidJob) {
 			return rec, err
 		}
 	}
@@ -1224,16 +1252,51 @@ func (s *Service) submit(ctx context.Context, k *kindRunner, rk string, job Job)
 	return nil, nil
 }
 
-// tellNotRequeued explains on an object why it is not queued although it
-// is labelled: it left its queue before, while suspended (see leave), and
-// that ended its workload for good.
-func (s *Service) tellNotRequeued(job Job, rk, uid string) {
-	st := s.fenceOf(rk)
-	if st.Phase != fence.Finished || st.UID != uid || st.End == nil || st.End.Reason != ReasonQueueNameRemoved {
-		return
+// reopenable reports whether a fence says the job of uid had a workload
+// that ended while the job lives on: it left its queue or moved to
+// another (see leave and move).
+func reopenable(st fence.State, uid string) bool {
+	return st.Phase == fence.Finished && ObjectUID(st.UID) == uid && st.End != nil && leftQueue(*st.End)
+}
+
+// leftQueue: an end that was the job leaving its queue, not the job's.
+func leftQueue(e fence.End) bool {
+	return e.Reason == ReasonQueueNameRemoved || e.Reason == ReasonQueueNameChanged
+}
+
+// reopen clears the fence of a workload that ended when its job left its
+// queue, so that the job queues again. The informer may be behind a
+// removal of the label, so the object is read from the API server: only
+// one that is labelled, suspended and unfinished now is queued again. It
+// returns that object, or nil when there is none to queue.
+func (s *Service) reopen(ctx context.Context, k *kindRunner, rk, ns, name string, st fence.State) (Job, error) {
+	fresh, err := s.fetch(ctx, k, ns, name)
+	if err != nil || fresh == nil {
+		return nil, err
 	}
-	s.recorder.Eventf(job.Object(), corev1.EventTypeWarning, "NotQueued",
-		"not queued: this job left its queue earlier (label %s removed) and is not queued again; create it anew to queue it", v1beta1.QueueNameLabel)
+	m := fresh.Meta()
+	if string(m.GetUID()) != ObjectUID(st.UID) || m.GetLabels()[v1beta1.QueueNameLabel] == "" || !fresh.IsSuspended() || m.GetDeletionTimestamp() != nil {
+		return nil, nil
+	}
+	if done, _, _ := fresh.Finished(); done {
+		return nil, nil
+	}
+	// The end is told before the fence that keeps it for a successor
+	// goes.
+	ref := events.WorkloadRef{Kind: k.kind.Name, Namespace: ns, Name: name, UID: st.UID}
+	ev, id := endEvent(ref, st.End)
+	if err := s.ensureAnnounced(ctx, ev, id); err != nil {
+		return nil, err
+	}
+	ended, err := fence.Reopen(ctx, s.fenceKV, rk, st.UID, leftQueue)
+	if err != nil {
+		return nil, err
+	}
+	if ended == nil {
+		return nil, errLookAgain // the fence moved meanwhile
+	}
+	s.log.Info().Str("workload", rk).Str("uid", st.UID).Msg("queued again after leaving its queue")
+	return fresh, nil
 }
 
 // maxRecordBytes bounds a workload record: it travels as one NATS
@@ -1244,11 +1307,19 @@ const maxRecordBytes = 1<<20 - 32<<10
 // store writes a workload's record and announces it; nil, nil for an
 // object that ended already.
 func (s *Service) store(ctx context.Context, k *kindRunner, rk string, w Workload) (*events.WorkloadSubmittedV1, error) {
-	// An object that ended is never queued again, even when this
-	// replica's informer is behind the replica that saw it end.
-	if st, err := fence.Get(ctx, s.fenceKV, rk); err != nil {
+	st, err := fence.Get(ctx, s.fenceKV, rk)
+	if err != nil {
 		return nil, err
-	} else if st.Phase == fence.Finished && st.UID == w.UID {
+	}
+	return s.storeFenced(ctx, k, rk, w, st)
+}
+
+// storeFenced is store with the workload's fence read already.
+func (s *Service) storeFenced(ctx context.Context, k *kindRunner, rk string, w Workload, st fence.State) (*events.WorkloadSubmittedV1, error) {
+	// An object that ended is never queued again, even when this
+	// replica's informer is behind the replica that saw it end (nor is
+	// one that left its queue, unless submit found it back in one).
+	if st.Phase == fence.Finished && ObjectUID(st.UID) == ObjectUID(w.UID) {
 		return nil, nil
 	}
 	rec := toEvent(k.kind.Name, w)
@@ -1304,10 +1375,13 @@ func toEvent(kind string, w Workload) events.WorkloadSubmittedV1 {
 	return ev
 }
 
-// ReasonQueueNameRemoved is the reason of the deleted event of a workload
-// whose object left its queue: its queue label was removed while it was
-// suspended.
-const ReasonQueueNameRemoved = "QueueNameRemoved"
+// Reasons of the deleted event of a workload whose object lives on: its
+// queue label was removed (it left its queue), or changed (it moved to
+// another; a new workload queues there).
+const (
+	ReasonQueueNameRemoved = "QueueNameRemoved"
+	ReasonQueueNameChanged = "QueueNameChanged"
+)
 
 // leave ends the workload of an object whose queue label was removed. A
 // suspended object's workload ends at once, as if the object were
@@ -1331,6 +1405,26 @@ func (s *Service) leave(ctx context.Context, k *kindRunner, rk string, rec *even
 		"label %s removed: no longer queued in LocalQueue %s; Sluice does not manage this job any more", v1beta1.QueueNameLabel, rec.LocalQueue)
 	s.log.Info().Str("workload", rk).Str("queue", rec.LocalQueue).Msg("left its queue: workload ended")
 	return s.end(ctx, rk, rec, &fence.End{Deleted: true, Reason: ReasonQueueNameRemoved})
+}
+
+// move ends the workload of an object whose queue label now names another
+// LocalQueue; the caller then queues a new workload there (submit). A
+// suspended object moves at once, keeping nothing of its place or any
+// reservation in the old queue, as in Kueue. One that still runs (the
+// webhook refuses that change) is stopped first.
+func (s *Service) move(ctx context.Context, k *kindRunner, rk string, rec *events.WorkloadSubmittedV1, job Job) error {
+	to := job.Meta().GetLabels()[v1beta1.QueueNameLabel]
+	if !job.IsSuspended() {
+		r, _ := s.reservation(rec.Workload)
+		if err := s.stop(ctx, k, job, rec.Workload, "", ReasonQueueNameChanged,
+			fmt.Sprintf("label %s changed from %s to %s while running: stopped, to queue in %s", v1beta1.QueueNameLabel, rec.LocalQueue, to, to), r.Admission()); err != nil {
+			return err
+		}
+		return errLookAgain // moved once the stop is seen
+	}
+	s.recorder.Eventf(job.Object(), corev1.EventTypeNormal, "QueueChanged", "moved from LocalQueue %s to %s", rec.LocalQueue, to)
+	s.log.Info().Str("workload", rk).Str("queue", to).Str("was", rec.LocalQueue).Msg("moved to another queue: workload ended, a new one queues")
+	return s.end(ctx, rk, rec, &fence.End{Deleted: true, Reason: ReasonQueueNameChanged})
 }
 
 // gone announces an object that finished or disappeared and deletes its
@@ -1916,7 +2010,7 @@ func (s *Service) handlePending(_ context.Context, k *kindRunner, env events.Env
 		return nil
 	}
 	ref := &corev1.ObjectReference{Kind: k.kind.GVK.Kind, APIVersion: k.kind.GVK.GroupVersion().String(),
-		Namespace: w.Namespace, Name: w.Name, UID: types.UID(w.UID)}
+		Namespace: w.Namespace, Name: w.Name, UID: types.UID(ObjectUID(w.UID))}
 	s.recorder.Event(ref, kind, reason, detail)
 	return nil
 }

@@ -538,8 +538,8 @@ func (w *Webhook) mutate(ad Adapter, req *admissionv1.AdmissionRequest) *admissi
 // unless the object is suspended (or finished): a running object holds
 // quota in its queue, and one that left the queue, or moved to another,
 // would keep running on quota nobody counts any more. A suspended object
-// may leave the queue (its workload then ends) but not move to another
-// one, which Kueue allows and Sluice does not do yet.
+// may leave the queue or move to another: its workload ends, and a new
+// one queues in the other queue.
 func (w *Webhook) reviewUpdate(ad Adapter, req *admissionv1.AdmissionRequest, resp *admissionv1.AdmissionResponse) *admissionv1.AdmissionResponse {
 	k := ad.Kind()
 	if len(req.Object.Raw) == 0 || len(req.OldObject.Raw) == 0 {
@@ -573,13 +573,6 @@ func (w *Webhook) reviewUpdate(ad Adapter, req *admissionv1.AdmissionRequest, re
 		}
 	}
 	done, _, _ := job.Finished()
-	if was != "" && is != "" && !done {
-		// Moving a queued job would need its workload to end and a new
-		// one to begin under the same object; until Sluice does that, it
-		// says so rather than leave the job queued where it was.
-		return deny(resp, k, fmt.Sprintf("metadata.labels[%s]: may not be changed from %q to %q: Sluice does not move a queued job to another queue; "+
-			"remove the label (while suspended) and create the job anew in the other queue", v1beta1.QueueNameLabel, was, is))
-	}
 	if !job.IsSuspended() && !done {
 		change := fmt.Sprintf("changed from %q to %q", was, is)
 		switch {

@@ -187,6 +187,45 @@ func WorkloadOf(kind string, j Job, prio PriorityResolver, opts ...WorkloadOptio
 	return w, nil
 }
 
+// A job that left its queue (or moved to another) and is queued again
+// has a new workload: the same object, told apart by its workload UID,
+// which is the object's UID with "_n" after it for the nth time it came
+// back ("_" is in no UID, and is allowed in label values, KV keys and
+// subjects, where workload UIDs go). Events, reservations and fences name the workload UID, so nothing
+// of the earlier workload (a late release, a late start) touches it; a
+// Kubernetes Event names the object's.
+const incarnationSep = "_"
+
+// WorkloadUID is the UID of the nth workload of an object (n = 0: the
+// object's UID).
+func WorkloadUID(objectUID string, n int) string {
+	if n == 0 {
+		return objectUID
+	}
+	return objectUID + incarnationSep + strconv.Itoa(n)
+}
+
+// ObjectUID is the UID of the object behind a workload UID.
+func ObjectUID(workloadUID string) string {
+	if i := strings.LastIndex(workloadUID, incarnationSep); i >= 0 {
+		return workloadUID[:i]
+	}
+	return workloadUID
+}
+
+// incarnationOf is n of a workload UID made by WorkloadUID.
+func incarnationOf(workloadUID string) int {
+	i := strings.LastIndex(workloadUID, incarnationSep)
+	if i < 0 {
+		return 0
+	}
+	n, err := strconv.Atoi(workloadUID[i+1:])
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
+
 // MaxPodSets is the most pod sets a workload may have, as in Kueue: a
 // JobSet's replicated jobs, a pod group's roles.
 const MaxPodSets = 8

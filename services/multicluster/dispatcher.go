@@ -380,7 +380,7 @@ func (d *Dispatcher) decide(ctx context.Context, r checks.Request) (checks.Answe
 		return checks.Answer{State: events.CheckRejected, Message: fmt.Sprintf("kind %q cannot be dispatched to worker clusters", r.Workload.Kind)}, nil
 	}
 	obj, err := d.dyn.Resource(ad.Kind().GVR()).Namespace(r.Workload.Namespace).Get(ctx, r.Workload.Name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) || err == nil && string(obj.GetUID()) != r.Workload.UID {
+	if apierrors.IsNotFound(err) || err == nil && string(obj.GetUID()) != integration.ObjectUID(r.Workload.UID) {
 		return checks.Answer{}, nil // gone: its deletion releases the quota
 	}
 	if err != nil {
@@ -605,7 +605,7 @@ func (d *Dispatcher) mirror(ctx context.Context, rec *dispatch, r Report) error 
 	ad := d.adapters[rec.Workload.Kind]
 	res := d.dyn.Resource(ad.Kind().GVR()).Namespace(rec.Workload.Namespace)
 	cur, err := res.Get(ctx, rec.Workload.Name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) || err == nil && string(cur.GetUID()) != rec.Workload.UID {
+	if apierrors.IsNotFound(err) || err == nil && string(cur.GetUID()) != integration.ObjectUID(rec.Workload.UID) {
 		return nil
 	}
 	if err != nil {

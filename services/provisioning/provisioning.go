@@ -440,7 +440,7 @@ func (s *Service) object(ctx context.Context, w events.WorkloadRef) (integration
 	if err != nil {
 		return nil, nil, fmt.Errorf("read %s %s: %w", w.Kind, w, err)
 	}
-	if string(obj.GetUID()) != w.UID {
+	if string(obj.GetUID()) != integration.ObjectUID(w.UID) {
 		return ad, nil, nil
 	}
 	return ad, obj, nil

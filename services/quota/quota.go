@@ -234,8 +234,16 @@ func (s *Service) reconcile(ctx context.Context, led jetstream.KeyValue, wls jet
 	for _, wk := range snap.Workloads() {
 		r := snap.Reservations[wk]
 		gctx, cancel := bus.Bounded(ctx)
-		_, err := wls.Get(gctx, workloads.KVKeyFromEngine(wk))
+		e, err := wls.Get(gctx, workloads.KVKeyFromEngine(wk))
 		cancel()
+		if err == nil && r.UID != "" {
+			// A record of another workload of the same job (it left its
+			// queue or moved, and came back) does not keep this one's.
+			var rec events.WorkloadSubmittedV1
+			if json.Unmarshal(e.Value(), &rec) == nil && rec.Workload.UID != "" && rec.Workload.UID != r.UID {
+				err = jetstream.ErrKeyNotFound
+			}
+		}
 		if !errors.Is(err, jetstream.ErrKeyNotFound) {
 			continue
 		}

@@ -236,12 +236,62 @@ func TestQueueLabelRemovedFromAQueuedJob(t *testing.T) {
 			t.Errorf("%s started after leaving its queue and the quota freeing", j.Name)
 		}
 	}
-	// Labelled again, a Job that left is told why it is not queued again.
+	// Labelled again, a Job that left is queued again, as a new workload
+	// of the same Job, and runs on the quota the blocker freed.
 	patch := []byte(`{"metadata":{"labels":{"` + v1beta1.QueueNameLabel + `":"q"}}}`)
 	if _, err := env.kube.BatchV1().Jobs(ns).Patch(ctx, "queued-00", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatalf("label a suspended Job again: %v", err)
 	}
-	waitEvent(t, ns, "queued-00", "NotQueued", "left its queue earlier", 30*time.Second)
+	waitRunning(t, ns, "queued-00", 45*time.Second)
+	var submitted events.WorkloadSubmittedV1
+	if !lastEvent(t, events.TypeWorkloadSubmittedV1, ns, "queued-00", &submitted) || submitted.Workload.UID != deleted.Workload.UID+"_1" {
+		t.Errorf("the Job's new workload: %+v; want UID %s_1", submitted.Workload, deleted.Workload.UID)
+	}
+	waitComplete(t, ns, "queued-00", 60*time.Second)
+}
+
+// TestQueuedJobMovesToAnotherQueue: a suspended, queued Job whose label
+// names another LocalQueue leaves the first (one deleted event, reason
+// QueueNameChanged) and queues in the other, where it runs; the first
+// queue's pending list no longer has it.
+func TestQueuedJobMovesToAnotherQueue(t *testing.T) {
+	ns := "e2e-tenant-move"
+	applyQueues(t, ns+"-roomy", "Never", `  - coveredResources: [cpu, nvidia.com/gpu]
+    flavors:
+    - name: a100
+      resources:
+      - {name: cpu, nominalQuota: 64}
+      - {name: nvidia.com/gpu, nominalQuota: 4}
+`)
+	queues(t, ns, 1, "Never")
+	apply(t, fmt.Sprintf(`apiVersion: sluice.dev/v1beta1
+kind: LocalQueue
+metadata: {name: roomy, namespace: %[1]s}
+spec: {clusterQueue: %[1]s-roomy}
+`, ns))
+	ctx := context.Background()
+	createJob(t, jobSpec{ns: ns, name: "blocker", queue: "q", pods: 1, gpus: 1, runFor: "120s"})
+	waitRunning(t, ns, "blocker", 30*time.Second)
+	createJob(t, jobSpec{ns: ns, name: "mover", queue: "q", pods: 2, gpus: 1, runFor: "2s"})
+	waitEvent(t, ns, "mover", "Pending", "insufficient unused quota", 45*time.Second)
+
+	patch := []byte(`{"metadata":{"labels":{"` + v1beta1.QueueNameLabel + `":"roomy"}}}`)
+	if _, err := env.kube.BatchV1().Jobs(ns).Patch(ctx, "mover", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("move a suspended Job to another queue: %v", err)
+	}
+	waitEvent(t, ns, "mover", "QueueChanged", "moved from LocalQueue q to roomy", 30*time.Second)
+	waitEvent(t, ns, "mover", "Admitted", "ClusterQueue "+ns+"-roomy", 30*time.Second)
+	var deleted events.WorkloadDeletedV1
+	if !lastEvent(t, events.TypeWorkloadDeletedV1, ns, "mover", &deleted) || deleted.Reason != integration.ReasonQueueNameChanged {
+		t.Errorf("the first workload's end: %+v; want reason %s", deleted, integration.ReasonQueueNameChanged)
+	}
+	if p, err := pendingNames(t, ns); err != nil || len(p) != 0 {
+		t.Errorf("queue q still lists %v (%v)", p, err)
+	}
+	waitComplete(t, ns, "mover", 60*time.Second)
+	if j := getJob(t, ns, "blocker"); suspended(j) {
+		t.Errorf("the blocker was stopped")
+	}
 }
 
 // TestOverflowedRequestNeverAdmits: a Job of 3 pods asking 4E GPUs each,
