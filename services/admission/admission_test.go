@@ -1369,3 +1369,34 @@ func TestRestartDoesNotTellPendingReasonsAgain(t *testing.T) {
 		t.Errorf("c's pending events = %+v, want %q and then a reason of another kind", got, lostQueue)
 	}
 }
+
+// TestAReturningWorkloadQueuesOnceTheEarlierLetsGo: a job left its queue
+// while its workload held quota, and came back (its label removed and put
+// back, or changed): the integration deleted the first record and wrote a
+// new one, of the workload UID uid-a_1, with other pod sets. The first
+// reservation holds its quota until quota accounting lets it go; then the
+// new workload queues as written, not as the first one was.
+func TestAReturningWorkloadQueuesOnceTheEarlierLetsGo(t *testing.T) {
+	h := newHarness(t)
+	h.configure("4", nil)
+	h.start()
+	for _, s := range []step{
+		submit("a", "main", 0, 4, "1"),
+		ledgerIs(map[string]int32{"a": 4}),
+		admitted("a", 4),
+	} {
+		s.do(h)
+	}
+	if err := h.wls.Delete(h.ctx, workloads.Key(ref("a"))); err != nil {
+		t.Fatal(err)
+	}
+	h.submit("a", "main", 0, 2, "1", func(rec *events.WorkloadSubmittedV1) { rec.Workload.UID = "uid-a_1" })
+	if r := h.reservations()[key("a")]; r.UID != "uid-a" || r.PodSets[0].Count != 4 {
+		t.Fatalf("before the release, the ledger holds %+v; want the first workload's 4 pods", r)
+	}
+	h.release("a")
+	h.eventually("the returning workload admitted as written", func() (bool, string) {
+		r, ok := h.reservations()[key("a")]
+		return ok && r.UID == "uid-a_1" && r.PodSets[0].Count == 2, fmt.Sprintf("%t %+v", ok, r)
+	})
+}

@@ -2,6 +2,7 @@ package quota_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -316,6 +317,27 @@ func TestReconcileReleasesOrphans(t *testing.T) {
 	want := []events.QuotaReleasedV1{{Workload: ref("orphan"), ClusterQueue: "cq", Admission: heldAdmission}}
 	if d := cmp.Diff(want, h.released()); d != "" {
 		t.Errorf("released events (-want +got):\n%s", d)
+	}
+}
+
+// TestReconcileReleasesAnEarlierWorkloadsReservation: the record of a job
+// that came back to its queue names a new workload (uid-orphan_1); the
+// reservation of the earlier one (uid-orphan) is an orphan all the same,
+// while a reservation whose record names its own workload is kept.
+func TestReconcileReleasesAnEarlierWorkloadsReservation(t *testing.T) {
+	h := newHarness(t, 20*time.Millisecond)
+	h.hold("a", "orphan")
+	for name, uid := range map[string]string{"a": "uid-a", "orphan": "uid-orphan_1"} {
+		rec := fmt.Sprintf(`{"workload":{"kind":"job","namespace":"team-a","name":%q,"uid":%q}}`, name, uid)
+		if _, err := h.wls.Put(h.ctx, workloads.Key(ref(name)), []byte(rec)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !waitFor(5*time.Second, func() bool { return len(h.held()) == 1 }) {
+		t.Fatalf("the earlier workload's reservation not released by reconciliation; held: %v", h.held())
+	}
+	if d := cmp.Diff([]string{"a"}, h.held()); d != "" {
+		t.Errorf("held (-want +got):\n%s", d)
 	}
 }
 

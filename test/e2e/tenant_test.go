@@ -273,7 +273,7 @@ spec: {clusterQueue: %[1]s-roomy}
 	createJob(t, jobSpec{ns: ns, name: "blocker", queue: "q", pods: 1, gpus: 1, runFor: "120s"})
 	waitRunning(t, ns, "blocker", 30*time.Second)
 	createJob(t, jobSpec{ns: ns, name: "mover", queue: "q", pods: 2, gpus: 1, runFor: "2s"})
-	waitEvent(t, ns, "mover", "Pending", "insufficient unused quota", 45*time.Second)
+	waitEvent(t, ns, "mover", "Pending", "insufficient quota for nvidia.com/gpu", 45*time.Second)
 
 	patch := []byte(`{"metadata":{"labels":{"` + v1beta1.QueueNameLabel + `":"roomy"}}}`)
 	if _, err := env.kube.BatchV1().Jobs(ns).Patch(ctx, "mover", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
