@@ -227,8 +227,15 @@ func dropUnknown(loc string, obj map[string]any, newType func() any, opts Option
 		if !opts.DropUnsupported {
 			return nil, err
 		}
+		removed := 0
 		for _, p := range paths {
-			remove(obj, p)
+			if removeField(obj, p) {
+				removed++
+			}
+		}
+		if removed == 0 {
+			// Nothing matched: another pass would find the same fields.
+			return nil, fmt.Errorf("%s: %s: cannot find the field to drop: %w", loc, strings.Join(paths, ", "), ErrUnsupported)
 		}
 		warnings = append(warnings, "dropped "+err.Error())
 	}
@@ -322,17 +329,63 @@ func rename(obj map[string]any, kind string) error {
 	return nil
 }
 
-var unknownField = regexp.MustCompile(`unknown field "([^"]+)"`)
+// unknownField matches a strict decoder's report of a field its type
+// lacks; the path is a quoted Go string (a key may hold '"').
+var unknownField = regexp.MustCompile(`unknown field ("(?:[^"\\]|\\.)*")`)
 
 func unknownFields(errs []error) []string {
 	var out []string
 	for _, e := range errs {
 		if m := unknownField.FindStringSubmatch(e.Error()); m != nil {
-			out = append(out, m[1])
+			if p, err := strconv.Unquote(m[1]); err == nil {
+				out = append(out, p)
+			}
 		}
 	}
 	sort.Strings(out)
 	return out
+}
+
+// removeField deletes the field a strict decoder's path names, and reports
+// whether it found one. The path joins keys with '.', which a key may
+// hold too ("example.com/x"): at each level every key that the path
+// starts with is tried.
+func removeField(cur any, path string) bool {
+	switch c := cur.(type) {
+	case map[string]any:
+		if _, ok := c[path]; ok {
+			delete(c, path)
+			return true
+		}
+		for k, v := range c {
+			if rest, ok := strings.CutPrefix(path, k); ok && rest != "" {
+				if rest[0] == '.' {
+					rest = rest[1:]
+				} else if rest[0] != '[' {
+					continue
+				}
+				if removeField(v, rest) {
+					return true
+				}
+			}
+		}
+	case []any:
+		if !strings.HasPrefix(path, "[") {
+			return false
+		}
+		j := strings.IndexByte(path, ']')
+		if j < 0 {
+			return false
+		}
+		i, err := strconv.Atoi(path[1:j])
+		if err != nil || i < 0 || i >= len(c) {
+			return false
+		}
+		rest := path[j+1:]
+		rest = strings.TrimPrefix(rest, ".")
+		return rest != "" && removeField(c[i], rest)
+	}
+	return false
 }
 
 // path steps: names and [index].

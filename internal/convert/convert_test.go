@@ -369,6 +369,15 @@ waitForPodsReady: {timeout: 10m}
 			wantWarnings: []string{"dropped queues.yaml: document 1 (ClusterQueue cq): spec.flavorFungibility.futurePolicy: not supported by Sluice"},
 		},
 		{
+			name: "unknown keys holding '.' and '\"' are dropped too (they once made the converter spin)",
+			in: "apiVersion: kueue.x-k8s.io/v1beta2\nkind: ClusterQueue\nmetadata: {name: cq}\nspec:\n  cohort: a\n  example.com/x: 1\n" +
+				"  'say\"hi': 2\n  resourceGroups:\n  - coveredResources: [cpu]\n    flavors:\n    - {name: f, a.b: 3, resources: [{name: cpu, nominalQuota: 1}]}\n",
+			drop: true,
+			want: "apiVersion: sluice.dev/v1beta1\nkind: ClusterQueue\nmetadata:\n  name: cq\nspec:\n  cohort: a\n  resourceGroups:\n  - coveredResources:\n    - cpu\n" +
+				"    flavors:\n    - name: f\n      resources:\n      - name: cpu\n        nominalQuota: 1\n",
+			wantWarnings: []string{"dropped queues.yaml: document 1 (ClusterQueue cq): spec.example.com/x, spec.resourceGroups[0].flavors[0].a.b, spec.say\"hi: not supported by Sluice"},
+		},
+		{
 			name:    "cohort and cohortName that disagree",
 			in:      "apiVersion: kueue.x-k8s.io/v1beta2\nkind: ClusterQueue\nmetadata: {name: cq}\nspec: {cohort: a, cohortName: b}\n",
 			wantErr: "queues.yaml: document 1 (ClusterQueue cq): spec.cohortName and spec.cohort name the same field with different values",
