@@ -181,8 +181,10 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.synced = true
 	c.mu.Unlock()
 	c.log.Info().Str("controller", c.name).Msg("admission check controller running")
+	// A check request is never given up on: its reservation holds quota
+	// until the check answers.
 	return bus.Run(ctx, c.js, bus.ConsumerSpec{Stream: bus.StreamEvents, Durable: Durable(c.name),
-		FilterSubjects: []string{events.SubjectFilter("workload", "reserved", "*", "*")}},
+		FilterSubjects: []string{events.SubjectFilter("workload", "reserved", "*", "*")}, MaxDeliver: bus.RetryForever},
 		c.handle, bus.WithLogger(c.log), bus.WithPartitions(4, events.SubjectWorkload))
 }
 

@@ -150,6 +150,25 @@ func (e Envelope) As(v any) error {
 	return nil
 }
 
+// CheckRouting reports, as a *DecodeError with ReasonSubjectMismatch,
+// an event whose payload does not belong on the subject it came on: every
+// event has one NATS subject, derived from its payload, and one
+// ce-subject. A payload that does not decode is left to the handler
+// (nil), which refuses it as it always has.
+func (e Envelope) CheckRouting() error {
+	ev, err := e.Event()
+	if err != nil {
+		return nil
+	}
+	if want := ev.NATSSubject(); e.NATSSubject != "" && e.NATSSubject != want {
+		return decodeErr(ReasonSubjectMismatch, "subject", "the %s payload belongs on %s, not %s", e.Type, want, e.NATSSubject)
+	}
+	if want := ev.CESubject(); e.Subject != "" && e.Subject != want {
+		return decodeErr(ReasonSubjectMismatch, HeaderSubject, "the %s payload is about %s, not %s", e.Type, want, e.Subject)
+	}
+	return nil
+}
+
 // Event decodes and validates the data as the registered Go type of
 // e.Type, returned by value (e.g. WorkloadAdmittedV1).
 func (e Envelope) Event() (Event, error) { return Parse(e.Type, e.Data) }

@@ -45,6 +45,10 @@ const (
 	ReasonInvalidData Reason = "invalid-data"
 	// ReasonTypeMismatch: Envelope.As was given a value of another type.
 	ReasonTypeMismatch Reason = "type-mismatch"
+	// ReasonSubjectMismatch: the payload is about another workload (or
+	// object) than the NATS subject, or the ce-subject, the message came
+	// on: a consumer that filters by subject would act on the wrong one.
+	ReasonSubjectMismatch Reason = "subject-mismatch"
 )
 
 // DecodeError says why a NATS message or its payload is not a usable event.

@@ -413,7 +413,17 @@ func TestPoisonGoesToDLQAndStreamKeepsFlowing(t *testing.T) {
 	}
 	// 3: a valid event the handler declares poison.
 	publish(t, ctx, js, submitted("refused"))
-	// 4: a good event after them.
+	// 4: a valid event about one workload on another's subject.
+	forged, err := events.NewMessage(ctx, events.Source("test"), submitted("victim"), "id-4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged.Subject = submitted("bystander").NATSSubject()
+	forged.Header.Set(events.HeaderSubject, submitted("bystander").CESubject())
+	if _, err := js.PublishMsg(ctx, forged); err != nil {
+		t.Fatal(err)
+	}
+	// 5: a good event after them.
 	publish(t, ctx, js, submitted("fine"))
 
 	var handled sync.Map
@@ -444,7 +454,10 @@ func TestPoisonGoesToDLQAndStreamKeepsFlowing(t *testing.T) {
 	}
 
 	var letters []*jetstream.RawStreamMsg
-	eventually(t, "3 dead letters", func() bool { letters = dlq(t, ctx, js); return len(letters) == 3 })
+	if _, ok := handled.Load("victim"); ok {
+		t.Error("handler saw the event about victim published on bystander's subject")
+	}
+	eventually(t, "4 dead letters", func() bool { letters = dlq(t, ctx, js); return len(letters) == 4 })
 	want := []struct {
 		reason, subject, seq string
 		data                 []byte
@@ -452,6 +465,7 @@ func TestPoisonGoesToDLQAndStreamKeepsFlowing(t *testing.T) {
 		{"missing-attribute", "sluice.workload.v1.submitted.job.team-a.bad-headers", "1", nil},
 		{"bad-data", "sluice.workload.v1.submitted.job.team-a.junk", "2", []byte("not json")},
 		{"poison", "sluice.workload.v1.submitted.job.team-a.refused", "3", nil},
+		{"subject-mismatch", "sluice.workload.v1.submitted.job.team-a.bystander", "4", nil},
 	}
 	for i, w := range want {
 		m := letters[i]
@@ -485,6 +499,38 @@ func TestPoisonGoesToDLQAndStreamKeepsFlowing(t *testing.T) {
 		info, err := cons.Info(ctx)
 		return err == nil && info.NumAckPending == 0 && info.NumPending == 0 && info.NumRedelivered == 0
 	})
+}
+
+// TestRetryForeverOutlastsAnOutage: a consumer that retries forever
+// handles a message that failed more times than DefaultMaxDeliver, once
+// what it needs is back, and parks nothing.
+func TestRetryForeverOutlastsAnOutage(t *testing.T) {
+	ctx, js := setup(t)
+	var calls atomic.Int32
+	done := make(chan struct{})
+	spec := bus.ConsumerSpec{
+		Durable:        "patient",
+		FilterSubjects: []string{"sluice.workload.>"},
+		MaxDeliver:     bus.RetryForever,
+		BackoffMin:     5 * time.Millisecond,
+		BackoffMax:     10 * time.Millisecond,
+	}
+	run(t, js, spec, func(ctx context.Context, env events.Envelope) error {
+		if calls.Add(1) <= 2*bus.DefaultMaxDeliver {
+			return errors.New("the ledger is down")
+		}
+		close(done)
+		return nil
+	})
+	publish(t, ctx, js, submitted("released-late"))
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("not handled after %d attempts", calls.Load())
+	}
+	if letters := dlq(t, ctx, js); len(letters) != 0 {
+		t.Errorf("%d dead letters, want none", len(letters))
+	}
 }
 
 func TestMaxDeliverGoesToDLQ(t *testing.T) {

@@ -28,6 +28,11 @@ type Handler func(ctx context.Context, env events.Envelope) error
 // Defaults of ConsumerSpec and of Run's options.
 const (
 	DefaultMaxDeliver = 10
+	// RetryForever as a MaxDeliver: a message whose handling fails for a
+	// reason other than poison is retried, with backoff, until it
+	// succeeds. For effects nothing else would redo: a quota release, a
+	// check request, a preemption.
+	RetryForever      = -1
 	DefaultBackoffMin = time.Second
 	DefaultBackoffMax = time.Minute
 	// DefaultAckWait is short because the runner keeps every message it
@@ -435,6 +440,12 @@ func (r *runner) process(h held) {
 		return
 	}
 	env, derr := events.DecodeParts(m.Subject(), m.Headers(), m.Data())
+	if derr == nil {
+		// A payload about another workload than its subject (forged, or
+		// published by hand) would be acted on as if it were the
+		// subject's: it goes to the dead letters instead.
+		derr = env.CheckRouting()
+	}
 	log := r.log.With().
 		Str("event_type", env.Type).
 		Str("workload", env.Subject).

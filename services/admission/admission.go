@@ -242,7 +242,7 @@ func (s *Service) Run(ctx context.Context) error {
 	checksDone := make(chan error, 1)
 	go func() {
 		checksDone <- bus.Run(feedCtx, s.js, bus.ConsumerSpec{Stream: bus.StreamEvents, Durable: checksConsumer,
-			FilterSubjects: []string{events.SubjectFilter("check", "updated", "*", "*")}},
+			FilterSubjects: []string{events.SubjectFilter("check", "updated", "*", "*")}, MaxDeliver: bus.RetryForever},
 			func(ctx context.Context, env events.Envelope) error { return s.handleCheck(ctx, env) },
 			bus.WithLogger(s.log), bus.WithPartitions(checkPartitions, events.SubjectWorkload))
 	}()

@@ -76,6 +76,8 @@ func (s *Service) Run(ctx context.Context) error {
 		Stream:         bus.StreamEvents,
 		Durable:        "preemption",
 		FilterSubjects: []string{events.SubjectFilter("preemption", "requested", "*", "*")},
+		// A preemption given up on would leave its preemptor waiting.
+		MaxDeliver: bus.RetryForever,
 	}, func(ctx context.Context, env events.Envelope) error { return s.handle(ctx, led, fk, stream, env) }, bus.WithLogger(s.log),
 		bus.WithStarted(s.consuming.Open))
 }

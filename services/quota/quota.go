@@ -90,15 +90,7 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 	}()
 	go func() {
-		errc <- bus.Run(ctx, s.js, bus.ConsumerSpec{
-			Stream:  bus.StreamEvents,
-			Durable: "quota",
-			FilterSubjects: []string{
-				events.SubjectFilter("workload", "stopped", "*", "*"),
-				events.SubjectFilter("workload", "finished", "*", "*"),
-				events.SubjectFilter("workload", "deleted", "*", "*"),
-			},
-		}, func(ctx context.Context, env events.Envelope) error { return s.handle(ctx, led, env) }, bus.WithLogger(s.log),
+		errc <- bus.Run(ctx, s.js, ReleaseConsumer(), func(ctx context.Context, env events.Envelope) error { return s.handle(ctx, led, env) }, bus.WithLogger(s.log),
 			bus.WithStarted(s.consuming.Open),
 			// Releases of different workloads do not touch one another;
 			// those of one workload keep their order (a stop of one
@@ -183,6 +175,23 @@ func (s *Service) handle(ctx context.Context, led jetstream.KeyValue, env events
 		return fmt.Errorf("%w: unexpected event type %s", bus.ErrPoison, env.Type)
 	}
 	return s.release(ctx, led, ref, admission, env.ID)
+}
+
+// ReleaseConsumer is the consumer of the events that release quota. A
+// release is never given up on: after an outage of the ledger longer than
+// any number of retries, a stopped or ended job's quota would otherwise
+// stay booked for good, its job suspended or gone.
+func ReleaseConsumer() bus.ConsumerSpec {
+	return bus.ConsumerSpec{
+		Stream:  bus.StreamEvents,
+		Durable: "quota",
+		FilterSubjects: []string{
+			events.SubjectFilter("workload", "stopped", "*", "*"),
+			events.SubjectFilter("workload", "finished", "*", "*"),
+			events.SubjectFilter("workload", "deleted", "*", "*"),
+		},
+		MaxDeliver: bus.RetryForever,
+	}
 }
 
 // release frees the reservation of ref's job; of its given admission only,

@@ -373,3 +373,13 @@ func TestEachAdmissionReleasedIsItsOwnEvent(t *testing.T) {
 		t.Errorf("released events (-want +got):\n%s", d)
 	}
 }
+
+// TestReleasesAreNeverGivenUp: the release consumer retries a failing
+// release forever (the bus runs such a consumer past any outage,
+// TestRetryForeverOutlastsAnOutage); with the default, ten failures
+// parked the release and the quota stayed booked.
+func TestReleasesAreNeverGivenUp(t *testing.T) {
+	if got := quota.ReleaseConsumer().MaxDeliver; got != bus.RetryForever {
+		t.Errorf("release consumer MaxDeliver = %d, want RetryForever", got)
+	}
+}
