@@ -108,6 +108,7 @@ func newPendingCmd() *cobra.Command {
 	f.StringVar(&api.server, "server", "", "the admission service's HTTP address (default $SLUICE_SERVER, then "+defaultServer+
 		", then the API server's proxy to the chart's admission Service)")
 	f.StringVar(&api.common.kubeconfig, "kubeconfig", "", "kubeconfig for the API server's proxy (default: $KUBECONFIG, then ~/.kube/config)")
+	f.StringVar(&api.namespace, "sluice-namespace", "", "the namespace Sluice's chart is installed in, whose admission Service the API server's proxy reaches (default $SLUICE_NAMESPACE, then "+defaultSluiceNamespace+")")
 	f.StringVarP(&namespace, "namespace", "n", "", "namespace of the LocalQueue (default: default)")
 	f.StringVar(&queue, "queue", "", "a LocalQueue")
 	f.StringVar(&clusterQueue, "cluster-queue", "", "a ClusterQueue")
@@ -130,9 +131,12 @@ func getJSON(ctx context.Context, u string, v any) error {
 		return fmt.Errorf("reach the admission service at %s: %w", req.URL.Host, err)
 	}
 	defer res.Body.Close()
-	body, err := io.ReadAll(res.Body)
+	body, err := io.ReadAll(io.LimitReader(res.Body, maxAnswerBytes+1))
 	if err != nil {
 		return err
+	}
+	if len(body) > maxAnswerBytes {
+		return fmt.Errorf("GET %s: the answer is more than the %d bytes an answer may have", u, maxAnswerBytes)
 	}
 	if res.StatusCode != http.StatusOK {
 		var st struct {

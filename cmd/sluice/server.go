@@ -27,6 +27,27 @@ const admissionServiceSelector = "app.kubernetes.io/name=sluice,app.kubernetes.i
 type adminAPI struct {
 	server string
 	common common // its kubeconfig
+	// namespace is where the chart's admission Service is looked for:
+	// only there, so that a Service labelled like it in a namespace a
+	// tenant controls is never asked.
+	namespace string
+}
+
+// defaultSluiceNamespace is the namespace the README installs the chart in.
+const defaultSluiceNamespace = "sluice-system"
+
+// maxAnswerBytes bounds an answer of the admission service: a page of the
+// pending API is far smaller.
+const maxAnswerBytes = 32 << 20
+
+func (a adminAPI) sluiceNamespace() string {
+	if a.namespace != "" {
+		return a.namespace
+	}
+	if ns := os.Getenv("SLUICE_NAMESPACE"); ns != "" {
+		return ns
+	}
+	return defaultSluiceNamespace
 }
 
 func (a adminAPI) explicit() string {
@@ -68,12 +89,14 @@ func (a adminAPI) viaProxy(ctx context.Context, path string, query url.Values, v
 	if err != nil {
 		return err
 	}
-	svcs, err := kube.CoreV1().Services(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: admissionServiceSelector})
+	home := a.sluiceNamespace()
+	svcs, err := kube.CoreV1().Services(home).List(ctx, metav1.ListOptions{LabelSelector: admissionServiceSelector})
 	if err != nil {
-		return fmt.Errorf("cannot list Services (%s) through the API server at %s: %w", admissionServiceSelector, cfg.Host, err)
+		return fmt.Errorf("cannot list Services (%s) in namespace %s through the API server at %s: %w", admissionServiceSelector, home, cfg.Host, err)
 	}
 	if len(svcs.Items) == 0 {
-		return fmt.Errorf("no Service labelled %s in the cluster at %s (is the chart installed?)", admissionServiceSelector, cfg.Host)
+		return fmt.Errorf("no Service labelled %s in namespace %s of the cluster at %s (is the chart installed there? --sluice-namespace names another)",
+			admissionServiceSelector, home, cfg.Host)
 	}
 	names := make([]string, 0, len(svcs.Items))
 	for _, s := range svcs.Items {
@@ -88,6 +111,9 @@ func (a adminAPI) viaProxy(ctx context.Context, path string, query url.Values, v
 		}
 	}
 	body, err := kube.CoreV1().Services(ns).ProxyGet("http", name, "http", path, params).DoRaw(ctx)
+	if err == nil && len(body) > maxAnswerBytes {
+		return fmt.Errorf("service %s/%s answered %d bytes, more than the %d an answer may have", ns, name, len(body), maxAnswerBytes)
+	}
 	if err != nil {
 		// The service's own error answer comes back as the body.
 		msg := statusMessage(body)

@@ -236,7 +236,7 @@ func TestCLIThroughServiceProxy(t *testing.T) {
 	ns := "e2e-proxy"
 	pending := func() string {
 		t.Helper()
-		cmd := exec.Command(env.sluiceBin, "pending", "--cluster-queue", "anything", "--kubeconfig", env.kubeconfig)
+		cmd := exec.Command(env.sluiceBin, "pending", "--cluster-queue", "anything", "--kubeconfig", env.kubeconfig, "--sluice-namespace", ns)
 		var kept []string
 		for _, kv := range os.Environ() {
 			if !strings.HasPrefix(kv, "SLUICE_SERVER=") {
@@ -250,8 +250,29 @@ func TestCLIThroughServiceProxy(t *testing.T) {
 		}
 		return string(out)
 	}
-	if out := pending(); !strings.Contains(out, "no Service labelled app.kubernetes.io/name=sluice,app.kubernetes.io/component=admission") {
+	if out := pending(); !strings.Contains(out, "no Service labelled app.kubernetes.io/name=sluice,app.kubernetes.io/component=admission in namespace "+ns) {
 		t.Errorf("without the chart's Service: %s", out)
+	}
+	// A Service labelled like the chart's in another namespace (one a
+	// tenant controls) is never asked.
+	apply(t, `apiVersion: v1
+kind: Namespace
+metadata: {name: e2e-proxy-tenant}
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: impostor
+  namespace: e2e-proxy-tenant
+  labels: {app.kubernetes.io/name: sluice, app.kubernetes.io/component: admission}
+spec:
+  ports: [{name: http, port: 8080, protocol: TCP}]
+`)
+	t.Cleanup(func() {
+		_ = env.kube.CoreV1().Namespaces().Delete(context.Background(), "e2e-proxy-tenant", metav1.DeleteOptions{})
+	})
+	if out := pending(); strings.Contains(out, "impostor") || !strings.Contains(out, "no Service labelled") {
+		t.Errorf("with a look-alike Service in a tenant's namespace: %s", out)
 	}
 	apply(t, fmt.Sprintf(`apiVersion: v1
 kind: Namespace
