@@ -9,6 +9,7 @@ import (
 	"context"
 	_ "embed"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -66,8 +67,29 @@ type Event struct {
 	Detail       string    `json:"detail,omitempty"`
 }
 
+// Option configures Register.
+type Option func(*options)
+
+type options struct {
+	maxClients   int
+	writeTimeout time.Duration
+}
+
+// WithMaxClients bounds the live feed's clients at once (default
+// DefaultMaxClients); one more is answered 503.
+func WithMaxClients(n int) Option { return func(o *options) { o.maxClients = n } }
+
+// WithWriteTimeout bounds each write to a live feed client (default 10s):
+// a client that stops reading is dropped.
+func WithWriteTimeout(d time.Duration) Option { return func(o *options) { o.writeTimeout = d } }
+
 // Register adds the page and its data to mux.
-func Register(mux *http.ServeMux, src Source, feed Feed) {
+func Register(mux *http.ServeMux, src Source, feed Feed, opts ...Option) {
+	o := options{maxClients: DefaultMaxClients, writeTimeout: 10 * time.Second}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	h := newHub(feed, max(1, o.maxClients))
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.Header().Set("Content-Security-Policy", "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'")
@@ -92,71 +114,76 @@ func Register(mux *http.ServeMux, src Source, feed Feed) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(out)
 	})
-	mux.HandleFunc("GET "+EventsPath, func(w http.ResponseWriter, r *http.Request) { stream(w, r, feed) })
+	mux.HandleFunc("GET "+EventsPath, func(w http.ResponseWriter, r *http.Request) { stream(w, r, h, o.writeTimeout) })
 }
 
 // stream sends the feed as server-sent events until the client leaves. A
-// client too slow to keep up loses events rather than holding the feed.
-func stream(w http.ResponseWriter, r *http.Request, feed Feed) {
-	flusher, ok := w.(http.Flusher)
-	if !ok {
+// client too slow to keep up loses events rather than holding the feed,
+// and one that stops reading is dropped after writeTimeout.
+func stream(w http.ResponseWriter, r *http.Request, h *hub, writeTimeout time.Duration) {
+	if _, ok := w.(http.Flusher); !ok {
 		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
 		return
 	}
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	ch := make(chan Event, 256)
-	errc := make(chan error, 1)
-	following := make(chan struct{})
-	go func() {
-		errc <- feed.Follow(ctx, func() { close(following) }, func(e Event) {
-			select {
-			case ch <- e:
-			default:
-			}
-		})
-	}()
+	c, err := h.join()
+	if err != nil {
+		w.Header().Set("Retry-After", "10")
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	defer h.leave(c)
+	ctx := r.Context()
 	// The stream opens once the feed follows: a client that saw it open
 	// misses nothing published after.
 	select {
-	case <-following:
-	case err := <-errc:
+	case <-c.run.ready:
+	case <-c.run.done:
+		err := c.run.err
 		if err == nil {
-			err = ctx.Err()
+			err = errors.New("live feed ended")
 		}
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-		}
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
 		return
 	case <-ctx.Done():
 		return
 	}
+	rc := http.NewResponseController(w)
+	write := func(format string, args ...any) bool {
+		_ = rc.SetWriteDeadline(time.Now().Add(writeTimeout))
+		if _, err := fmt.Fprintf(w, format, args...); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
-	fmt.Fprint(w, ": sluice live feed\n\n")
-	flusher.Flush()
+	if !write(": sluice live feed\n\n") {
+		return
+	}
 	keepAlive := time.NewTicker(15 * time.Second)
 	defer keepAlive.Stop()
 	for {
+		var ok bool
 		select {
 		case <-ctx.Done():
 			return
-		case err := <-errc:
-			if err != nil && ctx.Err() == nil {
-				fmt.Fprintf(w, "event: error\ndata: %q\n\n", err.Error())
-				flusher.Flush()
+		case <-c.run.done:
+			if c.run.err != nil {
+				write("event: error\ndata: %q\n\n", c.run.err.Error())
 			}
 			return
 		case <-keepAlive.C:
-			fmt.Fprint(w, ": keep-alive\n\n")
-		case e := <-ch:
+			ok = write(": keep-alive\n\n")
+		case e := <-c.ch:
 			b, err := json.Marshal(e)
 			if err != nil {
 				continue
 			}
-			fmt.Fprintf(w, "data: %s\n\n", b)
+			ok = write("data: %s\n\n", b)
 		}
-		flusher.Flush()
+		if !ok {
+			return
+		}
 	}
 }

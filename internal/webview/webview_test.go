@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -132,5 +133,88 @@ func TestLiveFeed(t *testing.T) {
 			t.Errorf("feed event (-want +got):\n%s", d)
 		}
 		return
+	}
+}
+
+// countingFeed counts the Follows running at once, around a NATSFeed.
+type countingFeed struct {
+	inner   webview.Feed
+	mu      sync.Mutex
+	now, hi int
+}
+
+func (f *countingFeed) Follow(ctx context.Context, ready func(), deliver func(webview.Event)) error {
+	f.mu.Lock()
+	f.now++
+	f.hi = max(f.hi, f.now)
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.now--
+		f.mu.Unlock()
+	}()
+	return f.inner.Follow(ctx, ready, deliver)
+}
+
+// TestLiveFeedIsSharedAndCapped: clients share one subscription, both see
+// an event, and one more than the cap is answered 503 without following.
+func TestLiveFeedIsSharedAndCapped(t *testing.T) {
+	js := natstest.JetStream(t)
+	if err := bus.Setup(context.Background(), js, bus.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	feed := &countingFeed{inner: webview.NATSFeed{NC: js.Conn()}}
+	mux := http.NewServeMux()
+	webview.Register(mux, queues{}, feed, webview.WithMaxClients(2))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	pub := bus.NewPublisher(js, events.Source("test"))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	open := func() (*http.Response, *bufio.Reader) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+webview.EventsPath, nil)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { res.Body.Close() })
+		r := bufio.NewReader(res.Body)
+		if res.StatusCode == http.StatusOK {
+			if _, err := r.ReadString('\n'); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return res, r
+	}
+	_, a := open()
+	_, b := open()
+	third, _ := open()
+	if third.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("a third client: %d, want 503", third.StatusCode)
+	}
+	ref := events.WorkloadRef{Kind: "job", Namespace: "team-a", Name: "train", UID: "u1"}
+	if err := pub.Publish(ctx, events.WorkloadSubmittedV1{Workload: ref, LocalQueue: "q",
+		PodSets: []events.PodSetV1{{Name: "main", Count: 1}}}, "submitted-1"); err != nil {
+		t.Fatal(err)
+	}
+	for name, r := range map[string]*bufio.Reader{"first": a, "second": b} {
+		for {
+			line, err := r.ReadString('\n')
+			if err != nil {
+				t.Fatalf("%s client: no event before %v", name, err)
+			}
+			if strings.HasPrefix(line, "data: ") {
+				if !strings.Contains(line, `"workload":"team-a/train"`) {
+					t.Errorf("%s client got %s", name, line)
+				}
+				break
+			}
+		}
+	}
+	feed.mu.Lock()
+	defer feed.mu.Unlock()
+	if feed.hi != 1 {
+		t.Errorf("%d Follows ran at once for two clients, want one shared", feed.hi)
 	}
 }
