@@ -24,12 +24,20 @@ var (
 		Name: "sluice_events_dead_lettered_total",
 		Help: "Events a consumer parked on sluice.dlq.<consumer>, by consumer and reason.",
 	}, []string{"consumer", "reason"})
+	unreadable = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_state_unreadable_total",
+		Help: "Reads of stored state (a fence, …) that could not be understood, by state: what depends on it waits until it is repaired.",
+	}, []string{"state"})
 )
 
 // Collectors returns the bus's metrics, for a process's registry.
 func Collectors() []prometheus.Collector {
-	return []prometheus.Collector{publishDuration, handleDuration, deadLettered}
+	return []prometheus.Collector{publishDuration, handleDuration, deadLettered, unreadable}
 }
+
+// ReportUnreadable counts a read of stored state that could not be
+// understood ("fence", …).
+func ReportUnreadable(state string) { unreadable.WithLabelValues(state).Inc() }
 
 func observePublish(eventType string, began time.Time, err error) {
 	result := "ok"

@@ -70,6 +70,11 @@ var (
 	// ErrStopTaken: another decision (another preemptor, an eviction)
 	// already stops the admission; it is stopped, and announced, once.
 	ErrStopTaken = errors.New("admission already being stopped by another decision")
+	// ErrCorrupt: the stored value cannot be read. Nothing that depends
+	// on it moves (no start, no stop) until it is repaired: read as no
+	// fence, it would let a preempted admission start again. Only the
+	// end of the job may overwrite it (Finish). Repair: delete the key.
+	ErrCorrupt = errors.New("fence value cannot be read")
 )
 
 // State is the stored value.
@@ -166,8 +171,8 @@ func read(ctx context.Context, kv KV, key string) (State, uint64, error) {
 	var st State
 	if len(e.Value()) > 0 {
 		if err := json.Unmarshal(e.Value(), &st); err != nil {
-			// A value nobody can read fences nothing; it is replaced.
-			return State{}, e.Revision(), nil
+			bus.ReportUnreadable("fence")
+			return State{}, e.Revision(), fmt.Errorf("fence %s: %w: %v", key, ErrCorrupt, err)
 		}
 	}
 	return st, e.Revision(), nil
@@ -177,9 +182,15 @@ func read(ctx context.Context, kv KV, key string) (State, uint64, error) {
 // when another writer moved first. next returns the new state, or
 // ok=false to leave it as it is, or an error to refuse.
 func move(ctx context.Context, kv KV, key string, next func(State) (State, bool, error)) (State, error) {
+	return moveFrom(ctx, kv, key, false, next)
+}
+
+// moveFrom is move that, with overCorrupt, takes an unreadable value for
+// no fence and replaces it.
+func moveFrom(ctx context.Context, kv KV, key string, overCorrupt bool, next func(State) (State, bool, error)) (State, error) {
 	for range maxAttempts {
 		cur, rev, err := read(ctx, kv, key)
-		if err != nil {
+		if err != nil && !(overCorrupt && errors.Is(err, ErrCorrupt)) {
 			return cur, err
 		}
 		want, ok, err := next(cur)
@@ -345,7 +356,9 @@ func later(a, b string) bool {
 // deleted), before the end is announced, so that no stop of the admission
 // is announced after it. end (optional) is the announcement to make.
 func Finish(ctx context.Context, kv KV, key, admission, uid string, end *End) error {
-	_, err := move(ctx, kv, key, func(cur State) (State, bool, error) {
+	// The job ended: whatever the fence said, nothing of it may start or
+	// stop again, which Finished says; an unreadable value is replaced.
+	_, err := moveFrom(ctx, kv, key, true, func(cur State) (State, bool, error) {
 		if cur.Admission == admission && cur.Phase == Finished && cur.UID == uid && (end == nil || cur.End != nil) {
 			return cur, false, nil
 		}

@@ -412,3 +412,28 @@ func TestReopen(t *testing.T) {
 		})
 	}
 }
+
+// TestCorruptFenceFailsClosed: a value that cannot be read is no fence
+// to start or stop by (read as none, a preempted admission could start
+// again); the job's end still overwrites it.
+func TestCorruptFenceFailsClosed(t *testing.T) {
+	ctx, kv := bucket(t)
+	if _, err := kv.Put(ctx, "job.ns.j", []byte("{not json")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fence.BeginStart(ctx, kv, "job.ns.j", "a1"); !errors.Is(err, fence.ErrCorrupt) {
+		t.Errorf("BeginStart over a corrupt fence: %v, want ErrCorrupt", err)
+	}
+	if err := fence.Stop(ctx, kv, "job.ns.j", "a1", "stop-1"); !errors.Is(err, fence.ErrCorrupt) {
+		t.Errorf("Stop over a corrupt fence: %v, want ErrCorrupt", err)
+	}
+	if _, err := fence.Get(ctx, kv, "job.ns.j"); !errors.Is(err, fence.ErrCorrupt) {
+		t.Errorf("Get of a corrupt fence: %v, want ErrCorrupt", err)
+	}
+	if err := fence.Finish(ctx, kv, "job.ns.j", "a1", "u1", &fence.End{Deleted: true}); err != nil {
+		t.Fatalf("Finish over a corrupt fence: %v", err)
+	}
+	if st, err := fence.Get(ctx, kv, "job.ns.j"); err != nil || st.Phase != fence.Finished {
+		t.Errorf("after Finish: %+v, %v; want Finished", st, err)
+	}
+}

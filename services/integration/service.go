@@ -1559,6 +1559,11 @@ func (s *Service) start(ctx context.Context, k *kindRunner, job Job, rec *events
 		}
 		return nil
 	}); err != nil {
+		if errors.Is(err, fence.ErrCorrupt) {
+			// Fails closed: it does not start until the fence is repaired.
+			s.recorder.Eventf(job.Object(), corev1.EventTypeWarning, "FenceUnreadable",
+				"not started: its fence in %s cannot be read; delete the key %s there to repair it", fence.Bucket, workloads.Key(rec.Workload))
+		}
 		return err
 	}
 	s.recorder.Eventf(job.Object(), corev1.EventTypeNormal, "Admitted", "admitted by ClusterQueue %s: %s", r.ClusterQueue, describe(r))
