@@ -7,6 +7,7 @@ package visibility
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -27,6 +28,10 @@ const (
 	DefaultLimit = 1000
 	MaxLimit     = 10000
 )
+
+// ErrBusy: the source takes no more queries now; the client may try
+// again shortly (HTTP 429).
+var ErrBusy = errors.New("too many queries; try again shortly")
 
 // Source answers for the queues: the admission service's engine.
 type Source interface {
@@ -103,6 +108,10 @@ func serve(w http.ResponseWriter, r *http.Request, now func() time.Time, what st
 	}
 	page, found, err := get(offset, limit)
 	switch {
+	case errors.Is(err, ErrBusy):
+		w.Header().Set("Retry-After", "1")
+		fail(w, http.StatusTooManyRequests, "TooManyRequests", err.Error())
+		return
 	case err != nil:
 		fail(w, http.StatusServiceUnavailable, "ServiceUnavailable", err.Error())
 		return

@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+	"golang.org/x/time/rate"
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/sluice-dev/sluice/events"
@@ -55,10 +56,18 @@ type Config struct {
 	// ready (Kueue's waitForPodsReady); readiness comes from the fences,
 	// where the job integrations write it.
 	WaitForPodsReady *engine.WaitForPodsReady
+	// QueriesPerSecond bounds the reads of the pending API and the web
+	// view that enter the admission loop, where the engine lives, so
+	// that a flood of them cannot starve admission cycles; one past it is
+	// answered "busy" (HTTP 429). 0 takes DefaultQueriesPerSecond.
+	QueriesPerSecond int
 }
 
 // DefaultPendingInterval is Config.PendingInterval's default.
 const DefaultPendingInterval = 30 * time.Second
+
+// DefaultQueriesPerSecond is Config.QueriesPerSecond's default.
+const DefaultQueriesPerSecond = 100
 
 // Validate checks the configuration.
 func (c Config) Validate() error {
@@ -67,6 +76,9 @@ func (c Config) Validate() error {
 	}
 	if c.PendingInterval < 0 {
 		return fmt.Errorf("admission: pending interval %s: must not be negative", c.PendingInterval)
+	}
+	if c.QueriesPerSecond < 0 {
+		return fmt.Errorf("admission: queries per second %d: must not be negative", c.QueriesPerSecond)
 	}
 	return nil
 }
@@ -128,6 +140,8 @@ type Service struct {
 	// queries are reads of the engine from other goroutines (the
 	// visibility API, metrics), run by the service's own loop.
 	queries chan func()
+	// queryLimit bounds the queries entering the loop (QueriesPerSecond).
+	queryLimit *rate.Limiter
 	// stopped closes when Run returns.
 	stopped chan struct{}
 
@@ -184,6 +198,10 @@ func New(cfg Config, js jetstream.JetStream, pub Publisher, opts ...Option) (*Se
 	if s.cfg.PendingInterval == 0 {
 		s.cfg.PendingInterval = DefaultPendingInterval
 	}
+	if s.cfg.QueriesPerSecond == 0 {
+		s.cfg.QueriesPerSecond = DefaultQueriesPerSecond
+	}
+	s.queryLimit = rate.NewLimiter(rate.Limit(s.cfg.QueriesPerSecond), s.cfg.QueriesPerSecond)
 	s.eng = engine.New(engine.Config{FairSharing: cfg.FairSharing, WaitForPodsReady: cfg.WaitForPodsReady, FairStrategies: cfg.FairStrategies},
 		engine.WithDeferredEviction(), engine.WithQuietPending())
 	return s, nil
@@ -337,6 +355,9 @@ var ErrNotReady = errors.New("admission: not serving (state not loaded yet, or s
 func (s *Service) read(ctx context.Context, f func()) error {
 	if !s.synced.IsOpen() {
 		return ErrNotReady
+	}
+	if !s.queryLimit.Allow() {
+		return fmt.Errorf("admission: more than %d queries a second: %w", s.cfg.QueriesPerSecond, visibility.ErrBusy)
 	}
 	done := make(chan struct{})
 	select {

@@ -69,6 +69,8 @@ type harness struct {
 	svc *admission.Service
 	// tracer, when set, records the spans of the services started next.
 	tracer *tracing.Tracer
+	// queriesPerSecond, when set, bounds the next services' queries.
+	queriesPerSecond int
 }
 
 func newHarness(t *testing.T) *harness {
@@ -124,7 +126,8 @@ func (h *harness) start() {
 	if clock == nil {
 		clock = func() time.Time { return now }
 	}
-	s, err := admission.New(admission.Config{Interval: 5 * time.Millisecond, PendingInterval: h.pendingInterval, WaitForPodsReady: h.podsReady}, h.js, pub,
+	s, err := admission.New(admission.Config{Interval: 5 * time.Millisecond, PendingInterval: h.pendingInterval, WaitForPodsReady: h.podsReady,
+		QueriesPerSecond: h.queriesPerSecond}, h.js, pub,
 		admission.WithClock(clock), admission.WithLogger(log), admission.WithTracer(h.tracer))
 	if err != nil {
 		h.t.Fatalf("admission.New: %v", err)

@@ -86,3 +86,37 @@ func TestVisibilityAPI(t *testing.T) {
 		t.Errorf("limit=0: %d %+v", code, st)
 	}
 }
+
+// TestQueriesPastTheLimitAreBusy: reads of the pending API past the
+// service's rate are answered 429 with Retry-After, outside the admission
+// loop, and admission goes on.
+func TestQueriesPastTheLimitAreBusy(t *testing.T) {
+	h := newHarness(t)
+	h.queriesPerSecond = 2
+	h.configure("4", nil)
+	h.start()
+	h.submit("a", "main", 0, 2, "1")
+	ledgerIs(map[string]int32{"a": 2}).do(h)
+	mux := http.NewServeMux()
+	visibility.Register(mux, h.svc, h.svc.Now)
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	codes := map[int]int{}
+	retryAfter := ""
+	for range 20 {
+		res, err := http.Get(srv.URL + visibility.Prefix + "/clusterqueues/cq/pendingworkloads")
+		if err != nil {
+			t.Fatal(err)
+		}
+		codes[res.StatusCode]++
+		if res.StatusCode == http.StatusTooManyRequests {
+			retryAfter = res.Header.Get("Retry-After")
+		}
+		res.Body.Close()
+	}
+	if codes[http.StatusOK] == 0 || codes[http.StatusTooManyRequests] == 0 || retryAfter == "" {
+		t.Errorf("20 queries at once with a rate of 2 a second: %v (Retry-After %q); want some answered, the rest 429 with Retry-After", codes, retryAfter)
+	}
+	h.submit("b", "main", 0, 2, "1")
+	ledgerIs(map[string]int32{"a": 2, "b": 2}).do(h)
+}
