@@ -456,11 +456,7 @@ func (w *Webhook) mutate(ad Adapter, req *admissionv1.AdmissionRequest) *admissi
 	if len(req.Object.Raw) == 0 {
 		return deny(resp, k, "request has no object")
 	}
-	u := &unstructured.Unstructured{}
-	if err := u.UnmarshalJSON(req.Object.Raw); err != nil {
-		return deny(resp, k, "request object is not a "+k.GVK.String()+": "+err.Error())
-	}
-	job, err := ad.Decode(u)
+	u, job, err := decodeRaw(ad, req.Object.Raw)
 	if err != nil {
 		return deny(resp, k, "request object is not a "+k.GVK.String()+": "+err.Error())
 	}
@@ -534,6 +530,16 @@ func (w *Webhook) mutate(ad Adapter, req *admissionv1.AdmissionRequest) *admissi
 	return resp
 }
 
+// decodeRaw decodes an object of a review as the adapter's kind.
+func decodeRaw(ad Adapter, raw []byte) (*unstructured.Unstructured, Job, error) {
+	u := &unstructured.Unstructured{}
+	if err := u.UnmarshalJSON(raw); err != nil {
+		return nil, nil, err
+	}
+	job, err := ad.Decode(u)
+	return u, job, err
+}
+
 // reviewUpdate refuses a change of an object's queue, as Kueue does,
 // unless the object is suspended (or finished): a running object holds
 // quota in its queue, and one that left the queue, or moved to another,
@@ -545,18 +551,11 @@ func (w *Webhook) reviewUpdate(ad Adapter, req *admissionv1.AdmissionRequest, re
 	if len(req.Object.Raw) == 0 || len(req.OldObject.Raw) == 0 {
 		return deny(resp, k, "update request lacks the object or the old object")
 	}
-	decode := func(raw []byte) (Job, error) {
-		u := &unstructured.Unstructured{}
-		if err := u.UnmarshalJSON(raw); err != nil {
-			return nil, err
-		}
-		return ad.Decode(u)
-	}
-	job, err := decode(req.Object.Raw)
+	_, job, err := decodeRaw(ad, req.Object.Raw)
 	if err != nil {
 		return deny(resp, k, "request object is not a "+k.GVK.String()+": "+err.Error())
 	}
-	old, err := decode(req.OldObject.Raw)
+	_, old, err := decodeRaw(ad, req.OldObject.Raw)
 	if err != nil {
 		return deny(resp, k, "request old object is not a "+k.GVK.String()+": "+err.Error())
 	}
