@@ -1394,17 +1394,24 @@ func (s *Service) leave(ctx context.Context, k *kindRunner, rk string, rec *even
 		return s.gone(ctx, rk, rec, &events.WorkloadFinishedV1{Succeeded: ok, Message: msg})
 	}
 	if !job.IsSuspended() {
-		r, _ := s.reservation(rec.Workload)
-		if err := s.stop(ctx, k, job, rec.Workload, "", ReasonQueueNameRemoved,
-			fmt.Sprintf("label %s removed while running: stopped, and no longer queued", v1beta1.QueueNameLabel), r.Admission()); err != nil {
-			return err
-		}
-		return errLookAgain // ended once the stop is seen
+		return s.stopFirst(ctx, k, job, rec, ReasonQueueNameRemoved,
+			fmt.Sprintf("label %s removed while running: stopped, and no longer queued", v1beta1.QueueNameLabel))
 	}
 	s.recorder.Eventf(job.Object(), corev1.EventTypeNormal, "LeftQueue",
 		"label %s removed: no longer queued in LocalQueue %s; Sluice does not manage this job any more", v1beta1.QueueNameLabel, rec.LocalQueue)
 	s.log.Info().Str("workload", rk).Str("queue", rec.LocalQueue).Msg("left its queue: workload ended")
 	return s.end(ctx, rk, rec, &fence.End{Deleted: true, Reason: ReasonQueueNameRemoved})
+}
+
+// stopFirst stops a running object whose queue label changed (possible
+// only while the webhook was not asked), on its workload's admission; the
+// caller's change follows once the stop is seen (errLookAgain).
+func (s *Service) stopFirst(ctx context.Context, k *kindRunner, job Job, rec *events.WorkloadSubmittedV1, reason, message string) error {
+	r, _ := s.reservation(rec.Workload)
+	if err := s.stop(ctx, k, job, rec.Workload, "", reason, message, r.Admission()); err != nil {
+		return err
+	}
+	return errLookAgain
 }
 
 // move ends the workload of an object whose queue label now names another
@@ -1415,12 +1422,8 @@ func (s *Service) leave(ctx context.Context, k *kindRunner, rk string, rec *even
 func (s *Service) move(ctx context.Context, k *kindRunner, rk string, rec *events.WorkloadSubmittedV1, job Job) error {
 	to := job.Meta().GetLabels()[v1beta1.QueueNameLabel]
 	if !job.IsSuspended() {
-		r, _ := s.reservation(rec.Workload)
-		if err := s.stop(ctx, k, job, rec.Workload, "", ReasonQueueNameChanged,
-			fmt.Sprintf("label %s changed from %s to %s while running: stopped, to queue in %s", v1beta1.QueueNameLabel, rec.LocalQueue, to, to), r.Admission()); err != nil {
-			return err
-		}
-		return errLookAgain // moved once the stop is seen
+		return s.stopFirst(ctx, k, job, rec, ReasonQueueNameChanged,
+			fmt.Sprintf("label %s changed from %s to %s while running: stopped, to queue in %s", v1beta1.QueueNameLabel, rec.LocalQueue, to, to))
 	}
 	s.recorder.Eventf(job.Object(), corev1.EventTypeNormal, "QueueChanged", "moved from LocalQueue %s to %s", rec.LocalQueue, to)
 	s.log.Info().Str("workload", rk).Str("queue", to).Str("was", rec.LocalQueue).Msg("moved to another queue: workload ended, a new one queues")
