@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
-	"strconv"
 	"strings"
 
 	"gopkg.in/inf.v0"
@@ -160,8 +159,8 @@ func validate(w *Workload) string {
 			}
 			total, ok := MulAmount(v, int64(ps.Count))
 			if !ok {
-				return fmt.Sprintf("%spod set %s: %s pods × %s of %s is more than Sluice can count (%s)",
-					invalidPrefix, ps.Name, strconv.Itoa(int(ps.Count)), Format(r, v), r, Format(r, MaxAmount))
+				return fmt.Sprintf("%spod set %s: %d pods × %s of %s is more than Sluice can count (%s)",
+					invalidPrefix, ps.Name, ps.Count, Format(r, v), r, Format(r, MaxAmount))
 			}
 			if totals[r], ok = AddAmount(totals[r], total); !ok {
 				return fmt.Sprintf("%spod set %s: the workload's pod sets request more %s in all than Sluice can count (%s)",
