@@ -165,14 +165,14 @@ func (c *cycle) drain() {
 }
 
 // stopped says why a ClusterQueue admits nothing, or "".
-func stopped(cq *cqState) string {
+func (e *Engine) stopped(cq *cqState) string {
 	if cq.inactive != "" {
 		return cq.inactive
 	}
 	if cq.StopPolicy == Hold || cq.StopPolicy == HoldAndDrain {
 		return fmt.Sprintf("ClusterQueue %s is stopped (stopPolicy %s)", cq.Name, cq.StopPolicy)
 	}
-	return ""
+	return e.blockedReason(cq)
 }
 
 func lqStopped(ws *wlState) bool {
@@ -203,7 +203,7 @@ func (c *cycle) heads() []*wlState {
 			continue
 		}
 		sc := c.scan(cq)
-		if sc.blocked || len(cq.pending) == 0 || stopped(cq) != "" {
+		if sc.blocked || len(cq.pending) == 0 || c.e.stopped(cq) != "" {
 			continue
 		}
 		i := sc.cursor
@@ -718,7 +718,7 @@ func (c *cycle) explain() {
 		if cq.settled && !c.podsBlocked {
 			continue // each of its workloads has its reason
 		}
-		stop := stopped(cq)
+		stop := e.stopped(cq)
 		var head *wlState
 		var behind, in string // rendered once per queue
 		for _, ws := range cq.pending {

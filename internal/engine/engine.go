@@ -116,7 +116,14 @@ type Engine struct {
 	// timed counts known workloads with a maximum execution time, so
 	// cycles look for expired ones only while there are any.
 	timed int
+	// blocks stop admission into cohort trees whose usage is not known
+	// (Block), by the id of their cause.
+	blocks map[string]block
 }
+
+// block is one cause that stops admission: into the tree of
+// clusterQueue, or everywhere when that queue is unknown.
+type block struct{ clusterQueue, reason string }
 
 // scratch is reusable working memory for flavor assignment.
 type scratch struct {
@@ -129,7 +136,7 @@ type scratch struct {
 
 // New returns an engine for the given configuration.
 func New(cfg Config, opts ...Option) *Engine {
-	e := &Engine{workloads: map[string]*wlState{}, unresolved: map[string]*wlState{}, shapes: map[string]uint32{}}
+	e := &Engine{workloads: map[string]*wlState{}, unresolved: map[string]*wlState{}, shapes: map[string]uint32{}, blocks: map[string]block{}}
 	for _, o := range opts {
 		o(e)
 	}
@@ -537,6 +544,71 @@ func (e *Engine) SetPriority(key string, priority int32) error {
 func (e *Engine) Known(key string) bool {
 	_, ok := e.workloads[key]
 	return ok
+}
+
+// Block stops every admission, and so every preemption, into the cohort
+// tree of clusterQueue, with reason as every pending workload's reason
+// there, until Unblock(id). For a clusterQueue that is empty or not
+// configured, every tree is blocked. It is how the caller fails closed on
+// state it cannot read: a reservation whose value is corrupt holds quota
+// of an unknown size, so nothing that could be given that quota is
+// admitted. id names the cause; blocking again under the same id replaces
+// it.
+func (e *Engine) Block(id, clusterQueue, reason string) {
+	if old, ok := e.blocks[id]; ok && old == (block{clusterQueue, reason}) {
+		return
+	}
+	e.blocks[id] = block{clusterQueue: clusterQueue, reason: reason}
+	e.unparkAll()
+}
+
+// Unblock lifts the block named id, and reports whether there was one.
+func (e *Engine) Unblock(id string) bool {
+	if _, ok := e.blocks[id]; !ok {
+		return false
+	}
+	delete(e.blocks, id)
+	e.unparkAll()
+	return true
+}
+
+// Blocked lists the ids of the blocks in force, in order.
+func (e *Engine) Blocked() []string {
+	ids := make([]string, 0, len(e.blocks))
+	for id := range e.blocks {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// blockedReason says why cq's tree admits nothing because of a block, or
+// "". With several blocks the first by id is told, so the reason is
+// stable.
+func (e *Engine) blockedReason(cq *cqState) string {
+	if len(e.blocks) == 0 {
+		return ""
+	}
+	best, reason := "", ""
+	for id, b := range e.blocks {
+		other, ok := e.tree.cqs[b.clusterQueue]
+		if ok && other.node.root() != cq.node.root() {
+			continue
+		}
+		if reason == "" || id < best {
+			best, reason = id, b.reason
+		}
+	}
+	return reason
+}
+
+func (e *Engine) unparkAll() {
+	for _, cq := range e.tree.cqOrder {
+		cq.settled = false
+		for _, p := range cq.pending {
+			p.parked = false
+		}
+	}
 }
 
 // TreeOf names the unit of quota interaction a ClusterQueue belongs to:

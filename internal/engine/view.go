@@ -189,7 +189,9 @@ func (e *Engine) ClusterQueueActivity(name string) (a Activity, ok bool) {
 	case cq.inactive != "":
 		return Activity{Reason: cq.inactiveReason, Message: cq.inactive}, true
 	case cq.StopPolicy == Hold || cq.StopPolicy == HoldAndDrain:
-		return Activity{Reason: "Stopped", Message: stopped(cq)}, true
+		return Activity{Reason: "Stopped", Message: e.stopped(cq)}, true
+	case e.blockedReason(cq) != "":
+		return Activity{Reason: "StateUnreadable", Message: e.blockedReason(cq)}, true
 	}
 	return Activity{Active: true, Reason: "Ready", Message: "Can admit new workloads"}, true
 }

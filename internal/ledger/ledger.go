@@ -116,6 +116,10 @@ type Change struct {
 	Legacy map[string]Reservation
 	// Revision of the key.
 	Revision uint64
+	// CorruptQueue is, for a reservation that does not decode
+	// (ErrCorrupt), the ClusterQueue its value still names, when a
+	// string field clusterQueue can be read from it; else "".
+	CorruptQueue string
 }
 
 // Parse reads one ledger key's entry. A reservation that does not decode
@@ -140,6 +144,14 @@ func ParseEntry(key string, put bool, value []byte, revision uint64) (Change, er
 		}
 		var r Reservation
 		if err := json.Unmarshal(value, &r); err != nil {
+			// Whatever queue the value still names bounds what a reader
+			// must hold back; the rest of it cannot be trusted.
+			var named struct {
+				ClusterQueue string `json:"clusterQueue"`
+			}
+			if json.Unmarshal(value, &named) == nil {
+				c.CorruptQueue = named.ClusterQueue
+			}
 			return c, fmt.Errorf("%w: %s: %v", ErrCorrupt, key, err)
 		}
 		if r.ClusterQueue == "" {

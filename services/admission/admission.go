@@ -724,9 +724,16 @@ func (s *Service) toEngine(w *events.WorkloadSubmittedV1) (engine.Workload, erro
 // is let go. Only that workload is touched.
 func (s *Service) applyLedger(ctx context.Context, e jetstream.KeyValueEntry) {
 	c, err := ledger.Parse(e)
+	if errors.Is(err, ledger.ErrCorrupt) && c.Workload != "" {
+		s.blockUnreadable(c, err)
+		return
+	}
 	if err != nil {
 		s.log.Error().Err(err).Str("key", e.Key()).Msg("ledger entry not understood; ignoring it")
 		return
+	}
+	if c.Workload != "" && s.eng.Unblock(unreadableBlock(c.Workload)) {
+		s.dirty = true
 	}
 	if c.Tree != "" {
 		s.trees[c.Tree] = max(s.trees[c.Tree], c.Revision)
@@ -792,6 +799,32 @@ func (s *Service) applyLedger(ctx context.Context, e jetstream.KeyValueEntry) {
 	delete(s.queued, wk)
 	_ = s.eng.Remove(wk)
 }
+
+// blockUnreadable fails closed on a reservation whose value cannot be
+// read: it holds quota of an unknown size, so nothing is admitted into its
+// cohort tree (every tree, when not even its ClusterQueue can be read)
+// until the key is repaired or deleted. A reservation booked before keeps
+// its quota.
+func (s *Service) blockUnreadable(c ledger.Change, err error) {
+	cq := c.CorruptQueue
+	if prev, had := s.res[c.Workload]; had {
+		cq = prev.ClusterQueue
+	}
+	where := "ClusterQueue " + cq + "'s cohort"
+	if cq == "" {
+		where = "any ClusterQueue"
+	}
+	reason := fmt.Sprintf("the reservation of %s in %s cannot be read: nothing is admitted into %s until it is repaired or deleted",
+		c.Workload, ledger.Bucket, where)
+	s.eng.Block(unreadableBlock(c.Workload), cq, reason)
+	s.dirty = true
+	bus.ReportUnreadable("ledger")
+	s.log.Error().Err(err).Str("workload", c.Workload).Str("queue", cq).Msg("reservation not readable; admission blocked")
+}
+
+// unreadableBlock names the engine block of a workload's unreadable
+// reservation.
+func unreadableBlock(workload string) string { return "ledger/" + workload }
 
 // recordExists asks the workload bucket directly; on an error it assumes
 // the record exists, which at worst queues a finished workload until its

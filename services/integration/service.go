@@ -698,6 +698,9 @@ func (s *Service) watchLedger(ctx context.Context, kv jetstream.KeyValue, synced
 		c, err := ledger.Parse(e)
 		if err != nil {
 			s.log.Error().Err(err).Str("key", e.Key()).Msg("ledger entry not understood; ignoring it")
+			if errors.Is(err, ledger.ErrCorrupt) && c.Workload != "" {
+				s.tellUnreadable(c.Workload)
+			}
 			return
 		}
 		var changed []string
@@ -717,6 +720,24 @@ func (s *Service) watchLedger(ctx context.Context, kv jetstream.KeyValue, synced
 			k.queue.Add(key)
 		}
 	})
+}
+
+// tellUnreadable puts a Warning Event on the job whose reservation cannot
+// be read: the admission service holds its cohort back until the key is
+// repaired, and the job's owner is the first to ask why.
+func (s *Service) tellUnreadable(wk string) {
+	kind, key, _ := strings.Cut(wk, "/")
+	k := s.kinds[kind]
+	if k == nil {
+		return
+	}
+	job, err := s.cached(k, key)
+	if err != nil || job == nil {
+		return
+	}
+	s.recorder.Eventf(job.Object(), corev1.EventTypeWarning, "ReservationUnreadable",
+		"its reservation in %s cannot be read; its cohort admits nothing until the key %s there is repaired or deleted",
+		ledger.Bucket, ledger.ReservationKey(wk))
 }
 
 // finishedInCache reports whether the informer holds the object finished.
