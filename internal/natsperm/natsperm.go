@@ -189,6 +189,8 @@ func For(service string, opts ...Option) (Permissions, error) {
 	case "quota":
 		r.publish("sluice.quota.v1.>")
 		r.consume(bus.StreamEvents, "quota")
+		// Reconciliation reads a stopped job's stop from the stream.
+		r.readStream(bus.StreamEvents)
 		r.kvRead(configstore.Bucket).kvRead(workloads.Bucket).kvWrite(ledger.Bucket).kvWrite(fence.Bucket)
 	case "watcher":
 		r.publish("sluice.config.v1.>")

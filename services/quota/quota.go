@@ -81,6 +81,11 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("quota: open %s: %w", fence.Bucket, err)
 	}
+	stream, err := s.js.Stream(ctx, bus.StreamEvents)
+	if err != nil {
+		return fmt.Errorf("quota: open stream %s: %w", bus.StreamEvents, err)
+	}
+	st := stores{led: led, wls: wls, fences: fk, events: stream}
 	errc := make(chan error, 2)
 	tracker := usage.NewTracker(s.js, s.log)
 	tracked := make(chan struct{})
@@ -108,7 +113,7 @@ func (s *Service) Run(ctx context.Context) error {
 		case err := <-errc:
 			return err
 		case <-t.C:
-			if err := s.reconcile(ctx, led, wls); err != nil && ctx.Err() == nil {
+			if err := s.reconcile(ctx, st); err != nil && ctx.Err() == nil {
 				s.log.Warn().Err(err).Msg("ledger reconciliation")
 			}
 			select {
@@ -230,20 +235,31 @@ func (s *Service) release(ctx context.Context, led jetstream.KeyValue, ref event
 	return s.pub.Publish(ctx, ev, events.ID(ev.Type(), ref.UID, r.ClusterQueue, ev.Admission))
 }
 
-// reconcile releases reservations whose workload record is gone: the
-// workload finished or was deleted while its event was lost or not yet
-// handled.
-func (s *Service) reconcile(ctx context.Context, led jetstream.KeyValue, wls jetstream.KeyValue) error {
-	snap, err := ledger.Read(ctx, led)
-	// A corrupt reservation is reported, and the others are reconciled.
+// stores are what reconciliation reads.
+type stores struct {
+	led, wls jetstream.KeyValue
+	fences   fence.KV
+	events   workloads.LastMsgReader
+}
+
+// reconcile releases the reservations a lost or unhandled event would
+// have released: those whose workload record is gone (the workload
+// finished or was deleted), and those whose job Sluice stopped (its fence
+// stops that admission and its stop is announced) while the quota stayed
+// booked. A corrupt reservation is reported and kept: its size is not
+// known, so it is never counted as free.
+func (s *Service) reconcile(ctx context.Context, st stores) error {
+	snap, err := ledger.Read(ctx, st.led)
 	errs := []error{err}
 	if err != nil && !errors.Is(err, ledger.ErrCorrupt) {
 		return err
 	}
 	for _, wk := range snap.Workloads() {
 		r := snap.Reservations[wk]
+		kind, ns, name, _ := workloads.SplitEngineKey(wk)
+		ref := events.WorkloadRef{Kind: kind, Namespace: ns, Name: name, UID: r.UID}
 		gctx, cancel := bus.Bounded(ctx)
-		e, err := wls.Get(gctx, workloads.KVKeyFromEngine(wk))
+		e, err := st.wls.Get(gctx, workloads.KVKeyFromEngine(wk))
 		cancel()
 		if err == nil && r.UID != "" {
 			// A record of another workload of the same job (it left its
@@ -253,14 +269,51 @@ func (s *Service) reconcile(ctx context.Context, led jetstream.KeyValue, wls jet
 				err = jetstream.ErrKeyNotFound
 			}
 		}
-		if !errors.Is(err, jetstream.ErrKeyNotFound) {
-			continue
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			errs = append(errs, s.release(ctx, st.led, ref, r.Admission(), "reconcile "+r.Admission()))
+		case err == nil && r.UID != "":
+			id, stopped, err := stoppedAnnounced(ctx, st, ref, r.Admission())
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			if stopped {
+				errs = append(errs, s.release(ctx, st.led, ref, r.Admission(), id))
+			}
 		}
-		kind, ns, name, _ := workloads.SplitEngineKey(wk)
-		errs = append(errs, s.release(ctx, led, events.WorkloadRef{Kind: kind, Namespace: ns, Name: name, UID: r.UID}, r.Admission(),
-			"reconcile "+r.Admission()))
 	}
 	return errors.Join(errs...)
+}
+
+// stoppedAnnounced reports whether the job of ref was stopped for the
+// given admission and the stop announced; then its id, the one the
+// release of that stop carries. Only a fence that stops this admission
+// sends the reader to the stream, so a running job costs one read.
+func stoppedAnnounced(ctx context.Context, st stores, ref events.WorkloadRef, admission string) (string, bool, error) {
+	f, err := fence.Get(ctx, st.fences, workloads.Key(ref))
+	if err != nil || f.Phase != fence.Stopping || f.Admission != admission {
+		// An unreadable fence says nothing: the quota stays booked.
+		return "", false, nil
+	}
+	gctx, cancel := bus.Bounded(ctx)
+	defer cancel()
+	msg, err := st.events.GetLastMsgForSubject(gctx, events.WorkloadSubject(events.TypeWorkloadStoppedV1, ref))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("read the stop of %s: %w", workloads.EngineKey(ref), err)
+	}
+	env, err := events.DecodeParts(msg.Subject, msg.Header, msg.Data)
+	if err != nil {
+		return "", false, nil
+	}
+	var ev events.WorkloadStoppedV1
+	if env.As(&ev) != nil || ev.Workload.UID != ref.UID || ev.Admission != admission {
+		return "", false, nil
+	}
+	return env.ID, true, nil
 }
 
 // publishUsage announces every ClusterQueue's usage that changed since

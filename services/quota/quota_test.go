@@ -15,6 +15,7 @@ import (
 	"github.com/sluice-dev/sluice/events"
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/internal/engine"
+	"github.com/sluice-dev/sluice/internal/fence"
 	"github.com/sluice-dev/sluice/internal/ledger"
 	"github.com/sluice-dev/sluice/internal/natstest"
 	"github.com/sluice-dev/sluice/internal/workloads"
@@ -52,6 +53,13 @@ func (l *lines) all() []string {
 }
 
 func newHarness(t *testing.T, reconcile time.Duration) *harness {
+	t.Helper()
+	return newHarnessAfter(t, reconcile, nil)
+}
+
+// newHarnessAfter is newHarness that runs before, if set, before the
+// quota service starts.
+func newHarnessAfter(t *testing.T, reconcile time.Duration, before func(h *harness)) *harness {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
@@ -91,6 +99,9 @@ func newHarness(t *testing.T, reconcile time.Duration) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(cc.Stop)
+	if before != nil {
+		before(h)
+	}
 
 	s, err := quota.New(quota.Config{Reconcile: reconcile}, js, bus.NewPublisher(js, events.Source("quota")), zerolog.New(h.logs))
 	if err != nil {
@@ -381,5 +392,61 @@ func TestEachAdmissionReleasedIsItsOwnEvent(t *testing.T) {
 func TestReleasesAreNeverGivenUp(t *testing.T) {
 	if got := quota.ReleaseConsumer().MaxDeliver; got != bus.RetryForever {
 		t.Errorf("release consumer MaxDeliver = %d, want RetryForever", got)
+	}
+}
+
+// TestReconcileReleasesWhatSluiceStopped: a job Sluice stopped (its fence
+// stops the admission, and the stop is announced) whose release was lost
+// (dead-lettered by a Sluice that still gave up on releases) has its
+// quota released by the reconciliation, under the stop's id; a job whose
+// stop is decided but not yet announced, still running, keeps its quota.
+func TestReconcileReleasesWhatSluiceStopped(t *testing.T) {
+	const stopID = "stopped-a"
+	h := newHarnessAfter(t, 20*time.Millisecond, func(h *harness) {
+		h.hold("a", "b")
+		fk, err := h.js.KeyValue(h.ctx, fence.Bucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range []string{"a", "b"} {
+			if err := fence.Stop(h.ctx, fk, workloads.Key(ref(n)), heldAdmission, "preempt-"+n); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// a's stop was announced, and its release given up on: the
+		// consumer acknowledged it without releasing.
+		h.publish(events.WorkloadStoppedV1{Workload: ref("a"), ClusterQueue: "cq", Reason: "Preempted", Admission: heldAdmission}, stopID)
+		spec := quota.ReleaseConsumer()
+		cons, err := h.js.CreateOrUpdateConsumer(h.ctx, spec.Stream, spec.ConsumerConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for m := range batch.Messages() {
+			if err := m.Term(); err != nil {
+				t.Fatal(err)
+			}
+			n++
+		}
+		if n != 1 {
+			t.Fatalf("fetched %d stop events, want 1", n)
+		}
+	})
+	if !waitFor(5*time.Second, func() bool { return len(h.held()) == 1 }) {
+		t.Fatalf("a's reservation not released by reconciliation; held: %v", h.held())
+	}
+	if d := cmp.Diff([]string{"b"}, h.held()); d != "" {
+		t.Errorf("held (-want +got):\n%s", d)
+	}
+	if !waitFor(time.Second, func() bool { return len(h.released()) > 0 }) {
+		t.Fatalf("no released event for a; quota logged: %v", h.logs.all())
+	}
+	want := []events.QuotaReleasedV1{{Workload: ref("a"), ClusterQueue: "cq", Admission: heldAdmission}}
+	if d := cmp.Diff(want, h.released()); d != "" {
+		t.Errorf("released events (-want +got):\n%s", d)
 	}
 }
