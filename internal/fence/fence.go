@@ -399,9 +399,14 @@ type Lister interface {
 
 // Collect deletes the keys of admissions that finished longer than age
 // ago, so the bucket holds only live workloads. A key written again since
-// it was read is left. In a bucket opened with bus.OpenKV the deletions'
-// markers expire (bus.Remove), and the keys go with them.
-func Collect(ctx context.Context, kv Lister, age time.Duration, now time.Time) (int, error) {
+// it was read is left, and so is one an option keeps (the caller knows of
+// work that may still read it). In a bucket opened with bus.OpenKV the
+// deletions' markers expire (bus.Remove), and the keys go with them.
+func Collect(ctx context.Context, kv Lister, age time.Duration, now time.Time, opts ...CollectOption) (int, error) {
+	var o collectOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	l, err := kv.ListKeys(ctx)
 	if errors.Is(err, jetstream.ErrNoKeysFound) {
 		return 0, nil
@@ -427,6 +432,15 @@ func Collect(ctx context.Context, kv Lister, age time.Duration, now time.Time) (
 		if json.Unmarshal(e.Value(), &st) != nil || st.Phase != Finished || now.Sub(e.Created()) < age {
 			continue
 		}
+		if o.keep != nil {
+			keep, err := o.keep(ctx, k, st, e.Created())
+			if err != nil {
+				errs = append(errs, fmt.Errorf("fence %s: %w", k, err))
+			}
+			if keep || err != nil {
+				continue
+			}
+		}
 		if err := bus.Remove(ctx, kv, k, e.Revision()); err != nil {
 			if !bus.IsRevisionConflict(err) {
 				errs = append(errs, fmt.Errorf("fence %s: delete: %w", k, err))
@@ -436,4 +450,18 @@ func Collect(ctx context.Context, kv Lister, age time.Duration, now time.Time) (
 		n++
 	}
 	return n, errors.Join(errs...)
+}
+
+// CollectOption tunes Collect.
+type CollectOption func(*collectOptions)
+
+type collectOptions struct {
+	keep func(ctx context.Context, key string, st State, finished time.Time) (bool, error)
+}
+
+// KeepIf keeps every finished key for which keep says so (or fails), for
+// as long as it does: keep is given the key, its state and when it
+// finished.
+func KeepIf(keep func(ctx context.Context, key string, st State, finished time.Time) (bool, error)) CollectOption {
+	return func(o *collectOptions) { o.keep = keep }
 }

@@ -189,8 +189,13 @@ func For(service string, opts ...Option) (Permissions, error) {
 	case "quota":
 		r.publish("sluice.quota.v1.>")
 		r.consume(bus.StreamEvents, "quota")
-		// Reconciliation reads a stopped job's stop from the stream.
+		// Reconciliation reads a stopped job's stop from the stream, and
+		// how far the consumers that may stop a job have come (a fence
+		// is kept until they are past its job's end).
 		r.readStream(bus.StreamEvents)
+		for _, d := range []string{"preemption", "quota", "admission-checks"} {
+			r.publish("$JS.API.CONSUMER.INFO." + bus.StreamEvents + "." + d)
+		}
 		r.kvRead(configstore.Bucket).kvRead(workloads.Bucket).kvWrite(ledger.Bucket).kvWrite(fence.Bucket)
 	case "watcher":
 		r.publish("sluice.config.v1.>")

@@ -39,6 +39,10 @@ type Config struct {
 	// records; reservations of workloads that no longer exist are
 	// released.
 	Reconcile time.Duration
+	// FenceAge is how long the fence of an ended workload is kept at
+	// least; longer while a consumer may still act on its admission
+	// (horizon). 0 means two minutes.
+	FenceAge time.Duration
 }
 
 // Service is the quota accounting service.
@@ -52,12 +56,19 @@ type Service struct {
 	// lastUsage is the id of the last usage event per ClusterQueue.
 	lastUsage map[string]string
 	ledger    *ledger.Writer
+	horizon   horizon
 }
 
 // New returns the service.
 func New(cfg Config, js jetstream.JetStream, pub Publisher, log zerolog.Logger) (*Service, error) {
 	if cfg.Reconcile <= 0 {
 		return nil, fmt.Errorf("quota: reconcile interval %s: must be positive", cfg.Reconcile)
+	}
+	if cfg.FenceAge < 0 {
+		return nil, fmt.Errorf("quota: fence age %s: must not be negative", cfg.FenceAge)
+	}
+	if cfg.FenceAge == 0 {
+		cfg.FenceAge = defaultFenceAge
 	}
 	return &Service{consuming: health.NewGate("workload ends not consumed yet"), cfg: cfg, js: js, pub: pub, log: log,
 		lastUsage: map[string]string{}, ledger: ledger.NewWriter(js)}, nil
@@ -85,7 +96,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("quota: open stream %s: %w", bus.StreamEvents, err)
 	}
-	st := stores{led: led, wls: wls, fences: fk, events: stream}
+	st := stores{led: led, wls: wls, fenceKV: fk, events: stream}
 	errc := make(chan error, 2)
 	tracker := usage.NewTracker(s.js, s.log)
 	tracked := make(chan struct{})
@@ -123,7 +134,7 @@ func (s *Service) Run(ctx context.Context) error {
 				}
 			default: // not every record read yet: no usage to tell
 			}
-			if _, err := fence.Collect(ctx, fk, fenceAge, time.Now()); err != nil && ctx.Err() == nil {
+			if err := s.collectFences(ctx, st, stream, time.Now()); err != nil && ctx.Err() == nil {
 				s.log.Warn().Err(err).Msg("collecting ended workloads' fences")
 			}
 			if !oldMarkersPurged {
@@ -140,10 +151,11 @@ func (s *Service) Run(ctx context.Context) error {
 // releasePartitions is how many releases run at once.
 const releasePartitions = 8
 
-// fenceAge is how long the fence of an ended workload is kept: far longer
-// than a preemption decided before the end takes to be handled, after
-// which the fence refuses it.
-const fenceAge = 2 * time.Minute
+// defaultFenceAge is how long the fence of an ended workload is kept at
+// least, so that a preemption decided before the end finds it, and is
+// refused; the horizon keeps it longer while such a decision is still
+// unhandled.
+const defaultFenceAge = 2 * time.Minute
 
 // handle releases the reservation of the workload an event is about.
 func (s *Service) handle(ctx context.Context, led jetstream.KeyValue, env events.Envelope) error {
@@ -238,7 +250,7 @@ func (s *Service) release(ctx context.Context, led jetstream.KeyValue, ref event
 // stores are what reconciliation reads.
 type stores struct {
 	led, wls jetstream.KeyValue
-	fences   fence.KV
+	fenceKV  fence.Lister
 	events   workloads.LastMsgReader
 }
 
@@ -291,7 +303,7 @@ func (s *Service) reconcile(ctx context.Context, st stores) error {
 // release of that stop carries. Only a fence that stops this admission
 // sends the reader to the stream, so a running job costs one read.
 func stoppedAnnounced(ctx context.Context, st stores, ref events.WorkloadRef, admission string) (string, bool, error) {
-	f, err := fence.Get(ctx, st.fences, workloads.Key(ref))
+	f, err := fence.Get(ctx, st.fenceKV, workloads.Key(ref))
 	if err != nil || f.Phase != fence.Stopping || f.Admission != admission {
 		// An unreadable fence says nothing: the quota stays booked.
 		return "", false, nil

@@ -61,6 +61,12 @@ func newHarness(t *testing.T, reconcile time.Duration) *harness {
 // quota service starts.
 func newHarnessAfter(t *testing.T, reconcile time.Duration, before func(h *harness)) *harness {
 	t.Helper()
+	return newHarnessWith(t, quota.Config{Reconcile: reconcile}, before)
+}
+
+// newHarnessWith is newHarnessAfter with a whole configuration.
+func newHarnessWith(t *testing.T, cfg quota.Config, before func(h *harness)) *harness {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	js := natstest.JetStream(t)
@@ -103,7 +109,7 @@ func newHarnessAfter(t *testing.T, reconcile time.Duration, before func(h *harne
 		before(h)
 	}
 
-	s, err := quota.New(quota.Config{Reconcile: reconcile}, js, bus.NewPublisher(js, events.Source("quota")), zerolog.New(h.logs))
+	s, err := quota.New(cfg, js, bus.NewPublisher(js, events.Source("quota")), zerolog.New(h.logs))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -448,5 +454,68 @@ func TestReconcileReleasesWhatSluiceStopped(t *testing.T) {
 	want := []events.QuotaReleasedV1{{Workload: ref("a"), ClusterQueue: "cq", Admission: heldAdmission}}
 	if d := cmp.Diff(want, h.released()); d != "" {
 		t.Errorf("released events (-want +got):\n%s", d)
+	}
+}
+
+// TestFencesOutliveEveryRetry: the fence of an ended job is kept while a
+// consumer that may still stop it holds a message stored before the end
+// (a preemption decided before it, retried with backoff), and while its
+// reservation is held; then it is collected.
+func TestFencesOutliveEveryRetry(t *testing.T) {
+	var pending jetstream.Msg
+	var fk jetstream.KeyValue
+	h := newHarnessWith(t, quota.Config{Reconcile: 20 * time.Millisecond, FenceAge: time.Millisecond}, func(h *harness) {
+		var err error
+		if fk, err = h.js.KeyValue(h.ctx, fence.Bucket); err != nil {
+			t.Fatal(err)
+		}
+		// A preemption decided while a ran, not handled yet.
+		cons, err := h.js.CreateOrUpdateConsumer(h.ctx, bus.StreamEvents, jetstream.ConsumerConfig{
+			Durable: "preemption", AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute,
+			FilterSubjects: []string{events.SubjectFilter("preemption", "requested", "*", "*")},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.publish(events.PreemptionRequestedV1{Preemptor: ref("p"), ClusterQueue: "cq",
+			Victims: []events.VictimV1{{Workload: ref("a"), ClusterQueue: "cq", Reason: "InClusterQueue"}}}, "preempt-a")
+		batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for m := range batch.Messages() {
+			pending = m
+		}
+		if pending == nil {
+			t.Fatal("the preemption request was not delivered")
+		}
+		for _, n := range []string{"a", "b"} {
+			if err := fence.Finish(h.ctx, fk, workloads.Key(ref(n)), heldAdmission, ref(n).UID, &fence.End{Succeeded: true}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// b's end is not accounted for yet: its quota is still held.
+		h.hold("b")
+	})
+	exists := func(n string) bool {
+		st, err := fence.Get(h.ctx, fk, workloads.Key(ref(n)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Phase != ""
+	}
+	time.Sleep(500 * time.Millisecond) // many reconciliations
+	if !exists("a") || !exists("b") {
+		t.Fatalf("fences collected while a preemption stored before the ends is unhandled: a %t, b %t", exists("a"), exists("b"))
+	}
+	if err := pending.Ack(); err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(5*time.Second, func() bool { return !exists("a") }) {
+		t.Fatal("a's fence not collected once every stop consumer handled the stream past its end")
+	}
+	time.Sleep(200 * time.Millisecond)
+	if !exists("b") {
+		t.Error("b's fence collected while its reservation is held")
 	}
 }
