@@ -57,10 +57,22 @@ type Service struct {
 	lastUsage map[string]string
 	ledger    *ledger.Writer
 	horizon   horizon
+	// backoffMin and backoffMax bound a failed release's redelivery
+	// delay; zero means the bus's defaults.
+	backoffMin, backoffMax time.Duration
+}
+
+// Option tunes the service.
+type Option func(*Service)
+
+// WithReleaseBackoff bounds the delay before a failed release is retried
+// (bus.ConsumerSpec's BackoffMin and BackoffMax; 1s and 1m by default).
+func WithReleaseBackoff(lo, hi time.Duration) Option {
+	return func(s *Service) { s.backoffMin, s.backoffMax = lo, hi }
 }
 
 // New returns the service.
-func New(cfg Config, js jetstream.JetStream, pub Publisher, log zerolog.Logger) (*Service, error) {
+func New(cfg Config, js jetstream.JetStream, pub Publisher, log zerolog.Logger, opts ...Option) (*Service, error) {
 	if cfg.Reconcile <= 0 {
 		return nil, fmt.Errorf("quota: reconcile interval %s: must be positive", cfg.Reconcile)
 	}
@@ -70,8 +82,15 @@ func New(cfg Config, js jetstream.JetStream, pub Publisher, log zerolog.Logger) 
 	if cfg.FenceAge == 0 {
 		cfg.FenceAge = defaultFenceAge
 	}
-	return &Service{consuming: health.NewGate("workload ends not consumed yet"), cfg: cfg, js: js, pub: pub, log: log,
-		lastUsage: map[string]string{}, ledger: ledger.NewWriter(js)}, nil
+	s := &Service{consuming: health.NewGate("workload ends not consumed yet"), cfg: cfg, js: js, pub: pub, log: log,
+		lastUsage: map[string]string{}, ledger: ledger.NewWriter(js)}
+	for _, o := range opts {
+		o(s)
+	}
+	if err := s.releaseConsumer().Validate(); err != nil {
+		return nil, fmt.Errorf("quota: %w", err)
+	}
+	return s, nil
 }
 
 // Ready reports whether the service consumes workload ends.
@@ -106,7 +125,7 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 	}()
 	go func() {
-		errc <- bus.Run(ctx, s.js, ReleaseConsumer(), func(ctx context.Context, env events.Envelope) error { return s.handle(ctx, led, env) }, bus.WithLogger(s.log),
+		errc <- bus.Run(ctx, s.js, s.releaseConsumer(), func(ctx context.Context, env events.Envelope) error { return s.handle(ctx, led, env) }, bus.WithLogger(s.log),
 			bus.WithStarted(s.consuming.Open),
 			// Releases of different workloads do not touch one another;
 			// those of one workload keep their order (a stop of one
@@ -209,6 +228,13 @@ func ReleaseConsumer() bus.ConsumerSpec {
 		},
 		MaxDeliver: bus.RetryForever,
 	}
+}
+
+// releaseConsumer is ReleaseConsumer with this service's backoff.
+func (s *Service) releaseConsumer() bus.ConsumerSpec {
+	c := ReleaseConsumer()
+	c.BackoffMin, c.BackoffMax = s.backoffMin, s.backoffMax
+	return c
 }
 
 // release frees the reservation of ref's job; of its given admission only,
