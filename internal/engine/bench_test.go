@@ -344,3 +344,19 @@ func BenchmarkSubmit(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPendingView: the view the admission service takes for the
+// pending API, the web view and metrics, with 100,000 workloads waiting
+// in 1,000 queues (taken at most once per cycle interval, and only while
+// queries wait).
+func BenchmarkPendingView(b *testing.B) {
+	e := benchEngine(b, BestEffortFIFO, 1, true)
+	e.Cycle(t0)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if v := e.PendingView(); len(v.byCQ) != benchCohorts*benchQueuesPer {
+			b.Fatalf("view of %d queues", len(v.byCQ))
+		}
+	}
+}

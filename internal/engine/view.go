@@ -37,7 +37,7 @@ func (e *Engine) PendingInClusterQueue(name string, offset, limit int) (PendingP
 	if !ok {
 		return PendingPage{}, false
 	}
-	return e.pendingPage(cq, nil, offset, limit), true
+	return page(e.pendingOf(cq), "", "", offset, limit), true
 }
 
 // PendingInLocalQueue is PendingInClusterQueue for the workloads of one
@@ -51,46 +51,98 @@ func (e *Engine) PendingInLocalQueue(namespace, name string, offset, limit int) 
 	if !ok {
 		return PendingPage{}, true // its ClusterQueue is missing: nothing waits in it
 	}
-	return e.pendingPage(cq, lq, offset, limit), true
+	return page(e.pendingOf(cq), namespace, name, offset, limit), true
 }
 
-// pendingPage walks cq's pending list: positions need the count of
-// everything before, and the total the count of everything. Between cycles
-// the list holds waiting workloads only (admitted ones are compacted away
-// at the end of the cycle that admits them). A deactivated workload is no
-// longer in line (Kueue takes it out of its queue): it has no position and
-// is not counted.
-func (e *Engine) pendingPage(cq *cqState, only *LocalQueue, offset, limit int) PendingPage {
-	var page PendingPage
+// PendingView is every queue's waiting workloads as the engine held them
+// when it was taken: it answers the same questions as
+// PendingInClusterQueue and PendingInLocalQueue, from any goroutine, while
+// the engine moves on.
+type PendingView struct {
+	byCQ map[string][]PendingItem
+	// lqs maps namespace/name to its ClusterQueue ("" when missing).
+	lqs map[string]string
+}
+
+// PendingView takes a view of every queue's waiting workloads.
+func (e *Engine) PendingView() *PendingView {
+	v := &PendingView{byCQ: make(map[string][]PendingItem, len(e.tree.cqs)), lqs: make(map[string]string, len(e.tree.lqs))}
+	for name, cq := range e.tree.cqs {
+		v.byCQ[name] = e.pendingOf(cq)
+	}
+	for key, lq := range e.tree.lqs {
+		if _, ok := e.tree.cqs[lq.ClusterQueue]; ok {
+			v.lqs[key] = lq.ClusterQueue
+		} else {
+			v.lqs[key] = ""
+		}
+	}
+	return v
+}
+
+// InClusterQueue is PendingInClusterQueue as of the view.
+func (v *PendingView) InClusterQueue(name string, offset, limit int) (PendingPage, bool) {
+	items, ok := v.byCQ[name]
+	if !ok {
+		return PendingPage{}, false
+	}
+	return page(items, "", "", offset, limit), true
+}
+
+// InLocalQueue is PendingInLocalQueue as of the view.
+func (v *PendingView) InLocalQueue(namespace, name string, offset, limit int) (PendingPage, bool) {
+	cq, ok := v.lqs[namespace+"/"+name]
+	if !ok {
+		return PendingPage{}, false
+	}
+	return page(v.byCQ[cq], namespace, name, offset, limit), true
+}
+
+// pendingOf lists cq's waiting workloads with their places in line:
+// positions need the count of everything before. Between cycles the list
+// holds waiting workloads only (admitted ones are compacted away at the
+// end of the cycle that admits them). A deactivated workload is no longer
+// in line (Kueue takes it out of its queue): it has no position and is not
+// listed.
+func (e *Engine) pendingOf(cq *cqState) []PendingItem {
+	items := make([]PendingItem, 0, len(cq.pending))
 	inLQ := map[*LocalQueue]int{}
-	cqPos := -1
 	for _, ws := range cq.pending {
 		if ws.pods.deactivated != "" {
 			continue
 		}
-		cqPos++
 		lqPos := inLQ[ws.lq]
 		inLQ[ws.lq]++
-		if only != nil && ws.lq != only {
-			continue
-		}
-		page.Total++
-		// offset counts in the queue asked about.
-		idx := cqPos
-		if only != nil {
-			idx = lqPos
-		}
-		if idx < offset || (limit > 0 && len(page.Items) >= limit) {
-			continue
-		}
-		page.Items = append(page.Items, PendingItem{
+		items = append(items, PendingItem{
 			Key: ws.key, Kind: ws.w.Kind, Namespace: ws.w.Namespace, Name: ws.w.Name,
 			LocalQueue: ws.w.Queue, ClusterQueue: cq.Name, Priority: ws.w.Priority,
-			PositionInClusterQueue: cqPos, PositionInLocalQueue: lqPos,
+			PositionInClusterQueue: len(items), PositionInLocalQueue: lqPos,
 			Reason: ws.reason, Submitted: ws.w.Submitted,
 		})
 	}
-	return page
+	return items
+}
+
+// page picks from a ClusterQueue's items those of LocalQueue
+// namespace/name (all when name is ""), from offset on in that queue's
+// order, at most limit (limit ≤ 0: all), and counts them.
+func page(items []PendingItem, namespace, name string, offset, limit int) PendingPage {
+	var p PendingPage
+	for _, it := range items {
+		idx := it.PositionInClusterQueue
+		if name != "" {
+			if it.Namespace != namespace || it.LocalQueue != name {
+				continue
+			}
+			idx = it.PositionInLocalQueue
+		}
+		p.Total++
+		if idx < offset || (limit > 0 && len(p.Items) >= limit) {
+			continue
+		}
+		p.Items = append(p.Items, it)
+	}
+	return p
 }
 
 // QueueStats is what a ClusterQueue holds and what waits in it.

@@ -55,14 +55,21 @@ func TestPendingPages(t *testing.T) {
 		{name: "one LocalQueue, a page of it", lq: "a", offset: 1, limit: 1, want: []string{"a/low-old@3/1"}, wantTotal: 3},
 		{name: "an offset past the end", lq: "b", offset: 5, wantTotal: 2},
 	}
+	// A view taken now answers alike, and keeps answering alike after
+	// the engine moved on.
+	view := e.PendingView()
+	if err := e.Submit(newWL("a", "later").queue("lq").prio(9).at(6*time.Second).pods("main", 1, "cpu", 1000).obj()); err != nil {
+		t.Fatal(err)
+	}
+	e.Cycle(t0.Add(11 * time.Second))
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var p PendingPage
 			var ok bool
 			if tc.lq == "" {
-				p, ok = e.PendingInClusterQueue("cq", tc.offset, tc.limit)
+				p, ok = view.InClusterQueue("cq", tc.offset, tc.limit)
 			} else {
-				p, ok = e.PendingInLocalQueue(tc.lq, "lq", tc.offset, tc.limit)
+				p, ok = view.InLocalQueue(tc.lq, "lq", tc.offset, tc.limit)
 			}
 			if !ok {
 				t.Fatal("queue not found")
@@ -74,6 +81,24 @@ func TestPendingPages(t *testing.T) {
 				t.Errorf("total %d, want %d", p.Total, tc.wantTotal)
 			}
 		})
+	}
+	e = pendingFixture(t)
+	for _, tc := range cases {
+		var p PendingPage
+		if tc.lq == "" {
+			p, _ = e.PendingInClusterQueue("cq", tc.offset, tc.limit)
+		} else {
+			p, _ = e.PendingInLocalQueue(tc.lq, "lq", tc.offset, tc.limit)
+		}
+		if d := cmp.Diff(tc.want, line(p)); d != "" || p.Total != tc.wantTotal {
+			t.Errorf("%s, read from the engine: total %d (want %d), items (-want +got):\n%s", tc.name, p.Total, tc.wantTotal, d)
+		}
+	}
+	if _, ok := view.InClusterQueue("nope", 0, 0); ok {
+		t.Error("a missing ClusterQueue was found in the view")
+	}
+	if _, ok := view.InLocalQueue("a", "nope", 0, 0); ok {
+		t.Error("a missing LocalQueue was found in the view")
 	}
 	p, _ := e.PendingInClusterQueue("cq", 0, 1)
 	want := PendingItem{Key: "a/top", Namespace: "a", Name: "top", LocalQueue: "lq", ClusterQueue: "cq", Priority: 9,

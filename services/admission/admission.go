@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -137,11 +138,26 @@ type Service struct {
 	lastCycle time.Time
 
 	metrics *metrics
-	// queries are reads of the engine from other goroutines (the
-	// visibility API, metrics), run by the service's own loop.
+	// queries are reads of the engine run by the service's own loop, for
+	// tests' probes (export_test.go).
 	queries chan func()
-	// queryLimit bounds the queries entering the loop (QueriesPerSecond).
+	// queryLimit bounds the queries answered (QueriesPerSecond).
 	queryLimit *rate.Limiter
+	// view is what the visibility API, the web view and the metrics read:
+	// taken in the loop at most once per Interval, while queries ask for
+	// one (wantView), and answered outside it, so that no flood of queries
+	// takes the loop's time from admission.
+	view     atomic.Pointer[view]
+	wantView chan struct{}
+	// viewMu guards nextView, which closes once the next view is taken.
+	viewMu   sync.Mutex
+	nextView chan struct{}
+	// viewDue and lastView are the loop's: a view was asked for, and when
+	// the last was taken.
+	viewDue  bool
+	lastView time.Time
+	// views counts the views taken.
+	views atomic.Int64
 	// stopped closes when Run returns.
 	stopped chan struct{}
 
@@ -189,6 +205,7 @@ func New(cfg Config, js jetstream.JetStream, pub Publisher, opts ...Option) (*Se
 		fences:    map[string]fence.State{},
 		unapplied: map[string]bool{},
 		queries:   make(chan func()),
+		wantView:  make(chan struct{}, 1),
 		metrics:   newMetrics(),
 		stopped:   make(chan struct{}),
 	}
@@ -312,10 +329,14 @@ func (s *Service) Run(ctx context.Context) error {
 			s.applyFence(e)
 		case q := <-s.queries:
 			q()
+		case <-s.wantView:
+			s.viewDue = true
+			s.takeView()
 		case <-tick.C:
 			if !allSynced() {
 				continue
 			}
+			s.takeView()
 			if !s.synced.IsOpen() {
 				s.build()
 				s.announceLedger(ctx)
@@ -356,9 +377,6 @@ func (s *Service) read(ctx context.Context, f func()) error {
 	if !s.synced.IsOpen() {
 		return ErrNotReady
 	}
-	if !s.queryLimit.Allow() {
-		return fmt.Errorf("admission: more than %d queries a second: %w", s.cfg.QueriesPerSecond, visibility.ErrBusy)
-	}
 	done := make(chan struct{})
 	select {
 	case s.queries <- func() { f(); close(done) }:
@@ -375,20 +393,79 @@ func (s *Service) read(ctx context.Context, f func()) error {
 	}
 }
 
+// view is the engine's state as queries see it.
+type view struct {
+	pending *engine.PendingView
+	stats   []engine.QueueStats
+}
+
+// takeView takes a view for the queries waiting for one, unless one was
+// taken less than an Interval ago (the next tick takes it then): however
+// many queries come, the loop spends at most one view per Interval.
+func (s *Service) takeView() {
+	if !s.viewDue || !s.synced.IsOpen() || time.Since(s.lastView) < s.cfg.Interval {
+		return
+	}
+	s.view.Store(&view{pending: s.eng.PendingView(), stats: s.eng.Stats(s.clock())})
+	s.viewDue, s.lastView = false, time.Now()
+	s.views.Add(1)
+	s.viewMu.Lock()
+	ch := s.nextView
+	s.nextView = nil
+	s.viewMu.Unlock()
+	if ch != nil {
+		close(ch)
+	}
+}
+
+// currentView waits for a view taken after the query came, so that an
+// answer is as fresh as one read in the loop, shared with every query
+// that came meanwhile.
+func (s *Service) currentView(ctx context.Context) (*view, error) {
+	if !s.synced.IsOpen() {
+		return nil, ErrNotReady
+	}
+	if !s.queryLimit.Allow() {
+		return nil, fmt.Errorf("admission: more than %d queries a second: %w", s.cfg.QueriesPerSecond, visibility.ErrBusy)
+	}
+	s.viewMu.Lock()
+	if s.nextView == nil {
+		s.nextView = make(chan struct{})
+	}
+	ch := s.nextView
+	s.viewMu.Unlock()
+	select {
+	case s.wantView <- struct{}{}:
+	default: // asked already
+	}
+	select {
+	case <-ch:
+		return s.view.Load(), nil
+	case <-s.stopped:
+		return nil, ErrNotReady
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
 // PendingInClusterQueue implements visibility.Source.
 func (s *Service) PendingInClusterQueue(ctx context.Context, name string, offset, limit int) (engine.PendingPage, bool, error) {
-	var page engine.PendingPage
-	var ok bool
-	err := s.read(ctx, func() { page, ok = s.eng.PendingInClusterQueue(name, offset, limit) })
-	return page, ok, err
+	v, err := s.currentView(ctx)
+	if err != nil {
+		return engine.PendingPage{}, false, err
+	}
+	page, ok := v.pending.InClusterQueue(name, offset, limit)
+	return page, ok, nil
 }
 
 // PendingInLocalQueue implements visibility.Source.
 func (s *Service) PendingInLocalQueue(ctx context.Context, namespace, name string, offset, limit int) (engine.PendingPage, bool, error) {
-	var page engine.PendingPage
-	var ok bool
-	err := s.read(ctx, func() { page, ok = s.eng.PendingInLocalQueue(namespace, name, offset, limit) })
-	return page, ok, err
+	v, err := s.currentView(ctx)
+	if err != nil {
+		return engine.PendingPage{}, false, err
+	}
+	page, ok := v.pending.InLocalQueue(namespace, name, offset, limit)
+	return page, ok, nil
 }
 
 // Now is the service's clock, for the visibility API's waiting times.
@@ -402,10 +479,11 @@ func (s *Service) Routes(mux *http.ServeMux) {
 
 // Queues implements webview.Source.
 func (s *Service) Queues(ctx context.Context) ([]engine.QueueStats, error) {
-	var stats []engine.QueueStats
-	now := s.clock()
-	err := s.read(ctx, func() { stats = s.eng.Stats(now) })
-	return stats, err
+	v, err := s.currentView(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return v.stats, nil
 }
 
 func (s *Service) applyConfig(e jetstream.KeyValueEntry) {

@@ -15,3 +15,6 @@ func (s *Service) HoldsAdmission(ctx context.Context, key string) (held bool, er
 	err = s.read(ctx, func() { held = s.eng.IsAdmitted(key) })
 	return held, err
 }
+
+// ViewsTaken counts the views the loop took for queries (tests only).
+func (s *Service) ViewsTaken() int64 { return s.views.Load() }

@@ -3,6 +3,7 @@ package admission_test
 import (
 	"encoding/json"
 	"fmt"
+	"sync"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -119,4 +120,43 @@ func TestQueriesPastTheLimitAreBusy(t *testing.T) {
 	}
 	h.submit("b", "main", 0, 2, "1")
 	ledgerIs(map[string]int32{"a": 2, "b": 2}).do(h)
+}
+
+// TestQueriesShareViews: a burst of queries is answered from views the
+// loop takes at most once per cycle interval, not one read of the engine
+// each; admission goes on meanwhile.
+func TestQueriesShareViews(t *testing.T) {
+	h := newHarness(t)
+	h.queriesPerSecond = 100000
+	h.configure("4", nil)
+	h.start()
+	h.submit("a", "main", 0, 2, "1")
+	ledgerIs(map[string]int32{"a": 2}).do(h)
+	before := h.svc.ViewsTaken()
+	const queries = 400
+	var wg sync.WaitGroup
+	errs := make(chan error, queries)
+	for range queries {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			page, ok, err := h.svc.PendingInClusterQueue(h.ctx, "cq", 0, 0)
+			if err == nil && (!ok || page.Total > 1) {
+				err = fmt.Errorf("cq: found %t, %d pending; want found, at most b", ok, page.Total)
+			}
+			errs <- err
+		}()
+	}
+	h.submit("b", "main", 0, 2, "1")
+	ledgerIs(map[string]int32{"a": 2, "b": 2}).do(h)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := h.svc.ViewsTaken() - before; n < 1 || n > queries/4 {
+		t.Errorf("%d queries took %d views of the engine; want at least 1 and far fewer than the queries", queries, n)
+	}
 }
