@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -59,6 +60,10 @@ type common struct {
 	// worker: this NATS is a worker cluster's, whose multicluster
 	// messages go to the manager's stream: it must have none of its own.
 	worker bool
+	// maxBytes, dlqMaxBytes and kvMaxBytes bound the streams and
+	// buckets (bus.Config), as quantities ("8Gi"); "" keeps the current
+	// bound, "-1" removes it.
+	maxBytes, dlqMaxBytes, kvMaxBytes string
 }
 
 // bind binds the flags of a service; c's httpAddr is the default of
@@ -77,6 +82,9 @@ func (c *common) bind(cmd *cobra.Command, kube bool) {
 func (c *common) bindSetup(cmd *cobra.Command) {
 	c.bindNATS(cmd)
 	cmd.Flags().IntVar(&c.replicas, "replicas", 1, "replicas of Sluice's streams and buckets (3 on a 3-node NATS cluster)")
+	cmd.Flags().StringVar(&c.maxBytes, "max-bytes", "", "bound on the SLUICE stream's size, e.g. 8Gi (oldest events dropped past it; empty: keep the current bound, -1: none)")
+	cmd.Flags().StringVar(&c.dlqMaxBytes, "dlq-max-bytes", "", "bound on the SLUICE_DLQ stream's size, e.g. 1Gi (empty: keep the current bound, -1: none)")
+	cmd.Flags().StringVar(&c.kvMaxBytes, "kv-max-bytes", "", "bound on each bucket's size, e.g. 1Gi (a full bucket refuses writes; empty: keep the current bound, -1: none)")
 	cmd.Flags().StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 }
 
@@ -164,6 +172,28 @@ func protobuf(kc *rest.Config) *rest.Config {
 	return out
 }
 
+// bounds reads the size bounds' flags into bc.
+func (c *common) bounds(bc *bus.Config) error {
+	for _, f := range []struct {
+		flag, value string
+		into        *int64
+	}{{"--max-bytes", c.maxBytes, &bc.MaxBytes}, {"--dlq-max-bytes", c.dlqMaxBytes, &bc.DLQMaxBytes}, {"--kv-max-bytes", c.kvMaxBytes, &bc.KVMaxBytes}} {
+		if f.value == "" {
+			continue
+		}
+		q, err := resource.ParseQuantity(f.value)
+		if err != nil {
+			return usageError{fmt.Errorf("%s %q: %v (a size such as 8Gi, or -1 for none)", f.flag, f.value, err)}
+		}
+		n, ok := q.AsInt64()
+		if !ok || n < -1 || n == 0 {
+			return usageError{fmt.Errorf("%s %q: must be a positive size such as 8Gi, or -1 for none", f.flag, f.value)}
+		}
+		*f.into = n
+	}
+	return nil
+}
+
 // connect opens NATS and JetStream and, unless --setup=false, makes sure
 // streams and buckets exist.
 func (c *common) connect(ctx context.Context, name string) (*nats.Conn, jetstream.JetStream, error) {
@@ -174,13 +204,16 @@ func (c *common) connect(ctx context.Context, name string) (*nats.Conn, jetstrea
 	if c.replicas < 1 || c.replicas > 5 {
 		return nil, nil, usageError{fmt.Errorf("--replicas %d: must be 1 to 5", c.replicas)}
 	}
+	bc := bus.DefaultConfig()
+	bc.Replicas = c.replicas
+	if err := c.bounds(&bc); err != nil {
+		return nil, nil, err
+	}
 	nc, js, err := connectJS(cfg, "sluice-"+name)
 	if err != nil {
 		return nil, nil, err
 	}
 	if c.setup {
-		bc := bus.DefaultConfig()
-		bc.Replicas = c.replicas
 		if err := bus.Setup(ctx, js, bc); err != nil {
 			nc.Close()
 			return nil, nil, err
@@ -389,8 +422,20 @@ func watcherRunner(f *serviceFlags) runner {
 		if err != nil {
 			return nil, usageError{err}
 		}
-		return s, nil
+		return storageReporter{s, bus.StorageCollector(js)}, nil
 	}
+}
+
+// storageReporter is the watcher, which also reports the size of the
+// streams and buckets against their bounds: one service of every install
+// does, so each store is reported once.
+type storageReporter struct {
+	service
+	storage prometheus.Collector
+}
+
+func (r storageReporter) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{r.storage}
 }
 
 // integrationRunner runs the named kinds' integrations, each once its

@@ -75,6 +75,15 @@ type Config struct {
 	// The quota ledger, the workload records and the fences keep one
 	// whatever this says (their deleted keys' markers expire).
 	KVHistory int
+	// MaxBytes bounds SLUICE's size; past it the oldest events go, as
+	// past MaxAge. DLQMaxBytes bounds SLUICE_DLQ alike. KVMaxBytes bounds
+	// each bucket; a full bucket refuses writes (nothing is admitted
+	// while the ledger is full) rather than dropping state. Bounded, one
+	// store cannot fill the server's disk and stop the others' writes.
+	// 0 keeps the store's current bound (none for a new store), so that a
+	// service setting up at start leaves the bounds `sluice setup` set;
+	// -1 removes it.
+	MaxBytes, DLQMaxBytes, KVMaxBytes int64
 }
 
 // DefaultConfig is Config with every default filled in.
@@ -113,6 +122,11 @@ func (c Config) Validate() error {
 	if c.Replicas < 0 || c.MaxAge < 0 || c.Duplicates < 0 || c.DLQMaxAge < 0 || c.KVHistory < 0 {
 		return fmt.Errorf("%w: negative value in %+v", ErrInvalidConfig, c)
 	}
+	for name, n := range map[string]int64{"max bytes": c.MaxBytes, "DLQ max bytes": c.DLQMaxBytes, "KV max bytes": c.KVMaxBytes} {
+		if n < -1 {
+			return fmt.Errorf("%w: %s %d: must be positive, 0 (keep the current bound) or -1 (none)", ErrInvalidConfig, name, n)
+		}
+	}
 	c = c.withDefaults()
 	if c.Replicas > MaxReplicas {
 		return fmt.Errorf("%w: replicas %d: must be 1..%d", ErrInvalidConfig, c.Replicas, MaxReplicas)
@@ -143,7 +157,7 @@ func (c Config) StreamConfig() jetstream.StreamConfig {
 		Replicas:    c.Replicas,
 		Storage:     jetstream.FileStorage,
 		MaxMsgs:     -1,
-		MaxBytes:    -1,
+		MaxBytes:    bound(c.MaxBytes),
 		// The services read the last event about a workload before each
 		// transition they announce. A direct get answers with the stored
 		// message as it is; the stream API would wrap it in JSON with its
@@ -166,7 +180,7 @@ func (c Config) DLQStreamConfig() jetstream.StreamConfig {
 		Replicas:    c.Replicas,
 		Storage:     jetstream.FileStorage,
 		MaxMsgs:     -1,
-		MaxBytes:    -1,
+		MaxBytes:    bound(c.DLQMaxBytes),
 	}
 }
 
@@ -190,6 +204,7 @@ func (c Config) KeyValueConfig(bucket string) jetstream.KeyValueConfig {
 			TTL:         ShardTTL,
 			Replicas:    c.Replicas,
 			Storage:     jetstream.FileStorage,
+			MaxBytes:    bound(c.KVMaxBytes),
 		}
 	}
 	kvc := jetstream.KeyValueConfig{
@@ -198,6 +213,7 @@ func (c Config) KeyValueConfig(bucket string) jetstream.KeyValueConfig {
 		History:     uint8(c.KVHistory),
 		Replicas:    c.Replicas,
 		Storage:     jetstream.FileStorage,
+		MaxBytes:    bound(c.KVMaxBytes),
 	}
 	switch bucket {
 	case BucketQuota, BucketWorkloads, BucketFence:
@@ -210,6 +226,27 @@ func (c Config) KeyValueConfig(bucket string) jetstream.KeyValueConfig {
 		kvc.LimitMarkerTTL = LimitMarkerTTL
 	}
 	return kvc
+}
+
+// bound is a size limit as JetStream takes it: -1 for none.
+func bound(n int64) int64 {
+	if n <= 0 {
+		return -1
+	}
+	return n
+}
+
+// keepBound is the size limit Setup gives stream: want, or with want 0
+// the stream's current one.
+func keepBound(ctx context.Context, js jetstream.JetStream, stream string, want int64) int64 {
+	if want != 0 {
+		return bound(want)
+	}
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return -1 // a new stream, or one Create reports on next
+	}
+	return s.CachedInfo().Config.MaxBytes
 }
 
 // LimitMarkerTTL is how long a bucket with expiring markers keeps the
@@ -226,19 +263,24 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	for _, sc := range []jetstream.StreamConfig{cfg.StreamConfig(), cfg.DLQStreamConfig()} {
+	main, dlq := cfg.StreamConfig(), cfg.DLQStreamConfig()
+	main.MaxBytes = keepBound(ctx, js, main.Name, cfg.MaxBytes)
+	dlq.MaxBytes = keepBound(ctx, js, dlq.Name, cfg.DLQMaxBytes)
+	for _, sc := range []jetstream.StreamConfig{main, dlq} {
 		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
 			return fmt.Errorf("bus: stream %s: %w", sc.Name, err)
 		}
 	}
 	for _, b := range Buckets {
+		kvc := cfg.KeyValueConfig(b)
+		kvc.MaxBytes = keepBound(ctx, js, "KV_"+b, cfg.KVMaxBytes)
 		if b == BucketQuota {
-			if err := setupQuota(ctx, js, cfg.KeyValueConfig(b)); err != nil {
+			if err := setupQuota(ctx, js, kvc); err != nil {
 				return fmt.Errorf("bus: bucket %s: %w", b, err)
 			}
 			continue
 		}
-		if _, err := js.CreateOrUpdateKeyValue(ctx, cfg.KeyValueConfig(b)); err != nil {
+		if _, err := js.CreateOrUpdateKeyValue(ctx, kvc); err != nil {
 			return fmt.Errorf("bus: bucket %s: %w", b, err)
 		}
 	}
@@ -264,11 +306,11 @@ func setupQuota(ctx context.Context, js jetstream.JetStream, kvc jetstream.KeyVa
 		if err != nil {
 			return err
 		}
-		replicas := kvc.Replicas
+		replicas, maxBytes := kvc.Replicas, kvc.MaxBytes
 		if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok {
-			replicas = bs.StreamInfo().Config.Replicas
+			replicas, maxBytes = bs.StreamInfo().Config.Replicas, bs.StreamInfo().Config.MaxBytes
 		}
-		if st.History() != int64(kvc.History) || st.LimitMarkerTTL() != kvc.LimitMarkerTTL || replicas != kvc.Replicas {
+		if st.History() != int64(kvc.History) || st.LimitMarkerTTL() != kvc.LimitMarkerTTL || replicas != kvc.Replicas || maxBytes != kvc.MaxBytes {
 			if _, err := js.UpdateKeyValue(ctx, kvc); err != nil {
 				return err
 			}

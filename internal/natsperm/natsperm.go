@@ -202,6 +202,10 @@ func For(service string, opts ...Option) (Permissions, error) {
 		// Queue status: usage from the ledger, pending counts from records
 		// less the workloads deactivated (their fences say so).
 		r.kvWrite(configstore.Bucket).kvRead(ledger.Bucket).kvRead(workloads.Bucket).kvRead(fence.Bucket)
+		// The storage metrics: each stream's and bucket's size and bound.
+		for _, st := range []string{bus.StreamEvents, bus.StreamDLQ, "KV_" + bus.BucketShards} {
+			r.publish("$JS.API.STREAM.INFO." + st)
+		}
 	case "checks":
 		// Admission check controllers: each consumes reservations with
 		// its own durable consumer, check-<name>, and answers.

@@ -23,6 +23,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -132,6 +134,12 @@ func TestServicesUnderTheirPermissions(t *testing.T) {
 	})
 	put(t, ctx, cfgKV, configstore.Key(configstore.KindLocalQueue, "team-a", "main"), v1beta1.LocalQueue{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "main"}, Spec: v1beta1.LocalQueueSpec{ClusterQueue: "cq"}})
+	// The watcher reports every store's size.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(bus.StorageCollector(wjs))
+	if n, err := testutil.GatherAndCount(reg, "sluice_storage_bytes"); err != nil || n != 2+len(bus.Buckets) {
+		t.Errorf("watcher: %d sluice_storage_bytes samples (%v), want one per stream and bucket (%d)", n, err, 2+len(bus.Buckets))
+	}
 
 	// The integration's part: records, and the job's own transitions.
 	_, ijs := connect("integration")

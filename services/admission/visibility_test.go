@@ -3,10 +3,10 @@ package admission_test
 import (
 	"encoding/json"
 	"fmt"
-	"sync"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
