@@ -145,6 +145,7 @@ func TestChartRefusesBadValuesNamingThem(t *testing.T) {
 		{name: "a duration that is not one", set: []string{"admission.pendingInterval=30"}, wantErr: []string{"/admission/pendingInterval"}},
 		{name: "an unknown log level", set: []string{"logLevel=trace"}, wantErr: []string{"/logLevel"}},
 		{name: "a memory limit the Go runtime cannot read", set: []string{"goMemLimit=400MB"}, wantErr: []string{"/goMemLimit"}},
+		{name: "a size bound that is not a size", set: []string{"nats.limits.kvMaxBytes=1GB"}, wantErr: []string{"/nats/limits/kvMaxBytes"}},
 		{name: "negative replicas", set: []string{"quota.replicas=-1"}, wantErr: []string{"/quota/replicas"}},
 		{name: "a worker without its name", set: []string{"worker.enabled=true"}, wantErr: []string{"worker.name is required"}},
 		{name: "a worker name NATS and Kubernetes cannot carry", set: []string{"worker.enabled=true", "worker.name=GPU_east"}, wantErr: []string{"/worker/name"}},
@@ -715,5 +716,31 @@ func TestChartQuotaResources(t *testing.T) {
 	if _, err := render(t, "quotaResources.transformations[0].input=cpu", "quotaResources.transformations[0].strategy=Keep"); err == nil ||
 		!strings.Contains(err.Error(), "quotaResources/transformations/0/strategy") {
 		t.Errorf("an unknown strategy is not refused by name: %v", err)
+	}
+}
+
+// The setup Job bounds the streams and buckets with nats.limits; the
+// PrometheusRule with the alerts on them is rendered only when asked for.
+func TestChartStorageBounds(t *testing.T) {
+	setupArgs := func(objs []*unstructured.Unstructured) []string {
+		var job batchv1.Job
+		find(t, objs, "Job", release+"-sluice-setup", &job)
+		return job.Spec.Template.Spec.Containers[0].Args
+	}
+	objs := mustRender(t)
+	for _, want := range []string{"--max-bytes=2Gi", "--dlq-max-bytes=512Mi", "--kv-max-bytes=1Gi"} {
+		if !slices.Contains(setupArgs(objs), want) {
+			t.Errorf("setup Job args %v lack %s", setupArgs(objs), want)
+		}
+	}
+	if len(names(objs, "PrometheusRule")) != 0 {
+		t.Error("a PrometheusRule rendered without prometheusRule.enabled")
+	}
+	objs = mustRender(t, "nats.limits.maxBytes=-1", "prometheusRule.enabled=true")
+	if !slices.Contains(setupArgs(objs), "--max-bytes=-1") {
+		t.Errorf("setup Job args %v lack --max-bytes=-1", setupArgs(objs))
+	}
+	if got := names(objs, "PrometheusRule"); len(got) != 1 {
+		t.Errorf("PrometheusRules %v, want one", got)
 	}
 }
