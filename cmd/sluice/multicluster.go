@@ -46,12 +46,14 @@ type workerFlags struct {
 	name          string
 	managerDomain string
 	heartbeat     time.Duration
+	namespaces    []string
 }
 
 func (f *workerFlags) bind(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.name, "name", f.name, "this worker cluster's name: its leaf node user in the manager's NATS, as the MultiClusterConfig lists it")
 	cmd.Flags().StringVar(&f.managerDomain, "manager-domain", "hub", "the JetStream domain of the manager's NATS, reached through this cluster's leaf node (empty: this NATS is the manager's)")
 	cmd.Flags().DurationVar(&f.heartbeat, "heartbeat", 5*time.Second, "how often the manager is told this worker is there")
+	cmd.Flags().StringSliceVar(&f.namespaces, "namespaces", nil, "namespaces copies may be created in (default: every one); an offer for another is refused")
 }
 
 // workerRunner runs the agent of a worker cluster. It opens a connection
@@ -88,7 +90,7 @@ func workerRunner(f *workerFlags, cfg func() (natsconn.Config, error), names fun
 			return nil, err
 		}
 		w, err := multicluster.NewWorker(f.name, dyn, hub, ads, multicluster.WithWorkerLogger(log), multicluster.WithHeartbeat(f.heartbeat),
-			multicluster.WithManagerDomain(f.managerDomain))
+			multicluster.WithManagerDomain(f.managerDomain), multicluster.WithNamespaces(f.namespaces...))
 		if err != nil {
 			nc.Close()
 			return nil, usageError{err}

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/sluice-dev/sluice/api/v1beta1"
 	"github.com/sluice-dev/sluice/events"
 	"github.com/sluice-dev/sluice/services/integration"
 )
@@ -46,6 +47,8 @@ type Worker struct {
 	sent      map[string][]byte // manager UID -> last report sent
 	connected atomic.Bool
 	synced    atomic.Bool
+	// allowed says which namespaces copies may be created in (nil: all).
+	allowed func(namespace string) bool
 }
 
 type copyKey struct{ kind, namespace, name string }
@@ -55,6 +58,21 @@ type WorkerOption func(*Worker)
 
 // WithWorkerLogger sets the logger.
 func WithWorkerLogger(l zerolog.Logger) WorkerOption { return func(w *Worker) { w.log = l } }
+
+// WithNamespaces limits the copies the worker creates to these
+// namespaces (none given: every namespace).
+func WithNamespaces(namespaces ...string) WorkerOption {
+	return func(w *Worker) {
+		if len(namespaces) == 0 {
+			return
+		}
+		set := map[string]bool{}
+		for _, n := range namespaces {
+			set[n] = true
+		}
+		w.allowed = func(ns string) bool { return set[ns] }
+	}
+}
 
 // WithManagerDomain names the manager's JetStream domain, which stores
 // the worker's reports; an acknowledgement from another domain is an
@@ -176,6 +194,58 @@ func (w *Worker) beat(ctx context.Context) {
 	}
 }
 
+// ErrRefusedCopy: an offer whose object this worker does not create (it
+// is not suspended or not queued, or in a namespace the worker does not
+// serve); the manager is told the copy is gone.
+var ErrRefusedCopy = errors.New("copy refused")
+
+// copyOf is the object a worker creates for an Offer or Run: the object
+// sent, of the offered kind, name and namespace, marked as the manager's
+// copy. Whatever holds a credential that may send to this worker can only
+// have it create what its own Sluice then queues: an object of a kind it
+// integrates, suspended, naming a LocalQueue, in a namespace allowed
+// (allowed nil: every one); anything else is refused.
+func copyOf(msg Message, ad integration.Adapter, allowed func(namespace string) bool) (*unstructured.Unstructured, error) {
+	k := ad.Kind()
+	if allowed != nil && !allowed(msg.Workload.Namespace) {
+		return nil, fmt.Errorf("%w: namespace %s is not one this worker serves", ErrRefusedCopy, msg.Workload.Namespace)
+	}
+	obj := &unstructured.Unstructured{}
+	if err := json.Unmarshal(msg.Object, &obj.Object); err != nil || obj.Object == nil {
+		return nil, fmt.Errorf("%w: object of %s: not a JSON object: %v", ErrBadMessage, msg.Workload, err)
+	}
+	if obj.GetAPIVersion() != k.GVK.GroupVersion().String() || obj.GetKind() != k.GVK.Kind ||
+		obj.GetNamespace() != msg.Workload.Namespace || obj.GetName() != msg.Workload.Name {
+		return nil, fmt.Errorf("%w: object of %s is a %s %s named %s/%s", ErrBadMessage, msg.Workload, obj.GetAPIVersion(), obj.GetKind(),
+			obj.GetNamespace(), obj.GetName())
+	}
+	if obj.GetLabels()[v1beta1.QueueNameLabel] == "" {
+		return nil, fmt.Errorf("%w: %s has no %s label: Sluice here would not queue it", ErrRefusedCopy, msg.Workload, v1beta1.QueueNameLabel)
+	}
+	job, err := ad.Decode(obj)
+	if err != nil {
+		return nil, fmt.Errorf("%w: object of %s: %v", ErrRefusedCopy, msg.Workload, err)
+	}
+	if !job.IsSuspended() {
+		return nil, fmt.Errorf("%w: %s is not suspended: it would run before Sluice here admits it", ErrRefusedCopy, msg.Workload)
+	}
+	labels := obj.GetLabels()
+	labels[OriginLabel] = msg.Workload.UID
+	obj.SetLabels(labels)
+	ann := obj.GetAnnotations()
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	ann[AdmissionAnnotation] = msg.Admission
+	ann[ManagerAnnotation] = msg.Workload.Namespace + "/" + msg.Workload.Name
+	if msg.Type == Offer {
+		// Admitted here, it waits for the manager to pick this worker.
+		ann[integration.HoldAnnotation] = ""
+	}
+	obj.SetAnnotations(ann)
+	return obj, nil
+}
+
 // handle acts on one message from the manager.
 func (w *Worker) handle(ctx context.Context, m jetstream.Msg) error {
 	var msg Message
@@ -190,6 +260,20 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) error {
 		return w.report(ctx, Report{Workload: msg.Workload, Admission: msg.Admission, State: Gone,
 			Message: fmt.Sprintf("kind %q is not integrated or not served in worker cluster %s", msg.Workload.Kind, w.name)})
 	}
+	log := w.log.With().Str("workload", msg.Workload.String()).Str("admission", msg.Admission).Logger()
+	var obj *unstructured.Unstructured
+	if msg.Type != Withdraw {
+		var err error
+		obj, err = copyOf(msg, ad, w.allowed)
+		if errors.Is(err, ErrRefusedCopy) {
+			log.Warn().Err(err).Msg("copy refused")
+			return w.report(ctx, Report{Workload: msg.Workload, Admission: msg.Admission, State: Gone,
+				Message: fmt.Sprintf("worker cluster %s: %v", w.name, err)})
+		}
+		if err != nil {
+			return err
+		}
+	}
 	res := w.dyn.Resource(ad.Kind().GVR()).Namespace(msg.Workload.Namespace)
 	cur, err := res.Get(ctx, msg.Workload.Name, metav1.GetOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -199,7 +283,6 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) error {
 		cur = nil
 	}
 	ours := cur != nil && cur.GetLabels()[OriginLabel] == msg.Workload.UID
-	log := w.log.With().Str("workload", msg.Workload.String()).Str("admission", msg.Admission).Logger()
 	switch {
 	case msg.Type == Withdraw:
 		if ours {
@@ -231,31 +314,7 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) error {
 		return w.report(ctx, Report{Workload: msg.Workload, Admission: msg.Admission, State: Gone,
 			Message: fmt.Sprintf("a %s named %s/%s that is not its copy exists in worker cluster %s", ad.Kind().Name, cur.GetNamespace(), cur.GetName(), w.name)})
 	}
-	var obj unstructured.Unstructured
-	if err := json.Unmarshal(msg.Object, &obj.Object); err != nil {
-		return fmt.Errorf("%w: object of %s: %v", ErrBadMessage, msg.Workload, err)
-	}
-	if obj.GetKind() != ad.Kind().GVK.Kind || obj.GetNamespace() != msg.Workload.Namespace || obj.GetName() != msg.Workload.Name {
-		return fmt.Errorf("%w: object of %s is a %s named %s/%s", ErrBadMessage, msg.Workload, obj.GetKind(), obj.GetNamespace(), obj.GetName())
-	}
-	labels := obj.GetLabels()
-	if labels == nil {
-		labels = map[string]string{}
-	}
-	labels[OriginLabel] = msg.Workload.UID
-	obj.SetLabels(labels)
-	ann := obj.GetAnnotations()
-	if ann == nil {
-		ann = map[string]string{}
-	}
-	ann[AdmissionAnnotation] = msg.Admission
-	ann[ManagerAnnotation] = msg.Workload.Namespace + "/" + msg.Workload.Name
-	if msg.Type == Offer {
-		// Admitted here, it waits for the manager to pick this worker.
-		ann[integration.HoldAnnotation] = ""
-	}
-	obj.SetAnnotations(ann)
-	if _, err := res.Create(ctx, &obj, metav1.CreateOptions{}); err != nil {
+	if _, err := res.Create(ctx, obj, metav1.CreateOptions{}); err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("create %s: %w", msg.Workload, err) // look again
 		}

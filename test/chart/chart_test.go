@@ -744,3 +744,20 @@ func TestChartStorageBounds(t *testing.T) {
 		t.Errorf("PrometheusRules %v, want one", got)
 	}
 }
+
+// A worker's agent creates copies only in worker.namespaces, when set.
+func TestChartWorkerNamespaces(t *testing.T) {
+	args := func(set ...string) []string {
+		var dep appsv1.Deployment
+		find(t, mustRender(t, append([]string{"worker.enabled=true", "worker.name=w1"}, set...)...), "Deployment", release+"-sluice-worker", &dep)
+		return dep.Spec.Template.Spec.Containers[0].Args
+	}
+	for _, a := range args() {
+		if strings.HasPrefix(a, "--namespaces") {
+			t.Errorf("worker args %v name namespaces without worker.namespaces", args())
+		}
+	}
+	if got := args("worker.namespaces={team-a,team-b}"); !slices.Contains(got, "--namespaces=team-a,team-b") {
+		t.Errorf("worker args %v lack --namespaces=team-a,team-b", got)
+	}
+}
