@@ -11,8 +11,6 @@ import (
 	"fmt"
 	"math/big"
 	"net"
-	"os"
-	"sync"
 	"time"
 )
 
@@ -111,74 +109,3 @@ func randomSerial() (*big.Int, error) {
 	return n, nil
 }
 
-// certReloadEvery bounds how often a handshake looks at the certificate
-// files: a mounted Secret (cert-manager's renewal, or the chart's on
-// upgrade) changes under a running process.
-const certReloadEvery = 10 * time.Second
-
-// fileCert serves the certificate in a pair of PEM files, loaded again
-// when either file changes. A pair that fails to load keeps the last good
-// one serving (a renewal writes the two files one after the other).
-type fileCert struct {
-	certFile, keyFile string
-	now               func() time.Time
-	onError           func(error)
-
-	mu       sync.Mutex
-	cert     *tls.Certificate
-	stamp    string
-	lookedAt time.Time
-}
-
-func newFileCert(certFile, keyFile string, now func() time.Time, onError func(error)) (*fileCert, error) {
-	f := &fileCert{certFile: certFile, keyFile: keyFile, now: now, onError: onError}
-	stamp, err := f.stampNow()
-	if err != nil {
-		return nil, err
-	}
-	if err := f.load(stamp); err != nil {
-		return nil, err
-	}
-	f.lookedAt = now()
-	return f, nil
-}
-
-// stampNow names the files' current versions by size and modification
-// time (through symlinks, as a Secret volume swaps them).
-func (f *fileCert) stampNow() (string, error) {
-	var stamp string
-	for _, p := range []string{f.certFile, f.keyFile} {
-		fi, err := os.Stat(p)
-		if err != nil {
-			return "", fmt.Errorf("serving certificate: %w", err)
-		}
-		stamp += fmt.Sprintf("%d/%d;", fi.Size(), fi.ModTime().UnixNano())
-	}
-	return stamp, nil
-}
-
-func (f *fileCert) load(stamp string) error {
-	c, err := tls.LoadX509KeyPair(f.certFile, f.keyFile)
-	if err != nil {
-		return fmt.Errorf("serving certificate %s, key %s: %w", f.certFile, f.keyFile, err)
-	}
-	f.cert, f.stamp = &c, stamp
-	return nil
-}
-
-// GetCertificate is tls.Config's hook.
-func (f *fileCert) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if now := f.now(); now.Sub(f.lookedAt) >= certReloadEvery {
-		f.lookedAt = now
-		stamp, err := f.stampNow()
-		if err == nil && stamp != f.stamp {
-			err = f.load(stamp)
-		}
-		if err != nil && f.onError != nil {
-			f.onError(err)
-		}
-	}
-	return f.cert, nil
-}

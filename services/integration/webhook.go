@@ -31,6 +31,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/sluice-dev/sluice/api/v1beta1"
+	"github.com/sluice-dev/sluice/internal/certfile"
 )
 
 // MutatePath is where the webhook serves the admission of a kind's
@@ -69,7 +70,7 @@ type Webhook struct {
 	cert tls.Certificate
 	// files serves the certificate of WithCertFiles, reloaded when the
 	// files change; nil when the certificate was generated (cert).
-	files           *fileCert
+	files           *certfile.Pair
 	kueueLabels     bool
 	caBundle        []byte
 	shutdownTimeout time.Duration
@@ -228,7 +229,7 @@ func NewWebhook(adapters []Adapter, opts ...WebhookOption) (*Webhook, error) {
 	}
 
 	if cfg.certFile != "" {
-		fc, err := newFileCert(cfg.certFile, cfg.keyFile, cfg.now, func(err error) {
+		fc, err := certfile.Load(cfg.certFile, cfg.keyFile, cfg.now, func(err error) {
 			w.log.Warn().Err(err).Msg("serving certificate changed but does not load; serving the previous one")
 		})
 		if err != nil {

@@ -150,58 +150,6 @@ func writeCertFiles(t *testing.T, sc servingCert, certFile, keyFile string) {
 	}
 }
 
-// TestCertFilesReloadWhenChanged: a renewed Secret is served without a
-// restart, a broken one keeps the last good certificate serving.
-func TestCertFilesReloadWhenChanged(t *testing.T) {
-	gen := func(host string) servingCert {
-		sc, err := selfSignedServingCert([]string{host}, nil, time.Hour, time.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return sc
-	}
-	dir := t.TempDir()
-	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	first, renewed := gen("first.example"), gen("renewed.example")
-	writeCertFiles(t, first, certFile, keyFile)
-	now := time.Unix(1000, 0)
-	var errs []error
-	fc, err := newFileCert(certFile, keyFile, func() time.Time { return now }, func(err error) { errs = append(errs, err) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := func() string {
-		t.Helper()
-		c, err := fc.GetCertificate(nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		leaf, err := x509.ParseCertificate(c.Certificate[0])
-		if err != nil {
-			t.Fatal(err)
-		}
-		return leaf.DNSNames[0]
-	}
-	writeCertFiles(t, renewed, certFile, keyFile)
-	if got := served(); got != "first.example" {
-		t.Errorf("right after the change (not looked at yet): serving %s, want first.example", got)
-	}
-	now = now.Add(certReloadEvery)
-	if got := served(); got != "renewed.example" {
-		t.Errorf("after the reload interval: serving %s, want renewed.example", got)
-	}
-	if err := os.WriteFile(certFile, []byte("not a certificate"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	now = now.Add(certReloadEvery)
-	if got := served(); got != "renewed.example" {
-		t.Errorf("after a broken write: serving %s, want the last good renewed.example", got)
-	}
-	if len(errs) != 1 || !strings.Contains(errs[0].Error(), certFile) {
-		t.Errorf("errors reported = %v, want one naming %s", errs, certFile)
-	}
-}
-
 func TestNewWebhookOptionErrors(t *testing.T) {
 	cases := []struct {
 		name string
