@@ -60,6 +60,9 @@ type common struct {
 	// worker: this NATS is a worker cluster's, whose multicluster
 	// messages go to the manager's stream: it must have none of its own.
 	worker bool
+	// kubeIf, when set, says whether a service that may use Kubernetes
+	// does with the flags given (nil: it does).
+	kubeIf func() bool
 	// maxBytes, dlqMaxBytes and kvMaxBytes bound the streams and
 	// buckets (bus.Config), as quantities ("8Gi"); "" keeps the current
 	// bound, "-1" removes it.
@@ -295,6 +298,8 @@ type serviceFlags struct {
 	pendingInterval time.Duration
 	// configFile is --config: a Configuration document.
 	configFile string
+	// visibility: where the pending API is served, and to whom.
+	visibility visibilityFlags
 }
 
 // bindConfig is shared by admission and the integrations, which
@@ -342,7 +347,10 @@ func (f *serviceFlags) configuration() (settings, error) {
 		resources: o.Resources}, nil
 }
 
-func (f *serviceFlags) bindAdmission(cmd *cobra.Command) {
+// bindAdmission binds admission's flags; open is whether the pending API
+// and the web view are served on the plain HTTP port by default.
+func (f *serviceFlags) bindAdmission(cmd *cobra.Command, open bool) {
+	f.visibility.bind(cmd.Flags(), open)
 	cmd.Flags().DurationVar(&f.interval, "interval", 20*time.Millisecond, "admission cycle interval while something changed")
 	cmd.Flags().BoolVar(&f.fairSharing, "fair-sharing", false, "order admission and choose victims by dominant resource share")
 	cmd.Flags().DurationVar(&f.pendingInterval, "pending-interval", admission.DefaultPendingInterval, "least time between two pending events about one workload")
@@ -384,9 +392,12 @@ type service interface {
 type runner func(ctx context.Context, js jetstream.JetStream, kube *rest.Config, log zerolog.Logger, tf *tracing.Factory) (service, error)
 
 func admissionRunner(f *serviceFlags) runner {
-	return func(ctx context.Context, js jetstream.JetStream, _ *rest.Config, log zerolog.Logger, tf *tracing.Factory) (service, error) {
+	return func(ctx context.Context, js jetstream.JetStream, kc *rest.Config, log zerolog.Logger, tf *tracing.Factory) (service, error) {
 		set, err := f.configuration()
 		if err != nil {
+			return nil, err
+		}
+		if err := f.visibility.validate(); err != nil {
 			return nil, err
 		}
 		tr, err := tf.For(ctx, "admission")
@@ -400,7 +411,14 @@ func admissionRunner(f *serviceFlags) runner {
 		if err != nil {
 			return nil, usageError{err}
 		}
-		return s, nil
+		var svc service = s
+		if f.visibility.open {
+			svc = openAdmission{s}
+		}
+		if f.visibility.addr != "" {
+			return newGuardedVisibility(s, svc, f.visibility, kc, log)
+		}
+		return svc, nil
 	}
 }
 
@@ -567,7 +585,7 @@ func newServiceCmdWith(name, short string, kube bool, bind func(*cobra.Command),
 				return err
 			}
 			var kc *rest.Config
-			if kube {
+			if kube && (c.kubeIf == nil || c.kubeIf()) {
 				if kc, err = c.kube(); err != nil {
 					return err
 				}
@@ -618,7 +636,13 @@ func newServiceCmds() []*cobra.Command {
 	j := &serviceFlags{}
 	q := &serviceFlags{}
 	return append([]*cobra.Command{
-		newServiceCmd("admission", "Run the admission service", false, func(c *cobra.Command) { a.bindAdmission(c); a.bindConfig(c) }, admissionRunner(a)),
+		newServiceCmdWith("admission", "Run the admission service", true, func(c *cobra.Command) { a.bindAdmission(c, false); a.bindConfig(c) },
+			func(c *common) runner {
+				// Kubernetes only to authenticate and authorize the
+				// pending API's users.
+				c.kubeIf = func() bool { return a.visibility.addr != "" }
+				return admissionRunner(a)
+			}),
 		newServiceCmd("watcher", "Run the configuration watcher", true, func(c *cobra.Command) { f.bindWatcher(c); f.bindResync(c) }, watcherRunner(f)),
 		newIntegrationCmd(j),
 		newServiceCmd("preemption", "Run the preemption service", false, nil, preemptionRunner()),
@@ -779,7 +803,7 @@ func newDevCmd() *cobra.Command {
 	cmd.Flags().IntVar(&port, "nats-port", 4222, "port of the embedded NATS server (0: any free port)")
 	cmd.Flags().StringVar(&storeDir, "nats-store", "", "JetStream store directory (default: a temporary one, removed at exit)")
 	cmd.Flags().StringVar(&memLimit, "memory-limit", memLimit, "the Go runtime's soft memory limit, written as GOMEMLIMIT is (900MiB, 2GiB; 0 or off for none); GOMEMLIMIT in the environment wins")
-	f.bindAdmission(cmd)
+	f.bindAdmission(cmd, true)
 	f.bindWatcher(cmd)
 	f.bindIntegration(cmd)
 	f.bindResync(cmd)

@@ -478,9 +478,14 @@ func (s *Service) PendingInLocalQueue(ctx context.Context, namespace, name strin
 // Now is the service's clock, for the visibility API's waiting times.
 func (s *Service) Now() time.Time { return s.clock() }
 
-// Routes adds the visibility API (package visibility) to mux.
-func (s *Service) Routes(mux *http.ServeMux) {
+// VisibilityRoutes adds the visibility API (package visibility) to mux.
+func (s *Service) VisibilityRoutes(mux *http.ServeMux) {
 	visibility.Register(mux, s, s.clock)
+}
+
+// WebViewRoutes adds the web view and its live feed (package webview) to
+// mux.
+func (s *Service) WebViewRoutes(mux *http.ServeMux) {
 	webview.Register(mux, s, webview.NATSFeed{NC: s.js.Conn()})
 }
 

@@ -108,4 +108,3 @@ func randomSerial() (*big.Int, error) {
 	}
 	return n, nil
 }
-

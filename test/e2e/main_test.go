@@ -43,8 +43,12 @@ var env struct {
 	// leaf nodes (as e2eWorkers).
 	leafPort int
 
-	hookAddr   string
-	httpAddr   string // `sluice dev`'s /healthz and /readyz
+	hookAddr string
+	httpAddr string // `sluice dev`'s /healthz and /readyz
+	// visAddr serves the pending API to users the cluster authorizes,
+	// with a certificate for the Service visService, signed by visCA.
+	visAddr    string
+	visCA      []byte
 	sluiceBin  string
 	sluiceArgs []string
 	sluiceLog  *os.File
@@ -175,6 +179,14 @@ func run(m *testing.M) int {
 		env.sluiceArgs = append(env.sluiceArgs, "--leaf-worker", w+"="+w+"-secret")
 	}
 	env.httpAddr = fmt.Sprintf("127.0.0.1:%d", httpPort)
+	visPort := freePort()
+	env.visAddr = fmt.Sprintf("127.0.0.1:%d", visPort)
+	visDir := filepath.Join(state, "visibility-cert")
+	if env.visCA, err = writeServingCert(visDir, visService+"."+visNamespace+".svc"); err != nil {
+		fmt.Println("e2e: pending API certificate:", err)
+		return 1
+	}
+	env.sluiceArgs = append(env.sluiceArgs, "--visibility-address", env.visAddr, "--visibility-cert-dir", visDir)
 	env.sluiceBin, env.sluiceLog = filepath.Join(bin, "sluice"), logf
 	env.hookAddr = fmt.Sprintf("127.0.0.1:%d", hookPort)
 	// Every test runs with tracing on, exported to a real OTLP receiver.

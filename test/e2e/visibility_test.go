@@ -1,0 +1,279 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"math/big"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/sluice-dev/sluice/internal/visibility"
+)
+
+// The Service the APIService of the pending API names: an ExternalName
+// for localhost, where the suite's `sluice dev` serves it.
+const (
+	visNamespace = "sluice-visibility"
+	visService   = "visibility"
+)
+
+// writeServingCert writes a CA-signed serving certificate for host into
+// dir (tls.crt, tls.key) and returns the CA's PEM.
+func writeServingCert(dir, host string) ([]byte, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	ca := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "e2e visibility CA"}, IsCA: true,
+		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour)}
+	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
+	if err != nil {
+		return nil, err
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: host}, DNSNames: []string{host, "localhost"},
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour)}
+	caCert, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		return nil, err
+	}
+	der, err := x509.CreateCertificate(rand.Reader, leaf, caCert, &key.PublicKey, caKey)
+	if err != nil {
+		return nil, err
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tls.crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tls.key"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		return nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), nil
+}
+
+var apiServices = schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}
+
+// registerVisibility makes the API server serve the pending API: the
+// APIService v1beta1.visibility.sluice.dev, backed by the suite's
+// `sluice dev`.
+func registerVisibility(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	_, port, _ := strings.Cut(env.visAddr, ":")
+	p, _ := strconv.Atoi(port)
+	if _, err := env.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: visNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: visService, Namespace: visNamespace}, Spec: corev1.ServiceSpec{
+		Type: corev1.ServiceTypeExternalName, ExternalName: "localhost",
+		Ports: []corev1.ServicePort{{Name: "https", Port: int32(p), TargetPort: intstr.FromInt32(int32(p))}}}}
+	if _, err := env.kube.CoreV1().Services(visNamespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	as := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+		"metadata": map[string]any{"name": visibility.Version + "." + visibility.Group},
+		"spec": map[string]any{
+			"group": visibility.Group, "version": visibility.Version, "groupPriorityMinimum": int64(100), "versionPriority": int64(100),
+			"service":  map[string]any{"namespace": visNamespace, "name": visService, "port": int64(p)},
+			"caBundle": base64.StdEncoding.EncodeToString(env.visCA),
+		},
+	}}
+	if _, err := env.dyn.Resource(apiServices).Create(ctx, as, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, "APIService available", func() (bool, string) {
+		got, err := env.dyn.Resource(apiServices).Get(ctx, visibility.Version+"."+visibility.Group, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		conds, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
+		for _, c := range conds {
+			m, _ := c.(map[string]any)
+			if m["type"] == "Available" {
+				return m["status"] == "True", fmt.Sprintf("%v: %v", m["reason"], m["message"])
+			}
+		}
+		return false, "no Available condition"
+	})
+}
+
+// tenant is a service account of ns allowed to read the pending
+// workloads of its namespace's LocalQueues, and nothing else; its token.
+func tenant(t *testing.T, ns string) string {
+	t.Helper()
+	ctx := context.Background()
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "tenant", Namespace: ns}}
+	if _, err := env.kube.CoreV1().ServiceAccounts(ns).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "pending-viewer", Namespace: ns}, Rules: []rbacv1.PolicyRule{{
+		APIGroups: []string{visibility.Group}, Resources: []string{"localqueues/pendingworkloads"}, Verbs: []string{"get"}}}}
+	if _, err := env.kube.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "tenant-pending-viewer", Namespace: ns},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "pending-viewer"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "tenant", Namespace: ns}}}
+	if _, err := env.kube.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	tr, err := env.kube.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "tenant", &authnv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr.Status.Token
+}
+
+// asTenant is a client of the API server authenticated by token only.
+func asTenant(t *testing.T, token string) *kubernetes.Clientset {
+	t.Helper()
+	cfg := rest.AnonymousClientConfig(env.cfg)
+	cfg.BearerToken = token
+	return kubernetes.NewForConfigOrDie(cfg)
+}
+
+// getRaw is `kubectl get --raw path` with client c: the status code and
+// the body.
+func getRaw(c *kubernetes.Clientset, path string) (int, []byte) {
+	var code int
+	body, err := c.CoreV1().RESTClient().Get().AbsPath(path).Do(context.Background()).StatusCode(&code).Raw()
+	if err != nil && code == 0 {
+		return 0, []byte(err.Error())
+	}
+	return code, body
+}
+
+// TestPendingAPIThroughTheAPIServer: the pending API is an aggregated API
+// of the cluster's API server. A user reads what RBAC grants it (a tenant
+// its own namespace's LocalQueues), is refused the rest, and the backend
+// itself answers no one the cluster does not vouch for.
+func TestPendingAPIThroughTheAPIServer(t *testing.T) {
+	registerVisibility(t)
+	ns, other := "e2e-vis-a", "e2e-vis-b"
+	for _, n := range []string{ns, other} {
+		queues(t, n, 1, "Never")
+	}
+	createJob(t, jobSpec{ns: ns, name: "running", queue: "q", pods: 1, gpus: 1, runFor: "60s"})
+	waitRunning(t, ns, "running", 30*time.Second)
+	createJob(t, jobSpec{ns: ns, name: "waiting", queue: "q", pods: 1, gpus: 1, runFor: "1s"})
+	waitEvent(t, ns, "waiting", "Pending", "insufficient unused quota", 45*time.Second)
+
+	lqPath := func(n string) string {
+		return visibility.Prefix + "/namespaces/" + n + "/localqueues/q/pendingworkloads"
+	}
+	cqPath := visibility.Prefix + "/clusterqueues/" + ns + "/pendingworkloads"
+	names := func(body []byte) []string {
+		var sum visibility.PendingWorkloadsSummary
+		if err := json.Unmarshal(body, &sum); err != nil {
+			return []string{"undecodable: " + string(body)}
+		}
+		var out []string
+		for _, it := range sum.Items {
+			out = append(out, it.Metadata.Namespace+"/"+it.Metadata.Name)
+		}
+		return out
+	}
+	// The cluster's admin, through the API server (kubectl get --raw).
+	for _, path := range []string{cqPath, lqPath(ns)} {
+		eventually(t, 20*time.Second, "admin reads "+path, func() (bool, string) {
+			code, body := getRaw(env.kube, path)
+			return code == http.StatusOK && strings.Join(names(body), ",") == ns+"/waiting", fmt.Sprintf("%d %s", code, body)
+		})
+	}
+	if code, body := getRaw(env.kube, visibility.Prefix); code != http.StatusOK || !bytes.Contains(body, []byte("localqueues/pendingworkloads")) {
+		t.Errorf("discovery: %d %s", code, body)
+	}
+
+	// A tenant of ns: its namespace's LocalQueue, nothing else.
+	token := tenant(t, ns)
+	tc := asTenant(t, token)
+	if code, body := getRaw(tc, lqPath(ns)); code != http.StatusOK || strings.Join(names(body), ",") != ns+"/waiting" {
+		t.Errorf("tenant reads its own LocalQueue: %d %s", code, body)
+	}
+	for _, path := range []string{lqPath(other), cqPath} {
+		if code, body := getRaw(tc, path); code != http.StatusForbidden {
+			t.Errorf("tenant of %s reads %s: %d %s, want 403", ns, path, code, body)
+		}
+	}
+
+	// The backend itself, reached directly: the same grants, and nothing
+	// for whom the cluster does not vouch (no token, a made-up token, a
+	// user named in a header without the front proxy's certificate).
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(env.visCA)
+	direct := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "localhost"}}}
+	get := func(path string, header map[string]string) (int, string) {
+		req, err := http.NewRequest(http.MethodGet, "https://"+env.visAddr+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range header {
+			req.Header.Set(k, v)
+		}
+		res, err := direct.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	cases := []struct {
+		name   string
+		path   string
+		header map[string]string
+		want   int
+	}{
+		{"the tenant's token, its namespace", lqPath(ns), map[string]string{"Authorization": "Bearer " + token}, http.StatusOK},
+		{"the tenant's token, another namespace", lqPath(other), map[string]string{"Authorization": "Bearer " + token}, http.StatusForbidden},
+		{"the tenant's token, a ClusterQueue", cqPath, map[string]string{"Authorization": "Bearer " + token}, http.StatusForbidden},
+		{"no credentials", lqPath(ns), nil, http.StatusUnauthorized},
+		{"a made-up token", lqPath(ns), map[string]string{"Authorization": "Bearer not-a-token"}, http.StatusUnauthorized},
+		{"a user named in a header, without the front proxy's certificate", cqPath,
+			map[string]string{"X-Remote-User": "admin", "X-Remote-Group": "system:masters"}, http.StatusUnauthorized},
+	}
+	for _, tc := range cases {
+		if code, body := get(tc.path, tc.header); code != tc.want {
+			t.Errorf("%s: %d %s, want %d", tc.name, code, body, tc.want)
+		}
+	}
+}
