@@ -108,7 +108,8 @@ func newPendingCmd() *cobra.Command {
 	f.StringVar(&api.server, "server", "", "the admission service's HTTP address (default $SLUICE_SERVER, then "+defaultServer+
 		", then the API server's proxy to the chart's admission Service)")
 	f.StringVar(&api.common.kubeconfig, "kubeconfig", "", "kubeconfig for the API server's proxy (default: $KUBECONFIG, then ~/.kube/config)")
-	f.StringVar(&api.namespace, "sluice-namespace", "", "the namespace Sluice's chart is installed in, whose admission Service the API server's proxy reaches (default $SLUICE_NAMESPACE, then "+defaultSluiceNamespace+")")
+	f.StringVar(&api.namespace, "sluice-namespace", "", "no longer needed: the API server serves the pending API itself")
+	_ = f.MarkDeprecated("sluice-namespace", "the API server serves the pending API (visibility.sluice.dev) itself")
 	f.StringVarP(&namespace, "namespace", "n", "", "namespace of the LocalQueue (default: default)")
 	f.StringVar(&queue, "queue", "", "a LocalQueue")
 	f.StringVar(&clusterQueue, "cluster-queue", "", "a ClusterQueue")

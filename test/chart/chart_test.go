@@ -3,6 +3,7 @@ package chart_test
 import (
 	"bytes"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -292,27 +293,46 @@ func TestChartIntegrationRBACIsItsKindOnly(t *testing.T) {
 // anywhere reads Secrets or uses a wildcard.
 func TestChartGivesNoKubernetesAccessWhereNoneIsUsed(t *testing.T) {
 	objs := mustRender(t, allKinds()...)
-	bound := map[string]bool{}
-	for _, kind := range []string{"ClusterRoleBinding", "RoleBinding"} {
-		for _, n := range names(objs, kind) {
-			var b rbacv1.ClusterRoleBinding
-			find(t, objs, kind, n, &b)
-			for _, s := range b.Subjects {
-				bound[s.Name] = true
+	// bound: the roles each ServiceAccount is bound to.
+	bound := func(objs []*unstructured.Unstructured) map[string][]string {
+		out := map[string][]string{}
+		for _, kind := range []string{"ClusterRoleBinding", "RoleBinding"} {
+			for _, n := range names(objs, kind) {
+				var b rbacv1.ClusterRoleBinding
+				find(t, objs, kind, n, &b)
+				for _, s := range b.Subjects {
+					out[s.Name] = append(out[s.Name], b.RoleRef.Name)
+				}
 			}
 		}
+		return out
 	}
-	for _, svc := range []string{"admission", "preemption", "quota"} {
+	// Admission reads the cluster only to authenticate and authorize the
+	// pending API's users (TokenReview, SubjectAccessReview, the front
+	// proxy's ConfigMap); with the API off, not at all.
+	for _, tc := range []struct {
+		objs      []*unstructured.Unstructured
+		svc       string
+		wantRoles []string
+	}{
+		{objs, "admission", []string{"system:auth-delegator", "extension-apiserver-authentication-reader"}},
+		{mustRender(t, "admission.visibility.enabled=false"), "admission", nil},
+		{objs, "preemption", nil},
+		{objs, "quota", nil},
+	} {
 		var dep appsv1.Deployment
-		if !find(t, objs, "Deployment", fullname+"-"+svc, &dep) {
-			t.Fatalf("no Deployment for %s", svc)
+		if !find(t, tc.objs, "Deployment", fullname+"-"+tc.svc, &dep) {
+			t.Fatalf("no Deployment for %s", tc.svc)
 		}
 		spec := dep.Spec.Template.Spec
-		if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
-			t.Errorf("%s: a service account token is mounted", svc)
+		if mounted := spec.AutomountServiceAccountToken != nil && *spec.AutomountServiceAccountToken; mounted != (tc.wantRoles != nil) {
+			t.Errorf("%s: service account token mounted %t, want %t", tc.svc, mounted, tc.wantRoles != nil)
 		}
-		if bound[spec.ServiceAccountName] {
-			t.Errorf("%s: its ServiceAccount %s is bound to a role", svc, spec.ServiceAccountName)
+		got := bound(tc.objs)[spec.ServiceAccountName]
+		slices.Sort(got)
+		want := slices.Sorted(slices.Values(tc.wantRoles))
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: its ServiceAccount %s is bound to %v, want %v", tc.svc, spec.ServiceAccountName, got, want)
 		}
 	}
 	for _, kind := range []string{"ClusterRole", "Role"} {
@@ -406,8 +426,8 @@ func TestChartNATSCredentialsPerService(t *testing.T) {
 
 func TestChartCertManagerIssuesTheWebhookCertificate(t *testing.T) {
 	objs := mustRender(t, "webhook.certManager.enabled=true", "integrations.pod.enabled=true")
-	if got := names(objs, "Secret"); len(got) != 0 {
-		t.Errorf("Secrets %v rendered; cert-manager writes the certificate", got)
+	if got := names(objs, "Secret"); slices.Contains(got, fullname+"-webhook-cert") {
+		t.Errorf("Secrets %v rendered; cert-manager writes the webhooks' certificate", got)
 	}
 	var cert unstructured.Unstructured
 	if !find(t, objs, "Certificate", fullname+"-webhook-cert", &cert.Object) {
@@ -521,8 +541,8 @@ func TestChartAdmissionServiceAndScraping(t *testing.T) {
 	if svc.Spec.Selector["app.kubernetes.io/component"] != "admission" {
 		t.Errorf("Service selector %v is not admission's alone", svc.Spec.Selector)
 	}
-	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].TargetPort.String() != "http" {
-		t.Errorf("Service ports %+v, want one to the pods' http port", svc.Spec.Ports)
+	if len(svc.Spec.Ports) != 2 || svc.Spec.Ports[0].TargetPort.String() != "http" || svc.Spec.Ports[1].TargetPort.String() != "visibility" {
+		t.Errorf("Service ports %+v, want the pods' http port and the pending API's", svc.Spec.Ports)
 	}
 	if a := dep.Spec.Template.Annotations; a["prometheus.io/scrape"] != "true" || a["prometheus.io/path"] != "/metrics" {
 		t.Errorf("admission pod annotations %v lack Prometheus's", a)
@@ -759,5 +779,57 @@ func TestChartWorkerNamespaces(t *testing.T) {
 	}
 	if got := args("worker.namespaces={team-a,team-b}"); !slices.Contains(got, "--namespaces=team-a,team-b") {
 		t.Errorf("worker args %v lack --namespaces=team-a,team-b", got)
+	}
+}
+
+// The pending API is an aggregated API: an APIService for admission's
+// Service, whose CA signed the certificate admission serves, which names
+// that Service.
+func TestChartPendingAPIService(t *testing.T) {
+	objs := mustRender(t)
+	var as unstructured.Unstructured
+	if !find(t, objs, "APIService", "v1beta1.visibility.sluice.dev", &as.Object) {
+		t.Fatalf("no APIService: %v", names(objs, "APIService"))
+	}
+	svcName, _, _ := unstructured.NestedString(as.Object, "spec", "service", "name")
+	port, _, _ := unstructured.NestedFieldNoCopy(as.Object, "spec", "service", "port")
+	caB64, _, _ := unstructured.NestedString(as.Object, "spec", "caBundle")
+	if svcName != fullname+"-admission" || fmt.Sprint(port) != "8443" {
+		t.Errorf("APIService backed by %s:%v, want %s-admission:8443", svcName, port, fullname)
+	}
+	var sec corev1.Secret
+	if !find(t, objs, "Secret", fullname+"-visibility-cert", &sec) {
+		t.Fatal("no visibility certificate Secret")
+	}
+	ca, err := base64.StdEncoding.DecodeString(caB64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(ca) {
+		t.Fatal("caBundle holds no certificate")
+	}
+	block, _ := pem.Decode(sec.Data["tls.crt"])
+	if block == nil {
+		t.Fatalf("tls.crt: %q", sec.Data["tls.crt"])
+	}
+	leaf, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := fullname + "-admission." + namespace + ".svc"
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, DNSName: host}); err != nil {
+		t.Errorf("the served certificate does not verify for %s with the APIService's caBundle: %v", host, err)
+	}
+	var dep appsv1.Deployment
+	find(t, objs, "Deployment", fullname+"-admission", &dep)
+	args := dep.Spec.Template.Spec.Containers[0].Args
+	for _, want := range []string{"--visibility-address=:8443", "--visibility-cert-dir=/etc/sluice/visibility", "--visibility-insecure=false"} {
+		if !slices.Contains(args, want) {
+			t.Errorf("admission args %v lack %s", args, want)
+		}
+	}
+	if off := mustRender(t, "admission.visibility.enabled=false"); len(names(off, "APIService")) != 0 {
+		t.Error("an APIService with admission.visibility.enabled=false")
 	}
 }

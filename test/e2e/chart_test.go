@@ -246,6 +246,10 @@ func TestChartLeastPrivilege(t *testing.T) {
 				a = "--webhook-address=" + hookAddr
 			case strings.HasPrefix(a, "--webhook-cert-dir="):
 				a = "--webhook-cert-dir=" + certDir
+			case strings.HasPrefix(a, "--visibility-address="):
+				a = fmt.Sprintf("--visibility-address=127.0.0.1:%d", freePort())
+			case strings.HasPrefix(a, "--visibility-cert-dir="):
+				a = "--visibility-cert-dir=" + certDir
 			case a == "--replica=$(POD_NAME)":
 				a = "--replica=" + component + "-0"
 			}
@@ -365,6 +369,9 @@ func TestChartLeastPrivilege(t *testing.T) {
 		{sa("admission"), "list", "batch", "jobs", "", false},
 		{sa("admission"), "list", "sluice.dev", "clusterqueues", "", false},
 		{sa("admission"), "get", "", "secrets", "", false},
+		{sa("admission"), "create", "authentication.k8s.io", "tokenreviews", "", true},
+		{sa("admission"), "create", "authorization.k8s.io", "subjectaccessreviews", "", true},
+		{sa("admission"), "list", "", "configmaps", "", false},
 		{sa("preemption"), "patch", "batch", "jobs", "", false},
 		{sa("preemption"), "get", "", "secrets", "", false},
 		{sa("quota"), "patch", "batch", "jobs", "", false},

@@ -1,13 +1,14 @@
 package e2e
 
 import (
-	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +16,6 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sluice-dev/sluice/internal/visibility"
 )
@@ -227,16 +227,23 @@ func TestCLI(t *testing.T) {
 }
 
 // Without --server and with nothing at sluice dev's default address, the
-// CLI looks for the chart's admission Service and asks the API server to
-// proxy to it. (The devcluster's pods do not run, and the API server does
-// not proxy to loopback addresses, so the proxy's answer here is that the
-// Service has no endpoints: what is checked is that the CLI found the
-// Service and went through the API server.)
-func TestCLIThroughServiceProxy(t *testing.T) {
-	ns := "e2e-proxy"
-	pending := func() string {
+// CLI asks the cluster's API server, which serves the pending API as an
+// aggregated API, as the kubeconfig's user: the admin reads any queue, a
+// tenant only what RBAC grants it, and is told why not.
+func TestCLIThroughTheAPIServer(t *testing.T) {
+	registerVisibility(t)
+	ns, other := "e2e-cli-api", "e2e-cli-api-other"
+	for _, n := range []string{ns, other} {
+		queues(t, n, 1, "Never")
+	}
+	createJob(t, jobSpec{ns: ns, name: "running", queue: "q", pods: 1, gpus: 1, runFor: "60s"})
+	waitRunning(t, ns, "running", 30*time.Second)
+	createJob(t, jobSpec{ns: ns, name: "waiting", queue: "q", pods: 1, gpus: 1, runFor: "1s"})
+	waitEvent(t, ns, "waiting", "Pending", "insufficient unused quota", 45*time.Second)
+
+	pending := func(kubeconfig string, args ...string) (string, error) {
 		t.Helper()
-		cmd := exec.Command(env.sluiceBin, "pending", "--cluster-queue", "anything", "--kubeconfig", env.kubeconfig, "--sluice-namespace", ns)
+		cmd := exec.Command(env.sluiceBin, append([]string{"pending", "--kubeconfig", kubeconfig}, args...)...)
 		var kept []string
 		for _, kv := range os.Environ() {
 			if !strings.HasPrefix(kv, "SLUICE_SERVER=") {
@@ -245,54 +252,43 @@ func TestCLIThroughServiceProxy(t *testing.T) {
 		}
 		cmd.Env = kept
 		out, err := cmd.CombinedOutput()
-		if err == nil {
-			t.Fatalf("sluice pending answered without a reachable service:\n%s", out)
+		return string(out), err
+	}
+	eventually(t, 20*time.Second, "the admin's sluice pending", func() (bool, string) {
+		out, err := pending(env.kubeconfig, "-n", ns, "--queue", "q")
+		return err == nil && strings.Contains(out, ns+"/waiting"), out
+	})
+
+	// A tenant of ns, with a kubeconfig holding its token only.
+	token := tenant(t, ns)
+	kc := filepath.Join(t.TempDir(), "tenant.kubeconfig")
+	ca := env.cfg.CAData
+	if len(ca) == 0 {
+		b, err := os.ReadFile(env.cfg.CAFile)
+		if err != nil {
+			t.Fatal(err)
 		}
-		return string(out)
+		ca = b
 	}
-	if out := pending(); !strings.Contains(out, "no Service labelled app.kubernetes.io/name=sluice,app.kubernetes.io/component=admission in namespace "+ns) {
-		t.Errorf("without the chart's Service: %s", out)
+	doc := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: %q, certificate-authority-data: %q}}]
+users: [{name: tenant, user: {token: %q}}]
+contexts: [{name: c, context: {cluster: c, user: tenant}}]
+current-context: c
+`, env.cfg.Host, base64.StdEncoding.EncodeToString(ca), token)
+	if err := os.WriteFile(kc, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
 	}
-	// A Service labelled like the chart's in another namespace (one a
-	// tenant controls) is never asked.
-	apply(t, `apiVersion: v1
-kind: Namespace
-metadata: {name: e2e-proxy-tenant}
----
-apiVersion: v1
-kind: Service
-metadata:
-  name: impostor
-  namespace: e2e-proxy-tenant
-  labels: {app.kubernetes.io/name: sluice, app.kubernetes.io/component: admission}
-spec:
-  ports: [{name: http, port: 8080, protocol: TCP}]
-`)
-	t.Cleanup(func() {
-		_ = env.kube.CoreV1().Namespaces().Delete(context.Background(), "e2e-proxy-tenant", metav1.DeleteOptions{})
-	})
-	if out := pending(); strings.Contains(out, "impostor") || !strings.Contains(out, "no Service labelled") {
-		t.Errorf("with a look-alike Service in a tenant's namespace: %s", out)
+	if out, err := pending(kc, "-n", ns, "--queue", "q"); err != nil || !strings.Contains(out, ns+"/waiting") {
+		t.Errorf("the tenant reads its own LocalQueue: %v\n%s", err, out)
 	}
-	apply(t, fmt.Sprintf(`apiVersion: v1
-kind: Namespace
-metadata: {name: %[1]s}
----
-apiVersion: v1
-kind: Service
-metadata:
-  name: sluice-admission
-  namespace: %[1]s
-  labels: {app.kubernetes.io/name: sluice, app.kubernetes.io/component: admission}
-spec:
-  ports: [{name: http, port: 8080, protocol: TCP}]
-`, ns))
-	t.Cleanup(func() {
-		_ = env.kube.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
-	})
-	out := pending()
-	t.Logf("through the proxy: %s", out)
-	if !strings.Contains(out, "service "+ns+"/sluice-admission through the API server's proxy") {
-		t.Errorf("with the chart's Service: %s", out)
+	out, err := pending(kc, "-n", other, "--queue", "q")
+	if err == nil || !strings.Contains(out, "forbidden") {
+		t.Errorf("the tenant reads another namespace's LocalQueue: %v\n%s", err, out)
+	}
+	out, err = pending(kc, "--cluster-queue", ns)
+	if err == nil || !strings.Contains(out, "forbidden") {
+		t.Errorf("the tenant reads a ClusterQueue: %v\n%s", err, out)
 	}
 }

@@ -134,7 +134,8 @@ Arguments and environment every service shares, for NATS: dict "root" $
 One service's Deployment (and its PodDisruptionBudget when it has more than
 one replica): dict "root" $ "component" "admission" "user" "admission"
 "values" .Values.admission "args" (list …) "serviceAccount" true|false
-"webhookCerts" true|false.
+"webhookCerts" true|false "visibility" true|false (the pending API's TLS
+port and certificate).
 */}}
 {{- /*
 sluice.configuration is the Configuration document admission and the
@@ -192,6 +193,9 @@ spec:
         {{- end }}
         {{- if .config }}
         checksum/config: {{ include "sluice.configuration" $root | sha256sum }}
+        {{- end }}
+        {{- if .visibility }}
+        checksum/visibility-cert: {{ include "sluice.visibilityCertificate" $root | sha256sum }}
         {{- end }}
         {{- if $root.Values.prometheusAnnotations }}
         prometheus.io/scrape: "true"
@@ -253,6 +257,9 @@ spec:
             {{- if .webhookCerts }}
             - {name: webhook, containerPort: {{ $root.Values.webhook.port }}, protocol: TCP}
             {{- end }}
+            {{- if .visibility }}
+            - {name: visibility, containerPort: {{ $root.Values.admission.visibility.port }}, protocol: TCP}
+            {{- end }}
           livenessProbe:
             httpGet: {path: /healthz, port: http}
             periodSeconds: 10
@@ -273,6 +280,9 @@ spec:
             {{- if .webhookCerts }}
             - {name: webhook-cert, mountPath: /etc/sluice/webhook, readOnly: true}
             {{- end }}
+            {{- if .visibility }}
+            - {name: visibility-cert, mountPath: /etc/sluice/visibility, readOnly: true}
+            {{- end }}
             {{- if .config }}
             - {name: config, mountPath: /etc/sluice/config, readOnly: true}
             {{- end }}
@@ -282,6 +292,11 @@ spec:
         - name: webhook-cert
           secret:
             secretName: {{ include "sluice.webhookCertSecret" $root }}
+        {{- end }}
+        {{- if .visibility }}
+        - name: visibility-cert
+          secret:
+            secretName: {{ include "sluice.fullname" $root }}-visibility-cert
         {{- end }}
         {{- if .config }}
         - name: config
@@ -409,4 +424,31 @@ objectSelector's matchExpressions), "operations" and, optionally,
     - name: changes-something
       expression: {{ . | quote }}
   {{- end }}
+{{- end -}}
+
+
+{{/*
+The pending API's CA and serving certificate, for admission's Service, as
+JSON {ca, crt, key} (PEM): computed once per render and kept from the
+existing Secret on upgrade while it names the same host, as the webhook's.
+*/}}
+{{- define "sluice.visibilityCertificate" -}}
+{{- if not (hasKey .Values "__visibilityCertificate") -}}
+{{- $svc := printf "%s-admission" (include "sluice.fullname" .) -}}
+{{- $host := printf "%s.%s.svc" $svc .Release.Namespace -}}
+{{- $c := dict -}}
+{{- $old := lookup "v1" "Secret" .Release.Namespace (printf "%s-visibility-cert" (include "sluice.fullname" .)) -}}
+{{- $oldHost := "" -}}
+{{- if $old -}}{{- $oldHost = index ($old.metadata.annotations | default dict) "sluice.dev/visibility-host" | default "" -}}{{- end -}}
+{{- if and $old (eq $oldHost $host) (hasKey ($old.data | default dict) "ca.crt") -}}
+{{- $c = dict "ca" (index $old.data "ca.crt" | b64dec) "crt" (index $old.data "tls.crt" | b64dec) "key" (index $old.data "tls.key" | b64dec) -}}
+{{- else -}}
+{{- $days := int .Values.admission.visibility.certValidityDays -}}
+{{- $ca := genCA (printf "%s-visibility-ca" (include "sluice.fullname" .)) $days -}}
+{{- $cert := genSignedCert $host nil (list $host (printf "%s.cluster.local" $host)) $days $ca -}}
+{{- $c = dict "ca" $ca.Cert "crt" $cert.Cert "key" $cert.Key -}}
+{{- end -}}
+{{- $_ := set .Values "__visibilityCertificate" $c -}}
+{{- end -}}
+{{- toJson (get .Values "__visibilityCertificate") -}}
 {{- end -}}
