@@ -11,6 +11,7 @@ package natsperm
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -29,17 +30,18 @@ import (
 	"github.com/sluice-dev/sluice/services/provisioning"
 )
 
-// Permissions of one NATS user.
+// Permissions of one NATS user. PublishDeny wins over Publish.
 type Permissions struct {
-	Publish   []string
-	Subscribe []string
+	Publish     []string
+	PublishDeny []string
+	Subscribe   []string
 }
 
 // rules accumulates subjects without duplicates.
-type rules struct{ pub, sub map[string]bool }
+type rules struct{ pub, deny, sub map[string]bool }
 
 func newRules(client string) *rules {
-	r := &rules{pub: map[string]bool{}, sub: map[string]bool{}}
+	r := &rules{pub: map[string]bool{}, deny: map[string]bool{}, sub: map[string]bool{}}
 	r.sub[natsconn.InboxPrefix(client)+".>"] = true
 	// Opening a stream or bucket asks for its info; the account's limits
 	// are read once per JetStream context.
@@ -93,6 +95,10 @@ func (r *rules) done() Permissions {
 	for s := range r.sub {
 		p.Subscribe = append(p.Subscribe, s)
 	}
+	for s := range r.deny {
+		p.PublishDeny = append(p.PublishDeny, s)
+	}
+	sort.Strings(p.PublishDeny)
 	sort.Strings(p.Publish)
 	sort.Strings(p.Subscribe)
 	return p
@@ -225,15 +231,41 @@ func For(service string, opts ...Option) (Permissions, error) {
 	case "setup":
 		r.publish("$JS.API.STREAM.CREATE.*", "$JS.API.STREAM.UPDATE.*", "$JS.API.STREAM.INFO.*", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST")
 	case "reader":
-		// An ordered consumer: ephemeral, created and deleted by the
-		// reader, pulled, never acknowledged.
+		// An ordered consumer: ephemeral, created by the reader, pulled,
+		// never acknowledged. It may not delete a consumer (the server
+		// removes an idle ordered one itself), nor create or change one
+		// named like a service's durable consumer, which would replay or
+		// divert that service's events.
 		r.readStream(bus.StreamEvents)
-		r.publish("$JS.API.CONSUMER.CREATE."+bus.StreamEvents+".>", "$JS.API.CONSUMER.DELETE."+bus.StreamEvents+".>",
+		r.publish("$JS.API.CONSUMER.CREATE."+bus.StreamEvents+".>",
 			"$JS.API.CONSUMER.INFO."+bus.StreamEvents+".>", "$JS.API.CONSUMER.MSG.NEXT."+bus.StreamEvents+".>", "$JS.FC."+bus.StreamEvents+".>")
+		for _, d := range durables(opts...) {
+			prefix := "$JS.API.CONSUMER.CREATE." + bus.StreamEvents + "." + d
+			r.deny[prefix], r.deny[prefix+".>"] = true, true
+		}
 	default:
 		return Permissions{}, fmt.Errorf("natsperm: unknown service %q (known: %s)", service, strings.Join(Services, ", "))
 	}
 	return r.done(), nil
+}
+
+// durables are the names of the services' durable consumers on the event
+// stream, as their permissions to create them say.
+func durables(opts ...Option) []string {
+	prefix := "$JS.API.CONSUMER.CREATE." + bus.StreamEvents + "."
+	seen := map[string]bool{}
+	for _, svc := range Services {
+		if svc == "reader" || svc == "setup" {
+			continue
+		}
+		p, _ := For(svc, opts...)
+		for _, subj := range p.Publish {
+			if d, ok := strings.CutPrefix(subj, prefix); ok && !strings.ContainsAny(d, ".*>") {
+				seen[d] = true
+			}
+		}
+	}
+	return slices.Sorted(maps.Keys(seen))
 }
 
 // ServerConfig renders the authorization block of a nats-server
@@ -253,11 +285,11 @@ func ServerConfig(opts ...Option) string {
 	}
 	if set.agent != "" {
 		pub, sub := multicluster.WorkerPermissions(set.agent, set.agentDomain)
-		writeUser(&b, "the agent of this worker cluster, "+set.agent, "worker", "WORKER", Permissions{pub, sub})
+		writeUser(&b, "the agent of this worker cluster, "+set.agent, "worker", "WORKER", Permissions{Publish: pub, Subscribe: sub})
 	}
 	for _, w := range set.workers {
 		pub, sub := multicluster.WorkerPermissions(w, set.managerDomain)
-		writeUser(&b, "worker cluster "+w+": its leaf node logs in as this user", w, "WORKER_"+envName(w), Permissions{pub, sub})
+		writeUser(&b, "worker cluster "+w+": its leaf node logs in as this user", w, "WORKER_"+envName(w), Permissions{Publish: pub, Subscribe: sub})
 	}
 	b.WriteString("  ]\n}\n")
 	return b.String()
@@ -271,7 +303,11 @@ func writeUser(b *strings.Builder, comment, user, env string, p Permissions) {
 		fmt.Fprintf(b, "      # %s\n", comment)
 	}
 	fmt.Fprintf(b, "      user: %q\n      password: $SLUICE_%s_PASSWORD\n      permissions: {\n", user, env)
-	fmt.Fprintf(b, "        publish: { allow: %s }\n", quoteList(p.Publish))
+	if len(p.PublishDeny) > 0 {
+		fmt.Fprintf(b, "        publish: { allow: %s, deny: %s }\n", quoteList(p.Publish), quoteList(p.PublishDeny))
+	} else {
+		fmt.Fprintf(b, "        publish: { allow: %s }\n", quoteList(p.Publish))
+	}
 	fmt.Fprintf(b, "        subscribe: { allow: %s }\n", quoteList(p.Subscribe))
 	b.WriteString("      }\n    }\n")
 }

@@ -337,7 +337,7 @@ func startServer(t *testing.T) (string, string) {
 			t.Fatal(err)
 		}
 		users = append(users, &server.User{Username: svc, Password: "pw-" + svc, Permissions: &server.Permissions{
-			Publish:   &server.SubjectPermission{Allow: p.Publish},
+			Publish:   &server.SubjectPermission{Allow: p.Publish, Deny: p.PublishDeny},
 			Subscribe: &server.SubjectPermission{Allow: p.Subscribe},
 		}})
 	}
@@ -475,7 +475,7 @@ func TestServerConfigWithWorkers(t *testing.T) {
 // whole tokens, so each name is in the table).
 func TestNamedConsumers(t *testing.T) {
 	srv, caFile := startServer(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	connect := func(service string) jetstream.JetStream {
 		t.Helper()
@@ -497,6 +497,12 @@ func TestNamedConsumers(t *testing.T) {
 		{"checks", checks.Durable(v1beta1.MultiClusterController), events.SubjectFilter("workload", "reserved", "*", "*"), true},
 		{"checks", multicluster.EndedDurable, events.SubjectFilter("workload", "evicted", "*", "*"), true},
 		{"checks", checks.Durable("example.com/unlisted"), events.SubjectFilter("workload", "reserved", "*", "*"), false},
+		// The reader may make consumers of its own, never one named like
+		// a service's, which would replay or divert that service's events.
+		{"reader", "reader-tail", events.SubjectFilter("workload", "", "", ""), true},
+		{"reader", "quota", events.SubjectFilter("workload", "stopped", "*", "*"), false},
+		{"reader", "job-pending", events.SubjectFilter("workload", "pending", "job", "*"), false},
+		{"reader", checks.Durable(v1beta1.MultiClusterController), events.SubjectFilter("workload", "reserved", "*", "*"), false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.user+"/"+tc.durable, func(t *testing.T) {
@@ -518,6 +524,18 @@ func TestNamedConsumers(t *testing.T) {
 				t.Fatalf("%s: fetch from %s: %v", tc.user, tc.durable, err)
 			}
 		})
+	}
+	// Nor may it delete one.
+	// (A refused request is never answered.)
+	dctx, dcancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer dcancel()
+	if err := connect("reader").DeleteConsumer(dctx, bus.StreamEvents, "reader-tail"); err == nil {
+		t.Error("the reader deleted a consumer")
+	}
+	ictx, icancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer icancel()
+	if _, err := connect("integration").Consumer(ictx, bus.StreamEvents, "job-pending"); err != nil {
+		t.Errorf("job-pending after the reader's attempts: %v", err)
 	}
 	p, err := natsperm.For("checks", natsperm.WithCheckControllers("example.com/budget"))
 	if err != nil {

@@ -231,6 +231,15 @@ func (s *Service) Ready() error { return s.synced.Check() }
 // Run mirrors the buckets and admits until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
 	defer close(s.stopped)
+	err := s.run(ctx)
+	if ctx.Err() != nil {
+		// Stopped, even while still opening the buckets: not a failure.
+		return nil
+	}
+	return err
+}
+
+func (s *Service) run(ctx context.Context) error {
 	cfgKV, err := bus.OpenKV(ctx, s.js, configstore.Bucket)
 	if err != nil {
 		return fmt.Errorf("admission: open %s: %w", configstore.Bucket, err)

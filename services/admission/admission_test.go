@@ -1446,6 +1446,12 @@ func TestUnreadableReservationBlocksItsCohort(t *testing.T) {
 				})
 				corrupt()
 			}
+			// The block is in force before x comes (else x may be
+			// admitted before the corrupt value is read).
+			h.eventually("the block in force", func() (bool, string) {
+				ids, err := h.svc.Blocks(h.ctx)
+				return err == nil && len(ids) == 1, fmt.Sprint(ids, err)
+			})
 			h.submit("x", "main", 0, 1, "1")
 			h.eventually("x pending for the unreadable reservation", func() (bool, string) {
 				p, ok := h.lastPending("x")

@@ -18,3 +18,9 @@ func (s *Service) HoldsAdmission(ctx context.Context, key string) (held bool, er
 
 // ViewsTaken counts the views the loop took for queries (tests only).
 func (s *Service) ViewsTaken() int64 { return s.views.Load() }
+
+// Blocks lists the engine's blocks in force (tests only).
+func (s *Service) Blocks(ctx context.Context) (ids []string, err error) {
+	err = s.read(ctx, func() { ids = s.eng.Blocked() })
+	return ids, err
+}
