@@ -672,7 +672,7 @@ func newNATSAuthCmd() *cobra.Command {
 		Use:   "nats-authorization",
 		Short: "Print a nats-server authorization block: one user per service, each allowed only its subjects",
 		Long: "Print a nats-server authorization block: one user per service (" + strings.Join(natsperm.Services, ", ") +
-			"), each allowed only the subjects it uses. Passwords are read by the server from $SLUICE_<USER>_PASSWORD.",
+			") and per admission check controller of your own, each allowed only the subjects it uses. Passwords are read by the server from $SLUICE_<USER>_PASSWORD.",
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			_, err := fmt.Fprint(cmd.OutOrStdout(), natsperm.ServerConfig(natsperm.WithCheckControllers(controllers...),
@@ -681,7 +681,7 @@ func newNATSAuthCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringSliceVar(&controllers, "check-controllers", nil,
-		"admission check controllers of your own the checks user runs too, by controllerName (Sluice's own: "+strings.Join(natsperm.BuiltinCheckControllers, ", ")+")")
+		"admission check controllers of your own, by controllerName: a user each, check-<name> (Sluice's own, "+strings.Join(natsperm.BuiltinCheckControllers, ", ")+", are the users provisioning and multicluster)")
 	cmd.Flags().StringSliceVar(&workers, "workers", nil,
 		"worker clusters that join this (manager's) NATS as leaf nodes: a user each, allowed only its own offers and reports (password from $SLUICE_WORKER_<NAME>_PASSWORD)")
 	cmd.Flags().StringVar(&domain, "manager-domain", "hub", "JetStream domain of the manager's NATS, as the workers reach it")

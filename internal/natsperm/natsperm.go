@@ -115,8 +115,30 @@ func workloadEvents(types ...string) []string {
 
 // Services names the users, one per service, plus "setup" (creates the
 // streams and buckets: `sluice setup`) and "reader" (a read-only subscriber
-// for external tools: `sluice events tail`).
-var Services = []string{"admission", "integration", "preemption", "quota", "watcher", "checks", "setup", "reader"}
+// for external tools: `sluice events tail`). Each admission check
+// controller Sluice ships is a service of its own (provisioning,
+// multicluster); one of your own gets a user by WithCheckControllers.
+var Services = []string{"admission", "integration", "preemption", "quota", "watcher", "provisioning", "multicluster", "setup", "reader"}
+
+// CheckControllerUser names the user of an admission check controller of
+// your own (WithCheckControllers): its consumer's name, checks.Durable.
+// It connects as the client "sluice-<user>", whose inbox prefix its
+// permissions allow (natsconn.Config.Options).
+func CheckControllerUser(controllerName string) string { return checks.Durable(controllerName) }
+
+// Users names every user the options give: Services, then one per check
+// controller of your own.
+func Users(opts ...Option) []string {
+	var set settings
+	for _, o := range opts {
+		o(&set)
+	}
+	out := slices.Clone(Services)
+	for _, c := range slices.Compact(slices.Sorted(slices.Values(set.checkControllers))) {
+		out = append(out, CheckControllerUser(c))
+	}
+	return out
+}
 
 // Option widens the users' permissions.
 type Option func(*settings)
@@ -130,10 +152,10 @@ type settings struct {
 	agent, agentDomain string
 }
 
-// WithCheckControllers lets the checks user run these admission check
-// controllers too, besides Sluice's own (each consumes with a durable
-// consumer named after it, checks.Durable). NATS subject wildcards match
-// whole tokens only, so each consumer is named.
+// WithCheckControllers adds a user per admission check controller of your
+// own (CheckControllerUser), allowed to consume reservations with its own
+// durable consumer (checks.Durable) and answer. NATS subject wildcards
+// match whole tokens only, so each consumer is named.
 func WithCheckControllers(names ...string) Option {
 	return func(s *settings) { s.checkControllers = append(s.checkControllers, names...) }
 }
@@ -212,18 +234,14 @@ func For(service string, opts ...Option) (Permissions, error) {
 		for _, st := range []string{bus.StreamEvents, bus.StreamDLQ, "KV_" + bus.BucketShards} {
 			r.publish("$JS.API.STREAM.INFO." + st)
 		}
-	case "checks":
-		// Admission check controllers: each consumes reservations with
-		// its own durable consumer, check-<name>, and answers.
-		r.publish("sluice.check.v1.updated.>")
-		for _, c := range slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(BuiltinCheckControllers), set.checkControllers...)))) {
-			r.consume(bus.StreamEvents, checks.Durable(c))
-		}
-		// The provisioning check deletes the requests of ended workloads.
+	case "provisioning":
+		answerChecks(r, v1beta1.ProvisioningRequestController)
+		// It deletes the requests of ended workloads.
 		r.consume(bus.StreamEvents, provisioning.EndedDurable)
-		r.readStream(bus.StreamEvents)
-		// The multicluster dispatcher offers workloads to workers, reads
-		// their reports, withdraws what ended, and keeps its dispatches.
+	case "multicluster":
+		answerChecks(r, v1beta1.MultiClusterController)
+		// The dispatcher offers workloads to workers, reads their
+		// reports, withdraws what ended, and keeps its dispatches.
 		r.publish(multicluster.ToWorker("*", ">"))
 		r.consume(multicluster.Stream, multicluster.ReportsDurable)
 		r.consume(bus.StreamEvents, multicluster.EndedDurable)
@@ -244,9 +262,32 @@ func For(service string, opts ...Option) (Permissions, error) {
 			r.deny[prefix], r.deny[prefix+".>"] = true, true
 		}
 	default:
-		return Permissions{}, fmt.Errorf("natsperm: unknown service %q (known: %s)", service, strings.Join(Services, ", "))
+		c, ok := controllerOf(service, set.checkControllers)
+		if !ok {
+			return Permissions{}, fmt.Errorf("natsperm: unknown user %q (known: %s)", service, strings.Join(Users(opts...), ", "))
+		}
+		answerChecks(r, c)
 	}
 	return r.done(), nil
+}
+
+// answerChecks: an admission check controller consumes reservations with
+// its own durable consumer, check-<name>, reads the last events of a
+// workload, and answers.
+func answerChecks(r *rules, controller string) {
+	r.publish("sluice.check.v1.updated.>")
+	r.consume(bus.StreamEvents, checks.Durable(controller))
+	r.readStream(bus.StreamEvents)
+}
+
+// controllerOf finds the check controller of your own whose user is user.
+func controllerOf(user string, controllers []string) (string, bool) {
+	for _, c := range controllers {
+		if CheckControllerUser(c) == user {
+			return c, true
+		}
+	}
+	return "", false
 }
 
 // durables are the names of the services' durable consumers on the event
@@ -254,7 +295,7 @@ func For(service string, opts ...Option) (Permissions, error) {
 func durables(opts ...Option) []string {
 	prefix := "$JS.API.CONSUMER.CREATE." + bus.StreamEvents + "."
 	seen := map[string]bool{}
-	for _, svc := range Services {
+	for _, svc := range Users(opts...) {
 		if svc == "reader" || svc == "setup" {
 			continue
 		}
@@ -275,9 +316,9 @@ func durables(opts ...Option) []string {
 func ServerConfig(opts ...Option) string {
 	var b strings.Builder
 	b.WriteString("authorization {\n  users = [\n")
-	for _, svc := range Services {
+	for _, svc := range Users(opts...) {
 		p, _ := For(svc, opts...)
-		writeUser(&b, "", svc, strings.ToUpper(svc), p)
+		writeUser(&b, "", svc, envName(svc), p)
 	}
 	var set settings
 	for _, o := range opts {

@@ -326,13 +326,13 @@ func connectAs(t *testing.T, srv, caFile, service string, extra ...nats.Option) 
 // startServer starts a nats-server with JetStream on loopback that serves
 // TLS with a fresh CA and knows one user per service with the table's
 // permissions (password "pw-<service>"). It returns the URL and the CA file.
-func startServer(t *testing.T) (string, string) {
+func startServer(t *testing.T, perm ...natsperm.Option) (string, string) {
 	t.Helper()
 	dir := t.TempDir()
 	caFile, tlsCfg := serverTLS(t, dir)
 	var users []*server.User
-	for _, svc := range natsperm.Services {
-		p, err := natsperm.For(svc)
+	for _, svc := range natsperm.Users(perm...) {
+		p, err := natsperm.For(svc, perm...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -474,7 +474,8 @@ func TestServerConfigWithWorkers(t *testing.T) {
 // reservations, under their own durable names only (NATS wildcards match
 // whole tokens, so each name is in the table).
 func TestNamedConsumers(t *testing.T) {
-	srv, caFile := startServer(t)
+	budget := natsperm.CheckControllerUser("example.com/budget")
+	srv, caFile := startServer(t, natsperm.WithCheckControllers("example.com/budget"))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	connect := func(service string) jetstream.JetStream {
@@ -492,11 +493,16 @@ func TestNamedConsumers(t *testing.T) {
 		{"integration", "job-pending", events.SubjectFilter("workload", "pending", "job", "*"), true},
 		{"integration", "pytorchjob-pending", events.SubjectFilter("workload", "pending", "pytorchjob", "*"), true},
 		{"integration", "stranger-pending", events.SubjectFilter("workload", "pending", "job", "*"), false},
-		{"checks", checks.Durable(v1beta1.ProvisioningRequestController), events.SubjectFilter("workload", "reserved", "*", "*"), true},
-		{"checks", provisioning.EndedDurable, events.SubjectFilter("workload", "finished", "*", "*"), true},
-		{"checks", checks.Durable(v1beta1.MultiClusterController), events.SubjectFilter("workload", "reserved", "*", "*"), true},
-		{"checks", multicluster.EndedDurable, events.SubjectFilter("workload", "evicted", "*", "*"), true},
-		{"checks", checks.Durable("example.com/unlisted"), events.SubjectFilter("workload", "reserved", "*", "*"), false},
+		{"provisioning", checks.Durable(v1beta1.ProvisioningRequestController), events.SubjectFilter("workload", "reserved", "*", "*"), true},
+		{"provisioning", provisioning.EndedDurable, events.SubjectFilter("workload", "finished", "*", "*"), true},
+		{"multicluster", checks.Durable(v1beta1.MultiClusterController), events.SubjectFilter("workload", "reserved", "*", "*"), true},
+		{"multicluster", multicluster.EndedDurable, events.SubjectFilter("workload", "evicted", "*", "*"), true},
+		// Each check controller consumes for itself only.
+		{"provisioning", checks.Durable(v1beta1.MultiClusterController), events.SubjectFilter("workload", "reserved", "*", "*"), false},
+		{"multicluster", checks.Durable(v1beta1.ProvisioningRequestController), events.SubjectFilter("workload", "reserved", "*", "*"), false},
+		{budget, checks.Durable("example.com/budget"), events.SubjectFilter("workload", "reserved", "*", "*"), true},
+		{budget, checks.Durable(v1beta1.ProvisioningRequestController), events.SubjectFilter("workload", "reserved", "*", "*"), false},
+		{"provisioning", checks.Durable("example.com/unlisted"), events.SubjectFilter("workload", "reserved", "*", "*"), false},
 		// The reader may make consumers of its own, never one named like
 		// a service's, which would replay or divert that service's events.
 		{"reader", "reader-tail", events.SubjectFilter("workload", "", "", ""), true},
@@ -537,19 +543,20 @@ func TestNamedConsumers(t *testing.T) {
 	if _, err := connect("integration").Consumer(ictx, bus.StreamEvents, "job-pending"); err != nil {
 		t.Errorf("job-pending after the reader's attempts: %v", err)
 	}
-	p, err := natsperm.For("checks", natsperm.WithCheckControllers("example.com/budget"))
-	if err != nil {
-		t.Fatal(err)
+	if _, err := natsperm.For(budget); err == nil {
+		t.Errorf("a user for a check controller not named: %s", budget)
 	}
-	if !slices.Contains(p.Publish, "$JS.API.CONSUMER.CREATE."+bus.StreamEvents+"."+checks.Durable("example.com/budget")) {
-		t.Errorf("WithCheckControllers: the checks user may not create check-example-com-budget: %v", p.Publish)
+	if got := natsperm.ServerConfig(natsperm.WithCheckControllers("example.com/budget")); !strings.Contains(got, `user: "`+budget+`"`) ||
+		!strings.Contains(got, "$SLUICE_CHECK_EXAMPLE_COM_BUDGET_PASSWORD") {
+		t.Errorf("ServerConfig lacks the user %s and its password variable:\n%s", budget, got)
 	}
 }
 
-// TestDispatcherUnderChecksUser: the setup user makes the multicluster
-// stream and bucket; the checks user (which runs the dispatcher) offers,
-// reads reports and keeps its dispatches, and nothing else there.
-func TestDispatcherUnderChecksUser(t *testing.T) {
+// TestDispatcherUnderItsUser: the setup user makes the multicluster
+// stream and bucket; the multicluster user (the dispatcher) offers, reads
+// reports and keeps its dispatches, and nothing else there; the
+// provisioning user may not offer.
+func TestDispatcherUnderItsUser(t *testing.T) {
 	srv, caFile := startServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -557,7 +564,13 @@ func TestDispatcherUnderChecksUser(t *testing.T) {
 	if err := multicluster.Setup(ctx, setup, 1); err != nil {
 		t.Fatalf("setup user: %v", err)
 	}
-	_, js := connectAs(t, srv, caFile, "checks")
+	short0, cancelShort0 := context.WithTimeout(ctx, 2*time.Second)
+	defer cancelShort0()
+	_, pjs := connectAs(t, srv, caFile, "provisioning")
+	if _, err := pjs.Publish(short0, multicluster.ToWorker("w1", "u-1"), []byte(`{}`)); err == nil {
+		t.Error("the provisioning user offered a workload to a worker")
+	}
+	_, js := connectAs(t, srv, caFile, "multicluster")
 	if _, err := js.Publish(ctx, multicluster.ToWorker("w1", "u-1"), []byte(`{}`)); err != nil {
 		t.Errorf("offer: %v", err)
 	}
@@ -575,6 +588,6 @@ func TestDispatcherUnderChecksUser(t *testing.T) {
 	short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
 	defer cancelShort()
 	if _, err := js.Publish(short, multicluster.FromWorker("w1", "u-1"), []byte(`{}`)); err == nil {
-		t.Error("the checks user reported as a worker")
+		t.Error("the multicluster user reported as a worker")
 	}
 }
