@@ -284,6 +284,26 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 			return fmt.Errorf("bus: bucket %s: %w", b, err)
 		}
 	}
+	for _, b := range []string{BucketWorkloads, BucketFence} {
+		if err := PurgeLegacyMarkers(ctx, js, b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// PurgeLegacyMarkers removes from bucket the delete markers written before
+// deletions left markers that expire (Remove): they never go by
+// themselves, and each is a key the bucket lists. Setup runs it, as the
+// setup user, so that no service needs to purge a bucket.
+func PurgeLegacyMarkers(ctx context.Context, js jetstream.JetStream, bucket string) error {
+	kv, err := OpenKV(ctx, js, bucket)
+	if err != nil {
+		return fmt.Errorf("bus: bucket %s: %w", bucket, err)
+	}
+	if _, err := PurgeOldMarkers(ctx, kv, ">", time.Now()); err != nil {
+		return fmt.Errorf("bus: bucket %s: %w", bucket, err)
+	}
 	return nil
 }
 

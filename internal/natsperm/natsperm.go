@@ -80,11 +80,11 @@ func (r *rules) kvRead(bucket string) *rules {
 	return r.publish("$JS.API.CONSUMER.CREATE."+s+".>", "$JS.API.CONSUMER.DELETE."+s+".>", "$JS.API.CONSUMER.INFO."+s+".>", "$JS.FC."+s+".>")
 }
 
-// kvWrite: puts, compare-and-set updates and deletes, and purging delete
-// markers.
+// kvWrite: puts, compare-and-set updates and deletes (no purge: only the
+// setup user purges, bus.PurgeLegacyMarkers).
 func (r *rules) kvWrite(bucket string) *rules {
 	r.kvRead(bucket)
-	return r.publish("$KV."+bucket+".>", "$JS.API.STREAM.PURGE.KV_"+bucket)
+	return r.publish("$KV." + bucket + ".>")
 }
 
 func (r *rules) done() Permissions {
@@ -248,6 +248,11 @@ func For(service string, opts ...Option) (Permissions, error) {
 		r.kvWrite(multicluster.Bucket)
 	case "setup":
 		r.publish("$JS.API.STREAM.CREATE.*", "$JS.API.STREAM.UPDATE.*", "$JS.API.STREAM.INFO.*", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST")
+		// Delete markers an older Sluice left that never expire: read
+		// and purged, key by key (bus.PurgeLegacyMarkers).
+		for _, b := range []string{workloads.Bucket, fence.Bucket, multicluster.Bucket} {
+			r.kvRead(b).publish("$JS.API.STREAM.PURGE.KV_" + b)
+		}
 	case "reader":
 		// An ordered consumer: ephemeral, created by the reader, pulled,
 		// never acknowledged. It may not delete a consumer (the server

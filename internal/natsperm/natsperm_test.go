@@ -35,6 +35,7 @@ import (
 	"github.com/sluice-dev/sluice/events"
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/internal/configstore"
+	"github.com/sluice-dev/sluice/internal/fence"
 	"github.com/sluice-dev/sluice/internal/ledger"
 	"github.com/sluice-dev/sluice/internal/natsconn"
 	"github.com/sluice-dev/sluice/internal/natsperm"
@@ -207,6 +208,9 @@ func TestServicesUnderTheirPermissions(t *testing.T) {
 		{"the preemption service cannot admit", "preemption", "sluice.workload.v1.admitted.job.team-a.x"},
 		{"the reader cannot publish events", "reader", "sluice.workload.v1.submitted.job.team-a.x"},
 		{"the watcher cannot delete a stream", "watcher", "$JS.API.STREAM.DELETE." + bus.StreamEvents},
+		{"the quota service cannot purge the fences", "quota", "$JS.API.STREAM.PURGE.KV_" + fence.Bucket},
+		{"the integration cannot purge the records", "integration", "$JS.API.STREAM.PURGE.KV_" + workloads.Bucket},
+		{"the admission service cannot purge the ledger", "admission", "$JS.API.STREAM.PURGE.KV_" + ledger.Bucket},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

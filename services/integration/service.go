@@ -306,7 +306,6 @@ func (s *Service) Run(ctx context.Context) error {
 	spawn("ledger watch", func(ctx context.Context) error { return s.watchLedger(ctx, ledKV, ledSynced) })
 	fenceSynced := make(chan struct{})
 	spawn("fence watch", func(ctx context.Context) error { return s.watchFences(ctx, fenceSynced) })
-	spawn("old delete markers", s.purgeOldMarkers)
 
 	for _, k := range s.kinds {
 		if err := s.startInformer(runCtx, k); err != nil {
@@ -834,25 +833,6 @@ func (s *Service) enqueueShards(ctx context.Context, k *kindRunner, shards []int
 			add(key)
 		}
 	}
-}
-
-// purgeOldMarkers removes, once, the delete markers of ended workloads'
-// records of the kinds run here that will never expire: those left before
-// records were removed with expiring markers. Each is a key the bucket
-// lists, and that every start of the service looks at. A failure is
-// logged; the next start tries again.
-func (s *Service) purgeOldMarkers(ctx context.Context) error {
-	for _, kind := range s.Kinds() {
-		n, err := bus.PurgeOldMarkers(ctx, s.wlKV, kind+".>", time.Now())
-		if err != nil {
-			s.log.Warn().Err(err).Str("kind", kind).Msg("old delete markers of workload records not purged")
-			continue
-		}
-		if n > 0 {
-			s.log.Info().Int("markers", n).Str("kind", kind).Msg("purged old delete markers of workload records")
-		}
-	}
-	return nil
 }
 
 // markUnverified notes that a workload's announcements are to be checked

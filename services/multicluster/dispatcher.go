@@ -139,11 +139,6 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
-	if n, err := bus.PurgeOldMarkers(ctx, d.kv, ">", time.Now()); err != nil {
-		d.log.Warn().Err(err).Msg("old delete markers of dispatches not purged")
-	} else if n > 0 {
-		d.log.Info().Int("markers", n).Msg("purged old delete markers of dispatches")
-	}
 	if err := d.load(ctx); err != nil {
 		return err
 	}

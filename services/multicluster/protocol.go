@@ -168,7 +168,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, replicas int) error {
 		History: 1, LimitMarkerTTL: bus.LimitMarkerTTL}); err != nil {
 		return fmt.Errorf("multicluster: bucket %s: %w", Bucket, err)
 	}
-	return nil
+	return bus.PurgeLegacyMarkers(ctx, js, Bucket)
 }
 
 // SetupStream creates or updates the stream in the manager's JetStream.

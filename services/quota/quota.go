@@ -134,10 +134,6 @@ func (s *Service) Run(ctx context.Context) error {
 	}()
 	t := time.NewTicker(s.cfg.Reconcile)
 	defer t.Stop()
-	// Fences deleted by an earlier version, before deletions left markers
-	// that expire (bus.Remove), keep their markers forever: they are
-	// purged once per start.
-	oldMarkersPurged := false
 	for {
 		select {
 		case err := <-errc:
@@ -155,13 +151,6 @@ func (s *Service) Run(ctx context.Context) error {
 			}
 			if err := s.collectFences(ctx, st, stream, time.Now()); err != nil && ctx.Err() == nil {
 				s.log.Warn().Err(err).Msg("collecting ended workloads' fences")
-			}
-			if !oldMarkersPurged {
-				if _, err := bus.PurgeOldMarkers(ctx, fk, ">", time.Now()); err != nil && ctx.Err() == nil {
-					s.log.Warn().Err(err).Msg("old delete markers of fences not purged")
-				} else {
-					oldMarkersPurged = true
-				}
 			}
 		}
 	}
