@@ -3,6 +3,8 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"time"
 
@@ -573,14 +575,7 @@ func (e *Engine) Unblock(id string) bool {
 }
 
 // Blocked lists the ids of the blocks in force, in order.
-func (e *Engine) Blocked() []string {
-	ids := make([]string, 0, len(e.blocks))
-	for id := range e.blocks {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	return ids
-}
+func (e *Engine) Blocked() []string { return slices.Sorted(maps.Keys(e.blocks)) }
 
 // blockedReason says why cq's tree admits nothing because of a block, or
 // "". With several blocks the first by id is told, so the reason is

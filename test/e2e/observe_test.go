@@ -233,13 +233,7 @@ func TestCLI(t *testing.T) {
 func TestCLIThroughTheAPIServer(t *testing.T) {
 	registerVisibility(t)
 	ns, other := "e2e-cli-api", "e2e-cli-api-other"
-	for _, n := range []string{ns, other} {
-		queues(t, n, 1, "Never")
-	}
-	createJob(t, jobSpec{ns: ns, name: "running", queue: "q", pods: 1, gpus: 1, runFor: "60s"})
-	waitRunning(t, ns, "running", 30*time.Second)
-	createJob(t, jobSpec{ns: ns, name: "waiting", queue: "q", pods: 1, gpus: 1, runFor: "1s"})
-	waitEvent(t, ns, "waiting", "Pending", "insufficient unused quota", 45*time.Second)
+	oneWaiting(t, ns, other)
 
 	pending := func(kubeconfig string, args ...string) (string, error) {
 		t.Helper()

@@ -136,6 +136,20 @@ func registerVisibility(t *testing.T) {
 	})
 }
 
+// oneWaiting makes a ClusterQueue and LocalQueue q of one GPU in ns and
+// in other, runs a Job in ns and leaves a second one, "waiting", pending
+// there.
+func oneWaiting(t *testing.T, ns, other string) {
+	t.Helper()
+	for _, n := range []string{ns, other} {
+		queues(t, n, 1, "Never")
+	}
+	createJob(t, jobSpec{ns: ns, name: "running", queue: "q", pods: 1, gpus: 1, runFor: "60s"})
+	waitRunning(t, ns, "running", 30*time.Second)
+	createJob(t, jobSpec{ns: ns, name: "waiting", queue: "q", pods: 1, gpus: 1, runFor: "1s"})
+	waitEvent(t, ns, "waiting", "Pending", "insufficient unused quota", 45*time.Second)
+}
+
 // tenant is a service account of ns allowed to read the pending
 // workloads of its namespace's LocalQueues, and nothing else; its token.
 func tenant(t *testing.T, ns string) string {
@@ -189,13 +203,7 @@ func getRaw(c *kubernetes.Clientset, path string) (int, []byte) {
 func TestPendingAPIThroughTheAPIServer(t *testing.T) {
 	registerVisibility(t)
 	ns, other := "e2e-vis-a", "e2e-vis-b"
-	for _, n := range []string{ns, other} {
-		queues(t, n, 1, "Never")
-	}
-	createJob(t, jobSpec{ns: ns, name: "running", queue: "q", pods: 1, gpus: 1, runFor: "60s"})
-	waitRunning(t, ns, "running", 30*time.Second)
-	createJob(t, jobSpec{ns: ns, name: "waiting", queue: "q", pods: 1, gpus: 1, runFor: "1s"})
-	waitEvent(t, ns, "waiting", "Pending", "insufficient unused quota", 45*time.Second)
+	oneWaiting(t, ns, other)
 
 	lqPath := func(n string) string {
 		return visibility.Prefix + "/namespaces/" + n + "/localqueues/q/pendingworkloads"
