@@ -37,7 +37,7 @@ func (e *Engine) PendingInClusterQueue(name string, offset, limit int) (PendingP
 	if !ok {
 		return PendingPage{}, false
 	}
-	return page(e.pendingOf(cq), "", "", offset, limit), true
+	return e.pageOf(cq, "", "", offset, limit), true
 }
 
 // PendingInLocalQueue is PendingInClusterQueue for the workloads of one
@@ -51,7 +51,7 @@ func (e *Engine) PendingInLocalQueue(namespace, name string, offset, limit int) 
 	if !ok {
 		return PendingPage{}, true // its ClusterQueue is missing: nothing waits in it
 	}
-	return page(e.pendingOf(cq), namespace, name, offset, limit), true
+	return e.pageOf(cq, namespace, name, offset, limit), true
 }
 
 // PendingView is every queue's waiting workloads as the engine held them
@@ -68,7 +68,9 @@ type PendingView struct {
 func (e *Engine) PendingView() *PendingView {
 	v := &PendingView{byCQ: make(map[string][]PendingItem, len(e.tree.cqs)), lqs: make(map[string]string, len(e.tree.lqs))}
 	for name, cq := range e.tree.cqs {
-		v.byCQ[name] = e.pendingOf(cq)
+		items := make([]PendingItem, 0, len(cq.pending))
+		e.walkPending(cq, func(ws *wlState, cqPos, lqPos int) { items = append(items, itemOf(ws, cq, cqPos, lqPos)) })
+		v.byCQ[name] = items
 	}
 	for key, lq := range e.tree.lqs {
 		if _, ok := e.tree.cqs[lq.ClusterQueue]; ok {
@@ -86,7 +88,7 @@ func (v *PendingView) InClusterQueue(name string, offset, limit int) (PendingPag
 	if !ok {
 		return PendingPage{}, false
 	}
-	return page(items, "", "", offset, limit), true
+	return pageOfItems(items, "", "", offset, limit), true
 }
 
 // InLocalQueue is PendingInLocalQueue as of the view.
@@ -95,54 +97,78 @@ func (v *PendingView) InLocalQueue(namespace, name string, offset, limit int) (P
 	if !ok {
 		return PendingPage{}, false
 	}
-	return page(v.byCQ[cq], namespace, name, offset, limit), true
+	return pageOfItems(v.byCQ[cq], namespace, name, offset, limit), true
 }
 
-// pendingOf lists cq's waiting workloads with their places in line:
-// positions need the count of everything before. Between cycles the list
+// walkPending visits cq's waiting workloads in line, each with its place
+// over the ClusterQueue and over its LocalQueue. Between cycles the list
 // holds waiting workloads only (admitted ones are compacted away at the
 // end of the cycle that admits them). A deactivated workload is no longer
-// in line (Kueue takes it out of its queue): it has no position and is not
-// listed.
-func (e *Engine) pendingOf(cq *cqState) []PendingItem {
-	items := make([]PendingItem, 0, len(cq.pending))
+// in line (Kueue takes it out of its queue): it has no place and is not
+// visited.
+func (e *Engine) walkPending(cq *cqState, visit func(ws *wlState, cqPos, lqPos int)) {
 	inLQ := map[*LocalQueue]int{}
+	cqPos := 0
 	for _, ws := range cq.pending {
 		if ws.pods.deactivated != "" {
 			continue
 		}
 		lqPos := inLQ[ws.lq]
 		inLQ[ws.lq]++
-		items = append(items, PendingItem{
-			Key: ws.key, Kind: ws.w.Kind, Namespace: ws.w.Namespace, Name: ws.w.Name,
-			LocalQueue: ws.w.Queue, ClusterQueue: cq.Name, Priority: ws.w.Priority,
-			PositionInClusterQueue: len(items), PositionInLocalQueue: lqPos,
-			Reason: ws.reason, Submitted: ws.w.Submitted,
-		})
+		visit(ws, cqPos, lqPos)
+		cqPos++
 	}
-	return items
 }
 
-// page picks from a ClusterQueue's items those of LocalQueue
-// namespace/name (all when name is ""), from offset on in that queue's
-// order, at most limit (limit ≤ 0: all), and counts them.
-func page(items []PendingItem, namespace, name string, offset, limit int) PendingPage {
-	var p PendingPage
-	for _, it := range items {
-		idx := it.PositionInClusterQueue
-		if name != "" {
-			if it.Namespace != namespace || it.LocalQueue != name {
-				continue
-			}
-			idx = it.PositionInLocalQueue
-		}
-		p.Total++
-		if idx < offset || (limit > 0 && len(p.Items) >= limit) {
-			continue
-		}
-		p.Items = append(p.Items, it)
+func itemOf(ws *wlState, cq *cqState, cqPos, lqPos int) PendingItem {
+	return PendingItem{
+		Key: ws.key, Kind: ws.w.Kind, Namespace: ws.w.Namespace, Name: ws.w.Name,
+		LocalQueue: ws.w.Queue, ClusterQueue: cq.Name, Priority: ws.w.Priority,
+		PositionInClusterQueue: cqPos, PositionInLocalQueue: lqPos,
+		Reason: ws.reason, Submitted: ws.w.Submitted,
 	}
-	return p
+}
+
+// pager gathers one page: the workloads of LocalQueue namespace/name (all
+// when name is ""), from offset on in that queue's order, at most limit
+// (limit ≤ 0: all), and counts them. Only the page's items are made.
+type pager struct {
+	namespace, name string
+	offset, limit   int
+	page            PendingPage
+}
+
+func (pg *pager) add(namespace, queue string, cqPos, lqPos int, item func() PendingItem) {
+	idx := cqPos
+	if pg.name != "" {
+		if namespace != pg.namespace || queue != pg.name {
+			return
+		}
+		idx = lqPos
+	}
+	pg.page.Total++
+	if idx < pg.offset || (pg.limit > 0 && len(pg.page.Items) >= pg.limit) {
+		return
+	}
+	pg.page.Items = append(pg.page.Items, item())
+}
+
+// pageOf is a page of cq, read from the engine.
+func (e *Engine) pageOf(cq *cqState, namespace, name string, offset, limit int) PendingPage {
+	pg := pager{namespace: namespace, name: name, offset: offset, limit: limit}
+	e.walkPending(cq, func(ws *wlState, cqPos, lqPos int) {
+		pg.add(ws.w.Namespace, ws.w.Queue, cqPos, lqPos, func() PendingItem { return itemOf(ws, cq, cqPos, lqPos) })
+	})
+	return pg.page
+}
+
+// pageOfItems is a page of a ClusterQueue's items, read from a view.
+func pageOfItems(items []PendingItem, namespace, name string, offset, limit int) PendingPage {
+	pg := pager{namespace: namespace, name: name, offset: offset, limit: limit}
+	for _, it := range items {
+		pg.add(it.Namespace, it.LocalQueue, it.PositionInClusterQueue, it.PositionInLocalQueue, func() PendingItem { return it })
+	}
+	return pg.page
 }
 
 // QueueStats is what a ClusterQueue holds and what waits in it.
