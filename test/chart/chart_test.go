@@ -832,4 +832,27 @@ func TestChartPendingAPIService(t *testing.T) {
 	if off := mustRender(t, "admission.visibility.enabled=false"); len(names(off, "APIService")) != 0 {
 		t.Error("an APIService with admission.visibility.enabled=false")
 	}
+	// With cert-manager, it issues the certificate and injects its CA,
+	// with or without a kind's webhook beside it.
+	for _, set := range [][]string{{"webhook.certManager.enabled=true"}, {"webhook.certManager.enabled=true", "integrations.job.enabled=false"}} {
+		objs := mustRender(t, set...)
+		var cert, svc unstructured.Unstructured
+		if !find(t, objs, "Certificate", fullname+"-visibility-cert", &cert.Object) {
+			t.Fatalf("%v: no Certificate for the pending API", set)
+		}
+		dns, _, _ := unstructured.NestedStringSlice(cert.Object, "spec", "dnsNames")
+		if !slices.Contains(dns, host) {
+			t.Errorf("%v: Certificate names %v, want %s", set, dns, host)
+		}
+		find(t, objs, "APIService", "v1beta1.visibility.sluice.dev", &svc.Object)
+		if svc.GetAnnotations()["cert-manager.io/inject-ca-from"] != namespace+"/"+fullname+"-visibility-cert" {
+			t.Errorf("%v: APIService annotations %v", set, svc.GetAnnotations())
+		}
+		if issuers := names(objs, "Issuer"); len(issuers) != 1 {
+			t.Errorf("%v: Issuers %v, want the one self-signed Issuer", set, issuers)
+		}
+		if slices.Contains(names(objs, "Secret"), fullname+"-visibility-cert") {
+			t.Errorf("%v: the chart made the certificate cert-manager issues", set)
+		}
+	}
 }

@@ -194,7 +194,7 @@ spec:
         {{- if .config }}
         checksum/config: {{ include "sluice.configuration" $root | sha256sum }}
         {{- end }}
-        {{- if .visibility }}
+        {{- if and .visibility (not $root.Values.webhook.certManager.enabled) }}
         checksum/visibility-cert: {{ include "sluice.visibilityCertificate" $root | sha256sum }}
         {{- end }}
         {{- if $root.Values.prometheusAnnotations }}
