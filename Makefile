@@ -40,7 +40,7 @@ test-unit:
 # capped: Go's default of 60 s per input would take all the time on inputs
 # of a few KB.
 FUZZTIME ?=
-FUZZ_TARGETS := events:FuzzDecode:25000 internal/engine:FuzzEngineArithmetic:20000 internal/simulate:FuzzLoad:10000 internal/queueconfig:FuzzToEngine:40000 internal/convert:FuzzConvert:20000 internal/ledger:FuzzParseEntry:20000 services/integration/job:FuzzWebhookReview:8000 services/integration/kinds:FuzzEveryKindsWebhook:20000 internal/fence:FuzzFenceValue:20000 services/multicluster:FuzzWorkerMessage:20000
+FUZZ_TARGETS := events:FuzzDecode:25000 internal/engine:FuzzEngineArithmetic:20000 internal/simulate:FuzzLoad:10000 internal/queueconfig:FuzzToEngine:40000 internal/convert:FuzzConvert:20000 internal/ledger:FuzzParseEntry:20000 services/integration/job:FuzzWebhookReview:8000 services/integration/kinds:FuzzEveryKindsWebhook:20000 internal/fence:FuzzFenceValue:20000 services/multicluster:FuzzWorkerMessage:20000 services/multicluster:FuzzReport:20000
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; rest=$${t#*:}; name=$${rest%%:*}; budget="$(FUZZTIME)"; \

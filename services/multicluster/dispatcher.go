@@ -476,24 +476,17 @@ func (d *Dispatcher) withdraw(ctx context.Context, rec *dispatch, worker, reason
 // handleReport acts on a worker's report: the first admission wins,
 // the winner's status is mirrored, the others withdraw.
 func (d *Dispatcher) handleReport(ctx context.Context, m jetstream.Msg) error {
-	worker, token, ok := splitFrom(m.Subject())
-	if !ok {
-		return fmt.Errorf("%w: subject %q", ErrBadMessage, m.Subject())
+	worker, r, heartbeat, err := parseReport(m.Subject(), m.Data())
+	if worker == "" {
+		return err
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if now := d.now(); now.After(d.seen[worker]) {
 		d.seen[worker] = now
 	}
-	if token == heartbeatToken {
-		return nil
-	}
-	var r Report
-	if err := json.Unmarshal(m.Data(), &r); err != nil {
-		return fmt.Errorf("%w: report from %s: %v", ErrBadMessage, worker, err)
-	}
-	if err := r.Validate(); err != nil {
-		return fmt.Errorf("report from %s: %w", worker, err)
+	if heartbeat || err != nil {
+		return err
 	}
 	rec, err := d.get(ctx, r.Workload.UID)
 	if err != nil {
@@ -544,6 +537,31 @@ func (d *Dispatcher) handleReport(ctx context.Context, m jetstream.Msg) error {
 		return d.mirror(ctx, rec, r)
 	}
 	return nil
+}
+
+// parseReport reads a message from a worker: the worker its subject
+// names (which its NATS permissions vouch for: "" when the subject is not
+// a worker's), whether it is a heartbeat, and otherwise its report. A
+// report must be about the workload its subject names: a worker may only
+// speak of a workload on that workload's own subject.
+func parseReport(subject string, data []byte) (worker string, r Report, heartbeat bool, err error) {
+	worker, token, ok := splitFrom(subject)
+	if !ok {
+		return "", r, false, fmt.Errorf("%w: subject %q", ErrBadMessage, subject)
+	}
+	if token == heartbeatToken {
+		return worker, r, true, nil
+	}
+	if err := json.Unmarshal(data, &r); err != nil {
+		return worker, r, false, fmt.Errorf("%w: report from %s: %v", ErrBadMessage, worker, err)
+	}
+	if err := r.Validate(); err != nil {
+		return worker, r, false, fmt.Errorf("report from %s: %w", worker, err)
+	}
+	if r.Workload.UID != token {
+		return worker, r, false, fmt.Errorf("%w: report from %s on the subject of workload %s is about workload %s", ErrBadMessage, worker, token, r.Workload.UID)
+	}
+	return worker, r, false, nil
 }
 
 // refusedRetry is how long a workload every worker refused waits before

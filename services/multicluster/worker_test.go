@@ -140,3 +140,38 @@ func FuzzWorkerMessage(f *testing.F) {
 		}
 	})
 }
+
+// FuzzReport: whatever a worker sends the manager, it is refused with an
+// error, or it is a heartbeat, or a valid report about the workload whose
+// subject it came on, from the worker its subject names.
+func FuzzReport(f *testing.F) {
+	ref := events.WorkloadRef{Kind: "job", Namespace: "team-a", Name: "train", UID: "u1"}
+	for _, st := range []string{Queued, Admitted, Finished, Gone} {
+		b, _ := json.Marshal(Report{Workload: ref, Admission: "a1", State: st, Status: json.RawMessage(`{"active":1}`)})
+		f.Add(FromWorker("w1", "u1"), b)
+	}
+	b, _ := json.Marshal(Report{Workload: ref, Admission: "a1", State: Admitted})
+	f.Add(FromWorker("w1", "u2"), b) // about another workload than its subject's
+	f.Add(Heartbeat("w1"), []byte(`{}`))
+	f.Add("sluice.multicluster.v1.w1.to.u1", []byte(`{}`))
+	f.Add(FromWorker("w1", "u1"), []byte(`{"state":"admitted","workload":{"kind":"job"}}`))
+	f.Fuzz(func(t *testing.T, subject string, data []byte) {
+		worker, r, heartbeat, err := parseReport(subject, data)
+		if err != nil {
+			if !errors.Is(err, ErrBadMessage) {
+				t.Fatalf("parseReport: %v, not ErrBadMessage", err)
+			}
+			return
+		}
+		w, token, ok := splitFrom(subject)
+		if !ok || w != worker || worker == "" {
+			t.Fatalf("accepted from worker %q on subject %q", worker, subject)
+		}
+		if heartbeat {
+			return
+		}
+		if r.Validate() != nil || r.Workload.UID != token {
+			t.Fatalf("accepted report %+v on subject %q", r, subject)
+		}
+	})
+}
