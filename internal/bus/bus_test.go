@@ -194,7 +194,7 @@ func TestSetupIdempotent(t *testing.T) {
 	// The ledger, the records and the fences keep one revision per key
 	// (a deletion's marker replaces the value and expires); the ledger
 	// takes atomic batches too.
-	for b, want := range map[string]int64{"sluice-quota": 1, "sluice-workloads": 1, "sluice-fence": 1, "sluice-config": 5} {
+	for b, want := range map[string]int64{"sluice-quota": 1, "sluice-workloads": 1, "sluice-fence": 1, "sluice-config": 1} {
 		kv, err := js.KeyValue(ctx, b)
 		if err != nil {
 			t.Fatalf("bucket %s: %v", b, err)

@@ -49,7 +49,10 @@ const (
 	DefaultMaxAge     = 7 * 24 * time.Hour
 	DefaultDuplicates = 2 * time.Minute
 	DefaultDLQMaxAge  = 30 * 24 * time.Hour
-	DefaultKVHistory  = 5
+	// DefaultKVHistory is 1: no reader uses an earlier revision, and one
+	// kept could be replayed as the newest by a user who may read the
+	// bucket (docs/security.md: an older, larger quota of a queue).
+	DefaultKVHistory = 1
 	// MaxReplicas is JetStream's limit.
 	MaxReplicas = 5
 	// MaxKVHistory is JetStream's limit on KV history.
@@ -71,7 +74,7 @@ type Config struct {
 	Duplicates time.Duration
 	// DLQMaxAge of dead letters; default 30 days.
 	DLQMaxAge time.Duration
-	// KVHistory is how many revisions each KV key keeps, 1..64; default 5.
+	// KVHistory is how many revisions each KV key keeps, 1..64; default 1.
 	// The quota ledger, the workload records and the fences keep one
 	// whatever this says (their deleted keys' markers expire).
 	KVHistory int
