@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -32,10 +33,7 @@ type visibilityFlags struct {
 	open bool
 }
 
-func (v *visibilityFlags) bind(f interface {
-	StringVar(p *string, name, value, usage string)
-	BoolVar(p *bool, name string, value bool, usage string)
-}, open bool) {
+func (v *visibilityFlags) bind(f *pflag.FlagSet, open bool) {
 	f.StringVar(&v.addr, "visibility-address", "", "address serving the pending API over TLS to users the cluster authenticates and authorizes, "+
 		"the backend of the APIService v1beta1.visibility.sluice.dev, e.g. :8443 (empty: none; needs Kubernetes access and --visibility-cert-dir)")
 	f.StringVar(&v.certDir, "visibility-cert-dir", "", "directory with the pending API's serving certificate (tls.crt, tls.key)")
