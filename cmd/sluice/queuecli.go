@@ -70,7 +70,7 @@ func newPendingCmd() *cobra.Command {
 		Short: "List waiting workloads in admission order, with their positions and reasons",
 		Long: "List a ClusterQueue's or a LocalQueue's waiting workloads in the order admission would take them now, from the " +
 			"admission service's pending API: at --server or $SLUICE_SERVER; otherwise at " + defaultServer + " (sluice dev), or, when " +
-			"nothing listens there, through the API server's service proxy to the admission Service the chart installed.",
+			"nothing listens there, through the cluster's API server (the aggregated API visibility.sluice.dev), as the kubeconfig's user.",
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := out.check(); err != nil {
@@ -106,8 +106,8 @@ func newPendingCmd() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&api.server, "server", "", "the admission service's HTTP address (default $SLUICE_SERVER, then "+defaultServer+
-		", then the API server's proxy to the chart's admission Service)")
-	f.StringVar(&api.common.kubeconfig, "kubeconfig", "", "kubeconfig for the API server's proxy (default: $KUBECONFIG, then ~/.kube/config)")
+		", then the cluster's API server)")
+	f.StringVar(&api.common.kubeconfig, "kubeconfig", "", "kubeconfig whose user reads the pending API through the API server (default: $KUBECONFIG, then ~/.kube/config)")
 	f.StringVar(&api.namespace, "sluice-namespace", "", "no longer needed: the API server serves the pending API itself")
 	_ = f.MarkDeprecated("sluice-namespace", "the API server serves the pending API (visibility.sluice.dev) itself")
 	f.StringVarP(&namespace, "namespace", "n", "", "namespace of the LocalQueue (default: default)")
