@@ -183,8 +183,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.log.Info().Str("controller", c.name).Msg("admission check controller running")
 	// A check request is never given up on: its reservation holds quota
 	// until the check answers.
-	return bus.Run(ctx, c.js, bus.ConsumerSpec{Stream: bus.StreamEvents, Durable: Durable(c.name),
-		FilterSubjects: []string{events.SubjectFilter("workload", "reserved", "*", "*")}, MaxDeliver: bus.RetryForever},
+	return bus.Run(ctx, c.js, Consumer(c.name),
 		c.handle, bus.WithLogger(c.log), bus.WithPartitions(4, events.SubjectWorkload))
 }
 
@@ -326,4 +325,12 @@ func (c *Controller) Answer(ctx context.Context, r Request, a Answer) error {
 	}
 	c.log.Info().Str("workload", r.Workload.String()).Str("check", r.Check).Str("state", a.State).Msg("admission check answered")
 	return nil
+}
+
+// Consumer is the durable consumer of reservations of the check
+// controller named controller. A check request is never given up on: its
+// reservation holds quota until the check answers.
+func Consumer(controller string) bus.ConsumerSpec {
+	return bus.ConsumerSpec{Stream: bus.StreamEvents, Durable: Durable(controller),
+		FilterSubjects: []string{events.SubjectFilter("workload", "reserved", "*", "*")}, MaxDeliver: bus.RetryForever}
 }

@@ -102,38 +102,18 @@ func parseWorkloadRef(s string) (events.WorkloadRef, error) {
 // readAll reads every stored message on filter, oldest first, and stops
 // at the last one.
 func readAll(cmd *cobra.Command, js jetstream.JetStream, filter string) ([]describedEvent, error) {
-	cons, err := js.OrderedConsumer(cmd.Context(), bus.StreamEvents, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverAllPolicy})
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", filter, err)
-	}
-	info, err := cons.Info(cmd.Context())
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", filter, err)
-	}
 	var out []describedEvent
-	for left := info.NumPending; left > 0; {
-		batch, err := cons.Fetch(int(min(left, 256)), jetstream.FetchMaxWait(5*time.Second))
+	_, err := bus.Page(cmd.Context(), js.Conn(), bus.StreamEvents, filter, 1, func(m bus.Stored) error {
+		env, err := events.DecodeParts(m.Subject, m.Header, m.Data)
 		if err != nil {
-			return nil, err
+			out = append(out, describedEvent{Type: "undecodable: " + err.Error(), Data: json.RawMessage(`null`)})
+			return nil
 		}
-		n := 0
-		for msg := range batch.Messages() {
-			n++
-			env, err := events.DecodeParts(msg.Subject(), msg.Headers(), msg.Data())
-			if err != nil {
-				out = append(out, describedEvent{Type: "undecodable: " + err.Error(), Data: json.RawMessage(`null`)})
-				continue
-			}
-			out = append(out, describedEvent{Time: env.Time, Type: env.Type, ID: env.ID, TraceID: env.TraceID(), Data: json.RawMessage(env.Data)})
-		}
-		if err := batch.Error(); err != nil {
-			return nil, err
-		}
-		if n == 0 {
-			break // nothing more arrived within the wait
-		}
-		left -= uint64(n)
+		out = append(out, describedEvent{Time: env.Time, Type: env.Type, ID: env.ID, TraceID: env.TraceID(), Data: json.RawMessage(env.Data)})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", filter, err)
 	}
 	return out, nil
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -24,8 +23,9 @@ func newEventsCmd() *cobra.Command {
 }
 
 // newTailCmd is a read-only subscriber: the pattern for external tools. It
-// uses an ordered consumer, which keeps no state on the server and never
-// acknowledges, so it cannot disturb the services.
+// pages through the stream with direct gets (bus.Follow): it keeps no
+// state on the server and makes no consumer, so it cannot disturb the
+// services.
 func newTailCmd() *cobra.Command {
 	var typ, namespace, kind string
 	c := &common{}
@@ -62,34 +62,27 @@ func newTailCmd() *cobra.Command {
 				return err
 			}
 			defer nc.Close()
-			cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverNewPolicy}
-			if all {
-				cfg.DeliverPolicy = jetstream.DeliverAllPolicy
-			}
-			cons, err := js.OrderedConsumer(cmd.Context(), bus.StreamEvents, cfg)
-			if err != nil {
-				return fmt.Errorf("subscribe to %s: %w", filter, err)
-			}
-			out := bufio.NewWriter(cmd.OutOrStdout())
-			defer out.Flush()
-			it, err := cons.Messages()
-			if err != nil {
-				return err
-			}
-			go func() { <-cmd.Context().Done(); it.Stop() }()
-			for {
-				msg, err := it.Next()
-				if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-					return nil
-				}
+			var from uint64 = 1
+			if !all {
+				last, err := bus.LastSequence(cmd.Context(), js, bus.StreamEvents)
 				if err != nil {
 					return err
 				}
-				printEvent(out, msg)
-				if it2 := out.Flush(); it2 != nil {
-					return it2
-				}
+				from = last + 1
 			}
+			// Woken by the events as they are published: a subscription
+			// to the filter itself when it names its entity, else to the
+			// stream's subjects (the reader may subscribe to those).
+			wake := []string{filter}
+			if entity == "*" {
+				wake = bus.StreamSubjects
+			}
+			out := bufio.NewWriter(cmd.OutOrStdout())
+			defer out.Flush()
+			return bus.Follow(cmd.Context(), nc, bus.StreamEvents, filter, from, func(m bus.Stored) error {
+				printEvent(out, m)
+				return out.Flush()
+			}, wake...)
 		},
 	}
 	c.bindNATS(cmd)
@@ -100,10 +93,10 @@ func newTailCmd() *cobra.Command {
 	return cmd
 }
 
-func printEvent(w io.Writer, msg jetstream.Msg) {
-	env, err := events.DecodeParts(msg.Subject(), msg.Headers(), msg.Data())
+func printEvent(w io.Writer, msg bus.Stored) {
+	env, err := events.DecodeParts(msg.Subject, msg.Header, msg.Data)
 	if err != nil {
-		fmt.Fprintf(w, "%s\tundecodable: %v\n", msg.Subject(), err)
+		fmt.Fprintf(w, "%s\tundecodable: %v\n", msg.Subject, err)
 		return
 	}
 	fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", env.Time.Format("15:04:05.000"), strings.TrimPrefix(env.Type, "dev.sluice."), env.Subject, env.Data)

@@ -67,6 +67,10 @@ type common struct {
 	// buckets (bus.Config), as quantities ("8Gi"); "" keeps the current
 	// bound, "-1" removes it.
 	maxBytes, dlqMaxBytes, kvMaxBytes string
+	// checkControllers and workers (`sluice setup` only) name the check
+	// controllers of your own and the worker clusters whose durable
+	// consumers setup makes.
+	checkControllers, workers []string
 }
 
 // bind binds the flags of a service; c's httpAddr is the default of
@@ -226,6 +230,10 @@ func (c *common) connect(ctx context.Context, name string) (*nats.Conn, jetstrea
 				nc.Close()
 				return nil, nil, err
 			}
+		}
+		if err := c.setupConsumers(ctx, js); err != nil {
+			nc.Close()
+			return nil, nil, err
 		}
 	}
 	return nc, js, nil
@@ -696,7 +704,7 @@ func newSetupCmd() *cobra.Command {
 	c := &common{setup: true}
 	cmd := &cobra.Command{
 		Use:   "setup",
-		Short: "Create or update Sluice's JetStream streams and buckets, then exit",
+		Short: "Create or update Sluice's JetStream streams, buckets and durable consumers, then exit",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := c.logger("setup")
@@ -714,6 +722,9 @@ func newSetupCmd() *cobra.Command {
 	}
 	c.bindSetup(cmd)
 	cmd.Flags().BoolVar(&c.worker, "worker-cluster", false, "this NATS is a worker cluster's (docs/multicluster.md): leave out the multicluster stream, which only the manager's has")
+	cmd.Flags().StringSliceVar(&c.checkControllers, "check-controllers", nil,
+		"admission check controllers of your own, by controllerName: setup makes each one's durable consumer, check-<name> (no service's NATS user may make a consumer)")
+	cmd.Flags().StringSliceVar(&c.workers, "workers", nil, "worker clusters of this manager: setup makes each one's durable consumer of its offers on the multicluster stream")
 	return cmd
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -266,11 +267,7 @@ type runner struct {
 }
 
 func (r *runner) consumer(ctx context.Context) (jetstream.Consumer, error) {
-	c, err := r.js.CreateOrUpdateConsumer(ctx, r.spec.Stream, r.spec.ConsumerConfig())
-	if err != nil {
-		return nil, fmt.Errorf("bus: consumer %s on %s: %w", r.spec.Durable, r.spec.Stream, err)
-	}
-	return c, nil
+	return EnsureConsumer(ctx, r.js, r.spec.Stream, r.spec.ConsumerConfig())
 }
 
 func (r *runner) run(ctx context.Context) error {
@@ -598,4 +595,62 @@ func headerSafe(s string) string {
 		b = append(b[:maxHeaderError-3], "..."...)
 	}
 	return strings.TrimSpace(string(b))
+}
+
+// EnsureConsumer returns the durable consumer cfg names on stream, as cfg
+// describes it. A consumer already so is used as it is (its creation is no
+// business of a service's: `sluice setup` makes every durable consumer,
+// and a service's NATS user may not create one, see Page); one missing or
+// different is created or updated, which only a user allowed to (setup, or
+// any user of a server without authorization) can do.
+func EnsureConsumer(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	c, err := js.Consumer(ctx, stream, cfg.Durable)
+	if err == nil && sameConsumer(c.CachedInfo().Config, cfg) {
+		return c, nil
+	}
+	if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil, fmt.Errorf("bus: consumer %s on %s: %w", cfg.Durable, stream, err)
+	}
+	c, err = js.CreateOrUpdateConsumer(ctx, stream, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("bus: consumer %s on %s is missing or not as this version of Sluice needs it, and could not be made (%w): %w; `sluice setup` makes it",
+			cfg.Durable, stream, err, ErrNotSetUp)
+	}
+	return c, nil
+}
+
+// sameConsumer: have is what the server holds for want, as far as Sluice
+// sets it.
+func sameConsumer(have, want jetstream.ConsumerConfig) bool {
+	filters := func(c jetstream.ConsumerConfig) []string {
+		out := slices.Clone(c.FilterSubjects)
+		if c.FilterSubject != "" {
+			out = append(out, c.FilterSubject)
+		}
+		slices.Sort(out)
+		return out
+	}
+	maxDeliver := func(n int) int {
+		if n <= 0 {
+			return -1
+		}
+		return n
+	}
+	return slices.Equal(filters(have), filters(want)) && have.AckPolicy == want.AckPolicy &&
+		(want.AckWait == 0 || have.AckWait == want.AckWait) && maxDeliver(have.MaxDeliver) == maxDeliver(want.MaxDeliver) &&
+		(want.MaxAckPending == 0 || have.MaxAckPending == want.MaxAckPending) && have.DeliverPolicy == want.DeliverPolicy
+}
+
+// SetupConsumers creates or updates the durable consumers specs describe.
+func SetupConsumers(ctx context.Context, js jetstream.JetStream, specs ...ConsumerSpec) error {
+	for _, s := range specs {
+		if err := s.Validate(); err != nil {
+			return err
+		}
+		s = s.withDefaults()
+		if _, err := EnsureConsumer(ctx, js, s.Stream, s.ConsumerConfig()); err != nil {
+			return err
+		}
+	}
+	return nil
 }

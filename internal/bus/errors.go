@@ -24,6 +24,11 @@ var (
 	// ErrHandlerPanic is wrapped when a handler panics; the message is
 	// retried like any transient failure.
 	ErrHandlerPanic = errors.New("bus: handler panicked")
+	// ErrNotSetUp: a stream, bucket or durable consumer is missing or not
+	// as this version of Sluice needs it; `sluice setup` makes it so.
+	ErrNotSetUp = errors.New("bus: not set up")
+	// ErrNotAKey: a bucket's stream held a message outside its keys.
+	ErrNotAKey = errors.New("bus: not a key of the bucket")
 )
 
 // Poison marks err as poison (see ErrPoison).

@@ -103,7 +103,7 @@ type remover interface {
 // buckets, with markers that expire after a second.
 func expiringBucket(t *testing.T, ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, remover) {
 	t.Helper()
-	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "expiring", History: 1, LimitMarkerTTL: time.Second}); err != nil {
+	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "expiring", History: 1, LimitMarkerTTL: time.Second, RePublish: bus.Republish("expiring")}); err != nil {
 		t.Fatal(err)
 	}
 	kv, err := bus.OpenKV(ctx, js, "expiring", bus.WithMarkerTTL(time.Second))

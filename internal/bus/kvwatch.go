@@ -1,9 +1,11 @@
 package bus
 
 import (
+	"cmp"
 	"context"
-	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -11,43 +13,47 @@ import (
 	"github.com/rs/zerolog"
 )
 
+// WatchSubject is where a bucket's stream republishes the headers of every
+// message it stores (Setup configures it): WatchSubject(bucket)+"."+key.
+// Only the server publishes there; no Sluice user may.
+func WatchSubject(bucket string) string { return "sluice.watch." + bucket }
+
 // WatchOption tunes WatchKV.
 type WatchOption func(*kvWatch)
 
-// WithWatchLogger logs what the watch does about stalls and reconnects.
+// WithWatchLogger logs what the watch does about failed reads and
+// reconnects.
 func WithWatchLogger(l zerolog.Logger) WatchOption { return func(w *kvWatch) { w.log = l } }
 
-// WithReconnects watches again at once when nc reconnects: a watch would
-// otherwise resume only once its missed heartbeats are noticed, about
-// 20 s later.
-func WithReconnects(nc *nats.Conn) WatchOption { return func(w *kvWatch) { w.nc = nc } }
+// WatchPoll is how often a watch looks for writes it heard nothing of:
+// a copy lost on the way (the watch pages from where it stopped, so one
+// look finds every write since).
+const WatchPoll = 2 * time.Second
 
-// WithPatience sets how long the initial pass may go without delivering
-// anything before the watch reads the bucket itself (default 10 s).
-func WithPatience(d time.Duration) WatchOption { return func(w *kvWatch) { w.patience = d } }
-
-// WatchKV feeds apply every entry of a bucket, first the current ones
-// (live false), then every change (live true), until ctx ends; it closes
-// synced once the current entries are in. An entry older than one already
-// applied for its key is skipped, so apply sees each key's revisions in
-// order, even across the watch being started again.
+// WatchKV feeds apply every entry of a bucket OpenKV opened, first the
+// current ones (live false), then every change (live true), until ctx
+// ends; it closes synced once the current entries are in. An entry older
+// than one already applied for its key is skipped, so apply sees each
+// key's revisions in order.
 //
-// A watch started again (after a reconnect) gets the bucket's current
-// entries once more; a key applied before that is not among them was
-// deleted meanwhile, and its delete marker expired before the watch could
-// see it (Remove): WatchKV applies its deletion.
-//
-// nats.go marks the end of a watch's initial values once it has seen as
-// many as its consumer had pending when created. After a NATS server
-// stopped uncleanly, that count can include messages the consumer never
-// delivers (seen on buckets whose deleted keys are purged), and the mark
-// never comes, however often the watch is started again. So when the
-// initial pass delivers nothing for the patience, WatchKV reads the bucket
-// itself (its keys from the stream's state, then each key), follows
-// changes from then on with a watch of updates only, and declares the
-// initial values in.
+// It uses no consumer (see Page): it pages through the bucket's stream
+// for the current entries, then from where it stopped whenever the stream
+// republishes a write's headers (WatchSubject), and every WatchPoll. A
+// copy only wakes it: what it applies is always read from the stream, so
+// a message delivered to the watch subject by anyone else changes
+// nothing. After a reconnect it reads the whole bucket again; a key
+// applied before that is no longer there was deleted meanwhile, and its
+// delete marker expired before the watch could see it (Remove): WatchKV
+// applies its deletion.
 func WatchKV(ctx context.Context, kv jetstream.KeyValue, synced chan<- struct{}, apply func(e jetstream.KeyValueEntry, live bool), opts ...WatchOption) error {
-	w := &kvWatch{kv: kv, apply: apply, log: zerolog.Nop(), patience: 10 * time.Second, applied: map[string]applied{}}
+	k, ok := kv.(*exactKV)
+	if !ok {
+		return fmt.Errorf("watch bucket %s: not opened by bus.OpenKV", kv.Bucket())
+	}
+	if rp := k.stream.CachedInfo().Config.RePublish; rp == nil || rp.Destination != Republish(kv.Bucket()).Destination {
+		return fmt.Errorf("watch bucket %s: %w: its stream does not copy its writes to %s.> (`sluice setup` makes it so)", kv.Bucket(), ErrNotSetUp, WatchSubject(kv.Bucket()))
+	}
+	w := &kvWatch{kv: k, apply: apply, log: zerolog.Nop(), applied: map[string]applied{}}
 	for _, o := range opts {
 		o(w)
 	}
@@ -55,17 +61,18 @@ func WatchKV(ctx context.Context, kv jetstream.KeyValue, synced chan<- struct{},
 }
 
 type kvWatch struct {
-	kv       jetstream.KeyValue
-	apply    func(jetstream.KeyValueEntry, bool)
-	log      zerolog.Logger
-	nc       *nats.Conn
-	patience time.Duration
-	// applied is what was last applied per key.
+	kv    *exactKV
+	apply func(jetstream.KeyValueEntry, bool)
+	log   zerolog.Logger
+	// applied is what was last applied per key. A deletion applied after
+	// the initial values is forgotten: what comes for its key later is
+	// newer.
 	applied map[string]applied
-	// seen holds the keys delivered so far by the initial values of a
-	// watch started again; nil outside of such a pass.
-	seen map[string]bool
+	// next is the sequence the next page starts from.
+	next uint64
 	done bool
+	// drop, in tests, makes the watch deaf to copies and polls.
+	drop func() bool
 }
 
 // applied is the revision last applied for a key, and whether it was a
@@ -76,92 +83,100 @@ type applied struct {
 }
 
 func (w *kvWatch) run(ctx context.Context, synced chan<- struct{}) error {
-	watcher, err := w.kv.WatchAll(ctx)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = watcher.Stop() }()
-	var reconnected chan nats.Status
-	if w.nc != nil {
-		reconnected = w.nc.StatusChanged(nats.CONNECTED)
-		defer w.nc.RemoveStatusListener(reconnected)
-	}
-	stalled := time.NewTimer(w.patience)
-	defer stalled.Stop()
-	markDone := func() {
-		if !w.done {
-			w.done = true
-			close(synced)
+	nc := w.kv.js.Conn()
+	bucket := w.kv.Bucket()
+	woken := make(chan struct{}, 1)
+	sub, err := nc.Subscribe(WatchSubject(bucket)+".>", func(*nats.Msg) {
+		select {
+		case woken <- struct{}{}:
+		default:
 		}
+	})
+	if err != nil {
+		return fmt.Errorf("watch bucket %s: %w", bucket, err)
 	}
+	defer func() { _ = sub.Unsubscribe() }()
+	reconnected := nc.StatusChanged(nats.CONNECTED)
+	defer nc.RemoveStatusListener(reconnected)
+	if err := w.read(ctx); err != nil {
+		return nil // ctx ended
+	}
+	w.done = true
+	close(synced)
+	poll := time.NewTicker(WatchPoll)
+	defer poll.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-reconnected:
-			_ = watcher.Stop()
-			if watcher, err = w.kv.WatchAll(ctx); err != nil {
-				return err
+			// Deletions whose markers expired while away are seen only by
+			// reading the whole bucket.
+			w.log.Info().Str("bucket", bucket).Msg("reconnected; reading the bucket again")
+			if err := w.read(ctx); err != nil {
+				return nil
 			}
-			w.seen = map[string]bool{}
-			stalled.Reset(w.patience)
-		case <-stalled.C:
-			if w.done && w.seen == nil {
-				continue
-			}
-			w.log.Warn().Str("bucket", w.kv.Bucket()).Dur("idle", w.patience).
-				Msg("the initial values of the bucket stalled; reading it and following its updates")
-			_ = watcher.Stop()
-			if watcher, err = w.kv.WatchAll(ctx, jetstream.UpdatesOnly()); err != nil {
-				return err
-			}
-			w.seen = nil
-			if err := w.snapshot(ctx); err != nil {
-				// Try again after the patience.
-				w.log.Warn().Err(err).Str("bucket", w.kv.Bucket()).Msg("bucket not read")
-				stalled.Reset(w.patience)
-				continue
-			}
-			markDone()
-		case e, ok := <-watcher.Updates():
-			if !ok {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return fmt.Errorf("watch of %s closed", w.kv.Bucket())
-			}
-			if e == nil {
-				w.endPass()
-				markDone()
-				continue
-			}
-			if !w.done || w.seen != nil {
-				stalled.Reset(w.patience)
-			}
-			if w.seen != nil {
-				w.seen[e.Key()] = true
-			}
-			w.deliver(e)
+		case <-woken:
+			w.follow(ctx)
+		case <-poll.C:
+			w.follow(ctx)
 		}
 	}
 }
 
-// endPass ends the initial values of a watch started again: a key whose
-// value was applied but that did not come again is gone.
-func (w *kvWatch) endPass() {
-	if w.seen == nil {
+// follow applies what the bucket's stream stored since the last page.
+func (w *kvWatch) follow(ctx context.Context) {
+	if w.drop != nil && w.drop() {
 		return
 	}
-	var gone []deletedEntry
-	for key, a := range w.applied {
-		if a.put && !w.seen[key] {
-			gone = append(gone, deletedEntry{bucket: w.kv.Bucket(), key: key, revision: a.revision + 1})
+	bucket := w.kv.Bucket()
+	last, err := Page(ctx, w.kv.js.Conn(), "KV_"+bucket, w.kv.prefix+">", w.next, func(s Stored) error {
+		e, err := entryOf(bucket, w.kv.prefix, s)
+		if err != nil {
+			return err
+		}
+		w.deliver(e)
+		return nil
+	})
+	if last >= w.next {
+		w.next = last + 1
+	}
+	if err != nil && ctx.Err() == nil {
+		// The next copy or poll tries again from where this stopped.
+		w.log.Warn().Err(err).Str("bucket", bucket).Msg("bucket not followed")
+	}
+}
+
+// read applies every key of the bucket as it is now, and the deletion of
+// keys applied before that are gone. It tries until it has read the bucket
+// or ctx ends.
+func (w *kvWatch) read(ctx context.Context) error {
+	var entries []kvEntry
+	var last uint64
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
+		var err error
+		if entries, last, err = w.kv.lastOfEach(ctx); err == nil {
+			break
+		}
+		w.log.Warn().Err(err).Str("bucket", w.kv.Bucket()).Dur("retry_in", wait).Msg("bucket not read")
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("watch bucket %s: %w", w.kv.Bucket(), ctx.Err())
+		case <-time.After(wait):
 		}
 	}
-	w.seen = nil
-	for _, d := range gone {
-		w.deliver(d)
+	present := map[string]bool{}
+	for _, e := range entries {
+		present[e.key] = true
+		w.deliver(e)
 	}
+	for _, key := range slices.Sorted(maps.Keys(w.applied)) {
+		if a := w.applied[key]; a.put && !present[key] {
+			w.deliver(deletedEntry{bucket: w.kv.Bucket(), key: key, revision: a.revision + 1})
+		}
+	}
+	w.next = max(w.next, last+1)
+	return nil
 }
 
 // deliver applies an entry unless one as new was applied for its key.
@@ -178,44 +193,26 @@ func (w *kvWatch) deliver(e jetstream.KeyValueEntry) {
 	}
 }
 
-// snapshot applies every key of the bucket as it is now, and the deletion
-// of keys applied before that are gone.
-func (w *kvWatch) snapshot(ctx context.Context) error {
-	lctx, cancel := Bounded(ctx)
-	l, err := w.kv.ListKeys(lctx)
-	cancel()
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		l, err = keyList(closedEmpty()), nil
-	}
-	if err != nil {
-		return fmt.Errorf("list the keys of %s: %w", w.kv.Bucket(), err)
-	}
-	present := map[string]bool{}
-	for key := range l.Keys() {
-		gctx, cancel := Bounded(ctx)
-		e, err := w.kv.Get(gctx, key)
-		cancel()
-		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-			continue
-		}
+// lastOfEach reads the last revision of every key, a deletion's marker
+// included, in the order they were written, and the sequence of the last
+// message read.
+func (k *exactKV) lastOfEach(ctx context.Context) ([]kvEntry, uint64, error) {
+	latest := map[string]kvEntry{}
+	bucket := k.Bucket()
+	last, err := Page(ctx, k.js.Conn(), "KV_"+bucket, k.prefix+">", 0, func(s Stored) error {
+		e, err := entryOf(bucket, k.prefix, s)
 		if err != nil {
-			return fmt.Errorf("read %s of %s: %w", key, w.kv.Bucket(), err)
+			return err
 		}
-		present[key] = true
-		w.deliver(e)
+		latest[e.key] = e
+		return nil
+	})
+	if err != nil {
+		return nil, 0, err
 	}
-	for key, a := range w.applied {
-		if a.put && !present[key] {
-			w.deliver(deletedEntry{bucket: w.kv.Bucket(), key: key, revision: a.revision + 1})
-		}
-	}
-	return nil
-}
-
-func closedEmpty() chan string {
-	ch := make(chan string)
-	close(ch)
-	return ch
+	// A bucket keeping more than one revision gives a key's older ones
+	// first; only the last counts.
+	return slices.SortedFunc(maps.Values(latest), func(a, b kvEntry) int { return cmp.Compare(a.revision, b.revision) }), last, nil
 }
 
 // deletedEntry stands for the deletion of a key the watch missed: the key

@@ -2,8 +2,11 @@ package bus_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,41 +17,6 @@ import (
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/internal/natstest"
 )
-
-// markerless is a bucket whose watches never mark the end of their
-// initial values, however often started, as seen after a server's
-// unclean stop.
-type markerless struct {
-	jetstream.KeyValue
-}
-
-func (m *markerless) WatchAll(ctx context.Context, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
-	w, err := m.KeyValue.WatchAll(ctx, opts...)
-	if err != nil {
-		return nil, err
-	}
-	out := make(chan jetstream.KeyValueEntry)
-	go func() {
-		defer close(out)
-		for e := range w.Updates() {
-			if e != nil {
-				select {
-				case out <- e:
-				case <-ctx.Done():
-					return
-				}
-			}
-		}
-	}()
-	return &dropped{KeyWatcher: w, out: out}, nil
-}
-
-type dropped struct {
-	jetstream.KeyWatcher
-	out chan jetstream.KeyValueEntry
-}
-
-func (d *dropped) Updates() <-chan jetstream.KeyValueEntry { return d.out }
 
 // state is a bucket as a watch's applies left it.
 type state struct {
@@ -82,11 +50,11 @@ func (s *state) snapshot() map[string]string {
 	return out
 }
 
-// TestWatchKVRecoversFromAMissingMarker: when the end of the initial
-// values never comes, the watch reads the bucket itself after its
-// patience, says it is synced, and keeps following changes, each key's
-// revisions in order, deletions included.
-func TestWatchKVRecoversFromAMissingMarker(t *testing.T) {
+// TestWatchKVFollowsWithoutAConsumer: the watch applies the current
+// values, then every change, deletions included, each key's revisions in
+// order, and the bucket's stream has no consumer meanwhile (no Sluice user
+// but setup may create one).
+func TestWatchKVFollowsWithoutAConsumer(t *testing.T) {
 	ctx, js := setup(t)
 	kv, err := bus.OpenKV(ctx, js, bus.BucketFence)
 	if err != nil {
@@ -100,48 +68,76 @@ func TestWatchKVRecoversFromAMissingMarker(t *testing.T) {
 	if _, err := kv.Put(ctx, "a", []byte("a2")); err != nil {
 		t.Fatal(err)
 	}
-	m := &markerless{KeyValue: kv}
+	if err := kv.Delete(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
 	st := &state{vals: map[string]string{}, revs: map[string]uint64{}}
 	synced := make(chan struct{})
 	wctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- bus.WatchKV(wctx, m, synced, st.apply, bus.WithPatience(200*time.Millisecond)) }()
+	go func() { done <- bus.WatchKV(wctx, kv, synced, st.apply) }()
 	defer func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("WatchKV: %v", err)
 		}
 	}()
-	// Changed while the first watch stalls: seen by reading the bucket.
-	if err := kv.Delete(ctx, "b"); err != nil {
-		t.Fatal(err)
-	}
 	select {
 	case <-synced:
 	case <-time.After(5 * time.Second):
-		t.Fatal("not synced after the patience")
+		t.Fatal("not synced")
 	}
 	if d := cmp.Diff(map[string]string{"a": "a2", "c": "c1"}, st.snapshot()); d != "" {
 		t.Errorf("after the initial values (-want +got):\n%s", d)
 	}
-	// Changes after that arrive through the watch of updates.
-	if _, err := kv.Put(ctx, "d", []byte("d1")); err != nil {
-		t.Fatal(err)
+	for i := range 50 {
+		if _, err := kv.Put(ctx, "d", []byte(fmt.Sprintf("d%d", i))); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := kv.Delete(ctx, "c"); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{"a": "a2", "d": "d1"}
+	want := map[string]string{"a": "a2", "d": "d49"}
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && !cmp.Equal(want, st.snapshot()); {
 		time.Sleep(10 * time.Millisecond)
 	}
 	if d := cmp.Diff(want, st.snapshot()); d != "" {
 		t.Errorf("after later changes (-want +got):\n%s", d)
 	}
+	stream, err := js.Stream(ctx, "KV_"+bus.BucketFence)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Consumers != 0 {
+		t.Errorf("the bucket's stream has %d consumers during the watch, want none", info.State.Consumers)
+	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if len(st.bad) > 0 {
 		t.Errorf("revisions out of order: %v", st.bad)
+	}
+}
+
+// TestWatchKVRefusesABucketNotRepublished: a bucket whose stream does not
+// copy its writes to the watch subject would never show a change; the
+// watch says so at once.
+func TestWatchKVRefusesABucketNotRepublished(t *testing.T) {
+	ctx, js := setup(t)
+	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "plain"}); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := bus.OpenKV(ctx, js, "plain")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = bus.WatchKV(ctx, kv, make(chan struct{}), func(jetstream.KeyValueEntry, bool) {})
+	if !errors.Is(err, bus.ErrNotSetUp) || !strings.Contains(err.Error(), "sluice setup") {
+		t.Errorf("WatchKV of a bucket not republished: %v, want ErrNotSetUp naming sluice setup", err)
 	}
 }
 
@@ -160,7 +156,7 @@ func TestWatchKVMarksTheEndOfItsInitialValues(t *testing.T) {
 	synced := make(chan struct{})
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go func() { _ = bus.WatchKV(wctx, kv, synced, st.apply, bus.WithPatience(time.Minute)) }()
+	go func() { _ = bus.WatchKV(wctx, kv, synced, st.apply) }()
 	select {
 	case <-synced:
 	case <-time.After(5 * time.Second):
@@ -169,39 +165,6 @@ func TestWatchKVMarksTheEndOfItsInitialValues(t *testing.T) {
 	if d := cmp.Diff(map[string]string{"a": "a1"}, st.snapshot()); d != "" {
 		t.Errorf("(-want +got):\n%s", d)
 	}
-}
-
-// blinding is a bucket whose first watch goes blind once told to: it
-// delivers nothing more, as a watch does that misses a deletion.
-type blinding struct {
-	jetstream.KeyValue
-	blind   chan struct{}
-	watches int
-}
-
-func (b *blinding) WatchAll(ctx context.Context, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
-	w, err := b.KeyValue.WatchAll(ctx, opts...)
-	if err != nil || b.watches > 0 {
-		return w, err
-	}
-	b.watches++
-	out := make(chan jetstream.KeyValueEntry)
-	go func() {
-		defer close(out)
-		for e := range w.Updates() {
-			select {
-			case <-b.blind:
-				continue
-			default:
-			}
-			select {
-			case out <- e:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	return &dropped{KeyWatcher: w, out: out}, nil
 }
 
 // TestWatchKVForgetsAKeyDeletedWhileItWasAway: a key deleted while the
@@ -218,13 +181,13 @@ func TestWatchKVForgetsAKeyDeletedWhileItWasAway(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	b := &blinding{KeyValue: kv, blind: make(chan struct{})}
+	var blind atomic.Bool
 	st := &state{vals: map[string]string{}, revs: map[string]uint64{}}
 	synced := make(chan struct{})
 	wctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- bus.WatchKV(wctx, b, synced, st.apply, bus.WithReconnects(watchConn), bus.WithPatience(time.Minute))
+		done <- bus.WatchKV(wctx, kv, synced, st.apply, bus.WithCopiesDropped(blind.Load))
 	}()
 	defer func() {
 		cancel()
@@ -237,7 +200,7 @@ func TestWatchKVForgetsAKeyDeletedWhileItWasAway(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("not synced")
 	}
-	close(b.blind)
+	blind.Store(true)
 	if err := r.Remove(ctx, "b", 0); err != nil {
 		t.Fatal(err)
 	}
@@ -250,6 +213,7 @@ func TestWatchKVForgetsAKeyDeletedWhileItWasAway(t *testing.T) {
 	if d := cmp.Diff(map[string]string{"a": "a", "b": "b"}, st.snapshot()); d != "" {
 		t.Fatalf("the blind watch saw the deletion (-want +got):\n%s", d)
 	}
+	blind.Store(false)
 	if err := watchConn.ForceReconnect(); err != nil {
 		t.Fatal(err)
 	}

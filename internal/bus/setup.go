@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -217,6 +218,7 @@ func (c Config) KeyValueConfig(bucket string) jetstream.KeyValueConfig {
 		Replicas:    c.Replicas,
 		Storage:     jetstream.FileStorage,
 		MaxBytes:    bound(c.KVMaxBytes),
+		RePublish:   Republish(bucket),
 	}
 	switch bucket {
 	case BucketQuota, BucketWorkloads, BucketFence:
@@ -229,6 +231,13 @@ func (c Config) KeyValueConfig(bucket string) jetstream.KeyValueConfig {
 		kvc.LimitMarkerTTL = LimitMarkerTTL
 	}
 	return kvc
+}
+
+// Republish is how a bucket's stream copies the headers of what it
+// stores to WatchSubject, waking the watches that use no consumer
+// (WatchKV).
+func Republish(bucket string) *jetstream.RePublish {
+	return &jetstream.RePublish{Source: "$KV." + bucket + ".>", Destination: WatchSubject(bucket) + ".>", HeadersOnly: true}
 }
 
 // bound is a size limit as JetStream takes it: -1 for none.
@@ -333,7 +342,12 @@ func setupQuota(ctx context.Context, js jetstream.JetStream, kvc jetstream.KeyVa
 		if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok {
 			replicas, maxBytes = bs.StreamInfo().Config.Replicas, bs.StreamInfo().Config.MaxBytes
 		}
-		if st.History() != int64(kvc.History) || st.LimitMarkerTTL() != kvc.LimitMarkerTTL || replicas != kvc.Replicas || maxBytes != kvc.MaxBytes {
+		var republish *jetstream.RePublish
+		if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok {
+			republish = bs.StreamInfo().Config.RePublish
+		}
+		if st.History() != int64(kvc.History) || st.LimitMarkerTTL() != kvc.LimitMarkerTTL || replicas != kvc.Replicas || maxBytes != kvc.MaxBytes ||
+			!reflect.DeepEqual(republish, kvc.RePublish) {
 			if _, err := js.UpdateKeyValue(ctx, kvc); err != nil {
 				return err
 			}

@@ -191,50 +191,38 @@ type Snapshot struct {
 	Last uint64
 }
 
-// Read reads every key of the ledger in one pass of a watch. A reservation
+// Read reads every key of the ledger in one pass (bus.ReadKV). A reservation
 // still in an older Sluice's tree value counts as held. A corrupt
 // reservation is reported after everything else is read.
 func Read(ctx context.Context, kv jetstream.KeyValue) (Snapshot, error) {
 	s := Snapshot{Reservations: map[string]Held{}, Trees: map[string]uint64{}}
-	w, err := kv.WatchAll(ctx)
-	if err != nil {
-		return s, fmt.Errorf("read ledger: %w", err)
-	}
-	defer func() { _ = w.Stop() }()
 	var corrupt []error
-	for {
-		select {
-		case <-ctx.Done():
-			return s, fmt.Errorf("read ledger: %w", ctx.Err())
-		case e, ok := <-w.Updates():
-			if !ok {
-				return s, fmt.Errorf("read ledger: watch closed")
-			}
-			if e == nil {
-				return s, errors.Join(corrupt...)
-			}
-			s.Last = max(s.Last, e.Revision())
-			if e.Operation() != jetstream.KeyValuePut {
-				continue
-			}
-			c, err := Parse(e)
-			if err != nil {
-				corrupt = append(corrupt, err)
-				continue
-			}
-			switch {
-			case c.Reservation != nil:
-				s.Reservations[c.Workload] = Held{Reservation: *c.Reservation, Revision: c.Revision}
-			case c.Tree != "":
-				s.Trees[c.Tree] = c.Revision
-				for wk, r := range c.Legacy {
-					if _, ok := s.Reservations[wk]; !ok {
-						s.Reservations[wk] = Held{Reservation: r}
-					}
+	err := bus.ReadKV(ctx, kv, func(e jetstream.KeyValueEntry) {
+		s.Last = max(s.Last, e.Revision())
+		if e.Operation() != jetstream.KeyValuePut {
+			return
+		}
+		c, err := Parse(e)
+		if err != nil {
+			corrupt = append(corrupt, err)
+			return
+		}
+		switch {
+		case c.Reservation != nil:
+			s.Reservations[c.Workload] = Held{Reservation: *c.Reservation, Revision: c.Revision}
+		case c.Tree != "":
+			s.Trees[c.Tree] = c.Revision
+			for wk, r := range c.Legacy {
+				if _, ok := s.Reservations[wk]; !ok {
+					s.Reservations[wk] = Held{Reservation: r}
 				}
 			}
 		}
+	})
+	if err != nil {
+		return s, fmt.Errorf("read ledger: %w", err)
 	}
+	return s, errors.Join(corrupt...)
 }
 
 // Workloads lists the workloads of a snapshot in order.

@@ -28,7 +28,7 @@ func open(t testing.TB) (context.Context, jetstream.KeyValue, *ledger.Writer) {
 	if err := bus.Setup(ctx, js, bus.Config{}); err != nil {
 		t.Fatalf("bus.Setup: %v", err)
 	}
-	kv, err := js.KeyValue(ctx, ledger.Bucket)
+	kv, err := bus.OpenKV(ctx, js, ledger.Bucket)
 	if err != nil {
 		t.Fatalf("open %s: %v", ledger.Bucket, err)
 	}

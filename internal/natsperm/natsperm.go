@@ -11,7 +11,7 @@ package natsperm
 
 import (
 	"fmt"
-	"maps"
+
 	"slices"
 	"sort"
 	"strings"
@@ -56,28 +56,29 @@ func (r *rules) publish(subjects ...string) *rules {
 	return r
 }
 
-// stream: reads of a stream's info and of single messages (the last one
-// of a subject).
+// readStream: reads of a stream's info and of its messages by direct
+// gets: the last one of a subject, or pages of them (bus.Page). No user
+// but setup may create a consumer: whoever may can have stored messages
+// delivered to any subject (bus.Page).
 func (r *rules) readStream(stream string) *rules {
-	return r.publish("$JS.API.STREAM.INFO."+stream, "$JS.API.STREAM.MSG.GET."+stream, "$JS.API.DIRECT.GET."+stream+".>")
+	return r.publish("$JS.API.STREAM.INFO."+stream, "$JS.API.STREAM.MSG.GET."+stream, "$JS.API.DIRECT.GET."+stream, "$JS.API.DIRECT.GET."+stream+".>")
 }
 
-// consume: a durable pull consumer (created or updated by each replica),
-// its pulls and its acks; dead letters go to sluice.dlq.<durable>.
+// consume: pulls and acks of a durable pull consumer `sluice setup` made;
+// dead letters go to sluice.dlq.<durable>.
 func (r *rules) consume(stream, durable string) *rules {
 	return r.publish(
-		"$JS.API.CONSUMER.CREATE."+stream+"."+durable, "$JS.API.CONSUMER.CREATE."+stream+"."+durable+".>",
 		"$JS.API.CONSUMER.INFO."+stream+"."+durable, "$JS.API.CONSUMER.MSG.NEXT."+stream+"."+durable,
 		"$JS.ACK."+stream+"."+durable+".>", "sluice.dlq."+durable,
 	)
 }
 
-// kvRead: gets and watches of a bucket (a watch is an ordered consumer
-// with flow control).
+// kvRead: gets, pages and watches of a bucket; a watch follows the copies
+// the bucket's stream republishes (bus.WatchKV).
 func (r *rules) kvRead(bucket string) *rules {
-	s := "KV_" + bucket
-	r.readStream(s)
-	return r.publish("$JS.API.CONSUMER.CREATE."+s+".>", "$JS.API.CONSUMER.DELETE."+s+".>", "$JS.API.CONSUMER.INFO."+s+".>", "$JS.FC."+s+".>")
+	r.readStream("KV_" + bucket)
+	r.sub[bus.WatchSubject(bucket)+".>"] = true
+	return r
 }
 
 // kvWrite: puts, compare-and-set updates and deletes (no purge: only the
@@ -248,23 +249,25 @@ func For(service string, opts ...Option) (Permissions, error) {
 		r.kvWrite(multicluster.Bucket)
 	case "setup":
 		r.publish("$JS.API.STREAM.CREATE.*", "$JS.API.STREAM.UPDATE.*", "$JS.API.STREAM.INFO.*", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST")
-		// Delete markers an older Sluice left that never expire: read
-		// and purged, key by key (bus.PurgeLegacyMarkers).
+		// The durable consumers of every service, check controller and
+		// worker cluster: only setup makes consumers.
+		for _, st := range []string{bus.StreamEvents, multicluster.Stream} {
+			r.publish("$JS.API.CONSUMER.CREATE."+st+".>", "$JS.API.CONSUMER.INFO."+st+".>")
+		}
+		// Delete markers an older Sluice left that never expire: listed
+		// by a watch of its own and purged, key by key
+		// (bus.PurgeLegacyMarkers).
 		for _, b := range []string{workloads.Bucket, fence.Bucket, multicluster.Bucket} {
-			r.kvRead(b).publish("$JS.API.STREAM.PURGE.KV_" + b)
+			s := "KV_" + b
+			r.kvRead(b).publish("$JS.API.STREAM.PURGE."+s, "$JS.API.CONSUMER.CREATE."+s+".>", "$JS.API.CONSUMER.DELETE."+s+".>",
+				"$JS.API.CONSUMER.INFO."+s+".>", "$JS.FC."+s+".>")
 		}
 	case "reader":
-		// An ordered consumer: ephemeral, created by the reader, pulled,
-		// never acknowledged. It may not delete a consumer (the server
-		// removes an idle ordered one itself), nor create or change one
-		// named like a service's durable consumer, which would replay or
-		// divert that service's events.
+		// Pages of the stream by direct gets, and the events as they are
+		// published, to learn that there are more: no consumer.
 		r.readStream(bus.StreamEvents)
-		r.publish("$JS.API.CONSUMER.CREATE."+bus.StreamEvents+".>",
-			"$JS.API.CONSUMER.INFO."+bus.StreamEvents+".>", "$JS.API.CONSUMER.MSG.NEXT."+bus.StreamEvents+".>", "$JS.FC."+bus.StreamEvents+".>")
-		for _, d := range durables(opts...) {
-			prefix := "$JS.API.CONSUMER.CREATE." + bus.StreamEvents + "." + d
-			r.deny[prefix], r.deny[prefix+".>"] = true, true
+		for _, subj := range bus.StreamSubjects {
+			r.sub[subj] = true
 		}
 	default:
 		c, ok := controllerOf(service, set.checkControllers)
@@ -293,25 +296,6 @@ func controllerOf(user string, controllers []string) (string, bool) {
 		}
 	}
 	return "", false
-}
-
-// durables are the names of the services' durable consumers on the event
-// stream, as their permissions to create them say.
-func durables(opts ...Option) []string {
-	prefix := "$JS.API.CONSUMER.CREATE." + bus.StreamEvents + "."
-	seen := map[string]bool{}
-	for _, svc := range Users(opts...) {
-		if svc == "reader" || svc == "setup" {
-			continue
-		}
-		p, _ := For(svc, opts...)
-		for _, subj := range p.Publish {
-			if d, ok := strings.CutPrefix(subj, prefix); ok && !strings.ContainsAny(d, ".*>") {
-				seen[d] = true
-			}
-		}
-	}
-	return slices.Sorted(maps.Keys(seen))
 }
 
 // ServerConfig renders the authorization block of a nats-server

@@ -41,6 +41,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/natsperm"
 	"github.com/sluice-dev/sluice/internal/workloads"
 	"github.com/sluice-dev/sluice/services/admission"
+	"github.com/sluice-dev/sluice/services/integration"
 	"github.com/sluice-dev/sluice/services/multicluster"
 	"github.com/sluice-dev/sluice/services/preemption"
 	"github.com/sluice-dev/sluice/services/provisioning"
@@ -68,6 +69,9 @@ func TestServicesUnderTheirPermissions(t *testing.T) {
 	_, setupJS := connect("setup")
 	if err := bus.Setup(ctx, setupJS, bus.Config{}); err != nil {
 		t.Fatalf("setup user: bus.Setup: %v", err)
+	}
+	if err := bus.SetupConsumers(ctx, setupJS, admission.ChecksConsumer(), preemption.Consumer(), quota.ReleaseConsumer()); err != nil {
+		t.Fatalf("setup user: durable consumers: %v", err)
 	}
 
 	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
@@ -100,23 +104,19 @@ func TestServicesUnderTheirPermissions(t *testing.T) {
 	// The reader follows the stream, as `sluice events tail` does.
 	_, rjs := connect("reader")
 	seen := &eventLog{}
-	cons, err := rjs.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{"sluice.>"}})
-	if err != nil {
-		t.Fatalf("reader: ordered consumer: %v", err)
-	}
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		if env, err := events.DecodeParts(m.Subject(), m.Headers(), m.Data()); err == nil {
-			seen.add(env)
-		}
-	})
-	if err != nil {
-		t.Fatalf("reader: consume: %v", err)
-	}
-	defer cc.Stop()
+	rnc := rjs.Conn()
+	go func() {
+		_ = bus.Follow(ctx, rnc, bus.StreamEvents, "sluice.>", 1, func(m bus.Stored) error {
+			if env, err := events.DecodeParts(m.Subject, m.Header, m.Data); err == nil {
+				seen.add(env)
+			}
+			return nil
+		}, bus.StreamSubjects...)
+	}()
 
 	// The watcher's part: queue configuration.
 	_, wjs := connect("watcher")
-	cfgKV, err := wjs.KeyValue(ctx, configstore.Bucket)
+	cfgKV, err := bus.OpenKV(ctx, wjs, configstore.Bucket)
 	if err != nil {
 		t.Fatalf("watcher: open %s: %v", configstore.Bucket, err)
 	}
@@ -144,7 +144,7 @@ func TestServicesUnderTheirPermissions(t *testing.T) {
 
 	// The integration's part: records, and the job's own transitions.
 	_, ijs := connect("integration")
-	wlKV, err := ijs.KeyValue(ctx, workloads.Bucket)
+	wlKV, err := bus.OpenKV(ctx, ijs, workloads.Bucket)
 	if err != nil {
 		t.Fatalf("integration: open %s: %v", workloads.Bucket, err)
 	}
@@ -211,6 +211,11 @@ func TestServicesUnderTheirPermissions(t *testing.T) {
 		{"the quota service cannot purge the fences", "quota", "$JS.API.STREAM.PURGE.KV_" + fence.Bucket},
 		{"the integration cannot purge the records", "integration", "$JS.API.STREAM.PURGE.KV_" + workloads.Bucket},
 		{"the admission service cannot purge the ledger", "admission", "$JS.API.STREAM.PURGE.KV_" + ledger.Bucket},
+		{"the preemption service cannot forge a fence's copy", "preemption", bus.WatchSubject(fence.Bucket) + ".team-a.low"},
+		{"the reader cannot make a consumer", "reader", "$JS.API.CONSUMER.CREATE." + bus.StreamEvents},
+		{"the reader cannot delete a service's consumer", "reader", "$JS.API.CONSUMER.DELETE." + bus.StreamEvents + ".quota"},
+		{"the quota service cannot make its own consumer", "quota", "$JS.API.CONSUMER.CREATE." + bus.StreamEvents + ".quota"},
+		{"the admission service cannot make a consumer of the fences", "admission", "$JS.API.CONSUMER.CREATE.KV_" + fence.Bucket},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -473,79 +478,105 @@ func TestServerConfigWithWorkers(t *testing.T) {
 	}
 }
 
-// TestNamedConsumers: the integration user may consume each kind's pending
-// reasons and the checks user each built-in check controller's
-// reservations, under their own durable names only (NATS wildcards match
-// whole tokens, so each name is in the table).
-func TestNamedConsumers(t *testing.T) {
+// TestOnlySetupMakesConsumers: the setup user makes every durable
+// consumer; each service reads its own (NATS wildcards match whole
+// tokens, so each name is in the table) and no other. No user but setup
+// may make a consumer at all, durable, ordered or push: whoever may can
+// have stored messages delivered to any subject, a watch's among them.
+func TestOnlySetupMakesConsumers(t *testing.T) {
 	budget := natsperm.CheckControllerUser("example.com/budget")
 	srv, caFile := startServer(t, natsperm.WithCheckControllers("example.com/budget"))
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	connect := func(service string) jetstream.JetStream {
 		t.Helper()
 		_, js := connectAs(t, srv, caFile, service)
 		return js
 	}
-	if err := bus.Setup(ctx, connect("setup"), bus.Config{}); err != nil {
+	setupJS := connect("setup")
+	if err := bus.Setup(ctx, setupJS, bus.Config{}); err != nil {
 		t.Fatal(err)
 	}
+	specs := []bus.ConsumerSpec{integration.PendingConsumer("job"), integration.PendingConsumer("pytorchjob"), provisioning.EndedConsumer(),
+		multicluster.EndedConsumer(), quota.ReleaseConsumer()}
+	for _, c := range []string{v1beta1.ProvisioningRequestController, v1beta1.MultiClusterController, "example.com/budget", "example.com/unlisted"} {
+		specs = append(specs, checks.Consumer(c))
+	}
+	if err := bus.SetupConsumers(ctx, setupJS, specs...); err != nil {
+		t.Fatalf("setup user: %v", err)
+	}
 	cases := []struct {
-		user, durable, filter string
-		wantAllowed           bool
+		user, durable string
+		wantAllowed   bool
 	}{
-		{"integration", "job-pending", events.SubjectFilter("workload", "pending", "job", "*"), true},
-		{"integration", "pytorchjob-pending", events.SubjectFilter("workload", "pending", "pytorchjob", "*"), true},
-		{"integration", "stranger-pending", events.SubjectFilter("workload", "pending", "job", "*"), false},
-		{"provisioning", checks.Durable(v1beta1.ProvisioningRequestController), events.SubjectFilter("workload", "reserved", "*", "*"), true},
-		{"provisioning", provisioning.EndedDurable, events.SubjectFilter("workload", "finished", "*", "*"), true},
-		{"multicluster", checks.Durable(v1beta1.MultiClusterController), events.SubjectFilter("workload", "reserved", "*", "*"), true},
-		{"multicluster", multicluster.EndedDurable, events.SubjectFilter("workload", "evicted", "*", "*"), true},
+		{"integration", "job-pending", true},
+		{"integration", "pytorchjob-pending", true},
+		{"provisioning", checks.Durable(v1beta1.ProvisioningRequestController), true},
+		{"provisioning", provisioning.EndedDurable, true},
+		{"multicluster", checks.Durable(v1beta1.MultiClusterController), true},
+		{"multicluster", multicluster.EndedDurable, true},
 		// Each check controller consumes for itself only.
-		{"provisioning", checks.Durable(v1beta1.MultiClusterController), events.SubjectFilter("workload", "reserved", "*", "*"), false},
-		{"multicluster", checks.Durable(v1beta1.ProvisioningRequestController), events.SubjectFilter("workload", "reserved", "*", "*"), false},
-		{budget, checks.Durable("example.com/budget"), events.SubjectFilter("workload", "reserved", "*", "*"), true},
-		{budget, checks.Durable(v1beta1.ProvisioningRequestController), events.SubjectFilter("workload", "reserved", "*", "*"), false},
-		{"provisioning", checks.Durable("example.com/unlisted"), events.SubjectFilter("workload", "reserved", "*", "*"), false},
-		// The reader may make consumers of its own, never one named like
-		// a service's, which would replay or divert that service's events.
-		{"reader", "reader-tail", events.SubjectFilter("workload", "", "", ""), true},
-		{"reader", "quota", events.SubjectFilter("workload", "stopped", "*", "*"), false},
-		{"reader", "job-pending", events.SubjectFilter("workload", "pending", "job", "*"), false},
-		{"reader", checks.Durable(v1beta1.MultiClusterController), events.SubjectFilter("workload", "reserved", "*", "*"), false},
+		{"provisioning", checks.Durable(v1beta1.MultiClusterController), false},
+		{"multicluster", checks.Durable(v1beta1.ProvisioningRequestController), false},
+		{budget, checks.Durable("example.com/budget"), true},
+		{budget, checks.Durable(v1beta1.ProvisioningRequestController), false},
+		{"provisioning", checks.Durable("example.com/unlisted"), false},
+		{"reader", "quota", false},
+		{"reader", "job-pending", false},
 	}
-	for _, tc := range cases {
-		t.Run(tc.user+"/"+tc.durable, func(t *testing.T) {
-			js := connect(tc.user)
-			// A refused request is never answered: wait a little only.
-			cctx, ccancel := context.WithTimeout(ctx, 3*time.Second)
-			defer ccancel()
-			c, err := js.CreateOrUpdateConsumer(cctx, bus.StreamEvents, jetstream.ConsumerConfig{Durable: tc.durable, FilterSubject: tc.filter, AckPolicy: jetstream.AckExplicitPolicy})
-			if !tc.wantAllowed {
+	// A refused request is never answered: each case waits a little, side
+	// by side with the others, within the group.
+	t.Run("group", func(t *testing.T) {
+		for _, tc := range cases {
+			t.Run(tc.user+" reads "+tc.durable, func(t *testing.T) {
+				t.Parallel()
+				js := connect(tc.user)
+				cctx, ccancel := context.WithTimeout(ctx, 3*time.Second)
+				defer ccancel()
+				c, err := js.Consumer(cctx, bus.StreamEvents, tc.durable)
 				if err == nil {
-					t.Fatalf("%s created consumer %s; want it refused", tc.user, tc.durable)
+					_, err = c.Fetch(1, jetstream.FetchMaxWait(200*time.Millisecond))
 				}
-				return
+				if tc.wantAllowed && err != nil {
+					t.Fatalf("%s: read %s: %v", tc.user, tc.durable, err)
+				}
+				if !tc.wantAllowed && err == nil {
+					t.Fatalf("%s read consumer %s; want it refused", tc.user, tc.durable)
+				}
+			})
+		}
+		for _, user := range natsperm.Users(natsperm.WithCheckControllers("example.com/budget")) {
+			if user == "setup" {
+				continue
 			}
-			if err != nil {
-				t.Fatalf("%s: create consumer %s: %v", tc.user, tc.durable, err)
-			}
-			if _, err := c.Fetch(1, jetstream.FetchMaxWait(200*time.Millisecond)); err != nil {
-				t.Fatalf("%s: fetch from %s: %v", tc.user, tc.durable, err)
-			}
-		})
-	}
-	// Nor may it delete one.
-	// (A refused request is never answered.)
+			t.Run(user+" makes no consumer", func(t *testing.T) {
+				t.Parallel()
+				js := connect(user)
+				try := func(what, stream string, cfg jetstream.ConsumerConfig) {
+					t.Helper()
+					cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
+					defer ccancel()
+					if _, err := js.CreateOrUpdateConsumer(cctx, stream, cfg); err == nil {
+						t.Errorf("%s made %s", user, what)
+					}
+				}
+				try("a push consumer delivering events into the fence watch", bus.StreamEvents, jetstream.ConsumerConfig{
+					DeliverSubject: bus.WatchSubject(fence.Bucket) + ".team-a.x", FilterSubject: "sluice.workload.>"})
+				try("an ephemeral consumer of the fences", "KV_"+fence.Bucket, jetstream.ConsumerConfig{FilterSubject: "$KV." + fence.Bucket + ".>"})
+				try("the quota service's durable consumer", bus.StreamEvents, quota.ReleaseConsumer().ConsumerConfig())
+			})
+		}
+	})
+	// Nor may the reader delete one.
 	dctx, dcancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer dcancel()
-	if err := connect("reader").DeleteConsumer(dctx, bus.StreamEvents, "reader-tail"); err == nil {
+	if err := connect("reader").DeleteConsumer(dctx, bus.StreamEvents, "job-pending"); err == nil {
 		t.Error("the reader deleted a consumer")
 	}
 	ictx, icancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer icancel()
 	if _, err := connect("integration").Consumer(ictx, bus.StreamEvents, "job-pending"); err != nil {
-		t.Errorf("job-pending after the reader's attempts: %v", err)
+		t.Errorf("job-pending after the others' attempts: %v", err)
 	}
 	if _, err := natsperm.For(budget); err == nil {
 		t.Errorf("a user for a check controller not named: %s", budget)
@@ -578,11 +609,13 @@ func TestDispatcherUnderItsUser(t *testing.T) {
 	if _, err := js.Publish(ctx, multicluster.ToWorker("w1", "u-1"), []byte(`{}`)); err != nil {
 		t.Errorf("offer: %v", err)
 	}
-	if _, err := js.CreateOrUpdateConsumer(ctx, multicluster.Stream, jetstream.ConsumerConfig{Durable: multicluster.ReportsDurable,
-		FilterSubject: multicluster.ReportsFilter, AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
+	if _, err := bus.EnsureConsumer(ctx, setup, multicluster.Stream, multicluster.ReportsConsumer()); err != nil {
+		t.Fatalf("setup user: reports consumer: %v", err)
+	}
+	if _, err := bus.EnsureConsumer(ctx, js, multicluster.Stream, multicluster.ReportsConsumer()); err != nil {
 		t.Errorf("reports consumer: %v", err)
 	}
-	kv, err := js.KeyValue(ctx, multicluster.Bucket)
+	kv, err := bus.OpenKV(ctx, js, multicluster.Bucket)
 	if err != nil {
 		t.Fatalf("open %s: %v", multicluster.Bucket, err)
 	}

@@ -86,7 +86,7 @@ func (t *Tracker) Run(ctx context.Context, synced chan<- struct{}) error {
 		}
 		close(synced)
 	}()
-	opts := []bus.WatchOption{bus.WithWatchLogger(t.log), bus.WithReconnects(t.js.Conn())}
+	opts := []bus.WatchOption{bus.WithWatchLogger(t.log)}
 	errc := make(chan error, 3)
 	go func() {
 		errc <- bus.WatchKV(ctx, wkv, wSynced, func(e jetstream.KeyValueEntry, _ bool) { t.applyRecord(e) }, opts...)

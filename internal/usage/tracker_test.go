@@ -61,11 +61,11 @@ func TestTracker(t *testing.T) {
 	if err := bus.Setup(ctx, js, bus.Config{}); err != nil {
 		t.Fatal(err)
 	}
-	wkv, err := js.KeyValue(ctx, workloads.Bucket)
+	wkv, err := bus.OpenKV(ctx, js, workloads.Bucket)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lkv, err := js.KeyValue(ctx, ledger.Bucket)
+	lkv, err := bus.OpenKV(ctx, js, ledger.Bucket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func TestTracker(t *testing.T) {
 	}
 	record(t, ctx, wkv, "other", "c", "lq2", "3")
 	// "b" deactivated (its fence says so): out of line, not pending.
-	fkv, err := js.KeyValue(ctx, fence.Bucket)
+	fkv, err := bus.OpenKV(ctx, js, fence.Bucket)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -286,8 +286,7 @@ func (s *Service) run(ctx context.Context) error {
 	// are about; the ledger watch brings them to the engine.
 	checksDone := make(chan error, 1)
 	go func() {
-		checksDone <- bus.Run(feedCtx, s.js, bus.ConsumerSpec{Stream: bus.StreamEvents, Durable: checksConsumer,
-			FilterSubjects: []string{events.SubjectFilter("check", "updated", "*", "*")}, MaxDeliver: bus.RetryForever},
+		checksDone <- bus.Run(feedCtx, s.js, ChecksConsumer(),
 			func(ctx context.Context, env events.Envelope) error { return s.handleCheck(ctx, env) },
 			bus.WithLogger(s.log), bus.WithPartitions(checkPartitions, events.SubjectWorkload))
 	}()
@@ -612,7 +611,7 @@ func (s *Service) feed(ctx context.Context, kv jetstream.KeyValue, errc chan<- e
 			}
 		}()
 		err := bus.WatchKV(ctx, kv, synced, func(e jetstream.KeyValueEntry, _ bool) { send(e) },
-			bus.WithWatchLogger(s.log), bus.WithReconnects(s.js.Conn()))
+			bus.WithWatchLogger(s.log))
 		if err != nil {
 			errc <- fmt.Errorf("watch %s: %w", kv.Bucket(), err)
 		}
@@ -1802,4 +1801,11 @@ func (s *Service) handleCheck(ctx context.Context, env events.Envelope) error {
 		log.Debug().Msg("admission check answer about no reservation held now")
 	}
 	return nil
+}
+
+// ChecksConsumer is the durable consumer of admission checks' answers. An
+// answer is never given up on: its reservation waits for it.
+func ChecksConsumer() bus.ConsumerSpec {
+	return bus.ConsumerSpec{Stream: bus.StreamEvents, Durable: checksConsumer,
+		FilterSubjects: []string{events.SubjectFilter("check", "updated", "*", "*")}, MaxDeliver: bus.RetryForever}
 }

@@ -85,7 +85,7 @@ func newHarness(t *testing.T) *harness {
 	h := &harness{t: t, ctx: ctx, js: js, recs: map[string]events.WorkloadSubmittedV1{}}
 	var err error
 	for name, kv := range map[string]*jetstream.KeyValue{configstore.Bucket: &h.cfg, workloads.Bucket: &h.wls, ledger.Bucket: &h.led} {
-		if *kv, err = js.KeyValue(ctx, name); err != nil {
+		if *kv, err = bus.OpenKV(ctx, js, name); err != nil {
 			t.Fatalf("open %s: %v", name, err)
 		}
 	}
@@ -1279,7 +1279,7 @@ func evictionIsNotAnnouncedAfterTheEnd(t *testing.T, announced bool) {
 	// The eviction of x claimed in the fence (as an earlier attempt of
 	// this replica did), then x's end announced.
 	admission := h.reservations()[key("x")].Admission()
-	fk, err := h.js.KeyValue(h.ctx, fence.Bucket)
+	fk, err := bus.OpenKV(h.ctx, h.js, fence.Bucket)
 	if err != nil {
 		t.Fatal(err)
 	}

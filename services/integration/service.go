@@ -13,7 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 	"github.com/rs/zerolog"
@@ -376,12 +375,7 @@ func (s *Service) Run(ctx context.Context) error {
 	spawn("requeue on configuration changes", s.requeueOnConfig)
 	for _, k := range s.kinds {
 		spawn(k.kind.Name+" pending consumer", func(ctx context.Context) error {
-			return bus.Run(ctx, s.js, bus.ConsumerSpec{
-				Stream:  bus.StreamEvents,
-				Durable: k.kind.Name + "-pending",
-				FilterSubjects: []string{events.SubjectFilter("workload", "pending", k.kind.Name, "*"),
-					events.SubjectFilter("workload", "reserved", k.kind.Name, "*")},
-			}, func(ctx context.Context, env events.Envelope) error { return s.handlePending(ctx, k, env) }, bus.WithLogger(s.log))
+			return bus.Run(ctx, s.js, PendingConsumer(k.kind.Name), func(ctx context.Context, env events.Envelope) error { return s.handlePending(ctx, k, env) }, bus.WithLogger(s.log))
 		})
 	}
 	workersDone := make(chan struct{})
@@ -633,12 +627,12 @@ func (s *Service) next(ctx context.Context, k *kindRunner) bool {
 
 // watchKV feeds every entry of a bucket to apply, closing synced once the
 // initial values are in, until ctx ends (bus.WatchKV).
-func watchKV(ctx context.Context, log zerolog.Logger, nc *nats.Conn, kv jetstream.KeyValue, synced chan<- struct{}, apply func(jetstream.KeyValueEntry, bool)) error {
-	return bus.WatchKV(ctx, kv, synced, apply, bus.WithWatchLogger(log.With().Str("component", "watch").Logger()), bus.WithReconnects(nc))
+func watchKV(ctx context.Context, log zerolog.Logger, kv jetstream.KeyValue, synced chan<- struct{}, apply func(jetstream.KeyValueEntry, bool)) error {
+	return bus.WatchKV(ctx, kv, synced, apply, bus.WithWatchLogger(log.With().Str("component", "watch").Logger()))
 }
 
 func (s *Service) watchConfig(ctx context.Context, kv jetstream.KeyValue, synced chan<- struct{}) error {
-	return watchKV(ctx, s.log, s.js.Conn(), kv, synced, func(e jetstream.KeyValueEntry, live bool) {
+	return watchKV(ctx, s.log, kv, synced, func(e jetstream.KeyValueEntry, live bool) {
 		s.mu.Lock()
 		if e.Operation() == jetstream.KeyValuePut {
 			s.config.Apply(e.Key(), e.Value())
@@ -693,7 +687,7 @@ func (s *Service) enqueueAll() {
 }
 
 func (s *Service) watchLedger(ctx context.Context, kv jetstream.KeyValue, synced chan<- struct{}) error {
-	return watchKV(ctx, s.log, s.js.Conn(), kv, synced, func(e jetstream.KeyValueEntry, _ bool) {
+	return watchKV(ctx, s.log, kv, synced, func(e jetstream.KeyValueEntry, _ bool) {
 		c, err := ledger.Parse(e)
 		if err != nil {
 			s.log.Error().Err(err).Str("key", e.Key()).Msg("ledger entry not understood; ignoring it")
@@ -755,7 +749,7 @@ func (s *Service) finishedInCache(k *kindRunner, key string) bool {
 // the fence of its admission moving to stopping, and the replica owning
 // the object carries it out.
 func (s *Service) watchFences(ctx context.Context, synced chan<- struct{}) error {
-	return watchKV(ctx, s.log, s.js.Conn(), s.fenceKV, synced, func(e jetstream.KeyValueEntry, _ bool) {
+	return watchKV(ctx, s.log, s.fenceKV, synced, func(e jetstream.KeyValueEntry, _ bool) {
 		kind, key, ok := strings.Cut(workloads.EngineKeyFromKV(e.Key()), "/")
 		k := s.kinds[kind]
 		if !ok || k == nil {
@@ -2080,4 +2074,15 @@ func (s *Service) workloadOptions() []WorkloadOption {
 func (s *Service) priorities() StaticPriorityResolver {
 	return StaticPriorityResolver{WorkloadPriorityClasses: s.snap.WorkloadPriorityClasses, PriorityClasses: s.snap.PriorityClasses,
 		DefaultPriorityClass: s.snap.DefaultPriorityClass}
+}
+
+// PendingConsumer is the durable consumer of a kind's pending reasons and
+// reservations, which the integration writes into its objects' status.
+func PendingConsumer(kind string) bus.ConsumerSpec {
+	return bus.ConsumerSpec{
+		Stream:  bus.StreamEvents,
+		Durable: kind + "-pending",
+		FilterSubjects: []string{events.SubjectFilter("workload", "pending", kind, "*"),
+			events.SubjectFilter("workload", "reserved", kind, "*")},
+	}
 }

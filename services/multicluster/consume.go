@@ -48,10 +48,7 @@ func consume(ctx context.Context, js jetstream.JetStream, durable, filter string
 		if cons == nil {
 			// Made again whenever it is lost: the manager's server may come
 			// back with a new store, or the stream be set up late.
-			c, err := js.CreateOrUpdateConsumer(ctx, Stream, jetstream.ConsumerConfig{
-				Durable: durable, FilterSubject: filter, AckPolicy: jetstream.AckExplicitPolicy,
-				AckWait: 30 * time.Second, MaxAckPending: 256,
-			})
+			c, err := bus.EnsureConsumer(ctx, js, Stream, consumerConfig(durable, filter))
 			if err != nil {
 				fetched(false)
 				failures++
@@ -132,4 +129,23 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	case <-t.C:
 		return true
 	}
+}
+
+// consumerConfig is the durable consumer named durable of the stream's
+// messages on filter.
+func consumerConfig(durable, filter string) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable: durable, FilterSubject: filter, AckPolicy: jetstream.AckExplicitPolicy,
+		AckWait: 30 * time.Second, MaxAckPending: 256,
+	}
+}
+
+// ReportsConsumer is the manager's durable consumer of every worker's
+// reports; `sluice setup` makes it.
+func ReportsConsumer() jetstream.ConsumerConfig { return consumerConfig(ReportsDurable, ReportsFilter) }
+
+// WorkerConsumer is the durable consumer of a worker cluster's offers, on
+// the manager's stream; the manager's `sluice setup --workers` makes it.
+func WorkerConsumer(worker string) jetstream.ConsumerConfig {
+	return consumerConfig(WorkerDurable(worker), WorkerFilter(worker))
 }

@@ -170,11 +170,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		}
 	})
 	wg.Go(func() {
-		err := bus.Run(ctx, d.js, bus.ConsumerSpec{Stream: bus.StreamEvents, Durable: EndedDurable, FilterSubjects: []string{
-			events.SubjectFilter("workload", "finished", "*", "*"), events.SubjectFilter("workload", "deleted", "*", "*"),
-			events.SubjectFilter("workload", "evicted", "*", "*"), events.SubjectFilter("workload", "preempted", "*", "*"),
-			events.SubjectFilter("workload", "stopped", "*", "*"),
-		}}, d.ended, bus.WithLogger(d.log))
+		err := bus.Run(ctx, d.js, EndedConsumer(), d.ended, bus.WithLogger(d.log))
 		if err != nil && ctx.Err() == nil {
 			d.log.Error().Err(err).Msg("ended workloads no longer withdrawn")
 		}
@@ -742,4 +738,14 @@ func (d *Dispatcher) look(ctx context.Context, cached *dispatch) error {
 func jsonOf(v any) []byte {
 	b, _ := json.Marshal(v)
 	return b
+}
+
+// EndedConsumer is the dispatcher's durable consumer of the events that
+// end a dispatch.
+func EndedConsumer() bus.ConsumerSpec {
+	return bus.ConsumerSpec{Stream: bus.StreamEvents, Durable: EndedDurable, FilterSubjects: []string{
+		events.SubjectFilter("workload", "finished", "*", "*"), events.SubjectFilter("workload", "deleted", "*", "*"),
+		events.SubjectFilter("workload", "evicted", "*", "*"), events.SubjectFilter("workload", "preempted", "*", "*"),
+		events.SubjectFilter("workload", "stopped", "*", "*"),
+	}}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-dev/sluice/events"
+	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/internal/embeddednats"
 	"github.com/sluice-dev/sluice/services/multicluster"
 )
@@ -80,7 +81,8 @@ func leafPair(t *testing.T) (manager jetstream.JetStream, w1 jetstream.JetStream
 }
 
 // A worker reaches its own offers and reports through its leaf node, and
-// nothing of another worker's, nor the stream itself.
+// nothing of another worker's, nor the stream itself; it may not make
+// consumers, not even its own (the manager's setup does).
 func TestWorkerLeafPermissions(t *testing.T) {
 	manager, w1 := leafPair(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -92,9 +94,11 @@ func TestWorkerLeafPermissions(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// w1 reads its offer.
-	cons, err := w1.CreateOrUpdateConsumer(ctx, multicluster.Stream, jetstream.ConsumerConfig{Durable: multicluster.WorkerDurable("w1"),
-		FilterSubject: multicluster.WorkerFilter("w1"), AckPolicy: jetstream.AckExplicitPolicy})
+	// The manager's setup makes w1's consumer; w1 reads its offer.
+	if _, err := bus.EnsureConsumer(ctx, manager, multicluster.Stream, multicluster.WorkerConsumer("w1")); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := bus.EnsureConsumer(ctx, w1, multicluster.Stream, multicluster.WorkerConsumer("w1"))
 	if err != nil {
 		t.Fatalf("w1's consumer: %v", err)
 	}
@@ -141,6 +145,11 @@ func TestWorkerLeafPermissions(t *testing.T) {
 	refused("pointed its consumer at w2's offers", func(c context.Context) error {
 		_, err := w1.CreateOrUpdateConsumer(c, multicluster.Stream, jetstream.ConsumerConfig{Durable: multicluster.WorkerDurable("w1"),
 			FilterSubject: multicluster.WorkerFilter("w2")})
+		return err
+	})
+	refused("had its offers delivered to a subject of its choosing", func(c context.Context) error {
+		_, err := w1.CreateOrUpdateConsumer(c, multicluster.Stream, jetstream.ConsumerConfig{Durable: multicluster.WorkerDurable("w1"),
+			FilterSubject: multicluster.WorkerFilter("w1"), DeliverSubject: bus.WatchSubject("sluice-fence") + ".ns.a"})
 		return err
 	})
 	refused("made its consumer with filters outside the request's subject", func(c context.Context) error {

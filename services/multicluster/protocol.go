@@ -209,10 +209,6 @@ func WorkerPermissions(worker, managerDomain string) (publish, subscribe []strin
 	durable := Stream + "." + WorkerDurable(worker)
 	publish = []string{
 		FromWorker(worker, ">"),
-		// Only the create request that names the filter in its subject:
-		// the server then checks the filter it carries against it, so the
-		// consumer reads this worker's offers and nothing else.
-		api + "CONSUMER.CREATE." + durable + "." + WorkerFilter(worker),
 		api + "CONSUMER.INFO." + durable,
 		api + "CONSUMER.MSG.NEXT." + durable,
 		"$JS.ACK." + durable + ".>",

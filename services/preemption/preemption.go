@@ -72,13 +72,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("preemption: open stream %s: %w", bus.StreamEvents, err)
 	}
-	return bus.Run(ctx, s.js, bus.ConsumerSpec{
-		Stream:         bus.StreamEvents,
-		Durable:        "preemption",
-		FilterSubjects: []string{events.SubjectFilter("preemption", "requested", "*", "*")},
-		// A preemption given up on would leave its preemptor waiting.
-		MaxDeliver: bus.RetryForever,
-	}, func(ctx context.Context, env events.Envelope) error { return s.handle(ctx, led, fk, stream, env) }, bus.WithLogger(s.log),
+	return bus.Run(ctx, s.js, Consumer(), func(ctx context.Context, env events.Envelope) error { return s.handle(ctx, led, fk, stream, env) }, bus.WithLogger(s.log),
 		bus.WithStarted(s.consuming.Open))
 }
 
@@ -194,5 +188,16 @@ func stopFenced(ctx context.Context, fk fence.KV, key, admission, stopID string,
 			return ctx.Err()
 		case <-time.After(startPoll):
 		}
+	}
+}
+
+// Consumer is the durable consumer of preemption requests.
+func Consumer() bus.ConsumerSpec {
+	return bus.ConsumerSpec{
+		Stream:         bus.StreamEvents,
+		Durable:        "preemption",
+		FilterSubjects: []string{events.SubjectFilter("preemption", "requested", "*", "*")},
+		// A preemption given up on would leave its preemptor waiting.
+		MaxDeliver: bus.RetryForever,
 	}
 }

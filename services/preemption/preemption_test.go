@@ -151,7 +151,7 @@ func TestPreemption(t *testing.T) {
 			if _, err := ledger.NewWriter(js).Reserve(ctx, "cq/cq", 0, res); err != nil {
 				t.Fatal(err)
 			}
-			fk, err := js.KeyValue(ctx, fence.Bucket)
+			fk, err := bus.OpenKV(ctx, js, fence.Bucket)
 			if err != nil {
 				t.Fatal(err)
 			}

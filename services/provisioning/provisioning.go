@@ -192,9 +192,7 @@ func (s *Service) Run(ctx context.Context) error {
 	wg.Go(func() {
 		// Capacity a workload that ended no longer needs is given back
 		// (deleting the request lets the autoscaler scale down).
-		err := bus.Run(ctx, s.js, bus.ConsumerSpec{Stream: bus.StreamEvents, Durable: EndedDurable,
-			FilterSubjects: []string{events.SubjectFilter("workload", "finished", "*", "*"), events.SubjectFilter("workload", "deleted", "*", "*")}},
-			s.ended, bus.WithLogger(s.log))
+		err := bus.Run(ctx, s.js, EndedConsumer(), s.ended, bus.WithLogger(s.log))
 		if err != nil && ctx.Err() == nil {
 			s.log.Error().Err(err).Msg("ended workloads' requests not deleted")
 		}
@@ -607,4 +605,11 @@ func (s *Service) sync(ctx context.Context, key string) error {
 	s.answered[key] = seen
 	s.answeredM.Unlock()
 	return nil
+}
+
+// EndedConsumer is the durable consumer of the events that end a
+// workload, whose requests are then deleted.
+func EndedConsumer() bus.ConsumerSpec {
+	return bus.ConsumerSpec{Stream: bus.StreamEvents, Durable: EndedDurable,
+		FilterSubjects: []string{events.SubjectFilter("workload", "finished", "*", "*"), events.SubjectFilter("workload", "deleted", "*", "*")}}
 }

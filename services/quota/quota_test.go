@@ -75,10 +75,10 @@ func newHarnessWith(t *testing.T, cfg quota.Config, before func(h *harness)) *ha
 	}
 	h := &harness{t: t, ctx: ctx, js: js, pub: bus.NewPublisher(js, events.Source("job")), logs: &lines{}}
 	var err error
-	if h.led, err = js.KeyValue(ctx, ledger.Bucket); err != nil {
+	if h.led, err = bus.OpenKV(ctx, js, ledger.Bucket); err != nil {
 		t.Fatal(err)
 	}
-	if h.wls, err = js.KeyValue(ctx, workloads.Bucket); err != nil {
+	if h.wls, err = bus.OpenKV(ctx, js, workloads.Bucket); err != nil {
 		t.Fatal(err)
 	}
 	cons, err := js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
@@ -410,7 +410,7 @@ func TestReconcileReleasesWhatSluiceStopped(t *testing.T) {
 	const stopID = "stopped-a"
 	h := newHarnessAfter(t, 20*time.Millisecond, func(h *harness) {
 		h.hold("a", "b")
-		fk, err := h.js.KeyValue(h.ctx, fence.Bucket)
+		fk, err := bus.OpenKV(h.ctx, h.js, fence.Bucket)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -466,7 +466,7 @@ func TestFencesOutliveEveryRetry(t *testing.T) {
 	var fk jetstream.KeyValue
 	h := newHarnessWith(t, quota.Config{Reconcile: 20 * time.Millisecond, FenceAge: time.Millisecond}, func(h *harness) {
 		var err error
-		if fk, err = h.js.KeyValue(h.ctx, fence.Bucket); err != nil {
+		if fk, err = bus.OpenKV(h.ctx, h.js, fence.Bucket); err != nil {
 			t.Fatal(err)
 		}
 		// A preemption decided while a ran, not handled yet.

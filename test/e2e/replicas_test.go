@@ -138,7 +138,7 @@ func shardHolders(t *testing.T, js jetstream.JetStream, kind string) map[string]
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	kv, err := js.KeyValue(ctx, bus.BucketShards)
+	kv, err := bus.OpenKV(ctx, js, bus.BucketShards)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/internal/ledger"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -110,7 +111,7 @@ func overQuota(ns string, quota int64) string {
 		return fmt.Sprintf("%d GPUs in unsuspended, unfinished Jobs, quota %d", running, quota)
 	}
 	var reserved int64
-	if kv, err := env.js.KeyValue(ctx, ledger.Bucket); err == nil {
+	if kv, err := bus.OpenKV(ctx, env.js, ledger.Bucket); err == nil {
 		if snap, err := ledger.Read(ctx, kv); err == nil {
 			for _, h := range snap.Reservations {
 				if h.ClusterQueue != ns {

@@ -325,7 +325,7 @@ func canonical(res, q string) int64 { return engine.Canonical(res, resource.Must
 func (e *env) configure(preemption *v1beta1.ClusterQueuePreemption) {
 	e.t.Helper()
 	_, js := e.connect("configure")
-	kv, err := js.KeyValue(e.ctx, configstore.Bucket)
+	kv, err := bus.OpenKV(e.ctx, js, configstore.Bucket)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -451,7 +451,7 @@ func (ws *workloadSet) get(k string) (events.WorkloadSubmittedV1, bool) {
 // called after each record with the number written.
 func (e *env) submit(js jetstream.JetStream, ws *workloadSet, rng *rand.Rand, maxPause time.Duration, progress func(int)) error {
 	var kv jetstream.KeyValue
-	err := retry(e.ctx, func(ctx context.Context) (err error) { kv, err = js.KeyValue(ctx, workloads.Bucket); return err })
+	err := retry(e.ctx, func(ctx context.Context) (err error) { kv, err = bus.OpenKV(ctx, js, workloads.Bucket); return err })
 	if err != nil {
 		return err
 	}
@@ -514,7 +514,7 @@ func (e *env) followLedger(name string, fn func(ledgerUpdate)) {
 	go func() {
 		var last uint64
 		for e.ctx.Err() == nil {
-			kv, err := js.KeyValue(e.ctx, ledger.Bucket)
+			kv, err := bus.OpenKV(e.ctx, js, ledger.Bucket)
 			var w jetstream.KeyWatcher
 			if err == nil {
 				opts := []jetstream.WatchOpt{jetstream.IncludeHistory()}
@@ -807,7 +807,7 @@ func equalPodSets(a, b []engine.PodSetAssignment) bool {
 
 // readLedger returns the ledger's reservations and revisions.
 func (e *env) readLedger(js jetstream.JetStream) (ledger.Snapshot, error) {
-	kv, err := js.KeyValue(e.ctx, ledger.Bucket)
+	kv, err := bus.OpenKV(e.ctx, js, ledger.Bucket)
 	if err != nil {
 		return ledger.Snapshot{}, err
 	}

@@ -35,7 +35,7 @@ func TestVictimAdmittedAgainAfterALedgerOutage(t *testing.T) {
 	e := newEnv(t, 3*time.Minute)
 	const namespace, lq = "team-s", "q"
 	_, js := e.connect("test")
-	cfg, err := js.KeyValue(e.ctx, configstore.Bucket)
+	cfg, err := bus.OpenKV(e.ctx, js, configstore.Bucket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,11 +98,11 @@ func TestVictimAdmittedAgainAfterALedgerOutage(t *testing.T) {
 		}, nil
 	})
 
-	wls, err := js.KeyValue(e.ctx, workloads.Bucket)
+	wls, err := bus.OpenKV(e.ctx, js, workloads.Bucket)
 	if err != nil {
 		t.Fatal(err)
 	}
-	led, err := js.KeyValue(e.ctx, ledger.Bucket)
+	led, err := bus.OpenKV(e.ctx, js, ledger.Bucket)
 	if err != nil {
 		t.Fatal(err)
 	}

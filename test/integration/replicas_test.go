@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-dev/sluice/events"
+	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/internal/ledger"
 	"github.com/sluice-dev/sluice/internal/workloads"
 )
@@ -39,11 +40,11 @@ func TestTwoAdmissionReplicasNeverOverAdmit(t *testing.T) {
 	// job integration does, and remove the reservation by compare-and-set
 	// as quota accounting does.
 	_, fjs := e.connect("finisher")
-	led, err := fjs.KeyValue(e.ctx, ledger.Bucket)
+	led, err := bus.OpenKV(e.ctx, fjs, ledger.Bucket)
 	if err != nil {
 		t.Fatal(err)
 	}
-	wl, err := fjs.KeyValue(e.ctx, workloads.Bucket)
+	wl, err := bus.OpenKV(e.ctx, fjs, workloads.Bucket)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,7 +55,7 @@ func newJobs(e *env, chk *checker, ws *workloadSet, seed uint64) *jobs {
 	_, js := e.connect("jobs-publisher")
 	j.pub = bus.NewPublisher(js, events.Source("job"))
 	var err error
-	if j.wl, err = js.KeyValue(e.ctx, workloads.Bucket); err != nil {
+	if j.wl, err = bus.OpenKV(e.ctx, js, workloads.Bucket); err != nil {
 		e.t.Fatal(err)
 	}
 	e.followLedger("jobs-ledger", j.onLedger)
@@ -313,7 +313,7 @@ func runRestartScenario(t *testing.T, n int, seed uint64, disruptions []disrupti
 	if err != nil {
 		t.Fatal(err)
 	}
-	wl, err := rjs.KeyValue(e.ctx, workloads.Bucket)
+	wl, err := bus.OpenKV(e.ctx, rjs, workloads.Bucket)
 	if err != nil {
 		t.Fatal(err)
 	}

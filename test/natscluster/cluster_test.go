@@ -267,7 +267,7 @@ func TestThreeNodeClusterSurvivesTheLossOfALeader(t *testing.T) {
 
 	// The quota check: every revision of the ledger fits the quota.
 	_, ljs := c.connect(t, "ledger-check")
-	lkv, err := ljs.KeyValue(ctx, ledger.Bucket)
+	lkv, err := bus.OpenKV(ctx, ljs, ledger.Bucket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,7 +319,7 @@ func TestThreeNodeClusterSurvivesTheLossOfALeader(t *testing.T) {
 
 	// The watcher's part: 8 CPUs of quota.
 	_, wjs := c.connect(t, "watcher")
-	cfgKV, err := wjs.KeyValue(ctx, configstore.Bucket)
+	cfgKV, err := bus.OpenKV(ctx, wjs, configstore.Bucket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -341,7 +341,7 @@ func TestThreeNodeClusterSurvivesTheLossOfALeader(t *testing.T) {
 	// The integration's part: submit, start what is admitted, finish it
 	// 200 ms later (record deleted, finished published).
 	_, ijs := c.connect(t, "integration")
-	wlKV, err := ijs.KeyValue(ctx, workloads.Bucket)
+	wlKV, err := bus.OpenKV(ctx, ijs, workloads.Bucket)
 	if err != nil {
 		t.Fatal(err)
 	}

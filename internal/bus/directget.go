@@ -1,0 +1,257 @@
+package bus
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Reading a stream without a consumer.
+//
+// Whoever may create a consumer on a stream may have its stored messages
+// delivered to any subject at all: nats-server checks a push consumer's
+// deliver subject against neither the creator's publish permissions nor
+// anything but the stream's own subjects. So no Sluice user but setup
+// creates consumers: the services' durable consumers are made by `sluice
+// setup`, and every other read of a stream — a bucket's current values,
+// a watch, `sluice events` — pages through it with batched direct gets
+// (JetStream's $JS.API.DIRECT.GET, answered from the stream's store) and
+// learns of new messages from the copies the stream republishes.
+
+// DefaultPage is how many messages one direct get asks for.
+const DefaultPage = 1000
+
+// Headers the server sets on a message read by a direct get or
+// republished by a stream.
+const (
+	headerSequence     = "Nats-Sequence"
+	headerSubject      = "Nats-Subject"
+	headerTimeStamp    = "Nats-Time-Stamp"
+	headerNumPending   = "Nats-Num-Pending"
+	headerKVOperation  = "KV-Operation"
+	statusNoMessages   = "404"
+	statusEndOfBatch   = "204"
+	statusRequestTimer = "408"
+)
+
+// directRequest is the body of a batched direct get: JetStream's
+// JSApiMsgGetRequest, the fields Sluice uses.
+type directRequest struct {
+	Seq      uint64 `json:"seq,omitempty"`
+	NextFor  string `json:"next_by_subj,omitempty"`
+	Batch    int    `json:"batch,omitempty"`
+	MaxBytes int    `json:"max_bytes,omitempty"`
+}
+
+// Stored is one message of a stream as a direct get or a republish gives
+// it: its subject in the stream, its sequence and when it was stored.
+type Stored struct {
+	Subject  string
+	Sequence uint64
+	Time     time.Time
+	Header   nats.Header
+	Data     []byte
+}
+
+// storedOf reads the server's headers of a message from a direct get or a
+// republish.
+func storedOf(m *nats.Msg) (Stored, error) {
+	seq, err := strconv.ParseUint(m.Header.Get(headerSequence), 10, 64)
+	if err != nil {
+		return Stored{}, fmt.Errorf("message on %s without a valid %s header: %w", m.Subject, headerSequence, err)
+	}
+	subj := m.Header.Get(headerSubject)
+	if subj == "" {
+		return Stored{}, fmt.Errorf("message on %s without a %s header", m.Subject, headerSubject)
+	}
+	ts, _ := time.Parse(time.RFC3339Nano, m.Header.Get(headerTimeStamp))
+	return Stored{Subject: subj, Sequence: seq, Time: ts, Header: m.Header, Data: m.Data}, nil
+}
+
+// Page reads the messages of stream whose subject matches filter, from
+// sequence from on, in order, giving each to fn, until the stream's end as
+// it is when the last page is read. It returns the sequence of the last
+// message read (from-1 when there was none). An error from fn stops it.
+func Page(ctx context.Context, nc *nats.Conn, stream, filter string, from uint64, fn func(Stored) error) (uint64, error) {
+	last := from - 1
+	if from == 0 {
+		last = 0
+	}
+	for {
+		n, pending, err := page(ctx, nc, stream, filter, last+1, DefaultPage, func(s Stored) error {
+			last = s.Sequence
+			return fn(s)
+		})
+		if err != nil {
+			return last, err
+		}
+		if n == 0 || pending == 0 {
+			return last, nil
+		}
+	}
+}
+
+// page asks for one batch: up to batch messages from seq on. It returns
+// how many came and how many more match after them.
+func page(ctx context.Context, nc *nats.Conn, stream, filter string, seq uint64, batch int, fn func(Stored) error) (int, uint64, error) {
+	body, err := json.Marshal(directRequest{Seq: seq, NextFor: filter, Batch: batch})
+	if err != nil {
+		return 0, 0, err
+	}
+	ctx, cancel := Bounded(ctx)
+	defer cancel()
+	inbox := nc.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return 0, 0, fmt.Errorf("read %s: %w", stream, err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		return 0, 0, err
+	}
+	if err := nc.PublishRequest("$JS.API.DIRECT.GET."+stream, inbox, body); err != nil {
+		return 0, 0, fmt.Errorf("read %s: %w", stream, err)
+	}
+	n := 0
+	for {
+		m, err := sub.NextMsgWithContext(ctx)
+		if err != nil {
+			return n, 0, fmt.Errorf("read %s from %d: %w", stream, seq, err)
+		}
+		if len(m.Data) == 0 && m.Header.Get(headerSequence) == "" {
+			switch status := m.Header.Get("Status"); status {
+			case statusNoMessages:
+				return n, 0, nil
+			case statusEndOfBatch:
+				pending, _ := strconv.ParseUint(m.Header.Get(headerNumPending), 10, 64)
+				return n, pending, nil
+			case "503":
+				return n, 0, fmt.Errorf("read %s: %w (is the stream's direct get allowed? `sluice setup` allows it)", stream, nats.ErrNoResponders)
+			default:
+				return n, 0, fmt.Errorf("read %s from %d: status %s %s", stream, seq, status, m.Header.Get("Description"))
+			}
+		}
+		s, err := storedOf(m)
+		if err != nil {
+			return n, 0, fmt.Errorf("read %s: %w", stream, err)
+		}
+		n++
+		if err := fn(s); err != nil {
+			return n, 0, err
+		}
+	}
+}
+
+// entryOf makes a stored message of bucket's stream a KV entry; prefix is
+// "$KV.<bucket>.".
+func entryOf(bucket, prefix string, s Stored) (kvEntry, error) {
+	if len(s.Subject) <= len(prefix) || s.Subject[:len(prefix)] != prefix {
+		return kvEntry{}, fmt.Errorf("%w: message %d of bucket %s is on %q", ErrNotAKey, s.Sequence, bucket, s.Subject)
+	}
+	op := jetstream.KeyValuePut
+	switch s.Header.Get(headerKVOperation) {
+	case "DEL":
+		op = jetstream.KeyValueDelete
+	case "PURGE":
+		op = jetstream.KeyValuePurge
+	}
+	return kvEntry{bucket: bucket, key: s.Subject[len(prefix):], value: s.Data, revision: s.Sequence, created: s.Time, op: op}, nil
+}
+
+// kvEntry is a key's revision read without a consumer.
+type kvEntry struct {
+	bucket, key string
+	value       []byte
+	revision    uint64
+	created     time.Time
+	op          jetstream.KeyValueOp
+}
+
+func (e kvEntry) Bucket() string                  { return e.bucket }
+func (e kvEntry) Key() string                     { return e.key }
+func (e kvEntry) Value() []byte                   { return e.value }
+func (e kvEntry) Revision() uint64                { return e.revision }
+func (e kvEntry) Created() time.Time              { return e.created }
+func (e kvEntry) Delta() uint64                   { return 0 }
+func (e kvEntry) Operation() jetstream.KeyValueOp { return e.op }
+
+// ReadKV gives fn every key of a bucket OpenKV opened, as it is now: its
+// last revision, a deletion's marker included, in the order they were
+// written. It reads no consumer (Page).
+func ReadKV(ctx context.Context, kv jetstream.KeyValue, fn func(jetstream.KeyValueEntry)) error {
+	k, ok := kv.(*exactKV)
+	if !ok {
+		return fmt.Errorf("read bucket %s: not opened by bus.OpenKV", kv.Bucket())
+	}
+	out, _, err := k.lastOfEach(ctx)
+	if err != nil {
+		return fmt.Errorf("read bucket %s: %w", kv.Bucket(), err)
+	}
+	for _, e := range out {
+		fn(e)
+	}
+	return nil
+}
+
+// FollowPoll is how often Follow looks for new messages when it has heard
+// of none: a publish it hears may be stored a moment later.
+const FollowPoll = time.Second
+
+// Follow reads the messages of stream on filter from sequence from on, as
+// Page does, then every new one as it is stored, until ctx ends or fn
+// fails. It learns of new messages from a subscription to wake (default:
+// filter itself), subjects the reader may subscribe to that cover filter,
+// and looks at least every FollowPoll.
+func Follow(ctx context.Context, nc *nats.Conn, stream, filter string, from uint64, fn func(Stored) error, wake ...string) error {
+	if len(wake) == 0 {
+		wake = []string{filter}
+	}
+	heard := make(chan struct{}, 1)
+	for _, subj := range wake {
+		sub, err := nc.Subscribe(subj, func(*nats.Msg) {
+			select {
+			case heard <- struct{}{}:
+			default:
+			}
+		})
+		if err != nil {
+			return fmt.Errorf("follow %s: %w", stream, err)
+		}
+		defer func() { _ = sub.Unsubscribe() }()
+	}
+	next := from
+	poll := time.NewTicker(FollowPoll)
+	defer poll.Stop()
+	for {
+		last, err := Page(ctx, nc, stream, filter, next, fn)
+		if err != nil && ctx.Err() == nil {
+			return err
+		}
+		if last >= next {
+			next = last + 1
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-heard:
+		case <-poll.C:
+		}
+	}
+}
+
+// LastSequence is the sequence of the last message stream holds (0 when
+// empty): what Follow starts after to read only what is new.
+func LastSequence(ctx context.Context, js jetstream.JetStream, stream string) (uint64, error) {
+	ctx, cancel := Bounded(ctx)
+	defer cancel()
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		return 0, fmt.Errorf("open stream %s: %w", stream, err)
+	}
+	return st.CachedInfo().State.LastSeq, nil
+}
