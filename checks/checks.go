@@ -181,10 +181,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.synced = true
 	c.mu.Unlock()
 	c.log.Info().Str("controller", c.name).Msg("admission check controller running")
-	// A check request is never given up on: its reservation holds quota
-	// until the check answers.
-	return bus.Run(ctx, c.js, Consumer(c.name),
-		c.handle, bus.WithLogger(c.log), bus.WithPartitions(4, events.SubjectWorkload))
+	return bus.Run(ctx, c.js, Consumer(c.name), c.handle, bus.WithLogger(c.log), bus.WithPartitions(4, events.SubjectWorkload))
 }
 
 // seen records an AdmissionCheck of this controller and marks it Active.

@@ -26,30 +26,27 @@ import (
 // DefaultPage is how many messages one direct get asks for.
 const DefaultPage = 1000
 
-// Headers the server sets on a message read by a direct get or
-// republished by a stream.
+// Headers the server sets on a message read by a direct get.
 const (
-	headerSequence     = "Nats-Sequence"
-	headerSubject      = "Nats-Subject"
-	headerTimeStamp    = "Nats-Time-Stamp"
-	headerNumPending   = "Nats-Num-Pending"
-	headerKVOperation  = "KV-Operation"
-	statusNoMessages   = "404"
-	statusEndOfBatch   = "204"
-	statusRequestTimer = "408"
+	headerSequence    = "Nats-Sequence"
+	headerSubject     = "Nats-Subject"
+	headerTimeStamp   = "Nats-Time-Stamp"
+	headerNumPending  = "Nats-Num-Pending"
+	headerKVOperation = "KV-Operation"
+	statusNoMessages  = "404"
+	statusEndOfBatch  = "204"
 )
 
 // directRequest is the body of a batched direct get: JetStream's
 // JSApiMsgGetRequest, the fields Sluice uses.
 type directRequest struct {
-	Seq      uint64 `json:"seq,omitempty"`
-	NextFor  string `json:"next_by_subj,omitempty"`
-	Batch    int    `json:"batch,omitempty"`
-	MaxBytes int    `json:"max_bytes,omitempty"`
+	Seq     uint64 `json:"seq,omitempty"`
+	NextFor string `json:"next_by_subj,omitempty"`
+	Batch   int    `json:"batch,omitempty"`
 }
 
-// Stored is one message of a stream as a direct get or a republish gives
-// it: its subject in the stream, its sequence and when it was stored.
+// Stored is one message of a stream as a direct get gives it: its subject
+// in the stream, its sequence and when it was stored.
 type Stored struct {
 	Subject  string
 	Sequence uint64
@@ -58,8 +55,7 @@ type Stored struct {
 	Data     []byte
 }
 
-// storedOf reads the server's headers of a message from a direct get or a
-// republish.
+// storedOf reads the server's headers of a message from a direct get.
 func storedOf(m *nats.Msg) (Stored, error) {
 	seq, err := strconv.ParseUint(m.Header.Get(headerSequence), 10, 64)
 	if err != nil {
