@@ -787,6 +787,11 @@ func newDevCmd() *cobra.Command {
 			defer srv.Shutdown()
 			c.nats.URL = srv.ClientURL()
 			c.worker = leaf.remote != ""
+			// The workers may not make their consumers of offers: the
+			// manager's setup does.
+			for _, u := range nopts.LeafUsers {
+				c.workers = append(c.workers, u.Name)
+			}
 			log.Info().Str("nats", c.nats.URL).Str("domain", nopts.JetStreamDomain).Int("leaf_port", nopts.LeafPort).Str("memory_limit", limit).Msg("embedded JetStream server started")
 			kindNames := func() []string { return integrations }
 			svcs := []named{
