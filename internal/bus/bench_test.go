@@ -76,3 +76,40 @@ func benchmarkRun(b *testing.B, h func(events.Envelope) error, opts ...bus.RunOp
 	}()
 	<-done
 }
+
+// BenchmarkPageAtTheEnd measures what a watch pays per write it follows:
+// one page of a Pager from the end of a bucket of 20,000 keys, which finds
+// the one new entry, by subject filter (the server counts matches through
+// its index of subjects) and without (Page with "", as watches read).
+func BenchmarkPageAtTheEnd(b *testing.B) {
+	ctx := context.Background()
+	js := natstest.JetStream(b)
+	if err := bus.Setup(ctx, js, bus.Config{}); err != nil {
+		b.Fatal(err)
+	}
+	kv, err := bus.OpenKV(ctx, js, bus.BucketWorkloads)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var last uint64
+	for i := range 20000 {
+		if last, err = kv.Put(ctx, fmt.Sprintf("ns.job-%d", i), []byte(`{}`)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, bc := range []struct{ name, filter string }{{"filtered", "$KV." + bus.BucketWorkloads + ".>"}, {"all", ""}} {
+		b.Run(bc.name, func(b *testing.B) {
+			p, err := bus.NewPager(js.Conn(), "KV_"+bus.BucketWorkloads)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer p.Close()
+			for range b.N {
+				n := 0
+				if _, err := p.Page(ctx, bc.filter, last, func(bus.Stored) error { n++; return nil }); err != nil || n != 1 {
+					b.Fatalf("page: %d entries, %v", n, err)
+				}
+			}
+		})
+	}
+}

@@ -68,9 +68,11 @@ type kvWatch struct {
 	// the initial values is forgotten: what comes for its key later is
 	// newer.
 	applied map[string]applied
-	// next is the sequence the next page starts from.
-	next uint64
-	done bool
+	// pager reads the bucket's stream; next is the sequence its next
+	// page starts from.
+	pager *Pager
+	next  uint64
+	done  bool
 	// drop, in tests, makes the watch deaf to copies and polls.
 	drop func() bool
 }
@@ -96,6 +98,10 @@ func (w *kvWatch) run(ctx context.Context, synced chan<- struct{}) error {
 		return fmt.Errorf("watch bucket %s: %w", bucket, err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
+	if w.pager, err = NewPager(nc, "KV_"+bucket); err != nil {
+		return fmt.Errorf("watch bucket %s: %w", bucket, err)
+	}
+	defer w.pager.Close()
 	reconnected := nc.StatusChanged(nats.CONNECTED)
 	defer nc.RemoveStatusListener(reconnected)
 	if err := w.read(ctx); err != nil {
@@ -130,7 +136,7 @@ func (w *kvWatch) follow(ctx context.Context) {
 		return
 	}
 	bucket := w.kv.Bucket()
-	last, err := Page(ctx, w.kv.js.Conn(), "KV_"+bucket, w.kv.prefix+">", w.next, func(s Stored) error {
+	last, err := w.pager.Page(ctx, "", w.next, func(s Stored) error {
 		e, err := entryOf(bucket, w.kv.prefix, s)
 		if err != nil {
 			return err
@@ -155,7 +161,7 @@ func (w *kvWatch) read(ctx context.Context) error {
 	var last uint64
 	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
 		var err error
-		if entries, last, err = w.kv.lastOfEach(ctx); err == nil {
+		if entries, last, err = w.kv.lastOfEach(ctx, w.pager); err == nil {
 			break
 		}
 		w.log.Warn().Err(err).Str("bucket", w.kv.Bucket()).Dur("retry_in", wait).Msg("bucket not read")
@@ -196,10 +202,10 @@ func (w *kvWatch) deliver(e jetstream.KeyValueEntry) {
 // lastOfEach reads the last revision of every key, a deletion's marker
 // included, in the order they were written, and the sequence of the last
 // message read.
-func (k *exactKV) lastOfEach(ctx context.Context) ([]kvEntry, uint64, error) {
+func (k *exactKV) lastOfEach(ctx context.Context, p *Pager) ([]kvEntry, uint64, error) {
 	latest := map[string]kvEntry{}
 	bucket := k.Bucket()
-	last, err := Page(ctx, k.js.Conn(), "KV_"+bucket, k.prefix+">", 0, func(s Stored) error {
+	last, err := p.Page(ctx, "", 0, func(s Stored) error {
 		e, err := entryOf(bucket, k.prefix, s)
 		if err != nil {
 			return err
