@@ -308,7 +308,7 @@ func (c *Controller) Answer(ctx context.Context, r Request, a Answer) error {
 	default:
 		return fmt.Errorf("%w: answer of %s for %s: state %q is not Ready, Retry or Rejected", bus.ErrPoison, r.Check, r.Workload, a.State)
 	}
-	ev := events.CheckUpdatedV1{Workload: r.Workload, Admission: r.Admission, Check: r.Check, State: a.State, Message: a.Message, PodSetUpdates: a.PodSetUpdates, Cluster: a.Cluster}
+	ev := events.CheckUpdatedV1{Workload: r.Workload, Admission: r.Admission, Check: r.Check, Controller: c.name, State: a.State, Message: a.Message, PodSetUpdates: a.PodSetUpdates, Cluster: a.Cluster}
 	if a.State == events.CheckRetry && a.RequeueAfter > 0 {
 		secs := int32((a.RequeueAfter + time.Second - 1) / time.Second)
 		ev.RequeueAfterSeconds = &secs

@@ -1,6 +1,8 @@
 package events
 
 import (
+	"strings"
+
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -66,9 +68,14 @@ type CheckUpdatedV1 struct {
 	// WorkloadReservedV1); an answer about another one is ignored.
 	Admission string `json:"admission"`
 	// Check is the AdmissionCheck's name.
-	Check   string `json:"check"`
-	State   string `json:"state"`
-	Message string `json:"message,omitempty"`
+	Check string `json:"check"`
+	// Controller is the controllerName of the check's controller, the
+	// one answering; it is also the last token of the subject, so that a
+	// NATS user may answer only as its own controller, and admission
+	// takes the answer only from the controller the check names.
+	Controller string `json:"controller"`
+	State      string `json:"state"`
+	Message    string `json:"message,omitempty"`
 	// RequeueAfterSeconds (Retry only) delays the next reservation.
 	RequeueAfterSeconds *int32 `json:"requeueAfterSeconds,omitempty"`
 	// PodSetUpdates are what the check adds to the workload's pods when
@@ -95,7 +102,30 @@ func (CheckUpdatedV1) Type() string { return TypeCheckUpdatedV1 }
 
 // NATSSubject implements Event.
 func (e CheckUpdatedV1) NATSSubject() string {
-	return WorkloadSubject(TypeCheckUpdatedV1, e.Workload)
+	return CheckSubject(e.Workload, e.Controller)
+}
+
+// CheckSubject is the subject of a check controller's answer about w.
+func CheckSubject(w WorkloadRef, controller string) string {
+	return WorkloadSubject(TypeCheckUpdatedV1, w) + "." + ControllerToken(controller)
+}
+
+// CheckAnswers is the subject filter of every answer controller may give.
+func CheckAnswers(controller string) string {
+	return SubjectFilter("check", "updated", "*", "*") + "." + ControllerToken(controller)
+}
+
+// ControllerToken is a controllerName as one subject token: every
+// character but letters, digits, '-' and '_' becomes '-', as in the
+// controller's NATS user and consumer name (checks.Durable), which name
+// the same identity.
+func ControllerToken(controller string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
+			return r
+		}
+		return '-'
+	}, controller)
 }
 
 // CESubject implements Event.
@@ -111,6 +141,12 @@ func (e CheckUpdatedV1) Validate() error {
 	}
 	if err := checkName("check", e.Check); err != nil {
 		return err
+	}
+	if err := checkRequired("controller", e.Controller); err != nil {
+		return err
+	}
+	if len(e.Controller) > maxNameLength {
+		return invalidf("controller: longer than %d characters", maxNameLength)
 	}
 	switch e.State {
 	case CheckPending, CheckReady, CheckRetry, CheckRejected:

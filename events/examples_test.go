@@ -50,11 +50,12 @@ var examples = map[string]events.Event{
 		Checks:       []string{"provisioning"},
 	},
 	events.TypeCheckUpdatedV1: events.CheckUpdatedV1{
-		Workload:  exampleRef,
-		Admission: "2025-03-04T05:06:08.123456789Z",
-		Check:     "provisioning",
-		State:     events.CheckReady,
-		Message:   "capacity provisioned",
+		Workload:   exampleRef,
+		Admission:  "2025-03-04T05:06:08.123456789Z",
+		Check:      "provisioning",
+		Controller: "sluice.dev/provisioning-request",
+		State:      events.CheckReady,
+		Message:    "capacity provisioned",
 		PodSetUpdates: []events.PodSetUpdateV1{{
 			Name:         "main",
 			Labels:       map[string]string{"team": "a"},

@@ -144,6 +144,9 @@ type AdmissionCheckRule struct {
 // AdmissionCheck is an AdmissionCheck object as the engine sees it.
 type AdmissionCheck struct {
 	Name string
+	// Controller is its controllerName: only that controller's answers
+	// count.
+	Controller string
 	// Active: its controller runs. A ClusterQueue naming a check that is
 	// missing or not active admits nothing, as in Kueue.
 	Active bool

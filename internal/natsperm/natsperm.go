@@ -283,7 +283,7 @@ func For(service string, opts ...Option) (Permissions, error) {
 // its own durable consumer, check-<name>, reads the last events of a
 // workload, and answers.
 func answerChecks(r *rules, controller string) {
-	r.publish("sluice.check.v1.updated.>")
+	r.publish(events.CheckAnswers(controller))
 	r.consume(bus.StreamEvents, checks.Durable(controller))
 	r.readStream(bus.StreamEvents)
 }

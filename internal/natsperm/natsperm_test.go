@@ -216,6 +216,8 @@ func TestServicesUnderTheirPermissions(t *testing.T) {
 		{"the reader cannot delete a service's consumer", "reader", "$JS.API.CONSUMER.DELETE." + bus.StreamEvents + ".quota"},
 		{"the quota service cannot make its own consumer", "quota", "$JS.API.CONSUMER.CREATE." + bus.StreamEvents + ".quota"},
 		{"the admission service cannot make a consumer of the fences", "admission", "$JS.API.CONSUMER.CREATE.KV_" + fence.Bucket},
+		{"the provisioning controller cannot answer as the multicluster one", "provisioning",
+			events.CheckSubject(events.WorkloadRef{Kind: "job", Namespace: "team-a", Name: "low"}, v1beta1.MultiClusterController)},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

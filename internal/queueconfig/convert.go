@@ -58,7 +58,7 @@ func ToEngine(o Objects) (engine.Config, error) {
 		})
 	}
 	for _, ac := range o.AdmissionChecks {
-		cfg.AdmissionChecks = append(cfg.AdmissionChecks, engine.AdmissionCheck{Name: ac.Name, Active: ac.IsActive()})
+		cfg.AdmissionChecks = append(cfg.AdmissionChecks, engine.AdmissionCheck{Name: ac.Name, Controller: ac.Spec.ControllerName, Active: ac.IsActive()})
 	}
 	for _, lq := range o.LocalQueues {
 		cfg.LocalQueues = append(cfg.LocalQueues, engine.LocalQueue{

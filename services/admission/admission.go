@@ -86,6 +86,9 @@ func (c Config) Validate() error {
 
 // Service is one admission replica.
 type Service struct {
+	// checkControllers maps each AdmissionCheck to its controllerName,
+	// for the answers' consumer (another goroutine than the loop's).
+	checkControllers atomic.Pointer[map[string]string]
 	// synced opens once all three mirrors delivered their initial state
 	// and the engine was built from them (Ready); before that, updates
 	// are only recorded.
@@ -530,6 +533,11 @@ func (s *Service) reconfigure() {
 		return
 	}
 	s.eng.SetConfig(cfg)
+	controllers := make(map[string]string, len(cfg.AdmissionChecks))
+	for _, ac := range cfg.AdmissionChecks {
+		controllers[ac.Name] = ac.Controller
+	}
+	s.checkControllers.Store(&controllers)
 	s.configDirty = false
 	s.dirty = true
 	// A configuration change may have dropped admissions whose queue it
@@ -1758,6 +1766,21 @@ func (s *Service) handleCheck(ctx context.Context, env events.Envelope) error {
 		return fmt.Errorf("%w: %v", bus.ErrPoison, err)
 	}
 	wk := workloads.EngineKey(e.Workload)
+	// Only the check's own controller answers it: the answer's subject
+	// names its controller, and each controller's NATS user may publish
+	// only under its own name.
+	m := s.checkControllers.Load()
+	if m == nil {
+		return errors.New("the configuration is not loaded yet") // retried
+	}
+	want, known := (*m)[e.Check]
+	if !known {
+		s.log.Warn().Str("workload", wk).Str("check", e.Check).Msg("an answer for an AdmissionCheck not known (yet); ignored")
+		return nil
+	}
+	if e.Controller != want {
+		return fmt.Errorf("%w: answer for check %s from controller %q, but its controller is %q", bus.ErrPoison, e.Check, e.Controller, want)
+	}
 	st := engine.CheckStatus{Name: e.Check, State: engine.CheckState(e.State), Message: e.Message}
 	if e.RequeueAfterSeconds != nil {
 		st.RequeueAfter = time.Duration(*e.RequeueAfterSeconds) * time.Second
@@ -1807,5 +1830,5 @@ func (s *Service) handleCheck(ctx context.Context, env events.Envelope) error {
 // answer is never given up on: its reservation waits for it.
 func ChecksConsumer() bus.ConsumerSpec {
 	return bus.ConsumerSpec{Stream: bus.StreamEvents, Durable: checksConsumer,
-		FilterSubjects: []string{events.SubjectFilter("check", "updated", "*", "*")}, MaxDeliver: bus.RetryForever}
+		FilterSubjects: []string{events.SubjectFilter("check", "updated", "", "")}, MaxDeliver: bus.RetryForever}
 }

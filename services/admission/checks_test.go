@@ -43,7 +43,7 @@ func (h *harness) answerWith(name, state string, requeueAfter *int32, updates []
 	if !ok {
 		h.t.Fatalf("answer about %s: it holds no reservation", name)
 	}
-	ev := events.CheckUpdatedV1{Workload: ref(name), Admission: r.Admission(), Check: "prov", State: state, Message: "said " + state,
+	ev := events.CheckUpdatedV1{Workload: ref(name), Admission: r.Admission(), Check: "prov", Controller: "example.com/prov", State: state, Message: "said " + state,
 		RequeueAfterSeconds: requeueAfter, PodSetUpdates: updates}
 	if err := bus.NewPublisher(h.js, events.Source("prov")).Publish(h.ctx, ev, events.ID(ev.Type(), ev.Workload.UID, ev.Admission, state)); err != nil {
 		h.t.Fatal(err)
@@ -152,7 +152,8 @@ func TestAdmissionCheckNotActiveStopsTheQueue(t *testing.T) {
 }
 
 // TestAnswerAboutAnotherReservationIsIgnored: an answer naming an older
-// admission (or a check the reservation does not run) changes nothing.
+// admission, a check the reservation does not run, or coming from another
+// controller than the check's changes nothing.
 func TestAnswerAboutAnotherReservationIsIgnored(t *testing.T) {
 	h := newHarness(t)
 	h.configureChecks("1", true)
@@ -161,8 +162,10 @@ func TestAnswerAboutAnotherReservationIsIgnored(t *testing.T) {
 	h.eventually("a reserved", func() (bool, string) { _, aw, ok := h.checksOf("a"); return ok && aw, "" })
 	pub := bus.NewPublisher(h.js, events.Source("prov"))
 	for i, ev := range []events.CheckUpdatedV1{
-		{Workload: ref("a"), Admission: "2001-01-01T00:00:00Z", Check: "prov", State: events.CheckReady},
-		{Workload: ref("a"), Admission: h.reservations()[key("a")].Admission(), Check: "other", State: events.CheckReady},
+		{Workload: ref("a"), Admission: "2001-01-01T00:00:00Z", Check: "prov", Controller: "example.com/prov", State: events.CheckReady},
+		{Workload: ref("a"), Admission: h.reservations()[key("a")].Admission(), Check: "other", Controller: "example.com/prov", State: events.CheckReady},
+		// An answer to prov from another controller than prov's.
+		{Workload: ref("a"), Admission: h.reservations()[key("a")].Admission(), Check: "prov", Controller: "example.com/impostor", State: events.CheckReady},
 	} {
 		if err := pub.Publish(h.ctx, ev, fmt.Sprint("stray-", i)); err != nil {
 			t.Fatal(err)
@@ -244,7 +247,7 @@ func TestDispatchedWorkloadRetriedAfterAdmission(t *testing.T) {
 	h.eventually("a reserved", func() (bool, string) { _, aw, ok := h.checksOf("a"); return ok && aw, "" })
 	pub := bus.NewPublisher(h.js, events.Source("prov"))
 	adm := h.reservations()[key("a")].Admission()
-	ready := events.CheckUpdatedV1{Workload: ref("a"), Admission: adm, Check: "prov", State: events.CheckReady, Cluster: "worker1", Message: "admitted by worker1"}
+	ready := events.CheckUpdatedV1{Workload: ref("a"), Admission: adm, Check: "prov", Controller: "example.com/prov", State: events.CheckReady, Cluster: "worker1", Message: "admitted by worker1"}
 	if err := pub.Publish(h.ctx, ready, "ready"); err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +256,7 @@ func TestDispatchedWorkloadRetriedAfterAdmission(t *testing.T) {
 		ad := eventsOf[events.WorkloadAdmittedV1](h)
 		return !r.AwaitingChecks && r.DispatchedTo == "worker1" && r.DispatchedBy == "prov" && len(ad) == 1, fmt.Sprint(r.DispatchedTo, ad)
 	})
-	retry := events.CheckUpdatedV1{Workload: ref("a"), Admission: adm, Check: "prov", State: events.CheckRetry, Message: "worker cluster worker1 lost"}
+	retry := events.CheckUpdatedV1{Workload: ref("a"), Admission: adm, Check: "prov", Controller: "example.com/prov", State: events.CheckRetry, Message: "worker cluster worker1 lost"}
 	if err := pub.Publish(h.ctx, retry, "retry"); err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 
+	"github.com/sluice-dev/sluice/api/v1beta1"
 	"github.com/sluice-dev/sluice/events"
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/internal/natstest"
@@ -138,14 +139,14 @@ func TestFirstAdmissionWinsOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, err := st.Info(ctx, jetstream.WithSubjectFilter(events.WorkloadSubject(events.TypeCheckUpdatedV1, ref)))
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(events.CheckSubject(ref, v1beta1.MultiClusterController)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if n := info.State.Msgs; n != 1 {
 		t.Errorf("%d check answers, want 1", n)
 	}
-	last, err := st.GetLastMsgForSubject(ctx, events.WorkloadSubject(events.TypeCheckUpdatedV1, ref))
+	last, err := st.GetLastMsgForSubject(ctx, events.CheckSubject(ref, v1beta1.MultiClusterController))
 	if err != nil {
 		t.Fatal(err)
 	}
