@@ -2,6 +2,7 @@ package admission_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/internal/configstore"
 	"github.com/sluice-dev/sluice/internal/engine"
+	"github.com/sluice-dev/sluice/services/admission"
 )
 
 // configureChecks is configure with ClusterQueue cq running the admission
@@ -180,6 +182,19 @@ func TestAnswerAboutAnotherReservationIsIgnored(t *testing.T) {
 	if ad := eventsOf[events.WorkloadAdmittedV1](h); len(ad) != 0 {
 		t.Errorf("admitted by a stray answer: %+v", ad)
 	}
+	// The impostor's answer is dead-lettered, not merely outweighed.
+	dlq, err := h.js.Stream(h.ctx, bus.StreamDLQ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("the impostor's answer dead-lettered", func() (bool, string) {
+		m, err := dlq.GetLastMsgForSubject(h.ctx, events.DLQSubject(admission.ChecksConsumer().Durable))
+		if err != nil {
+			return false, err.Error()
+		}
+		return m.Header.Get(bus.HeaderDLQReason) == bus.DLQReasonPoison && strings.Contains(m.Header.Get(bus.HeaderDLQError), "impostor"),
+			m.Header.Get(bus.HeaderDLQError)
+	})
 }
 
 // TestTwoReplicasAdmitAReservationOnce: with two admission replicas, the
