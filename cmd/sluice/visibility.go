@@ -7,17 +7,20 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"github.com/spf13/pflag"
+	authzv1 "k8s.io/api/authorization/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/sluice-dev/sluice/internal/certfile"
 	"github.com/sluice-dev/sluice/internal/kubeauth"
 	"github.com/sluice-dev/sluice/internal/visibility"
+	"github.com/sluice-dev/sluice/internal/webview"
 	"github.com/sluice-dev/sluice/services/admission"
 )
 
@@ -86,7 +89,27 @@ func newGuardedVisibility(svc *admission.Service, inner service, v visibilityFla
 	mux := http.NewServeMux()
 	visibility.RegisterDiscovery(mux)
 	svc.VisibilityRoutes(mux)
+	svc.WebViewRoutes(mux, webview.WithPrefix(visibility.Prefix), webview.WithEventFilter(feedFilter(guard)))
 	return &guardedVisibility{service: inner, addr: v.addr, cert: cert, guard: guard, api: guard.Protect(visibility.Attributes, mux), log: log}, nil
+}
+
+// feedFilter shows a user of the web view's live feed the events of the
+// namespaces whose pending workloads it may read, as the cluster says
+// (SubjectAccessReviews, cached by the guard).
+func feedFilter(guard *kubeauth.Guard) func(*http.Request) func(webview.Event) bool {
+	return func(r *http.Request) func(webview.Event) bool {
+		u, ok := kubeauth.UserFrom(r.Context())
+		if !ok {
+			return func(webview.Event) bool { return false }
+		}
+		ctx := r.Context()
+		return func(e webview.Event) bool {
+			ns, _, _ := strings.Cut(e.Workload, "/")
+			allowed, _, err := guard.Allowed(ctx, u, authzv1.ResourceAttributes{Verb: "get", Group: visibility.Group, Version: visibility.Version,
+				Namespace: ns, Resource: "localqueues", Subresource: "pendingworkloads"})
+			return err == nil && allowed
+		}
+	}
 }
 
 // Collectors are the wrapped service's metrics.

@@ -314,6 +314,7 @@ func (g *Guard) Protect(attrs func(*http.Request) *authzv1.ResourceAttributes, n
 			refuse(w, http.StatusServiceUnavailable, "ServiceUnavailable", "cannot authenticate now: "+err.Error())
 			return
 		}
+		r = r.WithContext(context.WithValue(r.Context(), userKey{}, u))
 		a := attrs(r)
 		if a == nil {
 			next.ServeHTTP(w, r)
@@ -335,6 +336,15 @@ func (g *Guard) Protect(attrs func(*http.Request) *authzv1.ResourceAttributes, n
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+type userKey struct{}
+
+// UserFrom is the user Protect authenticated for the request ctx belongs
+// to.
+func UserFrom(ctx context.Context) (User, bool) {
+	u, ok := ctx.Value(userKey{}).(User)
+	return u, ok
 }
 
 // describe renders attributes as the API server's refusals do.

@@ -73,6 +73,19 @@ type Option func(*options)
 type options struct {
 	maxClients   int
 	writeTimeout time.Duration
+	prefix       string
+	filter       func(*http.Request) func(Event) bool
+}
+
+// WithPrefix serves the page at prefix+"/ui" and its data under
+// prefix+"/ui/v1/" (default: the page at "/"). The page asks for its data
+// by relative paths, so it works under either.
+func WithPrefix(prefix string) Option { return func(o *options) { o.prefix = prefix } }
+
+// WithEventFilter decides, for each client of the live feed as it
+// connects, which events it is shown (default: all).
+func WithEventFilter(f func(*http.Request) func(Event) bool) Option {
+	return func(o *options) { o.filter = f }
 }
 
 // WithMaxClients bounds the live feed's clients at once (default
@@ -90,12 +103,16 @@ func Register(mux *http.ServeMux, src Source, feed Feed, opts ...Option) {
 		opt(&o)
 	}
 	h := newHub(feed, max(1, o.maxClients))
-	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
+	pagePath := "GET /{$}"
+	if o.prefix != "" {
+		pagePath = "GET " + o.prefix + "/ui"
+	}
+	mux.HandleFunc(pagePath, func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.Header().Set("Content-Security-Policy", "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'")
 		_, _ = w.Write(page)
 	})
-	mux.HandleFunc("GET "+QueuesPath, func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET "+o.prefix+QueuesPath, func(w http.ResponseWriter, r *http.Request) {
 		stats, err := src.Queues(r.Context())
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
@@ -114,13 +131,19 @@ func Register(mux *http.ServeMux, src Source, feed Feed, opts ...Option) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(out)
 	})
-	mux.HandleFunc("GET "+EventsPath, func(w http.ResponseWriter, r *http.Request) { stream(w, r, h, o.writeTimeout) })
+	mux.HandleFunc("GET "+o.prefix+EventsPath, func(w http.ResponseWriter, r *http.Request) {
+		show := func(Event) bool { return true }
+		if o.filter != nil {
+			show = o.filter(r)
+		}
+		stream(w, r, h, o.writeTimeout, show)
+	})
 }
 
 // stream sends the feed as server-sent events until the client leaves. A
 // client too slow to keep up loses events rather than holding the feed,
 // and one that stops reading is dropped after writeTimeout.
-func stream(w http.ResponseWriter, r *http.Request, h *hub, writeTimeout time.Duration) {
+func stream(w http.ResponseWriter, r *http.Request, h *hub, writeTimeout time.Duration, show func(Event) bool) {
 	if _, ok := w.(http.Flusher); !ok {
 		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
 		return
@@ -176,6 +199,9 @@ func stream(w http.ResponseWriter, r *http.Request, h *hub, writeTimeout time.Du
 		case <-keepAlive.C:
 			ok = write(": keep-alive\n\n")
 		case e := <-c.ch:
+			if !show(e) {
+				continue
+			}
 			b, err := json.Marshal(e)
 			if err != nil {
 				continue

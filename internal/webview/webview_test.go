@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -29,14 +30,14 @@ type queues struct {
 
 func (q queues) Queues(context.Context) ([]engine.QueueStats, error) { return q.stats, q.err }
 
-func server(t *testing.T, src webview.Source) (*httptest.Server, bus.Publisher) {
+func server(t *testing.T, src webview.Source, opts ...webview.Option) (*httptest.Server, bus.Publisher) {
 	t.Helper()
 	js := natstest.JetStream(t)
 	if err := bus.Setup(context.Background(), js, bus.Config{}); err != nil {
 		t.Fatal(err)
 	}
 	mux := http.NewServeMux()
-	webview.Register(mux, src, webview.NATSFeed{NC: js.Conn()})
+	webview.Register(mux, src, webview.NATSFeed{NC: js.Conn()}, opts...)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return srv, bus.NewPublisher(js, events.Source("test"))
@@ -133,6 +134,56 @@ func TestLiveFeed(t *testing.T) {
 			t.Errorf("feed event (-want +got):\n%s", d)
 		}
 		return
+	}
+}
+
+// Under a prefix (the aggregated API's), the page is at prefix/ui and its
+// data beneath; a client of the feed sees only what its filter shows.
+func TestPrefixAndFilter(t *testing.T) {
+	const prefix = "/apis/visibility.sluice.dev/v1beta1"
+	srv, pub := server(t, queues{}, webview.WithPrefix(prefix), webview.WithEventFilter(func(r *http.Request) func(webview.Event) bool {
+		ns := r.URL.Query().Get("ns")
+		return func(e webview.Event) bool { return strings.HasPrefix(e.Workload, ns+"/") }
+	}))
+	for path, want := range map[string]int{prefix + "/ui": 200, prefix + webview.QueuesPath: 200, "/": 404, webview.QueuesPath: 404} {
+		res, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != want {
+			t.Errorf("GET %s = %d, want %d", path, res.StatusCode, want)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+prefix+webview.EventsPath+"?ns=team-a", nil)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	lines := bufio.NewReader(res.Body)
+	if _, err := lines.ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	for i, ns := range []string{"team-b", "team-a"} {
+		ref := events.WorkloadRef{Kind: "job", Namespace: ns, Name: "train", UID: "u" + ns}
+		if err := pub.Publish(ctx, events.WorkloadSubmittedV1{Workload: ref, LocalQueue: "q", CreationTime: time.Now(), PodSets: []events.PodSetV1{{Name: "main", Count: 1, Requests: map[string]string{"cpu": "1"}}}}, fmt.Sprint("submitted-", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for {
+		line, err := lines.ReadString('\n')
+		if err != nil {
+			t.Fatalf("no event before %v", err)
+		}
+		if data, ok := strings.CutPrefix(strings.TrimSpace(line), "data: "); ok {
+			if !strings.Contains(data, `"team-a/train"`) {
+				t.Errorf("first event shown: %s, want team-a's only", data)
+			}
+			return
+		}
 	}
 }
 

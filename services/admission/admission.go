@@ -496,8 +496,8 @@ func (s *Service) VisibilityRoutes(mux *http.ServeMux) {
 
 // WebViewRoutes adds the web view and its live feed (package webview) to
 // mux.
-func (s *Service) WebViewRoutes(mux *http.ServeMux) {
-	webview.Register(mux, s, webview.NATSFeed{NC: s.js.Conn()})
+func (s *Service) WebViewRoutes(mux *http.ServeMux, opts ...webview.Option) {
+	webview.Register(mux, s, webview.NATSFeed{NC: s.js.Conn()}, opts...)
 }
 
 // Queues implements webview.Source.

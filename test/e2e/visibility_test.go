@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/ecdsa"
@@ -35,6 +36,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/sluice-dev/sluice/internal/visibility"
+	"github.com/sluice-dev/sluice/internal/webview"
 )
 
 // The Service the APIService of the pending API names: an ExternalName
@@ -282,6 +284,108 @@ func TestPendingAPIThroughTheAPIServer(t *testing.T) {
 	for _, tc := range cases {
 		if code, body := get(tc.path, tc.header); code != tc.want {
 			t.Errorf("%s: %d %s, want %d", tc.name, code, body, tc.want)
+		}
+	}
+}
+
+// TestWebViewThroughTheAPIServer: the web view is served through the API
+// server too (kubectl proxy, then /apis/visibility.sluice.dev/v1beta1/ui).
+// A user needs the chart's web-viewer grants for it, and its live feed
+// shows only the namespaces whose pending workloads the user may read.
+func TestWebViewThroughTheAPIServer(t *testing.T) {
+	registerVisibility(t)
+	ns, other := "e2e-web-a", "e2e-web-b"
+	// One ClusterQueue, a LocalQueue in each namespace (the quota checker
+	// knows the ClusterQueues there were when it started).
+	queues(t, ns, 2, "Never")
+	apply(t, fmt.Sprintf(`apiVersion: v1
+kind: Namespace
+metadata: {name: %[1]s}
+---
+apiVersion: sluice.dev/v1beta1
+kind: LocalQueue
+metadata: {name: q, namespace: %[1]s}
+spec: {clusterQueue: %[2]s}
+`, other, ns))
+	page, queuesPath, feed := visibility.Prefix+"/ui", visibility.Prefix+webview.QueuesPath, visibility.Prefix+webview.EventsPath
+	eventually(t, 20*time.Second, "admin reads the page", func() (bool, string) {
+		code, body := getRaw(env.kube, page)
+		return code == http.StatusOK && bytes.Contains(body, []byte("<title>Sluice</title>")), fmt.Sprintf("%d %.200s", code, body)
+	})
+	if code, body := getRaw(env.kube, queuesPath); code != http.StatusOK || !bytes.Contains(body, []byte(`"name":"`+ns+`"`)) {
+		t.Errorf("admin reads the queues: %d %.300s", code, body)
+	}
+
+	// A tenant of ns with the web-viewer grants; one of other without.
+	ctx := context.Background()
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "e2e-web-viewer"}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{visibility.Group}, Resources: []string{"ui"}, Verbs: []string{"get", "list"}},
+		{APIGroups: []string{visibility.Group}, Resources: []string{"ui/queues", "ui/events"}, Verbs: []string{"get"}}}}
+	if _, err := env.kube.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "e2e-web-viewer-" + ns},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role.Name},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "tenant", Namespace: ns}}}
+	if _, err := env.kube.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	viewer, outsider := asTenant(t, tenant(t, ns)), asTenant(t, tenant(t, other))
+	eventually(t, 20*time.Second, "the tenant with the grants reads the queues", func() (bool, string) {
+		code, body := getRaw(viewer, queuesPath)
+		return code == http.StatusOK, fmt.Sprintf("%d %.200s", code, body)
+	})
+	for _, path := range []string{page, queuesPath, feed} {
+		if code, body := getRaw(outsider, path); code != http.StatusForbidden {
+			t.Errorf("tenant without the grants reads %s: %d %.200s, want 403", path, code, body)
+		}
+	}
+
+	// The viewer's feed: events of ns, none of other.
+	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	stream, err := viewer.CoreV1().RESTClient().Get().AbsPath(feed).Stream(sctx)
+	if err != nil {
+		t.Fatalf("the viewer's live feed: %v", err)
+	}
+	defer stream.Close()
+	lines := make(chan string, 100)
+	go func() {
+		defer close(lines)
+		r := bufio.NewReader(stream)
+		for {
+			line, err := r.ReadString('\n')
+			if err != nil {
+				return
+			}
+			lines <- line
+		}
+	}()
+	// The comment line says the feed follows: create the Jobs only then.
+	select {
+	case <-lines:
+	case <-sctx.Done():
+		t.Fatal("the live feed did not open")
+	}
+	createJob(t, jobSpec{ns: other, name: "hidden", queue: "q", pods: 1, gpus: 1, runFor: "1s"})
+	createJob(t, jobSpec{ns: ns, name: "shown", queue: "q", pods: 1, gpus: 1, runFor: "1s"})
+	for {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				t.Fatal("the live feed ended before the Job of " + ns + " showed")
+			}
+			if strings.Contains(line, other+"/") {
+				t.Fatalf("the viewer of %s was shown %s", ns, line)
+			}
+			if strings.Contains(line, `"`+ns+`/shown"`) {
+				// Both run a second: let them end before their queues go.
+				waitComplete(t, ns, "shown", 60*time.Second)
+				waitComplete(t, other, "hidden", 60*time.Second)
+				return
+			}
+		case <-sctx.Done():
+			t.Fatal("no event of " + ns + "/shown within 60 s")
 		}
 	}
 }
