@@ -259,12 +259,7 @@ func Follow(ctx context.Context, nc *nats.Conn, stream, filter string, from uint
 	}
 	heard := make(chan struct{}, 1)
 	for _, subj := range wake {
-		sub, err := nc.Subscribe(subj, func(*nats.Msg) {
-			select {
-			case heard <- struct{}{}:
-			default:
-			}
-		})
+		sub, err := wakeOn(nc, subj, heard)
 		if err != nil {
 			return fmt.Errorf("follow %s: %w", stream, err)
 		}
@@ -293,6 +288,17 @@ func Follow(ctx context.Context, nc *nats.Conn, stream, filter string, from uint
 		case <-poll.C:
 		}
 	}
+}
+
+// wakeOn subscribes to subject, each message received only a signal on
+// woken: many in a row wake a reader once, and it reads all there is.
+func wakeOn(nc *nats.Conn, subject string, woken chan<- struct{}) (*nats.Subscription, error) {
+	return nc.Subscribe(subject, func(*nats.Msg) {
+		select {
+		case woken <- struct{}{}:
+		default:
+		}
+	})
 }
 
 // LastSequence is the sequence of the last message stream holds (0 when

@@ -88,12 +88,7 @@ func (w *kvWatch) run(ctx context.Context, synced chan<- struct{}) error {
 	nc := w.kv.js.Conn()
 	bucket := w.kv.Bucket()
 	woken := make(chan struct{}, 1)
-	sub, err := nc.Subscribe(WatchSubject(bucket)+".>", func(*nats.Msg) {
-		select {
-		case woken <- struct{}{}:
-		default:
-		}
-	})
+	sub, err := wakeOn(nc, WatchSubject(bucket)+".>", woken)
 	if err != nil {
 		return fmt.Errorf("watch bucket %s: %w", bucket, err)
 	}
