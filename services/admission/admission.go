@@ -946,18 +946,30 @@ func (s *Service) recordGone(ctx context.Context, key string) bool {
 	return known && !exists
 }
 
-// record asks the workload bucket directly whether a record exists; known
-// is false when the bucket did not answer (e.g. while a NATS server that
-// led it is replaced), and exists is then true.
+// record asks the workload bucket directly whether the record this
+// replica mirrors is still there; known is false when the bucket did not
+// answer (e.g. while a NATS server that led it is replaced), and exists is
+// then true. A record of another workload UID under the same key (the job
+// left its queue and came back) means the mirrored one is gone: its
+// deletion and the new record may not have reached the mirror yet.
 func (s *Service) record(ctx context.Context, key string) (exists, known bool) {
 	if s.wlKV == nil {
 		return true, true
 	}
 	ctx, cancel := bus.Bounded(ctx)
 	defer cancel()
-	_, err := s.wlKV.Get(ctx, workloads.KVKeyFromEngine(key))
+	e, err := s.wlKV.Get(ctx, workloads.KVKeyFromEngine(key))
 	switch {
 	case err == nil:
+		var stored struct {
+			Workload struct {
+				UID string `json:"uid"`
+			} `json:"workload"`
+		}
+		mirrored, ok := s.wls[key]
+		if ok && json.Unmarshal(e.Value(), &stored) == nil && stored.Workload.UID != mirrored.Workload.UID {
+			return false, true
+		}
 		return true, true
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 		return false, true
