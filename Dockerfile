@@ -1,5 +1,6 @@
 # The Sluice image: one static binary (every service is a subcommand) on an
-# empty base, running as a non-root user. Build it with any OCI builder, e.g.
+# empty base, running as a non-root user. `make images` builds the same image
+# without Docker (docs/deploy.md); or build it with any OCI builder, e.g.
 #   docker build -t <your registry>/sluice:0.1.0 .
 # and give the name to the Helm chart (image.repository, image.tag).
 

@@ -10,12 +10,20 @@ CONTROLLER_GEN := go run sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTR
 # Directories that hold generated files; `verify` fails if they are stale.
 GENERATED_DIRS := api config charts/sluice/crds charts/sluice/templates/_kinds.tpl
 
-.PHONY: all build test test-unit fuzz e2e loadtest natscluster generate verify bench dev dev-down devcluster dev-multicluster dev-down-multicluster
+.PHONY: all build test test-unit fuzz e2e loadtest natscluster generate verify bench dev dev-down devcluster dev-multicluster dev-down-multicluster images
 
 all: build
 
 build:
 	go build -o bin/sluice ./cmd/sluice
+
+# Container images without Docker or a registry (docs/deploy.md): sluice,
+# nats-server, the pause image and the tests' workload image, as tarballs in
+# bin/images for `ctr images import`. The sluice image's tag is the chart's
+# appVersion, the one the chart pulls by default.
+APP_VERSION := $(shell sed -n 's/^appVersion: *"*\([^"]*\)"*/\1/p' charts/sluice/Chart.yaml)
+images:
+	go run ./hack/images -out bin/images -sluice-tag $(APP_VERSION)
 
 devcluster:
 	cd hack/devcluster && go build -o ../../bin/devcluster .
