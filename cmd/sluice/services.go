@@ -675,7 +675,7 @@ func newProvisioningCmd() *cobra.Command {
 // per service and the permissions it needs.
 func newNATSAuthCmd() *cobra.Command {
 	var controllers, workers []string
-	var domain, agent string
+	var domain, agent, passwordsFrom, out string
 	cmd := &cobra.Command{
 		Use:   "nats-authorization",
 		Short: "Print a nats-server authorization block: one user per service, each allowed only its subjects",
@@ -683,11 +683,29 @@ func newNATSAuthCmd() *cobra.Command {
 			") and per admission check controller of your own, each allowed only the subjects it uses. Passwords are read by the server from $SLUICE_<USER>_PASSWORD.",
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, err := fmt.Fprint(cmd.OutOrStdout(), natsperm.ServerConfig(natsperm.WithCheckControllers(controllers...),
-				natsperm.WithWorkers(domain, workers...), natsperm.WithWorkerAgent(domain, agent)))
-			return err
+			opts := []natsperm.Option{natsperm.WithCheckControllers(controllers...),
+				natsperm.WithWorkers(domain, workers...), natsperm.WithWorkerAgent(domain, agent)}
+			if passwordsFrom != "" {
+				hashes, err := passwordHashes(passwordsFrom, natsperm.LoginUsers(opts...))
+				if err != nil {
+					return err
+				}
+				opts = append(opts, natsperm.WithPasswordHashes(hashes))
+			}
+			conf := natsperm.ServerConfig(opts...)
+			if out == "" {
+				_, err := fmt.Fprint(cmd.OutOrStdout(), conf)
+				return err
+			}
+			if err := os.WriteFile(out, []byte(conf), 0o600); err != nil {
+				return fmt.Errorf("--out: %w", err)
+			}
+			return nil
 		},
 	}
+	cmd.Flags().StringVar(&passwordsFrom, "passwords-from", "",
+		"a directory with one file per user holding its password (a mounted Secret with a key per user): the block then carries each password's bcrypt hash instead of $SLUICE_<USER>_PASSWORD")
+	cmd.Flags().StringVar(&out, "out", "", "write the block to this file (mode 0600) instead of standard output")
 	cmd.Flags().StringSliceVar(&controllers, "check-controllers", nil,
 		"admission check controllers of your own, by controllerName: a user each, check-<name> (Sluice's own, "+strings.Join(natsperm.BuiltinCheckControllers, ", ")+", are the users provisioning and multicluster)")
 	cmd.Flags().StringSliceVar(&workers, "workers", nil,

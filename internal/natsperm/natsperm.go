@@ -11,6 +11,7 @@ package natsperm
 
 import (
 	"fmt"
+	"strconv"
 
 	"slices"
 	"sort"
@@ -151,6 +152,30 @@ type settings struct {
 	// agent is the worker cluster whose agent gets a user ("worker") on
 	// the worker's own NATS.
 	agent, agentDomain string
+	// hashes are bcrypt hashes of the users' passwords, by user; a user
+	// without one reads its password from the environment.
+	hashes map[string]string
+}
+
+// WithPasswordHashes writes each user's password into the configuration
+// as its bcrypt hash, which nats-server checks at login, instead of the
+// environment variable: the server never holds the passwords themselves.
+func WithPasswordHashes(byUser map[string]string) Option {
+	return func(s *settings) { s.hashes = byUser }
+}
+
+// LoginUsers names every user ServerConfig writes, in its order: Users,
+// the worker agent's, then each worker cluster's.
+func LoginUsers(opts ...Option) []string {
+	var set settings
+	for _, o := range opts {
+		o(&set)
+	}
+	out := Users(opts...)
+	if set.agent != "" {
+		out = append(out, "worker")
+	}
+	return append(out, set.workers...)
 }
 
 // WithCheckControllers adds a user per admission check controller of your
@@ -303,36 +328,44 @@ func controllerOf(user string, controllers []string) (string, bool) {
 // environment variable SLUICE_<SERVICE>_PASSWORD, which the server reads
 // at start.
 func ServerConfig(opts ...Option) string {
-	var b strings.Builder
-	b.WriteString("authorization {\n  users = [\n")
-	for _, svc := range Users(opts...) {
-		p, _ := For(svc, opts...)
-		writeUser(&b, "", svc, envName(svc), p)
-	}
 	var set settings
 	for _, o := range opts {
 		o(&set)
 	}
+	var b strings.Builder
+	b.WriteString("authorization {\n  users = [\n")
+	for _, svc := range Users(opts...) {
+		p, _ := For(svc, opts...)
+		writeUser(&b, "", svc, set.password(svc, envName(svc)), p)
+	}
 	if set.agent != "" {
 		pub, sub := multicluster.WorkerPermissions(set.agent, set.agentDomain)
-		writeUser(&b, "the agent of this worker cluster, "+set.agent, "worker", "WORKER", Permissions{Publish: pub, Subscribe: sub})
+		writeUser(&b, "the agent of this worker cluster, "+set.agent, "worker", set.password("worker", "WORKER"), Permissions{Publish: pub, Subscribe: sub})
 	}
 	for _, w := range set.workers {
 		pub, sub := multicluster.WorkerPermissions(w, set.managerDomain)
-		writeUser(&b, "worker cluster "+w+": its leaf node logs in as this user", w, "WORKER_"+envName(w), Permissions{Publish: pub, Subscribe: sub})
+		writeUser(&b, "worker cluster "+w+": its leaf node logs in as this user", w, set.password(w, "WORKER_"+envName(w)), Permissions{Publish: pub, Subscribe: sub})
 	}
 	b.WriteString("  ]\n}\n")
 	return b.String()
 }
 
-// writeUser renders one user, its password the variable
-// SLUICE_<env>_PASSWORD.
-func writeUser(b *strings.Builder, comment, user, env string, p Permissions) {
+// password is a user's password as the configuration gives it: its hash,
+// or the variable SLUICE_<env>_PASSWORD.
+func (s settings) password(user, env string) string {
+	if h, ok := s.hashes[user]; ok {
+		return strconv.Quote(h)
+	}
+	return "$SLUICE_" + env + "_PASSWORD"
+}
+
+// writeUser renders one user.
+func writeUser(b *strings.Builder, comment, user, password string, p Permissions) {
 	b.WriteString("    {\n")
 	if comment != "" {
 		fmt.Fprintf(b, "      # %s\n", comment)
 	}
-	fmt.Fprintf(b, "      user: %q\n      password: $SLUICE_%s_PASSWORD\n      permissions: {\n", user, env)
+	fmt.Fprintf(b, "      user: %q\n      password: %s\n      permissions: {\n", user, password)
 	if len(p.PublishDeny) > 0 {
 		fmt.Fprintf(b, "        publish: { allow: %s, deny: %s }\n", quoteList(p.Publish), quoteList(p.PublishDeny))
 	} else {
