@@ -71,6 +71,9 @@ type common struct {
 	// controllers of your own and the worker clusters whose durable
 	// consumers setup makes.
 	checkControllers, workers []string
+	// startupWait bounds how long a start waits for NATS to answer and
+	// for what `sluice setup` makes (0: not at all).
+	startupWait time.Duration
 }
 
 // bind binds the flags of a service; c's httpAddr is the default of
@@ -93,6 +96,8 @@ func (c *common) bindSetup(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&c.dlqMaxBytes, "dlq-max-bytes", "", "bound on the SLUICE_DLQ stream's size, e.g. 1Gi (empty: keep the current bound, -1: none)")
 	cmd.Flags().StringVar(&c.kvMaxBytes, "kv-max-bytes", "", "bound on each bucket's size, e.g. 1Gi (a full bucket refuses writes; empty: keep the current bound, -1: none)")
 	cmd.Flags().StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	cmd.Flags().DurationVar(&c.startupWait, "startup-wait", 0,
+		"at start, retry for this long while NATS does not answer yet and (for a service) what sluice setup makes is missing, e.g. 4m (0: fail at once)")
 }
 
 // bindNATS binds the connection flags; the password comes from the
@@ -602,24 +607,26 @@ func newServiceCmdWith(name, short string, kube bool, bind func(*cobra.Command),
 			if err != nil {
 				return err
 			}
-			ctx := cmd.Context()
-			nc, js, err := c.connect(ctx, name)
-			if err != nil {
+			err = c.retryAtStart(cmd.Context(), log, func(ctx context.Context) error {
+				nc, js, err := c.connect(ctx, name)
+				if err != nil {
+					return err
+				}
+				defer nc.Close()
+				svc, err := mk(ctx, js, kc, log, tf)
+				if err != nil {
+					return err
+				}
+				if err := c.serveHTTP(ctx, nc, map[string]service{name: svc}, log); err != nil {
+					return err
+				}
+				log.Info().Msg("started")
+				err = svc.Run(ctx)
+				_ = nc.Drain()
 				return err
-			}
-			defer nc.Close()
-			svc, err := mk(ctx, js, kc, log, tf)
-			if err != nil {
-				return err
-			}
-			if err := c.serveHTTP(ctx, nc, map[string]service{name: svc}, log); err != nil {
-				return err
-			}
-			log.Info().Msg("started")
-			err = svc.Run(ctx)
+			})
 			// Flush what was recorded and published before closing.
 			flushTraces(tf, log)
-			_ = nc.Drain()
 			log.Info().Err(err).Msg("stopped")
 			return err
 		},
@@ -729,11 +736,15 @@ func newSetupCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			nc, _, err := c.connect(cmd.Context(), "setup")
-			if err != nil {
+			if err := c.retryAtStart(cmd.Context(), log, func(ctx context.Context) error {
+				nc, _, err := c.connect(ctx, "setup")
+				if err == nil {
+					nc.Close()
+				}
+				return err
+			}); err != nil {
 				return err
 			}
-			defer nc.Close()
 			log.Info().Int("replicas", c.replicas).Msg("streams and buckets ready")
 			return nil
 		},
