@@ -48,6 +48,10 @@ func helm(t *testing.T) string {
 	return bin
 }
 
+// externalNATS points the release at a NATS of its own, without
+// credentials (a worker cluster's is a leaf node of the manager's).
+var externalNATS = []string{"nats.install.enabled=false", "nats.url=nats://nats:4222", "nats.auth.mode=none"}
+
 // allKinds sets every kind enabled.
 func allKinds() []string {
 	var out []string
@@ -90,6 +94,23 @@ func find(t *testing.T, objs []*unstructured.Unstructured, kind, name string, ou
 		}
 	}
 	return false
+}
+
+// setupJob is the setup Job, whatever its name (one per revision with the
+// bundled NATS).
+func setupJob(t *testing.T, objs []*unstructured.Unstructured) batchv1.Job {
+	t.Helper()
+	for _, o := range objs {
+		if o.GetKind() == "Job" && o.GetLabels()["app.kubernetes.io/component"] == "setup" {
+			var job batchv1.Job
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &job); err != nil {
+				t.Fatal(err)
+			}
+			return job
+		}
+	}
+	t.Fatalf("no setup Job; Jobs: %v", names(objs, "Job"))
+	return batchv1.Job{}
 }
 
 func names(objs []*unstructured.Unstructured, kind string) []string {
@@ -148,7 +169,7 @@ func TestChartRefusesBadValuesNamingThem(t *testing.T) {
 		{name: "a memory limit the Go runtime cannot read", set: []string{"goMemLimit=400MB"}, wantErr: []string{"/goMemLimit"}},
 		{name: "a size bound that is not a size", set: []string{"nats.limits.kvMaxBytes=1GB"}, wantErr: []string{"/nats/limits/kvMaxBytes"}},
 		{name: "negative replicas", set: []string{"quota.replicas=-1"}, wantErr: []string{"/quota/replicas"}},
-		{name: "a worker without its name", set: []string{"worker.enabled=true"}, wantErr: []string{"worker.name is required"}},
+		{name: "a worker without its name", set: append([]string{"worker.enabled=true"}, externalNATS...), wantErr: []string{"worker.name is required"}},
 		{name: "a worker name NATS and Kubernetes cannot carry", set: []string{"worker.enabled=true", "worker.name=GPU_east"}, wantErr: []string{"/worker/name"}},
 		{name: "a kind Sluice does not integrate", set: []string{"integrations.mxjob.enabled=true"},
 			wantErr: []string{"integrations.mxjob: not a kind Sluice integrates", "pytorchjob"}},
@@ -379,7 +400,8 @@ func TestChartNATSCredentialsPerService(t *testing.T) {
 			wantFile: func(u string) string { return u + ".nk" }},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
-			objs := mustRender(t, "nats.auth.mode="+tc.mode, "nats.auth.secretName=nats-users", "nats.auth.users.quota=q-user")
+			objs := mustRender(t, "nats.install.enabled=false", "nats.url=nats://nats:4222",
+				"nats.auth.mode="+tc.mode, "nats.auth.secretName=nats-users", "nats.auth.users.quota=q-user")
 			for _, c := range []struct{ dep, user string }{
 				{"watcher", "watcher"}, {"admission", "admission"}, {"preemption", "preemption"}, {"quota", "q-user"}, {"integration-job", "integration"},
 			} {
@@ -479,8 +501,8 @@ func TestChartCRDsAreTheGeneratedOnes(t *testing.T) {
 // that `sluice` itself accepts, mounted into admission and the
 // integrations (which report readiness) and nowhere else.
 func TestChartWaitForPodsReady(t *testing.T) {
-	if objs := mustRender(t); len(names(objs, "ConfigMap")) != 0 {
-		t.Errorf("ConfigMaps without waitForPodsReady: %v", names(objs, "ConfigMap"))
+	if objs := mustRender(t); slices.Contains(names(objs, "ConfigMap"), fullname+"-config") {
+		t.Errorf("ConfigMap %s-config without waitForPodsReady", fullname)
 	}
 	objs := mustRender(t, "waitForPodsReady.timeout=10m", "waitForPodsReady.requeuingStrategy.backoffLimitCount=3")
 	var cm corev1.ConfigMap
@@ -653,7 +675,7 @@ func TestChartGoMemLimit(t *testing.T) {
 // their status; a worker's agent reads, creates and deletes them. Neither
 // touches Pods (which are not dispatched) or anything else.
 func TestChartMulticlusterRBAC(t *testing.T) {
-	objs := mustRender(t, append(allKinds(), "worker.enabled=true", "worker.name=gpu-east", "worker.managerDomain=manager")...)
+	objs := mustRender(t, append(append(allKinds(), externalNATS...), "worker.enabled=true", "worker.name=gpu-east", "worker.managerDomain=manager")...)
 	var dispatcher, worker rbacv1.ClusterRole
 	if !find(t, objs, "ClusterRole", fullname+"-multicluster", &dispatcher) || !find(t, objs, "ClusterRole", fullname+"-worker", &worker) {
 		t.Fatalf("no multicluster or worker ClusterRole; have %v", names(objs, "ClusterRole"))
@@ -743,9 +765,7 @@ func TestChartQuotaResources(t *testing.T) {
 // PrometheusRule with the alerts on them is rendered only when asked for.
 func TestChartStorageBounds(t *testing.T) {
 	setupArgs := func(objs []*unstructured.Unstructured) []string {
-		var job batchv1.Job
-		find(t, objs, "Job", release+"-sluice-setup", &job)
-		return job.Spec.Template.Spec.Containers[0].Args
+		return setupJob(t, objs).Spec.Template.Spec.Containers[0].Args
 	}
 	objs := mustRender(t)
 	for _, want := range []string{"--max-bytes=2Gi", "--dlq-max-bytes=512Mi", "--kv-max-bytes=1Gi"} {
@@ -769,7 +789,7 @@ func TestChartStorageBounds(t *testing.T) {
 func TestChartWorkerNamespaces(t *testing.T) {
 	args := func(set ...string) []string {
 		var dep appsv1.Deployment
-		find(t, mustRender(t, append([]string{"worker.enabled=true", "worker.name=w1"}, set...)...), "Deployment", release+"-sluice-worker", &dep)
+		find(t, mustRender(t, append(append([]string{"worker.enabled=true", "worker.name=w1"}, externalNATS...), set...)...), "Deployment", release+"-sluice-worker", &dep)
 		return dep.Spec.Template.Spec.Containers[0].Args
 	}
 	for _, a := range args() {

@@ -165,7 +165,7 @@ func TestChartLeastPrivilege(t *testing.T) {
 		}
 	})
 
-	objs := renderChart(t, "nats.url="+srv.ClientURL(), "watcher.statusInterval=1s", "quota.reconcile=5s", "kueueLabels=true")
+	objs := renderChart(t, "nats.install.enabled=false", "nats.auth.mode=none", "nats.url="+srv.ClientURL(), "watcher.statusInterval=1s", "quota.reconcile=5s", "kueueLabels=true")
 	if _, err := env.kube.CoreV1().Namespaces().Create(context.Background(),
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: chartNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)

@@ -57,15 +57,64 @@ under integrations: that is not a kind fails the render.
 {{- printf "%s-webhook-cert" (include "sluice.fullname" .) -}}
 {{- end -}}
 
+{{/* The bundled NATS server's StatefulSet, Service and Secrets' prefix. */}}
+{{- define "sluice.natsName" -}}
+{{- printf "%s-nats" (include "sluice.fullname" .) | trunc 58 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The URL the services connect to: the bundled server's, or nats.url. */}}
+{{- define "sluice.natsURL" -}}
+{{- $v := .Values.nats -}}
+{{- if $v.install.enabled -}}
+{{- printf "%s://%s.%s.svc:4222" (ternary "tls" "nats" $v.install.tls.enabled) (include "sluice.natsName" .) .Release.Namespace -}}
+{{- else -}}
+{{- required "nats.url: the URL of your NATS server (or nats.install.enabled=true for one inside the release)" $v.url -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The Secret of the users' passwords, seeds or credentials. */}}
+{{- define "sluice.natsUsersSecret" -}}
+{{- $v := .Values.nats -}}
+{{- if $v.auth.secretName -}}
+{{- $v.auth.secretName -}}
+{{- else if $v.install.enabled -}}
+{{- printf "%s-users" (include "sluice.natsName" .) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The Secret whose ca.crt verifies the server ("" for none). */}}
+{{- define "sluice.natsCASecret" -}}
+{{- $v := .Values.nats -}}
+{{- if $v.tls.caSecret -}}
+{{- $v.tls.caSecret -}}
+{{- else if and $v.install.enabled $v.install.tls.enabled -}}
+{{- printf "%s-tls" (include "sluice.natsName" .) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+A service's NATS user: dict "root" $ "user" "admission". The bundled
+server's users are Sluice's own names (`sluice nats-authorization`); a
+server of your own may name them otherwise (nats.auth.users).
+*/}}
+{{- define "sluice.natsUser" -}}
+{{- if .root.Values.nats.install.enabled -}}
+{{- .user -}}
+{{- else -}}
+{{- index .root.Values.nats.auth.users .user -}}
+{{- end -}}
+{{- end -}}
+
 {{/*
 Arguments and environment every service shares, for NATS: dict "root" $
 "user" "admission". The password is only ever in the environment.
 */}}
 {{- define "sluice.natsArgs" -}}
 {{- $v := .root.Values.nats -}}
-{{- $user := index $v.auth.users .user -}}
-- --nats={{ $v.url }}
+{{- $user := include "sluice.natsUser" . -}}
+- --nats={{ include "sluice.natsURL" .root }}
 - --replicas={{ $v.replicas }}
+- --startup-wait={{ .root.Values.startupWait }}
 {{- if eq $v.auth.mode "password" }}
 - --nats-user={{ $user }}
 {{- else if eq $v.auth.mode "creds" }}
@@ -73,7 +122,7 @@ Arguments and environment every service shares, for NATS: dict "root" $
 {{- else if eq $v.auth.mode "nkey" }}
 - --nats-nkey=/etc/sluice/nats-auth/{{ $user }}.nk
 {{- end }}
-{{- if $v.tls.caSecret }}
+{{- if include "sluice.natsCASecret" .root }}
 - --nats-ca=/etc/sluice/nats-ca/ca.crt
 {{- end }}
 {{- if $v.tls.clientSecret }}
@@ -88,8 +137,8 @@ Arguments and environment every service shares, for NATS: dict "root" $
 - name: SLUICE_NATS_PASSWORD
   valueFrom:
     secretKeyRef:
-      name: {{ $v.auth.secretName }}
-      key: {{ index $v.auth.users .user }}
+      name: {{ include "sluice.natsUsersSecret" .root }}
+      key: {{ include "sluice.natsUser" . }}
 {{- end }}
 {{- end -}}
 
@@ -98,7 +147,7 @@ Arguments and environment every service shares, for NATS: dict "root" $
 {{- if or (eq $v.auth.mode "creds") (eq $v.auth.mode "nkey") }}
 - {name: nats-auth, mountPath: /etc/sluice/nats-auth, readOnly: true}
 {{- end }}
-{{- if $v.tls.caSecret }}
+{{- if include "sluice.natsCASecret" .root }}
 - {name: nats-ca, mountPath: /etc/sluice/nats-ca, readOnly: true}
 {{- end }}
 {{- if $v.tls.clientSecret }}
@@ -109,24 +158,44 @@ Arguments and environment every service shares, for NATS: dict "root" $
 {{/* Only the user's own file of the shared Secret is mounted. */}}
 {{- define "sluice.natsVolumes" -}}
 {{- $v := .root.Values.nats -}}
-{{- $user := index $v.auth.users .user -}}
+{{- $user := include "sluice.natsUser" . -}}
 {{- if or (eq $v.auth.mode "creds") (eq $v.auth.mode "nkey") }}
 {{- $file := printf "%s.%s" $user (ternary "creds" "nk" (eq $v.auth.mode "creds")) }}
 - name: nats-auth
   secret:
-    secretName: {{ $v.auth.secretName }}
+    secretName: {{ include "sluice.natsUsersSecret" .root }}
     items: [{key: {{ $file }}, path: {{ $file }}}]
 {{- end }}
-{{- if $v.tls.caSecret }}
+{{- with include "sluice.natsCASecret" .root }}
 - name: nats-ca
   secret:
-    secretName: {{ $v.tls.caSecret }}
+    secretName: {{ . }}
     items: [{key: ca.crt, path: ca.crt}]
 {{- end }}
 {{- if $v.tls.clientSecret }}
 - name: nats-client
   secret:
     secretName: {{ $v.tls.clientSecret }}
+{{- end }}
+{{- end -}}
+
+{{/*
+Scheduling of a pod: its own nodeSelector, tolerations and affinity, each
+the release-wide one when empty: dict "root" $ "values" .Values.admission.
+*/}}
+{{- define "sluice.scheduling" -}}
+{{- $root := .root -}}
+{{- with .values.nodeSelector | default $root.Values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.tolerations | default $root.Values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.affinity | default $root.Values.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end -}}
 
@@ -268,10 +337,11 @@ spec:
             httpGet: {path: /readyz, port: http}
             periodSeconds: 5
             failureThreshold: 2
+          # Up to --startup-wait, and a minute to sync, before liveness.
           startupProbe:
             httpGet: {path: /healthz, port: http}
             periodSeconds: 2
-            failureThreshold: 30
+            failureThreshold: {{ include "sluice.startupProbeFailures" $root }}
           resources:
             {{- toYaml .values.resources | nindent 12 }}
           securityContext:
@@ -304,18 +374,7 @@ spec:
             name: {{ include "sluice.fullname" $root }}-config
         {{- end }}
         {{- with include "sluice.natsVolumes" (dict "root" $root "user" .user) }}{{ . | nindent 8 }}{{ end }}
-      {{- with .values.nodeSelector }}
-      nodeSelector:
-        {{- toYaml . | nindent 8 }}
-      {{- end }}
-      {{- with .values.tolerations }}
-      tolerations:
-        {{- toYaml . | nindent 8 }}
-      {{- end }}
-      {{- with .values.affinity }}
-      affinity:
-        {{- toYaml . | nindent 8 }}
-      {{- end }}
+      {{- include "sluice.scheduling" (dict "root" $root "values" .values) | nindent 6 }}
 {{- if gt (int .values.replicas) 1 }}
 ---
 apiVersion: policy/v1
@@ -451,4 +510,16 @@ existing Secret on upgrade while it names the same host, as the webhook's.
 {{- $_ := set .Values "__visibilityCertificate" $c -}}
 {{- end -}}
 {{- toJson (get .Values "__visibilityCertificate") -}}
+{{- end -}}
+
+{{/*
+Startup probe failures (every 2 s) the pods allow: startupWait (a Go
+duration of minutes and seconds, e.g. 4m or 90s) and a minute more.
+*/}}
+{{- define "sluice.startupProbeFailures" -}}
+{{- $w := .Values.startupWait | toString -}}
+{{- $secs := 0 -}}
+{{- with regexFind "[0-9]+m" $w }}{{ $secs = add $secs (mul (trimSuffix "m" .) 60) }}{{ end -}}
+{{- with regexFind "[0-9]+s" $w }}{{ $secs = add $secs (trimSuffix "s" .) }}{{ end -}}
+{{- div (add $secs 60) 2 -}}
 {{- end -}}
