@@ -136,6 +136,8 @@ func TestChartLints(t *testing.T) {
 				"nats.tls.clientSecret=nats-client", "nats.replicas=3", "admission.replicas=2", "integrations.job.replicas=2")},
 		{name: "cert-manager", set: []string{"webhook.certManager.enabled=true"}},
 		{name: "the three-node JetStream example", file: "../../charts/examples/three-node-jetstream.yaml"},
+		{name: "the devcluster example", file: "../../charts/examples/devcluster.yaml"},
+		{name: "a bundled three-node cluster, cert-manager", set: []string{"nats.replicas=3", "webhook.certManager.enabled=true"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := []string{"lint", "--strict", chart.Dir(), "--namespace", namespace, "--kube-version", chart.KubeVersion}
