@@ -10,7 +10,7 @@ CONTROLLER_GEN := go run sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTR
 # Directories that hold generated files; `verify` fails if they are stale.
 GENERATED_DIRS := api config charts/sluice/crds charts/sluice/templates/_kinds.tpl
 
-.PHONY: all build test test-unit fuzz e2e loadtest natscluster generate verify bench dev dev-down devcluster dev-multicluster dev-down-multicluster images
+.PHONY: all build test test-unit fuzz e2e loadtest natscluster generate verify bench dev dev-down devcluster dev-multicluster dev-down-multicluster images dev-helm
 
 all: build
 
@@ -82,6 +82,11 @@ dev-down:
 	-@state="$${DEVCLUSTER_DIR:-$$HOME/.sluice-devcluster}"; \
 	if [ -f "$$state/sluice.pid" ]; then kill "$$(cat "$$state/sluice.pid")" 2>/dev/null; rm -f "$$state/sluice.pid"; fi
 	-bin/devcluster down
+
+# The same story with Sluice installed by helm on a devcluster with a real
+# node (docs/devcluster.md; needs root): images, helm install, example Jobs.
+dev-helm: build devcluster images
+	hack/dev-helm.sh
 
 # Two local clusters: a manager whose Jobs run on a worker cluster, the
 # worker's NATS a leaf node of the manager's (docs/multicluster.md).

@@ -15,9 +15,10 @@ import (
 )
 
 // module holds this module's go.mod and go.sum: the Kubernetes binaries are
-// built from them, wherever devcluster runs.
+// built from them, wherever devcluster runs. It also holds the real node's
+// CoreDNS module (coredns/), which has its own dependencies.
 //
-//go:embed go.mod go.sum
+//go:embed go.mod go.sum coredns/main.go coredns/coredns.mod coredns/coredns.sum
 var module embed.FS
 
 func main() {

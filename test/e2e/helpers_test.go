@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
@@ -227,6 +229,14 @@ func reservationsIn(t *testing.T, js jetstream.JetStream) map[string]ledger.Rese
 // order; it fails the test at its end with every violation seen.
 func watchQuota(t *testing.T) {
 	t.Helper()
+	watchQuotaOn(t, env.kube, env.dyn)
+}
+
+// watchQuotaOn runs the quota checker on a cluster until the test ends,
+// or until the returned function is called, and fails the test on a
+// violation.
+func watchQuotaOn(t *testing.T, kube kubernetes.Interface, dyn dynamic.Interface) (stop func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan struct{})
 	type result struct {
@@ -235,7 +245,7 @@ func watchQuota(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		rep, err := invariant.Watch(ctx, env.kube, env.dyn, invariant.WithReady(func() { close(ready) }))
+		rep, err := invariant.Watch(ctx, kube, dyn, invariant.WithReady(func() { close(ready) }))
 		done <- result{rep, err}
 	}()
 	select {
@@ -247,20 +257,25 @@ func watchQuota(t *testing.T) {
 		cancel()
 		t.Fatal("quota checker not ready within 30s")
 	}
-	t.Cleanup(func() {
-		cancel()
-		r := <-done
-		if r.err != nil {
-			t.Errorf("quota checker: %v", r.err)
-			return
-		}
-		for i, v := range r.rep.Violations {
-			if i == 10 {
-				t.Errorf("… and %d more quota violations", len(r.rep.Violations)+r.rep.Dropped-10)
-				break
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			r := <-done
+			if r.err != nil {
+				t.Errorf("quota checker: %v", r.err)
+				return
 			}
-			t.Errorf("quota violated: %s", v)
-		}
-		t.Logf("quota checker: %d Job events, %d violations", r.rep.Events, len(r.rep.Violations)+r.rep.Dropped)
-	})
+			for i, v := range r.rep.Violations {
+				if i == 10 {
+					t.Errorf("… and %d more quota violations", len(r.rep.Violations)+r.rep.Dropped-10)
+					break
+				}
+				t.Errorf("quota violated: %s", v)
+			}
+			t.Logf("quota checker: %d Job events, %d violations", r.rep.Events, len(r.rep.Violations)+r.rep.Dropped)
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }

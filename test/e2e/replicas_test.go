@@ -121,6 +121,13 @@ func startedOnce(t *testing.T, url, ns string, names []string) {
 		parts := strings.Split(msg.Subject(), ".")
 		count[parts[len(parts)-1]]++
 	}
+	exactlyOnce(t, count, names)
+}
+
+// exactlyOnce fails the test for each Job not started exactly once,
+// by the count of its started events.
+func exactlyOnce(t *testing.T, count map[string]int, names []string) {
+	t.Helper()
 	var bad []string
 	for _, n := range names {
 		if count[n] != 1 {

@@ -5,17 +5,26 @@
 // How long it runs comes from -run-for, else from $SLUICE_RUN_FOR (a pod
 // sets it from its sluice.dev/run-for annotation through the downward
 // API, the annotation a kwok node reads), else it runs until stopped.
+//
+// On a real node it can also check the cluster from inside a pod before it
+// runs: -check-api asks the API server for its version through the
+// kubernetes Service with the pod's service-account token, and -resolve
+// looks a name up through the cluster DNS.
 package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -43,7 +52,15 @@ type config struct {
 	exitCode  int
 	readyFile string
 	listen    string
+	checkAPI  bool
+	resolve   []string
 }
+
+// names collects a repeatable flag.
+type names []string
+
+func (n *names) String() string     { return strings.Join(*n, ",") }
+func (n *names) Set(v string) error { *n = append(*n, v); return nil }
 
 func parse(args []string) (config, error) {
 	var c config
@@ -52,6 +69,8 @@ func parse(args []string) (config, error) {
 	fs.IntVar(&c.exitCode, "exit-code", 0, "the code to exit with once the time is up (0-255)")
 	fs.StringVar(&c.readyFile, "ready-file", "", "a file to create once started, for an exec readiness probe")
 	fs.StringVar(&c.listen, "listen", "", "an address to answer GET /readyz on with 200, for an HTTP readiness probe")
+	fs.BoolVar(&c.checkAPI, "check-api", false, "first GET /version from the API server with the pod's service-account token; fail if that fails")
+	fs.Var((*names)(&c.resolve), "resolve", "first resolve this DNS `name`; fail if that fails (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -82,6 +101,16 @@ func run(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	for _, name := range c.resolve {
+		if err := resolve(ctx, name); err != nil {
+			return err
+		}
+	}
+	if c.checkAPI {
+		if err := checkAPI(ctx, serviceAccountDir); err != nil {
+			return err
+		}
+	}
 	if c.listen != "" {
 		ln, err := net.Listen("tcp", c.listen)
 		if err != nil {
@@ -115,5 +144,66 @@ func run(args []string) error {
 	if c.exitCode != 0 {
 		return exitCode(c.exitCode)
 	}
+	return nil
+}
+
+func resolve(ctx context.Context, name string) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	addrs, err := net.DefaultResolver.LookupHost(ctx, name)
+	if err != nil {
+		return fmt.Errorf("resolve %s: %w", name, err)
+	}
+	fmt.Printf("workload: %s resolves to %s\n", name, strings.Join(addrs, " "))
+	return nil
+}
+
+// serviceAccountDir is where the kubelet mounts a pod's service-account
+// token and the cluster's CA.
+const serviceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+// checkAPI does what an in-cluster client does: GET /version from the API
+// server at $KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT (the
+// kubernetes Service), trusting the cluster's CA, with the token.
+func checkAPI(ctx context.Context, saDir string) error {
+	host, port := os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT")
+	if host == "" || port == "" {
+		return errors.New("check API: KUBERNETES_SERVICE_HOST and _PORT are not set: not in a pod")
+	}
+	token, err := os.ReadFile(saDir + "/token")
+	if err != nil {
+		return fmt.Errorf("check API: service-account token: %w", err)
+	}
+	ca, err := os.ReadFile(saDir + "/ca.crt")
+	if err != nil {
+		return fmt.Errorf("check API: cluster CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(ca) {
+		return errors.New("check API: no certificate in " + saDir + "/ca.crt")
+	}
+	client := &http.Client{
+		Timeout:   10 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}},
+	}
+	url := "https://" + net.JoinHostPort(host, port) + "/version"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return fmt.Errorf("check API: %w", err)
+	}
+	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
+	resp, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("check API: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if err != nil {
+		return fmt.Errorf("check API: read %s: %w", url, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("check API: GET %s: %s: %s", url, resp.Status, strings.TrimSpace(string(body)))
+	}
+	fmt.Printf("workload: GET %s: %s\n", url, strings.Join(strings.Fields(string(body)), " "))
 	return nil
 }

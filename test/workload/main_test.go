@@ -27,6 +27,7 @@ func TestParse(t *testing.T) {
 		{name: "negative", args: []string{"-run-for=-1s"}, wantErr: `run for "-1s"`},
 		{name: "exit code out of range", args: []string{"-exit-code=300"}, wantErr: "-exit-code 300: must be within 0-255"},
 		{name: "stray argument", args: []string{"sleep"}, wantErr: `unexpected arguments ["sleep"]`},
+		{name: "in-cluster checks", args: []string{"-run-for=0s", "-check-api", "-resolve=a.b", "-resolve=c.d"}, want: config{checkAPI: true, resolve: []string{"a.b", "c.d"}}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -57,5 +58,17 @@ func TestRunEndsWithItsCodeAndReportsReady(t *testing.T) {
 	}
 	if _, err := os.Stat(ready); err != nil {
 		t.Fatalf("ready file not written: %v", err)
+	}
+}
+
+func TestCheckAPIOutsideAPod(t *testing.T) {
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	if err := checkAPI(t.Context(), t.TempDir()); err == nil || !strings.Contains(err.Error(), "not in a pod") {
+		t.Errorf("checkAPI outside a pod = %v", err)
+	}
+	t.Setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+	t.Setenv("KUBERNETES_SERVICE_PORT", "1")
+	if err := checkAPI(t.Context(), t.TempDir()); err == nil || !strings.Contains(err.Error(), "service-account token") {
+		t.Errorf("checkAPI without a token = %v", err)
 	}
 }

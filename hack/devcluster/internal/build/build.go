@@ -1,7 +1,9 @@
 // Package build compiles the control-plane binaries of a devcluster once and
 // keeps them in a cache directory: kube-apiserver, kube-controller-manager
 // and kube-scheduler from k8s.io/kubernetes (pinned by the devcluster
-// module's go.mod), and kwok.
+// module's go.mod), and kwok; for a real node also kubelet and kube-proxy
+// (same module) and a small CoreDNS (its own module, embedded from
+// coredns/).
 package build
 
 import (
@@ -24,6 +26,9 @@ const (
 	KubeVersion = "v1.34.4"
 	// KwokVersion is the kwok release that plays the nodes.
 	KwokVersion = "v0.7.0"
+	// CoreDNSVersion is the CoreDNS release of the real node's cluster
+	// DNS; coredns/coredns.mod pins it (a test checks).
+	CoreDNSVersion = "v1.12.4"
 
 	kubePkg = "k8s.io/kubernetes/cmd/"
 	kwokPkg = "sigs.k8s.io/kwok/cmd/kwok"
@@ -54,11 +59,34 @@ func Paths(cacheDir string) Binaries {
 	}
 }
 
+// NodeBinaries are the paths of the real node's executables.
+type NodeBinaries struct {
+	Kubelet   string
+	KubeProxy string
+	CoreDNS   string
+}
+
+// All lists the paths.
+func (b NodeBinaries) All() []string { return []string{b.Kubelet, b.KubeProxy, b.CoreDNS} }
+
+// NodePaths returns where the real node's binaries are cached under
+// cacheDir, named by version like Paths.
+func NodePaths(cacheDir string) NodeBinaries {
+	bin := filepath.Join(cacheDir, "bin")
+	return NodeBinaries{
+		Kubelet:   filepath.Join(bin, "kubelet-"+KubeVersion),
+		KubeProxy: filepath.Join(bin, "kube-proxy-"+KubeVersion),
+		CoreDNS:   filepath.Join(bin, "coredns-"+CoreDNSVersion),
+	}
+}
+
 // Options configure Ensure.
 type Options struct {
 	CacheDir string
 	// Module holds go.mod and go.sum of the devcluster module; the
 	// Kubernetes binaries are built in a directory that has just these two.
+	// It also holds coredns/main.go, coredns/coredns.mod and
+	// coredns/coredns.sum, the CoreDNS module of the real node.
 	Module fs.FS
 	// Go is the go command; "go" (from PATH) if empty.
 	Go string
@@ -110,6 +138,101 @@ func Ensure(ctx context.Context, o Options) (Binaries, error) {
 	return b, nil
 }
 
+// EnsureNode returns the real node's binaries, building those that are not
+// cached yet: kubelet and kube-proxy like the control plane, CoreDNS from its
+// own small module.
+func EnsureNode(ctx context.Context, o Options) (NodeBinaries, error) {
+	if o.Go == "" {
+		o.Go = "go"
+	}
+	if o.Out == nil {
+		o.Out = io.Discard
+	}
+	b := NodePaths(o.CacheDir)
+	if missingOf(b.All()) == nil {
+		return b, nil
+	}
+	if err := os.MkdirAll(filepath.Join(o.CacheDir, "bin"), 0o755); err != nil {
+		return b, fmt.Errorf("create cache dir: %w", err)
+	}
+	unlock, err := proc.Lock(ctx, filepath.Join(o.CacheDir, "build.lock"))
+	if err != nil {
+		return b, err
+	}
+	defer unlock()
+	var kube []string
+	targets := map[string]string{"kubelet": b.Kubelet, "kube-proxy": b.KubeProxy}
+	for _, name := range []string{"kubelet", "kube-proxy"} {
+		if !exists(targets[name]) {
+			kube = append(kube, name)
+		}
+	}
+	if len(kube) > 0 {
+		if err := buildKube(ctx, o, kube, targets); err != nil {
+			return b, err
+		}
+	}
+	if !exists(b.CoreDNS) {
+		if err := buildCoreDNS(ctx, o, b.CoreDNS); err != nil {
+			return b, err
+		}
+	}
+	if m := missingOf(b.All()); m != nil {
+		return b, fmt.Errorf("binaries still missing after the build: %s", strings.Join(m, ", "))
+	}
+	return b, nil
+}
+
+// coreDNSConstraint is the first line of coredns/main.go. "ignore" is the
+// one tag that "go mod tidy" does not assume: with any other, tidy in the
+// devcluster module would add CoreDNS to its go.mod. The build removes the
+// line rather than pass -tags=ignore, which would also take in the
+// generators that CoreDNS's dependencies mark with it.
+const coreDNSConstraint = "//go:build ignore\n"
+
+// coreDNSFiles maps the embedded files of the CoreDNS module to their names
+// in the build directory.
+var coreDNSFiles = map[string]string{
+	"coredns/main.go":     "main.go",
+	"coredns/coredns.mod": "go.mod",
+	"coredns/coredns.sum": "go.sum",
+}
+
+func buildCoreDNS(ctx context.Context, o Options, target string) error {
+	src := filepath.Join(o.CacheDir, "src-coredns")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		return fmt.Errorf("create CoreDNS build dir: %w", err)
+	}
+	for from, to := range coreDNSFiles {
+		data, err := fs.ReadFile(o.Module, from)
+		if err != nil {
+			return fmt.Errorf("read embedded %s: %w", from, err)
+		}
+		if to == "main.go" {
+			data = []byte(strings.Replace(string(data), coreDNSConstraint, "", 1))
+		}
+		if err := os.WriteFile(filepath.Join(src, to), data, 0o644); err != nil {
+			return fmt.Errorf("write %s for the CoreDNS build: %w", to, err)
+		}
+	}
+	out, err := os.MkdirTemp(o.CacheDir, "build-")
+	if err != nil {
+		return fmt.Errorf("create build output dir: %w", err)
+	}
+	defer os.RemoveAll(out)
+	fmt.Fprintf(o.Out, "building coredns %s\n", CoreDNSVersion)
+	start := time.Now()
+	tmp := filepath.Join(out, "coredns")
+	if err := run(ctx, o, src, nil, "build", "-ldflags=-s -w", "-o", tmp, "."); err != nil {
+		return fmt.Errorf("build coredns: %w", err)
+	}
+	if err := os.Rename(tmp, target); err != nil {
+		return fmt.Errorf("install coredns: %w", err)
+	}
+	fmt.Fprintf(o.Out, "built coredns in %s\n", time.Since(start).Round(time.Second))
+	return nil
+}
+
 // KubectlPath is where kubectl is cached under cacheDir.
 func KubectlPath(cacheDir string) string {
 	return filepath.Join(cacheDir, "bin", "kubectl-"+KubeVersion)
@@ -148,9 +271,11 @@ func Kubectl(ctx context.Context, o Options) (string, error) {
 // Missing lists the binaries that are not cached.
 func Missing(cacheDir string) []string { return missing(Paths(cacheDir)) }
 
-func missing(b Binaries) []string {
+func missing(b Binaries) []string { return missingOf(b.All()) }
+
+func missingOf(paths []string) []string {
 	var out []string
-	for _, p := range b.All() {
+	for _, p := range paths {
 		if !exists(p) {
 			out = append(out, filepath.Base(p))
 		}

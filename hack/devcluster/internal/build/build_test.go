@@ -62,3 +62,25 @@ func TestPathsCarryVersions(t *testing.T) {
 		t.Errorf("Missing(empty cache) = %v, want all four", got)
 	}
 }
+
+// The CoreDNS binary is cached by CoreDNSVersion; its module must pin it.
+func TestCoreDNSVersionMatchesModule(t *testing.T) {
+	data, err := os.ReadFile("../../coredns/coredns.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(data), "github.com/coredns/coredns "+CoreDNSVersion+"\n") {
+		t.Errorf("coredns/coredns.mod does not require github.com/coredns/coredns %s", CoreDNSVersion)
+	}
+	main, err := os.ReadFile("../../coredns/main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(string(main), coreDNSConstraint) {
+		t.Errorf("coredns/main.go does not start with %q, which keeps it out of the devcluster module", coreDNSConstraint)
+	}
+	b := NodePaths("/c")
+	if b.Kubelet != "/c/bin/kubelet-"+KubeVersion || b.CoreDNS != "/c/bin/coredns-"+CoreDNSVersion {
+		t.Errorf("NodePaths = %+v", b)
+	}
+}

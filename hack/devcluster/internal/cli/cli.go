@@ -25,11 +25,13 @@ kube-scheduler (Kubernetes %s) and kwok (%s) for fake GPU nodes.
 
 Usage:
   devcluster up [--nodes FILE] [--dir DIR] [--fresh]   build if needed, start, wait until ready
+  devcluster up --real-node [--images DIR] ...        also a real node for real containers (root)
+  devcluster images import [--dir DIR] IMAGES_DIR     import *.tar images into the running real node
   devcluster down [--dir DIR] [--purge]               stop every process of the cluster
   devcluster status [--dir DIR]                       what runs; exits 1 unless all is healthy
   devcluster kubeconfig [--dir DIR]                   print the admin kubeconfig's path
   devcluster kubectl [--dir DIR] ARGS...              run kubectl %s on the cluster (built on first use)
-  devcluster build                                    only build the binaries into the cache
+  devcluster build [--real-node]                      only build the binaries into the cache
 
 The state dir (--dir) defaults to $DEVCLUSTER_DIR, else ~/.sluice-devcluster;
 the binary cache (--cache) to $DEVCLUSTER_CACHE, else %s.
@@ -62,6 +64,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, module f
 		err = buildCmd(ctx, rest, stdout, stderr, module)
 	case "kubectl":
 		err = kubectl(ctx, rest, stdout, stderr, module)
+	case "images":
+		err = imagesCmd(ctx, rest, stdout, stderr)
 	case "etcd":
 		err = runEtcd(ctx, rest, stdout, stderr)
 	case "version":
@@ -157,6 +161,8 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer, module fs.
 	buildTimeout := fs.Duration("build-timeout", time.Hour, "how long building the binaries may take")
 	fresh := fs.Bool("fresh", false, "wipe the cluster's data first, for an empty cluster")
 	fsync := fs.Bool("etcd-fsync", false, "make etcd sync to disk on every commit (slower; off for a throw-away cluster)")
+	realNode := fs.Bool("real-node", false, "add a real node ("+cluster.RealNodeName+": kubelet, containerd, kube-proxy, CoreDNS) for pods in real containers; needs root")
+	images := fs.String("images", filepath.Join("bin", "images"), "`directory` of image tarballs (*.tar, with pause.tar) that the real node imports")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
@@ -167,6 +173,8 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer, module fs.
 	cfg.BuildTimeout = *buildTimeout
 	cfg.Fresh = *fresh
 	cfg.EtcdFsync = *fsync
+	cfg.RealNode = *realNode
+	cfg.ImagesDir = *images
 	return cluster.Up(ctx, cfg)
 }
 
@@ -223,16 +231,26 @@ func buildCmd(ctx context.Context, args []string, stdout, stderr io.Writer, modu
 	var c common
 	c.register(fs)
 	timeout := fs.Duration("timeout", time.Hour, "how long the build may take")
+	realNode := fs.Bool("real-node", false, "also build the real node's kubelet, kube-proxy and CoreDNS")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	bins, err := build.Ensure(ctx, build.Options{CacheDir: c.cache, Module: module, Out: stdout})
+	o := build.Options{CacheDir: c.cache, Module: module, Out: stdout}
+	bins, err := build.Ensure(ctx, o)
 	if err != nil {
 		return err
 	}
-	for _, b := range bins.All() {
+	paths := bins.All()
+	if *realNode {
+		nb, err := build.EnsureNode(ctx, o)
+		if err != nil {
+			return err
+		}
+		paths = append(paths, nb.All()...)
+	}
+	for _, b := range paths {
 		fmt.Fprintln(stdout, b)
 	}
 	return nil
@@ -301,4 +319,30 @@ func runEtcd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	return etcd.Run(ctx, o, stdout)
+}
+
+// imagesCmd is "images import IMAGES_DIR": more images for a running real
+// node, e.g. after rebuilding one.
+func imagesCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "import" {
+		fmt.Fprintln(stderr, "usage: devcluster images import [--dir DIR] IMAGES_DIR")
+		return errUsage
+	}
+	fs := flag.NewFlagSet("images import", flag.ContinueOnError)
+	var c common
+	c.register(fs)
+	fs.SetOutput(stderr)
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	if fs.NArg() != 1 {
+		fmt.Fprintln(stderr, "devcluster images import: want one directory of *.tar images")
+		return errUsage
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	return cluster.ImportImages(ctx, c.config(stdout), fs.Arg(0))
 }

@@ -70,3 +70,34 @@ func TestKubeconfigAndStatusOfNothing(t *testing.T) {
 		t.Errorf("down of nothing: exit %d, output %q", code, out)
 	}
 }
+
+// Without pause.tar in --images, up --real-node fails before it builds or
+// starts anything, and says what to build.
+func TestUpRealNodeNeedsImages(t *testing.T) {
+	tmp := t.TempDir()
+	cache := filepath.Join(tmp, "cache")
+	code, _, stderr := runMain(t, "up", "--real-node", "--images", filepath.Join(tmp, "none"), "--dir", filepath.Join(tmp, "state"), "--cache", cache)
+	if code != 1 {
+		t.Errorf("exit code %d, want 1", code)
+	}
+	if !strings.Contains(stderr, "pause.tar") && !strings.Contains(stderr, "needs root") {
+		t.Errorf("stderr %q names neither pause.tar nor root", stderr)
+	}
+	if _, err := os.Stat(cache); !os.IsNotExist(err) {
+		t.Errorf("the cache was touched (%v): up should stop before building", err)
+	}
+}
+
+func TestImagesUsage(t *testing.T) {
+	if code, _, _ := runMain(t, "images"); code != 2 {
+		t.Errorf("images without a subcommand: exit %d, want 2", code)
+	}
+	if code, _, _ := runMain(t, "images", "import"); code != 2 {
+		t.Errorf("images import without a directory: exit %d, want 2", code)
+	}
+	dir := t.TempDir()
+	code, _, stderr := runMain(t, "images", "import", "--dir", dir, dir)
+	if code != 1 || !strings.Contains(stderr, "no real node") {
+		t.Errorf("images import into a dir without a cluster: exit %d, stderr %q", code, stderr)
+	}
+}

@@ -47,6 +47,12 @@ type Config struct {
 	Fresh bool
 	// EtcdFsync makes etcd sync to disk on each commit (slower).
 	EtcdFsync bool
+	// RealNode adds the real node (kubelet, containerd, kube-proxy,
+	// CoreDNS) to the cluster; it needs root.
+	RealNode bool
+	// ImagesDir holds the image tarballs (*.tar, pause.tar among them)
+	// that the real node's containerd imports.
+	ImagesDir string
 }
 
 func (c *Config) defaults() {
@@ -130,6 +136,8 @@ type State struct {
 	StartedAt   time.Time `json:"startedAt"`
 	Nodes       int       `json:"nodes"`
 	Processes   []Process `json:"processes"`
+	// RealNode is set while the cluster has a real node.
+	RealNode *RealNodeState `json:"realNode,omitempty"`
 }
 
 func readState(l layout) (*State, error) {

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	_ "embed"
 	"fmt"
 	"os"
@@ -54,9 +55,11 @@ type component struct {
 	name   string
 	spec   proc.Spec
 	health string // URL; etcd's is plain HTTP, the others HTTPS with our CA
+	// prepare, if set, runs before the process starts.
+	prepare func(context.Context) error
 }
 
-func components(l layout, bins build.Binaries, self string, p Ports, fsync bool) []component {
+func components(l layout, bins build.Binaries, self string, p Ports, fsync, realNode bool) []component {
 	f := l.pki()
 	etcdArgs := []string{"etcd",
 		"--data-dir=" + l.etcdData(),
@@ -73,7 +76,11 @@ func components(l layout, bins build.Binaries, self string, p Ports, fsync bool)
 	}
 	kcm := l.kubeconfigOf(ControllerManager)
 	sched := l.kubeconfigOf(Scheduler)
-	return []component{
+	controllers := Controllers
+	if realNode {
+		controllers = append(append([]string(nil), Controllers...), RealNodeControllers...)
+	}
+	comps := []component{
 		{
 			name:   Etcd,
 			spec:   proc.Spec{Path: self, Args: etcdArgs},
@@ -114,7 +121,7 @@ func components(l layout, bins build.Binaries, self string, p Ports, fsync bool)
 				"--disable-admission-plugins=TaintNodesByCondition",
 				"--profiling=true",
 			}},
-			health: healthURL(p.APIServer, "/readyz"),
+			health: "https://" + apiServerAddr(realNode, p.APIServer) + "/readyz",
 		},
 		{
 			name: ControllerManager,
@@ -123,7 +130,7 @@ func components(l layout, bins build.Binaries, self string, p Ports, fsync bool)
 				"--authentication-kubeconfig=" + kcm,
 				"--authorization-kubeconfig=" + kcm,
 				"--secure-port=" + strconv.Itoa(p.ControllerManager),
-				"--controllers=" + strings.Join(Controllers, ","),
+				"--controllers=" + strings.Join(controllers, ","),
 				"--service-account-private-key-file=" + f.SAKey(),
 				"--root-ca-file=" + f.CACert(),
 				"--leader-elect=false",
@@ -163,6 +170,10 @@ func components(l layout, bins build.Binaries, self string, p Ports, fsync bool)
 			health: healthURL(p.Kwok, "/healthz"),
 		},
 	}
+	if realNode {
+		comps[1].spec.Args = realNodeAPIServerArgs(comps[1].spec.Args, f)
+	}
+	return comps
 }
 
 // writeConfigs writes the kubeconfigs and the config files the components

@@ -46,6 +46,13 @@ func Down(ctx context.Context, c Config, purge bool) error {
 				stopped++
 			}
 		}
+	}
+	// The real node first: its containers, then its processes, then what
+	// it set up on the machine, while the API server still answers.
+	if err := stopRealNode(ctx, c, l, st); err != nil {
+		return fmt.Errorf("stop the real node: %w", err)
+	}
+	if st != nil {
 		if err := stopProcesses(ctx, c.Out, st.Processes); err != nil {
 			return err
 		}
@@ -57,6 +64,7 @@ func Down(ctx context.Context, c Config, purge bool) error {
 	stopped += strays
 	if st != nil {
 		st.Processes = nil
+		st.RealNode = nil
 		if err := writeState(l, st); err != nil {
 			return err
 		}

@@ -47,6 +47,15 @@ func checkHealth(ctx context.Context, c *http.Client, url string) error {
 	if url == "" {
 		return nil
 	}
+	// A unix socket (containerd's) is healthy once it accepts connections.
+	if sock, ok := strings.CutPrefix(url, "unix://"); ok {
+		var d net.Dialer
+		conn, err := d.DialContext(ctx, "unix", sock)
+		if err != nil {
+			return fmt.Errorf("connect to %s: %w", sock, err)
+		}
+		return conn.Close()
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return fmt.Errorf("health request: %w", err)

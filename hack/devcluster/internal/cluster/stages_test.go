@@ -188,7 +188,7 @@ func TestStages(t *testing.T) {
 func TestComponentsStayOnLoopback(t *testing.T) {
 	l := layout{"/state"}
 	p := Ports{EtcdClient: 1, EtcdPeer: 2, APIServer: 3, ControllerManager: 4, Scheduler: 5, Kwok: 6}
-	for _, c := range components(l, binsForTest(), "/self", p, false) {
+	for _, c := range components(l, binsForTest(), "/self", p, false, false) {
 		if !strings.Contains(c.health, "127.0.0.1:") {
 			t.Errorf("%s: health URL %s is not on loopback", c.name, c.health)
 		}

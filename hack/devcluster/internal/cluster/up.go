@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -34,6 +35,17 @@ func Up(ctx context.Context, c Config) error {
 	if err != nil {
 		return err
 	}
+	if c.RealNode {
+		if os.Geteuid() != 0 {
+			return errors.New("the real node needs root (for containers, mounts, the bridge and iptables); run devcluster up --real-node as root")
+		}
+		if c.ImagesDir == "" {
+			c.ImagesDir = filepath.Join("bin", "images")
+		}
+		if _, err := os.Stat(filepath.Join(c.ImagesDir, "pause.tar")); err != nil {
+			return fmt.Errorf("--images %s must hold pause.tar, the pods' sandbox image (build the images in the main module: go run ./hack/images -out bin/images -only pause,workload): %w", c.ImagesDir, err)
+		}
+	}
 	if err := l.mkdirs(); err != nil {
 		return err
 	}
@@ -51,7 +63,13 @@ func Up(ctx context.Context, c Config) error {
 	}
 	if prev != nil && len(prev.Processes) > 0 {
 		if running(ctx, l, prev) {
+			if c.RealNode && prev.RealNode == nil {
+				return fmt.Errorf("devcluster in %s already runs without a real node; stop it first (devcluster down --dir %s) to start it with one", dir, dir)
+			}
 			fmt.Fprintf(c.Out, "devcluster is already running in %s (since %s)\n", dir, prev.StartedAt.Format(time.RFC3339))
+			if prev.RealNode != nil {
+				fmt.Fprintf(c.Out, "  real node %s; more images with: devcluster images import --dir %s DIR\n", RealNodeName, dir)
+			}
 			printAccess(c, l, prev)
 			return nil
 		}
@@ -60,12 +78,27 @@ func Up(ctx context.Context, c Config) error {
 			return err
 		}
 	}
+	if c.RealNode {
+		if err := checkRealNodeFree(c, l); err != nil {
+			return err
+		}
+	}
+	// What is left of an earlier real node (its containers, mounts,
+	// iptables rules) goes before anything starts.
+	if err := stopRealNode(ctx, c, l, prev); err != nil {
+		return fmt.Errorf("clean up the earlier real node: %w", err)
+	}
 	if _, err := stopStrays(ctx, c, l, prev); err != nil {
 		return err
 	}
 
 	buildCtx, cancelBuild := context.WithTimeout(ctx, c.BuildTimeout)
-	bins, err := build.Ensure(buildCtx, build.Options{CacheDir: c.CacheDir, Module: c.Module, Out: c.Out})
+	bopts := build.Options{CacheDir: c.CacheDir, Module: c.Module, Out: c.Out}
+	bins, err := build.Ensure(buildCtx, bopts)
+	var nodeBins build.NodeBinaries
+	if err == nil && c.RealNode {
+		nodeBins, err = build.EnsureNode(buildCtx, bopts)
+	}
 	cancelBuild()
 	if err != nil {
 		return fmt.Errorf("build the control plane: %w", err)
@@ -75,6 +108,9 @@ func Up(ctx context.Context, c Config) error {
 	if c.Fresh {
 		if err := os.RemoveAll(l.etcdData()); err != nil {
 			return fmt.Errorf("wipe etcd data: %w", err)
+		}
+		if err := os.RemoveAll(l.rn()); err != nil {
+			return fmt.Errorf("wipe the real node's data: %w", err)
 		}
 	}
 	if _, err := pki.Ensure(l.pki()); err != nil {
@@ -91,22 +127,30 @@ func Up(ctx context.Context, c Config) error {
 	st := &State{
 		KubeVersion: build.KubeVersion,
 		KwokVersion: build.KwokVersion,
-		Server:      "https://" + loopback(ports.APIServer),
+		Server:      "https://" + apiServerAddr(c.RealNode, ports.APIServer),
 		Kubeconfig:  l.Kubeconfig(),
 		Ports:       ports,
 		StartedAt:   time.Now().UTC(),
+	}
+	if c.RealNode {
+		if err := prepareRealNode(ctx, c, l, st, prev); err != nil {
+			return err
+		}
 	}
 	if err := writeConfigs(l, st.Server); err != nil {
 		return err
 	}
 
 	startCtx, cancelStart := context.WithTimeout(ctx, c.StartTimeout)
-	err = start(startCtx, c, l, bins, st, want)
+	err = start(startCtx, c, l, bins, nodeBins, st, want)
 	cancelStart()
 	if err != nil {
 		fmt.Fprintln(c.Out, "devcluster did not come up; stopping what was started (logs stay in "+l.logs()+")")
 		stopCtx, cancelStop := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancelStop()
+		if serr := stopRealNode(stopCtx, c, l, st); serr != nil {
+			err = errors.Join(err, serr)
+		}
 		if serr := stopProcesses(stopCtx, c.Out, st.Processes); serr != nil {
 			err = errors.Join(err, serr)
 		}
@@ -120,6 +164,9 @@ func Up(ctx context.Context, c Config) error {
 		time.Since(began).Round(100*time.Millisecond), st.KubeVersion, st.KwokVersion, st.Nodes, dir)
 	for _, s := range nodes.Summary(want) {
 		fmt.Fprintf(c.Out, "  nodes: %s\n", s)
+	}
+	if st.RealNode != nil {
+		fmt.Fprintf(c.Out, "  real node: %s at %s (taint %s=true:NoSchedule; images from %s)\n", RealNodeName, NodeIP, RealNodeLabel, st.RealNode.ImagesDir)
 	}
 	printAccess(c, l, st)
 	return nil
@@ -221,7 +268,7 @@ func (e *deathError) Unwrap() error { return e.err }
 
 // start starts the components one after the other, each once the previous
 // is healthy, then creates the nodes and waits for the cluster to work.
-func start(ctx context.Context, c Config, l layout, bins build.Binaries, st *State, want []*corev1.Node) error {
+func start(ctx context.Context, c Config, l layout, bins build.Binaries, nodeBins build.NodeBinaries, st *State, want []*corev1.Node) error {
 	hc, err := healthClient(l)
 	if err != nil {
 		return err
@@ -243,8 +290,17 @@ func start(ctx context.Context, c Config, l layout, bins build.Binaries, st *Sta
 		}
 	}()
 
-	for _, comp := range components(l, bins, self, st.Ports, c.EtcdFsync) {
+	comps := components(l, bins, self, st.Ports, c.EtcdFsync, st.RealNode != nil)
+	if st.RealNode != nil {
+		comps = append(comps, realNodeComponentList(c, l, nodeBins, st)...)
+	}
+	for _, comp := range comps {
 		comp.spec.Log = l.log(comp.name)
+		if comp.prepare != nil {
+			if err := comp.prepare(ctx); err != nil {
+				return fmt.Errorf("prepare %s: %w", comp.name, err)
+			}
+		}
 		t0 := time.Now()
 		id, exited, err := proc.Start(comp.spec)
 		if err != nil {
@@ -285,15 +341,20 @@ func start(ctx context.Context, c Config, l layout, bins build.Binaries, st *Sta
 	for i, n := range want {
 		names[i] = n.Name
 	}
+	if st.RealNode != nil {
+		names = append(names, RealNodeName)
+	} else if err := deleteRealNode(ctx, cs); err != nil {
+		return err
+	}
 	t0 := time.Now()
 	if err := waitNodesReady(ctx, cs, names, died); err != nil {
-		return fmt.Errorf("nodes did not become Ready (kwok marks them): %w", err)
+		return fmt.Errorf("nodes did not become Ready (kwok marks them; the real node's kubelet itself): %w", err)
 	}
 	fmt.Fprintf(c.Out, "%-24s ready after %5.1fs\n", fmt.Sprintf("%d nodes", len(names)), time.Since(t0).Seconds())
 	if err := waitServiceAccount(ctx, cs, died); err != nil {
 		return fmt.Errorf("kube-controller-manager did not create the default service account: %w", err)
 	}
-	st.Nodes = len(want)
+	st.Nodes = len(names)
 	return writeState(l, st)
 }
 
@@ -306,7 +367,14 @@ func stopProcesses(ctx context.Context, out io.Writer, ps []Process) error {
 			continue
 		}
 		t0 := time.Now()
-		if err := proc.Stop(ctx, p.Identity, 15*time.Second); err != nil {
+		grace := 15 * time.Second
+		if p.Name == APIServer {
+			// It stops serving at once but exits only after a minute
+			// while clients keep connections open; nothing is lost by
+			// killing it (etcd, stopped next, keeps the data).
+			grace = 3 * time.Second
+		}
+		if err := proc.Stop(ctx, p.Identity, grace); err != nil {
 			errs = append(errs, fmt.Sprintf("%s: %v", p.Name, err))
 			continue
 		}

@@ -24,6 +24,7 @@ type Identity struct {
 
 type stat struct {
 	state byte
+	ppid  int
 	pgrp  int
 	start uint64
 }
@@ -42,6 +43,10 @@ func readStat(pid int) (stat, error) {
 	if len(f) < 20 {
 		return stat{}, fmt.Errorf("short stat of pid %d", pid)
 	}
+	ppid, err := strconv.Atoi(f[1])
+	if err != nil {
+		return stat{}, fmt.Errorf("stat of pid %d: ppid: %w", pid, err)
+	}
 	pgrp, err := strconv.Atoi(f[2])
 	if err != nil {
 		return stat{}, fmt.Errorf("stat of pid %d: pgrp: %w", pid, err)
@@ -50,7 +55,7 @@ func readStat(pid int) (stat, error) {
 	if err != nil {
 		return stat{}, fmt.Errorf("stat of pid %d: starttime: %w", pid, err)
 	}
-	return stat{state: f[0][0], pgrp: pgrp, start: start}, nil
+	return stat{state: f[0][0], ppid: ppid, pgrp: pgrp, start: start}, nil
 }
 
 // Alive reports whether the process still runs (a zombie does not).
@@ -211,6 +216,39 @@ func Find(exes []string, match func(args []string) bool) ([]Identity, error) {
 			continue
 		}
 		out = append(out, Identity{PID: pid, StartTime: st.start})
+	}
+	return out, nil
+}
+
+// Descendants returns the live processes below pid: its children, their
+// children and so on. Container processes are found this way under their
+// shim, which is not in the group of the process that started it.
+func Descendants(pid int) ([]Identity, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, fmt.Errorf("list processes: %w", err)
+	}
+	children := map[int][]Identity{}
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		st, err := readStat(p)
+		if err != nil || st.state == 'Z' {
+			continue
+		}
+		children[st.ppid] = append(children[st.ppid], Identity{PID: p, StartTime: st.start})
+	}
+	var out []Identity
+	queue := []int{pid}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		for _, c := range children[p] {
+			out = append(out, c)
+			queue = append(queue, c.PID)
+		}
 	}
 	return out, nil
 }
