@@ -200,6 +200,16 @@ func entryOf(bucket, prefix string, s Stored) (kvEntry, error) {
 		op = jetstream.KeyValueDelete
 	case "PURGE":
 		op = jetstream.KeyValuePurge
+	case "":
+		// The server's own marker, left where a message with a TTL
+		// expired (the delete markers Remove leaves, after
+		// DeleteMarkerTTL) or was removed: a deletion, never a value.
+		switch s.Header.Get(jetstream.MarkerReasonHeader) {
+		case "MaxAge", "Purge":
+			op = jetstream.KeyValuePurge
+		case "Remove":
+			op = jetstream.KeyValueDelete
+		}
 	}
 	return kvEntry{bucket: bucket, key: s.Subject[len(prefix):], value: s.Data, revision: s.Sequence, created: s.Time, op: op}, nil
 }

@@ -225,3 +225,67 @@ func TestWatchKVForgetsAKeyDeletedWhileItWasAway(t *testing.T) {
 		t.Errorf("after the watch started again (-want +got):\n%s", d)
 	}
 }
+
+// TestServerMarkersAreDeletions: where a removal's marker expires, the
+// server leaves a marker of its own (Nats-Marker-Reason, no KV-Operation,
+// no value). A watch started then, and ReadKV, take it for the deletion it
+// is: read as a value, it was a corrupt entry, and a reservation that
+// cannot be read blocks admission (stop 44's CI failure, 15 minutes into
+// the suite, DeleteMarkerTTL after the first releases).
+func TestServerMarkersAreDeletions(t *testing.T) {
+	ctx, js := setup(t)
+	kv, r := expiringBucket(t, ctx, js)
+	rev, err := kv.Put(ctx, "gone", []byte("v"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "kept", []byte("k")); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Remove(ctx, "gone", rev); err != nil {
+		t.Fatal(err)
+	}
+	// Wait for the server's marker in place of the removal's.
+	stream, err := js.Stream(ctx, "KV_expiring")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reason := ""
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline) && reason == ""; time.Sleep(100 * time.Millisecond) {
+		if m, err := stream.GetLastMsgForSubject(ctx, "$KV.expiring.gone"); err == nil {
+			reason = m.Header.Get(jetstream.MarkerReasonHeader)
+		}
+	}
+	if reason == "" {
+		t.Fatal("the server left no marker of its own within 15s")
+	}
+
+	st := &state{vals: map[string]string{}, revs: map[string]uint64{}}
+	synced := make(chan struct{})
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- bus.WatchKV(wctx, kv, synced, st.apply) }()
+	select {
+	case <-synced:
+	case <-time.After(5 * time.Second):
+		t.Fatal("not synced")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("WatchKV: %v", err)
+	}
+	if d := cmp.Diff(map[string]string{"kept": "k"}, st.snapshot()); d != "" {
+		t.Errorf("a watch past a %s marker (-want +got):\n%s", reason, d)
+	}
+	read := map[string]string{}
+	if err := bus.ReadKV(ctx, kv, func(e jetstream.KeyValueEntry) {
+		if e.Operation() == jetstream.KeyValuePut {
+			read[e.Key()] = string(e.Value())
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(map[string]string{"kept": "k"}, read); d != "" {
+		t.Errorf("ReadKV past a %s marker (-want +got):\n%s", reason, d)
+	}
+}

@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 
 	"github.com/sluice-dev/sluice/events"
 	"github.com/sluice-dev/sluice/internal/bus"
@@ -175,6 +176,15 @@ func TestHelmInstall(t *testing.T) {
 	h.auditEvents(ns)
 	checker()
 	h.logsClean()
+
+	// What each ServiceAccount may read, asked by a pod that runs as it
+	// with the token the kubelet mounts (not one the test mints).
+	h.rbacAsMounted(map[string][]string{
+		"quota":           {"/apis/batch/v1/jobs=403", "/api/v1/namespaces/" + helmNamespace + "/secrets=403"},
+		"admission":       {"/apis/batch/v1/jobs=403", "/api/v1/secrets=403"},
+		"watcher":         {"/apis/sluice.dev/v1beta1/clusterqueues=200", "/api/v1/secrets=403", "/apis/batch/v1/jobs=403"},
+		"integration-job": {"/apis/batch/v1/jobs=200", "/api/v1/secrets=403", "/api/v1/pods=403"},
+	})
 
 	// Uninstall: nothing of the release is left but the CRDs.
 	h.run("helm", "uninstall", helmRelease, "--namespace", helmNamespace, "--wait", "--timeout", "3m")
@@ -456,6 +466,53 @@ func (h *helmCluster) natsConn(user string) *nats.Conn {
 	}
 	h.t.Cleanup(nc.Close)
 	return nc
+}
+
+// rbacAsMounted runs, for each component, a pod as its ServiceAccount on
+// the real node whose GETs through the kubernetes Service must answer as
+// listed (PATH=STATUS), and deletes the pods after.
+func (h *helmCluster) rbacAsMounted(gets map[string][]string) {
+	h.t.Helper()
+	ctx := context.Background()
+	pods := h.kube.CoreV1().Pods(helmNamespace)
+	for component, want := range gets {
+		args := []string{"-run-for=0s"}
+		for _, w := range want {
+			args = append(args, "-api-get="+w)
+		}
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "rbac-" + component, Namespace: helmNamespace},
+			Spec: corev1.PodSpec{
+				ServiceAccountName:           helmRelease + "-" + component,
+				AutomountServiceAccountToken: ptr.To(true),
+				RestartPolicy:                corev1.RestartPolicyNever,
+				NodeSelector:                 map[string]string{realNodeLabel: "true"},
+				Tolerations:                  []corev1.Toleration{{Key: realNodeLabel, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+				Containers: []corev1.Container{{Name: "check", Image: "sluice-workload:" + h.tag, ImagePullPolicy: corev1.PullNever, Args: args}},
+			},
+		}
+		if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			h.t.Fatalf("create the RBAC check pod of %s: %v", component, err)
+		}
+	}
+	for component := range gets {
+		name := "rbac-" + component
+		eventually(h.t, 2*time.Minute, name+" ended", func() (bool, string) {
+			p, err := pods.Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed, string(p.Status.Phase)
+		})
+		p, _ := pods.Get(ctx, name, metav1.GetOptions{})
+		log := h.podLog(helmNamespace, name, "")
+		if p.Status.Phase != corev1.PodSucceeded {
+			h.t.Errorf("ServiceAccount %s-%s, with its mounted token: %s", helmRelease, component, strings.TrimSpace(log))
+		} else if n := strings.Count(log, "as wanted"); n != len(gets[component]) {
+			h.t.Errorf("ServiceAccount %s-%s: %d of %d answers checked:\n%s", helmRelease, component, n, len(gets[component]), log)
+		}
+		_ = pods.Delete(ctx, name, metav1.DeleteOptions{})
+	}
 }
 
 // startedOnce: each Job has exactly one started event, read as the reader

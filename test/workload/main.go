@@ -8,8 +8,10 @@
 //
 // On a real node it can also check the cluster from inside a pod before it
 // runs: -check-api asks the API server for its version through the
-// kubernetes Service with the pod's service-account token, and -resolve
-// looks a name up through the cluster DNS.
+// kubernetes Service with the pod's service-account token, -api-get
+// PATH=STATUS asks for a path and wants that status (what the pod's
+// ServiceAccount may and may not read), and -resolve looks a name up
+// through the cluster DNS.
 package main
 
 import (
@@ -24,6 +26,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -52,8 +55,30 @@ type config struct {
 	exitCode  int
 	readyFile string
 	listen    string
-	checkAPI  bool
-	resolve   []string
+	// apiGets are the API server's answers the pod must get, in order.
+	apiGets []apiGet
+	resolve []string
+}
+
+// apiGet is a path to GET from the API server and the status it must
+// answer with.
+type apiGet struct {
+	path string
+	want int
+}
+
+// apiGets collects -api-get and -check-api.
+type apiGets []apiGet
+
+func (a *apiGets) String() string { return fmt.Sprint(*a) }
+func (a *apiGets) Set(v string) error {
+	path, status, ok := strings.Cut(v, "=")
+	code, err := strconv.Atoi(status)
+	if !ok || !strings.HasPrefix(path, "/") || err != nil || code < 100 || code > 599 {
+		return fmt.Errorf("%q: want PATH=STATUS, e.g. /api/v1/secrets=403", v)
+	}
+	*a = append(*a, apiGet{path: path, want: code})
+	return nil
 }
 
 // names collects a repeatable flag.
@@ -69,7 +94,11 @@ func parse(args []string) (config, error) {
 	fs.IntVar(&c.exitCode, "exit-code", 0, "the code to exit with once the time is up (0-255)")
 	fs.StringVar(&c.readyFile, "ready-file", "", "a file to create once started, for an exec readiness probe")
 	fs.StringVar(&c.listen, "listen", "", "an address to answer GET /readyz on with 200, for an HTTP readiness probe")
-	fs.BoolVar(&c.checkAPI, "check-api", false, "first GET /version from the API server with the pod's service-account token; fail if that fails")
+	fs.BoolFunc("check-api", "first GET /version from the API server with the pod's service-account token; fail if that fails", func(string) error {
+		c.apiGets = append(c.apiGets, apiGet{path: "/version", want: 200})
+		return nil
+	})
+	fs.Var((*apiGets)(&c.apiGets), "api-get", "first GET `PATH=STATUS` from the API server with the pod's service-account token; fail unless it answers STATUS (repeatable)")
 	fs.Var((*names)(&c.resolve), "resolve", "first resolve this DNS `name`; fail if that fails (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -106,8 +135,8 @@ func run(args []string) error {
 			return err
 		}
 	}
-	if c.checkAPI {
-		if err := checkAPI(ctx, serviceAccountDir); err != nil {
+	for _, g := range c.apiGets {
+		if err := getFromAPI(ctx, serviceAccountDir, g); err != nil {
 			return err
 		}
 	}
@@ -162,10 +191,11 @@ func resolve(ctx context.Context, name string) error {
 // token and the cluster's CA.
 const serviceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
 
-// checkAPI does what an in-cluster client does: GET /version from the API
+// getFromAPI does what an in-cluster client does: GET a path from the API
 // server at $KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT (the
-// kubernetes Service), trusting the cluster's CA, with the token.
-func checkAPI(ctx context.Context, saDir string) error {
+// kubernetes Service), trusting the cluster's CA, with the token; the
+// answer must have the status wanted.
+func getFromAPI(ctx context.Context, saDir string, g apiGet) error {
 	host, port := os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT")
 	if host == "" || port == "" {
 		return errors.New("check API: KUBERNETES_SERVICE_HOST and _PORT are not set: not in a pod")
@@ -186,7 +216,7 @@ func checkAPI(ctx context.Context, saDir string) error {
 		Timeout:   10 * time.Second,
 		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}},
 	}
-	url := "https://" + net.JoinHostPort(host, port) + "/version"
+	url := "https://" + net.JoinHostPort(host, port) + g.path
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return fmt.Errorf("check API: %w", err)
@@ -201,9 +231,13 @@ func checkAPI(ctx context.Context, saDir string) error {
 	if err != nil {
 		return fmt.Errorf("check API: read %s: %w", url, err)
 	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("check API: GET %s: %s: %s", url, resp.Status, strings.TrimSpace(string(body)))
+	summary := strings.Join(strings.Fields(string(body)), " ")
+	if len(summary) > 300 {
+		summary = summary[:300] + "…"
 	}
-	fmt.Printf("workload: GET %s: %s\n", url, strings.Join(strings.Fields(string(body)), " "))
+	if resp.StatusCode != g.want {
+		return fmt.Errorf("check API: GET %s: %s, want %d: %s", url, resp.Status, g.want, summary)
+	}
+	fmt.Printf("workload: GET %s: %s as wanted: %s\n", url, resp.Status, summary)
 	return nil
 }

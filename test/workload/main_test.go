@@ -27,7 +27,11 @@ func TestParse(t *testing.T) {
 		{name: "negative", args: []string{"-run-for=-1s"}, wantErr: `run for "-1s"`},
 		{name: "exit code out of range", args: []string{"-exit-code=300"}, wantErr: "-exit-code 300: must be within 0-255"},
 		{name: "stray argument", args: []string{"sleep"}, wantErr: `unexpected arguments ["sleep"]`},
-		{name: "in-cluster checks", args: []string{"-run-for=0s", "-check-api", "-resolve=a.b", "-resolve=c.d"}, want: config{checkAPI: true, resolve: []string{"a.b", "c.d"}}},
+		{name: "in-cluster checks", args: []string{"-run-for=0s", "-check-api", "-resolve=a.b", "-resolve=c.d"}, want: config{apiGets: []apiGet{{"/version", 200}}, resolve: []string{"a.b", "c.d"}}},
+		{name: "what a ServiceAccount may not read", args: []string{"-run-for=0s", "-api-get=/api/v1/secrets=403", "-check-api"},
+			want: config{apiGets: []apiGet{{"/api/v1/secrets", 403}, {"/version", 200}}}},
+		{name: "a status that is not one", args: []string{"-api-get=/api/v1/secrets=forbidden"}, wantErr: `want PATH=STATUS`},
+		{name: "a path that is not one", args: []string{"-api-get=secrets=403"}, wantErr: `want PATH=STATUS`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -42,7 +46,7 @@ func TestParse(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(config{})); diff != "" {
+			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(config{}, apiGet{})); diff != "" {
 				t.Errorf("parse(%q) (-want +got):\n%s", tc.args, diff)
 			}
 		})
@@ -63,12 +67,12 @@ func TestRunEndsWithItsCodeAndReportsReady(t *testing.T) {
 
 func TestCheckAPIOutsideAPod(t *testing.T) {
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
-	if err := checkAPI(t.Context(), t.TempDir()); err == nil || !strings.Contains(err.Error(), "not in a pod") {
-		t.Errorf("checkAPI outside a pod = %v", err)
+	if err := getFromAPI(t.Context(), t.TempDir(), apiGet{path: "/version", want: 200}); err == nil || !strings.Contains(err.Error(), "not in a pod") {
+		t.Errorf("getFromAPI outside a pod = %v", err)
 	}
 	t.Setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
 	t.Setenv("KUBERNETES_SERVICE_PORT", "1")
-	if err := checkAPI(t.Context(), t.TempDir()); err == nil || !strings.Contains(err.Error(), "service-account token") {
-		t.Errorf("checkAPI without a token = %v", err)
+	if err := getFromAPI(t.Context(), t.TempDir(), apiGet{path: "/version", want: 200}); err == nil || !strings.Contains(err.Error(), "service-account token") {
+		t.Errorf("getFromAPI without a token = %v", err)
 	}
 }
