@@ -488,7 +488,7 @@ func (h *helmCluster) rbacAsMounted(gets map[string][]string) {
 				RestartPolicy:                corev1.RestartPolicyNever,
 				NodeSelector:                 map[string]string{realNodeLabel: "true"},
 				Tolerations:                  []corev1.Toleration{{Key: realNodeLabel, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
-				Containers: []corev1.Container{{Name: "check", Image: "sluice-workload:" + h.tag, ImagePullPolicy: corev1.PullNever, Args: args}},
+				Containers:                   []corev1.Container{{Name: "check", Image: "sluice-workload:" + h.tag, ImagePullPolicy: corev1.PullNever, Args: args}},
 			},
 		}
 		if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
