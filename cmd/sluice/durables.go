@@ -8,8 +8,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-dev/sluice/checks"
+	"github.com/sluice-dev/sluice/cmd/sluice/natsperm"
 	"github.com/sluice-dev/sluice/internal/bus"
-	"github.com/sluice-dev/sluice/internal/natsperm"
 	"github.com/sluice-dev/sluice/services/admission"
 	"github.com/sluice-dev/sluice/services/integration"
 	"github.com/sluice-dev/sluice/services/integration/kinds"

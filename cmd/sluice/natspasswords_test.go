@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
-	"github.com/sluice-dev/sluice/internal/natsperm"
+	"github.com/sluice-dev/sluice/cmd/sluice/natsperm"
 )
 
 // TestAuthorizationWithHashedPasswords: the block written from a directory

@@ -25,14 +25,15 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/sluice-dev/sluice/api/v1beta1"
+	"github.com/sluice-dev/sluice/cmd/sluice/natsperm"
 	"github.com/sluice-dev/sluice/events"
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/internal/configstore"
 	"github.com/sluice-dev/sluice/internal/embeddednats"
 	"github.com/sluice-dev/sluice/internal/engine"
 	"github.com/sluice-dev/sluice/internal/health"
+	"github.com/sluice-dev/sluice/internal/jobframework"
 	"github.com/sluice-dev/sluice/internal/natsconn"
-	"github.com/sluice-dev/sluice/internal/natsperm"
 	"github.com/sluice-dev/sluice/internal/queueconfig"
 	"github.com/sluice-dev/sluice/internal/simulate"
 	"github.com/sluice-dev/sluice/internal/tracing"
@@ -156,7 +157,7 @@ func (c *common) kube() (*rest.Config, error) {
 
 // kindClients selects the named kinds' adapters and makes the clients
 // that read and write their objects.
-func kindClients(kc *rest.Config, names []string) ([]integration.Adapter, kubernetes.Interface, dynamic.Interface, error) {
+func kindClients(kc *rest.Config, names []string) ([]jobframework.Adapter, kubernetes.Interface, dynamic.Interface, error) {
 	ads, err := kinds.Select(names)
 	if err != nil {
 		return nil, nil, nil, usageError{err}
@@ -493,7 +494,7 @@ func integrationRunner(f *serviceFlags, names func() []string) runner {
 		pub := bus.NewPublisher(js, events.Source("integration"), bus.WithPublisherLogger(log), bus.WithTracer(tf))
 		g := &integrations{metrics: cfg.QueueMetrics}
 		g.run = func(ctx context.Context) error {
-			mk := func(c integration.Config, ads []integration.Adapter) (*integration.Service, error) {
+			mk := func(c integration.Config, ads []jobframework.Adapter) (*integration.Service, error) {
 				svc, err := integration.New(c, ads, kube, dyn, js, pub, log)
 				if err == nil {
 					g.add(svc)

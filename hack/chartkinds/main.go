@@ -13,7 +13,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/sluice-dev/sluice/services/integration"
+	"github.com/sluice-dev/sluice/internal/jobframework"
 	"github.com/sluice-dev/sluice/services/integration/kinds"
 )
 
@@ -55,11 +55,11 @@ which its webhook is called.
 		if err != nil {
 			return nil, fmt.Errorf("kind %s: decode an empty object: %w", k.Name, err)
 		}
-		_, unlocks := j.(integration.Unlocker)
-		_, deletes := j.(integration.Deleter)
+		_, unlocks := j.(jobframework.Unlocker)
+		_, deletes := j.(jobframework.Deleter)
 		fmt.Fprintf(&b, "%s: {group: %q, version: %q, resource: %q, webhook: %q, path: %q, statusPatch: %t, deletes: %t, matchCondition: %q}\n",
-			k.Name, k.GVK.Group, k.GVK.Version, k.Resource, integration.WebhookName(k), integration.MutatePath(k), unlocks, deletes,
-			integration.WebhookMatchCondition(k))
+			k.Name, k.GVK.Group, k.GVK.Version, k.Resource, jobframework.WebhookName(k), jobframework.MutatePath(k), unlocks, deletes,
+			jobframework.WebhookMatchCondition(k))
 	}
 	b.WriteString("{{- end -}}\n")
 	return b.Bytes(), nil

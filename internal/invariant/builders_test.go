@@ -13,8 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/sluice-dev/sluice/api/v1beta1"
-	"github.com/sluice-dev/sluice/services/integration"
-	"github.com/sluice-dev/sluice/services/integration/job"
+	"github.com/sluice-dev/sluice/internal/jobframework"
 )
 
 // jobBuilder makes a labelled, running batch/v1 Job in namespace default
@@ -22,7 +21,7 @@ import (
 // it.
 type jobBuilder struct {
 	j         batchv1.Job
-	admission *integration.Assignment
+	admission *jobframework.Assignment
 	raw       *string
 }
 
@@ -58,8 +57,8 @@ func (b *jobBuilder) parallelism(n int32) *jobBuilder { b.j.Spec.Parallelism = p
 // admit records an admission of count pods to cq, every requested resource
 // on flavor.
 func (b *jobBuilder) admit(cq string, count int32, flavor string) *jobBuilder {
-	b.admission = &integration.Assignment{ClusterQueue: cq, PodSets: []integration.PodSetAssignment{{
-		Name: job.MainPodSet, Count: count, Flavors: map[string]string{},
+	b.admission = &jobframework.Assignment{ClusterQueue: cq, PodSets: []jobframework.PodSetAssignment{{
+		Name: "main", Count: count, Flavors: map[string]string{},
 	}}}
 	for _, r := range slices.Sorted(maps.Keys(b.j.Spec.Template.Spec.Containers[0].Resources.Requests)) {
 		b.admission.PodSets[0].Flavors[string(r)] = flavor
@@ -90,13 +89,13 @@ func (b *jobBuilder) obj() *batchv1.Job {
 	j := b.j.DeepCopy()
 	switch {
 	case b.raw != nil:
-		j.Annotations = map[string]string{integration.AdmissionAnnotation: *b.raw}
+		j.Annotations = map[string]string{jobframework.AdmissionAnnotation: *b.raw}
 	case b.admission != nil:
 		data, err := json.Marshal(b.admission)
 		if err != nil {
 			panic(err)
 		}
-		j.Annotations = map[string]string{integration.AdmissionAnnotation: string(data)}
+		j.Annotations = map[string]string{jobframework.AdmissionAnnotation: string(data)}
 	}
 	return j
 }

@@ -8,12 +8,12 @@ import (
 	"strings"
 
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/sluice-dev/sluice/api/v1beta1"
-	"github.com/sluice-dev/sluice/services/integration"
-	"github.com/sluice-dev/sluice/services/integration/job"
+	"github.com/sluice-dev/sluice/internal/jobframework"
 )
 
 // Config is the queue configuration the limits come from.
@@ -365,7 +365,7 @@ func (c *Checker) book(j *batchv1.Job) (*booking, []Violation) {
 		return nil, nil
 	}
 	key := j.Namespace + "/" + j.Name
-	a, ok, err := integration.AdmissionOf(j.Annotations)
+	a, ok, err := jobframework.AdmissionOf(j.Annotations)
 	switch {
 	case err != nil:
 		return nil, []Violation{{
@@ -376,7 +376,7 @@ func (c *Checker) book(j *batchv1.Job) (*booking, []Violation) {
 		return nil, []Violation{{
 			Jobs: []string{key},
 			Message: fmt.Sprintf("Job %s is running without an admission: it is not suspended, not finished and has no %s annotation",
-				key, integration.AdmissionAnnotation),
+				key, jobframework.AdmissionAnnotation),
 		}}
 	}
 	cq, known := c.cqs[a.ClusterQueue]
@@ -392,7 +392,7 @@ func (c *Checker) book(j *batchv1.Job) (*booking, []Violation) {
 	usage := map[fr]int64{}
 	// A batch/v1 Job has one pod template; every pod set of its admission
 	// runs pods of it.
-	perPod := integration.PodRequests(&j.Spec.Template.Spec)
+	perPod := jobframework.PodRequests(&j.Spec.Template.Spec)
 	for _, ps := range a.PodSets {
 		count := int64(max(ps.Count, 0))
 		for _, res := range slices.Sorted(maps.Keys(perPod)) {
@@ -434,8 +434,19 @@ func running(j *batchv1.Job) bool {
 	if j.Spec.Suspend != nil && *j.Spec.Suspend {
 		return false
 	}
-	finished, _, _ := (&job.Job{Job: j}).Finished()
-	return !finished
+	return !finished(j)
+}
+
+// finished reads the end of a Job from its own conditions, as the Job
+// controller writes them: the checker audits Sluice, so it does not ask
+// Sluice's adapter.
+func finished(j *batchv1.Job) bool {
+	for _, c := range j.Status.Conditions {
+		if c.Status == corev1.ConditionTrue && (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) {
+			return true
+		}
+	}
+	return false
 }
 
 // check recomputes the cohort usage of one tree, records maxima and returns

@@ -2,9 +2,4 @@ package integration
 
 // Unexported helpers under test from integration_test, which can import
 // the adapters.
-var (
-	WorkKey       = workKey
-	GroupFinished = groupFinished
-)
-
 var CacheTransform = cacheTransform

@@ -2,12 +2,9 @@ package integration
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"sort"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -16,63 +13,22 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/sluice-dev/sluice/api/v1beta1"
 	"github.com/sluice-dev/sluice/events"
+	"github.com/sluice-dev/sluice/internal/jobframework"
 	"github.com/sluice-dev/sluice/internal/ledger"
 )
 
-// Groups (see Grouper): the members of a group share one work-queue key,
-// namespace/group, which is also the name of the group's workload. A lone
-// object and a group of the same name in one namespace would share the
-// workload's name: the group goes first, and the lone object waits until
-// the group's workload ends.
-
-const (
-	// groupIndex indexes a Grouper's informer by namespace/group.
-	groupIndex = "sluice-group"
-	// groupUIDPrefix marks the UID of a group's workload, which is made of
-	// its first member's. It tells a group's record from a lone object's
-	// of the same name.
-	groupUIDPrefix = "group-"
-)
-
-// groupOf returns the group an object of a Grouper belongs to, "" for a
-// lone object or when the adapter has no groups.
-func groupOf(ad Adapter, m metav1.Object) string {
-	g, ok := ad.(Grouper)
-	if !ok {
-		return ""
-	}
-	return m.GetLabels()[g.GroupLabel()]
-}
-
-// workKey is the work-queue key of an object: namespace/name, or
-// namespace/group for a member of a group.
-func workKey(ad Adapter, obj any) (string, bool) {
-	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = tomb.Obj
-	}
-	m, err := meta.Accessor(obj)
-	if err != nil {
-		return "", false
-	}
-	if g := groupOf(ad, m); g != "" {
-		return m.GetNamespace() + "/" + g, true
-	}
-	return m.GetNamespace() + "/" + m.GetName(), true
-}
-
 // indexGroups adds the group index to a Grouper's informer.
-func indexGroups(ad Adapter, inf cache.SharedIndexInformer) error {
-	if _, ok := ad.(Grouper); !ok {
+func indexGroups(ad jobframework.Adapter, inf cache.SharedIndexInformer) error {
+	if _, ok := ad.(jobframework.Grouper); !ok {
 		return nil
 	}
-	return inf.AddIndexers(cache.Indexers{groupIndex: func(obj any) ([]string, error) {
+	return inf.AddIndexers(cache.Indexers{jobframework.GroupIndex: func(obj any) ([]string, error) {
 		m, err := meta.Accessor(obj)
 		if err != nil {
 			return nil, nil
 		}
-		if g := groupOf(ad, m); g != "" {
+		if g := jobframework.GroupOf(ad, m); g != "" {
 			return []string{m.GetNamespace() + "/" + g}, nil
 		}
 		return nil, nil
@@ -82,16 +38,16 @@ func indexGroups(ad Adapter, inf cache.SharedIndexInformer) error {
 // members decodes a group's objects as the informer holds them, in the
 // order they were created (then by name), leaving out those another
 // integration owns.
-func (s *Service) members(k *kindRunner, key string) ([]Job, error) {
-	objs, err := k.inf.GetIndexer().ByIndex(groupIndex, key)
+func (s *Service) members(k *kindRunner, key string) ([]jobframework.Job, error) {
+	objs, err := k.inf.GetIndexer().ByIndex(jobframework.GroupIndex, key)
 	if err != nil {
 		return nil, err
 	}
 	return s.decodeMembers(k, objs)
 }
 
-func (s *Service) decodeMembers(k *kindRunner, objs []any) ([]Job, error) {
-	out := make([]Job, 0, len(objs))
+func (s *Service) decodeMembers(k *kindRunner, objs []any) ([]jobframework.Job, error) {
+	out := make([]jobframework.Job, 0, len(objs))
 	for _, o := range objs {
 		ro, ok := o.(runtime.Object)
 		if !ok {
@@ -101,7 +57,7 @@ func (s *Service) decodeMembers(k *kindRunner, objs []any) ([]Job, error) {
 		if err != nil {
 			return nil, err
 		}
-		if ig, ok := j.(Ignorer); ok && ig.Ignored() {
+		if ig, ok := j.(jobframework.Ignorer); ok && ig.Ignored() {
 			continue
 		}
 		out = append(out, j)
@@ -119,7 +75,7 @@ func (s *Service) decodeMembers(k *kindRunner, objs []any) ([]Job, error) {
 
 // listMembers asks the API server for a group's members: the informer may
 // be behind.
-func (s *Service) listMembers(ctx context.Context, k *kindRunner, g Grouper, ns, group string) ([]Job, error) {
+func (s *Service) listMembers(ctx context.Context, k *kindRunner, g jobframework.Grouper, ns, group string) ([]jobframework.Job, error) {
 	sel := labels.Set{g.GroupLabel(): group}.AsSelector().String()
 	l, err := s.dyn.Resource(k.kind.GVR()).Namespace(ns).List(ctx, metav1.ListOptions{LabelSelector: sel})
 	if err != nil {
@@ -132,14 +88,9 @@ func (s *Service) listMembers(ctx context.Context, k *kindRunner, g Grouper, ns,
 	return s.decodeMembers(k, objs)
 }
 
-// isGroupRecord reports whether a workload record is a group's.
-func isGroupRecord(rec *events.WorkloadSubmittedV1) bool {
-	return rec != nil && strings.HasPrefix(rec.Workload.UID, groupUIDPrefix)
-}
-
 // syncGroup brings a group and its workload record in line: the group's
 // counterpart of sync, with the same fences.
-func (s *Service) syncGroup(ctx context.Context, k *kindRunner, g Grouper, ref events.WorkloadRef, rk string, rec *events.WorkloadSubmittedV1, all []Job) error {
+func (s *Service) syncGroup(ctx context.Context, k *kindRunner, g jobframework.Grouper, ref events.WorkloadRef, rk string, rec *events.WorkloadSubmittedV1, all []jobframework.Job) error {
 	if rec != nil && len(all) == 0 {
 		fresh, err := s.listMembers(ctx, k, g, ref.Namespace, ref.Name)
 		if err != nil {
@@ -153,13 +104,13 @@ func (s *Service) syncGroup(ctx context.Context, k *kindRunner, g Grouper, ref e
 	if len(all) == 0 {
 		return nil
 	}
-	if finished, ok, msg := groupFinished(all); finished {
+	if finished, ok, msg := jobframework.GroupFinished(all); finished {
 		if rec != nil {
 			return s.gone(ctx, rk, rec, &events.WorkloadFinishedV1{Succeeded: ok, Message: msg})
 		}
 		return nil
 	}
-	live := make([]Job, 0, len(all))
+	live := make([]jobframework.Job, 0, len(all))
 	for _, m := range all {
 		if m.Meta().GetDeletionTimestamp() == nil {
 			live = append(live, m)
@@ -185,7 +136,7 @@ func (s *Service) syncGroup(ctx context.Context, k *kindRunner, g Grouper, ref e
 		return err
 	}
 	r, held := s.reservation(rec.Workload)
-	var gated []Job
+	var gated []jobframework.Job
 	running := false
 	for _, m := range live {
 		if m.IsSuspended() {
@@ -218,7 +169,7 @@ func (s *Service) syncGroup(ctx context.Context, k *kindRunner, g Grouper, ref e
 		if err != nil {
 			return err
 		}
-		var stray []Job
+		var stray []jobframework.Job
 		for _, m := range fresh {
 			if done, _, _ := m.Finished(); !done && !m.IsSuspended() && m.Meta().GetDeletionTimestamp() == nil {
 				stray = append(stray, m)
@@ -232,35 +183,16 @@ func (s *Service) syncGroup(ctx context.Context, k *kindRunner, g Grouper, ref e
 	return nil
 }
 
-// groupFinished reports whether every member ended, whether all of them
-// succeeded, and the first failure's message.
-func groupFinished(all []Job) (finished, succeeded bool, message string) {
-	succeeded = true
-	for _, m := range all {
-		done, ok, msg := m.Finished()
-		if !done {
-			return false, false, ""
-		}
-		if !ok && succeeded {
-			succeeded, message = false, m.Meta().GetName()+": "+msg
-		}
-	}
-	if succeeded {
-		message = fmt.Sprintf("all %d members succeeded", len(all))
-	}
-	return true, succeeded, message
-}
-
 // submitGroup queues a complete group: nil, nil while members are
 // missing, or when the group is invalid (reported on its members).
-func (s *Service) submitGroup(ctx context.Context, k *kindRunner, rk string, ref events.WorkloadRef, live []Job) (*events.WorkloadSubmittedV1, error) {
+func (s *Service) submitGroup(ctx context.Context, k *kindRunner, rk string, ref events.WorkloadRef, live []jobframework.Job) (*events.WorkloadSubmittedV1, error) {
 	s.mu.Lock()
 	prio := s.priorities()
 	s.mu.Unlock()
-	w, complete, err := GroupWorkload(k.ad, ref.Namespace, ref.Name, live, prio, s.workloadOptions()...)
+	w, complete, err := jobframework.GroupWorkload(k.ad, ref.Namespace, ref.Name, live, prio, s.workloadOptions()...)
 	if err == nil && complete {
 		var rec *events.WorkloadSubmittedV1
-		if rec, err = s.store(ctx, k, rk, w); !errors.Is(err, ErrInvalidJob) {
+		if rec, err = s.store(ctx, k, rk, w); !errors.Is(err, jobframework.ErrInvalidJob) {
 			return rec, err
 		}
 	}
@@ -274,155 +206,16 @@ func (s *Service) submitGroup(ctx context.Context, k *kindRunner, rk string, ref
 	return nil, nil // a partial group is never queued
 }
 
-// GroupWorkload builds the workload of the group ns/group of a Grouper's
-// objects from its members that are not being deleted, oldest first;
-// complete is false while fewer of them exist than the group's total. An
-// error names the member and the field that keep the group from being
-// queued.
-func GroupWorkload(ad Adapter, ns, group string, live []Job, prio PriorityResolver, opts ...WorkloadOption) (w Workload, complete bool, err error) {
-	g, ok := ad.(Grouper)
-	if !ok || len(live) == 0 {
-		return Workload{}, false, fmt.Errorf("group %s/%s: no members of a grouping kind: %w", ns, group, ErrInvalidGroup)
-	}
-	kind := ad.Kind().Name
-	first := live[0].Meta()
-	var total int32
-	queue := first.GetLabels()[v1beta1.QueueNameLabel]
-	// First what the members' labels say, which is cheap: while the group
-	// is incomplete nothing more is read, so the syncs of a group whose
-	// members arrive one by one cost little each.
-	for i, m := range live {
-		meta := m.Meta()
-		_, t, err := g.GroupOf(meta)
-		if err != nil {
-			return Workload{}, false, fmt.Errorf("%s: %w", meta.GetName(), err)
-		}
-		if i == 0 {
-			total = t // the oldest member's count is the group's
-		}
-		if t != total {
-			return Workload{}, false, fmt.Errorf("%s says the group has %d members, %s says %d: %w", meta.GetName(), t, first.GetName(), total, ErrInvalidGroup)
-		}
-		if q := meta.GetLabels()[v1beta1.QueueNameLabel]; q != queue {
-			return Workload{}, false, fmt.Errorf("%s is queued in %q, %s in %q: %w", meta.GetName(), q, first.GetName(), queue, ErrInvalidGroup)
-		}
-	}
-	if total > MaxGroupSize {
-		return Workload{}, false, fmt.Errorf("%s says the group has %d members, more than the %d a group may have: %w", first.GetName(), total, MaxGroupSize, ErrInvalidGroup)
-	}
-	if n := int32(len(live)); n > total {
-		return Workload{}, false, fmt.Errorf("%d members exist, more than the group's total of %d: %w", n, total, ErrInvalidGroup)
-	} else if n < total {
-		return Workload{}, false, nil
-	}
-	roles := map[string]*WorkloadPodSet{}
-	for i, m := range live {
-		meta := m.Meta()
-		// A copy: WorkloadOf changes its argument.
-		view, err := ad.Decode(m.Object())
-		if err != nil {
-			return Workload{}, false, err
-		}
-		mw, err := WorkloadOf(kind, view, prio, opts...)
-		if err != nil {
-			return Workload{}, false, err
-		}
-		if len(mw.PodSets) != 1 {
-			return Workload{}, false, fmt.Errorf("%s has %d pod sets, a group member must have one: %w", meta.GetName(), len(mw.PodSets), ErrInvalidGroup)
-		}
-		if i == 0 {
-			w = Workload{Namespace: ns, Name: group, UID: groupUIDPrefix + mw.UID, LocalQueue: queue,
-				PriorityClass: mw.PriorityClass, Priority: mw.Priority, CreationTime: mw.CreationTime,
-				MaxExecutionSeconds: mw.MaxExecutionSeconds}
-		}
-		ps := mw.PodSets[0]
-		name := roleName(ps)
-		if r := roles[name]; r != nil {
-			r.Count++
-			r.MinCount++
-			continue
-		}
-		ps.Name, ps.Count, ps.MinCount = name, 1, 1
-		roles[name] = &ps
-		if len(roles) > MaxPodSets {
-			return Workload{}, false, fmt.Errorf("its members have more than %d roles (pod shapes), the most pod sets a workload may have: %w", MaxPodSets, ErrInvalidGroup)
-		}
-	}
-	names := make([]string, 0, len(roles))
-	for n := range roles {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		w.PodSets = append(w.PodSets, *roles[n])
-	}
-	return w, true, nil
-}
-
-// GroupTemplates returns, by pod set (role) of a pod group's workload, the
-// pod set of the first member in it, as its user wrote it: what a pod of
-// that role looks like.
-func GroupTemplates(ad Adapter, members []Job) (map[string]PodSet, error) {
-	out := map[string]PodSet{}
-	for _, m := range members {
-		role, ps, err := memberRole(ad.Decode, m)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", m.Meta().GetName(), err)
-		}
-		if out[role].Spec == nil {
-			out[role] = ps
-		}
-	}
-	return out, nil
-}
-
-// roleName names the pod set of the members that ask for what ps asks
-// for: the same requests, node selector and tolerations.
-func roleName(ps WorkloadPodSet) string {
-	reqs := make(map[string]string, len(ps.Requests))
-	for r, q := range ps.Requests {
-		reqs[string(r)] = q.String()
-	}
-	b, _ := json.Marshal(struct {
-		Requests     map[string]string   `json:"r"`
-		NodeSelector map[string]string   `json:"n"`
-		Tolerations  []corev1.Toleration `json:"t"`
-	}{reqs, ps.NodeSelector, ps.Tolerations})
-	h := fnv.New32a()
-	h.Write(b)
-	return fmt.Sprintf("role-%08x", h.Sum32())
-}
-
 // roleOf returns the pod set of the group's workload a member belongs to.
-func roleOf(k *kindRunner, m Job) (string, error) {
-	role, _, err := memberRole(k.decode, m)
+func roleOf(k *kindRunner, m jobframework.Job) (string, error) {
+	role, _, err := jobframework.MemberRole(k.decode, m)
 	return role, err
-}
-
-// memberRole returns a group member's role and its one pod set, as its
-// user wrote it (a copy, decoded with decode).
-func memberRole(decode func(runtime.Object) (Job, error), m Job) (string, PodSet, error) {
-	view, err := decode(m.Object())
-	if err != nil {
-		return "", PodSet{}, err
-	}
-	if err := Pristine(view); err != nil {
-		return "", PodSet{}, err
-	}
-	sets, err := view.PodSets()
-	if err != nil {
-		return "", PodSet{}, err
-	}
-	if len(sets) != 1 {
-		return "", PodSet{}, fmt.Errorf("%d pod sets, a group member must have one: %w", len(sets), ErrInvalidGroup)
-	}
-	return roleName(askOf(sets[0].Spec)), sets[0], nil
 }
 
 // startGroup applies a group's reservation to its gated members, one API
 // write each, under the same fences as start. Members created after the
 // group started (replacements) are started under the same admission.
-func (s *Service) startGroup(ctx context.Context, k *kindRunner, rec *events.WorkloadSubmittedV1, r ledger.Reservation, gated []Job) (err error) {
+func (s *Service) startGroup(ctx context.Context, k *kindRunner, rec *events.WorkloadSubmittedV1, r ledger.Reservation, gated []jobframework.Job) (err error) {
 	assigned, err := assignmentOf(r)
 	if err != nil {
 		for _, m := range gated {
@@ -430,7 +223,7 @@ func (s *Service) startGroup(ctx context.Context, k *kindRunner, rec *events.Wor
 		}
 		return nil
 	}
-	byRole := map[string]PodSetAssignment{}
+	byRole := map[string]jobframework.PodSetAssignment{}
 	for _, psa := range assigned.PodSets {
 		byRole[psa.Name] = psa
 	}
@@ -438,7 +231,7 @@ func (s *Service) startGroup(ctx context.Context, k *kindRunner, rec *events.Wor
 	flavors := s.snap.Flavors
 	s.mu.Unlock()
 	type write struct {
-		job   Job
+		job   jobframework.Job
 		patch []byte
 	}
 	var writes []write
@@ -462,12 +255,12 @@ func (s *Service) startGroup(ctx context.Context, k *kindRunner, rec *events.Wor
 		if err != nil {
 			return err
 		}
-		a := Assignment{ClusterQueue: r.ClusterQueue, PodSets: []PodSetAssignment{{Name: sets[0].Name, Count: sets[0].Count, Flavors: psa.Flavors, Update: psa.Update}}}
-		if err := Admit(admitted, a, flavors); err != nil {
+		a := jobframework.Assignment{ClusterQueue: r.ClusterQueue, PodSets: []jobframework.PodSetAssignment{{Name: sets[0].Name, Count: sets[0].Count, Flavors: psa.Flavors, Update: psa.Update}}}
+		if err := jobframework.Admit(admitted, a, flavors); err != nil {
 			s.recorder.Eventf(m.Object(), corev1.EventTypeWarning, "AdmissionFailed", "cannot apply admission: %v", err)
 			continue
 		}
-		p, err := MergePatch(m.Object(), admitted.Object(), string(meta.GetUID()), meta.GetResourceVersion())
+		p, err := jobframework.MergePatch(m.Object(), admitted.Object(), string(meta.GetUID()), meta.GetResourceVersion())
 		if err != nil {
 			return err
 		}
@@ -497,7 +290,7 @@ func (s *Service) startGroup(ctx context.Context, k *kindRunner, rec *events.Wor
 // stopGroup stops a group by deleting its members (a member cannot be held
 // back once started, and the group runs all together or not at all), then
 // announces the stop.
-func (s *Service) stopGroup(ctx context.Context, k *kindRunner, members []Job, ref events.WorkloadRef, cq, reason, message, admission string) error {
+func (s *Service) stopGroup(ctx context.Context, k *kindRunner, members []jobframework.Job, ref events.WorkloadRef, cq, reason, message, admission string) error {
 	r, held := s.reservation(ref)
 	if admission == "" && held {
 		admission = r.Admission()

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/sluice-dev/sluice/api/v1beta1"
+	"github.com/sluice-dev/sluice/internal/jobframework"
 	"github.com/sluice-dev/sluice/services/integration"
 	"github.com/sluice-dev/sluice/services/integration/job"
 	"github.com/sluice-dev/sluice/services/integration/jobset"
@@ -136,7 +137,8 @@ func TestCacheTransformLeavesOtherObjects(t *testing.T) {
 }
 
 func TestPackedPodsKeepTheirGroup(t *testing.T) {
-	p := member("p-0", "sweep", corev1.PodRunning, "")
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p-0", Labels: map[string]string{pod.GroupNameLabel: "sweep"}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning}}
 	kept, err := integration.CacheTransform(pod.Adapter{})(p)
 	if err != nil {
 		t.Fatal(err)
@@ -144,7 +146,7 @@ func TestPackedPodsKeepTheirGroup(t *testing.T) {
 	if _, ok := kept.(*corev1.Pod); ok {
 		t.Fatalf("the cache keeps a typed Pod; want it packed")
 	}
-	if key, ok := integration.WorkKey(pod.Adapter{}, kept); key != "ns/sweep" || !ok {
+	if key, ok := jobframework.WorkKey(pod.Adapter{}, kept); key != "ns/sweep" || !ok {
 		t.Errorf("work key %q, %v; want ns/sweep", key, ok)
 	}
 	j, err := pod.Adapter{}.Decode(kept.(runtime.Object))
@@ -157,7 +159,7 @@ func TestPackedPodsKeepTheirGroup(t *testing.T) {
 	// A member's labels are kept decoded for the group index; a decoded
 	// copy's are its own.
 	j.Meta().GetLabels()[pod.GroupNameLabel] = "other"
-	if key, ok := integration.WorkKey(pod.Adapter{}, kept); key != "ns/sweep" || !ok {
+	if key, ok := jobframework.WorkKey(pod.Adapter{}, kept); key != "ns/sweep" || !ok {
 		t.Errorf("after a decoded copy changed: work key %q, %v; want ns/sweep", key, ok)
 	}
 }

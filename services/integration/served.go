@@ -10,35 +10,16 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"github.com/sluice-dev/sluice/internal/jobframework"
 	"k8s.io/client-go/discovery"
 )
-
-// Served reports whether the API server serves a kind: false, with no
-// error, when its group version or resource is unknown (its CRD is not
-// installed).
-func Served(disc discovery.DiscoveryInterface, k Kind) (bool, error) {
-	list, err := disc.ServerResourcesForGroupVersion(k.GVK.GroupVersion().String())
-	if apierrors.IsNotFound(err) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("discover %s: %w", k.GVK.GroupVersion(), err)
-	}
-	for _, r := range list.APIResources {
-		if r.Name == k.Resource && r.Kind == k.GVK.Kind {
-			return true, nil
-		}
-	}
-	return false, nil
-}
 
 // RunWhenServed runs the adapters' kinds until ctx ends, each once the API
 // server serves it. The kinds served at the start run together; a kind
 // whose CRD is missing is reported once and started when its CRD appears
 // (discovery is asked again every poll). Kinds started later get a webhook
 // on a port of their own next to WebhookAddress's host.
-func RunWhenServed(ctx context.Context, cfg Config, adapters []Adapter, disc discovery.DiscoveryInterface, mk func(Config, []Adapter) (*Service, error), log zerolog.Logger, poll time.Duration) error {
+func RunWhenServed(ctx context.Context, cfg Config, adapters []jobframework.Adapter, disc discovery.DiscoveryInterface, mk func(Config, []jobframework.Adapter) (*Service, error), log zerolog.Logger, poll time.Duration) error {
 	if len(adapters) == 0 {
 		return errors.New("integration: no kinds to run")
 	}
@@ -53,9 +34,9 @@ func RunWhenServed(ctx context.Context, cfg Config, adapters []Adapter, disc dis
 	tick := time.NewTicker(poll)
 	defer tick.Stop()
 	for {
-		var ready, waiting []Adapter
+		var ready, waiting []jobframework.Adapter
 		for _, ad := range pending {
-			ok, err := Served(disc, ad.Kind())
+			ok, err := jobframework.Served(disc, ad.Kind())
 			switch {
 			case err != nil:
 				log.Warn().Err(err).Str("kind", ad.Kind().Name).Msg("cannot tell whether the kind is served; asking again")

@@ -38,6 +38,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/configstore"
 	"github.com/sluice-dev/sluice/internal/fence"
 	"github.com/sluice-dev/sluice/internal/health"
+	"github.com/sluice-dev/sluice/internal/jobframework"
 	"github.com/sluice-dev/sluice/internal/ledger"
 	"github.com/sluice-dev/sluice/internal/shard"
 	"github.com/sluice-dev/sluice/internal/tracing"
@@ -163,8 +164,8 @@ type Service struct {
 
 // kindRunner is the part of the service that belongs to one kind.
 type kindRunner struct {
-	ad    Adapter
-	kind  Kind
+	ad    jobframework.Adapter
+	kind  jobframework.Kind
 	inf   cache.SharedIndexInformer
 	queue workqueue.TypedRateLimitingInterface[string]
 	// owner holds this replica's shards of the kind: it acts only on the
@@ -179,7 +180,7 @@ type kindRunner struct {
 
 // New returns an integration of the adapters' kinds. Each kind must be
 // served by the API server (see Installed).
-func New(cfg Config, adapters []Adapter, kube kubernetes.Interface, dyn dynamic.Interface, js jetstream.JetStream, pub Publisher, log zerolog.Logger) (*Service, error) {
+func New(cfg Config, adapters []jobframework.Adapter, kube kubernetes.Interface, dyn dynamic.Interface, js jetstream.JetStream, pub Publisher, log zerolog.Logger) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -313,23 +314,23 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 
 	if s.cfg.WebhookAddress != "" {
-		var ads []Adapter
+		var ads []jobframework.Adapter
 		for _, name := range s.Kinds() {
 			ads = append(ads, s.kinds[name].ad)
 		}
-		opts := []WebhookOption{WithAddress(s.cfg.WebhookAddress), WithLogger(s.log)}
+		opts := []jobframework.WebhookOption{jobframework.WithAddress(s.cfg.WebhookAddress), jobframework.WithLogger(s.log)}
 		if s.cfg.KueueLabels {
-			opts = append(opts, WithKueueLabels())
+			opts = append(opts, jobframework.WithKueueLabels())
 		}
 		if s.cfg.WebhookCertDir != "" {
-			opts = append(opts, WithCertFiles(filepath.Join(s.cfg.WebhookCertDir, "tls.crt"), filepath.Join(s.cfg.WebhookCertDir, "tls.key")))
+			opts = append(opts, jobframework.WithCertFiles(filepath.Join(s.cfg.WebhookCertDir, "tls.crt"), filepath.Join(s.cfg.WebhookCertDir, "tls.key")))
 			if ca, err := os.ReadFile(filepath.Join(s.cfg.WebhookCertDir, "ca.crt")); err == nil {
-				opts = append(opts, WithCABundle(ca))
+				opts = append(opts, jobframework.WithCABundle(ca))
 			}
 		} else {
-			opts = append(opts, WithHosts(s.cfg.WebhookHost))
+			opts = append(opts, jobframework.WithHosts(s.cfg.WebhookHost))
 		}
-		wh, err := NewWebhook(ads, opts...)
+		wh, err := jobframework.NewWebhook(ads, opts...)
 		if err != nil {
 			return err
 		}
@@ -342,7 +343,7 @@ func (s *Service) Run(ctx context.Context) error {
 				if err != nil {
 					return err
 				}
-				if err := EnsureWebhookConfiguration(ctx, s.kube, ad.Kind(), url, wh.CABundle(), s.cfg.KueueLabels); err != nil {
+				if err := jobframework.EnsureWebhookConfiguration(ctx, s.kube, ad.Kind(), url, wh.CABundle(), s.cfg.KueueLabels); err != nil {
 					return err
 				}
 			}
@@ -479,7 +480,7 @@ func (s *Service) waitSynced(ctx context.Context, errc <-chan error, buckets map
 
 // startInformer starts the watch of one kind's labelled objects.
 func (s *Service) startInformer(ctx context.Context, k *kindRunner) error {
-	if src, ok := k.ad.(InformerSource); ok {
+	if src, ok := k.ad.(jobframework.InformerSource); ok {
 		k.inf = src.NewInformer(s.kube, s.cfg.Resync, v1beta1.QueueNameLabel)
 	} else {
 		k.inf = dynamicinformer.NewFilteredDynamicInformer(s.dyn, k.kind.GVR(), metav1.NamespaceAll, s.cfg.Resync,
@@ -493,7 +494,7 @@ func (s *Service) startInformer(ctx context.Context, k *kindRunner) error {
 		return fmt.Errorf("integration: index %s: %w", k.kind.Resource, err)
 	}
 	enqueue := func(obj any) {
-		if key, ok := workKey(k.ad, obj); ok {
+		if key, ok := jobframework.WorkKey(k.ad, obj); ok {
 			k.queue.Add(key)
 		}
 	}
@@ -519,10 +520,10 @@ const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
 // it receives before keeping it: trim it (trimForCache, the adapter's
 // CacheTrimmer), and pack it when the informer is typed (packed), its
 // labels and annotations kept decoded for a Grouper's index.
-func cacheTransform(ad Adapter) cache.TransformFunc {
-	trimmer, _ := ad.(CacheTrimmer)
-	_, typed := ad.(InformerSource)
-	_, grouper := ad.(Grouper)
+func cacheTransform(ad jobframework.Adapter) cache.TransformFunc {
+	trimmer, _ := ad.(jobframework.CacheTrimmer)
+	_, typed := ad.(jobframework.InformerSource)
+	_, grouper := ad.(jobframework.Grouper)
 	return func(obj any) (any, error) {
 		o, ok := obj.(runtime.Object)
 		if !ok {
@@ -533,7 +534,7 @@ func cacheTransform(ad Adapter) cache.TransformFunc {
 		}
 		trimForCache(o)
 		if typed {
-			return pack(o, grouper), nil
+			return jobframework.Pack(o, grouper), nil
 		}
 		return o, nil
 	}
@@ -563,7 +564,7 @@ func trimForCache(obj runtime.Object) {
 
 // relevant reports whether an update can change what Sluice does: most
 // updates are pod counts in the status, which it ignores.
-func relevant(ad Adapter, o, n any, podsReady bool) bool {
+func relevant(ad jobframework.Adapter, o, n any, podsReady bool) bool {
 	oo, ok1 := o.(runtime.Object)
 	no, ok2 := n.(runtime.Object)
 	if !ok1 || !ok2 {
@@ -587,8 +588,8 @@ func relevant(ad Adapter, o, n any, podsReady bool) bool {
 		return true
 	}
 	if podsReady {
-		or, ok1 := oj.(PodsReadier)
-		nr, ok2 := nj.(PodsReadier)
+		or, ok1 := oj.(jobframework.PodsReadier)
+		nr, ok2 := nj.(jobframework.PodsReadier)
 		if ok1 && ok2 && or.PodsReady() != nr.PodsReady() {
 			return true
 		}
@@ -794,7 +795,7 @@ func (s *Service) enqueueShards(ctx context.Context, k *kindRunner, shards []int
 		}
 	}
 	for _, obj := range k.inf.GetStore().List() {
-		if key, ok := workKey(k.ad, obj); ok {
+		if key, ok := jobframework.WorkKey(k.ad, obj); ok {
 			add(key)
 		}
 	}
@@ -922,7 +923,7 @@ func (s *Service) reservation(ref events.WorkloadRef) (ledger.Reservation, bool)
 
 // cached returns the informer's copy of an object, decoded; nil when the
 // informer has none.
-func (s *Service) cached(k *kindRunner, key string) (Job, error) {
+func (s *Service) cached(k *kindRunner, key string) (jobframework.Job, error) {
 	obj, exists, err := k.inf.GetStore().GetByKey(key)
 	if err != nil || !exists {
 		return nil, err
@@ -935,7 +936,7 @@ func (s *Service) cached(k *kindRunner, key string) (Job, error) {
 }
 
 // fetch reads an object from the API server, decoded; nil when it is gone.
-func (s *Service) fetch(ctx context.Context, k *kindRunner, ns, name string) (Job, error) {
+func (s *Service) fetch(ctx context.Context, k *kindRunner, ns, name string) (jobframework.Job, error) {
 	u, err := s.dyn.Resource(k.kind.GVR()).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil, nil
@@ -1000,12 +1001,12 @@ func (s *Service) sync(ctx context.Context, k *kindRunner, key string) error {
 			return err
 		}
 	}
-	if g, ok := k.ad.(Grouper); ok {
+	if g, ok := k.ad.(jobframework.Grouper); ok {
 		members, err := s.members(k, key)
 		if err != nil {
 			return err
 		}
-		if isGroupRecord(rec) || (rec == nil && len(members) > 0) {
+		if jobframework.IsGroupRecord(rec) || (rec == nil && len(members) > 0) {
 			return s.syncGroup(ctx, k, g, ref, rk, rec, members)
 		}
 	}
@@ -1013,10 +1014,10 @@ func (s *Service) sync(ctx context.Context, k *kindRunner, key string) error {
 	if err != nil {
 		return err
 	}
-	if job != nil && groupOf(k.ad, job.Meta()) != "" {
+	if job != nil && jobframework.GroupOf(k.ad, job.Meta()) != "" {
 		job = nil // a member of a group: the group's key covers it
 	}
-	if rec != nil && (job == nil || ObjectUID(rec.Workload.UID) != string(job.Meta().GetUID())) {
+	if rec != nil && (job == nil || jobframework.ObjectUID(rec.Workload.UID) != string(job.Meta().GetUID())) {
 		// Deleted, or deleted and created again under the same name. The
 		// informer may only be behind (this replica just took the shard
 		// from another that saw the object first): ask the API server
@@ -1025,7 +1026,7 @@ func (s *Service) sync(ctx context.Context, k *kindRunner, key string) error {
 		if err != nil {
 			return err
 		}
-		if fresh != nil && string(fresh.Meta().GetUID()) == ObjectUID(rec.Workload.UID) && groupOf(k.ad, fresh.Meta()) == "" {
+		if fresh != nil && string(fresh.Meta().GetUID()) == jobframework.ObjectUID(rec.Workload.UID) && jobframework.GroupOf(k.ad, fresh.Meta()) == "" {
 			if _, labelled := fresh.Meta().GetLabels()[v1beta1.QueueNameLabel]; !labelled {
 				// Not deleted: it left its queue (the informer
 				// only holds labelled objects).
@@ -1054,7 +1055,7 @@ func (s *Service) sync(ctx context.Context, k *kindRunner, key string) error {
 	if _, managed := m.GetLabels()[v1beta1.QueueNameLabel]; !managed {
 		return nil
 	}
-	if ig, ok := job.(Ignorer); ok && ig.Ignored() {
+	if ig, ok := job.(jobframework.Ignorer); ok && ig.Ignored() {
 		return nil
 	}
 	if rec != nil && m.GetLabels()[v1beta1.QueueNameLabel] != rec.LocalQueue {
@@ -1098,11 +1099,11 @@ func (s *Service) sync(ctx context.Context, k *kindRunner, key string) error {
 		held = false
 	}
 	suspended := job.IsSuspended()
-	if _, hold := m.GetAnnotations()[HoldAnnotation]; hold && suspended {
+	if _, hold := m.GetAnnotations()[jobframework.HoldAnnotation]; hold && suspended {
 		// Held back: admitted or not, it does not start. Its annotation
 		// says which admission it holds, for whoever releases it.
 		want := ""
-		if held && r.Startable() && m.GetAnnotations()[StoppedAnnotation] != r.Admission() {
+		if held && r.Startable() && m.GetAnnotations()[jobframework.StoppedAnnotation] != r.Admission() {
 			want = r.Admission()
 		}
 		return s.markHeld(ctx, k, job, want)
@@ -1114,7 +1115,7 @@ func (s *Service) sync(ctx context.Context, k *kindRunner, key string) error {
 		// Dispatched to a worker cluster: it runs there, this object
 		// stays suspended and mirrors the worker's status.
 		return s.startRemote(ctx, job, rec, r)
-	case held && suspended && m.GetAnnotations()[StoppedAnnotation] != r.Admission():
+	case held && suspended && m.GetAnnotations()[jobframework.StoppedAnnotation] != r.Admission():
 		return s.start(ctx, k, job, rec, r)
 	case held && !suspended:
 		if err := s.confirmStart(ctx, rec, r); err != nil {
@@ -1166,10 +1167,10 @@ func (s *Service) record(ctx context.Context, rk string) (*events.WorkloadSubmit
 // and admission applies it to the queue's order and to preemption from its
 // next cycle. A class that does not exist is reported on the object and
 // the old priority stays; creating the class brings the object back here.
-func (s *Service) reprioritize(ctx context.Context, rk string, rec *events.WorkloadSubmittedV1, job Job) (*events.WorkloadSubmittedV1, error) {
+func (s *Service) reprioritize(ctx context.Context, rk string, rec *events.WorkloadSubmittedV1, job jobframework.Job) (*events.WorkloadSubmittedV1, error) {
 	m := job.Meta()
 	name := m.GetLabels()[v1beta1.PriorityClassLabel]
-	if name == "" || name == rec.PriorityClass || ObjectUID(rec.Workload.UID) != string(m.GetUID()) {
+	if name == "" || name == rec.PriorityClass || jobframework.ObjectUID(rec.Workload.UID) != string(m.GetUID()) {
 		return rec, nil
 	}
 	s.mu.Lock()
@@ -1207,7 +1208,7 @@ func (s *Service) reprioritize(ctx context.Context, rk string, rec *events.Workl
 }
 
 // submit writes the workload record and announces it.
-func (s *Service) submit(ctx context.Context, k *kindRunner, rk string, job Job) (*events.WorkloadSubmittedV1, error) {
+func (s *Service) submit(ctx context.Context, k *kindRunner, rk string, job jobframework.Job) (*events.WorkloadSubmittedV1, error) {
 	s.mu.Lock()
 	prio := s.priorities()
 	s.mu.Unlock()
@@ -1222,7 +1223,7 @@ func (s *Service) submit(ctx context.Context, k *kindRunner, rk string, job Job)
 		if job, err = s.reopen(ctx, k, rk, job.Meta().GetNamespace(), job.Meta().GetName(), st); err != nil || job == nil {
 			return nil, err
 		}
-		incarnation = incarnationOf(st.UID) + 1
+		incarnation = jobframework.IncarnationOf(st.UID) + 1
 		if st, err = fence.Get(ctx, s.fenceKV, rk); err != nil {
 			return nil, err
 		}
@@ -1232,11 +1233,11 @@ func (s *Service) submit(ctx context.Context, k *kindRunner, rk string, job Job)
 	if err != nil {
 		return nil, err
 	}
-	w, err := WorkloadOf(k.kind.Name, view, prio, s.workloadOptions()...)
+	w, err := jobframework.WorkloadOf(k.kind.Name, view, prio, s.workloadOptions()...)
 	if err == nil {
-		w.UID = WorkloadUID(w.UID, incarnation)
+		w.UID = jobframework.WorkloadUID(w.UID, incarnation)
 		var rec *events.WorkloadSubmittedV1
-		if rec, err = s.storeFenced(ctx, k, rk, w, st); !errors.Is(err, ErrInvalidJob) {
+		if rec, err = s.storeFenced(ctx, k, rk, w, st); !errors.Is(err, jobframework.ErrInvalidJob) {
 			return rec, err
 		}
 	}
@@ -1251,7 +1252,7 @@ func (s *Service) submit(ctx context.Context, k *kindRunner, rk string, job Job)
 // that ended while the job lives on: it left its queue or moved to
 // another (see leave and move).
 func reopenable(st fence.State, uid string) bool {
-	return st.Phase == fence.Finished && ObjectUID(st.UID) == uid && st.End != nil && leftQueue(*st.End)
+	return st.Phase == fence.Finished && jobframework.ObjectUID(st.UID) == uid && st.End != nil && leftQueue(*st.End)
 }
 
 // leftQueue: an end that was the job leaving its queue, not the job's.
@@ -1264,13 +1265,13 @@ func leftQueue(e fence.End) bool {
 // removal of the label, so the object is read from the API server: only
 // one that is labelled, suspended and unfinished now is queued again. It
 // returns that object, or nil when there is none to queue.
-func (s *Service) reopen(ctx context.Context, k *kindRunner, rk, ns, name string, st fence.State) (Job, error) {
+func (s *Service) reopen(ctx context.Context, k *kindRunner, rk, ns, name string, st fence.State) (jobframework.Job, error) {
 	fresh, err := s.fetch(ctx, k, ns, name)
 	if err != nil || fresh == nil {
 		return nil, err
 	}
 	m := fresh.Meta()
-	if string(m.GetUID()) != ObjectUID(st.UID) || m.GetLabels()[v1beta1.QueueNameLabel] == "" || !fresh.IsSuspended() || m.GetDeletionTimestamp() != nil {
+	if string(m.GetUID()) != jobframework.ObjectUID(st.UID) || m.GetLabels()[v1beta1.QueueNameLabel] == "" || !fresh.IsSuspended() || m.GetDeletionTimestamp() != nil {
 		return nil, nil
 	}
 	if done, _, _ := fresh.Finished(); done {
@@ -1301,7 +1302,7 @@ const maxRecordBytes = 1<<20 - 32<<10
 
 // store writes a workload's record and announces it; nil, nil for an
 // object that ended already.
-func (s *Service) store(ctx context.Context, k *kindRunner, rk string, w Workload) (*events.WorkloadSubmittedV1, error) {
+func (s *Service) store(ctx context.Context, k *kindRunner, rk string, w jobframework.Workload) (*events.WorkloadSubmittedV1, error) {
 	st, err := fence.Get(ctx, s.fenceKV, rk)
 	if err != nil {
 		return nil, err
@@ -1310,18 +1311,18 @@ func (s *Service) store(ctx context.Context, k *kindRunner, rk string, w Workloa
 }
 
 // storeFenced is store with the workload's fence read already.
-func (s *Service) storeFenced(ctx context.Context, k *kindRunner, rk string, w Workload, st fence.State) (*events.WorkloadSubmittedV1, error) {
+func (s *Service) storeFenced(ctx context.Context, k *kindRunner, rk string, w jobframework.Workload, st fence.State) (*events.WorkloadSubmittedV1, error) {
 	// An object that ended is never queued again, even when this
 	// replica's informer is behind the replica that saw it end (nor is
 	// one that left its queue, unless submit found it back in one).
-	if st.Phase == fence.Finished && ObjectUID(st.UID) == ObjectUID(w.UID) {
+	if st.Phase == fence.Finished && jobframework.ObjectUID(st.UID) == jobframework.ObjectUID(w.UID) {
 		return nil, nil
 	}
 	rec := toEvent(k.kind.Name, w)
 	// A record the stream would refuse is refused here, with the reason,
 	// rather than written and then retried forever.
 	if err := rec.Validate(); err != nil {
-		return nil, fmt.Errorf("workload record: %v: %w", err, ErrInvalidJob)
+		return nil, fmt.Errorf("workload record: %v: %w", err, jobframework.ErrInvalidJob)
 	}
 	ctx, span := k.tracer.Start(ctx, rec.Workload, tracing.SpanSubmit, trace.WithAttributes(
 		tracing.AttrLocalQueue.String(rec.LocalQueue), tracing.AttrPriority.Int64(int64(rec.Priority))))
@@ -1341,7 +1342,7 @@ func (s *Service) writeRecord(ctx context.Context, rk string, rec events.Workloa
 	}
 	if len(b) > maxRecordBytes {
 		return fmt.Errorf("its workload record is %d bytes, more than the %d a record may have (its pod sets' node selectors, tolerations or requests are too large): %w",
-			len(b), maxRecordBytes, ErrInvalidJob)
+			len(b), maxRecordBytes, jobframework.ErrInvalidJob)
 	}
 	if _, err := s.wlKV.Create(ctx, rk, b); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 		return fmt.Errorf("write workload %s: %w", rk, err)
@@ -1349,7 +1350,7 @@ func (s *Service) writeRecord(ctx context.Context, rk string, rec events.Workloa
 	return s.pub.Publish(ctx, rec, events.ID(rec.Type(), rec.Workload.UID))
 }
 
-func toEvent(kind string, w Workload) events.WorkloadSubmittedV1 {
+func toEvent(kind string, w jobframework.Workload) events.WorkloadSubmittedV1 {
 	ev := events.WorkloadSubmittedV1{
 		Workload:      events.WorkloadRef{Kind: kind, Namespace: w.Namespace, Name: w.Name, UID: w.UID},
 		LocalQueue:    w.LocalQueue,
@@ -1384,7 +1385,7 @@ const (
 // and from then on the object is not Sluice's. One that still runs (the
 // webhook refuses that change, so only while it was not asked) is
 // stopped first: it runs on its workload's quota.
-func (s *Service) leave(ctx context.Context, k *kindRunner, rk string, rec *events.WorkloadSubmittedV1, job Job) error {
+func (s *Service) leave(ctx context.Context, k *kindRunner, rk string, rec *events.WorkloadSubmittedV1, job jobframework.Job) error {
 	if finished, ok, msg := job.Finished(); finished {
 		return s.gone(ctx, rk, rec, &events.WorkloadFinishedV1{Succeeded: ok, Message: msg})
 	}
@@ -1401,7 +1402,7 @@ func (s *Service) leave(ctx context.Context, k *kindRunner, rk string, rec *even
 // stopFirst stops a running object whose queue label changed (possible
 // only while the webhook was not asked), on its workload's admission; the
 // caller's change follows once the stop is seen (errLookAgain).
-func (s *Service) stopFirst(ctx context.Context, k *kindRunner, job Job, rec *events.WorkloadSubmittedV1, reason, message string) error {
+func (s *Service) stopFirst(ctx context.Context, k *kindRunner, job jobframework.Job, rec *events.WorkloadSubmittedV1, reason, message string) error {
 	r, _ := s.reservation(rec.Workload)
 	if err := s.stop(ctx, k, job, rec.Workload, "", reason, message, r.Admission()); err != nil {
 		return err
@@ -1414,7 +1415,7 @@ func (s *Service) stopFirst(ctx context.Context, k *kindRunner, job Job, rec *ev
 // suspended object moves at once, keeping nothing of its place or any
 // reservation in the old queue, as in Kueue. One that still runs (the
 // webhook refuses that change) is stopped first.
-func (s *Service) move(ctx context.Context, k *kindRunner, rk string, rec *events.WorkloadSubmittedV1, job Job) error {
+func (s *Service) move(ctx context.Context, k *kindRunner, rk string, rec *events.WorkloadSubmittedV1, job jobframework.Job) error {
 	to := job.Meta().GetLabels()[v1beta1.QueueNameLabel]
 	if !job.IsSuspended() {
 		return s.stopFirst(ctx, k, job, rec, ReasonQueueNameChanged,
@@ -1514,7 +1515,7 @@ func (s *Service) ensureAnnounced(ctx context.Context, ev events.Event, id strin
 //   - the patch carries the resourceVersion the decision was made on, so a
 //     stale view of the object (the informer lagging behind a stop) fails
 //     with a conflict instead of resuming it.
-func (s *Service) start(ctx context.Context, k *kindRunner, job Job, rec *events.WorkloadSubmittedV1, r ledger.Reservation) (err error) {
+func (s *Service) start(ctx context.Context, k *kindRunner, job jobframework.Job, rec *events.WorkloadSubmittedV1, r ledger.Reservation) (err error) {
 	ctx, span := s.startSpan(ctx, rec, r)
 	defer func() { endSpan(span, err) }()
 	s.mu.Lock()
@@ -1527,17 +1528,17 @@ func (s *Service) start(ctx context.Context, k *kindRunner, job Job, rec *events
 	}
 	a, err := assignmentOf(r)
 	if err == nil {
-		err = Admit(admitted, a, flavors)
+		err = jobframework.Admit(admitted, a, flavors)
 	}
 	if err != nil {
 		s.recorder.Eventf(job.Object(), corev1.EventTypeWarning, "AdmissionFailed", "cannot apply admission: %v", err)
 		return nil
 	}
-	if u, ok := job.(Unlocker); ok {
+	if u, ok := job.(jobframework.Unlocker); ok {
 		if p := u.UnlockPatch(); p != nil {
 			// Stopped earlier without its templates unlocked (Sluice had not
 			// changed them): unlock now, start once the informer sees it.
-			p, err := withUID(p, string(m.GetUID()))
+			p, err := jobframework.WithUID(p, string(m.GetUID()))
 			if err != nil {
 				return err
 			}
@@ -1547,7 +1548,7 @@ func (s *Service) start(ctx context.Context, k *kindRunner, job Job, rec *events
 			return errLookAgain
 		}
 	}
-	patch, err := MergePatch(job.Object(), admitted.Object(), string(m.GetUID()), m.GetResourceVersion())
+	patch, err := jobframework.MergePatch(job.Object(), admitted.Object(), string(m.GetUID()), m.GetResourceVersion())
 	if err != nil {
 		return err
 	}
@@ -1570,9 +1571,9 @@ func (s *Service) start(ctx context.Context, k *kindRunner, job Job, rec *events
 
 // markHeld writes the admission a held object holds into HeldAnnotation
 // ("" removes it).
-func (s *Service) markHeld(ctx context.Context, k *kindRunner, job Job, admission string) error {
+func (s *Service) markHeld(ctx context.Context, k *kindRunner, job jobframework.Job, admission string) error {
 	m := job.Meta()
-	if m.GetAnnotations()[HeldAnnotation] == admission {
+	if m.GetAnnotations()[jobframework.HeldAnnotation] == admission {
 		return nil
 	}
 	var value any
@@ -1580,7 +1581,7 @@ func (s *Service) markHeld(ctx context.Context, k *kindRunner, job Job, admissio
 		value = admission
 	}
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
-		"uid": string(m.GetUID()), "annotations": map[string]any{HeldAnnotation: value}}})
+		"uid": string(m.GetUID()), "annotations": map[string]any{jobframework.HeldAnnotation: value}}})
 	if err != nil {
 		return err
 	}
@@ -1592,7 +1593,7 @@ func (s *Service) markHeld(ctx context.Context, k *kindRunner, job Job, admissio
 // suspended (the worker runs the job), and its end comes with the status
 // the dispatcher mirrors from the worker. The fences hold as for a local
 // start, so a preemption waits for the announcement.
-func (s *Service) startRemote(ctx context.Context, job Job, rec *events.WorkloadSubmittedV1, r ledger.Reservation) (err error) {
+func (s *Service) startRemote(ctx context.Context, job jobframework.Job, rec *events.WorkloadSubmittedV1, r ledger.Reservation) (err error) {
 	rk := workloads.Key(rec.Workload)
 	if st := s.fenceOf(rk); st.Admission == r.Admission() && st.Phase == fence.Started {
 		// Its pods are the worker's, which admitted it: for
@@ -1616,14 +1617,14 @@ func (s *Service) startRemote(ctx context.Context, job Job, rec *events.Workload
 
 // assignmentOf is the assignment a reservation makes, with what its
 // admission checks add to each pod set.
-func assignmentOf(r ledger.Reservation) (Assignment, error) {
-	updates, err := MergeUpdates(r.PodSetUpdates)
+func assignmentOf(r ledger.Reservation) (jobframework.Assignment, error) {
+	updates, err := jobframework.MergeUpdates(r.PodSetUpdates)
 	if err != nil {
-		return Assignment{}, err
+		return jobframework.Assignment{}, err
 	}
-	a := Assignment{ClusterQueue: r.ClusterQueue}
+	a := jobframework.Assignment{ClusterQueue: r.ClusterQueue}
 	for _, ps := range r.PodSets {
-		a.PodSets = append(a.PodSets, PodSetAssignment{Name: ps.Name, Count: ps.Count, Flavors: ps.Flavors, Update: updates[ps.Name]})
+		a.PodSets = append(a.PodSets, jobframework.PodSetAssignment{Name: ps.Name, Count: ps.Count, Flavors: ps.Flavors, Update: updates[ps.Name]})
 	}
 	return a, nil
 }
@@ -1772,8 +1773,8 @@ func (s *Service) reportReady(ctx context.Context, rk string, ready bool, r ledg
 
 // podsReady says whether a started object's pods are all ready: what its
 // status says, or yes for a kind that cannot tell.
-func podsReady(job Job) bool {
-	if pr, ok := job.(PodsReadier); ok {
+func podsReady(job jobframework.Job) bool {
+	if pr, ok := job.(jobframework.PodsReadier); ok {
 		return pr.PodsReady()
 	}
 	return true
@@ -1831,7 +1832,7 @@ func describe(r ledger.Reservation) string {
 // object whose templates Sluice never changed is stopped in one write
 // after the mark. Every step is idempotent: a failed stop is retried from
 // the start.
-func (s *Service) stop(ctx context.Context, k *kindRunner, job Job, ref events.WorkloadRef, cq, reason, message, admission string) error {
+func (s *Service) stop(ctx context.Context, k *kindRunner, job jobframework.Job, ref events.WorkloadRef, cq, reason, message, admission string) error {
 	r, held := s.reservation(ref)
 	if admission == "" && held {
 		admission = r.Admission()
@@ -1841,7 +1842,7 @@ func (s *Service) stop(ctx context.Context, k *kindRunner, job Job, ref events.W
 	if cq == "" {
 		cq = r.ClusterQueue
 	}
-	if d, ok := job.(Deleter); ok && d.StopsByDeletion() {
+	if d, ok := job.(jobframework.Deleter); ok && d.StopsByDeletion() {
 		if err := s.delete(ctx, k, ns, name, uid); err != nil {
 			return err
 		}
@@ -1850,7 +1851,7 @@ func (s *Service) stop(ctx context.Context, k *kindRunner, job Job, ref events.W
 	}
 	if admission != "" {
 		mark, err := json.Marshal(map[string]any{"metadata": map[string]any{
-			"uid": uid, "annotations": map[string]string{StoppedAnnotation: admission}}})
+			"uid": uid, "annotations": map[string]string{jobframework.StoppedAnnotation: admission}}})
 		if err != nil {
 			return err
 		}
@@ -1862,11 +1863,11 @@ func (s *Service) stop(ctx context.Context, k *kindRunner, job Job, ref events.W
 		if n > 3 {
 			return fmt.Errorf("stop: not done after %d writes", n)
 		}
-		step, err := NextStopStep(k.ad, job)
+		step, err := jobframework.NextStopStep(k.ad, job)
 		if err != nil {
 			return err
 		}
-		if err := s.patch(ctx, k, ns, name, step.Patch, step.subresource()...); err != nil {
+		if err := s.patch(ctx, k, ns, name, step.Patch, step.Subresource()...); err != nil {
 			return fmt.Errorf("stop (%s): %w", step.Name, err)
 		}
 		if step.Last {
@@ -2001,7 +2002,7 @@ func (s *Service) handlePending(_ context.Context, k *kindRunner, env events.Env
 			kind, reason = corev1.EventTypeWarning, "InvalidWorkload"
 		}
 	}
-	if strings.HasPrefix(w.UID, groupUIDPrefix) {
+	if strings.HasPrefix(w.UID, jobframework.GroupUIDPrefix) {
 		// A group's news is told on each of its members.
 		members, err := s.members(k, w.String())
 		if err != nil {
@@ -2013,14 +2014,14 @@ func (s *Service) handlePending(_ context.Context, k *kindRunner, env events.Env
 		return nil
 	}
 	ref := &corev1.ObjectReference{Kind: k.kind.GVK.Kind, APIVersion: k.kind.GVK.GroupVersion().String(),
-		Namespace: w.Namespace, Name: w.Name, UID: types.UID(ObjectUID(w.UID))}
+		Namespace: w.Namespace, Name: w.Name, UID: types.UID(jobframework.ObjectUID(w.UID))}
 	s.recorder.Event(ref, kind, reason, detail)
 	return nil
 }
 
 // decode decodes an object of the kind and stamps its kind on it, so
 // Kubernetes Events can name it without a scheme.
-func (k *kindRunner) decode(obj runtime.Object) (Job, error) {
+func (k *kindRunner) decode(obj runtime.Object) (jobframework.Job, error) {
 	j, err := k.ad.Decode(obj)
 	if err != nil {
 		return nil, fmt.Errorf("decode %s: %w", k.kind.Resource, err)
@@ -2063,16 +2064,16 @@ func (k *keyLocks) lock(key string) (unlock func()) {
 }
 
 // workloadOptions are how this service builds workloads from objects.
-func (s *Service) workloadOptions() []WorkloadOption {
+func (s *Service) workloadOptions() []jobframework.WorkloadOption {
 	if s.cfg.Requests == nil {
 		return nil
 	}
-	return []WorkloadOption{WithRequests(s.cfg.Requests)}
+	return []jobframework.WorkloadOption{jobframework.WithRequests(s.cfg.Requests)}
 }
 
 // priorities resolves priority classes from the configuration snapshot.
-func (s *Service) priorities() StaticPriorityResolver {
-	return StaticPriorityResolver{WorkloadPriorityClasses: s.snap.WorkloadPriorityClasses, PriorityClasses: s.snap.PriorityClasses,
+func (s *Service) priorities() jobframework.StaticPriorityResolver {
+	return jobframework.StaticPriorityResolver{WorkloadPriorityClasses: s.snap.WorkloadPriorityClasses, PriorityClasses: s.snap.PriorityClasses,
 		DefaultPriorityClass: s.snap.DefaultPriorityClass}
 }
 

@@ -25,7 +25,7 @@ import (
 	"github.com/sluice-dev/sluice/checks"
 	"github.com/sluice-dev/sluice/events"
 	"github.com/sluice-dev/sluice/internal/bus"
-	"github.com/sluice-dev/sluice/services/integration"
+	"github.com/sluice-dev/sluice/internal/jobframework"
 )
 
 // ConfigGVR is the MultiClusterConfig resource.
@@ -45,7 +45,7 @@ var EndedDurable = checks.Durable(v1beta1.MultiClusterController) + "-ended"
 type Dispatcher struct {
 	dyn      dynamic.Interface
 	js       jetstream.JetStream
-	adapters map[string]integration.Adapter
+	adapters map[string]jobframework.Adapter
 	log      zerolog.Logger
 	now      func() time.Time
 	tick     time.Duration
@@ -85,11 +85,11 @@ func WithClock(now func() time.Time, tick time.Duration) DispatcherOption {
 }
 
 // NewDispatcher returns the dispatcher of the kinds' workloads.
-func NewDispatcher(dyn dynamic.Interface, js jetstream.JetStream, adapters []integration.Adapter, opts ...DispatcherOption) (*Dispatcher, error) {
+func NewDispatcher(dyn dynamic.Interface, js jetstream.JetStream, adapters []jobframework.Adapter, opts ...DispatcherOption) (*Dispatcher, error) {
 	if dyn == nil || js == nil || len(adapters) == 0 {
 		return nil, fmt.Errorf("%w: a Kubernetes client, JetStream and job kinds are all required", ErrConfig)
 	}
-	d := &Dispatcher{dyn: dyn, js: js, adapters: map[string]integration.Adapter{}, log: zerolog.Nop(), now: time.Now,
+	d := &Dispatcher{dyn: dyn, js: js, adapters: map[string]jobframework.Adapter{}, log: zerolog.Nop(), now: time.Now,
 		tick: time.Second, dispatches: map[string]*dispatch{}, seen: map[string]time.Time{}}
 	for _, ad := range adapters {
 		d.adapters[ad.Kind().Name] = ad
@@ -365,13 +365,13 @@ func (d *Dispatcher) decide(ctx context.Context, r checks.Request) (checks.Answe
 		return checks.Answer{State: events.CheckPending}, d.offer(ctx, rec, rec.Offered)
 	}
 	ad, ok := d.adapters[r.Workload.Kind]
-	if _, grouped := ad.(integration.Grouper); !ok || grouped {
+	if _, grouped := ad.(jobframework.Grouper); !ok || grouped {
 		// Pods and pod groups stop by deletion and are queued by their
 		// members: a copy of one object is not the workload.
 		return checks.Answer{State: events.CheckRejected, Message: fmt.Sprintf("kind %q cannot be dispatched to worker clusters", r.Workload.Kind)}, nil
 	}
 	obj, err := d.dyn.Resource(ad.Kind().GVR()).Namespace(r.Workload.Namespace).Get(ctx, r.Workload.Name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) || err == nil && string(obj.GetUID()) != integration.ObjectUID(r.Workload.UID) {
+	if apierrors.IsNotFound(err) || err == nil && string(obj.GetUID()) != jobframework.ObjectUID(r.Workload.UID) {
 		return checks.Answer{}, nil // gone: its deletion releases the quota
 	}
 	if err != nil {
@@ -614,7 +614,7 @@ func (d *Dispatcher) mirror(ctx context.Context, rec *dispatch, r Report) error 
 	ad := d.adapters[rec.Workload.Kind]
 	res := d.dyn.Resource(ad.Kind().GVR()).Namespace(rec.Workload.Namespace)
 	cur, err := res.Get(ctx, rec.Workload.Name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) || err == nil && string(cur.GetUID()) != integration.ObjectUID(rec.Workload.UID) {
+	if apierrors.IsNotFound(err) || err == nil && string(cur.GetUID()) != jobframework.ObjectUID(rec.Workload.UID) {
 		return nil
 	}
 	if err != nil {

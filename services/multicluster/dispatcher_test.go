@@ -17,8 +17,8 @@ import (
 	"github.com/sluice-dev/sluice/api/v1beta1"
 	"github.com/sluice-dev/sluice/events"
 	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/internal/jobframework"
 	"github.com/sluice-dev/sluice/internal/natstest"
-	"github.com/sluice-dev/sluice/services/integration"
 	"github.com/sluice-dev/sluice/services/integration/job"
 )
 
@@ -70,7 +70,7 @@ func dispatcherHarness(t *testing.T) (*Dispatcher, jetstream.JetStream, events.W
 	j := &batchv1.Job{TypeMeta: metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"},
 		ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns", UID: "u-1"}}
 	dyn := dynamicfake.NewSimpleDynamicClient(scheme, j)
-	d, err := NewDispatcher(dyn, js, []integration.Adapter{job.Adapter{}}, WithClock(time.Now, time.Hour))
+	d, err := NewDispatcher(dyn, js, []jobframework.Adapter{job.Adapter{}}, WithClock(time.Now, time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/sluice-dev/sluice/api/v1beta1"
-	"github.com/sluice-dev/sluice/services/integration"
+	"github.com/sluice-dev/sluice/internal/jobframework"
 )
 
 // Labels and annotations on a worker's copy.
@@ -31,7 +31,7 @@ const kueueManagedBy = "kueue.x-k8s.io/multikueue"
 // name, namespace, labels, user annotations and spec, suspended (the
 // worker's Sluice admits it), without what the manager's API server
 // generated for it or what hands it to the multicluster dispatcher.
-func remoteCopy(ad integration.Adapter, obj *unstructured.Unstructured) (json.RawMessage, error) {
+func remoteCopy(ad jobframework.Adapter, obj *unstructured.Unstructured) (json.RawMessage, error) {
 	job, err := ad.Decode(obj)
 	if err != nil {
 		return nil, err

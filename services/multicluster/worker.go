@@ -25,7 +25,7 @@ import (
 
 	"github.com/sluice-dev/sluice/api/v1beta1"
 	"github.com/sluice-dev/sluice/events"
-	"github.com/sluice-dev/sluice/services/integration"
+	"github.com/sluice-dev/sluice/internal/jobframework"
 )
 
 // Worker is the agent beside a worker cluster's Sluice: it creates the
@@ -35,7 +35,7 @@ type Worker struct {
 	name      string
 	dyn       dynamic.Interface
 	hub       jetstream.JetStream
-	adapters  map[string]integration.Adapter
+	adapters  map[string]jobframework.Adapter
 	log       zerolog.Logger
 	heartbeat time.Duration
 	// domain is the manager's JetStream domain ("" for the same server).
@@ -86,14 +86,14 @@ func WithHeartbeat(d time.Duration) WorkerOption { return func(w *Worker) { w.he
 // user in the manager's NATS). hub is the manager's JetStream, reached
 // through the leaf node (jetstream.NewWithDomain); dyn is the worker
 // cluster's API.
-func NewWorker(name string, dyn dynamic.Interface, hub jetstream.JetStream, adapters []integration.Adapter, opts ...WorkerOption) (*Worker, error) {
+func NewWorker(name string, dyn dynamic.Interface, hub jetstream.JetStream, adapters []jobframework.Adapter, opts ...WorkerOption) (*Worker, error) {
 	if name == "" || dyn == nil || hub == nil || len(adapters) == 0 {
 		return nil, fmt.Errorf("%w: a worker name, a Kubernetes client, the manager's JetStream and job kinds are all required", ErrConfig)
 	}
 	if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
 		return nil, fmt.Errorf("%w: worker name %q: %s", ErrConfig, name, strings.Join(errs, "; "))
 	}
-	w := &Worker{name: name, dyn: dyn, hub: hub, adapters: map[string]integration.Adapter{}, log: zerolog.Nop(),
+	w := &Worker{name: name, dyn: dyn, hub: hub, adapters: map[string]jobframework.Adapter{}, log: zerolog.Nop(),
 		heartbeat: 5 * time.Second, informers: map[string]cache.SharedIndexInformer{}, sent: map[string][]byte{}}
 	for _, ad := range adapters {
 		w.adapters[ad.Kind().Name] = ad
@@ -205,7 +205,7 @@ var ErrRefusedCopy = errors.New("copy refused")
 // have it create what its own Sluice then queues: an object of a kind it
 // integrates, suspended, naming a LocalQueue, in a namespace allowed
 // (allowed nil: every one); anything else is refused.
-func copyOf(msg Message, ad integration.Adapter, allowed func(namespace string) bool) (*unstructured.Unstructured, error) {
+func copyOf(msg Message, ad jobframework.Adapter, allowed func(namespace string) bool) (*unstructured.Unstructured, error) {
 	k := ad.Kind()
 	if allowed != nil && !allowed(msg.Workload.Namespace) {
 		return nil, fmt.Errorf("%w: namespace %s is not one this worker serves", ErrRefusedCopy, msg.Workload.Namespace)
@@ -240,7 +240,7 @@ func copyOf(msg Message, ad integration.Adapter, allowed func(namespace string) 
 	ann[ManagerAnnotation] = msg.Workload.Namespace + "/" + msg.Workload.Name
 	if msg.Type == Offer {
 		// Admitted here, it waits for the manager to pick this worker.
-		ann[integration.HoldAnnotation] = ""
+		ann[jobframework.HoldAnnotation] = ""
 	}
 	obj.SetAnnotations(ann)
 	return obj, nil
@@ -293,9 +293,9 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) error {
 		}
 		return nil
 	case ours && cur.GetAnnotations()[AdmissionAnnotation] == msg.Admission:
-		if _, held := cur.GetAnnotations()[integration.HoldAnnotation]; held && msg.Type == Run {
+		if _, held := cur.GetAnnotations()[jobframework.HoldAnnotation]; held && msg.Type == Run {
 			// Picked: the worker's Sluice starts it once the hold is gone.
-			patch := []byte(`{"metadata":{"uid":"` + string(cur.GetUID()) + `","annotations":{"` + integration.HoldAnnotation + `":null}}}`)
+			patch := []byte(`{"metadata":{"uid":"` + string(cur.GetUID()) + `","annotations":{"` + jobframework.HoldAnnotation + `":null}}}`)
 			if _, err := res.Patch(ctx, cur.GetName(), types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 				return fmt.Errorf("release %s: %w", msg.Workload, err) // looked at again
 			}
@@ -382,11 +382,11 @@ func (w *Worker) reportOf(kind string, u *unstructured.Unstructured) (Report, er
 	}
 	r := Report{Workload: events.WorkloadRef{Kind: kind, Namespace: u.GetNamespace(), Name: u.GetName(), UID: u.GetLabels()[OriginLabel]},
 		Admission: u.GetAnnotations()[AdmissionAnnotation], State: Queued}
-	_, holding := u.GetAnnotations()[integration.HoldAnnotation]
+	_, holding := u.GetAnnotations()[jobframework.HoldAnnotation]
 	switch done, _, msg := job.Finished(); {
 	case done:
 		r.State, r.Message = Finished, msg
-	case holding && u.GetAnnotations()[integration.HeldAnnotation] != "":
+	case holding && u.GetAnnotations()[jobframework.HeldAnnotation] != "":
 		r.State = Admitted // reserved here, held for the manager's pick
 	case !holding && !job.IsSuspended():
 		r.State = Admitted

@@ -10,11 +10,11 @@ import (
 
 	"github.com/sluice-dev/sluice/api/v1beta1"
 	"github.com/sluice-dev/sluice/events"
-	"github.com/sluice-dev/sluice/services/integration"
+	"github.com/sluice-dev/sluice/internal/jobframework"
 	"github.com/sluice-dev/sluice/services/integration/kinds"
 )
 
-func adapterOf(t testing.TB, name string) integration.Adapter {
+func adapterOf(t testing.TB, name string) jobframework.Adapter {
 	t.Helper()
 	ads, err := kinds.Select([]string{name})
 	if err != nil {
@@ -79,7 +79,7 @@ func TestCopyOfCreatesOnlyWhatSluiceQueues(t *testing.T) {
 			}
 			got := map[string]string{"origin": obj.GetLabels()[OriginLabel], "queue": obj.GetLabels()[v1beta1.QueueNameLabel],
 				"admission": obj.GetAnnotations()[AdmissionAnnotation]}
-			_, held := obj.GetAnnotations()[integration.HoldAnnotation]
+			_, held := obj.GetAnnotations()[jobframework.HoldAnnotation]
 			got["held"] = fmt.Sprint(held)
 			want := map[string]string{"origin": "u1", "queue": "lq", "admission": "a1", "held": "true"}
 			if d := cmp.Diff(want, got); d != "" {
@@ -103,7 +103,7 @@ func FuzzWorkerMessage(f *testing.F) {
 	f.Add(b)
 	f.Add([]byte(`{"type":"run","workload":{"kind":"job","namespace":"team-a","name":"train","uid":"u"},"admission":"a","object":{"kind":"Job"}}`))
 	f.Add([]byte(`{}`))
-	ads := map[string]integration.Adapter{}
+	ads := map[string]jobframework.Adapter{}
 	for _, ad := range kinds.All {
 		ads[ad.Kind().Name] = ad
 	}

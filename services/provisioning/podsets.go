@@ -11,7 +11,7 @@ import (
 
 	"github.com/sluice-dev/sluice/api/v1beta1"
 	"github.com/sluice-dev/sluice/events"
-	"github.com/sluice-dev/sluice/services/integration"
+	"github.com/sluice-dev/sluice/internal/jobframework"
 )
 
 // podSet is one pod template of a request: the pods of one or more of the
@@ -25,10 +25,10 @@ type podSet struct {
 // podSetsOfJob returns the workload's pod sets as they would run under the
 // reservation: the admitted counts, the templates with the assigned
 // flavors' node labels and tolerations.
-func podSetsOfJob(ad integration.Adapter, obj runtime.Object, assigned []events.PodSetAssignmentV1, flavors map[string]*v1beta1.ResourceFlavor) ([]podSet, error) {
-	a := integration.Assignment{ClusterQueue: "-"}
+func podSetsOfJob(ad jobframework.Adapter, obj runtime.Object, assigned []events.PodSetAssignmentV1, flavors map[string]*v1beta1.ResourceFlavor) ([]podSet, error) {
+	a := jobframework.Assignment{ClusterQueue: "-"}
 	for _, ps := range assigned {
-		a.PodSets = append(a.PodSets, integration.PodSetAssignment{Name: ps.Name, Count: ps.Count, Flavors: ps.Flavors})
+		a.PodSets = append(a.PodSets, jobframework.PodSetAssignment{Name: ps.Name, Count: ps.Count, Flavors: ps.Flavors})
 	}
 	view, err := ad.Decode(obj)
 	if err != nil {
@@ -36,11 +36,11 @@ func podSetsOfJob(ad integration.Adapter, obj runtime.Object, assigned []events.
 	}
 	// Admit refuses a job that runs; its templates are the user's then,
 	// without the flavors', which the request does without.
-	if err := integration.Admit(view, a, flavors); err != nil {
+	if err := jobframework.Admit(view, a, flavors); err != nil {
 		if view, err = ad.Decode(obj); err != nil {
 			return nil, err
 		}
-		if err := integration.Pristine(view); err != nil {
+		if err := jobframework.Pristine(view); err != nil {
 			return nil, err
 		}
 	}
@@ -64,12 +64,12 @@ func podSetsOfJob(ad integration.Adapter, obj runtime.Object, assigned []events.
 }
 
 // templateOf is the pod template of a request for count pods like ps's.
-func templateOf(ps integration.PodSet, name string, count int32) podSet {
+func templateOf(ps jobframework.PodSet, name string, count int32) podSet {
 	t := corev1.PodTemplateSpec{Spec: *ps.Spec.DeepCopy()}
 	if ps.Meta != nil {
 		t.Labels, t.Annotations = maps.Clone(ps.Meta.Labels), maps.Clone(ps.Meta.Annotations)
-		delete(t.Annotations, integration.AdmissionAnnotation)
-		delete(t.Annotations, integration.OriginalAnnotation)
+		delete(t.Annotations, jobframework.AdmissionAnnotation)
+		delete(t.Annotations, jobframework.OriginalAnnotation)
 	}
 	limitsAsRequests(&t.Spec)
 	return podSet{names: []string{name}, count: count, template: t}

@@ -32,7 +32,7 @@ import (
 	"github.com/sluice-dev/sluice/checks"
 	"github.com/sluice-dev/sluice/events"
 	"github.com/sluice-dev/sluice/internal/bus"
-	"github.com/sluice-dev/sluice/services/integration"
+	"github.com/sluice-dev/sluice/internal/jobframework"
 )
 
 // Resources the controller reads and writes.
@@ -63,7 +63,7 @@ type Service struct {
 	dyn      dynamic.Interface
 	js       jetstream.JetStream
 	log      zerolog.Logger
-	adapters map[string]integration.Adapter
+	adapters map[string]jobframework.Adapter
 	resync   time.Duration
 	poll     time.Duration
 	pub      checks.Publisher
@@ -93,12 +93,12 @@ func WithPoll(d time.Duration) Option { return func(s *Service) { s.poll = d } }
 
 // New returns the controller; adapters are the job kinds whose workloads
 // it can provision for.
-func New(kube kubernetes.Interface, dyn dynamic.Interface, js jetstream.JetStream, adapters []integration.Adapter, opts ...Option) (*Service, error) {
+func New(kube kubernetes.Interface, dyn dynamic.Interface, js jetstream.JetStream, adapters []jobframework.Adapter, opts ...Option) (*Service, error) {
 	if kube == nil || dyn == nil || js == nil || len(adapters) == 0 {
 		return nil, fmt.Errorf("%w: Kubernetes clients, JetStream and job kinds are all required", checks.ErrConfig)
 	}
 	s := &Service{kube: kube, dyn: dyn, js: js, log: zerolog.Nop(), resync: 10 * time.Minute, poll: 10 * time.Second,
-		adapters: map[string]integration.Adapter{}, answered: map[string]string{}}
+		adapters: map[string]jobframework.Adapter{}, answered: map[string]string{}}
 	for _, ad := range adapters {
 		s.adapters[ad.Kind().Name] = ad
 	}
@@ -224,10 +224,10 @@ func (s *Service) ended(ctx context.Context, env events.Envelope) error {
 // waitServed asks the API server every poll whether it serves
 // ProvisioningRequests.
 func (s *Service) waitServed(ctx context.Context) error {
-	kind := integration.Kind{Name: "provisioningrequest", GVK: autoscaling.SchemeGroupVersion.WithKind("ProvisioningRequest"), Resource: RequestGVR.Resource}
+	kind := jobframework.Kind{Name: "provisioningrequest", GVK: autoscaling.SchemeGroupVersion.WithKind("ProvisioningRequest"), Resource: RequestGVR.Resource}
 	told := false
 	for {
-		ok, err := integration.Served(s.kube.Discovery(), kind)
+		ok, err := jobframework.Served(s.kube.Discovery(), kind)
 		switch {
 		case err != nil:
 			s.log.Warn().Err(err).Msg("cannot tell whether ProvisioningRequests are served; asking again")
@@ -381,7 +381,7 @@ func (s *Service) podSetsOf(ctx context.Context, r checks.Request) ([]*unstructu
 		}
 		return []*unstructured.Unstructured{obj}, sets, nil
 	}
-	g, ok := ad.(integration.Grouper)
+	g, ok := ad.(jobframework.Grouper)
 	if !ok {
 		return nil, nil, nil
 	}
@@ -393,7 +393,7 @@ func (s *Service) podSetsOf(ctx context.Context, r checks.Request) ([]*unstructu
 		return nil, nil, fmt.Errorf("list the members of group %s: %w", r.Workload, err)
 	}
 	var owners []*unstructured.Unstructured
-	var members []integration.Job
+	var members []jobframework.Job
 	for i := range list.Items {
 		u := &list.Items[i]
 		if u.GetDeletionTimestamp() != nil {
@@ -408,7 +408,7 @@ func (s *Service) podSetsOf(ctx context.Context, r checks.Request) ([]*unstructu
 	if len(members) == 0 {
 		return nil, nil, nil
 	}
-	roles, err := integration.GroupTemplates(ad, members)
+	roles, err := jobframework.GroupTemplates(ad, members)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %v", ErrPodSets, err)
 	}
@@ -426,7 +426,7 @@ func (s *Service) podSetsOf(ctx context.Context, r checks.Request) ([]*unstructu
 // object reads the workload's object, with its kind's adapter; nil when
 // it is gone or another object took its name (or the workload is a pod
 // group, named after no object).
-func (s *Service) object(ctx context.Context, w events.WorkloadRef) (integration.Adapter, *unstructured.Unstructured, error) {
+func (s *Service) object(ctx context.Context, w events.WorkloadRef) (jobframework.Adapter, *unstructured.Unstructured, error) {
 	ad, ok := s.adapters[w.Kind]
 	if !ok {
 		return nil, nil, fmt.Errorf("%w: kind %q is not integrated here", ErrUnknownKind, w.Kind)
@@ -438,7 +438,7 @@ func (s *Service) object(ctx context.Context, w events.WorkloadRef) (integration
 	if err != nil {
 		return nil, nil, fmt.Errorf("read %s %s: %w", w.Kind, w, err)
 	}
-	if string(obj.GetUID()) != integration.ObjectUID(w.UID) {
+	if string(obj.GetUID()) != jobframework.ObjectUID(w.UID) {
 		return ad, nil, nil
 	}
 	return ad, obj, nil
@@ -584,7 +584,7 @@ func (s *Service) sync(ctx context.Context, key string) error {
 			return err
 		}
 		if obj != nil {
-			_, started, _ = integration.AdmissionOf(obj.GetAnnotations())
+			_, started, _ = jobframework.AdmissionOf(obj.GetAnnotations())
 		}
 	}
 	a := answerOf(&pr, cfg.Spec, started)

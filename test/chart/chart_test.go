@@ -25,9 +25,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/sluice-dev/sluice/internal/jobframework"
 	"github.com/sluice-dev/sluice/internal/simulate"
 	"github.com/sluice-dev/sluice/internal/tracing"
-	"github.com/sluice-dev/sluice/services/integration"
 	"github.com/sluice-dev/sluice/services/integration/kinds"
 	"github.com/sluice-dev/sluice/test/chart"
 )
@@ -226,7 +226,7 @@ func webhooksAreTheIntegrationsOwn(t *testing.T, kueueLabels bool) {
 			if !find(t, objs, "MutatingWebhookConfiguration", fullname+"-"+k.Name, &got) {
 				t.Fatalf("no MutatingWebhookConfiguration for %s; have %v", k.Name, names(objs, "MutatingWebhookConfiguration"))
 			}
-			want := integration.WebhookConfiguration(k, "https://unused", nil, kueueLabels).Webhooks
+			want := jobframework.WebhookConfiguration(k, "https://unused", nil, kueueLabels).Webhooks
 			if len(got.Webhooks) != len(want) {
 				t.Fatalf("%d webhooks, want %d", len(got.Webhooks), len(want))
 			}
@@ -234,8 +234,8 @@ func webhooksAreTheIntegrationsOwn(t *testing.T, kueueLabels bool) {
 			for i := range got.Webhooks {
 				cc := got.Webhooks[i].ClientConfig
 				if cc.Service == nil || cc.Service.Name != svc || cc.Service.Namespace != namespace ||
-					cc.Service.Path == nil || *cc.Service.Path != integration.MutatePath(k) {
-					t.Errorf("webhook %d: clientConfig.service = %+v, want %s/%s path %s", i, cc.Service, namespace, svc, integration.MutatePath(k))
+					cc.Service.Path == nil || *cc.Service.Path != jobframework.MutatePath(k) {
+					t.Errorf("webhook %d: clientConfig.service = %+v, want %s/%s path %s", i, cc.Service, namespace, svc, jobframework.MutatePath(k))
 				}
 				if !bytes.Equal(cc.CABundle, secret.Data["ca.crt"]) {
 					t.Errorf("webhook %d: caBundle is not the CA of the webhook Secret", i)
@@ -288,11 +288,11 @@ func TestChartIntegrationRBACIsItsKindOnly(t *testing.T) {
 				t.Fatal(err)
 			}
 			verbs := []string{"get", "list", "watch", "patch"}
-			if _, ok := j.(integration.Deleter); ok {
+			if _, ok := j.(jobframework.Deleter); ok {
 				verbs = append(verbs, "delete")
 			}
 			want := []rbacv1.PolicyRule{{APIGroups: []string{k.GVK.Group}, Resources: []string{k.Resource}, Verbs: verbs}}
-			if _, ok := j.(integration.Unlocker); ok {
+			if _, ok := j.(jobframework.Unlocker); ok {
 				want = append(want, rbacv1.PolicyRule{APIGroups: []string{k.GVK.Group}, Resources: []string{k.Resource + "/status"}, Verbs: []string{"patch"}})
 			}
 			want = append(want, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}})

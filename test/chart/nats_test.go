@@ -17,7 +17,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/sluice-dev/sluice/internal/natsperm"
+	"github.com/sluice-dev/sluice/cmd/sluice/natsperm"
 )
 
 // TestChartBundledNATS: by default the release runs its own NATS, and each

@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
-	"github.com/sluice-dev/sluice/services/integration"
+	"github.com/sluice-dev/sluice/internal/jobframework"
 	"github.com/sluice-dev/sluice/services/integration/jobset"
 	"github.com/sluice-dev/sluice/services/integration/mpijob"
 	"github.com/sluice-dev/sluice/services/integration/paddlejob"
@@ -30,7 +30,7 @@ const gpuPod = `{spec: {restartPolicy: Never, %scontainers: [{name: main, image:
 // sets ask for 3 GPUs in all (one pod set keeps a nodeSelector of its
 // own, disk=ssd), and how the kind's operator reports its end.
 type kindCase struct {
-	adapter  integration.Adapter
+	adapter  jobframework.Adapter
 	manifest string // %[1]s namespace, %[2]s name
 	// finish ends the object as its operator would; nil: delete it (a
 	// RayCluster never ends by itself).
@@ -131,7 +131,7 @@ func conditionTrue(t string, meta bool) func(u *unstructured.Unstructured) error
 	}
 }
 
-func getObject(t *testing.T, k integration.Kind, ns, name string) *unstructured.Unstructured {
+func getObject(t *testing.T, k jobframework.Kind, ns, name string) *unstructured.Unstructured {
 	t.Helper()
 	u, err := env.dyn.Resource(k.GVR()).Namespace(ns).Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
@@ -141,7 +141,7 @@ func getObject(t *testing.T, k integration.Kind, ns, name string) *unstructured.
 }
 
 // podSetSelectors reads each pod set's nodeSelector through the adapter.
-func podSetSelectors(t *testing.T, ad integration.Adapter, u *unstructured.Unstructured) (bool, map[string]map[string]string) {
+func podSetSelectors(t *testing.T, ad jobframework.Adapter, u *unstructured.Unstructured) (bool, map[string]map[string]string) {
 	t.Helper()
 	j, err := ad.Decode(u)
 	if err != nil {

@@ -12,7 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/sluice-dev/sluice/api/v1beta1"
-	"github.com/sluice-dev/sluice/services/integration"
+	"github.com/sluice-dev/sluice/internal/jobframework"
 	"github.com/sluice-dev/sluice/services/integration/job"
 )
 
@@ -29,7 +29,7 @@ func webhookExclusions(t *testing.T) float64 {
 	if f := fams["apiserver_admission_match_condition_exclusions_total"]; f != nil {
 		for _, m := range f.Metric {
 			for _, l := range m.Label {
-				if l.GetName() == "name" && l.GetValue() == integration.WebhookName(job.Kind) {
+				if l.GetName() == "name" && l.GetValue() == jobframework.WebhookName(job.Kind) {
 					n += m.GetCounter().GetValue()
 				}
 			}
@@ -70,9 +70,9 @@ func TestWebhookSkipsJobsCreatedSuspended(t *testing.T) {
 		t.Errorf("a Job created suspended was sent to the webhook: match condition exclusions %v before, %v after", before, after)
 	}
 
-	got := create("leftover", map[string]string{integration.AdmissionAnnotation: `{"clusterQueue":"elsewhere"}`})
-	if _, ok := got.Annotations[integration.AdmissionAnnotation]; ok {
-		t.Errorf("a suspended Job with a leftover %s annotation kept it: the webhook was not called", integration.AdmissionAnnotation)
+	got := create("leftover", map[string]string{jobframework.AdmissionAnnotation: `{"clusterQueue":"elsewhere"}`})
+	if _, ok := got.Annotations[jobframework.AdmissionAnnotation]; ok {
+		t.Errorf("a suspended Job with a leftover %s annotation kept it: the webhook was not called", jobframework.AdmissionAnnotation)
 	}
 
 	createJob(t, jobSpec{ns: ns, name: "running", queue: "q", pods: 1, runFor: "1s"})

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-dev/sluice/services/integration"
+	"github.com/sluice-dev/sluice/internal/jobframework"
 
 	"github.com/google/go-cmp/cmp"
 	batchv1 "k8s.io/api/batch/v1"
@@ -85,7 +85,7 @@ func TestAdmissionPatch(t *testing.T) {
 		job           *jobBuilder
 		assignment    Assignment
 		wantJob       *jobBuilder // without the sluice.dev/original and /admission annotations
-		wantOriginal  []integration.Original
+		wantOriginal  []jobframework.Original
 		wantAdmission Assignment
 	}{
 		{
@@ -93,7 +93,7 @@ func TestAdmissionPatch(t *testing.T) {
 			job:           makeJob("j").nodeSelector("disk", "ssd"),
 			assignment:    admit(1, "cpu", "on-demand"),
 			wantJob:       makeJob("j").suspend(false).nodeSelector("disk", "ssd").nodeSelector("sluice.dev/capacity", "on-demand"),
-			wantOriginal:  []integration.Original{{Name: MainPodSet, Scale: ptrTo[int32](1), NodeSelector: map[string]string{"disk": "ssd"}}},
+			wantOriginal:  []jobframework.Original{{Name: MainPodSet, Scale: ptrTo[int32](1), NodeSelector: map[string]string{"disk": "ssd"}}},
 			wantAdmission: admit(1, "cpu", "on-demand"),
 		},
 		{
@@ -103,7 +103,7 @@ func TestAdmissionPatch(t *testing.T) {
 			wantJob: makeJob("j").suspend(false).
 				nodeSelector("sluice.dev/capacity", "spot").
 				toleration(userToleration).toleration(spotToleration),
-			wantOriginal:  []integration.Original{{Name: MainPodSet, Scale: ptrTo[int32](1), Tolerations: []corev1.Toleration{userToleration}}},
+			wantOriginal:  []jobframework.Original{{Name: MainPodSet, Scale: ptrTo[int32](1), Tolerations: []corev1.Toleration{userToleration}}},
 			wantAdmission: admit(1, "cpu", "spot"),
 		},
 		{
@@ -113,7 +113,7 @@ func TestAdmissionPatch(t *testing.T) {
 			wantJob: makeJob("j").suspend(false).parallelism(2).
 				nodeSelector("sluice.dev/capacity", "spot").nodeSelector("gpu.model", "a100").
 				toleration(gpuToleration).toleration(spotToleration), // flavors in name order
-			wantOriginal:  []integration.Original{{Name: MainPodSet, Scale: ptrTo[int32](2)}},
+			wantOriginal:  []jobframework.Original{{Name: MainPodSet, Scale: ptrTo[int32](2)}},
 			wantAdmission: admit(2, "cpu", "spot", "nvidia.com/gpu", "a100"),
 		},
 		{
@@ -122,7 +122,7 @@ func TestAdmissionPatch(t *testing.T) {
 			assignment: admit(1, "cpu", "spot"),
 			wantJob: makeJob("j").suspend(false).
 				nodeSelector("sluice.dev/capacity", "spot").toleration(spotToleration),
-			wantOriginal:  []integration.Original{{Name: MainPodSet, Scale: ptrTo[int32](1), Tolerations: []corev1.Toleration{spotToleration}}},
+			wantOriginal:  []jobframework.Original{{Name: MainPodSet, Scale: ptrTo[int32](1), Tolerations: []corev1.Toleration{spotToleration}}},
 			wantAdmission: admit(1, "cpu", "spot"),
 		},
 		{
@@ -130,7 +130,7 @@ func TestAdmissionPatch(t *testing.T) {
 			job:           makeJob("j").nodeSelector("sluice.dev/capacity", "spot"),
 			assignment:    admit(1, "cpu", "spot"),
 			wantJob:       makeJob("j").suspend(false).nodeSelector("sluice.dev/capacity", "spot").toleration(spotToleration),
-			wantOriginal:  []integration.Original{{Name: MainPodSet, Scale: ptrTo[int32](1), NodeSelector: map[string]string{"sluice.dev/capacity": "spot"}}},
+			wantOriginal:  []jobframework.Original{{Name: MainPodSet, Scale: ptrTo[int32](1), NodeSelector: map[string]string{"sluice.dev/capacity": "spot"}}},
 			wantAdmission: admit(1, "cpu", "spot"),
 		},
 		{
@@ -138,7 +138,7 @@ func TestAdmissionPatch(t *testing.T) {
 			job:           makeJob("j").nodeSelector("disk", "ssd"),
 			assignment:    admit(1, "cpu", "default"),
 			wantJob:       makeJob("j").suspend(false).nodeSelector("disk", "ssd"),
-			wantOriginal:  []integration.Original{{Name: MainPodSet, Scale: ptrTo[int32](1), NodeSelector: map[string]string{"disk": "ssd"}}},
+			wantOriginal:  []jobframework.Original{{Name: MainPodSet, Scale: ptrTo[int32](1), NodeSelector: map[string]string{"disk": "ssd"}}},
 			wantAdmission: admit(1, "cpu", "default"),
 		},
 		{
@@ -146,7 +146,7 @@ func TestAdmissionPatch(t *testing.T) {
 			job:           makeJob("j").parallelism(8).annotation(MinParallelismAnnotation, "2"),
 			assignment:    admit(3, "cpu", "default"),
 			wantJob:       makeJob("j").suspend(false).parallelism(3).annotation(MinParallelismAnnotation, "2"),
-			wantOriginal:  []integration.Original{{Name: MainPodSet, Scale: ptrTo[int32](8)}},
+			wantOriginal:  []jobframework.Original{{Name: MainPodSet, Scale: ptrTo[int32](8)}},
 			wantAdmission: admit(3, "cpu", "default"),
 		},
 		{
@@ -154,7 +154,7 @@ func TestAdmissionPatch(t *testing.T) {
 			job:           makeJob("j").parallelism(5).completions(3),
 			assignment:    admit(3, "cpu", "default"),
 			wantJob:       makeJob("j").suspend(false).parallelism(5).completions(3),
-			wantOriginal:  []integration.Original{{Name: MainPodSet, Scale: ptrTo[int32](5)}},
+			wantOriginal:  []jobframework.Original{{Name: MainPodSet, Scale: ptrTo[int32](5)}},
 			wantAdmission: admit(3, "cpu", "default"),
 		},
 		{
@@ -166,13 +166,13 @@ func TestAdmissionPatch(t *testing.T) {
 				annotation(AdmissionAnnotation, `{"clusterQueue":"cq","podSets":[{"name":"main","count":2,"flavors":{"cpu":"spot"}}]}`),
 			assignment:    admit(4, "cpu", "on-demand"),
 			wantJob:       makeJob("j").suspend(false).parallelism(4).nodeSelector("disk", "ssd").nodeSelector("sluice.dev/capacity", "on-demand"),
-			wantOriginal:  []integration.Original{{Name: MainPodSet, Scale: ptrTo[int32](4), NodeSelector: map[string]string{"disk": "ssd"}}},
+			wantOriginal:  []jobframework.Original{{Name: MainPodSet, Scale: ptrTo[int32](4), NodeSelector: map[string]string{"disk": "ssd"}}},
 			wantAdmission: admit(4, "cpu", "on-demand"),
 		},
 		{
 			name: "an admission check's update joins the template and the flavor's",
 			job:  makeJob("j").templateLabel("app", "train").nodeSelector("disk", "ssd"),
-			assignment: withUpdate(admit(1, "cpu", "spot"), integration.PodSetUpdate{
+			assignment: withUpdate(admit(1, "cpu", "spot"), jobframework.PodSetUpdate{
 				Labels:       map[string]string{"provisioned": "yes"},
 				Annotations:  map[string]string{"autoscaling.x-k8s.io/consume-provisioning-request": "j-prov-1"},
 				NodeSelector: map[string]string{"pool": "p1"},
@@ -183,9 +183,9 @@ func TestAdmissionPatch(t *testing.T) {
 				templateAnnotation("autoscaling.x-k8s.io/consume-provisioning-request", "j-prov-1").
 				nodeSelector("disk", "ssd").nodeSelector("sluice.dev/capacity", "spot").nodeSelector("pool", "p1").
 				toleration(spotToleration).toleration(userToleration),
-			wantOriginal: []integration.Original{{Name: MainPodSet, Scale: ptrTo[int32](1), NodeSelector: map[string]string{"disk": "ssd"},
+			wantOriginal: []jobframework.Original{{Name: MainPodSet, Scale: ptrTo[int32](1), NodeSelector: map[string]string{"disk": "ssd"},
 				Meta: true, Labels: map[string]string{"app": "train"}}},
-			wantAdmission: withUpdate(admit(1, "cpu", "spot"), integration.PodSetUpdate{
+			wantAdmission: withUpdate(admit(1, "cpu", "spot"), jobframework.PodSetUpdate{
 				Labels:       map[string]string{"provisioned": "yes"},
 				Annotations:  map[string]string{"autoscaling.x-k8s.io/consume-provisioning-request": "j-prov-1"},
 				NodeSelector: map[string]string{"pool": "p1"},
@@ -195,17 +195,17 @@ func TestAdmissionPatch(t *testing.T) {
 		{
 			name:          "an update with only a node selector records no template metadata",
 			job:           makeJob("j"),
-			assignment:    withUpdate(admit(1, "cpu", "default"), integration.PodSetUpdate{NodeSelector: map[string]string{"pool": "p1"}}),
+			assignment:    withUpdate(admit(1, "cpu", "default"), jobframework.PodSetUpdate{NodeSelector: map[string]string{"pool": "p1"}}),
 			wantJob:       makeJob("j").suspend(false).nodeSelector("pool", "p1"),
-			wantOriginal:  []integration.Original{{Name: MainPodSet, Scale: ptrTo[int32](1)}},
-			wantAdmission: withUpdate(admit(1, "cpu", "default"), integration.PodSetUpdate{NodeSelector: map[string]string{"pool": "p1"}}),
+			wantOriginal:  []jobframework.Original{{Name: MainPodSet, Scale: ptrTo[int32](1)}},
+			wantAdmission: withUpdate(admit(1, "cpu", "default"), jobframework.PodSetUpdate{NodeSelector: map[string]string{"pool": "p1"}}),
 		},
 		{
 			name:          "other annotations are kept",
 			job:           makeJob("j").annotation("team.example/owner", "ana"),
 			assignment:    admit(1, "cpu", "on-demand"),
 			wantJob:       makeJob("j").suspend(false).annotation("team.example/owner", "ana").nodeSelector("sluice.dev/capacity", "on-demand"),
-			wantOriginal:  []integration.Original{{Name: MainPodSet, Scale: ptrTo[int32](1)}},
+			wantOriginal:  []jobframework.Original{{Name: MainPodSet, Scale: ptrTo[int32](1)}},
 			wantAdmission: admit(1, "cpu", "on-demand"),
 		},
 	}
@@ -305,15 +305,15 @@ func TestAdmissionPatchErrors(t *testing.T) {
 		{
 			name:        "an admission check's node selector contradicting the template's",
 			job:         makeJob("j").nodeSelector("pool", "p0"),
-			assignment:  withUpdate(admit(1, "cpu", "default"), integration.PodSetUpdate{NodeSelector: map[string]string{"pool": "p1"}}),
-			wantErr:     integration.ErrPodSetUpdateConflict,
+			assignment:  withUpdate(admit(1, "cpu", "default"), jobframework.PodSetUpdate{NodeSelector: map[string]string{"pool": "p1"}}),
+			wantErr:     jobframework.ErrPodSetUpdateConflict,
 			wantErrText: `sets node selector pool="p1" but the pod template has "p0"`,
 		},
 		{
 			name:        "an admission check's annotation contradicting the template's",
 			job:         makeJob("j").templateAnnotation("note", "mine"),
-			assignment:  withUpdate(admit(1, "cpu", "default"), integration.PodSetUpdate{Annotations: map[string]string{"note": "theirs"}}),
-			wantErr:     integration.ErrPodSetUpdateConflict,
+			assignment:  withUpdate(admit(1, "cpu", "default"), jobframework.PodSetUpdate{Annotations: map[string]string{"note": "theirs"}}),
+			wantErr:     jobframework.ErrPodSetUpdateConflict,
 			wantErrText: `pod set "main": an admission check sets annotation note="theirs"`,
 		},
 		{
@@ -422,11 +422,11 @@ func TestAdmissionThenEviction(t *testing.T) {
 		{
 			name: "what an admission check added is taken back",
 			job:  makeJob("j").templateLabel("app", "train").templateAnnotation("note", "x"),
-			first: withUpdate(admit(1, "cpu", "default"), integration.PodSetUpdate{
+			first: withUpdate(admit(1, "cpu", "default"), jobframework.PodSetUpdate{
 				Labels:      map[string]string{"provisioned": "yes"},
 				Annotations: map[string]string{"autoscaling.x-k8s.io/consume-provisioning-request": "j-prov-1"},
 			}),
-			second: withUpdate(admit(1, "cpu", "default"), integration.PodSetUpdate{
+			second: withUpdate(admit(1, "cpu", "default"), jobframework.PodSetUpdate{
 				Annotations: map[string]string{"autoscaling.x-k8s.io/consume-provisioning-request": "j-prov-2"},
 			}),
 			wantSteps: []string{"suspend", "unlock", "restore"},

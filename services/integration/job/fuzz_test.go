@@ -11,7 +11,7 @@ import (
 	"github.com/rs/zerolog"
 	admissionv1 "k8s.io/api/admission/v1"
 
-	"github.com/sluice-dev/sluice/services/integration"
+	"github.com/sluice-dev/sluice/internal/jobframework"
 )
 
 // FuzzWebhookReview sends the suspend webhook any body as an admission
@@ -31,14 +31,14 @@ func FuzzWebhookReview(f *testing.F) {
 	f.Add(review("CREATE", `null`))
 	f.Add([]byte(`{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1"}`))
 
-	w, err := integration.NewWebhook([]integration.Adapter{Adapter{}}, integration.WithAddress("127.0.0.1:0"), integration.WithLogger(zerolog.New(io.Discard)))
+	w, err := jobframework.NewWebhook([]jobframework.Adapter{Adapter{}}, jobframework.WithAddress("127.0.0.1:0"), jobframework.WithLogger(zerolog.New(io.Discard)))
 	if err != nil {
 		f.Fatal(err)
 	}
 	h := w.Handler()
 	f.Fuzz(func(t *testing.T, body []byte) {
 		rec := httptest.NewRecorder()
-		req := httptest.NewRequest(http.MethodPost, integration.MutatePath(Kind), strings.NewReader(string(body)))
+		req := httptest.NewRequest(http.MethodPost, jobframework.MutatePath(Kind), strings.NewReader(string(body)))
 		req.Header.Set("Content-Type", "application/json")
 		h.ServeHTTP(rec, req)
 		if rec.Code != http.StatusOK {

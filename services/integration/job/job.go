@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/sluice-dev/sluice/api/v1beta1"
-	"github.com/sluice-dev/sluice/services/integration"
+	"github.com/sluice-dev/sluice/internal/jobframework"
 )
 
 const (
@@ -33,24 +33,24 @@ const (
 )
 
 // Kind is the Job's kind.
-var Kind = integration.Kind{Name: "job", GVK: batchv1.SchemeGroupVersion.WithKind("Job"), Resource: "jobs", SuspendField: []string{"spec", "suspend"}}
+var Kind = jobframework.Kind{Name: "job", GVK: batchv1.SchemeGroupVersion.WithKind("Job"), Resource: "jobs", SuspendField: []string{"spec", "suspend"}}
 
 // Adapter is the batch/v1 Job adapter.
 type Adapter struct{}
 
-// Kind implements integration.Adapter.
-func (Adapter) Kind() integration.Kind { return Kind }
+// Kind implements jobframework.Adapter.
+func (Adapter) Kind() jobframework.Kind { return Kind }
 
-// Decode implements integration.Adapter.
-func (Adapter) Decode(obj runtime.Object) (integration.Job, error) {
-	o, err := integration.DecodeAs[batchv1.Job](obj, "batch/v1 Job")
+// Decode implements jobframework.Adapter.
+func (Adapter) Decode(obj runtime.Object) (jobframework.Job, error) {
+	o, err := jobframework.DecodeAs[batchv1.Job](obj, "batch/v1 Job")
 	if err != nil {
 		return nil, err
 	}
 	return &Job{o}, nil
 }
 
-// NewInformer implements integration.InformerSource: a typed informer keeps
+// NewInformer implements jobframework.InformerSource: a typed informer keeps
 // Jobs in far less memory than unstructured ones.
 func (Adapter) NewInformer(kube kubernetes.Interface, resync time.Duration, labelSelector string) cache.SharedIndexInformer {
 	return informers.NewSharedInformerFactoryWithOptions(kube, resync,
@@ -61,7 +61,7 @@ func (Adapter) NewInformer(kube kubernetes.Interface, resync time.Duration, labe
 // template (and its spec.selector) when the Job is created.
 var generatedLabels = []string{"controller-uid", batchv1.ControllerUidLabel, "job-name", batchv1.JobNameLabel}
 
-// TrimForCache implements integration.CacheTrimmer: besides the pod
+// TrimForCache implements jobframework.CacheTrimmer: besides the pod
 // spec's unread parts, the generated selector and template labels go, and
 // a finished Job's whole template.
 func (Adapter) TrimForCache(obj runtime.Object) {
@@ -85,38 +85,38 @@ func (Adapter) TrimForCache(obj runtime.Object) {
 		j.Spec.Template = corev1.PodTemplateSpec{}
 		return
 	}
-	integration.TrimPodSpec(&j.Spec.Template.Spec)
+	jobframework.TrimPodSpec(&j.Spec.Template.Spec)
 }
 
 // Job is a batch/v1 Job under the framework.
 type Job struct{ *batchv1.Job }
 
-// Object implements integration.Job.
+// Object implements jobframework.Job.
 func (j *Job) Object() runtime.Object { return j.Job }
 
-// Meta implements integration.Job.
+// Meta implements jobframework.Job.
 func (j *Job) Meta() metav1.Object { return j.Job }
 
-// IsSuspended implements integration.Job.
+// IsSuspended implements jobframework.Job.
 func (j *Job) IsSuspended() bool { return j.Spec.Suspend != nil && *j.Spec.Suspend }
 
-// SetSuspended implements integration.Job.
+// SetSuspended implements jobframework.Job.
 func (j *Job) SetSuspended(s bool) { j.Spec.Suspend = &s }
 
-// PodSets implements integration.Job: one pod set of
+// PodSets implements jobframework.Job: one pod set of
 // min(parallelism (default 1), completions) pods.
-func (j *Job) PodSets() ([]integration.PodSet, error) {
+func (j *Job) PodSets() ([]jobframework.PodSet, error) {
 	par := int32(1)
 	if j.Spec.Parallelism != nil {
 		par = *j.Spec.Parallelism
 	}
 	if par < 0 {
-		return nil, fmt.Errorf("spec.parallelism is %d: %w", par, integration.ErrInvalidJob)
+		return nil, fmt.Errorf("spec.parallelism is %d: %w", par, jobframework.ErrInvalidJob)
 	}
 	count := par
 	if c := j.Spec.Completions; c != nil {
 		if *c < 0 {
-			return nil, fmt.Errorf("spec.completions is %d: %w", *c, integration.ErrInvalidJob)
+			return nil, fmt.Errorf("spec.completions is %d: %w", *c, jobframework.ErrInvalidJob)
 		}
 		count = min(count, *c)
 	}
@@ -130,26 +130,26 @@ func (j *Job) PodSets() ([]integration.PodSet, error) {
 	if ok {
 		v, err := strconv.ParseInt(strings.TrimSpace(raw), 10, 32)
 		if err != nil {
-			return nil, fmt.Errorf("annotation %s=%q is not an integer: %w", key, raw, integration.ErrBadAnnotation)
+			return nil, fmt.Errorf("annotation %s=%q is not an integer: %w", key, raw, jobframework.ErrBadAnnotation)
 		}
 		if v < 1 || v > int64(par) {
-			return nil, fmt.Errorf("annotation %s=%d must be between 1 and parallelism (%d): %w", key, v, par, integration.ErrBadAnnotation)
+			return nil, fmt.Errorf("annotation %s=%d must be between 1 and parallelism (%d): %w", key, v, par, jobframework.ErrBadAnnotation)
 		}
 		// completions may cap the count below the requested minimum; the
 		// minimum can never exceed what the Job runs at once.
 		minCount = min(int32(v), count)
 	}
-	return []integration.PodSet{{Name: MainPodSet, Count: count, MinCount: minCount, Spec: &j.Spec.Template.Spec, Meta: &j.Spec.Template.ObjectMeta}}, nil
+	return []jobframework.PodSet{{Name: MainPodSet, Count: count, MinCount: minCount, Spec: &j.Spec.Template.Spec, Meta: &j.Spec.Template.ObjectMeta}}, nil
 }
 
-// Scale implements integration.Scaler: a partial admission lowers
+// Scale implements jobframework.Scaler: a partial admission lowers
 // spec.parallelism.
 func (j *Job) Scale(string) *int32 { return j.Spec.Parallelism }
 
-// SetScale implements integration.Scaler.
+// SetScale implements jobframework.Scaler.
 func (j *Job) SetScale(_ string, n *int32) { j.Spec.Parallelism = n }
 
-// UnlockPatch implements integration.Unlocker. The API server lets a Job's
+// UnlockPatch implements jobframework.Unlocker. The API server lets a Job's
 // pod template change only while the stored Job is suspended and has no
 // status.startTime (KEP-2926, "mutable scheduling directives"), and the Job
 // controller never clears startTime on suspension; the status subresource
@@ -161,7 +161,7 @@ func (j *Job) UnlockPatch() []byte {
 	return []byte(`{"status":{"startTime":null}}`)
 }
 
-// PodsReady implements integration.PodsReadier, as Kueue judges a Job:
+// PodsReady implements jobframework.PodsReadier, as Kueue judges a Job:
 // the pods that are ready or already succeeded cover the pods it runs at
 // once (parallelism, or completions when that is smaller).
 func (j *Job) PodsReady() bool {
@@ -179,7 +179,7 @@ func (j *Job) PodsReady() bool {
 	return ready+j.Status.Succeeded >= want
 }
 
-// Finished implements integration.Job: a Complete or Failed condition set
+// Finished implements jobframework.Job: a Complete or Failed condition set
 // to True.
 func (j *Job) Finished() (finished, succeeded bool, message string) {
 	for _, c := range j.Status.Conditions {

@@ -7,31 +7,31 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 
 	"github.com/sluice-dev/sluice/api/v1beta1"
-	"github.com/sluice-dev/sluice/services/integration"
+	"github.com/sluice-dev/sluice/internal/jobframework"
 )
 
 // The framework's operations seen from one Job, as the tests use them.
 
 type (
-	Assignment       = integration.Assignment
-	PodSetAssignment = integration.PodSetAssignment
-	PodSetUpdate     = integration.PodSetUpdate
+	Assignment       = jobframework.Assignment
+	PodSetAssignment = jobframework.PodSetAssignment
+	PodSetUpdate     = jobframework.PodSetUpdate
 )
 
 const (
-	OriginalAnnotation  = integration.OriginalAnnotation
-	AdmissionAnnotation = integration.AdmissionAnnotation
+	OriginalAnnotation  = jobframework.OriginalAnnotation
+	AdmissionAnnotation = jobframework.AdmissionAnnotation
 )
 
 var (
-	ErrInvalidJob            = integration.ErrInvalidJob
-	ErrInvalidAssignment     = integration.ErrInvalidAssignment
-	ErrNodeSelectorConflict  = integration.ErrNodeSelectorConflict
-	ErrNotSuspended          = integration.ErrNotSuspended
-	ErrBadAnnotation         = integration.ErrBadAnnotation
-	ErrNotManaged            = integration.ErrNotManaged
-	ErrPriorityClassNotFound = integration.ErrPriorityClassNotFound
-	ErrNoPriorityResolver    = integration.ErrNoPriorityResolver
+	ErrInvalidJob            = jobframework.ErrInvalidJob
+	ErrInvalidAssignment     = jobframework.ErrInvalidAssignment
+	ErrNodeSelectorConflict  = jobframework.ErrNodeSelectorConflict
+	ErrNotSuspended          = jobframework.ErrNotSuspended
+	ErrBadAnnotation         = jobframework.ErrBadAnnotation
+	ErrNotManaged            = jobframework.ErrNotManaged
+	ErrPriorityClassNotFound = jobframework.ErrPriorityClassNotFound
+	ErrNoPriorityResolver    = jobframework.ErrNoPriorityResolver
 )
 
 // admissionPatch is the merge patch the framework sends to start job under
@@ -41,19 +41,19 @@ func admissionPatch(job *batchv1.Job, a Assignment, flavors map[string]*v1beta1.
 		return nil, fmt.Errorf("nil job: %w", ErrInvalidJob)
 	}
 	after := &Job{job.DeepCopy()}
-	if err := integration.Admit(after, a, flavors); err != nil {
+	if err := jobframework.Admit(after, a, flavors); err != nil {
 		return nil, fmt.Errorf("job %s/%s: %w", job.Namespace, job.Name, err)
 	}
-	return integration.MergePatch(job, after.Job, string(job.UID), "")
+	return jobframework.MergePatch(job, after.Job, string(job.UID), "")
 }
 
 // nextStopStep is the framework's next write to stop job.
-func nextStopStep(job *batchv1.Job) (integration.Step, error) {
-	return integration.NextStopStep(Adapter{}, &Job{job.DeepCopy()})
+func nextStopStep(job *batchv1.Job) (jobframework.Step, error) {
+	return jobframework.NextStopStep(Adapter{}, &Job{job.DeepCopy()})
 }
 
 // originalOf decodes the sluice.dev/original annotation.
-func originalOf(job *batchv1.Job) ([]integration.Original, bool, error) {
+func originalOf(job *batchv1.Job) ([]jobframework.Original, bool, error) {
 	if job == nil {
 		return nil, false, nil
 	}
@@ -61,7 +61,7 @@ func originalOf(job *batchv1.Job) ([]integration.Original, bool, error) {
 	if !ok {
 		return nil, false, nil
 	}
-	var o []integration.Original
+	var o []jobframework.Original
 	err := json.Unmarshal([]byte(raw), &o)
 	return o, true, err
 }
@@ -81,15 +81,15 @@ func admissionOf(job *batchv1.Job) (Assignment, bool, error) {
 	if job == nil {
 		return Assignment{}, false, nil
 	}
-	return integration.AdmissionOf(job.Annotations)
+	return jobframework.AdmissionOf(job.Annotations)
 }
 
 // workloadFromJob is the workload the framework reads from a Job.
-func workloadFromJob(job *batchv1.Job, prio integration.PriorityResolver) (integration.Workload, error) {
+func workloadFromJob(job *batchv1.Job, prio jobframework.PriorityResolver) (jobframework.Workload, error) {
 	if job == nil {
-		return integration.Workload{}, fmt.Errorf("nil job: %w", ErrInvalidJob)
+		return jobframework.Workload{}, fmt.Errorf("nil job: %w", ErrInvalidJob)
 	}
-	return integration.WorkloadOf("job", &Job{job.DeepCopy()}, prio)
+	return jobframework.WorkloadOf("job", &Job{job.DeepCopy()}, prio)
 }
 
 func isFinished(job *batchv1.Job) (bool, bool, string) {

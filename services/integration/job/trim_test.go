@@ -9,7 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/sluice-dev/sluice/services/integration"
+	"github.com/sluice-dev/sluice/internal/jobframework"
 )
 
 // fullJob is a Job as the API server stores it: generated selector and
@@ -76,7 +76,7 @@ func TestTrimForCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := cmp.Diff(integration.PodRequests(fullSets[0].Spec), integration.PodRequests(trimSets[0].Spec), quantityCmp); d != "" {
+	if d := cmp.Diff(jobframework.PodRequests(fullSets[0].Spec), jobframework.PodRequests(trimSets[0].Spec), quantityCmp); d != "" {
 		t.Errorf("requests of the trimmed Job differ (-full +trimmed):\n%s", d)
 	}
 	// A finished Job keeps what its end is read from, not its template.

@@ -25,13 +25,13 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/sluice-dev/sluice/api/v1beta1"
-	"github.com/sluice-dev/sluice/services/integration"
+	"github.com/sluice-dev/sluice/internal/jobframework"
 )
 
-func newTestWebhook(t *testing.T, opts ...integration.WebhookOption) *integration.Webhook {
+func newTestWebhook(t *testing.T, opts ...jobframework.WebhookOption) *jobframework.Webhook {
 	t.Helper()
-	opts = append([]integration.WebhookOption{integration.WithAddress("127.0.0.1:0"), integration.WithLogger(zerolog.New(io.Discard))}, opts...)
-	w, err := integration.NewWebhook([]integration.Adapter{Adapter{}}, opts...)
+	opts = append([]jobframework.WebhookOption{jobframework.WithAddress("127.0.0.1:0"), jobframework.WithLogger(zerolog.New(io.Discard))}, opts...)
+	w, err := jobframework.NewWebhook([]jobframework.Adapter{Adapter{}}, opts...)
 	if err != nil {
 		t.Fatalf("NewWebhook() unexpected error: %v", err)
 	}
@@ -323,7 +323,7 @@ func TestWebhookMutate(t *testing.T) {
 	}
 	srv := httptest.NewServer(newTestWebhook(t).Handler())
 	defer srv.Close()
-	kueueSrv := httptest.NewServer(newTestWebhook(t, integration.WithKueueLabels()).Handler())
+	kueueSrv := httptest.NewServer(newTestWebhook(t, jobframework.WithKueueLabels()).Handler())
 	defer kueueSrv.Close()
 
 	for _, tc := range cases {
@@ -340,7 +340,7 @@ func TestWebhookMutate(t *testing.T) {
 			case tc.op == admissionv1.Update:
 				old = object
 			}
-			resp, err := http.Post(url+integration.MutatePath(Kind), "application/json", bytes.NewReader(reviewFor(t, tc.op, tc.kind, object, old)))
+			resp, err := http.Post(url+jobframework.MutatePath(Kind), "application/json", bytes.NewReader(reviewFor(t, tc.op, tc.kind, object, old)))
 			if err != nil {
 				t.Fatalf("POST: %v", err)
 			}
@@ -437,7 +437,7 @@ func TestWebhookRealReview(t *testing.T) {
 }`
 	w := newTestWebhook(t)
 	rec := httptest.NewRecorder()
-	req := httptest.NewRequest(http.MethodPost, integration.MutatePath(Kind), strings.NewReader(body))
+	req := httptest.NewRequest(http.MethodPost, jobframework.MutatePath(Kind), strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	w.Handler().ServeHTTP(rec, req)
 	if rec.Code != http.StatusOK {
@@ -538,7 +538,7 @@ func TestWebhookRefusesMalformedRequests(t *testing.T) {
 	defer srv.Close()
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			req, err := http.NewRequest(tc.method, srv.URL+integration.MutatePath(Kind), strings.NewReader(tc.body))
+			req, err := http.NewRequest(tc.method, srv.URL+jobframework.MutatePath(Kind), strings.NewReader(tc.body))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -563,7 +563,7 @@ func TestWebhookRefusesMalformedRequests(t *testing.T) {
 
 // runWebhook starts w.Run and returns a stop function that cancels it and
 // returns Run's result.
-func runWebhook(t *testing.T, w *integration.Webhook) (stop func() error) {
+func runWebhook(t *testing.T, w *jobframework.Webhook) (stop func() error) {
 	t.Helper()
 	if _, err := w.Listen(); err != nil {
 		t.Fatalf("Listen() unexpected error: %v", err)
@@ -601,7 +601,7 @@ func clientTrusting(t *testing.T, caPEM []byte) *http.Client {
 	}
 }
 
-func mustListen(t *testing.T, w *integration.Webhook) string {
+func mustListen(t *testing.T, w *jobframework.Webhook) string {
 	t.Helper()
 	addr, err := w.Listen()
 	if err != nil {
@@ -617,7 +617,7 @@ func TestEnsureWebhookConfiguration(t *testing.T) {
 	const url1 = "https://127.0.0.1:9443/mutate-batch-v1-job"
 	ca := []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
 
-	if err := integration.EnsureWebhookConfiguration(ctx, client, Kind, url1, ca, false); err != nil {
+	if err := jobframework.EnsureWebhookConfiguration(ctx, client, Kind, url1, ca, false); err != nil {
 		t.Fatalf("create: %v", err)
 	}
 	got, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, name, metav1.GetOptions{})
@@ -651,7 +651,7 @@ func TestEnsureWebhookConfiguration(t *testing.T) {
 		ObjectSelector: wh.ObjectSelector.MatchExpressions,
 	}
 	wantSummary := summary{
-		Name:           integration.WebhookName(Kind),
+		Name:           jobframework.WebhookName(Kind),
 		URL:            url1,
 		CABundle:       string(ca),
 		Operations:     []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
@@ -667,7 +667,7 @@ func TestEnsureWebhookConfiguration(t *testing.T) {
 
 	// Same inputs: no write.
 	client.ClearActions()
-	if err := integration.EnsureWebhookConfiguration(ctx, client, Kind, url1, ca, false); err != nil {
+	if err := jobframework.EnsureWebhookConfiguration(ctx, client, Kind, url1, ca, false); err != nil {
 		t.Fatalf("ensure again: %v", err)
 	}
 	for _, a := range client.Actions() {
@@ -679,7 +679,7 @@ func TestEnsureWebhookConfiguration(t *testing.T) {
 	// New URL: one update.
 	const url2 = "https://10.0.0.7:9443/mutate-batch-v1-job"
 	client.ClearActions()
-	if err := integration.EnsureWebhookConfiguration(ctx, client, Kind, url2, ca, false); err != nil {
+	if err := jobframework.EnsureWebhookConfiguration(ctx, client, Kind, url2, ca, false); err != nil {
 		t.Fatalf("update: %v", err)
 	}
 	got, _ = client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, name, metav1.GetOptions{})
@@ -698,7 +698,7 @@ func TestEnsureWebhookConfiguration(t *testing.T) {
 func TestEnsureWebhookConfigurationRefusesBadInput(t *testing.T) {
 	cases := []struct {
 		name string
-		kind integration.Kind
+		kind jobframework.Kind
 		url  string
 	}{
 		{name: "http url", kind: Kind, url: "http://127.0.0.1:9443/mutate-batch-v1-job"},
@@ -712,8 +712,8 @@ func TestEnsureWebhookConfigurationRefusesBadInput(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			client := fake.NewClientset()
-			if err := integration.EnsureWebhookConfiguration(context.Background(), client, tc.kind, tc.url, nil, false); err == nil {
-				t.Errorf("integration.EnsureWebhookConfiguration() succeeded, want an error")
+			if err := jobframework.EnsureWebhookConfiguration(context.Background(), client, tc.kind, tc.url, nil, false); err == nil {
+				t.Errorf("jobframework.EnsureWebhookConfiguration() succeeded, want an error")
 			}
 			if n := len(client.Actions()); n != 0 {
 				t.Errorf("bad input reached the API (%d actions)", n)

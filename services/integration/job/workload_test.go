@@ -8,8 +8,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/sluice-dev/sluice/internal/jobframework"
 	"github.com/sluice-dev/sluice/internal/queueconfig"
-	"github.com/sluice-dev/sluice/services/integration"
 )
 
 func TestPodRequests(t *testing.T) {
@@ -129,17 +129,17 @@ func TestPodRequests(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			job := tc.job.obj()
-			got := integration.PodRequests(&job.Spec.Template.Spec)
+			got := jobframework.PodRequests(&job.Spec.Template.Spec)
 			if diff := cmp.Diff(tc.want, got, quantityCmp); diff != "" {
-				t.Errorf("integration.PodRequests() mismatch (-want +got):\n%s", diff)
+				t.Errorf("jobframework.PodRequests() mismatch (-want +got):\n%s", diff)
 			}
 		})
 	}
 }
 
 func TestPodRequestsNilSpec(t *testing.T) {
-	if got := integration.PodRequests(nil); len(got) != 0 {
-		t.Errorf("integration.PodRequests(nil) = %v, want empty", got)
+	if got := jobframework.PodRequests(nil); len(got) != 0 {
+		t.Errorf("jobframework.PodRequests(nil) = %v, want empty", got)
 	}
 }
 
@@ -149,8 +149,8 @@ func TestPodRequestsDoesNotMutateTheJob(t *testing.T) {
 		containers(ctr("a").req("cpu", "1"), ctr("b").req("cpu", "1")).
 		overhead(rl("cpu", "1")).obj()
 	before := job.DeepCopy()
-	_ = integration.PodRequests(&job.Spec.Template.Spec)
-	_ = integration.PodRequests(&job.Spec.Template.Spec)
+	_ = jobframework.PodRequests(&job.Spec.Template.Spec)
+	_ = jobframework.PodRequests(&job.Spec.Template.Spec)
 	if diff := cmp.Diff(before, job, quantityCmp); diff != "" {
 		t.Errorf("PodRequests changed its input (-before +after):\n%s", diff)
 	}
@@ -292,7 +292,7 @@ func TestWorkloadFromJobCounts(t *testing.T) {
 }
 
 func TestWorkloadFromJobPriority(t *testing.T) {
-	resolver := integration.StaticPriorityResolver{
+	resolver := jobframework.StaticPriorityResolver{
 		WorkloadPriorityClasses: map[string]int32{"urgent": 1000, "batch": 10},
 		PriorityClasses:         map[string]int32{"system-high": 5000, "low": -5},
 	}
@@ -301,7 +301,7 @@ func TestWorkloadFromJobPriority(t *testing.T) {
 	cases := []struct {
 		name         string
 		job          *jobBuilder
-		resolver     integration.PriorityResolver
+		resolver     jobframework.PriorityResolver
 		wantClass    string
 		wantPriority int32
 		wantErr      error
@@ -374,7 +374,7 @@ func TestWorkloadFromJobPriority(t *testing.T) {
 		{
 			name:         "a globalDefault that is gone counts as none",
 			job:          makeJob("j"),
-			resolver:     integration.StaticPriorityResolver{PriorityClasses: map[string]int32{}, DefaultPriorityClass: "gone"},
+			resolver:     jobframework.StaticPriorityResolver{PriorityClasses: map[string]int32{}, DefaultPriorityClass: "gone"},
 			wantPriority: 0,
 		},
 	}
@@ -412,7 +412,7 @@ func TestWorkloadFromJob(t *testing.T) {
 	cases := []struct {
 		name string
 		job  *jobBuilder
-		want integration.Workload
+		want jobframework.Workload
 	}{
 		{
 			name: "a plain job",
@@ -421,13 +421,13 @@ func TestWorkloadFromJob(t *testing.T) {
 				containers(ctr("a").req("cpu", "1").lim("nvidia.com/gpu", "2")).
 				nodeSelector("disk", "ssd").
 				toleration(userToleration),
-			want: integration.Workload{
+			want: jobframework.Workload{
 				Namespace:    "team-a",
 				Name:         "train",
 				UID:          "uid-train",
 				LocalQueue:   "lq",
 				CreationTime: created,
-				PodSets: []integration.WorkloadPodSet{{
+				PodSets: []jobframework.WorkloadPodSet{{
 					Name:         MainPodSet,
 					Count:        3,
 					MinCount:     3,
@@ -447,13 +447,13 @@ func TestWorkloadFromJob(t *testing.T) {
 				toleration(spotToleration).
 				annotation(OriginalAnnotation, `{"parallelism":1,"nodeSelector":{"disk":"ssd"}}`).
 				annotation(AdmissionAnnotation, `{"clusterQueue":"cq","podSets":[{"name":"main","count":1,"flavors":{"cpu":"spot"}}]}`),
-			want: integration.Workload{
+			want: jobframework.Workload{
 				Namespace:    "team-a",
 				Name:         "train",
 				UID:          "uid-train",
 				LocalQueue:   "lq",
 				CreationTime: created,
-				PodSets: []integration.WorkloadPodSet{{
+				PodSets: []jobframework.WorkloadPodSet{{
 					Name:         MainPodSet,
 					Count:        1,
 					MinCount:     1,
@@ -465,7 +465,7 @@ func TestWorkloadFromJob(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := workloadFromJob(tc.job.obj(), integration.StaticPriorityResolver{})
+			got, err := workloadFromJob(tc.job.obj(), jobframework.StaticPriorityResolver{})
 			if err != nil {
 				t.Fatalf("workloadFromJob() unexpected error: %v", err)
 			}
@@ -512,7 +512,7 @@ func TestWorkloadWithRequests(t *testing.T) {
 	}
 	job := makeJob("j").parallelism(2).containers(ctr("a").req("cpu", "1", "example.com/nic", "1").lim("nvidia.com/mig-1g.5gb", "2")).obj()
 	before := job.DeepCopy()
-	w, err := integration.WorkloadOf("job", &Job{job}, nil, integration.WithRequests(r.Apply))
+	w, err := jobframework.WorkloadOf("job", &Job{job}, nil, jobframework.WithRequests(r.Apply))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,21 +13,21 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	jobsetv1 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
-	"github.com/sluice-dev/sluice/services/integration"
+	"github.com/sluice-dev/sluice/internal/jobframework"
 )
 
 // Kind is the JobSet's kind.
-var Kind = integration.Kind{Name: "jobset", GVK: jobsetv1.GroupVersion.WithKind("JobSet"), Resource: "jobsets", SuspendField: []string{"spec", "suspend"}}
+var Kind = jobframework.Kind{Name: "jobset", GVK: jobsetv1.GroupVersion.WithKind("JobSet"), Resource: "jobsets", SuspendField: []string{"spec", "suspend"}}
 
 // Adapter is the JobSet adapter.
 type Adapter struct{}
 
-// Kind implements integration.Adapter.
-func (Adapter) Kind() integration.Kind { return Kind }
+// Kind implements jobframework.Adapter.
+func (Adapter) Kind() jobframework.Kind { return Kind }
 
-// Decode implements integration.Adapter.
-func (Adapter) Decode(obj runtime.Object) (integration.Job, error) {
-	o, err := integration.DecodeAs[jobsetv1.JobSet](obj, "JobSet")
+// Decode implements jobframework.Adapter.
+func (Adapter) Decode(obj runtime.Object) (jobframework.Job, error) {
+	o, err := jobframework.DecodeAs[jobsetv1.JobSet](obj, "JobSet")
 	if err != nil {
 		return nil, err
 	}
@@ -37,32 +37,32 @@ func (Adapter) Decode(obj runtime.Object) (integration.Job, error) {
 // JobSet is a JobSet under the framework.
 type JobSet struct{ *jobsetv1.JobSet }
 
-// Object implements integration.Job.
+// Object implements jobframework.Job.
 func (j *JobSet) Object() runtime.Object { return j.JobSet }
 
-// Meta implements integration.Job.
+// Meta implements jobframework.Job.
 func (j *JobSet) Meta() metav1.Object { return j.JobSet }
 
-// IsSuspended implements integration.Job.
+// IsSuspended implements jobframework.Job.
 func (j *JobSet) IsSuspended() bool { return j.Spec.Suspend != nil && *j.Spec.Suspend }
 
-// SetSuspended implements integration.Job.
+// SetSuspended implements jobframework.Job.
 func (j *JobSet) SetSuspended(s bool) { j.Spec.Suspend = &s }
 
-// PodSets implements integration.Job: one pod set per replicatedJob.
-func (j *JobSet) PodSets() ([]integration.PodSet, error) {
+// PodSets implements jobframework.Job: one pod set per replicatedJob.
+func (j *JobSet) PodSets() ([]jobframework.PodSet, error) {
 	if len(j.Spec.ReplicatedJobs) == 0 {
-		return nil, fmt.Errorf("spec.replicatedJobs is empty: %w", integration.ErrInvalidJob)
+		return nil, fmt.Errorf("spec.replicatedJobs is empty: %w", jobframework.ErrInvalidJob)
 	}
-	out := make([]integration.PodSet, 0, len(j.Spec.ReplicatedJobs))
+	out := make([]jobframework.PodSet, 0, len(j.Spec.ReplicatedJobs))
 	for i := range j.Spec.ReplicatedJobs {
 		rj := &j.Spec.ReplicatedJobs[i]
 		field := fmt.Sprintf("spec.replicatedJobs[%d]", i)
 		if rj.Name == "" {
-			return nil, fmt.Errorf("%s.name is empty: %w", field, integration.ErrInvalidJob)
+			return nil, fmt.Errorf("%s.name is empty: %w", field, jobframework.ErrInvalidJob)
 		}
 		if rj.Replicas < 0 {
-			return nil, fmt.Errorf("%s (%s).replicas is %d: %w", field, rj.Name, rj.Replicas, integration.ErrInvalidJob)
+			return nil, fmt.Errorf("%s (%s).replicas is %d: %w", field, rj.Name, rj.Replicas, jobframework.ErrInvalidJob)
 		}
 		spec := &rj.Template.Spec
 		par := int32(1)
@@ -70,20 +70,20 @@ func (j *JobSet) PodSets() ([]integration.PodSet, error) {
 			par = *spec.Parallelism
 		}
 		if par < 0 {
-			return nil, fmt.Errorf("%s (%s).template.spec.parallelism is %d: %w", field, rj.Name, par, integration.ErrInvalidJob)
+			return nil, fmt.Errorf("%s (%s).template.spec.parallelism is %d: %w", field, rj.Name, par, jobframework.ErrInvalidJob)
 		}
 		if c := spec.Completions; c != nil {
 			if *c < 0 {
-				return nil, fmt.Errorf("%s (%s).template.spec.completions is %d: %w", field, rj.Name, *c, integration.ErrInvalidJob)
+				return nil, fmt.Errorf("%s (%s).template.spec.completions is %d: %w", field, rj.Name, *c, jobframework.ErrInvalidJob)
 			}
 			par = min(par, *c)
 		}
-		out = append(out, integration.PodSet{Name: rj.Name, Count: rj.Replicas * par, Spec: &spec.Template.Spec, Meta: &spec.Template.ObjectMeta})
+		out = append(out, jobframework.PodSet{Name: rj.Name, Count: rj.Replicas * par, Spec: &spec.Template.Spec, Meta: &spec.Template.ObjectMeta})
 	}
 	return out, nil
 }
 
-// Finished implements integration.Job: the Completed or Failed condition
+// Finished implements jobframework.Job: the Completed or Failed condition
 // the JobSet controller sets to True.
 func (j *JobSet) Finished() (finished, succeeded bool, message string) {
 	if c := meta.FindStatusCondition(j.Status.Conditions, string(jobsetv1.JobSetCompleted)); c != nil && c.Status == metav1.ConditionTrue {
@@ -95,7 +95,7 @@ func (j *JobSet) Finished() (finished, succeeded bool, message string) {
 	return false, false, ""
 }
 
-// PodsReady implements integration.PodsReadier, as Kueue judges a JobSet:
+// PodsReady implements jobframework.PodsReadier, as Kueue judges a JobSet:
 // every child Job of every replicatedJob is ready (its pods ready or done)
 // or succeeded.
 func (j *JobSet) PodsReady() bool {

@@ -16,7 +16,7 @@ import (
 	jobsetv1 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	"github.com/sluice-dev/sluice/api/v1beta1"
-	"github.com/sluice-dev/sluice/services/integration"
+	"github.com/sluice-dev/sluice/internal/jobframework"
 )
 
 // jobSet builds a JobSet with the given replicatedJobs (name, replicas,
@@ -64,7 +64,7 @@ func TestPodSets(t *testing.T) {
 			}
 			sets, err := j.PodSets()
 			if tc.wantErr != "" {
-				if err == nil || !errors.Is(err, integration.ErrInvalidJob) || !strings.Contains(err.Error(), tc.wantErr) {
+				if err == nil || !errors.Is(err, jobframework.ErrInvalidJob) || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("PodSets() error = %v, want one saying %q", err, tc.wantErr)
 				}
 				return
@@ -97,11 +97,11 @@ func TestAdmitAndRestoreEveryPodSet(t *testing.T) {
 		Spec: v1beta1.ResourceFlavorSpec{NodeLabels: map[string]string{"gpu": "a100"},
 			Tolerations: []corev1.Toleration{{Key: "gpu", Operator: corev1.TolerationOpExists}}}}}
 	j, _ := Adapter{}.Decode(orig)
-	a := integration.Assignment{ClusterQueue: "cq", PodSets: []integration.PodSetAssignment{
+	a := jobframework.Assignment{ClusterQueue: "cq", PodSets: []jobframework.PodSetAssignment{
 		{Name: "leader", Count: 1, Flavors: map[string]string{"nvidia.com/gpu": "a100"}},
 		{Name: "workers", Count: 2, Flavors: map[string]string{"nvidia.com/gpu": "a100"}},
 	}}
-	if err := integration.Admit(j, a, flavors); err != nil {
+	if err := jobframework.Admit(j, a, flavors); err != nil {
 		t.Fatalf("Admit: %v", err)
 	}
 	if j.IsSuspended() {
@@ -117,16 +117,16 @@ func TestAdmitAndRestoreEveryPodSet(t *testing.T) {
 		t.Errorf("the user's selector was lost: %v", sets[1].Spec.NodeSelector)
 	}
 	// Running, its templates must change back: suspend first.
-	if step, err := integration.NextStopStep(Adapter{}, j); err != nil || step.Name != "suspend" {
+	if step, err := jobframework.NextStopStep(Adapter{}, j); err != nil || step.Name != "suspend" {
 		t.Fatalf("NextStopStep() of a running admitted JobSet = %q, %v; want suspend", step.Name, err)
 	}
-	if _, err := integration.Restore(j); err != nil {
+	if _, err := jobframework.Restore(j); err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff(orig, j.Object()); diff != "" {
 		t.Errorf("restored JobSet differs (-want +got):\n%s", diff)
 	}
-	if a, _, _ := integration.AdmissionOf(j.Meta().GetAnnotations()); a.ClusterQueue != "" {
+	if a, _, _ := jobframework.AdmissionOf(j.Meta().GetAnnotations()); a.ClusterQueue != "" {
 		t.Error("admission annotation left after restore")
 	}
 }
@@ -175,22 +175,22 @@ func TestDecodeUnstructured(t *testing.T) {
 // number and the cap.
 func TestTooManyPodSets(t *testing.T) {
 	var rjs [][4]any
-	for i := range integration.MaxPodSets + 1 {
+	for i := range jobframework.MaxPodSets + 1 {
 		rjs = append(rjs, [4]any{"r" + string(rune('a'+i)), 1, 1, 0})
 	}
 	j, err := Adapter{}.Decode(jobSet(rjs...))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = integration.WorkloadOf("jobset", j, nil)
-	if !errors.Is(err, integration.ErrInvalidJob) || !strings.Contains(err.Error(), "9 pod sets, more than the 8 a workload may have") {
+	_, err = jobframework.WorkloadOf("jobset", j, nil)
+	if !errors.Is(err, jobframework.ErrInvalidJob) || !strings.Contains(err.Error(), "9 pod sets, more than the 8 a workload may have") {
 		t.Fatalf("WorkloadOf() error = %v, want one saying 9 pod sets are more than 8", err)
 	}
-	j, err = Adapter{}.Decode(jobSet(rjs[:integration.MaxPodSets]...))
+	j, err = Adapter{}.Decode(jobSet(rjs[:jobframework.MaxPodSets]...))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := integration.WorkloadOf("jobset", j, nil); err != nil {
+	if _, err := jobframework.WorkloadOf("jobset", j, nil); err != nil {
 		t.Fatalf("WorkloadOf() of 8 pod sets: %v", err)
 	}
 }

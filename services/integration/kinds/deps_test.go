@@ -48,7 +48,7 @@ func TestAdaptersImportTheFrameworkAndTheirOwnKindOnly(t *testing.T) {
 			framework := false
 			for _, d := range deps {
 				switch {
-				case d == module+"services/integration":
+				case d == module+"internal/jobframework":
 					framework = true
 				case d == pkg:
 				case sameAPI(own, d):
@@ -65,7 +65,7 @@ func TestAdaptersImportTheFrameworkAndTheirOwnKindOnly(t *testing.T) {
 				}
 			}
 			if !framework {
-				t.Errorf("does not import the framework (services/integration)")
+				t.Errorf("does not import the framework (internal/jobframework)")
 			}
 		})
 	}

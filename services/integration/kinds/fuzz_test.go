@@ -12,7 +12,7 @@ import (
 	"github.com/rs/zerolog"
 	admissionv1 "k8s.io/api/admission/v1"
 
-	"github.com/sluice-dev/sluice/services/integration"
+	"github.com/sluice-dev/sluice/internal/jobframework"
 )
 
 // FuzzEveryKindsWebhook sends every kind's webhook any object, on create
@@ -35,7 +35,7 @@ func FuzzEveryKindsWebhook(f *testing.F) {
 	f.Add(uint8(0), "DELETE", []byte(`{}`), []byte(`{}`))
 	f.Add(uint8(9), "UPDATE", []byte(`"not an object"`), []byte(`[]`))
 
-	w, err := integration.NewWebhook(All, integration.WithAddress("127.0.0.1:0"), integration.WithLogger(zerolog.New(io.Discard)))
+	w, err := jobframework.NewWebhook(All, jobframework.WithAddress("127.0.0.1:0"), jobframework.WithLogger(zerolog.New(io.Discard)))
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -50,7 +50,7 @@ func FuzzEveryKindsWebhook(f *testing.F) {
 			`"resource":{"group":%q,"version":%q,"resource":%q},"namespace":"team-a","name":"j","operation":%s,"object":%s,"oldObject":%s}}`,
 			k.GVK.Group, k.GVK.Version, k.GVK.Kind, k.GVK.Group, k.GVK.Version, k.Resource, opJSON, object, old)
 		rec := httptest.NewRecorder()
-		req := httptest.NewRequest(http.MethodPost, integration.MutatePath(k), strings.NewReader(body))
+		req := httptest.NewRequest(http.MethodPost, jobframework.MutatePath(k), strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		h.ServeHTTP(rec, req)
 		if rec.Code != http.StatusOK {

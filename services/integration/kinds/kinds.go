@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/sluice-dev/sluice/services/integration"
+	"github.com/sluice-dev/sluice/internal/jobframework"
 	"github.com/sluice-dev/sluice/services/integration/job"
 	"github.com/sluice-dev/sluice/services/integration/jobset"
 	"github.com/sluice-dev/sluice/services/integration/mpijob"
@@ -20,7 +20,7 @@ import (
 )
 
 // All lists the adapters, one line per kind.
-var All = []integration.Adapter{
+var All = []jobframework.Adapter{
 	job.Adapter{},
 	jobset.Adapter{},
 	rayjob.Adapter{},
@@ -44,8 +44,8 @@ func Names() []string {
 
 // Select returns the adapters named, in the order given; an unknown name
 // is an error that lists the known ones.
-func Select(names []string) ([]integration.Adapter, error) {
-	var out []integration.Adapter
+func Select(names []string) ([]jobframework.Adapter, error) {
+	var out []jobframework.Adapter
 	seen := map[string]bool{}
 	for _, n := range names {
 		n = strings.TrimSpace(n)
@@ -62,7 +62,7 @@ func Select(names []string) ([]integration.Adapter, error) {
 	return out, nil
 }
 
-func byName(n string) (integration.Adapter, bool) {
+func byName(n string) (jobframework.Adapter, bool) {
 	for _, ad := range All {
 		if ad.Kind().Name == n {
 			return ad, true

@@ -7,7 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
-	"github.com/sluice-dev/sluice/services/integration"
+	"github.com/sluice-dev/sluice/internal/jobframework"
 	"github.com/sluice-dev/sluice/services/integration/paddlejob"
 	"github.com/sluice-dev/sluice/services/integration/pytorchjob"
 	"github.com/sluice-dev/sluice/services/integration/tfjob"
@@ -21,7 +21,7 @@ func TestTrainingOperatorKinds(t *testing.T) {
 	pod := `{spec: {containers: [{name: main, image: trainer}]}}`
 	cases := []struct {
 		name       string
-		adapter    integration.Adapter
+		adapter    jobframework.Adapter
 		manifest   string
 		wantNames  []string
 		wantCounts []int32
@@ -93,7 +93,7 @@ spec:
 			if !j.IsSuspended() {
 				t.Errorf("SetSuspended(true) did not suspend")
 			}
-			if _, ok := j.(integration.PodsReadier); !ok {
+			if _, ok := j.(jobframework.PodsReadier); !ok {
 				t.Errorf("%s is not a PodsReadier: waitForPodsReady could not read it", tc.adapter.Kind().Name)
 			}
 		})

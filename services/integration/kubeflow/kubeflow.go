@@ -17,7 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"github.com/sluice-dev/sluice/services/integration"
+	"github.com/sluice-dev/sluice/internal/jobframework"
 )
 
 // Object is a typed Kubeflow job.
@@ -52,23 +52,23 @@ func New(obj Object, replicas map[kftov1.ReplicaType]*kftov1.ReplicaSpec, run *k
 	return &Job{obj: obj, replicas: replicas, run: run, status: status, shape: shape}
 }
 
-// Object implements integration.Job.
+// Object implements jobframework.Job.
 func (j *Job) Object() runtime.Object { return j.obj }
 
-// Meta implements integration.Job.
+// Meta implements jobframework.Job.
 func (j *Job) Meta() metav1.Object { return j.obj }
 
-// IsSuspended implements integration.Job.
+// IsSuspended implements jobframework.Job.
 func (j *Job) IsSuspended() bool { return j.run.Suspend != nil && *j.run.Suspend }
 
-// SetSuspended implements integration.Job.
+// SetSuspended implements jobframework.Job.
 func (j *Job) SetSuspended(s bool) { j.run.Suspend = &s }
 
-// PodSets implements integration.Job: one pod set per replica type, named
+// PodSets implements jobframework.Job: one pod set per replica type, named
 // in lower case, of its replicas (default 1).
-func (j *Job) PodSets() ([]integration.PodSet, error) {
+func (j *Job) PodSets() ([]jobframework.PodSet, error) {
 	if len(j.replicas) == 0 {
-		return nil, fmt.Errorf("%s is empty: %w", j.shape.Field, integration.ErrInvalidJob)
+		return nil, fmt.Errorf("%s is empty: %w", j.shape.Field, jobframework.ErrInvalidJob)
 	}
 	rank := func(t kftov1.ReplicaType) int {
 		for i, o := range j.shape.Order {
@@ -90,7 +90,7 @@ func (j *Job) PodSets() ([]integration.PodSet, error) {
 		}
 		return types[a] < types[b]
 	})
-	out := make([]integration.PodSet, 0, len(types))
+	out := make([]jobframework.PodSet, 0, len(types))
 	for _, t := range types {
 		rs := j.replicas[t]
 		n := int32(1)
@@ -98,14 +98,14 @@ func (j *Job) PodSets() ([]integration.PodSet, error) {
 			n = *rs.Replicas
 		}
 		if n < 0 {
-			return nil, fmt.Errorf("%s.%s.replicas is %d: %w", j.shape.Field, t, n, integration.ErrInvalidJob)
+			return nil, fmt.Errorf("%s.%s.replicas is %d: %w", j.shape.Field, t, n, jobframework.ErrInvalidJob)
 		}
-		out = append(out, integration.PodSet{Name: strings.ToLower(string(t)), Count: n, Spec: &rs.Template.Spec, Meta: &rs.Template.ObjectMeta})
+		out = append(out, jobframework.PodSet{Name: strings.ToLower(string(t)), Count: n, Spec: &rs.Template.Spec, Meta: &rs.Template.ObjectMeta})
 	}
 	return out, nil
 }
 
-// PodsReady implements integration.PodsReadier: the job's Running
+// PodsReady implements jobframework.PodsReadier: the job's Running
 // condition, which the training operator sets once its pods run.
 func (j *Job) PodsReady() bool {
 	for _, c := range j.status.Conditions {
@@ -116,7 +116,7 @@ func (j *Job) PodsReady() bool {
 	return false
 }
 
-// Finished implements integration.Job: a True Succeeded or Failed
+// Finished implements jobframework.Job: a True Succeeded or Failed
 // condition.
 func (j *Job) Finished() (finished, succeeded bool, message string) {
 	for _, c := range j.status.Conditions {

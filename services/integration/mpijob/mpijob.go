@@ -13,21 +13,21 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"github.com/sluice-dev/sluice/services/integration"
+	"github.com/sluice-dev/sluice/internal/jobframework"
 )
 
 // Kind is the MPIJob's kind.
-var Kind = integration.Kind{Name: "mpijob", GVK: mpiv2.SchemeGroupVersion.WithKind("MPIJob"), Resource: "mpijobs", SuspendField: []string{"spec", "runPolicy", "suspend"}}
+var Kind = jobframework.Kind{Name: "mpijob", GVK: mpiv2.SchemeGroupVersion.WithKind("MPIJob"), Resource: "mpijobs", SuspendField: []string{"spec", "runPolicy", "suspend"}}
 
 // Adapter is the MPIJob adapter.
 type Adapter struct{}
 
-// Kind implements integration.Adapter.
-func (Adapter) Kind() integration.Kind { return Kind }
+// Kind implements jobframework.Adapter.
+func (Adapter) Kind() jobframework.Kind { return Kind }
 
-// Decode implements integration.Adapter.
-func (Adapter) Decode(obj runtime.Object) (integration.Job, error) {
-	o, err := integration.DecodeAs[mpiv2.MPIJob](obj, "MPIJob")
+// Decode implements jobframework.Adapter.
+func (Adapter) Decode(obj runtime.Object) (jobframework.Job, error) {
+	o, err := jobframework.DecodeAs[mpiv2.MPIJob](obj, "MPIJob")
 	if err != nil {
 		return nil, err
 	}
@@ -37,28 +37,28 @@ func (Adapter) Decode(obj runtime.Object) (integration.Job, error) {
 // MPIJob is an MPIJob under the framework.
 type MPIJob struct{ *mpiv2.MPIJob }
 
-// Object implements integration.Job.
+// Object implements jobframework.Job.
 func (m *MPIJob) Object() runtime.Object { return m.MPIJob }
 
-// Meta implements integration.Job.
+// Meta implements jobframework.Job.
 func (m *MPIJob) Meta() metav1.Object { return m.MPIJob }
 
-// IsSuspended implements integration.Job.
+// IsSuspended implements jobframework.Job.
 func (m *MPIJob) IsSuspended() bool {
 	return m.Spec.RunPolicy.Suspend != nil && *m.Spec.RunPolicy.Suspend
 }
 
-// SetSuspended implements integration.Job.
+// SetSuspended implements jobframework.Job.
 func (m *MPIJob) SetSuspended(s bool) { m.Spec.RunPolicy.Suspend = &s }
 
-// PodSets implements integration.Job: launcher, then worker.
-func (m *MPIJob) PodSets() ([]integration.PodSet, error) {
-	var out []integration.PodSet
+// PodSets implements jobframework.Job: launcher, then worker.
+func (m *MPIJob) PodSets() ([]jobframework.PodSet, error) {
+	var out []jobframework.PodSet
 	for _, t := range []mpiv2.MPIReplicaType{mpiv2.MPIReplicaTypeLauncher, mpiv2.MPIReplicaTypeWorker} {
 		rs := m.Spec.MPIReplicaSpecs[t]
 		if rs == nil {
 			if t == mpiv2.MPIReplicaTypeLauncher {
-				return nil, fmt.Errorf("spec.mpiReplicaSpecs.Launcher is missing: %w", integration.ErrInvalidJob)
+				return nil, fmt.Errorf("spec.mpiReplicaSpecs.Launcher is missing: %w", jobframework.ErrInvalidJob)
 			}
 			continue
 		}
@@ -67,23 +67,23 @@ func (m *MPIJob) PodSets() ([]integration.PodSet, error) {
 			n = *rs.Replicas
 		}
 		if n < 0 {
-			return nil, fmt.Errorf("spec.mpiReplicaSpecs.%s.replicas is %d: %w", t, n, integration.ErrInvalidJob)
+			return nil, fmt.Errorf("spec.mpiReplicaSpecs.%s.replicas is %d: %w", t, n, jobframework.ErrInvalidJob)
 		}
 		name := "launcher"
 		if t == mpiv2.MPIReplicaTypeWorker {
 			name = "worker"
 		}
-		out = append(out, integration.PodSet{Name: name, Count: n, Spec: &rs.Template.Spec, Meta: &rs.Template.ObjectMeta})
+		out = append(out, jobframework.PodSet{Name: name, Count: n, Spec: &rs.Template.Spec, Meta: &rs.Template.ObjectMeta})
 	}
 	for t := range m.Spec.MPIReplicaSpecs {
 		if t != mpiv2.MPIReplicaTypeLauncher && t != mpiv2.MPIReplicaTypeWorker {
-			return nil, fmt.Errorf("spec.mpiReplicaSpecs.%s: only Launcher and Worker are known: %w", t, integration.ErrInvalidJob)
+			return nil, fmt.Errorf("spec.mpiReplicaSpecs.%s: only Launcher and Worker are known: %w", t, jobframework.ErrInvalidJob)
 		}
 	}
 	return out, nil
 }
 
-// PodsReady implements integration.PodsReadier: the MPIJob's Running
+// PodsReady implements jobframework.PodsReadier: the MPIJob's Running
 // condition, which the mpi-operator sets once its launcher and workers run.
 func (m *MPIJob) PodsReady() bool {
 	for _, c := range m.Status.Conditions {
@@ -94,7 +94,7 @@ func (m *MPIJob) PodsReady() bool {
 	return false
 }
 
-// Finished implements integration.Job.
+// Finished implements jobframework.Job.
 func (m *MPIJob) Finished() (finished, succeeded bool, message string) {
 	for _, c := range m.Status.Conditions {
 		if c.Status != corev1.ConditionTrue {

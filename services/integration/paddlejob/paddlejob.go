@@ -10,24 +10,24 @@ import (
 	kftov1 "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"github.com/sluice-dev/sluice/services/integration"
+	"github.com/sluice-dev/sluice/internal/jobframework"
 	"github.com/sluice-dev/sluice/services/integration/kubeflow"
 )
 
 // Kind is the PaddleJob's kind.
-var Kind = integration.Kind{Name: "paddlejob", GVK: kftov1.GroupVersion.WithKind("PaddleJob"), Resource: "paddlejobs", SuspendField: kubeflow.SuspendField}
+var Kind = jobframework.Kind{Name: "paddlejob", GVK: kftov1.GroupVersion.WithKind("PaddleJob"), Resource: "paddlejobs", SuspendField: kubeflow.SuspendField}
 
 var shape = &kubeflow.Shape{Kind: Kind.Name, Field: "spec.paddleReplicaSpecs", Order: []kftov1.ReplicaType{kftov1.PaddleJobReplicaTypeMaster, kftov1.PaddleJobReplicaTypeWorker}}
 
 // Adapter is the PaddleJob adapter.
 type Adapter struct{}
 
-// Kind implements integration.Adapter.
-func (Adapter) Kind() integration.Kind { return Kind }
+// Kind implements jobframework.Adapter.
+func (Adapter) Kind() jobframework.Kind { return Kind }
 
-// Decode implements integration.Adapter.
-func (Adapter) Decode(obj runtime.Object) (integration.Job, error) {
-	o, err := integration.DecodeAs[kftov1.PaddleJob](obj, "PaddleJob")
+// Decode implements jobframework.Adapter.
+func (Adapter) Decode(obj runtime.Object) (jobframework.Job, error) {
+	o, err := jobframework.DecodeAs[kftov1.PaddleJob](obj, "PaddleJob")
 	if err != nil {
 		return nil, err
 	}

@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/sluice-dev/sluice/api/v1beta1"
-	"github.com/sluice-dev/sluice/services/integration"
+	"github.com/sluice-dev/sluice/internal/jobframework"
 )
 
 // member builds a Pod of group "train" created at minute n.
@@ -98,27 +98,27 @@ func TestGroupWorkload(t *testing.T) {
 		{
 			name:    "members disagreeing on the total are refused",
 			members: []*podBuilder{member("a", 0, "2"), member("b", 1, "3")},
-			wantErr: integration.ErrInvalidGroup,
+			wantErr: jobframework.ErrInvalidGroup,
 		},
 		{
 			name:    "members in different queues are refused",
 			members: []*podBuilder{member("a", 0, "2"), member("b", 1, "2").queue("other")},
-			wantErr: integration.ErrInvalidGroup,
+			wantErr: jobframework.ErrInvalidGroup,
 		},
 		{
 			name:    "more members than the total are refused",
 			members: []*podBuilder{member("a", 0, "1"), member("b", 1, "1")},
-			wantErr: integration.ErrInvalidGroup,
+			wantErr: jobframework.ErrInvalidGroup,
 		},
 		{
 			name:    "a member without the total is refused",
 			members: []*podBuilder{member("a", 0, "2"), member("b", 1, "")},
-			wantErr: integration.ErrInvalidJob,
+			wantErr: jobframework.ErrInvalidJob,
 		},
 		{
 			name:    "a group larger than a group may be is refused, before it is complete",
 			members: []*podBuilder{member("a", 0, "2147483647"), member("b", 1, "2147483647")},
-			wantErr: integration.ErrInvalidGroup,
+			wantErr: jobframework.ErrInvalidGroup,
 		},
 		{
 			name: "a partial group is not read further than its labels",
@@ -130,27 +130,27 @@ func TestGroupWorkload(t *testing.T) {
 		{
 			name:    "a complete group in a queue no LocalQueue can be named is refused",
 			members: []*podBuilder{member("a", 0, "2").queue("Bad_Q"), member("b", 1, "2").queue("Bad_Q")},
-			wantErr: integration.ErrInvalidJob,
+			wantErr: jobframework.ErrInvalidJob,
 		},
 		{
 			name: "more roles than a workload has pod sets are refused",
 			members: func() []*podBuilder {
 				var ms []*podBuilder
-				for i := range integration.MaxPodSets + 1 {
-					ms = append(ms, member("m"+strconv.Itoa(i), i, strconv.Itoa(integration.MaxPodSets+1)).gpus(i+1))
+				for i := range jobframework.MaxPodSets + 1 {
+					ms = append(ms, member("m"+strconv.Itoa(i), i, strconv.Itoa(jobframework.MaxPodSets+1)).gpus(i+1))
 				}
 				return ms
 			}(),
-			wantErr: integration.ErrInvalidGroup,
+			wantErr: jobframework.ErrInvalidGroup,
 		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			var live []integration.Job
+			var live []jobframework.Job
 			for _, m := range tc.members {
 				live = append(live, m.job(t))
 			}
-			w, complete, err := integration.GroupWorkload(Adapter{}, "ns", "train", live, nil)
+			w, complete, err := jobframework.GroupWorkload(Adapter{}, "ns", "train", live, nil)
 			if !errors.Is(err, tc.wantErr) {
 				t.Fatalf("error = %v, want %v", err, tc.wantErr)
 			}

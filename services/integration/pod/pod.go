@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/sluice-dev/sluice/services/integration"
+	"github.com/sluice-dev/sluice/internal/jobframework"
 )
 
 const (
@@ -33,7 +33,7 @@ const (
 )
 
 // Kind is the Pod's kind.
-var Kind = integration.Kind{Name: "pod", GVK: corev1.SchemeGroupVersion.WithKind("Pod"), Resource: "pods"}
+var Kind = jobframework.Kind{Name: "pod", GVK: corev1.SchemeGroupVersion.WithKind("Pod"), Resource: "pods"}
 
 // ownedKinds are the API groups and kinds whose Pods belong to another
 // integration: the group of the owner's apiVersion and its kind.
@@ -48,25 +48,25 @@ var ownedKinds = map[string][]string{
 // Adapter is the plain Pod adapter.
 type Adapter struct{}
 
-// Kind implements integration.Adapter.
-func (Adapter) Kind() integration.Kind { return Kind }
+// Kind implements jobframework.Adapter.
+func (Adapter) Kind() jobframework.Kind { return Kind }
 
-// Decode implements integration.Adapter.
-func (Adapter) Decode(obj runtime.Object) (integration.Job, error) {
-	o, err := integration.DecodeAs[corev1.Pod](obj, "v1 Pod")
+// Decode implements jobframework.Adapter.
+func (Adapter) Decode(obj runtime.Object) (jobframework.Job, error) {
+	o, err := jobframework.DecodeAs[corev1.Pod](obj, "v1 Pod")
 	if err != nil {
 		return nil, err
 	}
 	return &Pod{o}, nil
 }
 
-// NewInformer implements integration.InformerSource.
+// NewInformer implements jobframework.InformerSource.
 func (Adapter) NewInformer(kube kubernetes.Interface, resync time.Duration, labelSelector string) cache.SharedIndexInformer {
 	return informers.NewSharedInformerFactoryWithOptions(kube, resync,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = labelSelector })).Core().V1().Pods().Informer()
 }
 
-// TrimForCache implements integration.CacheTrimmer: the pod spec's unread
+// TrimForCache implements jobframework.CacheTrimmer: the pod spec's unread
 // parts and the containers' statuses (a pod's phase and conditions are
 // what its workload reads).
 func (Adapter) TrimForCache(obj runtime.Object) {
@@ -74,18 +74,18 @@ func (Adapter) TrimForCache(obj runtime.Object) {
 	if !ok {
 		return
 	}
-	integration.TrimPodSpec(&p.Spec)
+	jobframework.TrimPodSpec(&p.Spec)
 	p.Status.ContainerStatuses = nil
 	p.Status.InitContainerStatuses = nil
 	p.Status.EphemeralContainerStatuses = nil
 }
 
-var _ integration.Grouper = Adapter{}
+var _ jobframework.Grouper = Adapter{}
 
-// GroupLabel implements integration.Grouper.
+// GroupLabel implements jobframework.Grouper.
 func (Adapter) GroupLabel() string { return GroupNameLabel }
 
-// GroupOf implements integration.Grouper: the group label, and the total
+// GroupOf implements jobframework.Grouper: the group label, and the total
 // count annotation every member of a group must carry.
 func (Adapter) GroupOf(m metav1.Object) (string, int32, error) {
 	name := m.GetLabels()[GroupNameLabel]
@@ -94,15 +94,15 @@ func (Adapter) GroupOf(m metav1.Object) (string, int32, error) {
 	}
 	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
 		return name, 0, fmt.Errorf("label %s: %q names the group's workload and must be a lower-case DNS name: %s: %w",
-			GroupNameLabel, name, strings.Join(errs, "; "), integration.ErrInvalidJob)
+			GroupNameLabel, name, strings.Join(errs, "; "), jobframework.ErrInvalidJob)
 	}
 	raw, ok := m.GetAnnotations()[GroupTotalCountAnnotation]
 	if !ok {
-		return name, 0, fmt.Errorf("annotation %s: missing on a member of pod group %q: %w", GroupTotalCountAnnotation, name, integration.ErrInvalidJob)
+		return name, 0, fmt.Errorf("annotation %s: missing on a member of pod group %q: %w", GroupTotalCountAnnotation, name, jobframework.ErrInvalidJob)
 	}
 	n, err := strconv.ParseInt(raw, 10, 32)
 	if err != nil || n < 1 {
-		return name, 0, fmt.Errorf("annotation %s: %q is not a positive whole number: %w", GroupTotalCountAnnotation, raw, integration.ErrInvalidJob)
+		return name, 0, fmt.Errorf("annotation %s: %q is not a positive whole number: %w", GroupTotalCountAnnotation, raw, jobframework.ErrInvalidJob)
 	}
 	return name, int32(n), nil
 }
@@ -110,18 +110,18 @@ func (Adapter) GroupOf(m metav1.Object) (string, int32, error) {
 // Pod is a plain Pod under the framework.
 type Pod struct{ *corev1.Pod }
 
-// Object implements integration.Job.
+// Object implements jobframework.Job.
 func (p *Pod) Object() runtime.Object { return p.Pod }
 
-// Meta implements integration.Job.
+// Meta implements jobframework.Job.
 func (p *Pod) Meta() metav1.Object { return p.Pod }
 
-// IsSuspended implements integration.Job: the Pod carries Sluice's gate.
+// IsSuspended implements jobframework.Job: the Pod carries Sluice's gate.
 func (p *Pod) IsSuspended() bool {
 	return slices.ContainsFunc(p.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == SchedulingGate })
 }
 
-// SetSuspended implements integration.Job: adds or removes the gate. The
+// SetSuspended implements jobframework.Job: adds or removes the gate. The
 // API server accepts the addition only on create (the webhook).
 func (p *Pod) SetSuspended(s bool) {
 	gates := slices.DeleteFunc(p.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == SchedulingGate })
@@ -134,12 +134,12 @@ func (p *Pod) SetSuspended(s bool) {
 	p.Spec.SchedulingGates = gates
 }
 
-// PodSets implements integration.Job: one pod set of one pod.
-func (p *Pod) PodSets() ([]integration.PodSet, error) {
-	return []integration.PodSet{{Name: MainPodSet, Count: 1, Spec: &p.Spec, Meta: &p.ObjectMeta}}, nil
+// PodSets implements jobframework.Job: one pod set of one pod.
+func (p *Pod) PodSets() ([]jobframework.PodSet, error) {
+	return []jobframework.PodSet{{Name: MainPodSet, Count: 1, Spec: &p.Spec, Meta: &p.ObjectMeta}}, nil
 }
 
-// Finished implements integration.Job: phase Succeeded or Failed.
+// Finished implements jobframework.Job: phase Succeeded or Failed.
 func (p *Pod) Finished() (finished, succeeded bool, message string) {
 	switch p.Status.Phase {
 	case corev1.PodSucceeded:
@@ -150,7 +150,7 @@ func (p *Pod) Finished() (finished, succeeded bool, message string) {
 	return false, false, ""
 }
 
-// PodsReady implements integration.PodsReadier: the pod's Ready condition
+// PodsReady implements jobframework.PodsReadier: the pod's Ready condition
 // (or, a pod that ended, having run).
 func (p *Pod) PodsReady() bool {
 	if p.Status.Phase == corev1.PodSucceeded {
@@ -175,11 +175,11 @@ func text(s corev1.PodStatus, fallback string) string {
 	}
 }
 
-// StopsByDeletion implements integration.Deleter: a Pod that is no longer
+// StopsByDeletion implements jobframework.Deleter: a Pod that is no longer
 // gated cannot be held back again.
 func (p *Pod) StopsByDeletion() bool { return !p.IsSuspended() }
 
-// Ignored implements integration.Ignorer: Pods of another integrated kind
+// Ignored implements jobframework.Ignorer: Pods of another integrated kind
 // are that kind's.
 func (p *Pod) Ignored() bool {
 	for _, ref := range p.OwnerReferences {

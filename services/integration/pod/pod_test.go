@@ -13,7 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/sluice-dev/sluice/api/v1beta1"
-	"github.com/sluice-dev/sluice/services/integration"
+	"github.com/sluice-dev/sluice/internal/jobframework"
 )
 
 // podBuilder builds test Pods.
@@ -105,12 +105,12 @@ func TestAdmissionIsOneAllowedPatch(t *testing.T) {
 		Spec: v1beta1.ResourceFlavorSpec{NodeLabels: map[string]string{"gpu": "a100"},
 			Tolerations: []corev1.Toleration{{Key: "gpu", Operator: corev1.TolerationOpExists}}}}}
 	admitted, _ := Adapter{}.Decode(p.Pod.DeepCopy())
-	err := integration.Admit(admitted, integration.Assignment{ClusterQueue: "cq", PodSets: []integration.PodSetAssignment{
+	err := jobframework.Admit(admitted, jobframework.Assignment{ClusterQueue: "cq", PodSets: []jobframework.PodSetAssignment{
 		{Name: MainPodSet, Count: 1, Flavors: map[string]string{"nvidia.com/gpu": "a100"}}}}, flavors)
 	if err != nil {
 		t.Fatal(err)
 	}
-	patch, err := integration.MergePatch(p.Object(), admitted.Object(), "uid-p", "7")
+	patch, err := jobframework.MergePatch(p.Object(), admitted.Object(), "uid-p", "7")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,12 +10,12 @@ import (
 	kftov1 "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"github.com/sluice-dev/sluice/services/integration"
+	"github.com/sluice-dev/sluice/internal/jobframework"
 	"github.com/sluice-dev/sluice/services/integration/kubeflow"
 )
 
 // Kind is the PyTorchJob's kind.
-var Kind = integration.Kind{Name: "pytorchjob", GVK: kftov1.GroupVersion.WithKind("PyTorchJob"), Resource: "pytorchjobs", SuspendField: kubeflow.SuspendField}
+var Kind = jobframework.Kind{Name: "pytorchjob", GVK: kftov1.GroupVersion.WithKind("PyTorchJob"), Resource: "pytorchjobs", SuspendField: kubeflow.SuspendField}
 
 var shape = &kubeflow.Shape{Kind: Kind.Name, Field: "spec.pytorchReplicaSpecs",
 	Order: []kftov1.ReplicaType{kftov1.PyTorchJobReplicaTypeMaster, kftov1.PyTorchJobReplicaTypeWorker}}
@@ -23,12 +23,12 @@ var shape = &kubeflow.Shape{Kind: Kind.Name, Field: "spec.pytorchReplicaSpecs",
 // Adapter is the PyTorchJob adapter.
 type Adapter struct{}
 
-// Kind implements integration.Adapter.
-func (Adapter) Kind() integration.Kind { return Kind }
+// Kind implements jobframework.Adapter.
+func (Adapter) Kind() jobframework.Kind { return Kind }
 
-// Decode implements integration.Adapter.
-func (Adapter) Decode(obj runtime.Object) (integration.Job, error) {
-	o, err := integration.DecodeAs[kftov1.PyTorchJob](obj, "PyTorchJob")
+// Decode implements jobframework.Adapter.
+func (Adapter) Decode(obj runtime.Object) (jobframework.Job, error) {
+	o, err := jobframework.DecodeAs[kftov1.PyTorchJob](obj, "PyTorchJob")
 	if err != nil {
 		return nil, err
 	}

@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"github.com/sluice-dev/sluice/services/integration"
+	"github.com/sluice-dev/sluice/internal/jobframework"
 )
 
 // HeadPodSet is the name of the head's pod set.
@@ -22,17 +22,17 @@ const HeadPodSet = "head"
 const maxWorkerGroups = 7
 
 // Kind is the RayCluster's kind.
-var Kind = integration.Kind{Name: "raycluster", GVK: rayv1.GroupVersion.WithKind("RayCluster"), Resource: "rayclusters", SuspendField: []string{"spec", "suspend"}}
+var Kind = jobframework.Kind{Name: "raycluster", GVK: rayv1.GroupVersion.WithKind("RayCluster"), Resource: "rayclusters", SuspendField: []string{"spec", "suspend"}}
 
 // Adapter is the RayCluster adapter.
 type Adapter struct{}
 
-// Kind implements integration.Adapter.
-func (Adapter) Kind() integration.Kind { return Kind }
+// Kind implements jobframework.Adapter.
+func (Adapter) Kind() jobframework.Kind { return Kind }
 
-// Decode implements integration.Adapter.
-func (Adapter) Decode(obj runtime.Object) (integration.Job, error) {
-	o, err := integration.DecodeAs[rayv1.RayCluster](obj, "RayCluster")
+// Decode implements jobframework.Adapter.
+func (Adapter) Decode(obj runtime.Object) (jobframework.Job, error) {
+	o, err := jobframework.DecodeAs[rayv1.RayCluster](obj, "RayCluster")
 	if err != nil {
 		return nil, err
 	}
@@ -42,43 +42,43 @@ func (Adapter) Decode(obj runtime.Object) (integration.Job, error) {
 // RayCluster is a RayCluster under the framework.
 type RayCluster struct{ *rayv1.RayCluster }
 
-// Object implements integration.Job.
+// Object implements jobframework.Job.
 func (r *RayCluster) Object() runtime.Object { return r.RayCluster }
 
-// Meta implements integration.Job.
+// Meta implements jobframework.Job.
 func (r *RayCluster) Meta() metav1.Object { return r.RayCluster }
 
-// IsSuspended implements integration.Job.
+// IsSuspended implements jobframework.Job.
 func (r *RayCluster) IsSuspended() bool { return r.Spec.Suspend != nil && *r.Spec.Suspend }
 
-// SetSuspended implements integration.Job.
+// SetSuspended implements jobframework.Job.
 func (r *RayCluster) SetSuspended(s bool) { r.Spec.Suspend = &s }
 
-// PodSets implements integration.Job.
-func (r *RayCluster) PodSets() ([]integration.PodSet, error) {
+// PodSets implements jobframework.Job.
+func (r *RayCluster) PodSets() ([]jobframework.PodSet, error) {
 	return PodSets(&r.Spec, "spec")
 }
 
-// Finished implements integration.Job: a RayCluster runs until deleted.
+// Finished implements jobframework.Job: a RayCluster runs until deleted.
 func (r *RayCluster) Finished() (bool, bool, string) { return false, false, "" }
 
-// PodsReady implements integration.PodsReadier: KubeRay reports the
+// PodsReady implements jobframework.PodsReadier: KubeRay reports the
 // cluster ready once its head and workers run.
 func (r *RayCluster) PodsReady() bool { return r.Status.State == rayv1.Ready }
 
 // PodSets reads a Ray cluster's pod sets; field names where the spec is in
 // the object, for errors. RayJob reads its cluster with it too.
-func PodSets(spec *rayv1.RayClusterSpec, field string) ([]integration.PodSet, error) {
+func PodSets(spec *rayv1.RayClusterSpec, field string) ([]jobframework.PodSet, error) {
 	if len(spec.WorkerGroupSpecs) > maxWorkerGroups {
-		return nil, fmt.Errorf("%s.workerGroupSpecs has %d groups, at most %d are supported: %w", field, len(spec.WorkerGroupSpecs), maxWorkerGroups, integration.ErrInvalidJob)
+		return nil, fmt.Errorf("%s.workerGroupSpecs has %d groups, at most %d are supported: %w", field, len(spec.WorkerGroupSpecs), maxWorkerGroups, jobframework.ErrInvalidJob)
 	}
-	out := []integration.PodSet{{Name: HeadPodSet, Count: 1, Spec: &spec.HeadGroupSpec.Template.Spec, Meta: &spec.HeadGroupSpec.Template.ObjectMeta}}
+	out := []jobframework.PodSet{{Name: HeadPodSet, Count: 1, Spec: &spec.HeadGroupSpec.Template.Spec, Meta: &spec.HeadGroupSpec.Template.ObjectMeta}}
 	seen := map[string]bool{HeadPodSet: true}
 	for i := range spec.WorkerGroupSpecs {
 		g := &spec.WorkerGroupSpecs[i]
 		at := fmt.Sprintf("%s.workerGroupSpecs[%d]", field, i)
 		if g.GroupName == "" || seen[g.GroupName] {
-			return nil, fmt.Errorf("%s.groupName %q is empty or repeated (\"head\" is taken): %w", at, g.GroupName, integration.ErrInvalidJob)
+			return nil, fmt.Errorf("%s.groupName %q is empty or repeated (\"head\" is taken): %w", at, g.GroupName, jobframework.ErrInvalidJob)
 		}
 		seen[g.GroupName] = true
 		replicas := int32(1)
@@ -86,10 +86,10 @@ func PodSets(spec *rayv1.RayClusterSpec, field string) ([]integration.PodSet, er
 			replicas = *g.Replicas
 		}
 		if replicas < 0 {
-			return nil, fmt.Errorf("%s (%s).replicas is %d: %w", at, g.GroupName, replicas, integration.ErrInvalidJob)
+			return nil, fmt.Errorf("%s (%s).replicas is %d: %w", at, g.GroupName, replicas, jobframework.ErrInvalidJob)
 		}
 		hosts := max(g.NumOfHosts, 1)
-		out = append(out, integration.PodSet{Name: g.GroupName, Count: replicas * hosts, Spec: &g.Template.Spec, Meta: &g.Template.ObjectMeta})
+		out = append(out, jobframework.PodSet{Name: g.GroupName, Count: replicas * hosts, Spec: &g.Template.Spec, Meta: &g.Template.ObjectMeta})
 	}
 	return out, nil
 }

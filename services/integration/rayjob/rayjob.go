@@ -16,7 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"github.com/sluice-dev/sluice/services/integration"
+	"github.com/sluice-dev/sluice/internal/jobframework"
 	"github.com/sluice-dev/sluice/services/integration/raycluster"
 )
 
@@ -24,17 +24,17 @@ import (
 const SubmitterPodSet = "submitter"
 
 // Kind is the RayJob's kind.
-var Kind = integration.Kind{Name: "rayjob", GVK: rayv1.GroupVersion.WithKind("RayJob"), Resource: "rayjobs", SuspendField: []string{"spec", "suspend"}}
+var Kind = jobframework.Kind{Name: "rayjob", GVK: rayv1.GroupVersion.WithKind("RayJob"), Resource: "rayjobs", SuspendField: []string{"spec", "suspend"}}
 
 // Adapter is the RayJob adapter.
 type Adapter struct{}
 
-// Kind implements integration.Adapter.
-func (Adapter) Kind() integration.Kind { return Kind }
+// Kind implements jobframework.Adapter.
+func (Adapter) Kind() jobframework.Kind { return Kind }
 
-// Decode implements integration.Adapter.
-func (Adapter) Decode(obj runtime.Object) (integration.Job, error) {
-	o, err := integration.DecodeAs[rayv1.RayJob](obj, "RayJob")
+// Decode implements jobframework.Adapter.
+func (Adapter) Decode(obj runtime.Object) (jobframework.Job, error) {
+	o, err := jobframework.DecodeAs[rayv1.RayJob](obj, "RayJob")
 	if err != nil {
 		return nil, err
 	}
@@ -60,25 +60,25 @@ func newRayJob(rj *rayv1.RayJob) *RayJob {
 	}}}}
 }
 
-// Object implements integration.Job.
+// Object implements jobframework.Job.
 func (r *RayJob) Object() runtime.Object { return r.RayJob }
 
-// Meta implements integration.Job.
+// Meta implements jobframework.Job.
 func (r *RayJob) Meta() metav1.Object { return r.RayJob }
 
-// IsSuspended implements integration.Job.
+// IsSuspended implements jobframework.Job.
 func (r *RayJob) IsSuspended() bool { return r.Spec.Suspend }
 
-// SetSuspended implements integration.Job.
+// SetSuspended implements jobframework.Job.
 func (r *RayJob) SetSuspended(s bool) { r.Spec.Suspend = s }
 
-// PodSets implements integration.Job.
-func (r *RayJob) PodSets() ([]integration.PodSet, error) {
+// PodSets implements jobframework.Job.
+func (r *RayJob) PodSets() ([]jobframework.PodSet, error) {
 	if len(r.Spec.ClusterSelector) > 0 {
-		return nil, fmt.Errorf("spec.clusterSelector is set: a RayJob on an existing RayCluster cannot be queued: %w", integration.ErrInvalidJob)
+		return nil, fmt.Errorf("spec.clusterSelector is set: a RayJob on an existing RayCluster cannot be queued: %w", jobframework.ErrInvalidJob)
 	}
 	if r.Spec.RayClusterSpec == nil {
-		return nil, fmt.Errorf("spec.rayClusterSpec is missing: %w", integration.ErrInvalidJob)
+		return nil, fmt.Errorf("spec.rayClusterSpec is missing: %w", jobframework.ErrInvalidJob)
 	}
 	sets, err := raycluster.PodSets(r.Spec.RayClusterSpec, "spec.rayClusterSpec")
 	if err != nil {
@@ -86,7 +86,7 @@ func (r *RayJob) PodSets() ([]integration.PodSet, error) {
 	}
 	mode := r.Spec.SubmissionMode
 	if mode == "" || mode == rayv1.K8sJobMode {
-		ps := integration.PodSet{Name: SubmitterPodSet, Count: 1, Spec: &r.submitter}
+		ps := jobframework.PodSet{Name: SubmitterPodSet, Count: 1, Spec: &r.submitter}
 		if t := r.Spec.SubmitterPodTemplate; t != nil {
 			ps.Spec, ps.Meta = &t.Spec, &t.ObjectMeta
 		}
@@ -95,7 +95,7 @@ func (r *RayJob) PodSets() ([]integration.PodSet, error) {
 	return sets, nil
 }
 
-// Finished implements integration.Job: KubeRay's jobDeploymentStatus.
+// Finished implements jobframework.Job: KubeRay's jobDeploymentStatus.
 func (r *RayJob) Finished() (finished, succeeded bool, message string) {
 	switch r.Status.JobDeploymentStatus {
 	case rayv1.JobDeploymentStatusComplete:
@@ -106,7 +106,7 @@ func (r *RayJob) Finished() (finished, succeeded bool, message string) {
 	return false, false, ""
 }
 
-// PodsReady implements integration.PodsReadier: the RayJob's cluster is
+// PodsReady implements jobframework.PodsReadier: the RayJob's cluster is
 // ready, as KubeRay reports it.
 func (r *RayJob) PodsReady() bool { return r.Status.RayClusterStatus.State == rayv1.Ready }
 

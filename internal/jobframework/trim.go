@@ -1,4 +1,4 @@
-package integration
+package jobframework
 
 import (
 	corev1 "k8s.io/api/core/v1"

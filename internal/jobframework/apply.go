@@ -1,4 +1,4 @@
-package integration
+package jobframework
 
 import (
 	"encoding/json"
@@ -604,7 +604,7 @@ type Step struct {
 	Last bool
 }
 
-func (s Step) subresource() []string {
+func (s Step) Subresource() []string {
 	if s.Status {
 		return []string{"status"}
 	}
@@ -640,7 +640,7 @@ func NextStopStep(ad Adapter, j Job) (Step, error) {
 	}
 	if u, ok := j.(Unlocker); ok && changes {
 		if p := u.UnlockPatch(); p != nil {
-			p, err := withUID(p, uid)
+			p, err := WithUID(p, uid)
 			return Step{Name: "unlock", Status: true, Patch: p}, err
 		}
 	}
@@ -648,9 +648,9 @@ func NextStopStep(ad Adapter, j Job) (Step, error) {
 	return Step{Name: "restore", Patch: p, Last: true}, err
 }
 
-// withUID adds metadata.uid to a merge patch, so it cannot apply to an
+// WithUID adds metadata.uid to a merge patch, so it cannot apply to an
 // object recreated under the same name.
-func withUID(patch []byte, uid string) ([]byte, error) {
+func WithUID(patch []byte, uid string) ([]byte, error) {
 	var p map[string]any
 	if err := json.Unmarshal(patch, &p); err != nil {
 		return nil, fmt.Errorf("unlock patch: %w", err)

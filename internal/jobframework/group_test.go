@@ -1,4 +1,4 @@
-package integration_test
+package jobframework_test
 
 import (
 	"testing"
@@ -8,7 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/sluice-dev/sluice/services/integration"
+	"github.com/sluice-dev/sluice/internal/jobframework"
 	"github.com/sluice-dev/sluice/services/integration/job"
 	"github.com/sluice-dev/sluice/services/integration/pod"
 )
@@ -24,7 +24,7 @@ func member(name, group string, phase corev1.PodPhase, message string) *corev1.P
 func TestWorkKey(t *testing.T) {
 	cases := []struct {
 		name    string
-		ad      integration.Adapter
+		ad      jobframework.Adapter
 		obj     any
 		wantKey string
 		wantOK  bool
@@ -37,7 +37,7 @@ func TestWorkKey(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			key, ok := integration.WorkKey(tc.ad, tc.obj)
+			key, ok := jobframework.WorkKey(tc.ad, tc.obj)
 			if key != tc.wantKey || ok != tc.wantOK {
 				t.Errorf("WorkKey = %q, %v; want %q, %v", key, ok, tc.wantKey, tc.wantOK)
 			}
@@ -63,7 +63,7 @@ func TestGroupFinished(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			var jobs []integration.Job
+			var jobs []jobframework.Job
 			for _, m := range tc.members {
 				j, err := pod.Adapter{}.Decode(m)
 				if err != nil {
@@ -72,7 +72,7 @@ func TestGroupFinished(t *testing.T) {
 				jobs = append(jobs, j)
 			}
 			var got result
-			got.Finished, got.Succeeded, got.Message = integration.GroupFinished(jobs)
+			got.Finished, got.Succeeded, got.Message = jobframework.GroupFinished(jobs)
 			if d := cmp.Diff(tc.want, got); d != "" {
 				t.Errorf("GroupFinished (-want +got):\n%s", d)
 			}

@@ -1,4 +1,4 @@
-package integration
+package jobframework
 
 import (
 	"errors"
@@ -213,8 +213,8 @@ func ObjectUID(workloadUID string) string {
 	return workloadUID
 }
 
-// incarnationOf is n of a workload UID made by WorkloadUID.
-func incarnationOf(workloadUID string) int {
+// IncarnationOf is n of a workload UID made by WorkloadUID.
+func IncarnationOf(workloadUID string) int {
 	i := strings.LastIndex(workloadUID, incarnationSep)
 	if i < 0 {
 		return 0

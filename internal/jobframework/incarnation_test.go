@@ -1,4 +1,4 @@
-package integration
+package jobframework
 
 import "testing"
 
@@ -18,13 +18,13 @@ func TestWorkloadUID(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			uid := WorkloadUID(tc.object, tc.n)
-			if uid != tc.wantUID || ObjectUID(uid) != tc.wantObject || incarnationOf(uid) != tc.wantN {
+			if uid != tc.wantUID || ObjectUID(uid) != tc.wantObject || IncarnationOf(uid) != tc.wantN {
 				t.Errorf("WorkloadUID(%q, %d) = %q (object %q, n %d); want %q (%q, %d)",
-					tc.object, tc.n, uid, ObjectUID(uid), incarnationOf(uid), tc.wantUID, tc.wantObject, tc.wantN)
+					tc.object, tc.n, uid, ObjectUID(uid), IncarnationOf(uid), tc.wantUID, tc.wantObject, tc.wantN)
 			}
 		})
 	}
-	if n := incarnationOf("u_x"); n != 0 {
+	if n := IncarnationOf("u_x"); n != 0 {
 		t.Errorf("incarnationOf of a malformed suffix = %d, want 0", n)
 	}
 }

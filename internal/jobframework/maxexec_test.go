@@ -1,4 +1,4 @@
-package integration_test
+package jobframework_test
 
 import (
 	"errors"
@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/sluice-dev/sluice/api/v1beta1"
-	"github.com/sluice-dev/sluice/services/integration"
+	"github.com/sluice-dev/sluice/internal/jobframework"
 )
 
 func TestMaxExecution(t *testing.T) {
@@ -29,9 +29,9 @@ func TestMaxExecution(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := integration.MaxExecution(tc.labels)
+			got, err := jobframework.MaxExecution(tc.labels)
 			if tc.wantErrText != "" {
-				if err == nil || !errors.Is(err, integration.ErrInvalidJob) || !strings.Contains(err.Error(), tc.wantErrText) {
+				if err == nil || !errors.Is(err, jobframework.ErrInvalidJob) || !strings.Contains(err.Error(), tc.wantErrText) {
 					t.Fatalf("MaxExecution() error = %v, want ErrInvalidJob containing %q", err, tc.wantErrText)
 				}
 				return

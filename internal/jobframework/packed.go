@@ -1,4 +1,4 @@
-package integration
+package jobframework
 
 import (
 	"fmt"
@@ -41,11 +41,11 @@ type packed struct {
 	typ reflect.Type // of the typed object: what unpack fills
 }
 
-// pack encodes obj, which the caller owns and gives up, when it is a typed
+// Pack encodes obj, which the caller owns and gives up, when it is a typed
 // object that encodes itself; anything else (an unstructured object, a
 // tombstone) is returned as it is. withLabels keeps its labels and
 // annotations decoded.
-func pack(obj runtime.Object, withLabels bool) runtime.Object {
+func Pack(obj runtime.Object, withLabels bool) runtime.Object {
 	po, ok := obj.(protoObject)
 	if !ok || reflect.TypeOf(obj).Kind() != reflect.Pointer {
 		return obj // a tombstone or another type: kept as it is

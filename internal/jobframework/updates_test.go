@@ -1,4 +1,4 @@
-package integration_test
+package jobframework_test
 
 import (
 	"errors"
@@ -9,7 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/sluice-dev/sluice/events"
-	"github.com/sluice-dev/sluice/services/integration"
+	"github.com/sluice-dev/sluice/internal/jobframework"
 )
 
 func TestMergeUpdates(t *testing.T) {
@@ -17,7 +17,7 @@ func TestMergeUpdates(t *testing.T) {
 	cases := []struct {
 		name        string
 		byCheck     map[string][]events.PodSetUpdateV1
-		want        map[string]*integration.PodSetUpdate
+		want        map[string]*jobframework.PodSetUpdate
 		wantErrText string
 	}{
 		{name: "no checks, no updates"},
@@ -27,7 +27,7 @@ func TestMergeUpdates(t *testing.T) {
 				"prov": {{Name: "main", Annotations: map[string]string{"a": "1"}, Tolerations: []corev1.Toleration{gpu}}},
 				"zone": {{Name: "main", NodeSelector: map[string]string{"zone": "z1"}, Annotations: map[string]string{"a": "1"}, Tolerations: []corev1.Toleration{gpu}}},
 			},
-			want: map[string]*integration.PodSetUpdate{"main": {
+			want: map[string]*jobframework.PodSetUpdate{"main": {
 				Annotations: map[string]string{"a": "1"}, NodeSelector: map[string]string{"zone": "z1"}, Tolerations: []corev1.Toleration{gpu}}},
 		},
 		{
@@ -35,7 +35,7 @@ func TestMergeUpdates(t *testing.T) {
 			byCheck: map[string][]events.PodSetUpdateV1{
 				"prov": {{Name: "driver", Labels: map[string]string{"l": "d"}}, {Name: "workers", Labels: map[string]string{"l": "w"}}},
 			},
-			want: map[string]*integration.PodSetUpdate{
+			want: map[string]*jobframework.PodSetUpdate{
 				"driver":  {Labels: map[string]string{"l": "d"}},
 				"workers": {Labels: map[string]string{"l": "w"}},
 			},
@@ -51,9 +51,9 @@ func TestMergeUpdates(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := integration.MergeUpdates(tc.byCheck)
+			got, err := jobframework.MergeUpdates(tc.byCheck)
 			if tc.wantErrText != "" {
-				if !errors.Is(err, integration.ErrPodSetUpdateConflict) || !strings.Contains(err.Error(), tc.wantErrText) {
+				if !errors.Is(err, jobframework.ErrPodSetUpdateConflict) || !strings.Contains(err.Error(), tc.wantErrText) {
 					t.Fatalf("MergeUpdates() error = %v, want ErrPodSetUpdateConflict containing %q", err, tc.wantErrText)
 				}
 				return

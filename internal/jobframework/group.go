@@ -1,0 +1,222 @@
+package jobframework
+
+import (
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/sluice-dev/sluice/api/v1beta1"
+	"github.com/sluice-dev/sluice/events"
+)
+
+// Groups (see Grouper): the members of a group share one work-queue key,
+// namespace/group, which is also the name of the group's workload. A lone
+// object and a group of the same name in one namespace would share the
+// workload's name: the group goes first, and the lone object waits until
+// the group's workload ends.
+
+const (
+	// groupIndex indexes a Grouper's informer by namespace/group.
+	GroupIndex = "sluice-group"
+	// groupUIDPrefix marks the UID of a group's workload, which is made of
+	// its first member's. It tells a group's record from a lone object's
+	// of the same name.
+	GroupUIDPrefix = "group-"
+)
+
+// GroupOf returns the group an object of a Grouper belongs to, "" for a
+// lone object or when the adapter has no groups.
+func GroupOf(ad Adapter, m metav1.Object) string {
+	g, ok := ad.(Grouper)
+	if !ok {
+		return ""
+	}
+	return m.GetLabels()[g.GroupLabel()]
+}
+
+// WorkKey is the work-queue key of an object: namespace/name, or
+// namespace/group for a member of a group.
+func WorkKey(ad Adapter, obj any) (string, bool) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return "", false
+	}
+	if g := GroupOf(ad, m); g != "" {
+		return m.GetNamespace() + "/" + g, true
+	}
+	return m.GetNamespace() + "/" + m.GetName(), true
+}
+
+// IsGroupRecord reports whether a workload record is a group's.
+func IsGroupRecord(rec *events.WorkloadSubmittedV1) bool {
+	return rec != nil && strings.HasPrefix(rec.Workload.UID, GroupUIDPrefix)
+}
+
+// GroupFinished reports whether every member ended, whether all of them
+// succeeded, and the first failure's message.
+func GroupFinished(all []Job) (finished, succeeded bool, message string) {
+	succeeded = true
+	for _, m := range all {
+		done, ok, msg := m.Finished()
+		if !done {
+			return false, false, ""
+		}
+		if !ok && succeeded {
+			succeeded, message = false, m.Meta().GetName()+": "+msg
+		}
+	}
+	if succeeded {
+		message = fmt.Sprintf("all %d members succeeded", len(all))
+	}
+	return true, succeeded, message
+}
+
+// GroupWorkload builds the workload of the group ns/group of a Grouper's
+// objects from its members that are not being deleted, oldest first;
+// complete is false while fewer of them exist than the group's total. An
+// error names the member and the field that keep the group from being
+// queued.
+func GroupWorkload(ad Adapter, ns, group string, live []Job, prio PriorityResolver, opts ...WorkloadOption) (w Workload, complete bool, err error) {
+	g, ok := ad.(Grouper)
+	if !ok || len(live) == 0 {
+		return Workload{}, false, fmt.Errorf("group %s/%s: no members of a grouping kind: %w", ns, group, ErrInvalidGroup)
+	}
+	kind := ad.Kind().Name
+	first := live[0].Meta()
+	var total int32
+	queue := first.GetLabels()[v1beta1.QueueNameLabel]
+	// First what the members' labels say, which is cheap: while the group
+	// is incomplete nothing more is read, so the syncs of a group whose
+	// members arrive one by one cost little each.
+	for i, m := range live {
+		meta := m.Meta()
+		_, t, err := g.GroupOf(meta)
+		if err != nil {
+			return Workload{}, false, fmt.Errorf("%s: %w", meta.GetName(), err)
+		}
+		if i == 0 {
+			total = t // the oldest member's count is the group's
+		}
+		if t != total {
+			return Workload{}, false, fmt.Errorf("%s says the group has %d members, %s says %d: %w", meta.GetName(), t, first.GetName(), total, ErrInvalidGroup)
+		}
+		if q := meta.GetLabels()[v1beta1.QueueNameLabel]; q != queue {
+			return Workload{}, false, fmt.Errorf("%s is queued in %q, %s in %q: %w", meta.GetName(), q, first.GetName(), queue, ErrInvalidGroup)
+		}
+	}
+	if total > MaxGroupSize {
+		return Workload{}, false, fmt.Errorf("%s says the group has %d members, more than the %d a group may have: %w", first.GetName(), total, MaxGroupSize, ErrInvalidGroup)
+	}
+	if n := int32(len(live)); n > total {
+		return Workload{}, false, fmt.Errorf("%d members exist, more than the group's total of %d: %w", n, total, ErrInvalidGroup)
+	} else if n < total {
+		return Workload{}, false, nil
+	}
+	roles := map[string]*WorkloadPodSet{}
+	for i, m := range live {
+		meta := m.Meta()
+		// A copy: WorkloadOf changes its argument.
+		view, err := ad.Decode(m.Object())
+		if err != nil {
+			return Workload{}, false, err
+		}
+		mw, err := WorkloadOf(kind, view, prio, opts...)
+		if err != nil {
+			return Workload{}, false, err
+		}
+		if len(mw.PodSets) != 1 {
+			return Workload{}, false, fmt.Errorf("%s has %d pod sets, a group member must have one: %w", meta.GetName(), len(mw.PodSets), ErrInvalidGroup)
+		}
+		if i == 0 {
+			w = Workload{Namespace: ns, Name: group, UID: GroupUIDPrefix + mw.UID, LocalQueue: queue,
+				PriorityClass: mw.PriorityClass, Priority: mw.Priority, CreationTime: mw.CreationTime,
+				MaxExecutionSeconds: mw.MaxExecutionSeconds}
+		}
+		ps := mw.PodSets[0]
+		name := roleName(ps)
+		if r := roles[name]; r != nil {
+			r.Count++
+			r.MinCount++
+			continue
+		}
+		ps.Name, ps.Count, ps.MinCount = name, 1, 1
+		roles[name] = &ps
+		if len(roles) > MaxPodSets {
+			return Workload{}, false, fmt.Errorf("its members have more than %d roles (pod shapes), the most pod sets a workload may have: %w", MaxPodSets, ErrInvalidGroup)
+		}
+	}
+	names := make([]string, 0, len(roles))
+	for n := range roles {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		w.PodSets = append(w.PodSets, *roles[n])
+	}
+	return w, true, nil
+}
+
+// GroupTemplates returns, by pod set (role) of a pod group's workload, the
+// pod set of the first member in it, as its user wrote it: what a pod of
+// that role looks like.
+func GroupTemplates(ad Adapter, members []Job) (map[string]PodSet, error) {
+	out := map[string]PodSet{}
+	for _, m := range members {
+		role, ps, err := MemberRole(ad.Decode, m)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", m.Meta().GetName(), err)
+		}
+		if out[role].Spec == nil {
+			out[role] = ps
+		}
+	}
+	return out, nil
+}
+
+// roleName names the pod set of the members that ask for what ps asks
+// for: the same requests, node selector and tolerations.
+func roleName(ps WorkloadPodSet) string {
+	reqs := make(map[string]string, len(ps.Requests))
+	for r, q := range ps.Requests {
+		reqs[string(r)] = q.String()
+	}
+	b, _ := json.Marshal(struct {
+		Requests     map[string]string   `json:"r"`
+		NodeSelector map[string]string   `json:"n"`
+		Tolerations  []corev1.Toleration `json:"t"`
+	}{reqs, ps.NodeSelector, ps.Tolerations})
+	h := fnv.New32a()
+	h.Write(b)
+	return fmt.Sprintf("role-%08x", h.Sum32())
+}
+
+// MemberRole returns a group member's role and its one pod set, as its
+// user wrote it (a copy, decoded with decode).
+func MemberRole(decode func(runtime.Object) (Job, error), m Job) (string, PodSet, error) {
+	view, err := decode(m.Object())
+	if err != nil {
+		return "", PodSet{}, err
+	}
+	if err := Pristine(view); err != nil {
+		return "", PodSet{}, err
+	}
+	sets, err := view.PodSets()
+	if err != nil {
+		return "", PodSet{}, err
+	}
+	if len(sets) != 1 {
+		return "", PodSet{}, fmt.Errorf("%d pod sets, a group member must have one: %w", len(sets), ErrInvalidGroup)
+	}
+	return roleName(askOf(sets[0].Spec)), sets[0], nil
+}
