@@ -8,7 +8,7 @@ CONTROLLER_GEN_VERSION ?= v0.19.0
 CONTROLLER_GEN := go run sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
 
 # Directories that hold generated files; `verify` fails if they are stale.
-GENERATED_DIRS := api config charts/sluice/crds charts/sluice/templates/_kinds.tpl
+GENERATED_DIRS := api config charts/sluice/crds charts/sluice/templates/_kinds.tpl docs/integrations.md
 
 .PHONY: all build test test-unit fuzz e2e loadtest natscluster generate verify bench dev dev-down devcluster dev-multicluster dev-down-multicluster images dev-helm
 
@@ -100,12 +100,12 @@ dev-down-multicluster: dev-down
 
 # Deep-copy methods (api/v1beta1/zz_generated.deepcopy.go) and one CRD
 # manifest per kind in config/crd/, copied into the Helm chart's crds/; the
-# chart's table of job kinds from the registered adapters.
+# chart's table of job kinds and the docs' from the registered adapters.
 generate:
 	$(CONTROLLER_GEN) object paths=./api/... \
 		crd paths=./api/... output:crd:artifacts:config=config/crd
 	rm -f charts/sluice/crds/*.yaml && cp config/crd/*.yaml charts/sluice/crds/
-	go run ./hack/chartkinds charts/sluice/templates/_kinds.tpl
+	go run ./hack/kindgen
 
 # Formatting, vet, and generated files up to date with the API types: a
 # regeneration must change no tracked file and add no untracked one.

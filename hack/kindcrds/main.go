@@ -17,6 +17,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+
+	"github.com/sluice-dev/sluice/services/integration/kinds"
 )
 
 // crd is one CRD file inside a module.
@@ -25,21 +27,17 @@ type crd struct {
 	path   string
 }
 
-// crds lists each integrated kind's CRD.
-var crds = []crd{
-	{module: "sigs.k8s.io/jobset", path: "config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml"},
-	{module: "github.com/ray-project/kuberay/ray-operator", path: "config/crd/bases/ray.io_rayclusters.yaml"},
-	{module: "github.com/ray-project/kuberay/ray-operator", path: "config/crd/bases/ray.io_rayjobs.yaml"},
-	{module: "github.com/kubeflow/training-operator", path: "manifests/base/crds/kubeflow.org_pytorchjobs.yaml"},
-	{module: "github.com/kubeflow/training-operator", path: "manifests/base/crds/kubeflow.org_tfjobs.yaml"},
-	{module: "github.com/kubeflow/training-operator", path: "manifests/base/crds/kubeflow.org_xgboostjobs.yaml"},
-	{module: "github.com/kubeflow/training-operator", path: "manifests/base/crds/kubeflow.org_paddlejobs.yaml"},
-	// MPIJob v2beta1 comes from mpi-operator (training-operator's MPIJob
-	// CRD is the older v1 of the same name).
-	{module: "github.com/kubeflow/mpi-operator", path: "manifests/base/kubeflow.org_mpijobs.yaml"},
-	// Not a job kind: the cluster autoscaler's ProvisioningRequest, which
-	// the provisioning admission check creates.
-	{module: "k8s.io/autoscaler/cluster-autoscaler/apis", path: "config/crd/autoscaling.x-k8s.io_provisioningrequests.yaml"},
+// crds lists each integrated kind's CRD, as its adapter declares it, and
+// one that is not a job kind: the cluster autoscaler's
+// ProvisioningRequest, which the provisioning admission check creates.
+func crds() []crd {
+	var out []crd
+	for _, ad := range kinds.All {
+		if k := ad.Kind(); k.Module != "" {
+			out = append(out, crd{module: k.Module, path: k.CRD})
+		}
+	}
+	return append(out, crd{module: "k8s.io/autoscaler/cluster-autoscaler/apis", path: "config/crd/autoscaling.x-k8s.io_provisioningrequests.yaml"})
 }
 
 func main() {
@@ -57,7 +55,7 @@ func run(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	for _, c := range crds {
+	for _, c := range crds() {
 		src, err := moduleDir(c.module)
 		if err != nil {
 			return err

@@ -38,6 +38,24 @@ type Kind struct {
 	// one field (a Pod's scheduling gate). With it, the webhook is not
 	// called for objects created suspended (see WebhookMatchCondition).
 	SuspendField []string
+
+	// What the kind declares about itself, from which the lists elsewhere
+	// are generated (`make generate`): the CRDs the devcluster installs
+	// (hack/kindcrds), the chart's table of kinds (hack/kindgen), the
+	// table in docs/integrations.md, and the API module the adapter alone
+	// may import (services/integration/kinds' dependency test).
+
+	// Module is the Go module of the kind's API types and CRD, as go.mod
+	// requires it; "" for a kind of Kubernetes itself.
+	Module string
+	// CRD is the path of the kind's CRD manifest inside Module.
+	CRD string
+	// Title says what the kind is in the docs' table: "PyTorchJob
+	// (training-operator)".
+	Title string
+	// EnabledByDefault: the chart runs the kind's integration unless its
+	// values say otherwise.
+	EnabledByDefault bool
 }
 
 // GVR is the kind's group, version and resource.

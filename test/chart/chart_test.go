@@ -878,3 +878,49 @@ func TestChartPendingAPIService(t *testing.T) {
 		}
 	}
 }
+
+// Every kind's integration takes integrationDefaults; its own entry
+// overrides a setting, a zero one included, and merges into a map.
+func TestChartIntegrationDefaults(t *testing.T) {
+	objs := mustRender(t, "integrationDefaults.workers=64", "integrationDefaults.resources.requests.cpu=300m",
+		"integrations.jobset.enabled=true", "integrations.jobset.workers=8", "integrations.jobset.resources.limits.memory=1Gi",
+		"integrations.job.replicas=0")
+	type want struct {
+		replicas int32
+		workers  string
+		cpu      string
+		limit    string
+	}
+	for kind, w := range map[string]want{
+		"job":    {replicas: 0, workers: "--workers=64", cpu: "300m"},
+		"jobset": {replicas: 1, workers: "--workers=8", cpu: "300m", limit: "1Gi"},
+	} {
+		var d appsv1.Deployment
+		if !find(t, objs, "Deployment", release+"-sluice-integration-"+kind, &d) {
+			t.Fatalf("no Deployment for kind %s", kind)
+		}
+		if got := *d.Spec.Replicas; got != w.replicas {
+			t.Errorf("%s: replicas %d; want %d", kind, got, w.replicas)
+		}
+		c := d.Spec.Template.Spec.Containers[0]
+		if !slices.Contains(c.Args, w.workers) {
+			t.Errorf("%s: args %v; want %s", kind, c.Args, w.workers)
+		}
+		if got := c.Resources.Requests.Cpu().String(); got != w.cpu {
+			t.Errorf("%s: cpu request %s; want %s", kind, got, w.cpu)
+		}
+		if got := c.Resources.Requests.Memory().String(); got != "128Mi" {
+			t.Errorf("%s: memory request %s; want the default's 128Mi", kind, got)
+		}
+		got := ""
+		if q, ok := c.Resources.Limits[corev1.ResourceMemory]; ok {
+			got = q.String()
+		}
+		if got != w.limit {
+			t.Errorf("%s: memory limit %q; want %q", kind, got, w.limit)
+		}
+	}
+	if names := names(objs, "Deployment"); slices.Contains(names, release+"-sluice-integration-pod") {
+		t.Errorf("the pod integration runs though no value enables it: %v", names)
+	}
+}

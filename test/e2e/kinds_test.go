@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/jobframework"
 	"github.com/sluice-dev/sluice/services/integration/jobset"
+	"github.com/sluice-dev/sluice/services/integration/kinds"
 	"github.com/sluice-dev/sluice/services/integration/mpijob"
 	"github.com/sluice-dev/sluice/services/integration/paddlejob"
 	"github.com/sluice-dev/sluice/services/integration/pytorchjob"
@@ -167,8 +168,19 @@ func podSetSelectors(t *testing.T, ad jobframework.Adapter, u *unstructured.Unst
 // The kinds' CRDs are installed after `sluice dev` started.
 func TestKindLifecycle(t *testing.T) {
 	installKindCRDs(t)
-	for _, name := range []string{"jobset", "rayjob", "raycluster", "mpijob", "pytorchjob", "tfjob", "xgboostjob", "paddlejob"} {
-		t.Run(name, func(t *testing.T) { kindLifecycle(t, kindCases[name]) })
+	// Every kind with a CRD of its own; Job and Pod have tests of their own.
+	for _, ad := range kinds.All {
+		name := ad.Kind().Name
+		if ad.Kind().Module == "" {
+			continue
+		}
+		t.Run(name, func(t *testing.T) {
+			c, ok := kindCases[name]
+			if !ok {
+				t.Fatalf("kind %s has no case in kindCases: a new kind's lifecycle is tested here", name)
+			}
+			kindLifecycle(t, c)
+		})
 	}
 }
 

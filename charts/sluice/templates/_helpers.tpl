@@ -28,8 +28,10 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
 {{/*
-The enabled kinds, in the order of the kinds table (_kinds.tpl); a name
-under integrations: that is not a kind fails the render.
+The enabled kinds, in the order of the kinds table (_kinds.tpl): those
+whose entry under integrations says enabled, and those enabled by default
+(the table's "enabled") whose entry does not say otherwise; a name under
+integrations: that is not a kind fails the render.
 */}}
 {{- define "sluice.enabledKinds" -}}
 {{- $kinds := include "sluice.kinds" . | fromYaml -}}
@@ -41,8 +43,29 @@ under integrations: that is not a kind fails the render.
 {{- $out := list -}}
 {{- range $line := include "sluice.kinds" . | splitList "\n" -}}
 {{- $name := regexFind "^[a-z0-9]+" $line -}}
-{{- if and $name (hasKey $.Values.integrations $name) (index $.Values.integrations $name).enabled -}}
+{{- if $name -}}
+{{- $v := index $.Values.integrations $name | default dict -}}
+{{- if hasKey $v "enabled" | ternary $v.enabled (index $kinds $name).enabled -}}
 {{- $out = append $out $name -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $out -}}
+{{- end -}}
+
+{{/*
+The settings of one kind's integration: its entry under integrations over
+integrationDefaults. dict "root" $ "kind" "job".
+*/}}
+{{- define "sluice.integrationValues" -}}
+{{- $out := deepCopy .root.Values.integrationDefaults -}}
+{{- range $k, $v := index .root.Values.integrations .kind | default dict -}}
+{{- /* A map merges into the default's; any other value replaces it, zero
+values included (replicas: 0), which mergeOverwrite would skip. */ -}}
+{{- if and (kindIs "map" $v) (kindIs "map" (index $out $k)) -}}
+{{- $_ := set $out $k (mergeOverwrite (deepCopy (index $out $k)) (deepCopy $v)) -}}
+{{- else -}}
+{{- $_ := set $out $k $v -}}
 {{- end -}}
 {{- end -}}
 {{- toJson $out -}}

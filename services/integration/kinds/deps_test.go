@@ -1,7 +1,9 @@
 package kinds_test
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -10,18 +12,14 @@ import (
 
 const module = "github.com/sluice-dev/sluice/"
 
-// upstream is the module of each kind's own API types.
-var upstream = map[string]string{
-	"job":        "",
-	"pod":        "",
-	"jobset":     "sigs.k8s.io/jobset",
-	"rayjob":     "github.com/ray-project/kuberay/ray-operator",
-	"raycluster": "github.com/ray-project/kuberay/ray-operator",
-	"mpijob":     "github.com/kubeflow/mpi-operator",
-	"pytorchjob": "github.com/kubeflow/training-operator",
-	"tfjob":      "github.com/kubeflow/training-operator",
-	"xgboostjob": "github.com/kubeflow/training-operator",
-	"paddlejob":  "github.com/kubeflow/training-operator",
+// upstream is the module of each kind's own API types, as the kind
+// declares it.
+func upstream() map[string]string {
+	out := map[string]string{}
+	for _, ad := range kinds.All {
+		out[ad.Kind().Name] = ad.Kind().Module
+	}
+	return out
 }
 
 // shared are packages under services/integration that serve the kinds of
@@ -33,12 +31,10 @@ var shared = map[string]string{
 // Each adapter depends on the framework and its own kind's types: no other
 // service, no adapter of another API, no other kind's API module.
 func TestAdaptersImportTheFrameworkAndTheirOwnKindOnly(t *testing.T) {
+	upstream := upstream()
 	for _, name := range kinds.Names() {
 		t.Run(name, func(t *testing.T) {
-			own, ok := upstream[name]
-			if !ok {
-				t.Fatalf("kind %s: its API module is not listed in this test", name)
-			}
+			own := upstream[name]
 			pkg := module + "services/integration/" + name
 			out, err := exec.Command("go", "list", "-deps", pkg).Output()
 			if err != nil {
@@ -51,7 +47,7 @@ func TestAdaptersImportTheFrameworkAndTheirOwnKindOnly(t *testing.T) {
 				case d == module+"internal/jobframework":
 					framework = true
 				case d == pkg:
-				case sameAPI(own, d):
+				case sameAPI(upstream, own, d):
 					// A RayJob embeds a RayCluster's spec: its adapter reads
 					// pod sets with the RayCluster adapter's code; the
 					// training operator's jobs share package kubeflow.
@@ -73,7 +69,41 @@ func TestAdaptersImportTheFrameworkAndTheirOwnKindOnly(t *testing.T) {
 
 // sameAPI: pkg is the adapter of a kind whose types come from mod too, or
 // a package shared by such kinds.
-func sameAPI(mod, pkg string) bool {
+func sameAPI(upstream map[string]string, mod, pkg string) bool {
 	name, ok := strings.CutPrefix(pkg, module+"services/integration/")
 	return ok && mod != "" && (upstream[name] == mod || shared[name] == mod)
+}
+
+// Each kind's declared module is one go.mod requires, and its CRD is in it:
+// the devcluster installs that file (hack/kindcrds).
+func TestKindsDeclareTheirCRD(t *testing.T) {
+	for _, ad := range kinds.All {
+		k := ad.Kind()
+		t.Run(k.Name, func(t *testing.T) {
+			if k.Title == "" {
+				t.Errorf("kind %s declares no Title for the docs' table", k.Name)
+			}
+			if k.Module == "" {
+				if k.CRD != "" {
+					t.Errorf("kind %s names a CRD (%s) but no module", k.Name, k.CRD)
+				}
+				return
+			}
+			out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", k.Module).Output()
+			if err != nil {
+				t.Fatalf("kind %s: module %s is not one go.mod requires: %v", k.Name, k.Module, err)
+			}
+			dir := strings.TrimSpace(string(out))
+			if dir == "" {
+				t.Skipf("module %s is not downloaded", k.Module)
+			}
+			b, err := os.ReadFile(filepath.Join(dir, k.CRD))
+			if err != nil {
+				t.Fatalf("kind %s: its CRD: %v", k.Name, err)
+			}
+			if want := "name: " + k.Resource + "." + k.GVK.Group; !strings.Contains(string(b), want) {
+				t.Errorf("kind %s: %s has no %q", k.Name, k.CRD, want)
+			}
+		})
+	}
 }

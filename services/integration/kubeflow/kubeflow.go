@@ -142,5 +142,13 @@ func orElse(s ...string) string {
 	return ""
 }
 
+// Module is the training operator's module: the API types and CRDs of
+// its jobs.
+const Module = "github.com/kubeflow/training-operator"
+
+// CRD is the path of the CRD of a training operator's kind inside Module,
+// by its plural resource name.
+func CRD(resource string) string { return "manifests/base/crds/kubeflow.org_" + resource + ".yaml" }
+
 // SuspendField is where every Kubeflow job keeps its suspension.
 var SuspendField = []string{"spec", "runPolicy", "suspend"}

@@ -17,7 +17,10 @@ import (
 )
 
 // Kind is the MPIJob's kind.
-var Kind = jobframework.Kind{Name: "mpijob", GVK: mpiv2.SchemeGroupVersion.WithKind("MPIJob"), Resource: "mpijobs", SuspendField: []string{"spec", "runPolicy", "suspend"}}
+var Kind = jobframework.Kind{Name: "mpijob", GVK: mpiv2.SchemeGroupVersion.WithKind("MPIJob"), Resource: "mpijobs", SuspendField: []string{"spec", "runPolicy", "suspend"},
+	// v2beta1 comes from mpi-operator (the training operator's MPIJob CRD is
+	// the older v1 of the same name).
+	Module: "github.com/kubeflow/mpi-operator", CRD: "manifests/base/kubeflow.org_mpijobs.yaml", Title: "MPIJob (mpi-operator)"}
 
 // Adapter is the MPIJob adapter.
 type Adapter struct{}

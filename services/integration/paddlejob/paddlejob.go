@@ -15,7 +15,8 @@ import (
 )
 
 // Kind is the PaddleJob's kind.
-var Kind = jobframework.Kind{Name: "paddlejob", GVK: kftov1.GroupVersion.WithKind("PaddleJob"), Resource: "paddlejobs", SuspendField: kubeflow.SuspendField}
+var Kind = jobframework.Kind{Name: "paddlejob", GVK: kftov1.GroupVersion.WithKind("PaddleJob"), Resource: "paddlejobs", SuspendField: kubeflow.SuspendField,
+	Module: kubeflow.Module, CRD: kubeflow.CRD("paddlejobs"), Title: "PaddleJob (training-operator)"}
 
 var shape = &kubeflow.Shape{Kind: Kind.Name, Field: "spec.paddleReplicaSpecs", Order: []kftov1.ReplicaType{kftov1.PaddleJobReplicaTypeMaster, kftov1.PaddleJobReplicaTypeWorker}}
 

@@ -33,7 +33,8 @@ const (
 )
 
 // Kind is the Pod's kind.
-var Kind = jobframework.Kind{Name: "pod", GVK: corev1.SchemeGroupVersion.WithKind("Pod"), Resource: "pods"}
+var Kind = jobframework.Kind{Name: "pod", GVK: corev1.SchemeGroupVersion.WithKind("Pod"), Resource: "pods",
+	Title: "Pod (a plain Pod, owned by no other integrated kind)"}
 
 // ownedKinds are the API groups and kinds whose Pods belong to another
 // integration: the group of the owner's apiVersion and its kind.

@@ -15,7 +15,8 @@ import (
 )
 
 // Kind is the PyTorchJob's kind.
-var Kind = jobframework.Kind{Name: "pytorchjob", GVK: kftov1.GroupVersion.WithKind("PyTorchJob"), Resource: "pytorchjobs", SuspendField: kubeflow.SuspendField}
+var Kind = jobframework.Kind{Name: "pytorchjob", GVK: kftov1.GroupVersion.WithKind("PyTorchJob"), Resource: "pytorchjobs", SuspendField: kubeflow.SuspendField,
+	Module: kubeflow.Module, CRD: kubeflow.CRD("pytorchjobs"), Title: "PyTorchJob (training-operator)"}
 
 var shape = &kubeflow.Shape{Kind: Kind.Name, Field: "spec.pytorchReplicaSpecs",
 	Order: []kftov1.ReplicaType{kftov1.PyTorchJobReplicaTypeMaster, kftov1.PyTorchJobReplicaTypeWorker}}

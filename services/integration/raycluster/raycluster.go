@@ -22,7 +22,11 @@ const HeadPodSet = "head"
 const maxWorkerGroups = 7
 
 // Kind is the RayCluster's kind.
-var Kind = jobframework.Kind{Name: "raycluster", GVK: rayv1.GroupVersion.WithKind("RayCluster"), Resource: "rayclusters", SuspendField: []string{"spec", "suspend"}}
+var Kind = jobframework.Kind{Name: "raycluster", GVK: rayv1.GroupVersion.WithKind("RayCluster"), Resource: "rayclusters", SuspendField: []string{"spec", "suspend"},
+	Module: Module, CRD: "config/crd/bases/ray.io_rayclusters.yaml", Title: "RayCluster"}
+
+// Module is KubeRay's operator module, the API of RayJob too.
+const Module = "github.com/ray-project/kuberay/ray-operator"
 
 // Adapter is the RayCluster adapter.
 type Adapter struct{}

@@ -24,7 +24,8 @@ import (
 const SubmitterPodSet = "submitter"
 
 // Kind is the RayJob's kind.
-var Kind = jobframework.Kind{Name: "rayjob", GVK: rayv1.GroupVersion.WithKind("RayJob"), Resource: "rayjobs", SuspendField: []string{"spec", "suspend"}}
+var Kind = jobframework.Kind{Name: "rayjob", GVK: rayv1.GroupVersion.WithKind("RayJob"), Resource: "rayjobs", SuspendField: []string{"spec", "suspend"},
+	Module: raycluster.Module, CRD: "config/crd/bases/ray.io_rayjobs.yaml", Title: "RayJob"}
 
 // Adapter is the RayJob adapter.
 type Adapter struct{}

@@ -16,7 +16,8 @@ import (
 )
 
 // Kind is the TFJob's kind.
-var Kind = jobframework.Kind{Name: "tfjob", GVK: kftov1.GroupVersion.WithKind("TFJob"), Resource: "tfjobs", SuspendField: kubeflow.SuspendField}
+var Kind = jobframework.Kind{Name: "tfjob", GVK: kftov1.GroupVersion.WithKind("TFJob"), Resource: "tfjobs", SuspendField: kubeflow.SuspendField,
+	Module: kubeflow.Module, CRD: kubeflow.CRD("tfjobs"), Title: "TFJob (training-operator)"}
 
 var shape = &kubeflow.Shape{Kind: Kind.Name, Field: "spec.tfReplicaSpecs", Order: []kftov1.ReplicaType{kftov1.TFJobReplicaTypeChief, kftov1.TFJobReplicaTypeMaster, kftov1.TFJobReplicaTypePS, kftov1.TFJobReplicaTypeWorker, kftov1.TFJobReplicaTypeEval}}
 

@@ -15,7 +15,8 @@ import (
 )
 
 // Kind is the XGBoostJob's kind.
-var Kind = jobframework.Kind{Name: "xgboostjob", GVK: kftov1.GroupVersion.WithKind("XGBoostJob"), Resource: "xgboostjobs", SuspendField: kubeflow.SuspendField}
+var Kind = jobframework.Kind{Name: "xgboostjob", GVK: kftov1.GroupVersion.WithKind("XGBoostJob"), Resource: "xgboostjobs", SuspendField: kubeflow.SuspendField,
+	Module: kubeflow.Module, CRD: kubeflow.CRD("xgboostjobs"), Title: "XGBoostJob (training-operator)"}
 
 var shape = &kubeflow.Shape{Kind: Kind.Name, Field: "spec.xgbReplicaSpecs", Order: []kftov1.ReplicaType{kftov1.XGBoostJobReplicaTypeMaster, kftov1.XGBoostJobReplicaTypeWorker}}
 
