@@ -1,0 +1,142 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/engine"
+	"github.com/sluice-dev/sluice/internal/visibility"
+	"github.com/sluice-dev/sluice/internal/webview"
+)
+
+// ErrNotReady: the service has not loaded its state yet, or stopped.
+var ErrNotReady = errors.New("admission: not serving (state not loaded yet, or stopped)")
+
+// read runs f in the service's loop, where the engine lives, once the
+// engine is built, and waits for it.
+func (s *Service) read(ctx context.Context, f func()) error {
+	if !s.synced.IsOpen() {
+		return ErrNotReady
+	}
+	done := make(chan struct{})
+	select {
+	case s.queries <- func() { f(); close(done) }:
+	case <-s.stopped:
+		return ErrNotReady
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// viewShare: views are at least this many times their cost apart.
+const viewShare = 5
+
+// view is the engine's state as queries see it.
+type view struct {
+	pending *engine.PendingView
+	stats   []engine.QueueStats
+}
+
+// takeView takes a view for the queries waiting for one, unless the last
+// was taken too recently (a tick takes it then): however many queries
+// come, views are at least an Interval apart, and five times as long as
+// the last took, so the loop spends at most a sixth of its time on them
+// (a view of 100,000 waiting workloads takes about 20 ms).
+func (s *Service) takeView() {
+	if !s.viewDue || !s.synced.IsOpen() || time.Since(s.lastView) < max(s.cfg.Interval, viewShare*s.viewCost) {
+		return
+	}
+	start := time.Now()
+	s.view.Store(&view{pending: s.eng.PendingView(), stats: s.eng.Stats(s.clock())})
+	s.viewDue, s.lastView, s.viewCost = false, time.Now(), time.Since(start)
+	s.views.Add(1)
+	s.viewMu.Lock()
+	ch := s.nextView
+	s.nextView = nil
+	s.viewMu.Unlock()
+	if ch != nil {
+		close(ch)
+	}
+}
+
+// currentView waits for a view taken after the query came, so that an
+// answer is as fresh as one read in the loop, shared with every query
+// that came meanwhile.
+func (s *Service) currentView(ctx context.Context) (*view, error) {
+	if !s.synced.IsOpen() {
+		return nil, ErrNotReady
+	}
+	if !s.queryLimit.Allow() {
+		return nil, fmt.Errorf("admission: more than %d queries a second: %w", s.cfg.QueriesPerSecond, visibility.ErrBusy)
+	}
+	s.viewMu.Lock()
+	if s.nextView == nil {
+		s.nextView = make(chan struct{})
+	}
+	ch := s.nextView
+	s.viewMu.Unlock()
+	select {
+	case s.wantView <- struct{}{}:
+	default: // asked already
+	}
+	select {
+	case <-ch:
+		return s.view.Load(), nil
+	case <-s.stopped:
+		return nil, ErrNotReady
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// PendingInClusterQueue implements visibility.Source.
+func (s *Service) PendingInClusterQueue(ctx context.Context, name string, offset, limit int) (engine.PendingPage, bool, error) {
+	v, err := s.currentView(ctx)
+	if err != nil {
+		return engine.PendingPage{}, false, err
+	}
+	page, ok := v.pending.InClusterQueue(name, offset, limit)
+	return page, ok, nil
+}
+
+// PendingInLocalQueue implements visibility.Source.
+func (s *Service) PendingInLocalQueue(ctx context.Context, namespace, name string, offset, limit int) (engine.PendingPage, bool, error) {
+	v, err := s.currentView(ctx)
+	if err != nil {
+		return engine.PendingPage{}, false, err
+	}
+	page, ok := v.pending.InLocalQueue(namespace, name, offset, limit)
+	return page, ok, nil
+}
+
+// Now is the service's clock, for the visibility API's waiting times.
+func (s *Service) Now() time.Time { return s.clock() }
+
+// VisibilityRoutes adds the visibility API (package visibility) to mux.
+func (s *Service) VisibilityRoutes(mux *http.ServeMux) {
+	visibility.Register(mux, s, s.clock)
+}
+
+// WebViewRoutes adds the web view and its live feed (package webview) to
+// mux.
+func (s *Service) WebViewRoutes(mux *http.ServeMux, opts ...webview.Option) {
+	webview.Register(mux, s, webview.NATSFeed{NC: s.js.Conn()}, opts...)
+}
+
+// Queues implements webview.Source.
+func (s *Service) Queues(ctx context.Context) ([]engine.QueueStats, error) {
+	v, err := s.currentView(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return v.stats, nil
+}
