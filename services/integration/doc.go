@@ -10,4 +10,17 @@
 // changed workload, start an admitted object, stop an evicted one, or
 // record its end. The mutating webhook (jobframework.Webhook) suspends
 // labelled objects on create so that nothing runs before admission.
+//
+// The files follow the service's parts:
+//
+//   - run.go: configuration, construction, Run (open, watch, wait until
+//     loaded, take shards, work, stop in order) and the work queues;
+//   - state.go: what the watches mirror (configuration, reservations,
+//     fences), under one mutex, and the shards this replica owns;
+//   - cache.go: what the informers keep of each object;
+//   - reconcile.go: one key's sync: its record, its end, its departure;
+//   - start.go: an admitted object started, its start announced;
+//   - stop.go: a preempted or evicted object stopped, its stop announced;
+//   - group.go: the same for a Grouper's members (pod groups);
+//   - served.go: kinds started once the API server serves them.
 package integration
