@@ -29,13 +29,13 @@ conversion with exit status 2, naming the file, document, object and field;
 docs/migrate-from-kueue.md.`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) > 0 {
-				return usageError{fmt.Errorf("convert: unexpected argument %q: files go after -f", args[0])}
+				return usageError{Err: fmt.Errorf("convert: unexpected argument %q: files go after -f", args[0])}
 			}
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if len(files) == 0 {
-				return usageError{errors.New("convert: give at least one file with -f (- for stdin)")}
+				return usageError{Err: errors.New("convert: give at least one file with -f (- for stdin)")}
 			}
 			var out []byte
 			for i, name := range files {
@@ -48,11 +48,11 @@ docs/migrate-from-kueue.md.`,
 					in, err = os.ReadFile(name)
 				}
 				if err != nil {
-					return usageError{fmt.Errorf("convert: %w", err)}
+					return usageError{Err: fmt.Errorf("convert: %w", err)}
 				}
 				res, err := convert.Convert(name, in, opts)
 				if err != nil {
-					return usageError{fmt.Errorf("convert: %w", err)}
+					return usageError{Err: fmt.Errorf("convert: %w", err)}
 				}
 				for _, w := range res.Warnings {
 					fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)

@@ -36,10 +36,10 @@ func newDescribeCmd() *cobra.Command {
 			"oldest first, with each event's trace id.",
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) != 2 || args[0] != "workload" {
-				return usageError{errors.New("give: workload [KIND/]NAMESPACE/NAME")}
+				return usageError{Err: errors.New("give: workload [KIND/]NAMESPACE/NAME")}
 			}
 			if _, err := parseWorkloadRef(args[1]); err != nil {
-				return usageError{err}
+				return usageError{Err: err}
 			}
 			return nil
 		},
@@ -63,7 +63,7 @@ func newDescribeCmd() *cobra.Command {
 				return err
 			}
 			if len(evs) == 0 {
-				return usageError{fmt.Errorf("no events of workload %s/%s/%s are stored", ref.Kind, ref.Namespace, ref.Name)}
+				return usageError{Err: fmt.Errorf("no events of workload %s/%s/%s are stored", ref.Kind, ref.Namespace, ref.Name)}
 			}
 			return out.print(cmd.OutOrStdout(), evs, func(w io.Writer) {
 				// Every event of one workload carries its trace; a name

@@ -48,12 +48,12 @@ func newTailCmd() *cobra.Command {
 				case 3:
 					entity, transition = parts[0], parts[2]
 				default:
-					return usageError{fmt.Errorf("--type %q: give a transition such as admitted, or entity.transition", typ)}
+					return usageError{Err: fmt.Errorf("--type %q: give a transition such as admitted, or entity.transition", typ)}
 				}
 			}
 			if typ != "" {
 				if err := knownTransition(typ, entity, transition); err != nil {
-					return usageError{err}
+					return usageError{Err: err}
 				}
 			}
 			filter := events.SubjectFilter(entity, transition, kind, namespace)

@@ -58,7 +58,7 @@ func parseMemoryLimit(s string) (int64, error) {
 func applyMemoryLimit(flag, env string) (string, error) {
 	n, err := parseMemoryLimit(flag)
 	if err != nil {
-		return "", usageError{fmt.Errorf("--memory-limit %w", err)}
+		return "", usageError{Err: fmt.Errorf("--memory-limit %w", err)}
 	}
 	switch {
 	case env != "":

@@ -36,7 +36,7 @@ func (o output) check() error {
 	case "table", "json", "yaml":
 		return nil
 	}
-	return usageError{fmt.Errorf("-o %q: must be table, json or yaml", string(o))}
+	return usageError{Err: fmt.Errorf("-o %q: must be table, json or yaml", string(o))}
 }
 
 // print writes v as JSON or YAML, or calls table.
@@ -86,7 +86,7 @@ func newPendingCmd() *cobra.Command {
 				}
 				path = "/namespaces/" + url.PathEscape(namespace) + "/localqueues/" + url.PathEscape(queue) + "/pendingworkloads"
 			default:
-				return usageError{fmt.Errorf("give either --cluster-queue, or --queue (a LocalQueue, with -n)")}
+				return usageError{Err: fmt.Errorf("give either --cluster-queue, or --queue (a LocalQueue, with -n)")}
 			}
 			q := url.Values{"limit": {fmt.Sprint(limit)}, "offset": {fmt.Sprint(offset)}}
 			var sum visibility.PendingWorkloadsSummary
@@ -125,7 +125,7 @@ func getJSON(ctx context.Context, u string, v any) error {
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return usageError{fmt.Errorf("--server: %w", err)}
+		return usageError{Err: fmt.Errorf("--server: %w", err)}
 	}
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -145,7 +145,7 @@ func getJSON(ctx context.Context, u string, v any) error {
 		}
 		if json.Unmarshal(body, &st) == nil && st.Message != "" {
 			if res.StatusCode == http.StatusNotFound || res.StatusCode == http.StatusBadRequest {
-				return usageError{fmt.Errorf("%s", st.Message)}
+				return usageError{Err: fmt.Errorf("%s", st.Message)}
 			}
 			return fmt.Errorf("%s: %s", res.Status, st.Message)
 		}
@@ -300,10 +300,10 @@ func newStopCmds() []*cobra.Command {
 			Short: short,
 			Args: func(_ *cobra.Command, args []string) error {
 				if len(args) != 2 || (args[0] != "clusterqueue" && args[0] != "localqueue") {
-					return usageError{fmt.Errorf("give clusterqueue NAME or localqueue NAMESPACE/NAME")}
+					return usageError{Err: fmt.Errorf("give clusterqueue NAME or localqueue NAMESPACE/NAME")}
 				}
 				if args[0] == "localqueue" && strings.Count(args[1], "/") != 1 {
-					return usageError{fmt.Errorf("localqueue %q: give NAMESPACE/NAME", args[1])}
+					return usageError{Err: fmt.Errorf("localqueue %q: give NAMESPACE/NAME", args[1])}
 				}
 				return nil
 			},

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sluice-dev/sluice/internal/component"
 	"github.com/sluice-dev/sluice/internal/health"
 )
 
@@ -58,11 +59,9 @@ func version() string {
 	return "(devel) " + rev
 }
 
-// usageError marks errors caused by what the user gave us.
-type usageError struct{ err error }
-
-func (e usageError) Error() string { return e.err.Error() }
-func (e usageError) Unwrap() error { return e.err }
+// usageError marks errors caused by what the user gave us; a service's
+// composition root marks them the same way (component.Usage).
+type usageError = component.UsageError
 
 func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root := &cobra.Command{
@@ -76,7 +75,7 @@ func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{Err: err} })
 	var pprofAddr string
 	root.PersistentFlags().StringVar(&pprofAddr, "pprof-address", "", "serve Go's profiles (net/http/pprof) on this address, e.g. 127.0.0.1:6060 (empty: off)")
 	root.PersistentPreRunE = func(*cobra.Command, []string) error { return servePprof(ctx, pprofAddr) }
@@ -110,7 +109,7 @@ func servePprof(ctx context.Context, addr string) error {
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	if _, err := health.Serve(ctx, addr, mux); err != nil {
-		return usageError{fmt.Errorf("--pprof-address: %w", err)}
+		return usageError{Err: fmt.Errorf("--pprof-address: %w", err)}
 	}
 	return nil
 }

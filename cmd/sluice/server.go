@@ -96,7 +96,7 @@ func (a adminAPI) viaAPIServer(ctx context.Context, path string, query url.Value
 				// The queue does not exist, a bad parameter, or a
 				// grant the user lacks: the request is wrong, not the
 				// path to the service.
-				return usageError{perr}
+				return usageError{Err: perr}
 			}
 		}
 		return perr

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -17,25 +17,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/sluice-dev/sluice/api/v1beta1"
 	"github.com/sluice-dev/sluice/cmd/sluice/natsperm"
-	"github.com/sluice-dev/sluice/events"
 	"github.com/sluice-dev/sluice/internal/bus"
-	"github.com/sluice-dev/sluice/internal/configstore"
+	"github.com/sluice-dev/sluice/internal/component"
 	"github.com/sluice-dev/sluice/internal/embeddednats"
-	"github.com/sluice-dev/sluice/internal/engine"
 	"github.com/sluice-dev/sluice/internal/health"
-	"github.com/sluice-dev/sluice/internal/jobframework"
 	"github.com/sluice-dev/sluice/internal/natsconn"
-	"github.com/sluice-dev/sluice/internal/queueconfig"
-	"github.com/sluice-dev/sluice/internal/simulate"
+	"github.com/sluice-dev/sluice/internal/supervise"
 	"github.com/sluice-dev/sluice/internal/tracing"
 	"github.com/sluice-dev/sluice/services/admission"
 	"github.com/sluice-dev/sluice/services/integration"
@@ -122,7 +116,7 @@ func (c *common) natsConfig() (natsconn.Config, error) {
 		cfg.Password = os.Getenv(natsconn.PasswordEnv)
 	}
 	if err := cfg.Validate(); err != nil {
-		return cfg, usageError{err}
+		return cfg, usageError{Err: err}
 	}
 	return cfg, nil
 }
@@ -130,7 +124,7 @@ func (c *common) natsConfig() (natsconn.Config, error) {
 func (c *common) logger(service string) (zerolog.Logger, error) {
 	lvl, err := zerolog.ParseLevel(c.logLevel)
 	if err != nil || c.logLevel == "" {
-		return zerolog.Logger{}, usageError{fmt.Errorf("--log-level %q: must be debug, info, warn or error", c.logLevel)}
+		return zerolog.Logger{}, usageError{Err: fmt.Errorf("--log-level %q: must be debug, info, warn or error", c.logLevel)}
 	}
 	return zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Str("service", service).Logger(), nil
 }
@@ -148,41 +142,11 @@ func (c *common) kube() (*rest.Config, error) {
 	}
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
 	if err != nil {
-		return nil, usageError{fmt.Errorf("kubeconfig: %w", err)}
+		return nil, usageError{Err: fmt.Errorf("kubeconfig: %w", err)}
 	}
 	// One write per admission is the budget; let the client spend it.
 	cfg.QPS, cfg.Burst = 500, 1000
 	return cfg, nil
-}
-
-// kindClients selects the named kinds' adapters and makes the clients
-// that read and write their objects.
-func kindClients(kc *rest.Config, names []string) ([]jobframework.Adapter, kubernetes.Interface, dynamic.Interface, error) {
-	ads, err := kinds.Select(names)
-	if err != nil {
-		return nil, nil, nil, usageError{err}
-	}
-	kube, err := kubernetes.NewForConfig(protobuf(kc))
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	dyn, err := dynamic.NewForConfig(kc)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	return ads, kube, dyn, nil
-}
-
-// protobuf is kc speaking protobuf, for clients of built-in kinds only
-// (custom resources have no protobuf encoding): the API server encodes
-// each watch event once per encoding its watchers ask for, and the
-// cluster's own controllers ask for protobuf, so JSON would be a second
-// encoding of every Job and Pod change, and a slower one.
-func protobuf(kc *rest.Config) *rest.Config {
-	out := rest.CopyConfig(kc)
-	out.ContentType = runtime.ContentTypeProtobuf
-	out.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
-	return out
 }
 
 // bounds reads the size bounds' flags into bc.
@@ -196,11 +160,11 @@ func (c *common) bounds(bc *bus.Config) error {
 		}
 		q, err := resource.ParseQuantity(f.value)
 		if err != nil {
-			return usageError{fmt.Errorf("%s %q: %v (a size such as 8Gi, or -1 for none)", f.flag, f.value, err)}
+			return usageError{Err: fmt.Errorf("%s %q: %v (a size such as 8Gi, or -1 for none)", f.flag, f.value, err)}
 		}
 		n, ok := q.AsInt64()
 		if !ok || n < -1 || n == 0 {
-			return usageError{fmt.Errorf("%s %q: must be a positive size such as 8Gi, or -1 for none", f.flag, f.value)}
+			return usageError{Err: fmt.Errorf("%s %q: must be a positive size such as 8Gi, or -1 for none", f.flag, f.value)}
 		}
 		*f.into = n
 	}
@@ -215,7 +179,7 @@ func (c *common) connect(ctx context.Context, name string) (*nats.Conn, jetstrea
 		return nil, nil, err
 	}
 	if c.replicas < 1 || c.replicas > 5 {
-		return nil, nil, usageError{fmt.Errorf("--replicas %d: must be 1 to 5", c.replicas)}
+		return nil, nil, usageError{Err: fmt.Errorf("--replicas %d: must be 1 to 5", c.replicas)}
 	}
 	bc := bus.DefaultConfig()
 	bc.Replicas = c.replicas
@@ -250,7 +214,7 @@ func (c *common) connect(ctx context.Context, name string) (*nats.Conn, jetstrea
 // each service says it is), /metrics (the process's, the bus's and each
 // service's own), and whatever routes a service adds (admission: the
 // visibility API).
-func (c *common) serveHTTP(ctx context.Context, nc *nats.Conn, svcs map[string]service, log zerolog.Logger) error {
+func (c *common) serveHTTP(ctx context.Context, nc *nats.Conn, svcs map[string]component.Runnable, log zerolog.Logger) error {
 	if c.httpAddr == "" {
 		return nil
 	}
@@ -276,330 +240,91 @@ func (c *common) serveHTTP(ctx context.Context, nc *nats.Conn, svcs map[string]s
 	reg.MustRegister(bus.Collectors()...)
 	for name, svc := range svcs {
 		p.Ready(name, svc.Ready)
-		if m, ok := svc.(interface{ Collectors() []prometheus.Collector }); ok {
+		if m, ok := svc.(component.Metrics); ok {
 			reg.MustRegister(m.Collectors()...)
 		}
-		if r, ok := svc.(interface{ Routes(*http.ServeMux) }); ok {
+		if r, ok := svc.(component.Router); ok {
 			r.Routes(mux)
 		}
 	}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	addr, err := health.Serve(ctx, c.httpAddr, mux)
 	if err != nil {
-		return usageError{fmt.Errorf("--http-address: %w", err)}
+		return usageError{Err: fmt.Errorf("--http-address: %w", err)}
 	}
 	log.Info().Str("address", addr.String()).Msg("serving /healthz, /readyz, /metrics")
 	return nil
 }
 
-// serviceFlags are the settings of every service, for `sluice dev` too.
-type serviceFlags struct {
-	interval       time.Duration
-	fairSharing    bool
-	statusInterval time.Duration
-	resync         time.Duration
-	workers        int
-	webhookAddr    string
-	webhookHost    string
-	webhookCertDir string
-	// webhookExternal: the chart installs the webhook configurations.
-	webhookExternal bool
-	// kueueLabels: integration.Config.KueueLabels.
-	kueueLabels bool
-	replica     string
-	reconcile   time.Duration
-	// pendingInterval: admission.Config.PendingInterval.
-	pendingInterval time.Duration
-	// configFile is --config: a Configuration document.
-	configFile string
-	// visibility: where the pending API is served, and to whom.
-	visibility visibilityFlags
+// builder is one service as the commands run it, from its composition root
+// (internal/component): its name, whether it uses Kubernetes with the
+// settings given, its flags, the check of its settings (before anything
+// connects), and its Build.
+type builder struct {
+	name     string
+	kube     func() bool
+	bind     func(*pflag.FlagSet)
+	validate func() error
+	build    func(context.Context, component.Deps) (component.Runnable, error)
 }
 
-// bindConfig is shared by admission and the integrations, which
-// `sluice dev` runs together under one flag.
-func (f *serviceFlags) bindConfig(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&f.configFile, "config", "",
-		"file with a Configuration document, as sluice simulate reads it: fairSharing, waitForPodsReady and resources, under Kueue's names")
-	// A bad file is refused before anything connects.
-	cmd.PreRunE = func(*cobra.Command, []string) error {
-		_, err := f.configuration()
-		return err
-	}
+// options are a service's Options, bound to flags and checked.
+type options[O any] interface {
+	*O
+	BindFlags(*pflag.FlagSet)
+	Validate() error
 }
 
-// settings are what --config (and --fair-sharing) decide.
-type settings struct {
-	fairSharing    bool
-	fairStrategies engine.FairStrategies
-	podsReady      *engine.WaitForPodsReady
-	// resources is Kueue's resources block, which the integrations apply
-	// to the requests they queue jobs with.
-	resources *queueconfig.Resources
+// newBuilder is the builder of a service's composition root: o holds its
+// settings, which the flags write; build is its Build.
+func newBuilder[O any, PO options[O]](name string, o PO, kube func() bool,
+	build func(context.Context, component.Deps, O) (component.Runnable, error)) builder {
+	return builder{name: name, kube: kube, bind: o.BindFlags, validate: o.Validate,
+		build: func(ctx context.Context, d component.Deps) (component.Runnable, error) { return build(ctx, d, *o) }}
 }
 
-// configuration reads --config; without one, fair sharing is --fair-sharing
-// and waitForPodsReady is off.
-func (f *serviceFlags) configuration() (settings, error) {
-	if f.configFile == "" {
-		return settings{fairSharing: f.fairSharing}, nil
-	}
-	file, err := os.Open(f.configFile)
-	if err != nil {
-		return settings{}, usageError{fmt.Errorf("--config: %w", err)}
-	}
-	defer file.Close()
-	sc, err := simulate.Load([]simulate.Source{{Name: f.configFile, R: file}})
-	if err != nil {
-		return settings{}, usageError{fmt.Errorf("--config: %w", err)}
-	}
-	o := sc.Config
-	if len(sc.Workloads)+len(o.Flavors)+len(o.ClusterQueues)+len(o.Cohorts)+len(o.LocalQueues)+len(o.PriorityClasses)+len(o.Namespaces) > 0 {
-		return settings{}, usageError{fmt.Errorf("--config %s: only a Configuration document belongs here (queues come from the cluster)", f.configFile)}
-	}
-	return settings{fairSharing: f.fairSharing || o.FairSharing, fairStrategies: o.FairStrategies, podsReady: o.WaitForPodsReady,
-		resources: o.Resources}, nil
+func always() bool { return true }
+
+// The services, each from its own package's composition root.
+func admissionBuilder(o *admission.Options) builder {
+	return newBuilder("admission", o, o.NeedsKube, admission.Build)
+}
+func watcherBuilder(o *watcher.Options) builder {
+	return newBuilder("watcher", o, always, watcher.Build)
+}
+func integrationBuilder(o *integration.Options) builder {
+	return newBuilder("integration", o, always, integration.Build)
+}
+func preemptionBuilder(o *preemption.Options) builder {
+	return newBuilder("preemption", o, nil, preemption.Build)
+}
+func quotaBuilder(o *quota.Options) builder { return newBuilder("quota", o, nil, quota.Build) }
+func provisioningBuilder(o *provisioning.Options) builder {
+	return newBuilder("provisioning", o, always, provisioning.Build)
+}
+func dispatcherBuilder(o *multicluster.DispatcherOptions) builder {
+	return newBuilder("multicluster", o, always, multicluster.BuildDispatcher)
+}
+func workerBuilder(o *multicluster.WorkerOptions) builder {
+	return newBuilder("worker", o, always, multicluster.BuildWorker)
 }
 
-// bindAdmission binds admission's flags; open is whether the pending API
-// and the web view are served on the plain HTTP port by default.
-func (f *serviceFlags) bindAdmission(cmd *cobra.Command, open bool) {
-	f.visibility.bind(cmd.Flags(), open)
-	cmd.Flags().DurationVar(&f.interval, "interval", 20*time.Millisecond, "admission cycle interval while something changed")
-	cmd.Flags().BoolVar(&f.fairSharing, "fair-sharing", false, "order admission and choose victims by dominant resource share")
-	cmd.Flags().DurationVar(&f.pendingInterval, "pending-interval", admission.DefaultPendingInterval, "least time between two pending events about one workload")
-}
-func (f *serviceFlags) bindWatcher(cmd *cobra.Command) {
-	cmd.Flags().DurationVar(&f.statusInterval, "status-interval", 5*time.Second, "how often queue status is written (0: never)")
-}
-
-// bindResync is shared by the watcher and the integrations, which
-// `sluice dev` runs together under one flag.
-func (f *serviceFlags) bindResync(cmd *cobra.Command) {
-	cmd.Flags().DurationVar(&f.resync, "resync", 10*time.Minute, "full re-list interval of Kubernetes watches")
-}
-func (f *serviceFlags) bindIntegration(cmd *cobra.Command) {
-	// A reconcile mostly waits on NATS and the API server; with 32, a
-	// burst of admissions queued for seconds before starting (docs/performance.md).
-	cmd.Flags().IntVar(&f.workers, "workers", 128, "objects of each kind reconciled in parallel")
-	cmd.Flags().StringVar(&f.webhookAddr, "webhook-address", "127.0.0.1:9443", "address of the suspend-on-create webhook (empty: none)")
-	cmd.Flags().StringVar(&f.webhookHost, "webhook-host", "127.0.0.1", "host the API server reaches the webhook by")
-	cmd.Flags().StringVar(&f.webhookCertDir, "webhook-cert-dir", "", "directory with the webhook's serving certificate (tls.crt, tls.key; ca.crt optional) (empty: self-signed at start)")
-	cmd.Flags().BoolVar(&f.webhookExternal, "webhook-configuration-external", false,
-		"the MutatingWebhookConfigurations are installed by someone else (the Helm chart): do not write them (needs --webhook-cert-dir)")
-	cmd.Flags().StringVar(&f.replica, "replica", "", "name of this replica among the kind's replicas, e.g. the pod name (default: random)")
-	cmd.Flags().BoolVar(&f.kueueLabels, "kueue-labels", false,
-		"also queue objects created with Kueue's kueue.x-k8s.io/queue-name label (and priority-class), giving them Sluice's labels")
-}
-func (f *serviceFlags) bindQuota(cmd *cobra.Command) {
-	cmd.Flags().DurationVar(&f.reconcile, "reconcile", 30*time.Second, "ledger reconciliation interval")
-}
-
-// service is what a runner builds: it runs until its context ends, and
-// says whether it is ready (synced, consuming).
-type service interface {
-	Run(ctx context.Context) error
-	Ready() error
-}
-
-// runner builds one service; tf makes its tracer (nil: tracing off).
-type runner func(ctx context.Context, js jetstream.JetStream, kube *rest.Config, log zerolog.Logger, tf *tracing.Factory) (service, error)
-
-func admissionRunner(f *serviceFlags) runner {
-	return func(ctx context.Context, js jetstream.JetStream, kc *rest.Config, log zerolog.Logger, tf *tracing.Factory) (service, error) {
-		set, err := f.configuration()
-		if err != nil {
-			return nil, err
-		}
-		if err := f.visibility.validate(); err != nil {
-			return nil, err
-		}
-		tr, err := tf.For(ctx, "admission")
-		if err != nil {
-			return nil, err
-		}
-		s, err := admission.New(admission.Config{Interval: f.interval, FairSharing: set.fairSharing, FairStrategies: set.fairStrategies,
-			PendingInterval: f.pendingInterval, WaitForPodsReady: set.podsReady}, js,
-			bus.NewPublisher(js, events.Source("admission"), bus.WithPublisherLogger(log), bus.WithTracer(tr)),
-			admission.WithLogger(log), admission.WithTracer(tr))
-		if err != nil {
-			return nil, usageError{err}
-		}
-		var svc service = s
-		if f.visibility.open {
-			svc = openAdmission{s}
-		}
-		if f.visibility.addr != "" {
-			return newGuardedVisibility(s, svc, f.visibility, kc, log)
-		}
-		return svc, nil
-	}
-}
-
-func watcherRunner(f *serviceFlags) runner {
-	return func(ctx context.Context, js jetstream.JetStream, kc *rest.Config, log zerolog.Logger, _ *tracing.Factory) (service, error) {
-		dyn, err := dynamic.NewForConfig(kc)
-		if err != nil {
-			return nil, err
-		}
-		kv, err := bus.OpenKV(ctx, js, configstore.Bucket)
-		if err != nil {
-			return nil, err
-		}
-		opts := []watcher.Option{watcher.WithLogger(log)}
-		if f.statusInterval > 0 {
-			opts = append(opts, watcher.WithStatus(js, f.statusInterval))
-		}
-		s, err := watcher.New(watcher.Config{Resync: f.resync}, dyn, kv, bus.NewPublisher(js, events.Source("watcher")), opts...)
-		if err != nil {
-			return nil, usageError{err}
-		}
-		return storageReporter{s, bus.StorageCollector(js)}, nil
-	}
-}
-
-// storageReporter is the watcher, which also reports the size of the
-// streams and buckets against their bounds: one service of every install
-// does, so each store is reported once.
-type storageReporter struct {
-	service
-	storage prometheus.Collector
-}
-
-func (r storageReporter) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{r.storage}
-}
-
-// integrationRunner runs the named kinds' integrations, each once its
-// CRD is served.
-func integrationRunner(f *serviceFlags, names func() []string) runner {
-	return func(ctx context.Context, js jetstream.JetStream, kc *rest.Config, log zerolog.Logger, tf *tracing.Factory) (service, error) {
-		ads, kube, dyn, err := kindClients(kc, names())
-		if err != nil {
-			return nil, err
-		}
-		set, err := f.configuration()
-		if err != nil {
-			return nil, err
-		}
-		cfg := integration.Config{Workers: f.workers, Resync: f.resync, WebhookAddress: f.webhookAddr, WebhookHost: f.webhookHost,
-			WebhookCertDir: f.webhookCertDir, ExternalWebhookConfiguration: f.webhookExternal, KueueLabels: f.kueueLabels, Replica: f.replica,
-			ReportPodsReady: set.podsReady != nil, Tracing: tf, QueueMetrics: integration.NewQueueMetrics()}
-		if set.resources != nil {
-			cfg.Requests = set.resources.Apply
-		}
-		if err := cfg.Validate(); err != nil {
-			return nil, usageError{err}
-		}
-		pub := bus.NewPublisher(js, events.Source("integration"), bus.WithPublisherLogger(log), bus.WithTracer(tf))
-		g := &integrations{metrics: cfg.QueueMetrics}
-		g.run = func(ctx context.Context) error {
-			mk := func(c integration.Config, ads []jobframework.Adapter) (*integration.Service, error) {
-				svc, err := integration.New(c, ads, kube, dyn, js, pub, log)
-				if err == nil {
-					g.add(svc)
-				}
-				return svc, err
-			}
-			return integration.RunWhenServed(ctx, cfg, ads, kube.Discovery(), mk, log, 10*time.Second)
-		}
-		return g, nil
-	}
-}
-
-// integrations are the services RunWhenServed starts, one per batch of
-// kinds served together: ready when each started is.
-type integrations struct {
-	run     func(context.Context) error
-	metrics *integration.QueueMetrics
-	mu      sync.Mutex
-	svcs    []*integration.Service
-}
-
-func (g *integrations) Run(ctx context.Context) error { return g.run(ctx) }
-
-// Collectors are the metrics every kind's service shares.
-func (g *integrations) Collectors() []prometheus.Collector { return g.metrics.Collectors() }
-
-func (g *integrations) add(s *integration.Service) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.svcs = append(g.svcs, s)
-}
-
-// Ready: no kind served yet is not ready (the webhook does not serve).
-func (g *integrations) Ready() error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if len(g.svcs) == 0 {
-		return errors.New("no kind served by the API server yet")
-	}
-	for _, s := range g.svcs {
-		if err := s.Ready(); err != nil {
-			return fmt.Errorf("%s: %w", strings.Join(s.Kinds(), ","), err)
-		}
-	}
-	return nil
-}
-
-// provisioningRunner runs the provisioning admission check controller for
-// the named kinds, once the API server serves ProvisioningRequests.
-func provisioningRunner(names func() []string) runner {
-	return func(ctx context.Context, js jetstream.JetStream, kc *rest.Config, log zerolog.Logger, tf *tracing.Factory) (service, error) {
-		ads, kube, dyn, err := kindClients(kc, names())
-		if err != nil {
-			return nil, err
-		}
-		pub := bus.NewPublisher(js, events.Source(v1beta1.ProvisioningRequestController), bus.WithPublisherLogger(log), bus.WithTracer(tf))
-		s, err := provisioning.New(kube, dyn, js, ads, provisioning.WithLogger(log), provisioning.WithPublisher(pub))
-		if err != nil {
-			return nil, usageError{err}
-		}
-		return s, nil
-	}
-}
-
-func preemptionRunner() runner {
-	return func(ctx context.Context, js jetstream.JetStream, _ *rest.Config, log zerolog.Logger, tf *tracing.Factory) (service, error) {
-		tr, err := tf.For(ctx, "preemption")
-		if err != nil {
-			return nil, err
-		}
-		return preemption.New(js, bus.NewPublisher(js, events.Source("preemption"), bus.WithTracer(tr)), log, preemption.WithTracer(tr)), nil
-	}
-}
-
-func quotaRunner(f *serviceFlags) runner {
-	return func(ctx context.Context, js jetstream.JetStream, _ *rest.Config, log zerolog.Logger, _ *tracing.Factory) (service, error) {
-		s, err := quota.New(quota.Config{Reconcile: f.reconcile}, js, bus.NewPublisher(js, events.Source("quota")), log)
-		if err != nil {
-			return nil, usageError{err}
-		}
-		return s, nil
-	}
-}
-
-// newServiceCmd is the composition root of one service run alone.
-func newServiceCmd(name, short string, kube bool, bind func(*cobra.Command), mk runner) *cobra.Command {
-	return newServiceCmdWith(name, short, kube, bind, func(*common) runner { return mk })
-}
-
-// newServiceCmdWith is newServiceCmd for a service whose runner reads the
-// shared flags (the NATS connection, the replicas).
-func newServiceCmdWith(name, short string, kube bool, bind func(*cobra.Command), mkFor func(*common) runner) *cobra.Command {
+// newServiceCmd is the command that runs one service alone.
+func newServiceCmd(b builder, short string) *cobra.Command {
 	c := &common{}
-	mk := mkFor(c)
 	cmd := &cobra.Command{
-		Use:   name,
+		Use:   b.name,
 		Short: short,
 		Args:  noArgs,
+		// Bad settings are refused before anything connects.
+		PreRunE: func(*cobra.Command, []string) error { return b.validate() },
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := c.logger(name)
+			log, err := c.logger(b.name)
 			if err != nil {
 				return err
 			}
 			var kc *rest.Config
-			if kube && (c.kubeIf == nil || c.kubeIf()) {
+			if b.kube != nil && b.kube() {
 				if kc, err = c.kube(); err != nil {
 					return err
 				}
@@ -609,22 +334,12 @@ func newServiceCmdWith(name, short string, kube bool, bind func(*cobra.Command),
 				return err
 			}
 			err = c.retryAtStart(cmd.Context(), log, func(ctx context.Context) error {
-				nc, js, err := c.connect(ctx, name)
+				nc, js, err := c.connect(ctx, b.name)
 				if err != nil {
 					return err
 				}
 				defer nc.Close()
-				svc, err := mk(ctx, js, kc, log, tf)
-				if err != nil {
-					return err
-				}
-				if err := c.serveHTTP(ctx, nc, map[string]service{name: svc}, log); err != nil {
-					return err
-				}
-				log.Info().Msg("started")
-				err = svc.Run(ctx)
-				_ = nc.Drain()
-				return err
+				return c.runServices(ctx, nc, js, kc, tf, []builder{b}, func(string) zerolog.Logger { return log })
 			})
 			// Flush what was recorded and published before closing.
 			flushTraces(tf, log)
@@ -632,51 +347,69 @@ func newServiceCmdWith(name, short string, kube bool, bind func(*cobra.Command),
 			return err
 		},
 	}
-	c.bind(cmd, kube)
-	if bind != nil {
-		bind(cmd)
-	}
+	c.bind(cmd, b.kube != nil)
+	b.bind(cmd.Flags())
 	return cmd
+}
+
+// runServices builds the services in order, serves the HTTP port, and
+// runs them under one supervisor until ctx ends or one fails: they stop
+// in reverse order, each finishing its in-flight work, and then the
+// connection is drained.
+func (c *common) runServices(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, kc *rest.Config, tf *tracing.Factory,
+	bs []builder, logFor func(name string) zerolog.Logger) error {
+	ncfg, err := c.natsConfig()
+	if err != nil {
+		return err
+	}
+	log := logFor("")
+	started := map[string]component.Runnable{}
+	var units []supervise.Unit
+	for _, b := range bs {
+		r, err := b.build(ctx, component.Deps{JS: js, NATS: ncfg, Kube: kc, Log: logFor(b.name), Tracing: tf})
+		if err != nil {
+			return fmt.Errorf("%s: %w", b.name, err)
+		}
+		started[b.name] = r
+		units = append(units, supervise.Unit{Name: b.name, Run: r.Run})
+	}
+	if err := c.serveHTTP(ctx, nc, started, log); err != nil {
+		return err
+	}
+	log.Info().Int("services", len(bs)).Msg("started")
+	err = supervise.Run(ctx, units, supervise.WithLogger(log))
+	if err != nil {
+		log.Error().Err(err).Msg("a service failed; the others stopped")
+	}
+	_ = nc.Drain()
+	return err
 }
 
 func noArgs(_ *cobra.Command, args []string) error {
 	if len(args) > 0 {
-		return usageError{fmt.Errorf("unexpected argument %q", args[0])}
+		return usageError{Err: fmt.Errorf("unexpected argument %q", args[0])}
 	}
 	return nil
 }
 
 func newServiceCmds() []*cobra.Command {
-	f := &serviceFlags{}
-	a := &serviceFlags{}
-	j := &serviceFlags{}
-	q := &serviceFlags{}
-	return append([]*cobra.Command{
-		newServiceCmdWith("admission", "Run the admission service", true, func(c *cobra.Command) { a.bindAdmission(c, false); a.bindConfig(c) },
-			func(c *common) runner {
-				// Kubernetes only to authenticate and authorize the
-				// pending API's users.
-				c.kubeIf = func() bool { return a.visibility.addr != "" }
-				return admissionRunner(a)
-			}),
-		newServiceCmd("watcher", "Run the configuration watcher", true, func(c *cobra.Command) { f.bindWatcher(c); f.bindResync(c) }, watcherRunner(f)),
-		newIntegrationCmd(j),
-		newServiceCmd("preemption", "Run the preemption service", false, nil, preemptionRunner()),
-		newServiceCmd("quota", "Run the quota accounting service", false, q.bindQuota, quotaRunner(q)),
-		newProvisioningCmd(),
+	a, w, q, pr := admission.DefaultOptions(), watcher.DefaultOptions(), quota.DefaultOptions(), preemption.DefaultOptions()
+	prov, disp, wk := provisioning.DefaultOptions(), multicluster.DefaultDispatcherOptions(), multicluster.DefaultWorkerOptions()
+	worker := newServiceCmd(workerBuilder(&wk), "Run a worker cluster's multicluster agent: create the jobs a manager dispatches here, report their status back")
+	worker.Long = worker.Short + ". It connects to this cluster's NATS server, which joins the manager's as a leaf node (see docs/multicluster.md)."
+	return []*cobra.Command{
+		newServiceCmd(admissionBuilder(&a), "Run the admission service"),
+		newServiceCmd(watcherBuilder(&w), "Run the configuration watcher"),
+		newIntegrationCmd(),
+		newServiceCmd(preemptionBuilder(&pr), "Run the preemption service"),
+		newServiceCmd(quotaBuilder(&q), "Run the quota accounting service"),
+		newServiceCmd(provisioningBuilder(&prov), "Run the ProvisioningRequest admission check controller ("+v1beta1.ProvisioningRequestController+")"),
+		newServiceCmd(dispatcherBuilder(&disp), "Run the multicluster admission check controller ("+v1beta1.MultiClusterController+") of a manager cluster"),
+		worker,
 		newDevCmd(),
 		newSetupCmd(),
 		newNATSAuthCmd(),
-	}, newMultiClusterCmds()...)
-}
-
-// newProvisioningCmd runs the provisioning admission check controller.
-func newProvisioningCmd() *cobra.Command {
-	var names []string
-	cmd := newServiceCmd("provisioning", "Run the ProvisioningRequest admission check controller ("+v1beta1.ProvisioningRequestController+")", true,
-		nil, provisioningRunner(func() []string { return names }))
-	cmd.Flags().StringSliceVar(&names, "integrations", kinds.Names(), "job kinds to provision for ("+strings.Join(kinds.Names(), ", ")+")")
-	return cmd
+	}
 }
 
 // newNATSAuthCmd prints the nats-server authorization block with one user
@@ -758,22 +491,21 @@ func newSetupCmd() *cobra.Command {
 	return cmd
 }
 
-// newIntegrationCmd is the composition root of `sluice integration KIND...`.
-func newIntegrationCmd(f *serviceFlags) *cobra.Command {
-	var names []string
-	cmd := newServiceCmd("integration", "Run the integration of one or more kinds of job", true,
-		func(c *cobra.Command) { f.bindIntegration(c); f.bindResync(c); f.bindConfig(c) }, integrationRunner(f, func() []string { return names }))
+// newIntegrationCmd is `sluice integration KIND...`.
+func newIntegrationCmd() *cobra.Command {
+	o := integration.DefaultOptions()
+	cmd := newServiceCmd(integrationBuilder(&o), "Run the integration of one or more kinds of job")
 	cmd.Use = "integration KIND [KIND...]"
 	cmd.Long = "Run the integration of the named kinds (" + strings.Join(kinds.Names(), ", ") + "): suspend their objects on create, " +
 		"queue them as workloads, start them when admitted and stop them when preempted. Run any number of replicas."
 	cmd.Args = func(_ *cobra.Command, args []string) error {
 		if len(args) == 0 {
-			return usageError{fmt.Errorf("name a kind to integrate: %s", strings.Join(kinds.Names(), ", "))}
+			return usageError{Err: fmt.Errorf("name a kind to integrate: %s", strings.Join(kinds.Names(), ", "))}
 		}
 		if _, err := kinds.Select(args); err != nil {
-			return usageError{err}
+			return usageError{Err: err}
 		}
-		names = args
+		o.Kinds = args
 		return nil
 	}
 	return cmd
@@ -783,16 +515,36 @@ func newIntegrationCmd(f *serviceFlags) *cobra.Command {
 // server, against the cluster in KUBECONFIG.
 func newDevCmd() *cobra.Command {
 	c := &common{httpAddr: "127.0.0.1:8090"}
-	f := &serviceFlags{}
+	a, w, q, pr := admission.DefaultOptions(), watcher.DefaultOptions(), quota.DefaultOptions(), preemption.DefaultOptions()
+	in, prov, disp := integration.DefaultOptions(), provisioning.DefaultOptions(), multicluster.DefaultDispatcherOptions()
+	// On loopback, the pending API and the web view are open.
+	a.Visibility.Open = true
 	var port int
 	var storeDir string
-	var integrations []string
 	memLimit := devMemoryLimit
-	leaf := &leafFlags{}
+	leaf := &leafFlags{worker: multicluster.DefaultWorkerOptions()}
+	all := []builder{watcherBuilder(&w), quotaBuilder(&q), preemptionBuilder(&pr), admissionBuilder(&a), integrationBuilder(&in),
+		provisioningBuilder(&prov)}
+	var share func() error
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run every service in one process with an embedded NATS JetStream server",
 		Args:  noArgs,
+		PreRunE: func(*cobra.Command, []string) error {
+			// One flag for what several services take (--config,
+			// --resync, --integrations): its value reaches each.
+			if err := share(); err != nil {
+				return usageError{Err: err}
+			}
+			in.Kinds = prov.Kinds
+			disp.Kinds, leaf.worker.Kinds = prov.Kinds, prov.Kinds
+			for _, b := range all {
+				if err := b.validate(); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := c.logger("dev")
 			if err != nil {
@@ -823,22 +575,29 @@ func newDevCmd() *cobra.Command {
 				c.workers = append(c.workers, u.Name)
 			}
 			log.Info().Str("nats", c.nats.URL).Str("domain", nopts.JetStreamDomain).Int("leaf_port", nopts.LeafPort).Str("memory_limit", limit).Msg("embedded JetStream server started")
-			kindNames := func() []string { return integrations }
-			svcs := []named{
-				{"watcher", watcherRunner(f)},
-				{"quota", quotaRunner(f)},
-				{"preemption", preemptionRunner()},
-				{"admission", admissionRunner(f)},
-				{"integration", integrationRunner(f, kindNames)},
-				{"provisioning", provisioningRunner(kindNames)},
-			}
+			svcs := slices.Clone(all)
 			if leaf.remote == "" {
-				svcs = append(svcs, named{"multicluster", dispatcherRunner(kindNames)})
+				svcs = append(svcs, dispatcherBuilder(&disp))
 			} else {
 				// A worker cluster: its jobs come from the manager.
-				svcs = append(svcs, named{"worker", workerRunner(&leaf.worker, c.natsConfig, kindNames)})
+				svcs = append(svcs, workerBuilder(&leaf.worker))
 			}
-			return runAll(cmd.Context(), c, kc, log, svcs)
+			tf, err := c.tracing(log)
+			if err != nil {
+				return err
+			}
+			defer flushTraces(tf, log)
+			nc, js, err := c.connect(cmd.Context(), "dev")
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			return c.runServices(cmd.Context(), nc, js, kc, tf, svcs, func(name string) zerolog.Logger {
+				if name == "" {
+					return log
+				}
+				return serviceLogger(log, name)
+			})
 		},
 	}
 	c.bind(cmd, true)
@@ -849,20 +608,48 @@ func newDevCmd() *cobra.Command {
 	cmd.Flags().IntVar(&port, "nats-port", 4222, "port of the embedded NATS server (0: any free port)")
 	cmd.Flags().StringVar(&storeDir, "nats-store", "", "JetStream store directory (default: a temporary one, removed at exit)")
 	cmd.Flags().StringVar(&memLimit, "memory-limit", memLimit, "the Go runtime's soft memory limit, written as GOMEMLIMIT is (900MiB, 2GiB; 0 or off for none); GOMEMLIMIT in the environment wins")
-	f.bindAdmission(cmd, true)
-	f.bindWatcher(cmd)
-	f.bindIntegration(cmd)
-	f.bindResync(cmd)
-	f.bindQuota(cmd)
-	f.bindConfig(cmd)
-	cmd.Flags().StringSliceVar(&integrations, "integrations", kinds.Names(), "kinds to integrate, each once its CRD is installed ("+strings.Join(kinds.Names(), ", ")+")")
+	cmd.Flags().StringSliceVar(&prov.Kinds, "integrations", prov.Kinds, "kinds to integrate, each once its CRD is installed ("+strings.Join(kinds.Names(), ", ")+")")
+	share = bindShared(cmd.Flags(), all)
 	leaf.bind(cmd)
 	return cmd
 }
 
-type named struct {
-	name string
-	mk   runner
+// bindShared binds every builder's flags on fs. A flag two builders
+// define (--config, --resync, --integrations) is bound once, the first
+// builder's; shareFlags, called once the flags are parsed, gives its
+// value to the others.
+func bindShared(fs *pflag.FlagSet, bs []builder) (shareFlags func() error) {
+	var sets []*pflag.FlagSet
+	for _, b := range bs {
+		own := pflag.NewFlagSet(b.name, pflag.ContinueOnError)
+		b.bind(own)
+		fs.AddFlagSet(own)
+		sets = append(sets, own)
+	}
+	return func() error {
+		for _, own := range sets {
+			var err error
+			own.VisitAll(func(f *pflag.Flag) {
+				top := fs.Lookup(f.Name)
+				if err != nil || top == nil || top == f || !top.Changed {
+					return
+				}
+				if from, ok := top.Value.(pflag.SliceValue); ok {
+					if to, ok := f.Value.(pflag.SliceValue); ok {
+						err = to.Replace(from.GetSlice())
+						return
+					}
+				}
+				if e := f.Value.Set(top.Value.String()); e != nil {
+					err = fmt.Errorf("--%s: %w", f.Name, e)
+				}
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 }
 
 // tracing reads the OTEL_* environment: spans are recorded and exported
@@ -870,7 +657,7 @@ type named struct {
 func (c *common) tracing(log zerolog.Logger) (*tracing.Factory, error) {
 	cfg, err := tracing.ConfigFromEnv(os.Getenv)
 	if err != nil {
-		return nil, usageError{err}
+		return nil, usageError{Err: err}
 	}
 	if cfg.Enabled() {
 		log.Info().Str("endpoint", cfg.Endpoint).Str("protocol", cfg.Protocol).Msg("exporting traces over OTLP")
@@ -885,56 +672,4 @@ func flushTraces(tf *tracing.Factory, log zerolog.Logger) {
 	if err := tf.Shutdown(ctx); err != nil {
 		log.Warn().Err(err).Msg("traces not all exported")
 	}
-}
-
-// runAll starts services in order and stops them in reverse: each
-// finishes its in-flight work before the connection is drained.
-func runAll(ctx context.Context, c *common, kc *rest.Config, log zerolog.Logger, svcs []named) error {
-	tf, err := c.tracing(log)
-	if err != nil {
-		return err
-	}
-	nc, js, err := c.connect(ctx, "dev")
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	errc := make(chan error, len(svcs))
-	started := map[string]service{}
-	for _, s := range svcs {
-		svc, err := s.mk(ctx, js, kc, serviceLogger(log, s.name), tf)
-		if err != nil {
-			cancel()
-			wg.Wait()
-			return fmt.Errorf("%s: %w", s.name, err)
-		}
-		started[s.name] = svc
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := svc.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
-				errc <- fmt.Errorf("%s: %w", s.name, err)
-			}
-		}()
-	}
-	if err := c.serveHTTP(ctx, nc, started, log); err != nil {
-		cancel()
-		wg.Wait()
-		return err
-	}
-	log.Info().Msg("all services started")
-	var runErr error
-	select {
-	case <-ctx.Done():
-	case runErr = <-errc:
-		log.Error().Err(runErr).Msg("a service failed; stopping the others")
-	}
-	cancel()
-	wg.Wait()
-	flushTraces(tf, log)
-	_ = nc.Drain()
-	return runErr
 }

@@ -31,7 +31,7 @@ and prints one CloudEvent-shaped JSON object per workload transition, then a
 summary. See docs/simulate.md.`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) > 0 {
-				return usageError{fmt.Errorf("simulate: unexpected argument %q: scenario files go after -f", args[0])}
+				return usageError{Err: fmt.Errorf("simulate: unexpected argument %q: scenario files go after -f", args[0])}
 			}
 			return nil
 		},
@@ -48,17 +48,17 @@ summary. See docs/simulate.md.`,
 
 func runSimulate(cmd *cobra.Command, f *simulateFlags) error {
 	if len(f.files) == 0 {
-		return usageError{errors.New("simulate: give at least one scenario with -f")}
+		return usageError{Err: errors.New("simulate: give at least one scenario with -f")}
 	}
 	if f.output != "jsonl" && f.output != "table" {
-		return usageError{fmt.Errorf("simulate: --output %q: must be jsonl or table", f.output)}
+		return usageError{Err: fmt.Errorf("simulate: --output %q: must be jsonl or table", f.output)}
 	}
 	if f.until < 0 {
-		return usageError{fmt.Errorf("simulate: --until %s: must not be negative", f.until)}
+		return usageError{Err: fmt.Errorf("simulate: --until %s: must not be negative", f.until)}
 	}
 	start, err := time.Parse(time.RFC3339, f.start)
 	if err != nil {
-		return usageError{fmt.Errorf("simulate: --start %q: not an RFC 3339 time such as 2000-01-01T00:00:00Z", f.start)}
+		return usageError{Err: fmt.Errorf("simulate: --start %q: not an RFC 3339 time such as 2000-01-01T00:00:00Z", f.start)}
 	}
 	var sources []simulate.Source
 	for _, name := range f.files {
@@ -68,19 +68,19 @@ func runSimulate(cmd *cobra.Command, f *simulateFlags) error {
 		}
 		fh, err := os.Open(name)
 		if err != nil {
-			return usageError{fmt.Errorf("simulate: %w", err)}
+			return usageError{Err: fmt.Errorf("simulate: %w", err)}
 		}
 		defer fh.Close()
 		sources = append(sources, simulate.Source{Name: name, R: fh})
 	}
 	sc, err := simulate.Load(sources)
 	if err != nil {
-		return usageError{err}
+		return usageError{Err: err}
 	}
 	records, err := simulate.Run(sc, simulate.Options{Start: start.UTC(), Until: f.until})
 	if err != nil {
 		if errors.Is(err, simulate.ErrInvalid) {
-			return usageError{err}
+			return usageError{Err: err}
 		}
 		return err
 	}

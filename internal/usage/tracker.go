@@ -14,6 +14,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/engine"
 	"github.com/sluice-dev/sluice/internal/fence"
 	"github.com/sluice-dev/sluice/internal/ledger"
+	"github.com/sluice-dev/sluice/internal/supervise"
 	"github.com/sluice-dev/sluice/internal/workloads"
 )
 
@@ -87,21 +88,20 @@ func (t *Tracker) Run(ctx context.Context, synced chan<- struct{}) error {
 		close(synced)
 	}()
 	opts := []bus.WatchOption{bus.WithWatchLogger(t.log)}
-	errc := make(chan error, 3)
-	go func() {
-		errc <- bus.WatchKV(ctx, wkv, wSynced, func(e jetstream.KeyValueEntry, _ bool) { t.applyRecord(e) }, opts...)
-	}()
-	go func() {
-		errc <- bus.WatchKV(ctx, lkv, lSynced, func(e jetstream.KeyValueEntry, _ bool) { t.applyLedger(e) }, opts...)
-	}()
-	go func() {
-		errc <- bus.WatchKV(ctx, fkv, fSynced, func(e jetstream.KeyValueEntry, _ bool) { t.applyFence(e) }, opts...)
-	}()
-	err = <-errc
-	if ctx.Err() != nil {
-		return nil
+	sup := supervise.New(ctx, supervise.WithLogger(t.log))
+	sup.Go("records", func(ctx context.Context) error {
+		return bus.WatchKV(ctx, wkv, wSynced, func(e jetstream.KeyValueEntry, _ bool) { t.applyRecord(e) }, opts...)
+	})
+	sup.Go("ledger", func(ctx context.Context) error {
+		return bus.WatchKV(ctx, lkv, lSynced, func(e jetstream.KeyValueEntry, _ bool) { t.applyLedger(e) }, opts...)
+	})
+	sup.Go("fences", func(ctx context.Context) error {
+		return bus.WatchKV(ctx, fkv, fSynced, func(e jetstream.KeyValueEntry, _ bool) { t.applyFence(e) }, opts...)
+	})
+	if err := sup.Wait(); err != nil {
+		return fmt.Errorf("usage: %w", err)
 	}
-	return fmt.Errorf("usage: %w", err)
+	return nil
 }
 
 func (t *Tracker) applyRecord(e jetstream.KeyValueEntry) {

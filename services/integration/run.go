@@ -34,6 +34,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/jobframework"
 	"github.com/sluice-dev/sluice/internal/ledger"
 	"github.com/sluice-dev/sluice/internal/shard"
+	"github.com/sluice-dev/sluice/internal/supervise"
 	"github.com/sluice-dev/sluice/internal/tracing"
 	"github.com/sluice-dev/sluice/internal/workloads"
 )
@@ -70,15 +71,9 @@ type Config struct {
 	// Replica names this process among the replicas of its kinds (a
 	// subject token); empty picks a random one.
 	Replica string
-	// QueueMetrics receives the kinds' work queue metrics; nil keeps them
-	// unexported.
-	QueueMetrics *QueueMetrics
 	// ReportPodsReady writes into each started workload's fence whether
 	// its pods are all ready, for admission's waitForPodsReady.
 	ReportPodsReady bool
-	// Tracing makes each kind's tracer (service.name sluice-<kind>); nil
-	// records no spans.
-	Tracing *tracing.Factory
 	// Requests turns one pod's effective requests into those its workload
 	// is queued with (Kueue's resources block); nil keeps them.
 	Requests func(corev1.ResourceList) corev1.ResourceList
@@ -171,9 +166,34 @@ type kindRunner struct {
 	tracer *tracing.Tracer
 }
 
+// Option tunes a Service.
+type Option func(*options)
+
+type options struct {
+	log     zerolog.Logger
+	tracing *tracing.Factory
+	metrics *QueueMetrics
+}
+
+// WithLogger sets the logger.
+func WithLogger(l zerolog.Logger) Option { return func(o *options) { o.log = l } }
+
+// WithTracing makes each kind's tracer (service.name sluice-<kind>); nil,
+// the default, records no spans.
+func WithTracing(tf *tracing.Factory) Option { return func(o *options) { o.tracing = tf } }
+
+// WithQueueMetrics receives the kinds' work queue metrics; without it they
+// are kept, not exported.
+func WithQueueMetrics(m *QueueMetrics) Option { return func(o *options) { o.metrics = m } }
+
 // New returns an integration of the adapters' kinds. Each kind must be
-// served by the API server (see Installed).
-func New(cfg Config, adapters []jobframework.Adapter, kube kubernetes.Interface, dyn dynamic.Interface, js jetstream.JetStream, pub Publisher, log zerolog.Logger) (*Service, error) {
+// served by the API server (see RunWhenServed).
+func New(cfg Config, adapters []jobframework.Adapter, kube kubernetes.Interface, dyn dynamic.Interface, js jetstream.JetStream, pub Publisher,
+	opts ...Option) (*Service, error) {
+	o := options{log: zerolog.Nop()}
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -183,8 +203,8 @@ func New(cfg Config, adapters []jobframework.Adapter, kube kubernetes.Interface,
 	if cfg.Replica == "" {
 		cfg.Replica = nuid.Next()
 	}
-	if cfg.QueueMetrics == nil {
-		cfg.QueueMetrics = NewQueueMetrics() // kept, not exported
+	if o.metrics == nil {
+		o.metrics = NewQueueMetrics() // kept, not exported
 	}
 	s := &Service{
 		synced:         health.NewGate("objects, configuration, ledger or fences not loaded yet"),
@@ -193,7 +213,7 @@ func New(cfg Config, adapters []jobframework.Adapter, kube kubernetes.Interface,
 		dyn:            dyn,
 		js:             js,
 		pub:            pub,
-		log:            log.With().Str("replica", cfg.Replica).Logger(),
+		log:            o.log.With().Str("replica", cfg.Replica).Logger(),
 		kinds:          map[string]*kindRunner{},
 		config:         configstore.New(),
 		held:           map[string]ledger.Reservation{},
@@ -212,7 +232,7 @@ func New(cfg Config, adapters []jobframework.Adapter, kube kubernetes.Interface,
 		if _, dup := s.kinds[k.Name]; dup {
 			return nil, fmt.Errorf("integration: kind %q given twice", k.Name)
 		}
-		tr, err := cfg.Tracing.For(context.Background(), strings.ToLower(k.Name))
+		tr, err := o.tracing.For(context.Background(), strings.ToLower(k.Name))
 		if err != nil {
 			return nil, fmt.Errorf("integration: kind %s: %w", k.Name, err)
 		}
@@ -225,7 +245,7 @@ func New(cfg Config, adapters []jobframework.Adapter, kube kubernetes.Interface,
 			// a queue-wide 10/s bucket, which throttles every object once
 			// a burst of write conflicts retries.
 			queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.NewTypedItemExponentialFailureRateLimiter[string](5*time.Millisecond, 30*time.Second),
-				workqueue.TypedRateLimitingQueueConfig[string]{Name: k.Name, MetricsProvider: cfg.QueueMetrics}),
+				workqueue.TypedRateLimitingQueueConfig[string]{Name: k.Name, MetricsProvider: o.metrics}),
 		}
 	}
 	return s, nil
@@ -256,20 +276,14 @@ func (s *Service) Run(ctx context.Context) error {
 	defer broadcaster.Shutdown()
 	s.recorder = broadcaster.NewRecorder(runtime.NewScheme(), corev1.EventSource{Component: "sluice-integration", Host: s.cfg.Replica})
 
-	var wg sync.WaitGroup
-	defer wg.Wait()
+	// The informers run under runCtx; the watches, the webhook and the
+	// consumers are units of sup, stopped in reverse order once the work
+	// queues are drained.
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errc := make(chan error, 8+4*len(s.kinds))
-	spawn := func(name string, f func(context.Context) error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := f(runCtx); err != nil && runCtx.Err() == nil {
-				errc <- fmt.Errorf("integration: %s: %w", name, err)
-			}
-		}()
-	}
+	sup := supervise.New(ctx, supervise.WithLogger(s.log))
+	defer sup.Stop()
+	spawn := sup.Go
 
 	cfgSynced := make(chan struct{})
 	spawn("configuration watch", func(ctx context.Context) error { return s.watchConfig(ctx, cfgKV, cfgSynced) })
@@ -295,7 +309,7 @@ func (s *Service) Run(ctx context.Context) error {
 	// Decide nothing before the objects, the configuration and the ledger
 	// are all known: an object must never run without its reservation,
 	// and must never be stopped for lack of one that is only not seen yet.
-	if err := s.waitSynced(ctx, errc, map[string]<-chan struct{}{
+	if err := s.waitSynced(ctx, sup, map[string]<-chan struct{}{
 		"configuration": cfgSynced, "ledger": ledSynced, "fences": fenceSynced,
 	}); err != nil || ctx.Err() != nil {
 		return err
@@ -337,10 +351,9 @@ func (s *Service) Run(ctx context.Context) error {
 		close(workersDone)
 	}()
 
-	var runErr error
 	select {
 	case <-ctx.Done():
-	case runErr = <-errc:
+	case <-sup.Failed():
 	}
 	// Ordered shutdown: stop taking work, finish what is in flight, give
 	// the shards back (the other replicas take them at once), then stop
@@ -356,8 +369,10 @@ func (s *Service) Run(ctx context.Context) error {
 		k.owner.Release(relCtx)
 	}
 	relCancel()
-	cancel()
-	return runErr
+	if err := sup.Stop(); err != nil {
+		return fmt.Errorf("integration: %w", err)
+	}
+	return nil
 }
 
 // open opens the buckets and the stream the service uses, and each kind's
@@ -435,7 +450,7 @@ func (s *Service) webhook(ctx context.Context) (*jobframework.Webhook, error) {
 // waitSynced waits for the buckets' initial values and every kind's
 // informer, naming in readiness and in a periodic log line what is still
 // missing, so a replica that stays unready says why.
-func (s *Service) waitSynced(ctx context.Context, errc <-chan error, buckets map[string]<-chan struct{}) error {
+func (s *Service) waitSynced(ctx context.Context, sup *supervise.Group, buckets map[string]<-chan struct{}) error {
 	type part struct {
 		name string
 		done <-chan struct{}
@@ -483,8 +498,8 @@ func (s *Service) waitSynced(ctx context.Context, errc <-chan error, buckets map
 			s.log.Warn().Strs("waiting_for", s.synced.Waiting()).Dur("after", time.Since(start)).Msg("integration not ready yet")
 		case <-ctx.Done():
 			return nil
-		case err := <-errc:
-			return err
+		case <-sup.Failed():
+			return fmt.Errorf("integration: %w", sup.Err())
 		}
 	}
 	s.log.Info().Dur("after", time.Since(start)).Msg("objects, configuration, ledger and fences loaded")

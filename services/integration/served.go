@@ -6,11 +6,12 @@ import (
 	"fmt"
 	"net"
 	"slices"
-	"sync"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/sluice-dev/sluice/internal/jobframework"
+	"github.com/sluice-dev/sluice/internal/supervise"
 	"k8s.io/client-go/discovery"
 )
 
@@ -23,11 +24,9 @@ func RunWhenServed(ctx context.Context, cfg Config, adapters []jobframework.Adap
 	if len(adapters) == 0 {
 		return errors.New("integration: no kinds to run")
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	errc := make(chan error, len(adapters))
+	// The batches of kinds, stopped in reverse when ctx ends or one fails.
+	g := supervise.New(ctx, supervise.WithLogger(log))
+	defer g.Stop()
 	pending := slices.Clone(adapters)
 	reported := map[string]bool{}
 	started := false
@@ -68,19 +67,13 @@ func RunWhenServed(ctx context.Context, cfg Config, adapters []jobframework.Adap
 			}
 			started = true
 			log.Info().Strs("kinds", svc.Kinds()).Msg("integrations started")
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if err := svc.Run(ctx); err != nil && ctx.Err() == nil {
-					errc <- err
-				}
-			}()
+			g.Go(strings.Join(svc.Kinds(), ","), svc.Run)
 		}
 		select {
 		case <-ctx.Done():
-			return nil
-		case err := <-errc:
-			return err
+			return g.Stop()
+		case <-g.Failed():
+			return g.Stop()
 		case <-tick.C:
 		}
 	}

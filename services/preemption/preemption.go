@@ -42,13 +42,16 @@ type Service struct {
 // Option tunes the service.
 type Option func(*Service)
 
+// WithLogger sets the logger.
+func WithLogger(l zerolog.Logger) Option { return func(s *Service) { s.log = l } }
+
 // WithTracer records a preempt span in each victim's trace, linked to the
 // preemptor's.
 func WithTracer(t *tracing.Tracer) Option { return func(s *Service) { s.tracer = t } }
 
 // New returns the service.
-func New(js jetstream.JetStream, pub Publisher, log zerolog.Logger, opts ...Option) *Service {
-	s := &Service{consuming: health.NewGate("preemption requests not consumed yet"), js: js, pub: pub, log: log}
+func New(js jetstream.JetStream, pub Publisher, opts ...Option) *Service {
+	s := &Service{consuming: health.NewGate("preemption requests not consumed yet"), js: js, pub: pub, log: zerolog.Nop()}
 	for _, o := range opts {
 		o(s)
 	}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 
 	"github.com/sluice-dev/sluice/events"
 	"github.com/sluice-dev/sluice/internal/bus"
@@ -245,7 +244,7 @@ func TestPreemption(t *testing.T) {
 			}
 			defer cc.Stop()
 
-			s := preemption.New(js, bus.NewPublisher(js, events.Source("preemption")), zerolog.Nop())
+			s := preemption.New(js, bus.NewPublisher(js, events.Source("preemption")))
 			runCtx, stop := context.WithCancel(ctx)
 			done := make(chan error, 1)
 			go func() { done <- s.Run(runCtx) }()

@@ -24,6 +24,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/fence"
 	"github.com/sluice-dev/sluice/internal/health"
 	"github.com/sluice-dev/sluice/internal/ledger"
+	"github.com/sluice-dev/sluice/internal/supervise"
 	"github.com/sluice-dev/sluice/internal/usage"
 	"github.com/sluice-dev/sluice/internal/workloads"
 )
@@ -65,6 +66,9 @@ type Service struct {
 // Option tunes the service.
 type Option func(*Service)
 
+// WithLogger sets the logger.
+func WithLogger(l zerolog.Logger) Option { return func(s *Service) { s.log = l } }
+
 // WithReleaseBackoff bounds the delay before a failed release is retried
 // (bus.ConsumerSpec's BackoffMin and BackoffMax; 1s and 1m by default).
 func WithReleaseBackoff(lo, hi time.Duration) Option {
@@ -72,7 +76,7 @@ func WithReleaseBackoff(lo, hi time.Duration) Option {
 }
 
 // New returns the service.
-func New(cfg Config, js jetstream.JetStream, pub Publisher, log zerolog.Logger, opts ...Option) (*Service, error) {
+func New(cfg Config, js jetstream.JetStream, pub Publisher, opts ...Option) (*Service, error) {
 	if cfg.Reconcile <= 0 {
 		return nil, fmt.Errorf("quota: reconcile interval %s: must be positive", cfg.Reconcile)
 	}
@@ -82,7 +86,7 @@ func New(cfg Config, js jetstream.JetStream, pub Publisher, log zerolog.Logger, 
 	if cfg.FenceAge == 0 {
 		cfg.FenceAge = defaultFenceAge
 	}
-	s := &Service{consuming: health.NewGate("workload ends not consumed yet"), cfg: cfg, js: js, pub: pub, log: log,
+	s := &Service{consuming: health.NewGate("workload ends not consumed yet"), cfg: cfg, js: js, pub: pub, log: zerolog.Nop(),
 		lastUsage: map[string]string{}, ledger: ledger.NewWriter(js)}
 	for _, o := range opts {
 		o(s)
@@ -116,28 +120,27 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("quota: open stream %s: %w", bus.StreamEvents, err)
 	}
 	st := stores{led: led, wls: wls, fenceKV: fk, events: stream}
-	errc := make(chan error, 2)
 	tracker := usage.NewTracker(s.js, s.log)
 	tracked := make(chan struct{})
-	go func() {
-		if err := tracker.Run(ctx, tracked); err != nil {
-			errc <- err
-		}
-	}()
-	go func() {
-		errc <- bus.Run(ctx, s.js, s.releaseConsumer(), func(ctx context.Context, env events.Envelope) error { return s.handle(ctx, led, env) }, bus.WithLogger(s.log),
+	sup := supervise.New(ctx, supervise.WithLogger(s.log))
+	defer sup.Stop()
+	sup.Go("usage", func(ctx context.Context) error { return tracker.Run(ctx, tracked) })
+	sup.Go("releases", func(ctx context.Context) error {
+		return bus.Run(ctx, s.js, s.releaseConsumer(), func(ctx context.Context, env events.Envelope) error { return s.handle(ctx, led, env) }, bus.WithLogger(s.log),
 			bus.WithStarted(s.consuming.Open),
 			// Releases of different workloads do not touch one another;
 			// those of one workload keep their order (a stop of one
 			// admission, then the end of the job).
 			bus.WithPartitions(releasePartitions, events.SubjectWorkload), bus.WithBatch(4*releasePartitions))
-	}()
+	})
 	t := time.NewTicker(s.cfg.Reconcile)
 	defer t.Stop()
 	for {
 		select {
-		case err := <-errc:
-			return err
+		case <-ctx.Done():
+			return sup.Stop()
+		case <-sup.Failed():
+			return fmt.Errorf("quota: %w", sup.Stop())
 		case <-t.C:
 			if err := s.reconcile(ctx, st); err != nil && ctx.Err() == nil {
 				s.log.Warn().Err(err).Msg("ledger reconciliation")

@@ -109,7 +109,7 @@ func newHarnessWith(t *testing.T, cfg quota.Config, before func(h *harness)) *ha
 		before(h)
 	}
 
-	s, err := quota.New(cfg, js, bus.NewPublisher(js, events.Source("quota")), zerolog.New(h.logs))
+	s, err := quota.New(cfg, js, bus.NewPublisher(js, events.Source("quota")), quota.WithLogger(zerolog.New(h.logs)))
 	if err != nil {
 		t.Fatal(err)
 	}

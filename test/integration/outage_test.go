@@ -65,10 +65,10 @@ func TestVictimAdmittedAgainAfterALedgerOutage(t *testing.T) {
 
 	e.startAdmission("admission")
 	e.start("preemption", func(js jetstream.JetStream, log zerolog.Logger) (func(context.Context) error, error) {
-		return preemption.New(js, bus.NewPublisher(js, events.Source("preemption")), log).Run, nil
+		return preemption.New(js, bus.NewPublisher(js, events.Source("preemption")), preemption.WithLogger(log)).Run, nil
 	})
 	e.start("quota", func(js jetstream.JetStream, log zerolog.Logger) (func(context.Context) error, error) {
-		q, err := quota.New(quota.Config{Reconcile: time.Hour}, js, bus.NewPublisher(js, events.Source("quota")), log,
+		q, err := quota.New(quota.Config{Reconcile: time.Hour}, js, bus.NewPublisher(js, events.Source("quota")), quota.WithLogger(log),
 			quota.WithReleaseBackoff(10*time.Millisecond, 50*time.Millisecond))
 		if err != nil {
 			return nil, err

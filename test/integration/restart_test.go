@@ -195,7 +195,7 @@ func (s *stack) startAdmission() {
 func (s *stack) startQuota() {
 	s.gen++
 	s.quota = s.e.start(fmt.Sprintf("quota-%d", s.gen), func(js jetstream.JetStream, log zerolog.Logger) (func(context.Context) error, error) {
-		q, err := quota.New(quota.Config{Reconcile: 250 * time.Millisecond}, js, bus.NewPublisher(js, events.Source("quota")), log)
+		q, err := quota.New(quota.Config{Reconcile: 250 * time.Millisecond}, js, bus.NewPublisher(js, events.Source("quota")), quota.WithLogger(log))
 		if err != nil {
 			return nil, err
 		}
@@ -239,7 +239,7 @@ func runRestartScenario(t *testing.T, n int, seed uint64, disruptions []disrupti
 	s.startAdmission()
 	s.startQuota()
 	e.start("preemption", func(js jetstream.JetStream, log zerolog.Logger) (func(context.Context) error, error) {
-		return preemption.New(js, bus.NewPublisher(js, events.Source("preemption")), log).Run, nil
+		return preemption.New(js, bus.NewPublisher(js, events.Source("preemption")), preemption.WithLogger(log)).Run, nil
 	})
 
 	var submitted atomic.Int64

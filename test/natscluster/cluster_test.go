@@ -240,9 +240,9 @@ func TestThreeNodeClusterSurvivesTheLossOfALeader(t *testing.T) {
 		run(name, adm)
 	}
 	_, pjs := c.connect(t, "preemption")
-	run("preemption", preemption.New(pjs, bus.NewPublisher(pjs, events.Source("preemption")), log))
+	run("preemption", preemption.New(pjs, bus.NewPublisher(pjs, events.Source("preemption")), preemption.WithLogger(log)))
 	_, qjs := c.connect(t, "quota")
-	q, err := quota.New(quota.Config{Reconcile: time.Second}, qjs, bus.NewPublisher(qjs, events.Source("quota")), log)
+	q, err := quota.New(quota.Config{Reconcile: time.Second}, qjs, bus.NewPublisher(qjs, events.Source("quota")), quota.WithLogger(log))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -93,9 +93,9 @@ func TestServicesUnderTheirPermissions(t *testing.T) {
 	}
 	run("admission", adm)
 	_, pjs := connect("preemption")
-	run("preemption", preemption.New(pjs, bus.NewPublisher(pjs, events.Source("preemption")), log))
+	run("preemption", preemption.New(pjs, bus.NewPublisher(pjs, events.Source("preemption")), preemption.WithLogger(log)))
 	_, qjs := connect("quota")
-	q, err := quota.New(quota.Config{Reconcile: time.Second}, qjs, bus.NewPublisher(qjs, events.Source("quota")), log)
+	q, err := quota.New(quota.Config{Reconcile: time.Second}, qjs, bus.NewPublisher(qjs, events.Source("quota")), quota.WithLogger(log))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package main
+package admission
 
 import (
 	"context"
@@ -12,47 +12,21 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
-	"github.com/spf13/pflag"
 	authzv1 "k8s.io/api/authorization/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/sluice-dev/sluice/internal/certfile"
+	"github.com/sluice-dev/sluice/internal/component"
 	"github.com/sluice-dev/sluice/internal/kubeauth"
+	"github.com/sluice-dev/sluice/internal/supervise"
 	"github.com/sluice-dev/sluice/internal/visibility"
 	"github.com/sluice-dev/sluice/internal/webview"
-	"github.com/sluice-dev/sluice/services/admission"
 )
-
-// visibilityFlags say where the pending API is served, and to whom.
-type visibilityFlags struct {
-	// addr serves it over TLS to whom the cluster authenticates and
-	// authorizes (the APIService's backend); "" for nowhere.
-	addr string
-	// certDir holds its serving certificate (tls.crt, tls.key).
-	certDir string
-	// open also serves it, and the web view, on the plain HTTP port to
-	// anyone who reaches it (sluice dev, on loopback).
-	open bool
-}
-
-func (v *visibilityFlags) bind(f *pflag.FlagSet, open bool) {
-	f.StringVar(&v.addr, "visibility-address", "", "address serving the pending API over TLS to users the cluster authenticates and authorizes, "+
-		"the backend of the APIService v1beta1.visibility.sluice.dev, e.g. :8443 (empty: none; needs Kubernetes access and --visibility-cert-dir)")
-	f.StringVar(&v.certDir, "visibility-cert-dir", "", "directory with the pending API's serving certificate (tls.crt, tls.key)")
-	f.BoolVar(&v.open, "visibility-insecure", open, "also serve the pending API and the web view on --http-address to anyone who reaches it")
-}
-
-func (v *visibilityFlags) validate() error {
-	if v.addr != "" && v.certDir == "" {
-		return usageError{errors.New("--visibility-address needs --visibility-cert-dir (tls.crt, tls.key)")}
-	}
-	return nil
-}
 
 // openAdmission is the admission service serving the pending API and the
 // web view on the plain HTTP port.
-type openAdmission struct{ *admission.Service }
+type openAdmission struct{ *Service }
 
 func (a openAdmission) Routes(mux *http.ServeMux) {
 	a.VisibilityRoutes(mux)
@@ -63,7 +37,7 @@ func (a openAdmission) Routes(mux *http.ServeMux) {
 // pending API over TLS, each request authenticated and authorized by the
 // cluster (package kubeauth).
 type guardedVisibility struct {
-	service
+	component.Runnable
 	addr  string
 	cert  *certfile.Pair
 	guard *kubeauth.Guard
@@ -71,26 +45,26 @@ type guardedVisibility struct {
 	log   zerolog.Logger
 }
 
-func newGuardedVisibility(svc *admission.Service, inner service, v visibilityFlags, kc *rest.Config, log zerolog.Logger) (*guardedVisibility, error) {
+func newGuardedVisibility(svc *Service, inner component.Runnable, v VisibilityOptions, kc *rest.Config, log zerolog.Logger) (*guardedVisibility, error) {
 	if kc == nil {
-		return nil, usageError{errors.New("--visibility-address needs Kubernetes access (--kubeconfig, or the pod's service account)")}
+		return nil, component.Usage(errors.New("--visibility-address needs Kubernetes access (--kubeconfig, or the pod's service account)"))
 	}
 	kube, err := kubernetes.NewForConfig(kc)
 	if err != nil {
 		return nil, err
 	}
-	cert, err := certfile.Load(filepath.Join(v.certDir, "tls.crt"), filepath.Join(v.certDir, "tls.key"), time.Now, func(err error) {
+	cert, err := certfile.Load(filepath.Join(v.CertDir, "tls.crt"), filepath.Join(v.CertDir, "tls.key"), time.Now, func(err error) {
 		log.Warn().Err(err).Msg("pending API certificate changed but does not load; serving the previous one")
 	})
 	if err != nil {
-		return nil, usageError{fmt.Errorf("--visibility-cert-dir: %w", err)}
+		return nil, component.Usage(fmt.Errorf("--visibility-cert-dir: %w", err))
 	}
 	guard := kubeauth.New(kube, kubeauth.WithLogger(log))
 	mux := http.NewServeMux()
 	visibility.RegisterDiscovery(mux)
 	svc.VisibilityRoutes(mux)
 	svc.WebViewRoutes(mux, webview.WithPrefix(visibility.Prefix), webview.WithEventFilter(feedFilter(guard)))
-	return &guardedVisibility{service: inner, addr: v.addr, cert: cert, guard: guard, api: guard.Protect(visibility.Attributes, mux), log: log}, nil
+	return &guardedVisibility{Runnable: inner, addr: v.Addr, cert: cert, guard: guard, api: guard.Protect(visibility.Attributes, mux), log: log}, nil
 }
 
 // feedFilter shows a user of the web view's live feed the events of the
@@ -114,7 +88,7 @@ func feedFilter(guard *kubeauth.Guard) func(*http.Request) func(webview.Event) b
 
 // Collectors are the wrapped service's metrics.
 func (g *guardedVisibility) Collectors() []prometheus.Collector {
-	if c, ok := g.service.(interface{ Collectors() []prometheus.Collector }); ok {
+	if c, ok := g.Runnable.(component.Metrics); ok {
 		return c.Collectors()
 	}
 	return nil
@@ -122,7 +96,7 @@ func (g *guardedVisibility) Collectors() []prometheus.Collector {
 
 // Routes are the wrapped service's routes on the plain HTTP port.
 func (g *guardedVisibility) Routes(mux *http.ServeMux) {
-	if r, ok := g.service.(interface{ Routes(*http.ServeMux) }); ok {
+	if r, ok := g.Runnable.(component.Router); ok {
 		r.Routes(mux)
 	}
 }
@@ -139,18 +113,26 @@ func (g *guardedVisibility) Run(ctx context.Context) error {
 		return fmt.Errorf("--visibility-address: listen on %s: %w", g.addr, err)
 	}
 	srv := &http.Server{Handler: g.api, TLSConfig: g.guard.TLSConfig(g.cert.GetCertificate), ReadHeaderTimeout: 5 * time.Second}
-	errc := make(chan error, 2)
-	go func() {
-		if err := srv.ServeTLS(l, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			errc <- fmt.Errorf("pending API: %w", err)
+	// Stopped in reverse: the server first, then the guard's caches, then
+	// the service it reads.
+	sup := supervise.New(ctx, supervise.WithLogger(g.log))
+	sup.Go("admission", g.Runnable.Run)
+	sup.Go("authorization cache", func(ctx context.Context) error {
+		_ = g.guard.Run(ctx) // its failures are logged and retried inside
+		return nil
+	})
+	sup.Go("pending API", func(ctx context.Context) error {
+		stop := context.AfterFunc(ctx, func() {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(sctx)
+		})
+		defer stop()
+		if err := srv.ServeTLS(l, "", ""); !errors.Is(err, http.ErrServerClosed) {
+			return err
 		}
-	}()
-	go func() { _ = g.guard.Run(ctx) }()
+		return nil
+	})
 	g.log.Info().Str("address", l.Addr().String()).Msg("pending API served to authorized users")
-	go func() { errc <- g.service.Run(ctx) }()
-	err = <-errc
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	_ = srv.Shutdown(sctx)
-	return err
+	return sup.Wait()
 }

@@ -1,0 +1,59 @@
+package kinds
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/spf13/pflag"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/sluice-dev/sluice/internal/component"
+	"github.com/sluice-dev/sluice/internal/jobframework"
+)
+
+// Clients selects the named kinds' adapters (an unknown name is a usage
+// error) and makes the clients that read and write their objects: typed,
+// speaking protobuf, and dynamic.
+func Clients(kc *rest.Config, names []string) ([]jobframework.Adapter, kubernetes.Interface, dynamic.Interface, error) {
+	ads, err := Select(names)
+	if err != nil {
+		return nil, nil, nil, component.Usage(err)
+	}
+	if kc == nil {
+		return nil, nil, nil, component.Usage(fmt.Errorf("the job kinds need Kubernetes access (--kubeconfig, or the pod's service account)"))
+	}
+	kube, err := kubernetes.NewForConfig(Protobuf(kc))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	dyn, err := dynamic.NewForConfig(kc)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return ads, kube, dyn, nil
+}
+
+// Protobuf is kc speaking protobuf, for clients of built-in kinds only
+// (custom resources have no protobuf encoding): the API server encodes
+// each watch event once per encoding its watchers ask for, and the
+// cluster's own controllers ask for protobuf, so JSON would be a second
+// encoding of every Job and Pod change, and a slower one.
+func Protobuf(kc *rest.Config) *rest.Config {
+	out := rest.CopyConfig(kc)
+	out.ContentType = runtime.ContentTypeProtobuf
+	out.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	return out
+}
+
+// BindFlag binds --integrations to names, the kinds a service handles,
+// every kind unless names holds some already.
+func BindFlag(fs *pflag.FlagSet, names *[]string, what string) {
+	if *names == nil {
+		*names = Names()
+	}
+	fs.StringSliceVar(names, "integrations", *names, what+" ("+strings.Join(Names(), ", ")+")")
+}
