@@ -25,7 +25,9 @@ type Options struct {
 }
 
 // DefaultOptions are the flags' defaults.
-func DefaultOptions() Options { return Options{StatusInterval: 5 * time.Second, Resync: 10 * time.Minute} }
+func DefaultOptions() Options {
+	return Options{StatusInterval: 5 * time.Second, Resync: 10 * time.Minute}
+}
 
 // BindFlags binds the options to flags, their current values the defaults.
 func (o *Options) BindFlags(fs *pflag.FlagSet) {
