@@ -65,10 +65,8 @@ type DeciderFunc func(ctx context.Context, r Request) (Answer, error)
 // Decide implements Decider.
 func (f DeciderFunc) Decide(ctx context.Context, r Request) (Answer, error) { return f(ctx, r) }
 
-// Publisher publishes an event under its id (bus.JetStreamPublisher).
-type Publisher interface {
-	Publish(ctx context.Context, ev events.Event, id string) error
-}
+// Publisher publishes an answer (an event) under its deterministic id.
+type Publisher = events.Publisher
 
 // GVR is the AdmissionCheck resource.
 var GVR = v1beta1.GroupVersion.WithResource("admissionchecks")

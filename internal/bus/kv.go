@@ -221,3 +221,25 @@ func PurgeOldMarkers(ctx context.Context, kv jetstream.KeyValue, filter string, 
 	}
 	return k.PurgeMarkers(ctx, filter, DeleteMarkerTTL+LimitMarkerTTL, now)
 }
+
+// OpenBuckets opens the named buckets in order (OpenKV), and the events
+// stream when withStream: a service's prologue. An error names what did
+// not open; nothing opened needs closing.
+func OpenBuckets(ctx context.Context, js jetstream.JetStream, withStream bool, buckets ...string) ([]jetstream.KeyValue, jetstream.Stream, error) {
+	kvs := make([]jetstream.KeyValue, len(buckets))
+	for i, b := range buckets {
+		kv, err := OpenKV(ctx, js, b)
+		if err != nil {
+			return nil, nil, err
+		}
+		kvs[i] = kv
+	}
+	if !withStream {
+		return kvs, nil, nil
+	}
+	st, err := js.Stream(ctx, StreamEvents)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open stream %s: %w", StreamEvents, err)
+	}
+	return kvs, st, nil
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -201,5 +202,28 @@ func TestPurgeMarkers(t *testing.T) {
 	}
 	if e, err := kv.Get(ctx, "again"); err != nil || string(e.Value()) != "back" {
 		t.Errorf("a key written again after its deletion: %v, %v", e, err)
+	}
+}
+
+// OpenBuckets opens buckets in order, and the stream when asked; a missing
+// bucket is named in the error.
+func TestOpenBuckets(t *testing.T) {
+	ctx, js := setup(t)
+	kvs, st, err := bus.OpenBuckets(ctx, js, true, bus.BucketShards)
+	if err != nil {
+		t.Fatalf("OpenBuckets: %v", err)
+	}
+	if len(kvs) != 1 || kvs[0].Bucket() != bus.BucketShards {
+		t.Errorf("buckets %v; want [%s]", kvs, bus.BucketShards)
+	}
+	if st == nil || st.CachedInfo().Config.Name != bus.StreamEvents {
+		t.Errorf("stream %v; want %s", st, bus.StreamEvents)
+	}
+	if _, st, err := bus.OpenBuckets(ctx, js, false, bus.BucketShards); err != nil || st != nil {
+		t.Errorf("without the stream: stream %v, error %v; want none, nil", st, err)
+	}
+	_, _, err = bus.OpenBuckets(ctx, js, true, bus.BucketShards, "no-such-bucket")
+	if err == nil || !strings.Contains(err.Error(), "no-such-bucket") {
+		t.Errorf("a missing bucket: error %v; want one naming no-such-bucket", err)
 	}
 }

@@ -15,14 +15,8 @@ import (
 	"github.com/sluice-dev/sluice/internal/tracing"
 )
 
-// Publisher publishes an event under its deterministic id (see events.ID)
-// and returns once JetStream has stored it. Publishing the same id again
-// within the de-duplication window succeeds without storing a second copy.
-type Publisher interface {
-	Publish(ctx context.Context, ev events.Event, id string) error
-}
 
-// JetStreamPublisher is the Publisher over a JetStream context.
+// JetStreamPublisher is the events.Publisher over a JetStream context.
 type JetStreamPublisher struct {
 	js     jetstream.JetStream
 	source string
@@ -45,7 +39,7 @@ const (
 	ackAttempts = 4
 )
 
-var _ Publisher = (*JetStreamPublisher)(nil)
+var _ events.Publisher = (*JetStreamPublisher)(nil)
 
 // PublisherOption tunes a JetStreamPublisher.
 type PublisherOption func(*JetStreamPublisher)
@@ -78,7 +72,7 @@ func NewPublisher(js jetstream.JetStream, source string, opts ...PublisherOption
 	return p
 }
 
-// Publish implements Publisher.
+// Publish implements events.Publisher.
 func (p *JetStreamPublisher) Publish(ctx context.Context, ev events.Event, id string) error {
 	_, err := p.PublishAck(ctx, ev, id)
 	return err

@@ -64,18 +64,11 @@ func NewTracker(js jetstream.JetStream, log zerolog.Logger) *Tracker {
 // Run follows the three buckets until ctx ends, closing synced once the
 // current entries of all are in.
 func (t *Tracker) Run(ctx context.Context, synced chan<- struct{}) error {
-	wkv, err := bus.OpenKV(ctx, t.js, workloads.Bucket)
+	kvs, _, err := bus.OpenBuckets(ctx, t.js, false, workloads.Bucket, ledger.Bucket, fence.Bucket)
 	if err != nil {
-		return fmt.Errorf("open %s: %w", workloads.Bucket, err)
+		return err
 	}
-	lkv, err := bus.OpenKV(ctx, t.js, ledger.Bucket)
-	if err != nil {
-		return fmt.Errorf("open %s: %w", ledger.Bucket, err)
-	}
-	fkv, err := bus.OpenKV(ctx, t.js, fence.Bucket)
-	if err != nil {
-		return fmt.Errorf("open %s: %w", fence.Bucket, err)
-	}
+	wkv, lkv, fkv := kvs[0], kvs[1], kvs[2]
 	wSynced, lSynced, fSynced := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	go func() {
 		for _, c := range []chan struct{}{wSynced, lSynced, fSynced} {

@@ -30,7 +30,7 @@ type queues struct {
 
 func (q queues) Queues(context.Context) ([]engine.QueueStats, error) { return q.stats, q.err }
 
-func server(t *testing.T, src webview.Source, opts ...webview.Option) (*httptest.Server, bus.Publisher) {
+func server(t *testing.T, src webview.Source, opts ...webview.Option) (*httptest.Server, events.Publisher) {
 	t.Helper()
 	js := natstest.JetStream(t)
 	if err := bus.Setup(context.Background(), js, bus.Config{}); err != nil {

@@ -199,10 +199,6 @@ type ExpectingPublisher interface {
 	PublishExpecting(ctx context.Context, ev events.Event, id, filter string, look func(context.Context) (uint64, bool, error)) (bool, error)
 }
 
-// Publisher publishes an event under an id.
-type Publisher interface {
-	Publish(ctx context.Context, ev events.Event, id string) error
-}
 
 // AnnounceUnlessEnded publishes ev (with id) about w, unless w's job
 // ended first. It is how a stop (preempted or evicted) is announced, and
@@ -214,7 +210,7 @@ type Publisher interface {
 // dropped once that is the end. An end stored after ev is fine: ev was
 // decided first. A publisher that cannot expect (or no stream to read)
 // publishes ev as it is.
-func AnnounceUnlessEnded(ctx context.Context, p Publisher, s LastMsgReader, ev events.Event, id string, w events.WorkloadRef) error {
+func AnnounceUnlessEnded(ctx context.Context, p events.Publisher, s LastMsgReader, ev events.Event, id string, w events.WorkloadRef) error {
 	ep, expecting := p.(ExpectingPublisher)
 	if !expecting || s == nil {
 		return p.Publish(ctx, ev, id)

@@ -65,7 +65,7 @@ type harness struct {
 	evs   []events.Envelope
 	stopF func()
 	// wrap, if set, wraps the publisher of the services started next.
-	wrap func(admission.Publisher) admission.Publisher
+	wrap func(events.Publisher) events.Publisher
 	// svc is the service started last.
 	svc *admission.Service
 	// tracer, when set, records the spans of the services started next.
@@ -119,7 +119,7 @@ func newHarness(t *testing.T) *harness {
 func (h *harness) start() {
 	h.t.Helper()
 	log := zerolog.New(zerolog.NewTestWriter(h.t)).Level(zerolog.WarnLevel)
-	var pub admission.Publisher = bus.NewPublisher(h.js, events.Source("admission"))
+	var pub events.Publisher = bus.NewPublisher(h.js, events.Source("admission"))
 	if h.wrap != nil {
 		pub = h.wrap(pub)
 	}
@@ -923,7 +923,7 @@ func TestFinishedWorkloadIsNotAdmittedAgain(t *testing.T) {
 // failOnce fails the first publish of each event type in types, as a
 // JetStream outage would, and publishes everything else.
 type failOnce struct {
-	inner  admission.Publisher
+	inner  events.Publisher
 	mu     sync.Mutex
 	types  map[string]bool
 	failed []string
@@ -975,7 +975,7 @@ func TestFailedPublishIsRetried(t *testing.T) {
 			h := newHarness(t)
 			h.configure("4", nil)
 			f := &failOnce{types: map[string]bool{tc.fail: true}}
-			h.wrap = func(p admission.Publisher) admission.Publisher { f.inner = p; return f }
+			h.wrap = func(p events.Publisher) events.Publisher { f.inner = p; return f }
 			h.start()
 			for _, s := range tc.steps {
 				s.do(h)

@@ -47,7 +47,7 @@ func (o outgoing) stop() bool { return o.fenceKey != "" || o.admitted != nil }
 type outbox struct {
 	queued, unsent []outgoing
 
-	pub Publisher
+	pub events.Publisher
 	log zerolog.Logger
 	// stream and fenceKV are opened by Run; without them (a Service not
 	// running over JetStream) announcements are published unchecked.

@@ -22,11 +22,6 @@ import (
 	"github.com/sluice-dev/sluice/internal/workloads"
 )
 
-// Publisher publishes an event under its deterministic id.
-type Publisher interface {
-	Publish(ctx context.Context, ev events.Event, id string) error
-}
-
 // Config is the admission service's configuration.
 type Config struct {
 	// Interval between admission cycles while something changed.
@@ -173,7 +168,7 @@ func WithClock(now func() time.Time) Option { return func(s *Service) { s.clock 
 func WithLogger(l zerolog.Logger) Option { return func(s *Service) { s.log = l } }
 
 // New returns an admission replica.
-func New(cfg Config, js jetstream.JetStream, pub Publisher, opts ...Option) (*Service, error) {
+func New(cfg Config, js jetstream.JetStream, pub events.Publisher, opts ...Option) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -229,26 +224,11 @@ func (s *Service) Run(ctx context.Context) error {
 }
 
 func (s *Service) run(ctx context.Context) error {
-	cfgKV, err := bus.OpenKV(ctx, s.js, configstore.Bucket)
+	kvs, stream, err := bus.OpenBuckets(ctx, s.js, true, configstore.Bucket, workloads.Bucket, ledger.Bucket, fence.Bucket)
 	if err != nil {
-		return fmt.Errorf("admission: open %s: %w", configstore.Bucket, err)
+		return fmt.Errorf("admission: %w", err)
 	}
-	wlKV, err := bus.OpenKV(ctx, s.js, workloads.Bucket)
-	if err != nil {
-		return fmt.Errorf("admission: open %s: %w", workloads.Bucket, err)
-	}
-	ledKV, err := bus.OpenKV(ctx, s.js, ledger.Bucket)
-	if err != nil {
-		return fmt.Errorf("admission: open %s: %w", ledger.Bucket, err)
-	}
-	fenceKV, err := bus.OpenKV(ctx, s.js, fence.Bucket)
-	if err != nil {
-		return fmt.Errorf("admission: open %s: %w", fence.Bucket, err)
-	}
-	stream, err := s.js.Stream(ctx, bus.StreamEvents)
-	if err != nil {
-		return fmt.Errorf("admission: open stream %s: %w", bus.StreamEvents, err)
-	}
+	cfgKV, wlKV, ledKV, fenceKV := kvs[0], kvs[1], kvs[2], kvs[3]
 	s.wlKV, s.fenceKV, s.stream, s.ledKV = wlKV, fenceKV, stream, ledKV
 	s.out.stream, s.out.fenceKV = stream, fenceKV
 	s.writer = ledger.NewWriter(s.js)

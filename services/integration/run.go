@@ -39,11 +39,6 @@ import (
 	"github.com/sluice-dev/sluice/internal/workloads"
 )
 
-// Publisher publishes an event under its deterministic id.
-type Publisher interface {
-	Publish(ctx context.Context, ev events.Event, id string) error
-}
-
 // Config is an integration process's configuration.
 type Config struct {
 	// Workers reconcile objects of each kind in parallel.
@@ -118,7 +113,7 @@ type Service struct {
 	kube   kubernetes.Interface
 	dyn    dynamic.Interface
 	js     jetstream.JetStream
-	pub    Publisher
+	pub    events.Publisher
 	log    zerolog.Logger
 	kinds  map[string]*kindRunner
 	// reconfigured tells requeueOnConfig that the configuration changed.
@@ -188,7 +183,7 @@ func WithQueueMetrics(m *QueueMetrics) Option { return func(o *options) { o.metr
 
 // New returns an integration of the adapters' kinds. Each kind must be
 // served by the API server (see RunWhenServed).
-func New(cfg Config, adapters []jobframework.Adapter, kube kubernetes.Interface, dyn dynamic.Interface, js jetstream.JetStream, pub Publisher,
+func New(cfg Config, adapters []jobframework.Adapter, kube kubernetes.Interface, dyn dynamic.Interface, js jetstream.JetStream, pub events.Publisher,
 	opts ...Option) (*Service, error) {
 	o := options{log: zerolog.Nop()}
 	for _, opt := range opts {
@@ -379,32 +374,17 @@ func (s *Service) Run(ctx context.Context) error {
 // shard owner; it returns the configuration and ledger buckets, which only
 // their watches read.
 func (s *Service) open(ctx context.Context) (cfgKV, ledKV jetstream.KeyValue, err error) {
-	if s.wlKV, err = bus.OpenKV(ctx, s.js, workloads.Bucket); err != nil {
+	kvs, stream, err := bus.OpenBuckets(ctx, s.js, true, workloads.Bucket, fence.Bucket, bus.BucketShards, configstore.Bucket, ledger.Bucket)
+	if err != nil {
 		return nil, nil, fmt.Errorf("integration: %w", err)
 	}
-	if s.fenceKV, err = bus.OpenKV(ctx, s.js, fence.Bucket); err != nil {
-		return nil, nil, fmt.Errorf("integration: %w", err)
-	}
-	if s.shardKV, err = bus.OpenKV(ctx, s.js, bus.BucketShards); err != nil {
-		return nil, nil, fmt.Errorf("integration: %w", err)
-	}
+	s.wlKV, s.fenceKV, s.shardKV, s.events = kvs[0], kvs[1], kvs[2], stream
 	for _, k := range s.kinds {
 		if k.owner, err = shard.New(s.shardKV, k.kind.Name, s.cfg.Replica, shard.WithLogger(s.log)); err != nil {
 			return nil, nil, fmt.Errorf("integration: %w", err)
 		}
 	}
-	if s.events, err = s.js.Stream(ctx, bus.StreamEvents); err != nil {
-		return nil, nil, fmt.Errorf("integration: open stream %s: %w", bus.StreamEvents, err)
-	}
-	cfgKV, err = bus.OpenKV(ctx, s.js, configstore.Bucket)
-	if err != nil {
-		return nil, nil, fmt.Errorf("integration: %w", err)
-	}
-	ledKV, err = bus.OpenKV(ctx, s.js, ledger.Bucket)
-	if err != nil {
-		return nil, nil, fmt.Errorf("integration: %w", err)
-	}
-	return cfgKV, ledKV, nil
+	return kvs[3], kvs[4], nil
 }
 
 // webhook starts listening for the kinds' admission reviews and, unless

@@ -24,17 +24,12 @@ import (
 	"github.com/sluice-dev/sluice/internal/workloads"
 )
 
-// Publisher publishes an event under its deterministic id.
-type Publisher interface {
-	Publish(ctx context.Context, ev events.Event, id string) error
-}
-
 // Service is the preemption service.
 type Service struct {
 	// consuming opens once the consumer exists (Ready).
 	consuming *health.Gate
 	js        jetstream.JetStream
-	pub       Publisher
+	pub       events.Publisher
 	log       zerolog.Logger
 	tracer    *tracing.Tracer
 }
@@ -50,7 +45,7 @@ func WithLogger(l zerolog.Logger) Option { return func(s *Service) { s.log = l }
 func WithTracer(t *tracing.Tracer) Option { return func(s *Service) { s.tracer = t } }
 
 // New returns the service.
-func New(js jetstream.JetStream, pub Publisher, opts ...Option) *Service {
+func New(js jetstream.JetStream, pub events.Publisher, opts ...Option) *Service {
 	s := &Service{consuming: health.NewGate("preemption requests not consumed yet"), js: js, pub: pub, log: zerolog.Nop()}
 	for _, o := range opts {
 		o(s)
@@ -63,18 +58,11 @@ func (s *Service) Ready() error { return s.consuming.Check() }
 
 // Run consumes preemption requests until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
-	led, err := bus.OpenKV(ctx, s.js, ledger.Bucket)
+	kvs, stream, err := bus.OpenBuckets(ctx, s.js, true, ledger.Bucket, fence.Bucket)
 	if err != nil {
-		return fmt.Errorf("preemption: open %s: %w", ledger.Bucket, err)
+		return fmt.Errorf("preemption: %w", err)
 	}
-	fk, err := bus.OpenKV(ctx, s.js, fence.Bucket)
-	if err != nil {
-		return fmt.Errorf("preemption: open %s: %w", fence.Bucket, err)
-	}
-	stream, err := s.js.Stream(ctx, bus.StreamEvents)
-	if err != nil {
-		return fmt.Errorf("preemption: open stream %s: %w", bus.StreamEvents, err)
-	}
+	led, fk := kvs[0], kvs[1]
 	return bus.Run(ctx, s.js, Consumer(), func(ctx context.Context, env events.Envelope) error { return s.handle(ctx, led, fk, stream, env) }, bus.WithLogger(s.log),
 		bus.WithStarted(s.consuming.Open))
 }

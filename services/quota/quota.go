@@ -29,11 +29,6 @@ import (
 	"github.com/sluice-dev/sluice/internal/workloads"
 )
 
-// Publisher publishes an event under its deterministic id.
-type Publisher interface {
-	Publish(ctx context.Context, ev events.Event, id string) error
-}
-
 // Config is the quota service's configuration.
 type Config struct {
 	// Reconcile is how often the ledger is checked against the workload
@@ -52,7 +47,7 @@ type Service struct {
 	consuming *health.Gate
 	cfg       Config
 	js        jetstream.JetStream
-	pub       Publisher
+	pub       events.Publisher
 	log       zerolog.Logger
 	// lastUsage is the id of the last usage event per ClusterQueue.
 	lastUsage map[string]string
@@ -76,7 +71,7 @@ func WithReleaseBackoff(lo, hi time.Duration) Option {
 }
 
 // New returns the service.
-func New(cfg Config, js jetstream.JetStream, pub Publisher, opts ...Option) (*Service, error) {
+func New(cfg Config, js jetstream.JetStream, pub events.Publisher, opts ...Option) (*Service, error) {
 	if cfg.Reconcile <= 0 {
 		return nil, fmt.Errorf("quota: reconcile interval %s: must be positive", cfg.Reconcile)
 	}
@@ -103,23 +98,12 @@ func (s *Service) Ready() error { return s.consuming.Check() }
 // Run consumes stop, finish and delete events and reconciles, until ctx
 // ends.
 func (s *Service) Run(ctx context.Context) error {
-	led, err := bus.OpenKV(ctx, s.js, ledger.Bucket)
+	kvs, stream, err := bus.OpenBuckets(ctx, s.js, true, ledger.Bucket, workloads.Bucket, fence.Bucket)
 	if err != nil {
-		return fmt.Errorf("quota: open %s: %w", ledger.Bucket, err)
+		return fmt.Errorf("quota: %w", err)
 	}
-	wls, err := bus.OpenKV(ctx, s.js, workloads.Bucket)
-	if err != nil {
-		return fmt.Errorf("quota: open %s: %w", workloads.Bucket, err)
-	}
-	fk, err := bus.OpenKV(ctx, s.js, fence.Bucket)
-	if err != nil {
-		return fmt.Errorf("quota: open %s: %w", fence.Bucket, err)
-	}
-	stream, err := s.js.Stream(ctx, bus.StreamEvents)
-	if err != nil {
-		return fmt.Errorf("quota: open stream %s: %w", bus.StreamEvents, err)
-	}
-	st := stores{led: led, wls: wls, fenceKV: fk, events: stream}
+	led := kvs[0]
+	st := stores{led: led, wls: kvs[1], fenceKV: kvs[2], events: stream}
 	tracker := usage.NewTracker(s.js, s.log)
 	tracked := make(chan struct{})
 	sup := supervise.New(ctx, supervise.WithLogger(s.log))

@@ -32,10 +32,6 @@ import (
 	"github.com/sluice-dev/sluice/internal/health"
 )
 
-// Publisher publishes an event under its deterministic id.
-type Publisher interface {
-	Publish(ctx context.Context, ev events.Event, id string) error
-}
 
 // KV is the part of the configuration bucket the watcher writes.
 type KV interface {
@@ -73,7 +69,7 @@ type Service struct {
 	cfg    Config
 	dyn    dynamic.Interface
 	kv     KV
-	pub    Publisher
+	pub    events.Publisher
 	log    zerolog.Logger
 	queue  workqueue.TypedRateLimitingInterface[item]
 	// indexers by KV kind, for reading the current object of a key.
@@ -107,7 +103,7 @@ func WithStatus(js jetstream.JetStream, interval time.Duration) Option {
 }
 
 // New returns a watcher.
-func New(cfg Config, dyn dynamic.Interface, kv KV, pub Publisher, opts ...Option) (*Service, error) {
+func New(cfg Config, dyn dynamic.Interface, kv KV, pub events.Publisher, opts ...Option) (*Service, error) {
 	if cfg.Resync <= 0 {
 		return nil, fmt.Errorf("watcher: resync %s: must be positive", cfg.Resync)
 	}

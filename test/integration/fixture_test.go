@@ -235,7 +235,7 @@ func (e *env) exitedEarly() []string {
 // countingPublisher counts the admitted events one admission replica
 // published.
 type countingPublisher struct {
-	inner    admission.Publisher
+	inner    events.Publisher
 	mu       sync.Mutex
 	admitted int
 	// announced: the engine keys of the workloads whose admission was
