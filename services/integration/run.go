@@ -37,6 +37,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/supervise"
 	"github.com/sluice-dev/sluice/internal/tracing"
 	"github.com/sluice-dev/sluice/internal/workloads"
+	"github.com/sluice-dev/sluice/internal/workloop"
 )
 
 // Config is an integration process's configuration.
@@ -521,33 +522,26 @@ func (s *Service) startInformer(ctx context.Context, k *kindRunner) error {
 	return nil
 }
 
+// next reconciles one key of the kind; false once its queue shut down.
 func (s *Service) next(ctx context.Context, k *kindRunner) bool {
-	key, quit := k.queue.Get()
-	if quit {
-		return false
-	}
-	defer k.queue.Done(key)
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
-	if err := s.sync(wctx, k, key); err != nil {
-		if errors.Is(err, errStopNotAnnounced) {
-			// Announced right after the fence moved, normally; if the
-			// stopper died in between, its retry may take a while.
-			k.queue.AddRateLimited(key)
-			return true
-		}
+	return workloop.Next(k.queue, func(key string) error {
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		err := s.sync(wctx, k, key)
 		if errors.Is(err, errNotAnnounced) || errors.Is(err, errLookAgain) {
 			// The admission is stored but not yet announced (it will be
 			// within a cycle), or a first write waits to be seen.
-			k.queue.AddAfter(key, announceWait)
-			return true
+			return workloop.After(announceWait, err)
+		}
+		return err
+	}, func(key string, err error) {
+		if errors.Is(err, errStopNotAnnounced) {
+			// Announced right after the fence moved, normally; if the
+			// stopper died in between, its retry may take a while.
+			return
 		}
 		s.log.Warn().Err(err).Str("workload", k.kind.Name+"/"+key).Msg("not reconciled; retrying")
-		k.queue.AddRateLimited(key)
-		return true
-	}
-	k.queue.Forget(key)
-	return true
+	})
 }
 
 // configSettle is how long requeueOnConfig waits after looking at every

@@ -26,6 +26,7 @@ import (
 	"github.com/sluice-dev/sluice/api/v1beta1"
 	"github.com/sluice-dev/sluice/events"
 	"github.com/sluice-dev/sluice/internal/jobframework"
+	"github.com/sluice-dev/sluice/internal/workloop"
 )
 
 // Worker is the agent beside a worker cluster's Sluice: it creates the
@@ -340,20 +341,11 @@ func (w *Worker) remove(ctx context.Context, res dynamic.ResourceInterface, cur 
 
 // next reports on one copy that changed.
 func (w *Worker) next(ctx context.Context) bool {
-	k, quit := w.queue.Get()
-	if quit {
-		return false
-	}
-	defer w.queue.Done(k)
-	if err := w.sync(ctx, k); err != nil {
+	return workloop.Next(w.queue, func(k copyKey) error { return w.sync(ctx, k) }, func(k copyKey, err error) {
 		if ctx.Err() == nil {
 			w.log.Warn().Err(err).Str("workload", k.namespace+"/"+k.name).Msg("report not sent yet")
 		}
-		w.queue.AddRateLimited(k)
-		return true
-	}
-	w.queue.Forget(k)
-	return true
+	})
 }
 
 func (w *Worker) sync(ctx context.Context, k copyKey) error {

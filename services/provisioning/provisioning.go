@@ -33,6 +33,7 @@ import (
 	"github.com/sluice-dev/sluice/events"
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/internal/jobframework"
+	"github.com/sluice-dev/sluice/internal/workloop"
 )
 
 // Resources the controller reads and writes.
@@ -534,18 +535,9 @@ func (s *Service) remove(ctx context.Context, pr *autoscaling.ProvisioningReques
 
 // next syncs one request from the queue; false once the queue shuts down.
 func (s *Service) next(ctx context.Context) bool {
-	key, quit := s.queue.Get()
-	if quit {
-		return false
-	}
-	defer s.queue.Done(key)
-	if err := s.sync(ctx, key); err != nil {
+	return workloop.Next(s.queue, func(key string) error { return s.sync(ctx, key) }, func(key string, err error) {
 		s.log.Warn().Err(err).Str("request", key).Msg("ProvisioningRequest not answered yet; trying again")
-		s.queue.AddRateLimited(key)
-		return true
-	}
-	s.queue.Forget(key)
-	return true
+	})
 }
 
 // sync answers the check a request serves from its conditions, once per

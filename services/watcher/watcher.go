@@ -30,8 +30,8 @@ import (
 	"github.com/sluice-dev/sluice/events"
 	"github.com/sluice-dev/sluice/internal/configstore"
 	"github.com/sluice-dev/sluice/internal/health"
+	"github.com/sluice-dev/sluice/internal/workloop"
 )
-
 
 // KV is the part of the configuration bucket the watcher writes.
 type KV interface {
@@ -176,21 +176,14 @@ func (s *Service) Run(ctx context.Context) error {
 }
 
 func (s *Service) next(ctx context.Context) bool {
-	it, quit := s.queue.Get()
-	if quit {
-		return false
-	}
-	defer s.queue.Done(it)
-	// Writes use their own short context so a shutdown finishes them.
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	if err := s.sync(wctx, it); err != nil {
+	return workloop.Next(s.queue, func(it item) error {
+		// Writes use their own short context so a shutdown finishes them.
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		return s.sync(wctx, it)
+	}, func(it item, err error) {
 		s.log.Error().Err(err).Str("key", it.key).Str("kind", it.kind).Msg("mirroring failed; retrying")
-		s.queue.AddRateLimited(it)
-		return true
-	}
-	s.queue.Forget(it)
-	return true
+	})
 }
 
 // sync writes the object's current state, or its absence, to the bucket.
