@@ -15,7 +15,6 @@ import (
 	"github.com/sluice-dev/sluice/internal/tracing"
 )
 
-
 // JetStreamPublisher is the events.Publisher over a JetStream context.
 type JetStreamPublisher struct {
 	js     jetstream.JetStream

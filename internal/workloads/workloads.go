@@ -199,7 +199,6 @@ type ExpectingPublisher interface {
 	PublishExpecting(ctx context.Context, ev events.Event, id, filter string, look func(context.Context) (uint64, bool, error)) (bool, error)
 }
 
-
 // AnnounceUnlessEnded publishes ev (with id) about w, unless w's job
 // ended first. It is how a stop (preempted or evicted) is announced, and
 // an admission a stop must follow. The stop's fence refuses a stop of an
