@@ -185,8 +185,8 @@ func (t *Tracker) Report(lqToCQ map[string]string) Report {
 		cq.Admitted++
 		w, known := t.wls[wk]
 		lqKey := w.localQueue
-		if _, ns, _, ok := workloads.SplitEngineKey(wk); ok && r.LocalQueue != "" {
-			lqKey = ns + "/" + r.LocalQueue
+		if n, ok := workloads.ParseEngine(wk); ok && r.LocalQueue != "" {
+			lqKey = n.Namespace + "/" + r.LocalQueue
 		}
 		var lq *Queue
 		if lqKey != "" {

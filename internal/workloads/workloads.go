@@ -21,39 +21,72 @@ import (
 // Bucket is the KV bucket of workload records.
 const Bucket = "sluice-workloads"
 
-// Key is the KV key of a workload: kind.namespace.name. Kinds and
-// namespaces hold no dots, so the name is everything after the second.
-func Key(w events.WorkloadRef) string { return w.Kind + "." + w.Namespace + "." + w.Name }
+// Name names a workload by its kind, namespace and name (one name holds
+// one workload at a time; its UID tells them apart). It is spelled two
+// ways: in the workloads bucket, the fences and the stream's subjects as
+// kind.namespace.name (KV), and in the admission engine and the ledger as
+// kind/namespace/name (Engine). Kinds and namespaces hold neither a dot
+// nor a slash, so the name is everything after the second separator.
+type Name struct {
+	Kind, Namespace, Name string
+}
 
-// EngineKey is the engine's key for a workload: kind/namespace/name.
-func EngineKey(w events.WorkloadRef) string { return w.Kind + "/" + w.Namespace + "/" + w.Name }
+// NameOf is the name of the workload w refers to.
+func NameOf(w events.WorkloadRef) Name { return Name{Kind: w.Kind, Namespace: w.Namespace, Name: w.Name} }
 
-// EngineKeyFromKV turns a KV key into the engine's key.
+// KV is the name as a key of the workloads bucket: kind.namespace.name.
+func (n Name) KV() string { return n.Kind + "." + n.Namespace + "." + n.Name }
+
+// Engine is the name as the engine's key: kind/namespace/name.
+func (n Name) Engine() string { return n.Kind + "/" + n.Namespace + "/" + n.Name }
+
+// Object is namespace/name: the key of the workload's object (or group)
+// in its kind's informer and work queue.
+func (n Name) Object() string { return n.Namespace + "/" + n.Name }
+
+// Ref is the reference to the workload of this name with the given UID.
+func (n Name) Ref(uid string) events.WorkloadRef {
+	return events.WorkloadRef{Kind: n.Kind, Namespace: n.Namespace, Name: n.Name, UID: uid}
+}
+
+// ParseKV reads a key of the workloads bucket; ok is false for a key
+// without all three parts.
+func ParseKV(key string) (Name, bool) { return parse(key, ".") }
+
+// ParseEngine reads an engine key; ok is false for a key without all three
+// parts.
+func ParseEngine(key string) (Name, bool) { return parse(key, "/") }
+
+func parse(key, sep string) (Name, bool) {
+	parts := strings.SplitN(key, sep, 3)
+	if len(parts) != 3 {
+		return Name{}, false
+	}
+	return Name{Kind: parts[0], Namespace: parts[1], Name: parts[2]}, true
+}
+
+// Key is the KV key of a workload: NameOf(w).KV().
+func Key(w events.WorkloadRef) string { return NameOf(w).KV() }
+
+// EngineKey is the engine's key for a workload: NameOf(w).Engine().
+func EngineKey(w events.WorkloadRef) string { return NameOf(w).Engine() }
+
+// EngineKeyFromKV turns a KV key into the engine's key; a key that is not
+// a workload's is returned as it is.
 func EngineKeyFromKV(key string) string {
-	parts := strings.SplitN(key, ".", 3)
-	if len(parts) != 3 {
-		return key
+	if n, ok := ParseKV(key); ok {
+		return n.Engine()
 	}
-	return parts[0] + "/" + parts[1] + "/" + parts[2]
+	return key
 }
 
-// SplitEngineKey splits the engine's key into its kind, namespace and
-// name; ok is false for a key without all three.
-func SplitEngineKey(key string) (kind, ns, name string, ok bool) {
-	parts := strings.SplitN(key, "/", 3)
-	if len(parts) != 3 {
-		return "", "", "", false
-	}
-	return parts[0], parts[1], parts[2], true
-}
-
-// KVKeyFromEngine turns the engine's key into a KV key.
+// KVKeyFromEngine turns the engine's key into a KV key; a key that is not
+// a workload's is returned as it is.
 func KVKeyFromEngine(key string) string {
-	parts := strings.SplitN(key, "/", 3)
-	if len(parts) != 3 {
-		return key
+	if n, ok := ParseEngine(key); ok {
+		return n.KV()
 	}
-	return parts[0] + "." + parts[1] + "." + parts[2]
+	return key
 }
 
 // AdmittedID is the event id of the announcement of one admission

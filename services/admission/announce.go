@@ -61,11 +61,11 @@ func (s *Service) announceLedger(ctx context.Context) {
 // announce publishes the admitted event of one reservation unless it is
 // the last announcement stored for its workload.
 func (s *Service) announce(ctx context.Context, wk string, r ledger.Reservation) {
-	kind, ns, name, ok := workloads.SplitEngineKey(wk)
+	n, ok := workloads.ParseEngine(wk)
 	if !ok || r.UID == "" {
 		return
 	}
-	ref := events.WorkloadRef{Kind: kind, Namespace: ns, Name: name, UID: r.UID}
+	ref := n.Ref(r.UID)
 	an := announcementOf(ref, r)
 	check := workloads.Announced
 	if r.AwaitingChecks {

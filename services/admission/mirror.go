@@ -240,12 +240,12 @@ func (s *Service) build() {
 // fromReservation rebuilds an admitted workload from its reservation
 // alone, for a workload whose record is not known.
 func fromReservation(key string, r ledger.Reservation) (engine.Workload, error) {
-	kind, ns, name, ok := workloads.SplitEngineKey(key)
+	n, ok := workloads.ParseEngine(key)
 	if !ok {
 		return engine.Workload{}, fmt.Errorf("reservation key %q is not kind/namespace/name", key)
 	}
 	a := admissionOf(r)
-	w := engine.Workload{Kind: kind, Namespace: ns, Name: name, Queue: r.LocalQueue, Priority: r.Priority, Submitted: r.Submitted, Admission: &a,
+	w := engine.Workload{Kind: n.Kind, Namespace: n.Namespace, Name: n.Name, Queue: r.LocalQueue, Priority: r.Priority, Submitted: r.Submitted, Admission: &a,
 		MaxExecution: r.MaxExecution}
 	for _, ps := range r.PodSets {
 		eps := engine.PodSet{Name: ps.Name, Count: ps.Count, Requests: map[string]int64{}}
@@ -320,11 +320,11 @@ func (s *Service) applyLedger(ctx context.Context, e jetstream.KeyValueEntry) {
 		}
 		if a, ok := s.uncertain[c.Workload]; ok {
 			delete(s.uncertain, c.Workload)
-			if kind, ns, name, ok := workloads.SplitEngineKey(c.Workload); ok && a == c.Reservation.Admission() && c.Reservation.UID != "" {
+			if n, ok := workloads.ParseEngine(c.Workload); ok && a == c.Reservation.Admission() && c.Reservation.UID != "" {
 				// This replica's booking whose answer was lost: it is
 				// stored, so it is announced (once: the id is the
 				// admission's).
-				ref := events.WorkloadRef{Kind: kind, Namespace: ns, Name: name, UID: c.Reservation.UID}
+				ref := n.Ref(c.Reservation.UID)
 				s.log.Info().Str("workload", c.Workload).Msg("announcing a booking whose answer was lost")
 				an := announcementOf(ref, *c.Reservation)
 				s.out.Add(ctx, outgoing{ev: an.ev, id: an.id, ended: c.Workload})
@@ -455,9 +455,9 @@ func (s *Service) refOf(key string) (events.WorkloadRef, bool) {
 		return w.Workload, true
 	}
 	h, held := s.res[key]
-	kind, ns, name, ok := workloads.SplitEngineKey(key)
+	n, ok := workloads.ParseEngine(key)
 	if !held || !ok || h.UID == "" {
 		return events.WorkloadRef{}, false
 	}
-	return events.WorkloadRef{Kind: kind, Namespace: ns, Name: name, UID: h.UID}, true
+	return n.Ref(h.UID), true
 }

@@ -142,11 +142,12 @@ func (s *Service) finishedInCache(k *kindRunner, key string) bool {
 // the object carries it out.
 func (s *Service) watchFences(ctx context.Context, synced chan<- struct{}) error {
 	return watchKV(ctx, s.log, s.fenceKV, synced, func(e jetstream.KeyValueEntry, _ bool) {
-		kind, key, ok := strings.Cut(workloads.EngineKeyFromKV(e.Key()), "/")
-		k := s.kinds[kind]
+		n, ok := workloads.ParseKV(e.Key())
+		k := s.kinds[n.Kind]
 		if !ok || k == nil {
 			return
 		}
+		key := n.Object()
 		var st fence.State
 		if e.Operation() == jetstream.KeyValuePut && json.Unmarshal(e.Value(), &st) != nil {
 			s.log.Error().Str("key", e.Key()).Msg("corrupt fence entry")
@@ -181,7 +182,9 @@ func (s *Service) enqueueShards(ctx context.Context, k *kindRunner, shards []int
 	}
 	add := func(key string) {
 		if in[k.owner.Of(key)] {
-			s.markUnverified(workloads.KVKeyFromEngine(k.kind.Name + "/" + key))
+			if n, ok := workloads.ParseEngine(k.kind.Name + "/" + key); ok {
+				s.markUnverified(n.KV())
+			}
 			k.queue.Add(key)
 		}
 	}
@@ -199,8 +202,8 @@ func (s *Service) enqueueShards(ctx context.Context, k *kindRunner, shards []int
 	}
 	// Ended workloads whose end this replica may have to announce.
 	for fk, st := range s.fences {
-		if kind, key, _ := strings.Cut(workloads.EngineKeyFromKV(fk), "/"); kind == k.kind.Name && st.Phase == fence.Finished {
-			keys = append(keys, key)
+		if n, ok := workloads.ParseKV(fk); ok && n.Kind == k.kind.Name && st.Phase == fence.Finished {
+			keys = append(keys, n.Object())
 		}
 	}
 	s.mu.Unlock()
@@ -215,8 +218,8 @@ func (s *Service) enqueueShards(ctx context.Context, k *kindRunner, shards []int
 		return
 	}
 	for rk := range l.Keys() {
-		if kind, key, _ := strings.Cut(workloads.EngineKeyFromKV(rk), "/"); kind == k.kind.Name {
-			add(key)
+		if n, ok := workloads.ParseKV(rk); ok && n.Kind == k.kind.Name {
+			add(n.Object())
 		}
 	}
 }

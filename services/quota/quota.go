@@ -270,10 +270,10 @@ func (s *Service) reconcile(ctx context.Context, st stores) error {
 	}
 	for _, wk := range snap.Workloads() {
 		r := snap.Reservations[wk]
-		kind, ns, name, _ := workloads.SplitEngineKey(wk)
-		ref := events.WorkloadRef{Kind: kind, Namespace: ns, Name: name, UID: r.UID}
+		n, _ := workloads.ParseEngine(wk)
+		ref := n.Ref(r.UID)
 		gctx, cancel := bus.Bounded(ctx)
-		e, err := st.wls.Get(gctx, workloads.KVKeyFromEngine(wk))
+		e, err := st.wls.Get(gctx, n.KV())
 		cancel()
 		if err == nil && r.UID != "" {
 			// A record of another workload of the same job (it left its
