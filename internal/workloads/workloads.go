@@ -32,7 +32,9 @@ type Name struct {
 }
 
 // NameOf is the name of the workload w refers to.
-func NameOf(w events.WorkloadRef) Name { return Name{Kind: w.Kind, Namespace: w.Namespace, Name: w.Name} }
+func NameOf(w events.WorkloadRef) Name {
+	return Name{Kind: w.Kind, Namespace: w.Namespace, Name: w.Name}
+}
 
 // KV is the name as a key of the workloads bucket: kind.namespace.name.
 func (n Name) KV() string { return n.Kind + "." + n.Namespace + "." + n.Name }
