@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 
+	"github.com/sluice-dev/sluice/internal/jobframework"
 	"github.com/sluice-dev/sluice/services/integration/kinds"
 )
 
@@ -32,10 +33,8 @@ type crd struct {
 // ProvisioningRequest, which the provisioning admission check creates.
 func crds() []crd {
 	var out []crd
-	for _, ad := range kinds.All {
-		if k := ad.Kind(); k.Module != "" {
-			out = append(out, crd{module: k.Module, path: k.CRD})
-		}
+	for _, c := range jobframework.CRDSources(kinds.All) {
+		out = append(out, crd{module: c.Module, path: c.Path})
 	}
 	return append(out, crd{module: "k8s.io/autoscaler/cluster-autoscaler/apis", path: "config/crd/autoscaling.x-k8s.io_provisioningrequests.yaml"})
 }

@@ -62,11 +62,16 @@ func (e *RenderError) Error() string { return e.Output }
 // Render runs helm template on the chart as release in namespace with the
 // --set values given and returns the objects. A refusal is a *RenderError.
 func Render(release, namespace string, set ...string) ([]*unstructured.Unstructured, error) {
+	return RenderDir(Dir(), release, namespace, set...)
+}
+
+// RenderDir is Render of the chart in dir (a changed copy).
+func RenderDir(dir, release, namespace string, set ...string) ([]*unstructured.Unstructured, error) {
 	bin, err := Helm()
 	if err != nil {
 		return nil, err
 	}
-	args := []string{"template", release, Dir(), "--namespace", namespace, "--kube-version", KubeVersion}
+	args := []string{"template", release, dir, "--namespace", namespace, "--kube-version", KubeVersion}
 	for _, s := range set {
 		args = append(args, "--set", s)
 	}
