@@ -21,22 +21,16 @@ import (
 // and `sluice dev` take them (the composition root: see
 // internal/component).
 type DispatcherOptions struct {
-	// Kinds are the job kinds to dispatch (all by default).
-	Kinds []string
+	// Selection is the job kinds to dispatch (all by default).
+	kinds.Selection
 }
 
 // DefaultDispatcherOptions are the flags' defaults.
-func DefaultDispatcherOptions() DispatcherOptions { return DispatcherOptions{Kinds: kinds.Names()} }
+func DefaultDispatcherOptions() DispatcherOptions { return DispatcherOptions{Selection: kinds.Every()} }
 
 // BindFlags binds the options to flags.
 func (o *DispatcherOptions) BindFlags(fs *pflag.FlagSet) {
-	kinds.BindFlag(fs, &o.Kinds, "job kinds to dispatch")
-}
-
-// Validate refuses an unknown kind.
-func (o DispatcherOptions) Validate() error {
-	_, err := kinds.Select(o.Kinds)
-	return component.Usage(err)
+	o.Selection.BindFlags(fs, "job kinds to dispatch")
 }
 
 // BuildDispatcher wires the dispatcher of a manager cluster.
@@ -68,13 +62,13 @@ type WorkerOptions struct {
 	Heartbeat time.Duration
 	// Namespaces copies may be created in (empty: every one).
 	Namespaces []string
-	// Kinds are the job kinds to run (all by default).
-	Kinds []string
+	// Selection is the job kinds to run (all by default).
+	kinds.Selection
 }
 
 // DefaultWorkerOptions are the flags' defaults.
 func DefaultWorkerOptions() WorkerOptions {
-	return WorkerOptions{ManagerDomain: "hub", Heartbeat: 5 * time.Second, Kinds: kinds.Names()}
+	return WorkerOptions{ManagerDomain: "hub", Heartbeat: 5 * time.Second, Selection: kinds.Every()}
 }
 
 // BindFlags binds the options to flags, their current values the defaults.
@@ -83,7 +77,7 @@ func (o *WorkerOptions) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.ManagerDomain, "manager-domain", o.ManagerDomain, "the JetStream domain of the manager's NATS, reached through this cluster's leaf node (empty: this NATS is the manager's)")
 	fs.DurationVar(&o.Heartbeat, "heartbeat", o.Heartbeat, "how often the manager is told this worker is there")
 	fs.StringSliceVar(&o.Namespaces, "namespaces", o.Namespaces, "namespaces copies may be created in (default: every one); an offer for another is refused")
-	kinds.BindFlag(fs, &o.Kinds, "job kinds to run")
+	o.Selection.BindFlags(fs, "job kinds to run")
 }
 
 // Validate refuses a worker without a name, or an unknown kind.
@@ -94,8 +88,7 @@ func (o WorkerOptions) Validate() error {
 	if o.Heartbeat <= 0 {
 		return component.Usage(fmt.Errorf("--heartbeat %s: must be positive", o.Heartbeat))
 	}
-	_, err := kinds.Select(o.Kinds)
-	return component.Usage(err)
+	return o.Selection.Validate()
 }
 
 // BuildWorker wires the agent of a worker cluster. It opens a connection

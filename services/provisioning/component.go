@@ -16,22 +16,16 @@ import (
 // provisioning` and `sluice dev` take them (the composition root: see
 // internal/component).
 type Options struct {
-	// Kinds are the job kinds to provision for (all by default).
-	Kinds []string
+	// Selection is the job kinds to provision for (all by default).
+	kinds.Selection
 }
 
 // DefaultOptions are the flags' defaults.
-func DefaultOptions() Options { return Options{Kinds: kinds.Names()} }
+func DefaultOptions() Options { return Options{Selection: kinds.Every()} }
 
 // BindFlags binds the options to flags.
 func (o *Options) BindFlags(fs *pflag.FlagSet) {
-	kinds.BindFlag(fs, &o.Kinds, "job kinds to provision for")
-}
-
-// Validate refuses an unknown kind.
-func (o Options) Validate() error {
-	_, err := kinds.Select(o.Kinds)
-	return component.Usage(err)
+	o.Selection.BindFlags(fs, "job kinds to provision for")
 }
 
 // Build wires the controller: the kinds' clients, its publisher of

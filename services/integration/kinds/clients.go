@@ -49,11 +49,22 @@ func Protobuf(kc *rest.Config) *rest.Config {
 	return out
 }
 
-// BindFlag binds --integrations to names, the kinds a service handles,
-// every kind unless names holds some already.
-func BindFlag(fs *pflag.FlagSet, names *[]string, what string) {
-	if *names == nil {
-		*names = Names()
-	}
-	fs.StringSliceVar(names, "integrations", *names, what+" ("+strings.Join(Names(), ", ")+")")
+// Selection is the kinds a service handles: every kind unless
+// --integrations says otherwise.
+type Selection struct {
+	Kinds []string
+}
+
+// Every selects every kind.
+func Every() Selection { return Selection{Kinds: Names()} }
+
+// BindFlags binds --integrations; what says what the kinds are for.
+func (s *Selection) BindFlags(fs *pflag.FlagSet, what string) {
+	fs.StringSliceVar(&s.Kinds, "integrations", s.Kinds, what+" ("+strings.Join(Names(), ", ")+")")
+}
+
+// Validate refuses an unknown kind, naming the known ones.
+func (s Selection) Validate() error {
+	_, err := Select(s.Kinds)
+	return component.Usage(err)
 }
