@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
@@ -1130,5 +1131,68 @@ func TestPublishAllExpectsTheLastEvent(t *testing.T) {
 	}
 	if n := streamMsgs(t, ctx, js, bus.StreamEvents); n != 4 {
 		t.Fatalf("stream has %d messages, want 4", n)
+	}
+}
+
+// RunMessages hands plain messages to the handler as they are; with
+// WithTerminatePoison a poison message is terminated, not dead-lettered,
+// and the stream keeps flowing; WithFetched hears of every fetch.
+func TestRunMessages(t *testing.T) {
+	ctx, js := setup(t)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "PLAIN", Subjects: []string{"plain.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, body := range []string{"one", "bad", "two"} {
+		if _, err := js.Publish(ctx, "plain."+body, []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	var handled []string
+	var fetches atomic.Int64
+	h := func(_ context.Context, m jetstream.Msg) error {
+		if string(m.Data()) == "bad" {
+			return fmt.Errorf("%w: unreadable", bus.ErrPoison)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		handled = append(handled, string(m.Data()))
+		return nil
+	}
+	rctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		errc <- bus.RunMessages(rctx, js, bus.ConsumerSpec{Stream: "PLAIN", Durable: "plain", FilterSubjects: []string{"plain.>"}}, h,
+			bus.WithFetchWait(100*time.Millisecond), bus.WithTerminatePoison(), bus.WithFetched(func(ok bool) {
+				if ok {
+					fetches.Add(1)
+				}
+			}))
+	}()
+	eventually(t, "two messages handled and a fetch told", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(handled) == 2 && fetches.Load() > 0
+	})
+	cancel()
+	if err := <-errc; err != nil {
+		t.Errorf("RunMessages: %v", err)
+	}
+	if diff := cmp.Diff([]string{"one", "two"}, handled); diff != "" {
+		t.Errorf("handled (-want +got):\n%s", diff)
+	}
+	if n := len(dlq(t, ctx, js)); n != 0 {
+		t.Errorf("%d dead letters; want none (the poison message is terminated)", n)
+	}
+	c, err := js.Consumer(ctx, "PLAIN", "plain")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := c.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.NumAckPending != 0 || info.NumPending != 0 || info.AckFloor.Stream != 3 {
+		t.Errorf("consumer: %d pending, %d ack pending, ack floor %d; want all three settled", info.NumPending, info.NumAckPending, info.AckFloor.Stream)
 	}
 }

@@ -26,6 +26,12 @@ import (
 // cancelled when Run's context is, until the drain timeout has passed.
 type Handler func(ctx context.Context, env events.Envelope) error
 
+// MessageHandler handles one message of a stream whose messages are not
+// events (the multicluster stream's offers and reports), with the same
+// contract as Handler: nil acks, an error that IsPoison parks the message,
+// any other error retries it with backoff.
+type MessageHandler func(ctx context.Context, m jetstream.Msg) error
+
 // Defaults of ConsumerSpec and of Run's options.
 const (
 	DefaultMaxDeliver = 10
@@ -170,10 +176,24 @@ type runOptions struct {
 	drainTimeout time.Duration
 	ackSync      bool
 	started      func()
+	// fetched is told after each fetch whether it worked (WithFetched).
+	fetched func(ok bool)
+	// terminatePoison: a poison message is terminated with its reason,
+	// not copied to the dead letters (WithTerminatePoison).
+	terminatePoison bool
 	// partition, when set, routes each message to the handler its key
 	// hashes to (WithPartitions).
 	partition func(subject string) string
 }
+
+// WithFetched tells f after each fetch whether it worked (an empty fetch
+// did): whether the consumer is being read, for a readiness check.
+func WithFetched(f func(ok bool)) RunOption { return func(o *runOptions) { o.fetched = f } }
+
+// WithTerminatePoison terminates a poison message with its reason instead
+// of copying it to the dead letters: for a user that may not publish
+// there (a worker cluster's leaf node on the manager's NATS).
+func WithTerminatePoison() RunOption { return func(o *runOptions) { o.terminatePoison = true } }
 
 // WithLogger sets the logger (default: zerolog.Ctx of Run's context).
 func WithLogger(l zerolog.Logger) RunOption { return func(o *runOptions) { o.log = &l } }
@@ -226,11 +246,25 @@ func WithAckSync() RunOption { return func(o *runOptions) { o.ackSync = true } }
 // returns nil. It returns an error if the consumer cannot be set up or the
 // connection closes.
 func Run(ctx context.Context, js jetstream.JetStream, spec ConsumerSpec, h Handler, opts ...RunOption) error {
-	if err := spec.Validate(); err != nil {
-		return err
-	}
 	if h == nil {
 		return fmt.Errorf("%w: %s: nil handler", ErrInvalidSpec, spec.Durable)
+	}
+	return run(ctx, js, spec, h, nil, opts)
+}
+
+// RunMessages is Run for a stream of plain messages: h gets each message
+// as it is, undecoded; the rest (the consumer, the keep-alives, the
+// backoff, poison, the drain) is Run's.
+func RunMessages(ctx context.Context, js jetstream.JetStream, spec ConsumerSpec, h MessageHandler, opts ...RunOption) error {
+	if h == nil {
+		return fmt.Errorf("%w: %s: nil handler", ErrInvalidSpec, spec.Durable)
+	}
+	return run(ctx, js, spec, nil, h, opts)
+}
+
+func run(ctx context.Context, js jetstream.JetStream, spec ConsumerSpec, h Handler, raw MessageHandler, opts []RunOption) error {
+	if err := spec.Validate(); err != nil {
+		return err
 	}
 	spec = spec.withDefaults()
 	o := runOptions{concurrency: 1, batch: DefaultBatch, fetchWait: DefaultFetchWait, drainTimeout: DefaultDrainTimeout}
@@ -248,6 +282,7 @@ func Run(ctx context.Context, js jetstream.JetStream, spec ConsumerSpec, h Handl
 		js:   js,
 		spec: spec,
 		h:    h,
+		raw:  raw,
 		opts: o,
 		log:  log.With().Str("consumer", spec.Durable).Str("stream", spec.Stream).Logger(),
 	}
@@ -258,6 +293,7 @@ type runner struct {
 	js   jetstream.JetStream
 	spec ConsumerSpec
 	h    Handler
+	raw  MessageHandler
 	opts runOptions
 	log  zerolog.Logger
 	// base is the handlers' context: not cancelled with Run's, only when
@@ -392,8 +428,12 @@ func (r *runner) pull(ctx context.Context, cons jetstream.Consumer, work chan<- 
 		for range n { // slots not used by this fetch
 			slots <- struct{}{}
 		}
+		ok := err == nil || errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrNoMessages)
+		if r.opts.fetched != nil {
+			r.opts.fetched(ok)
+		}
 		switch {
-		case err == nil, errors.Is(err, nats.ErrTimeout), errors.Is(err, jetstream.ErrNoMessages):
+		case ok:
 			failures = 0
 			continue
 		case errors.Is(err, nats.ErrConnectionClosed):
@@ -436,6 +476,14 @@ func (r *runner) process(h held) {
 		_ = m.Nak()
 		return
 	}
+	if r.raw != nil {
+		log := r.log.With().Str("subject", m.Subject()).Uint64("stream_seq", md.Sequence.Stream).Uint64("delivery", md.NumDelivered).Logger()
+		began := time.Now()
+		err = r.callRaw(log.WithContext(r.base), m)
+		h.stop()
+		r.settle(m, md, err, began, log)
+		return
+	}
 	env, derr := events.DecodeParts(m.Subject(), m.Headers(), m.Data())
 	if derr == nil {
 		// A payload about another workload than its subject (forged, or
@@ -460,6 +508,12 @@ func (r *runner) process(h held) {
 	began := time.Now()
 	err = r.call(ctx, env)
 	h.stop()
+	r.settle(m, md, err, began, log)
+}
+
+// settle maps a handler's result to the message: ack, park, nak (with
+// backoff), and records the handling's duration and outcome.
+func (r *runner) settle(m jetstream.Msg, md *jetstream.MsgMetadata, err error, began time.Time, log zerolog.Logger) {
 	outcome := "retry"
 	defer func() { handleDuration.WithLabelValues(r.spec.Durable, outcome).Observe(time.Since(began).Seconds()) }()
 
@@ -467,6 +521,10 @@ func (r *runner) process(h held) {
 	case err == nil:
 		outcome = "ack"
 		r.ack(m, log)
+	case IsPoison(err) && r.opts.terminatePoison:
+		outcome = "terminated"
+		log.Error().Err(err).Msg("message parked: it cannot be handled")
+		_ = m.TermWithReason(headerSafe(err.Error()))
 	case IsPoison(err):
 		outcome = "dead_letter"
 		reason := string(events.ReasonOf(err))
@@ -487,6 +545,16 @@ func (r *runner) process(h held) {
 			log.Error().Err(nerr).Msg("nak failed; the server redelivers after AckWait")
 		}
 	}
+}
+
+// callRaw runs the message handler, turning a panic into an error.
+func (r *runner) callRaw(ctx context.Context, m jetstream.Msg) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: %v", ErrHandlerPanic, p)
+		}
+	}()
+	return r.raw(ctx, m)
 }
 
 // call runs the handler, turning a panic into an error.

@@ -28,9 +28,12 @@ func withFetched(f func(ok bool)) consumeOption { return func(o *consumeOptions)
 // any other error naks it for a retry with backoff.
 type handler func(ctx context.Context, m jetstream.Msg) error
 
-// consume runs a durable consumer of the stream, one message at a time,
-// until ctx ends. The stream keeps one message per subject, so a message
-// handled late is still the one that holds.
+// consume runs a durable consumer of the stream (bus.RunMessages), one
+// message at a time, until ctx ends. The stream keeps one message per
+// subject, so a message handled late is still the one that holds. While
+// the consumer cannot be had (the manager's server is away, or its setup
+// has not run yet) it asks again with backoff: a worker starts before its
+// manager as well as after.
 func consume(ctx context.Context, js jetstream.JetStream, durable, filter string, h handler, log zerolog.Logger, opts ...consumeOption) error {
 	var o consumeOptions
 	for _, opt := range opts {
@@ -42,82 +45,29 @@ func consume(ctx context.Context, js jetstream.JetStream, durable, filter string
 		}
 	}
 	log = log.With().Str("consumer", durable).Logger()
-	var cons jetstream.Consumer
-	failures := 0
-	for ctx.Err() == nil {
-		if cons == nil {
-			// Made again whenever it is lost: the manager's server may come
-			// back with a new store, or the stream be set up late.
-			c, err := bus.EnsureConsumer(ctx, js, Stream, consumerConfig(durable, filter))
-			if err != nil {
-				fetched(false)
-				failures++
-				wait := backoff(failures)
-				log.Warn().Err(err).Dur("retry_in", wait).Msg("consumer not created yet")
-				if !sleep(ctx, wait) {
-					break
-				}
-				continue
-			}
-			cons, failures = c, 0
-			log.Info().Str("filter", filter).Msg("consuming")
+	spec := consumerSpec(durable, filter)
+	for failures := 1; ctx.Err() == nil; failures++ {
+		err := bus.RunMessages(ctx, js, spec, bus.MessageHandler(h), bus.WithLogger(log), bus.WithBatch(16),
+			bus.WithFetched(fetched), bus.WithTerminatePoison(), bus.WithStarted(func() { failures = 0 }))
+		if err == nil || ctx.Err() != nil {
+			return nil
 		}
-		batch, err := cons.Fetch(16, jetstream.FetchMaxWait(2*time.Second))
-		if err == nil {
-			for m := range batch.Messages() {
-				settle(ctx, m, h(ctx, m), log)
-			}
-			err = batch.Error()
-		}
-		switch {
-		case err == nil, errors.Is(err, nats.ErrTimeout), errors.Is(err, jetstream.ErrNoMessages):
-			failures = 0
-			fetched(true)
-			continue
-		case errors.Is(err, nats.ErrConnectionClosed):
+		if errors.Is(err, nats.ErrConnectionClosed) {
 			return fmt.Errorf("multicluster: consumer %s: %w", durable, err)
-		case errors.Is(err, jetstream.ErrConsumerNotFound), errors.Is(err, jetstream.ErrConsumerDeleted), errors.Is(err, nats.ErrNoResponders):
-			cons = nil
-		}
-		if ctx.Err() != nil {
-			break
 		}
 		fetched(false)
-		failures++
 		wait := backoff(failures)
-		log.Warn().Err(err).Dur("retry_in", wait).Msg("fetch failed")
+		log.Warn().Err(err).Dur("retry_in", wait).Msg("consumer not created yet")
 		if !sleep(ctx, wait) {
-			break
+			return nil
 		}
 	}
 	return nil
 }
 
-func settle(ctx context.Context, m jetstream.Msg, err error, log zerolog.Logger) {
-	switch {
-	case err == nil:
-		if aerr := m.Ack(); aerr != nil {
-			log.Warn().Err(aerr).Str("subject", m.Subject()).Msg("ack failed; the message comes again")
-		}
-	case errors.Is(err, ErrBadMessage):
-		log.Error().Err(err).Str("subject", m.Subject()).Msg("message parked: it cannot be handled")
-		_ = m.TermWithReason(err.Error())
-	case ctx.Err() != nil:
-		_ = m.Nak()
-	default:
-		n := 1
-		if md, merr := m.Metadata(); merr == nil {
-			n = int(md.NumDelivered)
-		}
-		wait := backoff(n)
-		log.Warn().Err(err).Str("subject", m.Subject()).Dur("retry_in", wait).Msg("handling failed; will retry")
-		_ = m.NakWithDelay(wait)
-	}
-}
-
-// backoff doubles from 500 ms up to 30 s, as the bus's consumers do.
+// backoff doubles from 500 ms up to 30 s, as the consumer's redeliveries do.
 func backoff(n int) time.Duration {
-	return bus.ConsumerSpec{BackoffMin: 500 * time.Millisecond, BackoffMax: 30 * time.Second}.Backoff(uint64(max(n, 1)))
+	return consumerSpec("-", "-").Backoff(uint64(max(n, 1)))
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {
@@ -131,13 +81,18 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// consumerConfig is the durable consumer named durable of the stream's
-// messages on filter.
+// consumerSpec is the durable consumer named durable of the stream's
+// messages on filter: retried forever, 500 ms to 30 s apart.
+func consumerSpec(durable, filter string) bus.ConsumerSpec {
+	return bus.ConsumerSpec{Stream: Stream, Durable: durable, FilterSubjects: []string{filter}, MaxDeliver: bus.RetryForever,
+		BackoffMin: 500 * time.Millisecond, BackoffMax: 30 * time.Second, AckWait: 30 * time.Second}
+}
+
+// consumerConfig is consumerSpec's consumer as the server keeps it.
 func consumerConfig(durable, filter string) jetstream.ConsumerConfig {
-	return jetstream.ConsumerConfig{
-		Durable: durable, FilterSubject: filter, AckPolicy: jetstream.AckExplicitPolicy,
-		AckWait: 30 * time.Second, MaxAckPending: 256,
-	}
+	cfg := consumerSpec(durable, filter).ConsumerConfig()
+	cfg.MaxAckPending = 256
+	return cfg
 }
 
 // ReportsConsumer is the manager's durable consumer of every worker's

@@ -56,7 +56,8 @@ const heartbeatToken = "heartbeat"
 // Errors.
 var (
 	// ErrBadMessage: a message that cannot be read; it is parked.
-	ErrBadMessage = errors.New("multicluster: bad message")
+	// It is poison to the bus (bus.IsPoison): the message is parked.
+	ErrBadMessage = fmt.Errorf("multicluster: bad message (%w)", bus.ErrPoison)
 	// ErrConfig: the service cannot be built as asked.
 	ErrConfig = errors.New("multicluster: invalid configuration")
 )
