@@ -53,7 +53,9 @@ func always() bool { return true }
 
 // The services, each from its own package's composition root.
 func admissionBuilder(o *admission.Options) builder {
-	return newBuilder("admission", o, o.NeedsKube, admission.Build)
+	// Asked once the flags are parsed (a method value would copy the
+	// options as they are now).
+	return newBuilder("admission", o, func() bool { return o.NeedsKube() }, admission.Build)
 }
 func watcherBuilder(o *watcher.Options) builder {
 	return newBuilder("watcher", o, always, watcher.Build)

@@ -35,6 +35,10 @@ func TestServiceCommandsRefuseBadSettingsBeforeConnecting(t *testing.T) {
 		{"provisioning for an unknown kind", []string{"provisioning", "--integrations", "job,mxjob"}, []string{"mxjob"}},
 		{"multicluster for an unknown kind", []string{"multicluster", "--integrations", "mxjob"}, []string{"mxjob"}},
 		{"a worker without a name", []string{"worker"}, []string{"needs its name"}},
+		// The pending API needs Kubernetes: the kubeconfig is read (and
+		// here refused) because of a flag parsed after the builder was made.
+		{"admission's pending API with a missing kubeconfig", []string{"admission", "--visibility-address", ":8443", "--visibility-cert-dir", dir,
+			"--kubeconfig", dir + "/no-such-kubeconfig"}, []string{"kubeconfig", "no-such-kubeconfig"}},
 		{"dev with an unknown kind", []string{"dev", "--integrations", "mxjob"}, []string{"mxjob"}},
 		{"dev with queues as --config", []string{"dev", "--config", queues}, []string{"--config", "only a Configuration document"}},
 	}
@@ -83,5 +87,22 @@ func TestDevFlagsReachEveryServiceThatTakesThem(t *testing.T) {
 	want := got{3 * time.Minute, 3 * time.Minute, "/etc/sluice/config.yaml", "/etc/sluice/config.yaml", []string{"job", "pod"}, []string{"job", "pod"}, 7}
 	if diff := cmp.Diff(want, got{w.Resync, in.Config.Resync, a.ConfigFile, in.ConfigFile, prov.Kinds, disp.Kinds, in.Config.Workers}); diff != "" {
 		t.Errorf("options after parsing (-want +got):\n%s", diff)
+	}
+}
+
+// A builder checks the options as the flags left them, not as they were
+// when it was made.
+func TestBuildersReadTheParsedOptions(t *testing.T) {
+	a := admission.DefaultOptions()
+	b := admissionBuilder(&a)
+	if b.kube() || b.validate() != nil {
+		t.Fatalf("defaults: kube %v, validate %v; want no Kubernetes and valid", b.kube(), b.validate())
+	}
+	a.Visibility.Addr = ":8443"
+	if !b.kube() {
+		t.Error("with --visibility-address the builder does not ask for Kubernetes")
+	}
+	if b.validate() == nil {
+		t.Error("--visibility-address without a certificate directory passes validation")
 	}
 }
