@@ -22,21 +22,12 @@ import (
 	"github.com/sluice-dev/sluice/services/integration/kinds"
 )
 
-// crd is one CRD file inside a module.
-type crd struct {
-	module string
-	path   string
-}
-
 // crds lists each integrated kind's CRD, as its adapter declares it, and
 // one that is not a job kind: the cluster autoscaler's
 // ProvisioningRequest, which the provisioning admission check creates.
-func crds() []crd {
-	var out []crd
-	for _, c := range jobframework.CRDSources(kinds.All) {
-		out = append(out, crd{module: c.Module, path: c.Path})
-	}
-	return append(out, crd{module: "k8s.io/autoscaler/cluster-autoscaler/apis", path: "config/crd/autoscaling.x-k8s.io_provisioningrequests.yaml"})
+func crds() []jobframework.CRDSource {
+	return append(jobframework.CRDSources(kinds.All),
+		jobframework.CRDSource{Module: "k8s.io/autoscaler/cluster-autoscaler/apis", Path: "config/crd/autoscaling.x-k8s.io_provisioningrequests.yaml"})
 }
 
 func main() {
@@ -55,17 +46,17 @@ func run(dir string) error {
 		return err
 	}
 	for _, c := range crds() {
-		src, err := moduleDir(c.module)
+		src, err := moduleDir(c.Module)
 		if err != nil {
 			return err
 		}
-		b, err := os.ReadFile(filepath.Join(src, c.path))
+		b, err := os.ReadFile(filepath.Join(src, c.Path))
 		if err != nil {
-			return fmt.Errorf("%s: %w", c.module, err)
+			return fmt.Errorf("%s: %w", c.Module, err)
 		}
 		// One document per file: drop a leading document marker.
 		b = bytes.TrimPrefix(bytes.TrimSpace(b), []byte("---"))
-		out := filepath.Join(dir, filepath.Base(c.path))
+		out := filepath.Join(dir, filepath.Base(c.Path))
 		if err := os.WriteFile(out, append(bytes.TrimSpace(b), '\n'), 0o644); err != nil {
 			return err
 		}

@@ -26,7 +26,7 @@ func Clients(kc *rest.Config, names []string) ([]jobframework.Adapter, kubernete
 	if kc == nil {
 		return nil, nil, nil, component.Usage(fmt.Errorf("the job kinds need Kubernetes access (--kubeconfig, or the pod's service account)"))
 	}
-	kube, err := kubernetes.NewForConfig(Protobuf(kc))
+	kube, err := kubernetes.NewForConfig(protobuf(kc))
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -37,12 +37,12 @@ func Clients(kc *rest.Config, names []string) ([]jobframework.Adapter, kubernete
 	return ads, kube, dyn, nil
 }
 
-// Protobuf is kc speaking protobuf, for clients of built-in kinds only
+// protobuf is kc speaking protobuf, for clients of built-in kinds only
 // (custom resources have no protobuf encoding): the API server encodes
 // each watch event once per encoding its watchers ask for, and the
 // cluster's own controllers ask for protobuf, so JSON would be a second
 // encoding of every Job and Pod change, and a slower one.
-func Protobuf(kc *rest.Config) *rest.Config {
+func protobuf(kc *rest.Config) *rest.Config {
 	out := rest.CopyConfig(kc)
 	out.ContentType = runtime.ContentTypeProtobuf
 	out.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
