@@ -13,49 +13,39 @@ import (
 	"github.com/sluice-dev/sluice/internal/bus"
 )
 
-type consumeOptions struct {
-	// fetched is told after each fetch whether it worked (an empty one
-	// did).
-	fetched func(ok bool)
-}
-
-type consumeOption func(*consumeOptions)
-
-func withFetched(f func(ok bool)) consumeOption { return func(o *consumeOptions) { o.fetched = f } }
-
 // handler handles one message of the stream. A nil error acks it, an
 // error wrapping ErrBadMessage terminates it (it can never be handled),
 // any other error naks it for a retry with backoff.
 type handler func(ctx context.Context, m jetstream.Msg) error
 
 // consume runs a durable consumer of the stream (bus.RunMessages), one
-// message at a time, until ctx ends. The stream keeps one message per
+// message at a time, until ctx ends; fetched (nil: none) is told after
+// each fetch whether it worked. The stream keeps one message per
 // subject, so a message handled late is still the one that holds. While
 // the consumer cannot be had (the manager's server is away, or its setup
 // has not run yet) it asks again with backoff: a worker starts before its
 // manager as well as after.
-func consume(ctx context.Context, js jetstream.JetStream, durable, filter string, h handler, log zerolog.Logger, opts ...consumeOption) error {
-	var o consumeOptions
-	for _, opt := range opts {
-		opt(&o)
-	}
-	fetched := func(ok bool) {
-		if o.fetched != nil {
-			o.fetched(ok)
-		}
-	}
+func consume(ctx context.Context, js jetstream.JetStream, durable, filter string, h handler, log zerolog.Logger, fetched func(ok bool)) error {
 	log = log.With().Str("consumer", durable).Logger()
 	spec := consumerSpec(durable, filter)
-	for failures := 1; ctx.Err() == nil; failures++ {
+	failures := 0
+	for ctx.Err() == nil {
+		started := false
 		err := bus.RunMessages(ctx, js, spec, bus.MessageHandler(h), bus.WithLogger(log), bus.WithBatch(16),
-			bus.WithFetched(fetched), bus.WithTerminatePoison(), bus.WithStarted(func() { failures = 0 }))
+			bus.WithFetched(fetched), bus.WithTerminatePoison(), bus.WithStarted(func() { started = true }))
 		if err == nil || ctx.Err() != nil {
 			return nil
 		}
 		if errors.Is(err, nats.ErrConnectionClosed) {
 			return fmt.Errorf("multicluster: consumer %s: %w", durable, err)
 		}
-		fetched(false)
+		if started {
+			failures = 0 // it ran, then lost the consumer: back off from the start
+		}
+		failures++
+		if fetched != nil {
+			fetched(false)
+		}
 		wait := backoff(failures)
 		log.Warn().Err(err).Dur("retry_in", wait).Msg("consumer not created yet")
 		if !sleep(ctx, wait) {

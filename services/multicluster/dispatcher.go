@@ -165,7 +165,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() {
-		if err := consume(ctx, d.js, ReportsDurable, ReportsFilter, d.handleReport, d.log, withFetched(d.fetched)); err != nil && ctx.Err() == nil {
+		if err := consume(ctx, d.js, ReportsDurable, ReportsFilter, d.handleReport, d.log, d.fetched); err != nil && ctx.Err() == nil {
 			d.log.Error().Err(err).Msg("workers' reports no longer read")
 		}
 	})

@@ -160,7 +160,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 	})
 	wg.Go(func() { w.beat(ctx) })
-	err := consume(ctx, w.hub, WorkerDurable(w.name), WorkerFilter(w.name), w.handle, w.log)
+	err := consume(ctx, w.hub, WorkerDurable(w.name), WorkerFilter(w.name), w.handle, w.log, nil)
 	w.queue.ShutDown()
 	return err
 }
