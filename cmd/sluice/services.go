@@ -42,20 +42,25 @@ type options[O any] interface {
 }
 
 // newBuilder is the builder of a service's composition root: o holds its
-// settings, which the flags write; build is its Build.
-func newBuilder[O any, PO options[O]](name string, o PO, kube func() bool,
+// settings, which the flags write; build is its Build; kube says whether
+// the service uses Kubernetes with those settings (nil: never). Both are
+// handed the options as they are when called, after the flags are parsed.
+func newBuilder[O any, PO options[O]](name string, o PO, kube func(O) bool,
 	build func(context.Context, component.Deps, O) (component.Runnable, error)) builder {
-	return builder{name: name, kube: kube, bind: o.BindFlags, validate: o.Validate,
+	b := builder{name: name, bind: o.BindFlags, validate: o.Validate,
 		build: func(ctx context.Context, d component.Deps) (component.Runnable, error) { return build(ctx, d, *o) }}
+	if kube != nil {
+		b.kube = func() bool { return kube(*o) }
+	}
+	return b
 }
 
-func always() bool { return true }
+// always: the service uses Kubernetes whatever its settings.
+func always[O any](O) bool { return true }
 
 // The services, each from its own package's composition root.
 func admissionBuilder(o *admission.Options) builder {
-	// Asked once the flags are parsed (a method value would copy the
-	// options as they are now).
-	return newBuilder("admission", o, func() bool { return o.NeedsKube() }, admission.Build)
+	return newBuilder("admission", o, admission.Options.NeedsKube, admission.Build)
 }
 func watcherBuilder(o *watcher.Options) builder {
 	return newBuilder("watcher", o, always, watcher.Build)
