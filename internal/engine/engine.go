@@ -33,6 +33,8 @@ type admitted struct {
 	// charged: the time this admission ran was added to the workload's
 	// executed time (see charge).
 	charged bool
+	// tas is what its pod sets take of topology-aware flavors' domains.
+	tas []tasUse
 }
 
 // wlState is the engine's bookkeeping for one workload. The fields a
@@ -121,6 +123,12 @@ type Engine struct {
 	// blocks stop admission into cohort trees whose usage is not known
 	// (Block), by the id of their cause.
 	blocks map[string]block
+	// nodes and tas are the capacity of topology-aware flavors.
+	nodes []Node
+	tas   *tasState
+	// units names the unit of quota interaction of cohort trees that
+	// share a topology-aware flavor's nodes (see TreeOf).
+	units map[*node]string
 }
 
 // block is one cause that stops admission: into the tree of
@@ -134,6 +142,8 @@ type scratch struct {
 	// arena holds the reasons of a round's nominations; it is reset at
 	// the start of each round, so reasons kept longer are copied.
 	arena []reason
+	// plan is the placement tryFlavor found on a topology-aware flavor.
+	plan *tasPlan
 }
 
 // New returns an engine for the given configuration.
@@ -173,6 +183,7 @@ func WithQuietPending() Option { return func(e *Engine) { e.quiet = true } }
 func (e *Engine) SetConfig(cfg Config) {
 	e.cfg = cfg
 	e.tree = buildTree(cfg)
+	e.buildTAS()
 	for _, ws := range e.sorted() {
 		ws.parked, ws.queued = false, false
 		e.resolve(ws)
@@ -372,6 +383,8 @@ func (e *Engine) hold(ws *wlState) {
 		cq.node.addUsage(u.fr, u.v)
 		e.epoch++
 	}
+	ws.admitted.tas = e.tasUsage(ws, ws.admitted.podSets)
+	e.bookTAS(ws.admitted.tas, 1)
 	cq.admitted = append(cq.admitted, ws)
 }
 
@@ -389,8 +402,16 @@ func (e *Engine) release(ws *wlState) {
 			break
 		}
 	}
+	tas := ws.admitted.tas
+	e.bookTAS(tas, -1)
 	ws.admitted = nil
 	cq.node.root().released++
+	if len(tas) > 0 {
+		// Nodes are shared by every tree whose queues use the flavor.
+		e.epoch++
+		e.unparkAll()
+		return
+	}
 	e.unpark(cq.node.root())
 }
 
@@ -608,12 +629,17 @@ func (e *Engine) unparkAll() {
 
 // TreeOf names the unit of quota interaction a ClusterQueue belongs to:
 // "cohort/<root>" for a queue in a cohort tree, "cq/<name>" for a lone
-// queue; "" for an unknown queue. Two admissions interact only if their
-// queues share a tree.
+// queue; "" for an unknown queue. Trees whose queues use topology-aware
+// flavors share those flavors' nodes, so they interact too: all trees
+// linked so are one unit, "tas/<flavor>" after the first such flavor by
+// name. Two admissions interact only if their queues share a unit.
 func (e *Engine) TreeOf(clusterQueue string) string {
 	cq, ok := e.tree.cqs[clusterQueue]
 	if !ok {
 		return ""
+	}
+	if u, ok := e.units[cq.node.root()]; ok {
+		return u
 	}
 	if r := cq.node.root(); r.cq == nil {
 		return "cohort/" + r.name

@@ -57,6 +57,9 @@ const (
 	reasonSelector
 	reasonInsufficient
 	reasonNeverFits
+	// reasonTopology: the pods do not fit in the domains of a
+	// topology-aware flavor; detail says how.
+	reasonTopology
 )
 
 // reason is one structured cause of not fitting. Reasons are compared
@@ -76,6 +79,7 @@ type reason struct {
 	value     string
 	effect    corev1.TaintEffect
 	cq        string
+	detail    string
 }
 
 func (r reason) text() string {
@@ -86,6 +90,8 @@ func (r reason) text() string {
 		return fmt.Sprintf("flavor %s has taint %s=%s:%s that pod set %s does not tolerate", r.flavor, r.key, r.value, r.effect, r.podSet)
 	case reasonSelector:
 		return fmt.Sprintf("flavor %s does not match nodeSelector %s=%s of pod set %s", r.flavor, r.key, r.value, r.podSet)
+	case reasonTopology:
+		return r.detail
 	case reasonInsufficient:
 		if r.prior > 0 {
 			return fmt.Sprintf("%s%s in flavor %s: requested %s (%s with the workload's earlier pod sets), available %s", insufficientQuota,
@@ -147,6 +153,10 @@ type assignment struct {
 	// consulted: some flavor needed preemption, so the outcome depends on
 	// the workload's priority and age, not only on its shape.
 	consulted bool
+	// plans place the pod sets assigned topology-aware flavors, of the
+	// workload ws.
+	plans []*tasPlan
+	ws    *wlState
 }
 
 func (a *assignment) addUsage(i int, v int64) {
@@ -185,6 +195,11 @@ func (a *assignment) admission(cq *cqState, ws *wlState) []PodSetAssignment {
 			}
 		}
 		out[i] = PodSetAssignment{Name: ps.name, Count: ps.count, Flavors: fl}
+		for _, p := range a.plans {
+			if ws.w.PodSets[p.podSet].Name == ps.name {
+				out[i].Topology = p.assignment()
+			}
+		}
 	}
 	return out
 }
@@ -262,6 +277,13 @@ func (e *Engine) assign(ws *wlState, counts []int32, a *assignment) *assignment 
 	defer func() { sc.why, sc.preempt, sc.bestPreempt = why[:0], preempt[:0], bestPreempt[:0] }()
 	// Reasons go to the round's arena rather than a fresh slice each.
 	arenaStart := len(sc.arena)
+	// Pod sets placed on topology-aware flavors hold their domains while
+	// the later ones are placed.
+	defer func() {
+		for _, p := range a.plans {
+			e.bookTAS(p.uses(), -1)
+		}
+	}()
 	for pi := range ws.w.PodSets {
 		ps := &ws.w.PodSets[pi]
 		count := int64(counts[pi])
@@ -276,10 +298,12 @@ func (e *Engine) assign(ws *wlState, counts []int32, a *assignment) *assignment 
 			var bestOut flavorOutcome
 			var bestReasons []reason
 			why = why[:0]
+			var bestPlan *tasPlan
 			for fi := range g.flavors {
 				start := len(why)
 				preempt = preempt[:0]
-				out := e.tryFlavor(ws, a, &g.flavors[fi], ps, gr.reqs, count, len(g.flavors) > 1, &why, &preempt)
+				sc.plan = nil
+				out := e.tryFlavor(ws, a, &g.flavors[fi], pi, gr.reqs, count, len(g.flavors) > 1, &why, &preempt)
 				if out.grade == gradePreempt || out.grade == gradeReclaim || out.grade == gradeNoCandidates {
 					a.consulted = true
 				}
@@ -293,6 +317,7 @@ func (e *Engine) assign(ws *wlState, counts []int32, a *assignment) *assignment 
 					best, bestOut = fi, out
 					bestReasons = why[start:len(why):len(why)]
 					bestPreempt = append(bestPreempt[:0], preempt...)
+					bestPlan = sc.plan
 				}
 				if stopSearch(out, cq) {
 					break
@@ -304,6 +329,10 @@ func (e *Engine) assign(ws *wlState, counts []int32, a *assignment) *assignment 
 				continue
 			}
 			psa.choices = append(psa.choices, choice{gr.group, best})
+			if bestPlan != nil && !a.planned(pi) {
+				a.plans, a.ws = append(a.plans, bestPlan), ws
+				e.bookTAS(bestPlan.uses(), 1)
+			}
 			gf := &g.flavors[best]
 			for _, rr := range gr.reqs {
 				a.addUsage(gf.frs[rr.slot], rr.perPod*count)
@@ -362,8 +391,9 @@ func stopSearch(o flavorOutcome, cq *cqState) bool {
 // resources. With rank set (the group has several flavors to choose
 // from), a resource that needs preemption is graded by simulating it:
 // reclaiming from other queues ranks above preempting in one's own.
-func (e *Engine) tryFlavor(ws *wlState, a *assignment, gf *groupFlavor, ps *PodSet, reqs []resReq, count int64, rank bool, why *[]reason, preempt *[]int) flavorOutcome {
+func (e *Engine) tryFlavor(ws *wlState, a *assignment, gf *groupFlavor, pi int, reqs []resReq, count int64, rank bool, why *[]reason, preempt *[]int) flavorOutcome {
 	cq := ws.cq
+	ps := &ws.w.PodSets[pi]
 	if r, bad := ineligible(gf, ps); bad {
 		*why = append(*why, r)
 		return flavorOutcome{grade: gradeNoFit}
@@ -410,6 +440,28 @@ func (e *Engine) tryFlavor(ws *wlState, a *assignment, gf *groupFlavor, ps *PodS
 			continue
 		}
 		worst(e.gradePreemption(ws, i, val))
+	}
+	if out.grade == gradeNoFit || e.tas == nil {
+		return out
+	}
+	if f, ok := e.tas.flavors[gf.name]; ok && !a.planned(pi) {
+		plan, r, could := e.placeGroup(ws, a.plans, pi, f, int32(count))
+		if plan != nil {
+			e.scratch.plan = plan
+			return out
+		}
+		*why = append(*why, r)
+		if !could || !cq.mayPreempt() {
+			return flavorOutcome{grade: gradeNoFit}
+		}
+		// Not placed yet: the search for victims places it (replan).
+		e.scratch.plan = &tasPlan{podSet: pi, f: f, count: int32(count)}
+		// Room could be made in the domains: by preempting workloads
+		// that use this flavor.
+		for _, rr := range reqs {
+			*preempt = append(*preempt, gf.frs[rr.slot])
+		}
+		worst(flavorOutcome{grade: gradePreempt})
 	}
 	return out
 }

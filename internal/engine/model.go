@@ -203,6 +203,9 @@ type Flavor struct {
 	NodeLabels  map[string]string
 	NodeTaints  []corev1.Taint
 	Tolerations []corev1.Toleration
+	// TopologyName makes the flavor topology-aware: its pods are placed
+	// on the domains of that Topology, within its nodes' free capacity.
+	TopologyName string
 }
 
 // LocalQueue is a namespaced queue pointing at a ClusterQueue.
@@ -229,6 +232,8 @@ type Config struct {
 	FairStrategies FairStrategies
 	// AdmissionChecks are the AdmissionCheck objects.
 	AdmissionChecks []AdmissionCheck
+	// Topologies are the Topology objects topology-aware flavors name.
+	Topologies []Topology
 }
 
 // Fair sharing's preemption strategies, as Kueue names them.
@@ -264,6 +269,9 @@ type PodSet struct {
 	Requests     map[string]int64
 	NodeSelector map[string]string
 	Tolerations  []corev1.Toleration
+	// Topology is how the pod set asks to be placed on a topology-aware
+	// flavor.
+	Topology TopologyRequest
 }
 
 // PodSetAssignment is what a pod set was admitted with.
@@ -271,6 +279,9 @@ type PodSetAssignment struct {
 	Name    string            `json:"name"`
 	Count   int32             `json:"count"`
 	Flavors map[string]string `json:"flavors"` // resource → flavor
+	// Topology places the pods of a pod set admitted on a
+	// topology-aware flavor.
+	Topology *TopologyAssignment `json:"topologyAssignment,omitempty"`
 }
 
 // Admission records where and when a workload holds quota.

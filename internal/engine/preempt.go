@@ -399,7 +399,7 @@ func (e *Engine) fits(cq *cqState, a *assignment, allowBorrowing bool) bool {
 			return false
 		}
 	}
-	return true
+	return len(a.plans) == 0 || e.replan(a)
 }
 
 // take and putBack try a victim's quota as free during a search for
@@ -410,12 +410,14 @@ func (e *Engine) take(ws *wlState) {
 	for _, u := range ws.admitted.usage {
 		ws.admitted.cq.node.addUsage(u.fr, -u.v)
 	}
+	e.bookTAS(ws.admitted.tas, -1)
 }
 
 func (e *Engine) putBack(ws *wlState) {
 	for _, u := range ws.admitted.usage {
 		ws.admitted.cq.node.addUsage(u.fr, u.v)
 	}
+	e.bookTAS(ws.admitted.tas, 1)
 }
 
 // minimalSet takes the preemptor's own queue's candidates in order until

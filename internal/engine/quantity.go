@@ -149,6 +149,9 @@ func validate(w *Workload) string {
 		if ps.Count < 0 {
 			return fmt.Sprintf("%spod set %s: count %d is negative", invalidPrefix, ps.Name, ps.Count)
 		}
+		if why := validTopology(&ps); why != "" {
+			return fmt.Sprintf("%spod set %s: %s", invalidPrefix, ps.Name, why)
+		}
 		for _, r := range sortedKeys(ps.Requests) {
 			v := ps.Requests[r]
 			switch {

@@ -7,7 +7,8 @@ import (
 )
 
 // shapeKey renders what flavor assignment reads of a workload, its pod
-// sets (names, counts, requests, node selectors, tolerations), in a fixed
+// sets (names, counts, requests, node selectors, tolerations, topology
+// requests), in a fixed
 // order. Equal keys mean equal outcomes in the same queue and state.
 func shapeKey(pss []PodSet) string {
 	var b strings.Builder
@@ -25,6 +26,9 @@ func shapeKey(pss []PodSet) string {
 			fmt.Fprintf(&b, "%q%q%q%q%v,", t.Key, t.Operator, t.Value, t.Effect, t.TolerationSeconds)
 		}
 		b.WriteString("}")
+		if !ps.Topology.IsZero() {
+			fmt.Fprintf(&b, "%+v", ps.Topology)
+		}
 	}
 	return b.String()
 }
