@@ -101,6 +101,13 @@ func podSets(d simulate.WorkloadData) string {
 		}
 		sort.Strings(fl)
 		parts = append(parts, fmt.Sprintf("%s×%d %s", ps.Name, ps.Count, strings.Join(fl, ",")))
+		if ps.Topology != nil {
+			var doms []string
+			for _, d := range ps.Topology.Domains {
+				doms = append(doms, fmt.Sprintf("%s:%d", d.Values[len(d.Values)-1], d.Count))
+			}
+			parts = append(parts, "on "+strings.Join(doms, ","))
+		}
 	}
 	return strings.Join(parts, " ")
 }
@@ -232,6 +239,26 @@ var facts = map[string]func(s *story){
 		s.admitted("besteffort/big", 1, 1*hour, "besteffort", "")
 		if w := s.result("strict/small").WaitSeconds; w == nil || *w != 3598 {
 			s.t.Errorf("strict/small waited %v s, want 3598", w)
+		}
+	},
+	"topology.yaml": func(s *story) {
+		s.admitted("default/rack-job", 1, 0, "training", "workers×8 nvidia.com/gpu=tas on b1r1n1:4,b1r1n2:4")
+		s.pendingWith("default/too-big", 1*second, "pod set workers: 10 pods need one rack (level example.com/rack) of flavor tas; the best rack has room for 8 pods")
+		s.admitted("default/block-job", 1, 2*second, "training", "workers×12 nvidia.com/gpu=tas on b2r1n1:4,b2r1n2:4,b2r2n1:4")
+		s.admitted("default/sliced", 1, 3*second, "training", "workers×4 nvidia.com/gpu=tas on b2r2n2:4")
+		s.finished("default/rack-job", 10*minute)
+		if r := s.result("default/too-big"); r.State != "pending" {
+			s.t.Errorf("too-big is %s, want pending for ever", r.State)
+		}
+		peaks := map[string]float64{}
+		for _, d := range s.summary.Domains {
+			peaks[strings.Join(d.Domain, "/")] = d.Peak
+			if d.Capacity != 4 || d.Resource != "nvidia.com/gpu" {
+				s.t.Errorf("domain %+v, want 4 nvidia.com/gpu", d)
+			}
+		}
+		if len(peaks) != 8 || peaks["b1/r2/b1r2n1"] != 0 || peaks["b2/r2/b2r2n2"] != 4 {
+			s.t.Errorf("domain peaks %v, want 8 nodes, b1/r2 never used, b2r2n2 full", peaks)
 		}
 	},
 	"partial-admission.yaml": func(s *story) {

@@ -40,6 +40,7 @@ var crdFiles = map[string]string{
 	"AdmissionCheck":            "sluice.dev_admissionchecks.yaml",
 	"ProvisioningRequestConfig": "sluice.dev_provisioningrequestconfigs.yaml",
 	"MultiClusterConfig":        "sluice.dev_multiclusterconfigs.yaml",
+	"Topology":                  "sluice.dev_topologies.yaml",
 }
 
 // readCRD decodes a generated manifest strictly (an unknown field in it is a

@@ -26,6 +26,7 @@ func addKnownTypes(s *runtime.Scheme) error {
 		&AdmissionCheck{}, &AdmissionCheckList{},
 		&ProvisioningRequestConfig{}, &ProvisioningRequestConfigList{},
 		&MultiClusterConfig{}, &MultiClusterConfigList{},
+		&Topology{}, &TopologyList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

@@ -28,3 +28,41 @@ const (
 	MaxExecTimeLabel      = "sluice.dev/max-exec-time-seconds"
 	KueueMaxExecTimeLabel = "kueue.x-k8s.io/max-exec-time-seconds"
 )
+
+// Topology-aware scheduling annotations on a pod set's pod template, and
+// Kueue's names for the same (read with --kueue-labels; the simulator reads
+// both). Sluice's win when both are given.
+const (
+	// PodSetRequiredTopologyAnnotation: all pods in one domain of the
+	// level (a node label of the flavor's Topology).
+	PodSetRequiredTopologyAnnotation = "sluice.dev/podset-required-topology"
+	// PodSetPreferredTopologyAnnotation: as few domains as possible, one
+	// of the level if any fits.
+	PodSetPreferredTopologyAnnotation = "sluice.dev/podset-preferred-topology"
+	// PodSetUnconstrainedTopologyAnnotation "true": counted against the
+	// nodes' capacity, placed anywhere.
+	PodSetUnconstrainedTopologyAnnotation = "sluice.dev/podset-unconstrained-topology"
+	// PodSetSliceRequiredTopologyAnnotation with PodSetSliceSizeAnnotation:
+	// pods in slices of that size, each slice in one domain of the level.
+	PodSetSliceRequiredTopologyAnnotation = "sluice.dev/podset-slice-required-topology"
+	PodSetSliceSizeAnnotation             = "sluice.dev/podset-slice-size"
+	// PodSetGroupNameAnnotation: pod sets with the same group name are
+	// placed together (a leader and its workers).
+	PodSetGroupNameAnnotation = "sluice.dev/podset-group-name"
+
+	KueuePodSetRequiredTopologyAnnotation      = "kueue.x-k8s.io/podset-required-topology"
+	KueuePodSetPreferredTopologyAnnotation     = "kueue.x-k8s.io/podset-preferred-topology"
+	KueuePodSetUnconstrainedTopologyAnnotation = "kueue.x-k8s.io/podset-unconstrained-topology"
+	KueuePodSetSliceRequiredTopologyAnnotation = "kueue.x-k8s.io/podset-slice-required-topology"
+	KueuePodSetSliceSizeAnnotation             = "kueue.x-k8s.io/podset-slice-size"
+	KueuePodSetGroupNameAnnotation             = "kueue.x-k8s.io/podset-group-name"
+)
+
+// TopologySchedulingGate holds every pod of a pod set admitted on a
+// topology-aware flavor until the integration gives it the node selector
+// of its domain.
+const TopologySchedulingGate = "sluice.dev/topology"
+
+// TopologyPodLabel marks a pod of a topology-aware workload: its usage is
+// counted through its workload's placement, not as another pod's.
+const TopologyPodLabel = "sluice.dev/tas"

@@ -7,6 +7,7 @@ import (
 
 // ResourceFlavorSpec describes one kind of capacity: the nodes that carry it
 // and what a workload needs to land there.
+// +kubebuilder:validation:XValidation:rule="!has(self.topologyName) || (has(self.nodeLabels) && size(self.nodeLabels) > 0)",message="a flavor with topologyName needs nodeLabels to say which nodes are its own"
 type ResourceFlavorSpec struct {
 	// nodeLabels are injected as a nodeSelector into admitted pods, and a
 	// workload whose own nodeSelector contradicts them cannot use the flavor.
@@ -27,6 +28,15 @@ type ResourceFlavorSpec struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=8
 	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+
+	// topologyName names a Topology: the flavor is topology-aware, its
+	// pods are placed on the domains of the nodes that carry nodeLabels,
+	// within their free capacity, as each pod set asks.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	TopologyName string `json:"topologyName,omitempty"`
 }
 
 // +genclient

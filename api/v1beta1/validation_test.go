@@ -759,6 +759,7 @@ func TestResourceFlavorValidation(t *testing.T) {
 			name: "taint without key",
 			obj:  resourceFlavor(`nodeTaints: [{effect: NoSchedule}]`),
 			wantErrs: []fieldError{
+				{"<nil>", notChecked},
 				{"spec.nodeTaints[0].key", "Required value"},
 			},
 		},
@@ -766,8 +767,50 @@ func TestResourceFlavorValidation(t *testing.T) {
 			name: "too many node labels",
 			obj:  resourceFlavor(`nodeLabels: {a: "1", b: "2", c: "3", d: "4", e: "5", f: "6", g: "7", h: "8", i: "9"}`),
 			wantErrs: []fieldError{
+				{"<nil>", notChecked},
 				{"spec.nodeLabels", "Too many: 9: must have at most 8 items"},
 			},
+		},
+		{
+			name: "topology-aware",
+			obj:  resourceFlavor(`{nodeLabels: {pool: gpu}, topologyName: datacenter}`),
+		},
+		{
+			name: "topology-aware without nodeLabels",
+			obj:  resourceFlavor(`topologyName: datacenter`),
+			wantErrs: []fieldError{
+				{"spec", "Invalid value: \"object\": a flavor with topologyName needs nodeLabels to say which nodes are its own"},
+			},
+		},
+	})
+}
+
+func TestTopologyValidation(t *testing.T) {
+	runValidationCases(t, "Topology", []validationCase{
+		{
+			name: "block, rack and hostname",
+			obj:  topology(`{levels: [{nodeLabel: cloud.provider.com/topology-block}, {nodeLabel: cloud.provider.com/topology-rack}, {nodeLabel: kubernetes.io/hostname}]}`),
+		},
+		{
+			name:     "no levels",
+			obj:      topology(`{levels: []}`),
+			wantErrs: []fieldError{{"spec.levels", "Invalid value: 0: spec.levels in body should have at least 1 items"}},
+		},
+		{
+			name:     "a label twice",
+			obj:      topology(`{levels: [{nodeLabel: rack}, {nodeLabel: rack}]}`),
+			wantErrs: []fieldError{{"spec.levels", `Invalid value: "array": each level needs its own nodeLabel`}},
+		},
+		{
+			name:     "hostname not last",
+			obj:      topology(`{levels: [{nodeLabel: kubernetes.io/hostname}, {nodeLabel: rack}]}`),
+			wantErrs: []fieldError{{"spec.levels", `Invalid value: "array": kubernetes.io/hostname can only be the last level`}},
+		},
+		{
+			name: "not a label",
+			obj:  topology(`{levels: [{nodeLabel: "rack name"}]}`),
+			wantErrs: []fieldError{
+				{"spec.levels[0].nodeLabel", `Invalid value: "rack name": spec.levels[0].nodeLabel in body should match '^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$'`}},
 		},
 	})
 }
@@ -871,6 +914,10 @@ func localQueue(spec string) string {
 
 func resourceFlavor(spec string) string {
 	return object("ResourceFlavor", "name: spot-a100", "spec", spec)
+}
+
+func topology(spec string) string {
+	return object("Topology", "name: datacenter", "spec", spec)
 }
 
 func admissionCheck(spec string) string {

@@ -17,13 +17,15 @@ func newConvertCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "convert -f FILE [-f MORE]",
 		Short: "Convert Kueue queue manifests to Sluice's",
-		Long: `convert reads Kueue manifests (kueue.x-k8s.io v1beta1 and v1beta2:
-ResourceFlavor, ClusterQueue, Cohort, LocalQueue, WorkloadPriorityClass) and
+		Long: `convert reads Kueue manifests (kueue.x-k8s.io v1alpha1, v1beta1 and
+v1beta2: ResourceFlavor, ClusterQueue, Cohort, LocalQueue,
+WorkloadPriorityClass, AdmissionCheck, ProvisioningRequestConfig,
+MultiKueueConfig, Topology) and
 writes the same objects as sluice.dev/v1beta1 on stdout, with Kueue's renamed
 fields (cohortName, parentName) under Sluice's names and status and
 server-set metadata left out. Documents of other API groups are written as
-they are. A Kueue kind or field Sluice does not implement (admission checks,
-topology-aware scheduling, MultiKueue, Admission Fair Sharing, …) stops the
+they are. A Kueue kind or field Sluice does not implement (MultiKueueCluster,
+Admission Fair Sharing, …) stops the
 conversion with exit status 2, naming the file, document, object and field;
 --drop-unsupported drops it instead, with a warning on stderr. See
 docs/migrate-from-kueue.md.`,

@@ -24,8 +24,9 @@ func newSimulateCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "simulate -f SCENARIO [-f MORE]",
 		Short: "Run the admission engine over a scenario in virtual time",
-		Long: `simulate reads queue configuration (ResourceFlavor, ClusterQueue, Cohort,
-LocalQueue, WorkloadPriorityClass, Namespace, Configuration) and
+		Long: `simulate reads queue configuration (ResourceFlavor, Topology,
+ClusterQueue, Cohort, LocalQueue, WorkloadPriorityClass, AdmissionCheck,
+Namespace, Configuration), v1 Node documents for topology-aware flavors, and
 SimulatedWorkload documents, runs the same engine the admission service runs,
 and prints one CloudEvent-shaped JSON object per workload transition, then a
 summary. See docs/simulate.md.`,

@@ -30,6 +30,7 @@ const (
 	KindAdmissionCheck        = "admissioncheck"
 	KindPriorityClass         = "priorityclass"
 	KindNamespace             = "namespace"
+	KindTopology              = "topology"
 )
 
 // ErrBadKey marks a key that names no known kind.
@@ -138,6 +139,13 @@ func (s *Store) Snapshot() (Snapshot, []error) {
 				continue
 			}
 			snap.Objects.AdmissionChecks = append(snap.Objects.AdmissionChecks, o)
+		case KindTopology:
+			var o v1beta1.Topology
+			if err := json.Unmarshal(b, &o); err != nil {
+				bad(k, err)
+				continue
+			}
+			snap.Objects.Topologies = append(snap.Objects.Topologies, o)
 		case KindPriorityClass:
 			var o schedulingv1.PriorityClass
 			if err := json.Unmarshal(b, &o); err != nil {

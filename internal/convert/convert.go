@@ -46,6 +46,7 @@ var kinds = map[string]func() any{
 	// MultiClusterConfig does (whose workers join over NATS: Kueue's
 	// MultiKueueClusters, holding kubeconfigs, have no counterpart).
 	"MultiKueueConfig": func() any { return &v1beta1.MultiClusterConfig{} },
+	"Topology":         func() any { return &v1beta1.Topology{} },
 }
 
 // renamedKinds are Kueue's kinds that Sluice calls otherwise.
@@ -60,7 +61,6 @@ var controllers = map[string]string{
 
 // unsupported fields by kind, as paths under the object, with why.
 var unsupported = map[string]map[string]string{
-	"ResourceFlavor": {"spec.topologyName": "topology-aware scheduling"},
 	"ClusterQueue": {
 		"spec.admissionScope": "Admission Fair Sharing",
 	},

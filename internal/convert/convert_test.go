@@ -146,8 +146,8 @@ spec:
 		},
 		{
 			name:    "an unsupported item of a List is named by its index",
-			in:      "apiVersion: v1\nkind: List\nitems:\n- {apiVersion: kueue.x-k8s.io/v1beta1, kind: Topology, metadata: {name: t}}\n",
-			wantErr: "queues.yaml: document 1, items[0] (Topology t): Topology of kueue.x-k8s.io/v1beta1: not supported by Sluice",
+			in:      "apiVersion: v1\nkind: List\nitems:\n- {apiVersion: kueue.x-k8s.io/v1beta1, kind: MultiKueueCluster, metadata: {name: t}}\n",
+			wantErr: "queues.yaml: document 1, items[0] (MultiKueueCluster t): MultiKueueCluster of kueue.x-k8s.io/v1beta1: not supported by Sluice",
 		},
 		{
 			name: "other API groups pass through as written, comments and all",
@@ -276,14 +276,31 @@ spec:
 `,
 		},
 		{
-			name:    "MultiKueue and Topology kinds are refused",
-			in:      "apiVersion: kueue.x-k8s.io/v1beta1\nkind: MultiKueueCluster\nmetadata: {name: worker}\n---\napiVersion: kueue.x-k8s.io/v1alpha1\nkind: Topology\nmetadata: {name: t}\n",
+			name:    "MultiKueue's cluster kind is refused",
+			in:      "apiVersion: kueue.x-k8s.io/v1beta1\nkind: MultiKueueCluster\nmetadata: {name: worker}\n",
 			wantErr: "queues.yaml: document 1 (MultiKueueCluster worker): MultiKueueCluster of kueue.x-k8s.io/v1beta1: not supported by Sluice",
 		},
 		{
-			name:    "a flavor's topologyName is refused by path",
-			in:      "apiVersion: kueue.x-k8s.io/v1beta1\nkind: ResourceFlavor\nmetadata: {name: tas}\nspec: {nodeLabels: {pool: a}, topologyName: default}\n",
-			wantErr: "queues.yaml: document 1 (ResourceFlavor tas): spec.topologyName (topology-aware scheduling): not supported by Sluice",
+			name: "a Topology (v1alpha1 or v1beta1) and a flavor's topologyName are kept",
+			in:   "apiVersion: kueue.x-k8s.io/v1alpha1\nkind: Topology\nmetadata: {name: default}\nspec:\n  levels:\n  - nodeLabel: cloud.provider.com/topology-block\n  - nodeLabel: kubernetes.io/hostname\n---\napiVersion: kueue.x-k8s.io/v1beta1\nkind: ResourceFlavor\nmetadata: {name: tas}\nspec: {nodeLabels: {pool: a}, topologyName: default}\n",
+			want: `apiVersion: sluice.dev/v1beta1
+kind: Topology
+metadata:
+  name: default
+spec:
+  levels:
+  - nodeLabel: cloud.provider.com/topology-block
+  - nodeLabel: kubernetes.io/hostname
+---
+apiVersion: sluice.dev/v1beta1
+kind: ResourceFlavor
+metadata:
+  name: tas
+spec:
+  nodeLabels:
+    pool: a
+  topologyName: default
+`,
 		},
 		{
 			name: "admission checks on a ClusterQueue are kept",

@@ -700,3 +700,40 @@ func validTopology(ps *PodSet) string {
 	}
 	return ""
 }
+
+// DomainUsage is one lowest-level domain of a topology-aware flavor and
+// one resource: what its schedulable nodes offer beyond other pods'
+// use, and what admitted workloads take of it.
+type DomainUsage struct {
+	Flavor   string
+	Values   []string
+	Resource string
+	Capacity int64
+	Used     int64
+}
+
+// Domains lists the usage of every domain of every topology-aware flavor,
+// by flavor, domain and resource.
+func (e *Engine) Domains() []DomainUsage {
+	if e.tas == nil {
+		return nil
+	}
+	var out []DomainUsage
+	for _, name := range sortedKeys(e.tas.flavors) {
+		f := e.tas.flavors[name]
+		res := sortedKeys(f.res)
+		for li, lf := range f.leaves {
+			for _, r := range res {
+				var c int64
+				for _, ni := range lf.nodes {
+					n := &e.nodes[ni]
+					if !n.Unschedulable {
+						c += max(0, n.Allocatable[r]-n.Used[r])
+					}
+				}
+				out = append(out, DomainUsage{Flavor: name, Values: lf.values, Resource: r, Capacity: c, Used: f.used[li][f.res[r]]})
+			}
+		}
+	}
+	return out
+}

@@ -25,6 +25,8 @@ type Objects struct {
 	// Kueue's default).
 	FairStrategies  []string
 	AdmissionChecks []v1beta1.AdmissionCheck
+	// Topologies are the Topology objects topology-aware flavors name.
+	Topologies []v1beta1.Topology
 	// Resources turns pods' requests into what workloads are queued
 	// with; nil counts requests as they are.
 	Resources *Resources
@@ -40,7 +42,16 @@ func ToEngine(o Objects) (engine.Config, error) {
 			NodeLabels:  f.Spec.NodeLabels,
 			NodeTaints:  f.Spec.NodeTaints,
 			Tolerations: f.Spec.Tolerations,
+
+			TopologyName: f.Spec.TopologyName,
 		})
+	}
+	for _, t := range o.Topologies {
+		et := engine.Topology{Name: t.Name}
+		for _, l := range t.Spec.Levels {
+			et.Levels = append(et.Levels, l.NodeLabel)
+		}
+		cfg.Topologies = append(cfg.Topologies, et)
 	}
 	for _, cq := range o.ClusterQueues {
 		ecq, err := clusterQueue(&cq)

@@ -6,6 +6,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/sluice-dev/sluice/api/v1beta1"
@@ -201,6 +202,38 @@ func ValidateResourceFlavor(f *v1beta1.ResourceFlavor) field.ErrorList {
 			errs = append(errs, field.Required(tp.Child("effect"), "NoSchedule, PreferNoSchedule or NoExecute"))
 		}
 		errs = append(errs, oneOf(tp.Child("effect"), &e, corev1.TaintEffectNoSchedule, corev1.TaintEffectPreferNoSchedule, corev1.TaintEffectNoExecute)...)
+	}
+	if f.Spec.TopologyName != "" && len(f.Spec.NodeLabels) == 0 {
+		errs = append(errs, field.Required(field.NewPath("spec", "nodeLabels"), "a flavor with topologyName needs nodeLabels to say which nodes are its own"))
+	}
+	return errs
+}
+
+// ValidateTopology checks a Topology as its CRD schema does: at least one
+// level, each with its own node label, the hostname label only last.
+func ValidateTopology(t *v1beta1.Topology) field.ErrorList {
+	errs := validateName(field.NewPath("metadata", "name"), t.Name)
+	p := field.NewPath("spec", "levels")
+	if len(t.Spec.Levels) == 0 {
+		errs = append(errs, field.Required(p, "a topology needs at least one level"))
+	}
+	seen := map[string]bool{}
+	for i, l := range t.Spec.Levels {
+		lp := p.Index(i).Child("nodeLabel")
+		switch {
+		case l.NodeLabel == "":
+			errs = append(errs, field.Required(lp, "the node label of the level"))
+		case seen[l.NodeLabel]:
+			errs = append(errs, field.Duplicate(lp, l.NodeLabel))
+		case l.NodeLabel == corev1.LabelHostname && i != len(t.Spec.Levels)-1:
+			errs = append(errs, field.Invalid(lp, l.NodeLabel, "kubernetes.io/hostname can only be the last level"))
+		}
+		for _, msg := range validation.IsQualifiedName(l.NodeLabel) {
+			if l.NodeLabel != "" {
+				errs = append(errs, field.Invalid(lp, l.NodeLabel, msg))
+			}
+		}
+		seen[l.NodeLabel] = true
 	}
 	return errs
 }

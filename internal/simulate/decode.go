@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	sigsjson "sigs.k8s.io/json"
@@ -77,7 +78,9 @@ func decode(loc string, doc, js []byte, obj any) error {
 	}
 	// A status is what a cluster wrote (a manifest exported with kubectl
 	// get -o yaml, Kueue's status fields included): accepted and ignored.
-	if m, ok := generic.(map[string]any); ok {
+	// A Node's is what the simulator reads of it (allocatable).
+	_, node := obj.(*corev1.Node)
+	if m, ok := generic.(map[string]any); ok && !node {
 		if _, has := m["status"]; has {
 			delete(m, "status")
 			stripped, err := json.Marshal(m)

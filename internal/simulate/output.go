@@ -10,6 +10,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/sluice-dev/sluice/events"
 	"github.com/sluice-dev/sluice/internal/engine"
 )
@@ -85,6 +87,19 @@ func WriteTable(w io.Writer, records []Record, start time.Time) error {
 				quantity(r.Resource, r.Nominal), quantity(r.Resource, r.AverageUsage), r.Utilization*100)
 		}
 	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(sum.Domains) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "FLAVOR\tDOMAIN\tRESOURCE\tCAPACITY\tPEAK USE")
+	for _, d := range sum.Domains {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", d.Flavor, strings.Join(d.Domain, "/"), d.Resource,
+			quantity(d.Resource, d.Capacity), quantity(d.Resource, d.Peak))
+	}
 	return tw.Flush()
 }
 
@@ -117,6 +132,9 @@ func detail(d WorkloadData) string {
 		}
 		sort.Strings(fl)
 		parts = append(parts, fmt.Sprintf("%s×%d %s", ps.Name, ps.Count, strings.Join(fl, ",")))
+		if ps.Topology != nil {
+			parts = append(parts, "on "+placement(ps.Topology))
+		}
 	}
 	if d.Reason != "" {
 		parts = append(parts, d.Reason)
@@ -131,6 +149,21 @@ func detail(d WorkloadData) string {
 		parts = append(parts, "awaits "+c.Name)
 	}
 	return strings.Join(parts, " ")
+}
+
+// placement renders a topology assignment by its lowest-level domains,
+// "b1r1n1:4,b1r1n2:2" (the hostname names the node; a rack is shown with
+// its block, "b1/r1:8").
+func placement(t *engine.TopologyAssignment) string {
+	parts := make([]string, len(t.Domains))
+	for i, d := range t.Domains {
+		name := strings.Join(d.Values, "/")
+		if n := len(d.Values); n > 0 && len(t.Levels) == n && t.Levels[n-1] == corev1.LabelHostname {
+			name = d.Values[n-1]
+		}
+		parts[i] = fmt.Sprintf("%s:%d", name, d.Count)
+	}
+	return strings.Join(parts, ",")
 }
 
 func checkDetail(d CheckData) string {

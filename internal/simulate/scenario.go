@@ -146,6 +146,11 @@ type SimPodSet struct {
 	Requests     corev1.ResourceList `json:"requests"`
 	NodeSelector map[string]string   `json:"nodeSelector,omitempty"`
 	Tolerations  []corev1.Toleration `json:"tolerations,omitempty"`
+	// Annotations are the pod template's: the topology-aware scheduling
+	// annotations, under Sluice's prefix or Kueue's.
+	Annotations map[string]string `json:"annotations,omitempty"`
+	// topology is the request read from Annotations.
+	topology engine.TopologyRequest
 }
 
 // SimAdmission is a workload's admission before time 0.
@@ -160,6 +165,9 @@ type SimPodSetAdmission struct {
 	Name    string            `json:"name"`
 	Count   int32             `json:"count"`
 	Flavors map[string]string `json:"flavors"`
+	// TopologyAssignment places the pods of a pod set admitted on a
+	// topology-aware flavor.
+	TopologyAssignment *engine.TopologyAssignment `json:"topologyAssignment,omitempty"`
 }
 
 // Configuration holds the cluster-wide settings of the services.
@@ -188,6 +196,8 @@ type namespace struct {
 type Scenario struct {
 	Config    queueconfig.Objects
 	Workloads []SimulatedWorkload
+	// Nodes are the v1 Node documents topology-aware flavors place on.
+	Nodes []engine.Node
 	// where records each workload's document, for error messages.
 	where map[string]string
 }
@@ -291,8 +301,22 @@ func (sc *Scenario) add(base string, doc []byte, seen map[string]string, sawConf
 		}
 		sc.Config.Namespaces[ns.Name] = ns.Labels
 		return nil
+	case h.APIVersion == "v1" && h.Kind == "Node":
+		var n corev1.Node
+		if err := decode(loc, doc, js, &n); err != nil {
+			return err
+		}
+		en, err := simNode(loc, &n)
+		if err != nil {
+			return err
+		}
+		if err := key("Node", "", n.Name); err != nil {
+			return err
+		}
+		sc.Nodes = append(sc.Nodes, en)
+		return nil
 	case h.APIVersion != sluice:
-		return docError(loc, fmt.Sprintf("apiVersion: Unsupported value: %q: supported values: %q (and \"v1\" for Namespace)", h.APIVersion, sluice))
+		return docError(loc, fmt.Sprintf("apiVersion: Unsupported value: %q: supported values: %q (and \"v1\" for Namespace and Node)", h.APIVersion, sluice))
 	}
 	switch h.Kind {
 	case "ResourceFlavor":
@@ -307,6 +331,18 @@ func (sc *Scenario) add(base string, doc []byte, seen map[string]string, sawConf
 			return err
 		}
 		sc.Config.Flavors = append(sc.Config.Flavors, o)
+	case "Topology":
+		var o v1beta1.Topology
+		if err := decode(loc, doc, js, &o); err != nil {
+			return err
+		}
+		if err := fieldErrors(loc, queueconfig.ValidateTopology(&o)); err != nil {
+			return err
+		}
+		if err := key(h.Kind, "", o.Name); err != nil {
+			return err
+		}
+		sc.Config.Topologies = append(sc.Config.Topologies, o)
 	case "ClusterQueue":
 		var o v1beta1.ClusterQueue
 		if err := decode(loc, doc, js, &o); err != nil {
@@ -413,7 +449,7 @@ func (sc *Scenario) add(base string, doc []byte, seen map[string]string, sawConf
 		sc.where[o.Namespace+"/"+o.Name] = loc
 		sc.Workloads = append(sc.Workloads, o)
 	default:
-		return docError(loc, fmt.Sprintf("kind: Unsupported value: %q: supported values: ResourceFlavor, ClusterQueue, Cohort, LocalQueue, WorkloadPriorityClass, AdmissionCheck, Configuration, SimulatedWorkload, Namespace (v1)", h.Kind))
+		return docError(loc, fmt.Sprintf("kind: Unsupported value: %q: supported values: ResourceFlavor, Topology, ClusterQueue, Cohort, LocalQueue, WorkloadPriorityClass, AdmissionCheck, Configuration, SimulatedWorkload, Namespace (v1), Node (v1)", h.Kind))
 	}
 	return nil
 }
@@ -496,6 +532,11 @@ func validateWorkload(w *SimulatedWorkload) field.ErrorList {
 		if ps.MinCount != nil && (*ps.MinCount < 1 || *ps.MinCount > ps.Count) {
 			errs = append(errs, field.Invalid(pp.Child("minCount"), *ps.MinCount, "must be between 1 and count"))
 		}
+		t, err := queueconfig.TopologyRequest(ps.Annotations, true)
+		if err != nil {
+			errs = append(errs, field.Invalid(pp.Child("annotations"), "", err.Error()))
+		}
+		s.PodSets[i].topology = t
 		for _, r := range sortedResources(ps.Requests) {
 			if q := ps.Requests[r]; q.Sign() < 0 {
 				errs = append(errs, field.Invalid(pp.Child("requests").Key(string(r)), q.String(), "must not be negative"))
@@ -560,6 +601,15 @@ func (sc *Scenario) crossCheck() error {
 	lqs := map[string]string{}
 	for _, lq := range sc.Config.LocalQueues {
 		lqs[lq.Namespace+"/"+lq.Name] = lq.Spec.ClusterQueue
+	}
+	topos := map[string]bool{}
+	for _, t := range sc.Config.Topologies {
+		topos[t.Name] = true
+	}
+	for _, f := range sc.Config.Flavors {
+		if n := f.Spec.TopologyName; n != "" && !topos[n] {
+			return docError("ResourceFlavor "+f.Name, fmt.Sprintf("spec.topologyName: Not found: %q: no Topology document defines it", n))
+		}
 	}
 	for _, w := range sc.Workloads {
 		loc := sc.where[w.Namespace+"/"+w.Name]
@@ -648,4 +698,30 @@ func sortedResources(l corev1.ResourceList) []corev1.ResourceName {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
 	return out
+}
+
+// simNode reads what topology-aware scheduling counts of a v1 Node: its
+// labels, allocatable, taints, and whether it takes pods (not cordoned,
+// and Ready unless its conditions say otherwise).
+func simNode(loc string, n *corev1.Node) (engine.Node, error) {
+	if n.Name == "" {
+		return engine.Node{}, docError(loc, "metadata.name: Required value")
+	}
+	en := engine.Node{Name: n.Name, Labels: n.Labels, Taints: n.Spec.Taints, Unschedulable: n.Spec.Unschedulable, Allocatable: map[string]int64{}}
+	for _, r := range sortedResources(n.Status.Allocatable) {
+		q := n.Status.Allocatable[r]
+		if q.Sign() < 0 {
+			return engine.Node{}, docError(loc, fmt.Sprintf("status.allocatable[%s]: Invalid value: %q: must not be negative", r, q.String()))
+		}
+		en.Allocatable[string(r)] = engine.Canonical(string(r), q)
+	}
+	if len(en.Allocatable) == 0 {
+		return engine.Node{}, docError(loc, "status.allocatable: Required value: what the node offers (cpu, memory, nvidia.com/gpu, pods, ...)")
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
+			en.Unschedulable = true
+		}
+	}
+	return en, nil
 }

@@ -3,7 +3,9 @@ package simulate
 import (
 	"container/heap"
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -171,7 +173,12 @@ type sim struct {
 	// (timeouts, ends of backoffs); stopped says why the run ended early.
 	futile  int
 	stopped string
+	// peak is the most each topology domain held, by flavor, domain and
+	// resource, with its capacity.
+	peak map[domainKey]*DomainResult
 }
+
+type domainKey struct{ flavor, domain, resource string }
 
 // maxFutileInstants ends a run in which nothing but waitForPodsReady's
 // timers happen any more: workloads whose pods never get ready would be
@@ -190,7 +197,7 @@ func Run(sc *Scenario, opts Options) ([]Record, error) {
 	}
 	s := &sim{
 		opts:      opts,
-		eng:       engine.New(cfg),
+		eng:       newEngine(cfg, sc.Nodes),
 		byKey:     map[string]*wlRun{},
 		usage:     map[frKey]int64{},
 		area:      map[frKey]float64{},
@@ -253,13 +260,39 @@ func Run(sc *Scenario, opts Options) ([]Record, error) {
 		a := r.spec.Spec.Admitted
 		var podSets []engine.PodSetAssignment
 		for _, p := range a.PodSets {
-			podSets = append(podSets, engine.PodSetAssignment{Name: p.Name, Count: p.Count, Flavors: p.Flavors})
+			podSets = append(podSets, engine.PodSetAssignment{Name: p.Name, Count: p.Count, Flavors: p.Flavors, Topology: p.TopologyAssignment})
 		}
 		s.admitted(r, a.ClusterQueue, podSets, a.At.Duration)
 	}
 	s.loop()
 	s.records = append(s.records, s.summary())
 	return s.records, nil
+}
+
+// notePeaks records the most each topology domain has held so far.
+func (s *sim) notePeaks() {
+	for _, d := range s.eng.Domains() {
+		k := domainKey{d.Flavor, strings.Join(d.Values, "/"), d.Resource}
+		if s.peak == nil {
+			s.peak = map[domainKey]*DomainResult{}
+		}
+		p := s.peak[k]
+		if p == nil {
+			p = &DomainResult{Flavor: d.Flavor, Domain: d.Values, Resource: d.Resource}
+			s.peak[k] = p
+		}
+		p.Capacity = unit(d.Resource, float64(d.Capacity))
+		p.Peak = max(p.Peak, unit(d.Resource, float64(d.Used)))
+	}
+}
+
+// newEngine is the engine of a run, with the scenario's nodes.
+func newEngine(cfg engine.Config, nodes []engine.Node) *engine.Engine {
+	e := engine.New(cfg)
+	if len(nodes) > 0 {
+		e.SetNodes(nodes)
+	}
+	return e
 }
 
 func (s *sim) push(e simEvent) {
@@ -281,7 +314,8 @@ func (s *sim) toEngine(r *wlRun) engine.Workload {
 		ew.MaxExecution = time.Duration(*m) * time.Second
 	}
 	for _, ps := range w.Spec.PodSets {
-		eps := engine.PodSet{Name: ps.Name, Count: ps.Count, Requests: map[string]int64{}, NodeSelector: ps.NodeSelector, Tolerations: ps.Tolerations}
+		eps := engine.PodSet{Name: ps.Name, Count: ps.Count, Requests: map[string]int64{}, NodeSelector: ps.NodeSelector, Tolerations: ps.Tolerations,
+			Topology: ps.topology}
 		if ps.MinCount != nil {
 			eps.MinCount = *ps.MinCount
 		}
@@ -293,7 +327,7 @@ func (s *sim) toEngine(r *wlRun) engine.Workload {
 	if a := w.Spec.Admitted; a != nil {
 		adm := &engine.Admission{ClusterQueue: a.ClusterQueue, At: s.opts.Start.Add(a.At.Duration)}
 		for _, p := range a.PodSets {
-			adm.PodSets = append(adm.PodSets, engine.PodSetAssignment{Name: p.Name, Count: p.Count, Flavors: p.Flavors})
+			adm.PodSets = append(adm.PodSets, engine.PodSetAssignment{Name: p.Name, Count: p.Count, Flavors: p.Flavors, Topology: p.TopologyAssignment})
 		}
 		ew.Admission = adm
 	}
@@ -389,6 +423,7 @@ func (s *sim) loop() {
 
 func (s *sim) cycle() {
 	defer s.armTimer()
+	defer s.notePeaks()
 	for _, d := range s.eng.Cycle(s.opts.Start.Add(s.now)) {
 		r := s.byKey[d.Key]
 		switch d.Kind {
@@ -610,6 +645,19 @@ type Summary struct {
 	ReservedCount int `json:"reserved,omitempty"`
 	// Stopped says why the run ended before nothing more could happen.
 	Stopped string `json:"stopped,omitempty"`
+	// Domains are the lowest-level domains of topology-aware flavors,
+	// each resource their workloads used, and the most they held.
+	Domains []DomainResult `json:"domains,omitempty"`
+}
+
+// DomainResult is the use of one resource of one topology domain, in the
+// resource's unit (cores for cpu).
+type DomainResult struct {
+	Flavor   string   `json:"flavor"`
+	Domain   []string `json:"domain"`
+	Resource string   `json:"resource"`
+	Capacity float64  `json:"capacity"`
+	Peak     float64  `json:"peak"`
 }
 
 // WorkloadResult is one workload's story in the summary.
@@ -728,5 +776,34 @@ func (s *sim) summary() Record {
 		})
 		sum.ClusterQueues = append(sum.ClusterQueues, QueueResult{Name: n, Resources: rs})
 	}
+	sum.Domains = s.domainResults()
 	return s.record(events.TypeSimulationSummaryV1, "", sum)
+}
+
+// domainResults lists the domains' peaks, leaving out resources no
+// workload of the flavor ever used (pods, memory nobody asked for).
+func (s *sim) domainResults() []DomainResult {
+	used := map[[2]string]bool{}
+	for k, p := range s.peak {
+		if p.Peak > 0 {
+			used[[2]string{k.flavor, k.resource}] = true
+		}
+	}
+	var out []DomainResult
+	for k, p := range s.peak {
+		if used[[2]string{k.flavor, k.resource}] && k.resource != "pods" {
+			out = append(out, *p)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.Flavor != b.Flavor {
+			return a.Flavor < b.Flavor
+		}
+		if c := slices.Compare(a.Domain, b.Domain); c != 0 {
+			return c < 0
+		}
+		return a.Resource < b.Resource
+	})
+	return out
 }

@@ -52,6 +52,7 @@ var mirrored = []struct {
 	{v1beta1.GroupVersion.WithResource("localqueues"), configstore.KindLocalQueue, true},
 	{v1beta1.GroupVersion.WithResource("workloadpriorityclasses"), configstore.KindWorkloadPriorityClass, false},
 	{v1beta1.GroupVersion.WithResource("admissionchecks"), configstore.KindAdmissionCheck, false},
+	{v1beta1.GroupVersion.WithResource("topologies"), configstore.KindTopology, false},
 	{schema.GroupVersionResource{Group: "scheduling.k8s.io", Version: "v1", Resource: "priorityclasses"}, configstore.KindPriorityClass, false},
 	{schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}, configstore.KindNamespace, false},
 }
