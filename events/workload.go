@@ -43,6 +43,40 @@ type PodSetV1 struct {
 	Requests     map[string]string   `json:"requests,omitempty"`
 	NodeSelector map[string]string   `json:"nodeSelector,omitempty"`
 	Tolerations  []corev1.Toleration `json:"tolerations,omitempty"`
+	// Topology is how the pod set asks to be placed on a topology-aware
+	// flavor (its pod template's annotations); absent when it asks nothing.
+	Topology *TopologyRequestV1 `json:"topology,omitempty"`
+}
+
+// TopologyRequestV1 is a pod set's topology request.
+type TopologyRequestV1 struct {
+	// Required: all pods in one domain of this level (a node label).
+	Required string `json:"required,omitempty"`
+	// Preferred: the fewest domains, one of this level if any fits.
+	Preferred string `json:"preferred,omitempty"`
+	// Unconstrained: anywhere, counted against the nodes' capacity.
+	Unconstrained bool `json:"unconstrained,omitempty"`
+	// SliceLevel and SliceSize: pods in slices of SliceSize, each slice
+	// in one domain of SliceLevel.
+	SliceLevel string `json:"sliceLevel,omitempty"`
+	SliceSize  int32  `json:"sliceSize,omitempty"`
+	// Group names pod sets placed together.
+	Group string `json:"group,omitempty"`
+}
+
+// TopologyAssignmentV1 is where a pod set's pods go: counts per domain of
+// the topology's lowest level, each domain named by its value of every
+// level in Levels.
+type TopologyAssignmentV1 struct {
+	Levels  []string           `json:"levels"`
+	Domains []TopologyDomainV1 `json:"domains"`
+}
+
+// TopologyDomainV1 is one domain of a TopologyAssignmentV1 and the number
+// of pods placed in it.
+type TopologyDomainV1 struct {
+	Values []string `json:"values"`
+	Count  int32    `json:"count"`
 }
 
 func (p PodSetV1) validate(i int) error {
@@ -142,6 +176,9 @@ type PodSetAssignmentV1 struct {
 	Count int32  `json:"count"`
 	// Flavors maps a resource name to the ResourceFlavor assigned to it.
 	Flavors map[string]string `json:"flavors,omitempty"`
+	// TopologyAssignment places the pods of a pod set admitted on a
+	// topology-aware flavor.
+	TopologyAssignment *TopologyAssignmentV1 `json:"topologyAssignment,omitempty"`
 }
 
 // WorkloadAdmittedV1: the workload holds a quota reservation in ClusterQueue

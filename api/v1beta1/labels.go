@@ -66,3 +66,15 @@ const TopologySchedulingGate = "sluice.dev/topology"
 // TopologyPodLabel marks a pod of a topology-aware workload: its usage is
 // counted through its workload's placement, not as another pod's.
 const TopologyPodLabel = "sluice.dev/tas"
+
+// Annotations on the pod template of a pod set admitted on a
+// topology-aware flavor, which its pods carry: where the pod set's pods go
+// (the topology assignment, as JSON), and which object and pod set they
+// are of (TopologyOwnerAnnotation is the object's namespace/name). The
+// integration removes TopologySchedulingGate from each pod with the node
+// selector of a domain that still has room for one.
+const (
+	TopologyAssignmentAnnotation = "sluice.dev/topology-assignment"
+	TopologyOwnerAnnotation      = "sluice.dev/topology-owner"
+	TopologyPodSetAnnotation     = "sluice.dev/topology-podset"
+)

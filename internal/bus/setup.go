@@ -33,6 +33,9 @@ const (
 	BucketShards = "sluice-shards"
 	// ShardTTL is how long a lease lives unless renewed.
 	ShardTTL = 10 * time.Second
+	// BucketNodes holds the capacity of the nodes topology-aware flavors
+	// place pods on (internal/nodecap).
+	BucketNodes = "sluice-nodes"
 )
 
 // StreamSubjects are the subjects of the SLUICE stream.
@@ -42,7 +45,7 @@ var StreamSubjects = []string{"sluice.workload.>", "sluice.preemption.>", "sluic
 var DLQSubjects = []string{events.DLQSubjectPrefix + ">"}
 
 // Buckets are the KV buckets Setup creates.
-var Buckets = []string{BucketQuota, BucketWorkloads, BucketConfig, BucketFence, BucketShards}
+var Buckets = []string{BucketQuota, BucketWorkloads, BucketConfig, BucketFence, BucketShards, BucketNodes}
 
 // Defaults of Config.
 const (
@@ -267,7 +270,8 @@ func keepBound(ctx context.Context, js jetstream.JetStream, stream string, want 
 const LimitMarkerTTL = time.Minute
 
 // Setup creates the SLUICE and SLUICE_DLQ streams and the sluice-quota,
-// sluice-workloads, sluice-config, sluice-fence and sluice-shards KV buckets, or updates
+// sluice-workloads, sluice-config, sluice-fence, sluice-shards and
+// sluice-nodes KV buckets, or updates
 // them to cfg. It
 // is idempotent: running it again with the same cfg changes nothing, and
 // every service may run it at start-up.

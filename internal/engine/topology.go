@@ -16,15 +16,15 @@ type Topology struct {
 
 // Node is one node's capacity as topology-aware scheduling counts it.
 type Node struct {
-	Name   string
-	Labels map[string]string
+	Name   string            `json:"name"`
+	Labels map[string]string `json:"labels,omitempty"`
 	// Allocatable is what the node offers, Used what pods outside
 	// topology-aware workloads take of it; both in canonical units.
-	Allocatable map[string]int64
-	Used        map[string]int64
-	Taints      []corev1.Taint
+	Allocatable map[string]int64 `json:"allocatable,omitempty"`
+	Used        map[string]int64 `json:"used,omitempty"`
+	Taints      []corev1.Taint   `json:"taints,omitempty"`
 	// Unschedulable: cordoned or not Ready; nothing is placed on it.
-	Unschedulable bool
+	Unschedulable bool `json:"unschedulable,omitempty"`
 }
 
 // TopologyRequest is how a pod set asks to be placed, from its pod

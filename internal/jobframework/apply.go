@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluice-dev/sluice/api/v1beta1"
 	"github.com/sluice-dev/sluice/events"
+	"github.com/sluice-dev/sluice/internal/engine"
 )
 
 const (
@@ -61,6 +62,9 @@ type PodSetAssignment struct {
 	Flavors map[string]string `json:"flavors,omitempty"`
 	// Update is what the admission checks add to the pod set's pods.
 	Update *PodSetUpdate `json:"update,omitempty"`
+	// Topology places the pod set's pods on a topology-aware flavor's
+	// domains (Update carries what enforces it).
+	Topology *engine.TopologyAssignment `json:"topologyAssignment,omitempty"`
 }
 
 // PodSetUpdate is what admission checks add to the pods of one pod set:
@@ -71,6 +75,11 @@ type PodSetUpdate struct {
 	Annotations  map[string]string   `json:"annotations,omitempty"`
 	NodeSelector map[string]string   `json:"nodeSelector,omitempty"`
 	Tolerations  []corev1.Toleration `json:"tolerations,omitempty"`
+	// SchedulingGates hold the pods until something removes them (the
+	// topology gate, removed pod by pod with the node selector of the
+	// pod's domain). A Pod that is its own pod set cannot be given gates
+	// once created: there they are left out.
+	SchedulingGates []string `json:"schedulingGates,omitempty"`
 }
 
 // MergeUpdates combines what each check (by name) adds to the pod sets
@@ -143,6 +152,10 @@ type Original struct {
 	Meta        bool              `json:"meta,omitempty"`
 	Labels      map[string]string `json:"labels,omitempty"`
 	Annotations map[string]string `json:"annotations,omitempty"`
+	// HasGates: SchedulingGates are the template's as the user wrote them
+	// (recorded by a Sluice that adds gates; older records lack them).
+	HasGates        bool                       `json:"hasGates,omitempty"`
+	SchedulingGates []corev1.PodSchedulingGate `json:"schedulingGates,omitempty"`
 }
 
 // Admit changes j, in memory, to run under a: into each pod set's template
@@ -201,6 +214,15 @@ func Admit(j Job, a Assignment, flavors map[string]*v1beta1.ResourceFlavor) erro
 				return fmt.Errorf("pod set %q: %w", ps.Name, err)
 			}
 			tolerations = appendNew(tolerations, u.Tolerations)
+			if len(u.SchedulingGates) > 0 && !ownMeta(j, ps) {
+				if !orig[i].HasGates {
+					// No admission added gates before: the template's are
+					// the user's.
+					orig[i].HasGates, orig[i].SchedulingGates = true, cloneGates(ps.Spec.SchedulingGates)
+					recorded = false
+				}
+				ps.Spec.SchedulingGates = withGates(orig[i].SchedulingGates, u.SchedulingGates)
+			}
 			rerecord, err := updateMeta(j, ps, &orig[i], u)
 			if err != nil {
 				return fmt.Errorf("pod set %q: %w", ps.Name, err)
@@ -281,6 +303,12 @@ func Restore(j Job) (templatesChanged bool, err error) {
 		}
 		ps.Spec.NodeSelector = maps.Clone(o.NodeSelector)
 		ps.Spec.Tolerations = cloneTolerations(o.Tolerations)
+		if o.HasGates && !ownMeta(j, ps) {
+			if !sameGates(ps.Spec.SchedulingGates, o.SchedulingGates) {
+				templatesChanged = true
+			}
+			ps.Spec.SchedulingGates = cloneGates(o.SchedulingGates)
+		}
 		if o.Meta && ps.Meta != nil && !ownMeta(j, ps) {
 			if !maps.Equal(ps.Meta.Labels, o.Labels) || !maps.Equal(ps.Meta.Annotations, o.Annotations) {
 				templatesChanged = true
@@ -310,6 +338,12 @@ func Pristine(j Job) error {
 	for i, ps := range sets {
 		ps.Spec.NodeSelector = maps.Clone(orig[i].NodeSelector)
 		ps.Spec.Tolerations = cloneTolerations(orig[i].Tolerations)
+		if orig[i].HasGates && !ownMeta(j, ps) {
+			ps.Spec.SchedulingGates = cloneGates(orig[i].SchedulingGates)
+		}
+		if orig[i].Meta && ps.Meta != nil && !ownMeta(j, ps) {
+			ps.Meta.Labels, ps.Meta.Annotations = maps.Clone(orig[i].Labels), maps.Clone(orig[i].Annotations)
+		}
 		if scaler != nil {
 			scaler.SetScale(ps.Name, orig[i].Scale)
 		}
@@ -532,6 +566,13 @@ func updateMeta(j Job, ps PodSet, o *Original, u *PodSetUpdate) (rerecord bool, 
 	return rerecord, nil
 }
 
+// IsPod reports whether j is a Pod: its one pod set is itself, so what
+// admission adds goes on the Pod, and no gate can be added to it.
+func IsPod(j Job) bool {
+	sets, err := j.PodSets()
+	return err == nil && len(sets) == 1 && ownMeta(j, sets[0])
+}
+
 // ownMeta reports whether the pod set's metadata is the object's own (a
 // Pod): it is never recorded nor restored.
 func ownMeta(j Job, ps PodSet) bool {
@@ -577,6 +618,28 @@ func cloneTolerations(in []corev1.Toleration) []corev1.Toleration {
 	out := make([]corev1.Toleration, len(in))
 	for i := range in {
 		in[i].DeepCopyInto(&out[i])
+	}
+	return out
+}
+
+func cloneGates(in []corev1.PodSchedulingGate) []corev1.PodSchedulingGate {
+	if in == nil {
+		return nil
+	}
+	return slices.Clone(in)
+}
+
+func sameGates(a, b []corev1.PodSchedulingGate) bool {
+	return len(a) == len(b) && (len(a) == 0 || slices.Equal(a, b))
+}
+
+// withGates is the user's gates and the named ones not among them.
+func withGates(own []corev1.PodSchedulingGate, add []string) []corev1.PodSchedulingGate {
+	out := cloneGates(own)
+	for _, g := range add {
+		if !slices.ContainsFunc(out, func(have corev1.PodSchedulingGate) bool { return have.Name == g }) {
+			out = append(out, corev1.PodSchedulingGate{Name: g})
+		}
 	}
 	return out
 }

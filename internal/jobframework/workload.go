@@ -13,6 +13,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/sluice-dev/sluice/api/v1beta1"
+	"github.com/sluice-dev/sluice/events"
+	"github.com/sluice-dev/sluice/internal/engine"
+	"github.com/sluice-dev/sluice/internal/queueconfig"
 )
 
 // Workload is what the queueing core sees of an object of any kind.
@@ -46,6 +49,8 @@ type WorkloadPodSet struct {
 	Requests     corev1.ResourceList
 	NodeSelector map[string]string
 	Tolerations  []corev1.Toleration
+	// Topology is the pod template's topology request (nil: none).
+	Topology *events.TopologyRequestV1
 }
 
 // PriorityResolver looks up priority values by class name. Implementations
@@ -107,6 +112,13 @@ type WorkloadOption func(*workloadOptions)
 
 type workloadOptions struct {
 	requests func(corev1.ResourceList) corev1.ResourceList
+	kueue    bool
+}
+
+// WithKueueAnnotations reads Kueue's topology annotations on pod templates
+// where Sluice's are absent (--kueue-labels).
+func WithKueueAnnotations() WorkloadOption {
+	return func(o *workloadOptions) { o.kueue = true }
 }
 
 // WithRequests has f turn each pod set's per-pod requests into those the
@@ -182,6 +194,13 @@ func WorkloadOf(kind string, j Job, prio PriorityResolver, opts ...WorkloadOptio
 			wps.Requests = o.requests(wps.Requests)
 		}
 		wps.Name, wps.Count, wps.MinCount = ps.Name, ps.Count, minCount
+		if ps.Meta != nil {
+			t, err := queueconfig.TopologyRequest(ps.Meta.Annotations, o.kueue)
+			if err != nil {
+				return Workload{}, fmt.Errorf("%s %s: pod set %q: %w: %w", kind, key, ps.Name, err, ErrInvalidJob)
+			}
+			wps.Topology = topologyV1(t)
+		}
 		w.PodSets = append(w.PodSets, wps)
 	}
 	return w, nil
@@ -439,4 +458,13 @@ func cloneList(l corev1.ResourceList) corev1.ResourceList {
 		out[name] = q.DeepCopy()
 	}
 	return out
+}
+
+// topologyV1 is a topology request as events carry it; nil for none.
+func topologyV1(t engine.TopologyRequest) *events.TopologyRequestV1 {
+	if t.IsZero() {
+		return nil
+	}
+	return &events.TopologyRequestV1{Required: t.Required, Preferred: t.Preferred, Unconstrained: t.Unconstrained,
+		SliceLevel: t.SliceLevel, SliceSize: t.SliceSize, Group: t.Group}
 }

@@ -216,7 +216,19 @@ func preemptionID(p events.PreemptionRequestedV1) string {
 func assignments(ps []engine.PodSetAssignment) []events.PodSetAssignmentV1 {
 	out := make([]events.PodSetAssignmentV1, len(ps))
 	for i, p := range ps {
-		out[i] = events.PodSetAssignmentV1{Name: p.Name, Count: p.Count, Flavors: p.Flavors}
+		out[i] = events.PodSetAssignmentV1{Name: p.Name, Count: p.Count, Flavors: p.Flavors, TopologyAssignment: TopologyV1(p.Topology)}
+	}
+	return out
+}
+
+// TopologyV1 is a topology assignment as events carry it; nil for none.
+func TopologyV1(t *engine.TopologyAssignment) *events.TopologyAssignmentV1 {
+	if t == nil {
+		return nil
+	}
+	out := &events.TopologyAssignmentV1{Levels: t.Levels, Domains: make([]events.TopologyDomainV1, len(t.Domains))}
+	for i, d := range t.Domains {
+		out.Domains[i] = events.TopologyDomainV1{Values: d.Values, Count: d.Count}
 	}
 	return out
 }

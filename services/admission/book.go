@@ -75,6 +75,9 @@ func (s *Service) cycle(ctx context.Context) error {
 	if s.configDirty {
 		s.reconfigure()
 	}
+	if s.nodesDirty {
+		s.renode()
+	}
 	s.dirty = false
 	now := s.clock()
 	s.lastCycle = now

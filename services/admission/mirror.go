@@ -16,6 +16,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/engine"
 	"github.com/sluice-dev/sluice/internal/fence"
 	"github.com/sluice-dev/sluice/internal/ledger"
+	"github.com/sluice-dev/sluice/internal/nodecap"
 	"github.com/sluice-dev/sluice/internal/queueconfig"
 	"github.com/sluice-dev/sluice/internal/workloads"
 )
@@ -54,6 +55,47 @@ func (s *Service) reconfigure() {
 	// A configuration change may have dropped admissions whose queue it
 	// no longer has; the ledger still holds them.
 	s.bookLedger()
+}
+
+// applyNode records one node's capacity, or its absence.
+func (s *Service) applyNode(e jetstream.KeyValueEntry) {
+	name, ok := nodecap.NodeOf(e.Key())
+	if !ok {
+		s.log.Warn().Str("key", e.Key()).Msg("ignoring a key of the nodes bucket that names no node")
+		return
+	}
+	if s.nodes == nil {
+		s.nodes = map[string]engine.Node{}
+	}
+	s.nodesDirty = true
+	if e.Operation() != jetstream.KeyValuePut {
+		delete(s.nodes, name)
+		return
+	}
+	n, err := nodecap.Decode(e.Value())
+	if err != nil {
+		// A node whose capacity cannot be read offers none.
+		s.log.Warn().Err(err).Str("key", e.Key()).Msg("ignoring node capacity")
+		delete(s.nodes, name)
+		return
+	}
+	s.nodes[name] = n
+}
+
+// renode gives the engine the nodes as they are now.
+func (s *Service) renode() {
+	names := make([]string, 0, len(s.nodes))
+	for n := range s.nodes {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	nodes := make([]engine.Node, len(names))
+	for i, n := range names {
+		nodes[i] = s.nodes[n]
+	}
+	s.eng.SetNodes(nodes)
+	s.nodesDirty = false
+	s.dirty = true
 }
 
 func (s *Service) applyWorkload(e jetstream.KeyValueEntry) {
@@ -278,8 +320,13 @@ func (s *Service) toEngine(w *events.WorkloadSubmittedV1) (engine.Workload, erro
 		if err != nil {
 			return ew, fmt.Errorf("pod set %s: %w", ps.Name, err)
 		}
-		ew.PodSets = append(ew.PodSets, engine.PodSet{Name: ps.Name, Count: ps.Count, MinCount: ps.MinCount, Requests: sh.canon,
-			NodeSelector: ps.NodeSelector, Tolerations: ps.Tolerations})
+		eps := engine.PodSet{Name: ps.Name, Count: ps.Count, MinCount: ps.MinCount, Requests: sh.canon,
+			NodeSelector: ps.NodeSelector, Tolerations: ps.Tolerations}
+		if t := ps.Topology; t != nil {
+			eps.Topology = engine.TopologyRequest{Required: t.Required, Preferred: t.Preferred, Unconstrained: t.Unconstrained,
+				SliceLevel: t.SliceLevel, SliceSize: t.SliceSize, Group: t.Group}
+		}
+		ew.PodSets = append(ew.PodSets, eps)
 	}
 	return ew, nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/fence"
 	"github.com/sluice-dev/sluice/internal/health"
 	"github.com/sluice-dev/sluice/internal/ledger"
+	"github.com/sluice-dev/sluice/internal/nodecap"
 	"github.com/sluice-dev/sluice/internal/tracing"
 	"github.com/sluice-dev/sluice/internal/workloads"
 )
@@ -150,6 +151,10 @@ type Service struct {
 
 	configDirty bool
 	dirty       bool
+	// nodes is the capacity of the nodes of topology-aware flavors, by
+	// node name; nodesDirty: it changed since the engine last had it.
+	nodes      map[string]engine.Node
+	nodesDirty bool
 
 	tracer *tracing.Tracer
 	// queued is what each waiting workload's queued span will show (only
@@ -224,11 +229,11 @@ func (s *Service) Run(ctx context.Context) error {
 }
 
 func (s *Service) run(ctx context.Context) error {
-	kvs, stream, err := bus.OpenBuckets(ctx, s.js, true, configstore.Bucket, workloads.Bucket, ledger.Bucket, fence.Bucket)
+	kvs, stream, err := bus.OpenBuckets(ctx, s.js, true, configstore.Bucket, workloads.Bucket, ledger.Bucket, fence.Bucket, nodecap.Bucket)
 	if err != nil {
 		return fmt.Errorf("admission: %w", err)
 	}
-	cfgKV, wlKV, ledKV, fenceKV := kvs[0], kvs[1], kvs[2], kvs[3]
+	cfgKV, wlKV, ledKV, fenceKV, nodesKV := kvs[0], kvs[1], kvs[2], kvs[3], kvs[4]
 	s.wlKV, s.fenceKV, s.stream, s.ledKV = wlKV, fenceKV, stream, ledKV
 	s.out.stream, s.out.fenceKV = stream, fenceKV
 	s.writer = ledger.NewWriter(s.js)
@@ -247,8 +252,9 @@ func (s *Service) run(ctx context.Context) error {
 	// Retry or Rejected) for a replica that starts later.
 	feedCtx, stopFeeds := context.WithCancel(ctx)
 	defer stopFeeds()
-	feedErr := make(chan error, 4)
+	feedErr := make(chan error, 5)
 	cfgF := s.feed(feedCtx, cfgKV, feedErr)
+	nodesF := s.feed(feedCtx, nodesKV, feedErr)
 	wlF := s.feed(feedCtx, wlKV, feedErr)
 	ledF := s.feed(feedCtx, ledKV, feedErr)
 	fenceF := s.feed(feedCtx, fenceKV, feedErr)
@@ -270,7 +276,9 @@ func (s *Service) run(ctx context.Context) error {
 
 	// Admit nothing before the mirrors hold their initial state.
 	synced := map[string]bool{}
-	allSynced := func() bool { return synced["config"] && synced["workloads"] && synced["ledger"] && synced["fences"] }
+	allSynced := func() bool {
+		return synced["config"] && synced["workloads"] && synced["ledger"] && synced["fences"] && synced["nodes"]
+	}
 	tick := time.NewTicker(s.cfg.Interval)
 	defer tick.Stop()
 	for {
@@ -294,6 +302,12 @@ func (s *Service) run(ctx context.Context) error {
 				continue
 			}
 			s.applyWorkload(e)
+		case e := <-nodesF.entries:
+			if e == nil {
+				synced["nodes"] = true
+				continue
+			}
+			s.applyNode(e)
 		case e := <-ledF.entries:
 			if e == nil {
 				synced["ledger"] = true
@@ -335,7 +349,7 @@ func (s *Service) run(ctx context.Context) error {
 			if next, due := s.eng.NextTimer(s.lastCycle); due && !s.clock().Before(next) {
 				s.dirty = true // a pods-ready timeout or a backoff ended
 			}
-			if !(s.dirty || s.configDirty) {
+			if !(s.dirty || s.configDirty || s.nodesDirty) {
 				continue
 			}
 			if err := s.cycle(ctx); err != nil {

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/sluice-dev/sluice/events"
+	"github.com/sluice-dev/sluice/internal/engine"
 	"github.com/sluice-dev/sluice/internal/jobframework"
 	"github.com/sluice-dev/sluice/internal/ledger"
 )
@@ -149,7 +150,7 @@ func (s *Service) syncGroup(ctx context.Context, k *kindRunner, g jobframework.G
 	case held && len(gated) > 0 && !r.Startable():
 		return nil // quota reserved: it waits for its admission checks
 	case held && len(gated) > 0:
-		return s.startGroup(ctx, k, rec, r, gated)
+		return s.startGroup(ctx, k, rec, r, gated, live)
 	case held:
 		if err := s.confirmStart(ctx, rec, r); err != nil {
 			return err
@@ -215,7 +216,7 @@ func roleOf(k *kindRunner, m jobframework.Job) (string, error) {
 // startGroup applies a group's reservation to its gated members, one API
 // write each, under the same fences as start. Members created after the
 // group started (replacements) are started under the same admission.
-func (s *Service) startGroup(ctx context.Context, k *kindRunner, rec *events.WorkloadSubmittedV1, r ledger.Reservation, gated []jobframework.Job) (err error) {
+func (s *Service) startGroup(ctx context.Context, k *kindRunner, rec *events.WorkloadSubmittedV1, r ledger.Reservation, gated, live []jobframework.Job) (err error) {
 	assigned, err := assignmentOf(r)
 	if err != nil {
 		for _, m := range gated {
@@ -224,8 +225,32 @@ func (s *Service) startGroup(ctx context.Context, k *kindRunner, rec *events.Wor
 		return nil
 	}
 	byRole := map[string]jobframework.PodSetAssignment{}
-	for _, psa := range assigned.PodSets {
+	placements := map[string]*engine.TopologyAssignment{}
+	for i, psa := range assigned.PodSets {
 		byRole[psa.Name] = psa
+		if i < len(r.PodSets) && r.PodSets[i].Topology != nil {
+			placements[psa.Name] = r.PodSets[i].Topology
+		}
+	}
+	// Members of a role placed on a topology-aware flavor each take a
+	// domain with room: those already started hold theirs.
+	placed := map[string][]map[string]string{}
+	if len(placements) > 0 {
+		for _, m := range live {
+			if m.IsSuspended() {
+				continue
+			}
+			if done, _, _ := m.Finished(); done {
+				continue
+			}
+			role, err := roleOf(k, m)
+			if err != nil {
+				return err
+			}
+			if sets, err := m.PodSets(); err == nil && len(sets) == 1 {
+				placed[role] = append(placed[role], sets[0].Spec.NodeSelector)
+			}
+		}
 	}
 	s.mu.Lock()
 	flavors := s.snap.Flavors
@@ -256,6 +281,19 @@ func (s *Service) startGroup(ctx context.Context, k *kindRunner, rec *events.Wor
 			return err
 		}
 		a := jobframework.Assignment{ClusterQueue: r.ClusterQueue, PodSets: []jobframework.PodSetAssignment{{Name: sets[0].Name, Count: sets[0].Count, Flavors: psa.Flavors, Update: psa.Update}}}
+		if t := placements[role]; t != nil {
+			picked := pickDomains(t, placed[role], 1)
+			if len(picked) == 0 {
+				s.recorder.Eventf(m.Object(), corev1.EventTypeWarning, "AdmissionFailed", "every domain of pod set %s's placement is taken; it stays gated", role)
+				continue
+			}
+			placed[role] = append(placed[role], picked[0])
+			u, err := withTopology(psa.Update, k.kind.Name, "", role, t, true, picked[0])
+			if err != nil {
+				return err
+			}
+			a.PodSets[0].Update = u
+		}
 		if err := jobframework.Admit(admitted, a, flavors); err != nil {
 			s.recorder.Eventf(m.Object(), corev1.EventTypeWarning, "AdmissionFailed", "cannot apply admission: %v", err)
 			continue

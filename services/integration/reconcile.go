@@ -446,7 +446,7 @@ func toEvent(kind string, w jobframework.Workload) events.WorkloadSubmittedV1 {
 	}
 	for _, ps := range w.PodSets {
 		p := events.PodSetV1{Name: ps.Name, Count: ps.Count, MinCount: ps.MinCount, Requests: map[string]string{},
-			NodeSelector: ps.NodeSelector, Tolerations: ps.Tolerations}
+			NodeSelector: ps.NodeSelector, Tolerations: ps.Tolerations, Topology: ps.Topology}
 		for r, q := range ps.Requests {
 			p.Requests[string(r)] = q.String()
 		}

@@ -326,6 +326,12 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	spawn("requeue on configuration changes", s.requeueOnConfig)
 	for _, k := range s.kinds {
+		if k.kind.Name == "pod" {
+			continue // a Pod gets its domain when admitted: it has no gate to lift
+		}
+		spawn(k.kind.Name+" topology ungater", func(ctx context.Context) error { return s.runUngater(ctx, k) })
+	}
+	for _, k := range s.kinds {
 		spawn(k.kind.Name+" pending consumer", func(ctx context.Context) error {
 			return bus.Run(ctx, s.js, PendingConsumer(k.kind.Name), func(ctx context.Context, env events.Envelope) error { return s.handlePending(ctx, k, env) }, bus.WithLogger(s.log))
 		})
@@ -591,10 +597,14 @@ func (k *kindRunner) decode(obj runtime.Object) (jobframework.Job, error) {
 
 // workloadOptions are how this service builds workloads from objects.
 func (s *Service) workloadOptions() []jobframework.WorkloadOption {
-	if s.cfg.Requests == nil {
-		return nil
+	var opts []jobframework.WorkloadOption
+	if s.cfg.Requests != nil {
+		opts = append(opts, jobframework.WithRequests(s.cfg.Requests))
 	}
-	return []jobframework.WorkloadOption{jobframework.WithRequests(s.cfg.Requests)}
+	if s.cfg.KueueLabels {
+		opts = append(opts, jobframework.WithKueueAnnotations())
+	}
+	return opts
 }
 
 // priorities resolves priority classes from the configuration snapshot.

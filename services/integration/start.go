@@ -44,6 +44,9 @@ func (s *Service) start(ctx context.Context, k *kindRunner, job jobframework.Job
 	}
 	a, err := assignmentOf(r)
 	if err == nil {
+		err = withPlacements(&a, r, k.kind.Name, m.GetNamespace()+"/"+m.GetName(), admitted, nil)
+	}
+	if err == nil {
 		err = jobframework.Admit(admitted, a, flavors)
 	}
 	if err != nil {
@@ -143,6 +146,36 @@ func assignmentOf(r ledger.Reservation) (jobframework.Assignment, error) {
 		a.PodSets = append(a.PodSets, jobframework.PodSetAssignment{Name: ps.Name, Count: ps.Count, Flavors: ps.Flavors, Update: updates[ps.Name]})
 	}
 	return a, nil
+}
+
+// withPlacements adds to a what the pod sets placed on topology-aware
+// flavors need (withTopology): gates for templates; for a Pod, the node
+// selector of a domain with room, given the node selectors of the pods of
+// the pod set already started (placed, by pod set).
+func withPlacements(a *jobframework.Assignment, r ledger.Reservation, kind, owner string, j jobframework.Job, placed map[string][]map[string]string) error {
+	own := jobframework.IsPod(j)
+	for i := range a.PodSets {
+		psa := &a.PodSets[i]
+		t := r.PodSets[i].Topology
+		if t == nil {
+			continue
+		}
+		var sel map[string]string
+		if own {
+			picked := pickDomains(t, placed[psa.Name], 1)
+			if len(picked) == 0 {
+				return fmt.Errorf("pod set %q: every domain of its placement is taken: %w", psa.Name, jobframework.ErrInvalidAssignment)
+			}
+			sel = picked[0]
+		}
+		u, err := withTopology(psa.Update, kind, owner, psa.Name, t, own, sel)
+		if err != nil {
+			return err
+		}
+		psa.Update = u
+		psa.Topology = t
+	}
+	return nil
 }
 
 // fencedStart runs apply, the API writes of a start, under the fences

@@ -8,11 +8,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/sluice-dev/sluice/events"
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/internal/component"
 	"github.com/sluice-dev/sluice/internal/configstore"
+	"github.com/sluice-dev/sluice/internal/nodecap"
 )
 
 // Options are the watcher's settings as `sluice watcher` and `sluice dev`
@@ -59,7 +61,15 @@ func Build(ctx context.Context, d component.Deps, o Options) (component.Runnable
 	if err != nil {
 		return nil, err
 	}
-	opts := []Option{WithLogger(d.Log)}
+	client, err := kubernetes.NewForConfig(d.Kube)
+	if err != nil {
+		return nil, err
+	}
+	nodesKV, err := bus.OpenKV(ctx, d.JS, nodecap.Bucket)
+	if err != nil {
+		return nil, err
+	}
+	opts := []Option{WithLogger(d.Log), WithNodes(client, nodesKV)}
 	if o.StatusInterval > 0 {
 		opts = append(opts, WithStatus(d.JS, o.StatusInterval))
 	}

@@ -1,8 +1,9 @@
 // Package watcher mirrors Sluice's queue configuration (ResourceFlavor,
-// ClusterQueue, Cohort, LocalQueue, WorkloadPriorityClass, AdmissionCheck) and Kubernetes
-// PriorityClasses and namespace labels into the sluice-config KV bucket, so
-// every other service reads configuration from JetStream and never needs
-// the API server. It also writes ClusterQueue and LocalQueue status back,
+// ClusterQueue, Cohort, LocalQueue, WorkloadPriorityClass, AdmissionCheck,
+// Topology) and Kubernetes PriorityClasses and namespace labels into the
+// sluice-config KV bucket, so every other service reads configuration from
+// JetStream and never needs the API server. Once a Topology exists, it also
+// mirrors the capacity of the nodes in a topology into sluice-nodes. It also writes ClusterQueue and LocalQueue status back,
 // on a timer rather than per workload.
 package watcher
 
@@ -81,6 +82,8 @@ type Service struct {
 	// configGen counts the changes mirrored, so that queue status rebuilds
 	// its view of the configuration only after one.
 	configGen atomic.Uint64
+	// nodes mirrors node capacity for topology-aware flavors (WithNodes).
+	nodes *nodeMirror
 }
 
 // item is one object to bring in line: its kind and cache key.
@@ -169,9 +172,18 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.status != nil {
 		go s.status.run(ctx, s)
 	}
+	nodesDone := make(chan struct{})
+	go func() {
+		defer close(nodesDone)
+		if s.nodes != nil {
+			s.nodes.log, s.nodes.resync, s.nodes.topologies = s.log, s.cfg.Resync, s.topologyLevels
+			s.nodes.run(ctx)
+		}
+	}()
 	<-ctx.Done()
 	s.queue.ShutDownWithDrain()
 	<-done
+	<-nodesDone
 	factory.Shutdown()
 	return nil
 }

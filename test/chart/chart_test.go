@@ -271,7 +271,8 @@ func webhooksAreTheIntegrationsOwn(t *testing.T, kueueLabels bool) {
 }
 
 // The kind each integration's ClusterRole names, with the verbs the
-// integration uses on it: nothing on any other kind.
+// integration uses on it, and the pods it ungates: nothing on any other
+// kind.
 func TestChartIntegrationRBACIsItsKindOnly(t *testing.T) {
 	objs := mustRender(t, allKinds()...)
 	for _, ad := range kinds.All {
@@ -294,6 +295,10 @@ func TestChartIntegrationRBACIsItsKindOnly(t *testing.T) {
 			want := []rbacv1.PolicyRule{{APIGroups: []string{k.GVK.Group}, Resources: []string{k.Resource}, Verbs: verbs}}
 			if _, ok := j.(jobframework.Unlocker); ok {
 				want = append(want, rbacv1.PolicyRule{APIGroups: []string{k.GVK.Group}, Resources: []string{k.Resource + "/status"}, Verbs: []string{"patch"}})
+			}
+			if k.Resource != "pods" {
+				// Its topology-aware pods: gated until given their domain.
+				want = append(want, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch", "patch"}})
 			}
 			want = append(want, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}})
 			if diff := cmp.Diff(want, role.Rules); diff != "" {

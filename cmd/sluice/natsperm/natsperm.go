@@ -25,6 +25,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/fence"
 	"github.com/sluice-dev/sluice/internal/ledger"
 	"github.com/sluice-dev/sluice/internal/natsconn"
+	"github.com/sluice-dev/sluice/internal/nodecap"
 	"github.com/sluice-dev/sluice/internal/workloads"
 	"github.com/sluice-dev/sluice/services/integration/kinds"
 	"github.com/sluice-dev/sluice/services/multicluster"
@@ -224,6 +225,8 @@ func For(service string, opts ...Option) (Permissions, error) {
 		r.consume(bus.StreamEvents, "admission-checks")
 		r.readStream(bus.StreamEvents)
 		r.kvRead(configstore.Bucket).kvRead(workloads.Bucket).kvWrite(ledger.Bucket).kvWrite(fence.Bucket)
+		// Topology-aware flavors place pods within the nodes' capacity.
+		r.kvRead(nodecap.Bucket)
 		// The web view's live feed follows the workload events.
 		r.sub[events.SubjectFilter("workload", "", "", "")] = true
 	case "integration":
@@ -256,6 +259,8 @@ func For(service string, opts ...Option) (Permissions, error) {
 		// Queue status: usage from the ledger, pending counts from records
 		// less the workloads deactivated (their fences say so).
 		r.kvWrite(configstore.Bucket).kvRead(ledger.Bucket).kvRead(workloads.Bucket).kvRead(fence.Bucket)
+		// The capacity of the nodes of topology-aware flavors.
+		r.kvWrite(nodecap.Bucket)
 		// The storage metrics: each stream's and bucket's size and bound.
 		for _, st := range []string{bus.StreamEvents, bus.StreamDLQ, "KV_" + bus.BucketShards} {
 			r.publish("$JS.API.STREAM.INFO." + st)

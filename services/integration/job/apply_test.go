@@ -22,8 +22,8 @@ import (
 // Job update rules this package relies on:
 //
 //   - KEP-2926: the pod template may change only in nodeSelector,
-//     tolerations, labels and annotations, and only while the stored Job is
-//     suspended with no status.startTime;
+//     tolerations, schedulingGates, labels and annotations, and only while
+//     the stored Job is suspended with no status.startTime;
 //   - the uid in the patch must match;
 //   - status.startTime may change only while the Job is suspended.
 func apiServerWrite(t *testing.T, stored *batchv1.Job, subresource string, patch []byte) (*batchv1.Job, error) {
@@ -60,6 +60,7 @@ func apiServerWrite(t *testing.T, stored *batchv1.Job, subresource string, patch
 		return nil, errors.New("spec.template: field is immutable (job is not suspended or has started)")
 	}
 	oldTpl.Spec.NodeSelector, oldTpl.Spec.Tolerations = newTpl.Spec.NodeSelector, newTpl.Spec.Tolerations
+	oldTpl.Spec.SchedulingGates = newTpl.Spec.SchedulingGates
 	oldTpl.Labels, oldTpl.Annotations = newTpl.Labels, newTpl.Annotations
 	if !apiequality.Semantic.DeepEqual(oldTpl, newTpl) {
 		return nil, errors.New("spec.template: field is immutable beyond scheduling directives")
@@ -731,5 +732,56 @@ func TestNilJobsAreRefusedNotPanicked(t *testing.T) {
 	}
 	if _, ok, err := originalOf(nil); ok || err != nil {
 		t.Errorf("originalOf(nil) = _, %v, %v; want none", ok, err)
+	}
+}
+
+// TestTopologyGateComesAndGoes: an admission on a topology-aware flavor
+// gates the template's pods (beside the user's own gate) and labels and
+// annotates them; stopping the Job gives the user's template back.
+func TestTopologyGateComesAndGoes(t *testing.T) {
+	user := makeJob("j").templateAnnotation("team", "a")
+	job := user.obj()
+	job.Spec.Template.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "example.com/mine"}}
+	a := withUpdate(admit(1, "cpu", "default"), PodSetUpdate{
+		Labels:          map[string]string{"sluice.dev/tas": "job"},
+		Annotations:     map[string]string{"sluice.dev/topology-podset": MainPodSet},
+		SchedulingGates: []string{"sluice.dev/topology"},
+	})
+	patch, err := admissionPatch(job, a, testFlavors)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := apiServerWrite(t, job, "", patch)
+	if err != nil {
+		t.Fatalf("API server would refuse %s: %v", patch, err)
+	}
+	wantGates := []corev1.PodSchedulingGate{{Name: "example.com/mine"}, {Name: "sluice.dev/topology"}}
+	if diff := cmp.Diff(wantGates, got.Spec.Template.Spec.SchedulingGates); diff != "" {
+		t.Errorf("admitted gates (-want +got):\n%s", diff)
+	}
+	if got.Spec.Template.Labels["sluice.dev/tas"] != "job" || got.Spec.Template.Annotations["team"] != "a" {
+		t.Errorf("admitted template metadata %v %v", got.Spec.Template.Labels, got.Spec.Template.Annotations)
+	}
+	for {
+		step, err := nextStopStep(got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sub := ""
+		if step.Status {
+			sub = "status"
+		}
+		if got, err = apiServerWrite(t, got, sub, step.Patch); err != nil {
+			t.Fatalf("stop step refused: %v", err)
+		}
+		if step.Last {
+			break
+		}
+	}
+	if diff := cmp.Diff([]corev1.PodSchedulingGate{{Name: "example.com/mine"}}, got.Spec.Template.Spec.SchedulingGates); diff != "" {
+		t.Errorf("gates after the stop (-want +got):\n%s", diff)
+	}
+	if _, ok := got.Spec.Template.Labels["sluice.dev/tas"]; ok {
+		t.Errorf("the topology label stayed after the stop: %v", got.Spec.Template.Labels)
 	}
 }

@@ -103,17 +103,19 @@ func TestWebhookMutate(t *testing.T) {
 					label("kueue.x-k8s.io/max-exec-time-seconds", "60").
 					label("kueue.x-k8s.io/prebuilt-workload-name", "w").
 					annotation(KueueMinParallelismAnnotation, "1").
-					templateAnnotation("kueue.x-k8s.io/podset-required-topology", "rack").obj())
+					templateAnnotation("kueue.x-k8s.io/podset-required-topology", "rack").
+					templateAnnotation("kueue.x-k8s.io/pod-group-fast-admission", "true").obj())
 			},
 			wantAllowed: true,
 			wantPatched: true,
 			wantJob: makeJob("j").label("kueue.x-k8s.io/max-exec-time-seconds", "60").
 				label("kueue.x-k8s.io/prebuilt-workload-name", "w").
 				annotation(KueueMinParallelismAnnotation, "1").
-				templateAnnotation("kueue.x-k8s.io/podset-required-topology", "rack"),
+				templateAnnotation("kueue.x-k8s.io/podset-required-topology", "rack").
+				templateAnnotation("kueue.x-k8s.io/pod-group-fast-admission", "true"),
 			wantWarnings: []string{
 				"label kueue.x-k8s.io/prebuilt-workload-name is Kueue's; Sluice does not read it (docs/migrate-from-kueue.md)",
-				"pod set main: annotation kueue.x-k8s.io/podset-required-topology is Kueue's; Sluice does not read it (docs/migrate-from-kueue.md)",
+				"pod set main: annotation kueue.x-k8s.io/pod-group-fast-admission is Kueue's; Sluice does not read it (docs/migrate-from-kueue.md)",
 			},
 		},
 		{
