@@ -5,7 +5,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 state="${DEVCLUSTER_DIR:-$HOME/.sluice-devcluster}"
-bin/devcluster up --dir "$state"
+# DEVCLUSTER_TOPOLOGY=1: also the data center of 32 GPU nodes in blocks and
+# racks, and the topology-aware queue of examples/cluster/topology.yaml.
+topology=()
+if [ -n "${DEVCLUSTER_TOPOLOGY:-}" ]; then topology=(--topology); fi
+bin/devcluster up --dir "$state" "${topology[@]}"
 export KUBECONFIG="$state/kubeconfig"
 kubectl() { bin/devcluster kubectl --dir "$state" "$@"; }
 
@@ -19,6 +23,7 @@ go run ./hack/kindcrds "$kinds" >/dev/null
 kubectl apply --server-side -f "$kinds" >/dev/null
 kubectl wait --for condition=established --timeout=60s crd --all >/dev/null
 kubectl apply -f examples/cluster/queues.yaml
+if [ -n "${DEVCLUSTER_TOPOLOGY:-}" ]; then kubectl apply -f examples/cluster/topology.yaml; fi
 
 if [ -f "$state/sluice.pid" ] && kill -0 "$(cat "$state/sluice.pid")" 2>/dev/null; then
 	echo "sluice dev already runs (pid $(cat "$state/sluice.pid"))"

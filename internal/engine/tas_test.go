@@ -31,7 +31,7 @@ func cluster(blocks, racks, nodes int, gpus int64) []Node {
 						corev1.LabelHostname: fmt.Sprintf("b%dr%dn%d", b, r, n),
 						"pool":               "gpu",
 					},
-					Allocatable: map[string]int64{"gpu": gpus, "pods": 110},
+					Allocatable: map[string]int64{"gpu": gpus, "pods": 110, "cpu": 64000},
 				})
 			}
 		}

@@ -282,6 +282,9 @@ func Restore(j Job) (templatesChanged bool, err error) {
 	if err != nil {
 		return false, err
 	}
+	// What the admission added to the templates' labels and annotations
+	// is taken out key by key (see restoreMeta).
+	adm, _, _ := AdmissionOf(j.Meta().GetAnnotations())
 	j.SetSuspended(true)
 	if ann := j.Meta().GetAnnotations(); ann != nil {
 		ann = maps.Clone(ann)
@@ -310,10 +313,11 @@ func Restore(j Job) (templatesChanged bool, err error) {
 			ps.Spec.SchedulingGates = cloneGates(o.SchedulingGates)
 		}
 		if o.Meta && ps.Meta != nil && !ownMeta(j, ps) {
-			if !maps.Equal(ps.Meta.Labels, o.Labels) || !maps.Equal(ps.Meta.Annotations, o.Annotations) {
+			labels, annotations := restoreMeta(ps.Meta, o, updateOf(adm, ps.Name))
+			if !maps.Equal(ps.Meta.Labels, labels) || !maps.Equal(ps.Meta.Annotations, annotations) {
 				templatesChanged = true
 			}
-			ps.Meta.Labels, ps.Meta.Annotations = maps.Clone(o.Labels), maps.Clone(o.Annotations)
+			ps.Meta.Labels, ps.Meta.Annotations = labels, annotations
 		}
 		if scaler != nil {
 			scaler.SetScale(ps.Name, o.Scale)
@@ -334,6 +338,7 @@ func Pristine(j Job) error {
 	if err != nil || !recorded {
 		return err
 	}
+	adm, _, _ := AdmissionOf(j.Meta().GetAnnotations())
 	scaler, _ := j.(Scaler)
 	for i, ps := range sets {
 		ps.Spec.NodeSelector = maps.Clone(orig[i].NodeSelector)
@@ -342,7 +347,7 @@ func Pristine(j Job) error {
 			ps.Spec.SchedulingGates = cloneGates(orig[i].SchedulingGates)
 		}
 		if orig[i].Meta && ps.Meta != nil && !ownMeta(j, ps) {
-			ps.Meta.Labels, ps.Meta.Annotations = maps.Clone(orig[i].Labels), maps.Clone(orig[i].Annotations)
+			ps.Meta.Labels, ps.Meta.Annotations = restoreMeta(ps.Meta, orig[i], updateOf(adm, ps.Name))
 		}
 		if scaler != nil {
 			scaler.SetScale(ps.Name, orig[i].Scale)
@@ -476,10 +481,14 @@ func MergePatch(before, after runtime.Object, uid, rv string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("compute patch: %w", err)
 	}
-	var p map[string]any
+	var p, was map[string]any
 	if err := json.Unmarshal(diff, &p); err != nil {
 		return nil, fmt.Errorf("compute patch: %w", err)
 	}
+	if err := json.Unmarshal(a, &was); err != nil {
+		return nil, fmt.Errorf("compute patch: %w", err)
+	}
+	keyByKey(p, was, false)
 	delete(p, "status") // writes to the object itself never touch its status
 	meta, _ := p["metadata"].(map[string]any)
 	if meta == nil {
@@ -564,6 +573,47 @@ func updateMeta(j Job, ps PodSet, o *Original, u *PodSetUpdate) (rerecord bool, 
 	}
 	ps.Meta.Labels, ps.Meta.Annotations = labels, annotations
 	return rerecord, nil
+}
+
+// updateOf is what an admission added to a pod set's template; nil if
+// nothing, or the admission is not recorded.
+func updateOf(a Assignment, podSet string) *PodSetUpdate {
+	for _, psa := range a.PodSets {
+		if psa.Name == podSet {
+			return psa.Update
+		}
+	}
+	return nil
+}
+
+// restoreMeta is a template's labels and annotations with what the
+// admission's update u added taken out: each key it set goes back to the
+// user's value, or goes. Other keys stay as they are: the recorded user's
+// maps may lack keys the API server put there (a Job's generated template
+// labels, which the informer's cache trims). Without u (an admission
+// recorded by an older Sluice), the recorded maps are the answer.
+func restoreMeta(m *metav1.ObjectMeta, o Original, u *PodSetUpdate) (labels, annotations map[string]string) {
+	if u == nil {
+		return maps.Clone(o.Labels), maps.Clone(o.Annotations)
+	}
+	undo := func(cur, user, added map[string]string) map[string]string {
+		out := maps.Clone(cur)
+		if out == nil {
+			out = map[string]string{}
+		}
+		for k := range added {
+			if v, ok := user[k]; ok {
+				out[k] = v
+			} else {
+				delete(out, k)
+			}
+		}
+		if len(out) == 0 {
+			return nil
+		}
+		return out
+	}
+	return undo(m.Labels, o.Labels, u.Labels), undo(m.Annotations, o.Annotations, u.Annotations)
 }
 
 // IsPod reports whether j is a Pod: its one pod set is itself, so what
@@ -709,6 +759,36 @@ func NextStopStep(ad Adapter, j Job) (Step, error) {
 	}
 	p, err := MergePatch(j.Object(), restored.Object(), uid, "")
 	return Step{Name: "restore", Patch: p, Last: true}, err
+}
+
+// stringMaps are the template fields whose keys the patch removes one by
+// one (a cache trims some of their keys; see keyByKey).
+var stringMaps = map[string]bool{"labels": true, "annotations": true}
+
+// keyByKey turns the removal of a pod template's whole labels or
+// annotations map (null in the patch) into the removal of
+// each key the template had, as it was read: the cache may have trimmed
+// keys the API server put there (a Job template's generated labels), which
+// a null would remove with the rest. inTemplate: patch is within a pod
+// template.
+func keyByKey(patch, was map[string]any, inTemplate bool) {
+	for k, v := range patch {
+		before, _ := was[k].(map[string]any)
+		switch sub := v.(type) {
+		case nil:
+			if inTemplate && stringMaps[k] && before != nil {
+				each := make(map[string]any, len(before))
+				for key := range before {
+					each[key] = nil
+				}
+				patch[k] = each
+			}
+		case map[string]any:
+			if before != nil {
+				keyByKey(sub, before, inTemplate || k == "template")
+			}
+		}
+	}
 }
 
 // WithUID adds metadata.uid to a merge patch, so it cannot apply to an

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -46,10 +47,14 @@ const (
 	AttrReason       = attribute.Key("sluice.reason")
 	AttrCycle        = attribute.Key("sluice.cycle")
 	AttrFlavors      = attribute.Key("sluice.flavors")
-	AttrBorrowing    = attribute.Key("sluice.borrowing")
-	AttrPreemptions  = attribute.Key("sluice.preemptions")
-	AttrPreemptor    = attribute.Key("sluice.preemptor")
-	AttrVictims      = attribute.Key("sluice.victims")
+	// AttrTopology: where the pods of pod sets placed on topology-aware
+	// flavors go, "podset:domain=count" with the domain's values joined by
+	// "/".
+	AttrTopology    = attribute.Key("sluice.topology")
+	AttrBorrowing   = attribute.Key("sluice.borrowing")
+	AttrPreemptions = attribute.Key("sluice.preemptions")
+	AttrPreemptor   = attribute.Key("sluice.preemptor")
+	AttrVictims     = attribute.Key("sluice.victims")
 )
 
 const instrumentation = "github.com/sluice-dev/sluice"
@@ -85,6 +90,21 @@ func Flavors(ps []engine.PodSetAssignment) attribute.KeyValue {
 	}
 	sort.Strings(out)
 	return AttrFlavors.StringSlice(out)
+}
+
+// Topology is the sluice.topology attribute of an admission; empty when
+// no pod set was placed on a topology-aware flavor.
+func Topology(ps []engine.PodSetAssignment) attribute.KeyValue {
+	var out []string
+	for _, p := range ps {
+		if p.Topology == nil {
+			continue
+		}
+		for _, d := range p.Topology.Domains {
+			out = append(out, fmt.Sprintf("%s:%s=%d", p.Name, strings.Join(d.Values, "/"), d.Count))
+		}
+	}
+	return AttrTopology.StringSlice(out)
 }
 
 // WorkloadName is the sluice.workload attribute: kind/namespace/name.

@@ -101,6 +101,7 @@ func (s *Service) traceAdmission(ctx context.Context, w *events.WorkloadSubmitte
 		tracing.AttrClusterQueue.String(d.ClusterQueue),
 		tracing.AttrAdmission.String(admission),
 		tracing.Flavors(d.PodSets),
+		tracing.Topology(d.PodSets),
 		tracing.AttrBorrowing.Bool(s.eng.Borrowing(d.Key)),
 		tracing.AttrPreemptions.Int(q.preemptions)))
 }

@@ -48,8 +48,11 @@ func applyTo(t *testing.T, dyn dynamic.Interface, docs string) {
 		}
 		gvk := u.GroupVersionKind()
 		plural := strings.ToLower(gvk.Kind) + "s"
-		if strings.HasSuffix(gvk.Kind, "s") {
+		switch {
+		case strings.HasSuffix(gvk.Kind, "s"):
 			plural = strings.ToLower(gvk.Kind) + "es" // WorkloadPriorityClass
+		case strings.HasSuffix(gvk.Kind, "y"):
+			plural = strings.ToLower(strings.TrimSuffix(gvk.Kind, "y")) + "ies" // Topology
 		}
 		gvr := schema.GroupVersionResource{Group: gvk.Group, Version: gvk.Version, Resource: plural}
 		var ri interface {

@@ -24,7 +24,7 @@ development and tests: etcd, kube-apiserver, kube-controller-manager and
 kube-scheduler (Kubernetes %s) and kwok (%s) for fake GPU nodes.
 
 Usage:
-  devcluster up [--nodes FILE] [--dir DIR] [--fresh]   build if needed, start, wait until ready
+  devcluster up [--nodes FILE] [--topology] [--dir DIR] [--fresh]   build if needed, start, wait until ready
   devcluster up --real-node [--images DIR] ...        also a real node for real containers (root)
   devcluster images import [--dir DIR] IMAGES_DIR     import *.tar images into the running real node
   devcluster down [--dir DIR] [--purge]               stop every process of the cluster
@@ -157,6 +157,7 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer, module fs.
 	var c common
 	c.register(fs)
 	nodesFile := fs.String("nodes", "", "YAML `file` that describes the fake nodes (default: 4 nodes with 8 nvidia.com/gpu each)")
+	topology := fs.Bool("topology", false, "also add 32 nodes of 8 nvidia.com/gpu in 2 blocks of 4 racks, labelled cloud.provider.com/topology-block and -rack, for topology-aware scheduling")
 	timeout := fs.Duration("timeout", 5*time.Minute, "how long starting may take, after the build")
 	buildTimeout := fs.Duration("build-timeout", time.Hour, "how long building the binaries may take")
 	fresh := fs.Bool("fresh", false, "wipe the cluster's data first, for an empty cluster")
@@ -168,6 +169,7 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer, module fs.
 	}
 	cfg := c.config(stdout)
 	cfg.NodesFile = *nodesFile
+	cfg.Topology = *topology
 	cfg.Module = module
 	cfg.StartTimeout = *timeout
 	cfg.BuildTimeout = *buildTimeout

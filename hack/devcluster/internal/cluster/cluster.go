@@ -30,6 +30,9 @@ type Config struct {
 	CacheDir string
 	// NodesFile describes the fake nodes; empty means the built-in nodes.
 	NodesFile string
+	// Topology adds the built-in data center of nodes labelled with block
+	// and rack (nodes.Topology).
+	Topology bool
 	// Module holds the devcluster module's go.mod and go.sum, to build
 	// the Kubernetes binaries from.
 	Module fs.FS

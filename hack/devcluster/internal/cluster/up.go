@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -34,6 +35,18 @@ func Up(ctx context.Context, c Config) error {
 	want, err := loadNodes(c.NodesFile)
 	if err != nil {
 		return err
+	}
+	if c.Topology {
+		more, err := nodes.Topology()
+		if err != nil {
+			return fmt.Errorf("built-in topology nodes: %w", err)
+		}
+		for _, n := range more {
+			if slices.ContainsFunc(want, func(w *corev1.Node) bool { return w.Name == n.Name }) {
+				return fmt.Errorf("--topology: node %s is also in the nodes file", n.Name)
+			}
+		}
+		want = append(want, more...)
 	}
 	if c.RealNode {
 		if os.Geteuid() != 0 {

@@ -46,6 +46,14 @@ const (
 //go:embed default.yaml
 var defaultYAML []byte
 
+//go:embed topology.yaml
+var topologyYAML []byte
+
+// Topology returns the nodes of the built-in data center for
+// topology-aware scheduling: 2 blocks × 4 racks × 4 nodes of 8
+// nvidia.com/gpu, labelled with their block and rack.
+func Topology() ([]*corev1.Node, error) { return Parse("built-in topology nodes file", topologyYAML) }
+
 // DefaultYAML returns the text of the built-in nodes file.
 func DefaultYAML() []byte { return append([]byte(nil), defaultYAML...) }
 

@@ -172,3 +172,32 @@ func TestLoad(t *testing.T) {
 		t.Errorf("Load(default file) = %d nodes, %v", len(ns), err)
 	}
 }
+
+func TestTopologyNodes(t *testing.T) {
+	ns, err := Topology()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ns) != 32 {
+		t.Fatalf("%d nodes, want 2 blocks × 4 racks × 4 nodes = 32", len(ns))
+	}
+	racks := map[string]int{}
+	for _, n := range ns {
+		block, rack := n.Labels["cloud.provider.com/topology-block"], n.Labels["cloud.provider.com/topology-rack"]
+		if block == "" || !strings.HasPrefix(rack, block+"-") || n.Labels["kubernetes.io/hostname"] != n.Name || n.Labels["node-group"] != "tas" {
+			t.Errorf("node %s labels %v: want its block, a rack of that block, its hostname and node-group tas", n.Name, n.Labels)
+		}
+		if gpu := n.Status.Allocatable["nvidia.com/gpu"]; gpu.Value() != 8 {
+			t.Errorf("node %s has %s GPUs, want 8", n.Name, gpu.String())
+		}
+		racks[rack]++
+	}
+	if len(racks) != 8 {
+		t.Errorf("racks %v, want 8 of 4 nodes", racks)
+	}
+	for r, n := range racks {
+		if n != 4 {
+			t.Errorf("rack %s has %d nodes, want 4", r, n)
+		}
+	}
+}
