@@ -107,6 +107,7 @@ func (e *Engine) Cycle(now time.Time) []Decision {
 	c.execTimeouts()
 	c.admissionChecks()
 	c.drain()
+	c.nodeFailures()
 	c.podsBlocked = c.podsReadyBlock()
 	for round := 0; round < maxRoundsPerCycle && !c.podsBlocked; round++ {
 		heads := c.heads()

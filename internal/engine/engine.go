@@ -126,6 +126,9 @@ type Engine struct {
 	// nodes and tas are the capacity of topology-aware flavors.
 	nodes []Node
 	tas   *tasState
+	// nodesChanged: SetNodes ran since the last cycle looked for
+	// workloads on failed nodes.
+	nodesChanged bool
 	// units names the unit of quota interaction of cohort trees that
 	// share a topology-aware flavor's nodes (see TreeOf).
 	units map[*node]string

@@ -57,6 +57,7 @@ type tasUse struct {
 // capacity; every pending workload is judged again.
 func (e *Engine) SetNodes(nodes []Node) {
 	e.nodes = nodes
+	e.nodesChanged = true
 	e.buildTAS()
 	for _, ws := range e.workloads {
 		if ws.admitted != nil {
@@ -244,7 +245,7 @@ func eligibilityKey(ps *PodSet) string {
 // matches the pod set's node selector, and every taint that keeps pods
 // off it is tolerated by the pod set or the flavor.
 func (f *tasFlavor) eligible(n *Node, ps *PodSet) bool {
-	if n.Unschedulable {
+	if n.Unschedulable || n.NotReady {
 		return false
 	}
 	for k, v := range ps.NodeSelector {
@@ -727,7 +728,7 @@ func (e *Engine) Domains() []DomainUsage {
 				var c int64
 				for _, ni := range lf.nodes {
 					n := &e.nodes[ni]
-					if !n.Unschedulable {
+					if !n.Unschedulable && !n.NotReady {
 						c += max(0, n.Allocatable[r]-n.Used[r])
 					}
 				}
@@ -736,4 +737,82 @@ func (e *Engine) Domains() []DomainUsage {
 		}
 	}
 	return out
+}
+
+// ReasonNodeFailure evicts a workload placed on a node that is gone or not
+// Ready; the message names the node.
+const ReasonNodeFailure = "NodeFailure"
+
+// failedNode names a node of an admitted workload's placement that failed
+// (gone, or not Ready), or "".
+func (e *Engine) failedNode(ws *wlState) string {
+	for _, psa := range ws.admitted.podSets {
+		if psa.Topology == nil {
+			continue
+		}
+		f := e.tasFlavorOf(psa)
+		if f == nil || f.missing != "" {
+			continue
+		}
+		for _, d := range psa.Topology.Domains {
+			name := strings.Join(d.Values, "/")
+			li, ok := f.leafOf[name]
+			if !ok {
+				return fmt.Sprintf("node %s of its placement is gone", d.Values[len(d.Values)-1])
+			}
+			down := 0
+			for _, ni := range f.leaves[li].nodes {
+				if e.nodes[ni].NotReady {
+					down++
+				}
+			}
+			if down > 0 && down == len(f.leaves[li].nodes) {
+				return fmt.Sprintf("node %s of its placement is not Ready", e.nodes[f.leaves[li].nodes[0]].Name)
+			}
+		}
+	}
+	return ""
+}
+
+// nodeFailures evicts, once the nodes changed, each admitted workload
+// placed on a node that failed: it queues again, to be placed anew.
+func (c *cycle) nodeFailures() {
+	e := c.e
+	if !e.nodesChanged || e.tas == nil || len(e.tas.flavors) == 0 {
+		e.nodesChanged = false
+		return
+	}
+	e.nodesChanged = false
+	var victims []*wlState
+	for _, cq := range e.tree.cqOrder {
+		for _, ws := range cq.admitted {
+			if !ws.evicting && hasPlacement(ws) {
+				victims = append(victims, ws)
+			}
+		}
+	}
+	for _, ws := range victims {
+		why := e.failedNode(ws)
+		if why == "" {
+			continue
+		}
+		cq := ws.admitted.cq
+		ws.charge(c.now)
+		if e.deferred {
+			ws.evicting = true
+		} else {
+			e.evict(ws)
+		}
+		c.touched[cq] = true
+		c.emit(Decision{Kind: KindEvicted, Key: ws.key, ClusterQueue: cq.Name, Reason: ReasonNodeFailure, Message: why})
+	}
+}
+
+func hasPlacement(ws *wlState) bool {
+	for _, psa := range ws.admitted.podSets {
+		if psa.Topology != nil {
+			return true
+		}
+	}
+	return false
 }

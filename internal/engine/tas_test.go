@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -347,4 +348,51 @@ func TestTopologyPlacement(t *testing.T) {
 			},
 		},
 	})
+}
+
+// TestNodeFailureEvictsAndRequeues: a workload placed on a node that goes
+// away, or stops being Ready, is evicted with the node named, and placed
+// anew where the nodes have room; a cordoned node keeps what runs there.
+func TestNodeFailureEvictsAndRequeues(t *testing.T) {
+	cases := []struct {
+		name        string
+		change      func([]Node) []Node
+		wantEvicted string // the message, or "" for none
+		wantPlaced  string
+	}{
+		{name: "a node deleted", change: func(ns []Node) []Node { return slices.DeleteFunc(ns, func(n Node) bool { return n.Name == "b1r1n1" }) },
+			wantEvicted: "node b1r1n1 of its placement is gone", wantPlaced: "main=6 b1r2n1:4 b1r2n2:2"},
+		{name: "a node not Ready", change: func(ns []Node) []Node { return withNode(ns, "b1r1n2", func(n *Node) { n.NotReady = true }) },
+			wantEvicted: "node b1r1n2 of its placement is not Ready", wantPlaced: "main=6 b1r2n1:4 b1r2n2:2"},
+		{name: "a node cordoned", change: func(ns []Node) []Node { return withNode(ns, "b1r1n2", func(n *Node) { n.Unschedulable = true }) }},
+		{name: "another node deleted", change: func(ns []Node) []Node { return slices.DeleteFunc(ns, func(n Node) bool { return n.Name == "b1r2n1" }) }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := New(tasConfig(newCQ("cq").quota("tas", "gpu", 32)))
+			e.SetNodes(cluster(1, 2, 2, 4))
+			if err := e.Submit(newWL("ns", "a").pods("main", 6, "gpu", 1).topology(TopologyRequest{Required: lvlRack}).obj()); err != nil {
+				t.Fatal(err)
+			}
+			if ds := e.Cycle(t0); len(ds) != 1 || placed(ds[0]) != "main=6 b1r1n1:4 b1r1n2:2" {
+				t.Fatalf("first placement %+v", ds)
+			}
+			e.SetNodes(tc.change(cluster(1, 2, 2, 4)))
+			var evicted, again string
+			for _, d := range e.Cycle(t0.Add(time.Minute)) {
+				switch d.Kind {
+				case KindEvicted:
+					if d.Reason != ReasonNodeFailure {
+						t.Errorf("evicted for %s, want %s", d.Reason, ReasonNodeFailure)
+					}
+					evicted = d.Message
+				case KindAdmitted:
+					again = placed(d)
+				}
+			}
+			if evicted != tc.wantEvicted || again != tc.wantPlaced {
+				t.Errorf("evicted %q and placed again %q; want %q and %q", evicted, again, tc.wantEvicted, tc.wantPlaced)
+			}
+		})
+	}
 }

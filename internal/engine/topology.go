@@ -23,8 +23,12 @@ type Node struct {
 	Allocatable map[string]int64 `json:"allocatable,omitempty"`
 	Used        map[string]int64 `json:"used,omitempty"`
 	Taints      []corev1.Taint   `json:"taints,omitempty"`
-	// Unschedulable: cordoned or not Ready; nothing is placed on it.
+	// Unschedulable: cordoned; nothing new is placed on it, what runs
+	// there stays.
 	Unschedulable bool `json:"unschedulable,omitempty"`
+	// NotReady: the node does not report Ready. Nothing is placed on it,
+	// and a workload placed on it is evicted (ReasonNodeFailure).
+	NotReady bool `json:"notReady,omitempty"`
 }
 
 // TopologyRequest is how a pod set asks to be placed, from its pod

@@ -75,7 +75,8 @@ func Capacity(n *corev1.Node, pods []*corev1.Pod) engine.Node {
 		Labels:        n.Labels,
 		Allocatable:   map[string]int64{},
 		Taints:        n.Spec.Taints,
-		Unschedulable: n.Spec.Unschedulable || !ready(n),
+		Unschedulable: n.Spec.Unschedulable,
+		NotReady:      !ready(n),
 	}
 	for r, q := range n.Status.Allocatable {
 		out.Allocatable[string(r)] = engine.Canonical(string(r), q)

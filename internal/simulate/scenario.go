@@ -720,7 +720,7 @@ func simNode(loc string, n *corev1.Node) (engine.Node, error) {
 	}
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
-			en.Unschedulable = true
+			en.NotReady = true
 		}
 	}
 	return en, nil

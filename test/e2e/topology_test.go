@@ -45,30 +45,7 @@ func tasNodes(t *testing.T) {
 			for n := 0; n < 2; n++ {
 				name := fmt.Sprintf("e2e-tas-b%d-r%d-%d", b, r, n)
 				names = append(names, name)
-				res := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("32"), corev1.ResourceMemory: resource.MustParse("64Gi"),
-					corev1.ResourcePods: resource.MustParse("110"), "nvidia.com/gpu": resource.MustParse("4")}
-				node := &corev1.Node{
-					ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"},
-						Labels: map[string]string{"type": "kwok", corev1.LabelHostname: name, "node-group": tasFlavor,
-							tasBlock: fmt.Sprintf("b%d", b), tasRack: fmt.Sprintf("b%d-r%d", b, r)}},
-					Spec:   corev1.NodeSpec{Taints: []corev1.Taint{{Key: tasTaint, Value: "true", Effect: corev1.TaintEffectNoSchedule}}},
-					Status: corev1.NodeStatus{Capacity: res, Allocatable: res},
-				}
-				if _, err := env.kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-					t.Fatalf("create node %s: %v", name, err)
-				}
-				// kwok writes the status too: retry on its conflicts.
-				if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-					cur, err := env.kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-					if err != nil {
-						return err
-					}
-					cur.Status.Capacity, cur.Status.Allocatable = res, res
-					_, err = env.kube.CoreV1().Nodes().UpdateStatus(ctx, cur, metav1.UpdateOptions{})
-					return err
-				}); err != nil {
-					t.Fatalf("node %s status: %v", name, err)
-				}
+				tasNode(t, name)
 			}
 		}
 	}
@@ -109,6 +86,40 @@ spec:
 		}
 		return ready == len(names), fmt.Sprintf("%d of %d ready", ready, len(names))
 	})
+}
+
+// tasNode creates one node of the data center, named e2e-tas-bB-rR-N.
+func tasNode(t *testing.T, name string) {
+	t.Helper()
+	ctx := context.Background()
+	var b, r, n int
+	if _, err := fmt.Sscanf(name, "e2e-tas-b%d-r%d-%d", &b, &r, &n); err != nil {
+		t.Fatalf("node name %s: %v", name, err)
+	}
+	res := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("32"), corev1.ResourceMemory: resource.MustParse("64Gi"),
+		corev1.ResourcePods: resource.MustParse("110"), "nvidia.com/gpu": resource.MustParse("4")}
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"},
+			Labels: map[string]string{"type": "kwok", corev1.LabelHostname: name, "node-group": tasFlavor,
+				tasBlock: fmt.Sprintf("b%d", b), tasRack: fmt.Sprintf("b%d-r%d", b, r)}},
+		Spec:   corev1.NodeSpec{Taints: []corev1.Taint{{Key: tasTaint, Value: "true", Effect: corev1.TaintEffectNoSchedule}}},
+		Status: corev1.NodeStatus{Capacity: res, Allocatable: res},
+	}
+	if _, err := env.kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("create node %s: %v", name, err)
+	}
+	// kwok writes the status too: retry on its conflicts.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := env.kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		cur.Status.Capacity, cur.Status.Allocatable = res, res
+		_, err = env.kube.CoreV1().Nodes().UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		t.Fatalf("node %s status: %v", name, err)
+	}
 }
 
 // tasQueue is a ClusterQueue (and namespace, LocalQueue "q") with quota
@@ -324,6 +335,24 @@ value: 60
 		nodes := placedPods(t, ns, "jobset.sigs.k8s.io/jobset-name=train", 7)
 		if racks := distinct(nodes, rackOf); len(racks) != 1 {
 			t.Errorf("the JobSet's pods on %v: racks %v, want one", nodes, racks)
+		}
+	})
+
+	t.Run("a node deleted under a running Job: the Job is evicted, naming the node, and placed again", func(t *testing.T) {
+		ns := "e2e-tas-node-gone"
+		tasQueue(t, ns, "Never")
+		dataCenterEmpty(t)
+		tasJob(t, ns, "survivor", 6, "", rack)
+		nodes := placedPods(t, ns, "job-name=survivor", 6)
+		gone := nodes[0]
+		if err := env.kube.CoreV1().Nodes().Delete(context.Background(), gone, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tasNode(t, gone) })
+		waitEvent(t, ns, "survivor", "Evicted", "node "+gone+" of its placement is gone", 45*time.Second)
+		again := placedPods(t, ns, "job-name=survivor", 6)
+		if slices.Contains(again, gone) || len(distinct(again, rackOf)) != 1 {
+			t.Errorf("placed again on %v: want one rack, without %s", again, gone)
 		}
 	})
 }
