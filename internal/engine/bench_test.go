@@ -260,72 +260,114 @@ func BenchmarkCycleBaselineBacklog(b *testing.B) {
 		backlog int
 		quiet   bool
 	}{{500, false}, {500, true}, {3000, false}, {3000, true}} {
-		backlog := bench.backlog
-		b.Run(fmt.Sprintf("waiting=%d/quiet=%v", 30*backlog, bench.quiet), func(b *testing.B) {
-			cfg := Config{Flavors: flavors("default")}
-			for c := range 5 {
-				for q := range 6 {
-					name := fmt.Sprintf("cq-%d-%d", c, q)
-					cfg.ClusterQueues = append(cfg.ClusterQueues, newCQ(name).cohort(fmt.Sprintf("cohort-%d", c)).
-						quota("default", "cpu", 20_000, Limited(100_000)).preemption(LowerPriority, Any).obj())
-					cfg.LocalQueues = append(cfg.LocalQueues, LocalQueue{Namespace: "ns-" + name, Name: "lq", ClusterQueue: name, StopPolicy: StopNone})
-				}
-			}
-			opts := []Option{WithDeferredEviction()}
-			if bench.quiet {
-				opts = append(opts, WithQuietPending())
-			}
-			e := New(cfg, opts...)
-			classes := []struct {
-				prio int32
-				cpu  int
-			}{{50, 1000}, {100, 5000}, {200, 20_000}}
-			for _, cq := range cfg.ClusterQueues {
-				ns := "ns-" + cq.Name
-				if err := e.Submit(newWL(ns, "running").prio(200).pods("main", 1, "cpu", 20_000).admittedIn(cq.Name, "default", 0).obj()); err != nil {
-					b.Fatal(err)
-				}
-				for i := range backlog {
-					class := classes[0]
-					switch {
-					case i%10 == 9:
-						class = classes[2]
-					case i%10 >= 7:
-						class = classes[1]
-					}
-					w := newWL(ns, fmt.Sprintf("w%05d", i)).prio(class.prio).at(time.Duration(i)*time.Millisecond).pods("main", 1, "cpu", class.cpu).obj()
-					if err := e.Submit(w); err != nil {
-						b.Fatal(err)
-					}
-				}
-			}
-			e.Cycle(t0)
-			running := []string{"ns-cq-0-0/running"}
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				b.StopTimer()
-				if len(running) == 0 {
-					b.Fatalf("iteration %d: nothing running in cohort 0 to end", i)
-				}
-				if err := e.Remove(running[0]); err != nil {
-					b.Fatal(err)
-				}
-				ns, _, _ := strings.Cut(running[0], "/")
-				refill := newWL(ns, fmt.Sprintf("refill%07d", i)).prio(classes[0].prio).
-					at(time.Duration(backlog+i)*time.Millisecond).pods("main", 1, "cpu", classes[0].cpu).obj()
-				if err := e.Submit(refill); err != nil {
-					b.Fatal(err)
-				}
-				running = running[1:]
-				b.StartTimer()
-				for _, d := range e.Cycle(t0.Add(time.Duration(i+1) * time.Second)) {
-					if d.Kind == KindAdmitted {
-						running = append(running, d.Key)
-					}
-				}
-			}
+		b.Run(fmt.Sprintf("waiting=%d/quiet=%v", 30*bench.backlog, bench.quiet), func(b *testing.B) {
+			benchBaselineBacklog(b, bench.backlog, bench.quiet, false)
 		})
+	}
+}
+
+// BenchmarkCycleTopologyBacklog is BenchmarkCycleBaselineBacklog on a
+// topology-aware flavor, as Kueue's TAS performance configuration runs it:
+// 640 nodes in 10 racks, every Job's pods (2, 4 or 8) required in one rack.
+func BenchmarkCycleTopologyBacklog(b *testing.B) {
+	for _, backlog := range []int{500, 3000} {
+		b.Run(fmt.Sprintf("waiting=%d", 30*backlog), func(b *testing.B) {
+			benchBaselineBacklog(b, backlog, true, true)
+		})
+	}
+}
+
+func benchBaselineBacklog(b *testing.B, backlog int, quiet, tas bool) {
+	cfg := Config{Flavors: flavors("default")}
+	var nodes []Node
+	req := TopologyRequest{}
+	if tas {
+		cfg.Flavors[0].TopologyName, cfg.Flavors[0].NodeLabels = "dc", map[string]string{"pool": "gpu"}
+		cfg.Topologies = []Topology{{Name: "dc", Levels: []string{lvlBlock, lvlRack, "kubernetes.io/hostname"}}}
+		for r := range 10 {
+			for n := range 64 {
+				name := fmt.Sprintf("b0r%dn%d", r, n)
+				nodes = append(nodes, Node{Name: name, Labels: map[string]string{"pool": "gpu", lvlBlock: "b0", lvlRack: fmt.Sprintf("r%d", r), "kubernetes.io/hostname": name},
+					Allocatable: map[string]int64{"cpu": 96_000, "pods": 110}})
+			}
+		}
+		req.Required = lvlRack
+	}
+	for c := range 5 {
+		for q := range 6 {
+			name := fmt.Sprintf("cq-%d-%d", c, q)
+			cfg.ClusterQueues = append(cfg.ClusterQueues, newCQ(name).cohort(fmt.Sprintf("cohort-%d", c)).
+				quota("default", "cpu", 20_000, Limited(100_000)).preemption(LowerPriority, Any).obj())
+			cfg.LocalQueues = append(cfg.LocalQueues, LocalQueue{Namespace: "ns-" + name, Name: "lq", ClusterQueue: name, StopPolicy: StopNone})
+		}
+	}
+	opts := []Option{WithDeferredEviction()}
+	if quiet {
+		opts = append(opts, WithQuietPending())
+	}
+	e := New(cfg, opts...)
+	if tas {
+		e.SetNodes(nodes)
+	}
+	classes := []struct {
+		prio int32
+		cpu  int
+		pods int32
+	}{{50, 1000, 2}, {100, 5000, 4}, {200, 20_000, 8}}
+	job := func(ns, name string, prio int32, cpu int, pods int32) *wlBuilder {
+		if !tas {
+			pods = 1
+		}
+		return newWL(ns, name).prio(prio).pods("main", pods, "cpu", cpu/int(pods)).topology(req)
+	}
+	for _, cq := range cfg.ClusterQueues {
+		ns := "ns-" + cq.Name
+		if err := e.Submit(job(ns, "running", 200, 20_000, 8).obj()); err != nil {
+			b.Fatal(err)
+		}
+		for i := range backlog {
+			class := classes[0]
+			switch {
+			case i%10 == 9:
+				class = classes[2]
+			case i%10 >= 7:
+				class = classes[1]
+			}
+			w := job(ns, fmt.Sprintf("w%05d", i), class.prio, class.cpu, class.pods).at(time.Duration(i) * time.Millisecond).obj()
+			if err := e.Submit(w); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	var running []string
+	for _, d := range e.Cycle(t0) {
+		if d.Kind == KindAdmitted && strings.HasPrefix(d.Key, "ns-cq-0-") {
+			running = append(running, d.Key)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		if len(running) == 0 {
+			b.Fatalf("iteration %d: nothing running in cohort 0 to end", i)
+		}
+		if err := e.Remove(running[0]); err != nil {
+			b.Fatal(err)
+		}
+		ns, _, _ := strings.Cut(running[0], "/")
+		refill := job(ns, fmt.Sprintf("refill%07d", i), classes[0].prio, classes[0].cpu, classes[0].pods).
+			at(time.Duration(backlog+i) * time.Millisecond).obj()
+		if err := e.Submit(refill); err != nil {
+			b.Fatal(err)
+		}
+		running = running[1:]
+		b.StartTimer()
+		for _, d := range e.Cycle(t0.Add(time.Duration(i+1) * time.Second)) {
+			if d.Kind == KindAdmitted {
+				running = append(running, d.Key)
+			}
+		}
 	}
 }
 

@@ -409,13 +409,12 @@ func (e *Engine) release(ws *wlState) {
 	e.bookTAS(tas, -1)
 	ws.admitted = nil
 	cq.node.root().released++
-	if len(tas) > 0 {
-		// Nodes are shared by every tree whose queues use the flavor.
-		e.epoch++
-		e.unparkAll()
-		return
-	}
 	e.unpark(cq.node.root())
+	if len(tas) > 0 {
+		// Nodes are shared by every tree whose queues use the flavor:
+		// elsewhere, those that waited for room in the domains may fit.
+		e.unparkTopologyWaiters()
+	}
 }
 
 // preemptionWait is a preemptor's last request: n victims asked to go in

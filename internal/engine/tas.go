@@ -38,6 +38,8 @@ type tasFlavor struct {
 	// base is the free capacity per leaf and resource of the nodes a pod
 	// set may use, by what decides that (eligibilityKey).
 	base map[string][][]int64
+	// spans are the domains of each level over all leaves, in order.
+	spans [][]span
 }
 
 type tasLeaf struct {
@@ -195,6 +197,17 @@ func (f *tasFlavor) build(nodes []Node) {
 		f.leafOf[strings.Join(f.leaves[i].values, "/")] = i
 		f.used[i] = make([]int64, len(f.res))
 	}
+	f.spans = make([][]span, len(f.levels))
+	for k := range f.levels {
+		for l := 0; l < len(f.leaves); {
+			h := l + 1
+			for h < len(f.leaves) && slices.Equal(f.leaves[h].values[:k+1], f.leaves[l].values[:k+1]) {
+				h++
+			}
+			f.spans[k] = append(f.spans[k], span{l, h})
+			l = h
+		}
+	}
 }
 
 func matchesLabels(have, want map[string]string) bool {
@@ -206,18 +219,13 @@ func matchesLabels(have, want map[string]string) bool {
 	return true
 }
 
-// domains splits the leaves of d into the domains of level k.
+// domains are the domains of level k within d, a domain of a level above
+// (or all leaves): a run of the level's spans, found by binary search.
 func (f *tasFlavor) domains(k int, d span) []span {
-	var out []span
-	for l := d.lo; l < d.hi; {
-		h := l + 1
-		for h < d.hi && slices.Equal(f.leaves[h].values[:k+1], f.leaves[l].values[:k+1]) {
-			h++
-		}
-		out = append(out, span{l, h})
-		l = h
-	}
-	return out
+	all := f.spans[k]
+	i := sort.Search(len(all), func(i int) bool { return all[i].lo >= d.lo })
+	j := sort.Search(len(all), func(j int) bool { return all[j].lo >= d.hi })
+	return all[i:j]
 }
 
 // levelIndex is the index of a level's label, or -1.
@@ -811,6 +819,30 @@ func (c *cycle) nodeFailures() {
 func hasPlacement(ws *wlState) bool {
 	for _, psa := range ws.admitted.podSets {
 		if psa.Topology != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// unparkTopologyWaiters wakes the parked workloads whose last reason was
+// room in a topology's domains: a release in one cohort tree frees nodes
+// that queues of other trees place on. Those that wait for quota stay
+// parked until their own tree releases some.
+func (e *Engine) unparkTopologyWaiters() {
+	for _, cq := range e.tree.cqOrder {
+		for _, p := range cq.pending {
+			if p.parked && waitsForTopology(p) {
+				p.parked = false
+				cq.settled = false
+			}
+		}
+	}
+}
+
+func waitsForTopology(ws *wlState) bool {
+	for _, r := range ws.why {
+		if r.kind == reasonTopology {
 			return true
 		}
 	}

@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"sort"
 	"strings"
 	"sync"
@@ -77,6 +78,10 @@ type Options struct {
 	Creators, Completers int
 	// Keep keeps the Jobs at the end instead of deleting them.
 	Keep bool
+	// Topology replays Kueue's topology-aware scheduling configuration
+	// instead: TopologyClasses on a topology-aware flavor over
+	// TopologyNodes kwok nodes (1 block × 10 racks × 64).
+	Topology bool
 	// Log receives progress lines (default: none).
 	Log io.Writer
 	// Ready, if set, is called once the queues are set up, Sluice admits
@@ -129,6 +134,8 @@ func (o *Options) defaults() error {
 // Result is what a run measured.
 type Result struct {
 	Options Options
+	// Classes are the run's workload classes.
+	Classes []Class
 	// Jobs is the number of Jobs of the plan, Created how many were
 	// created, Finished how many completed (or failed) before the timeout.
 	Jobs, Created, Finished int
@@ -177,9 +184,13 @@ func Run(parent context.Context, kube kubernetes.Interface, dyn dynamic.Interfac
 	logf := func(format string, args ...any) {
 		fmt.Fprintf(o.Log, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05.000")}, args...)...)
 	}
-	n := names{prefix: o.Prefix, namespace: o.Namespace}
-	plan := Plan(o.Scale, o.Cohorts, o.QueuesPerCohort)
-	res := &Result{Options: o, Jobs: len(plan), CapacityBound: CapacityBound(plan, o.QueuesPerCohort),
+	classes := Classes
+	if o.Topology {
+		classes = TopologyClasses
+	}
+	n := names{prefix: o.Prefix, namespace: o.Namespace, classes: classes}
+	plan := PlanOf(classes, o.Scale, o.Cohorts, o.QueuesPerCohort)
+	res := &Result{Options: o, Classes: classes, Jobs: len(plan), CapacityBound: CapacityBoundOf(classes, plan, o.QueuesPerCohort),
 		TimeToAdmission: map[string]Stats{}, PreemptionsByClass: map[string]int{}}
 	logf("baseline: %d Jobs in %d ClusterQueues (scale %g), capacity bound %s", len(plan), o.Cohorts*o.QueuesPerCohort, o.Scale, res.CapacityBound.Round(time.Millisecond))
 
@@ -288,6 +299,12 @@ func Run(parent context.Context, kube kubernetes.Interface, dyn dynamic.Interfac
 		if err := deleteJobs(cctx, kube, o.Namespace, selector, false); err != nil {
 			res.Errors = append(res.Errors, "cleanup: "+err.Error())
 		}
+		if o.Topology {
+			if err := kube.CoreV1().Nodes().DeleteCollection(cctx, metav1.DeleteOptions{},
+				metav1.ListOptions{LabelSelector: topologyNodeGroup + "=" + o.Prefix}); err != nil {
+				res.Errors = append(res.Errors, "cleanup: nodes: "+err.Error())
+			}
+		}
 		ccancel()
 	}
 	return res, nil
@@ -311,7 +328,7 @@ func collect(res *Result, tr *tracker, begin, end time.Time) {
 			continue
 		}
 		res.Created++
-		cl := Classes[st.class].Name
+		cl := res.Classes[st.class].Name
 		if !st.admitted.IsZero() {
 			tta[cl] = append(tta[cl], st.admitted.Sub(st.created))
 		}
@@ -417,7 +434,7 @@ func create(ctx context.Context, kube kubernetes.Interface, tr *tracker, n names
 			defer wg.Done()
 			for w := range ch {
 				name := n.job(w.it)
-				cl := Classes[w.it.Class]
+				cl := n.class(w.it.Class)
 				now := time.Now()
 				tr.register(&jobState{name: name, class: w.it.Class, cohort: w.it.Cohort, runtime: cl.Runtime, created: now})
 				err := createJob(ctx, kube, o.Namespace, n.jobObject(name, n.queue(w.it.Cohort, w.it.Queue), w.it.Class, cl.CPU))
@@ -487,6 +504,9 @@ func createJob(ctx context.Context, kube kubernetes.Interface, ns string, j *bat
 // and priority class, and managed by this run instead of the Job
 // controller.
 func (n names) jobObject(name, queue string, class int, cpu int64) *batchv1.Job {
+	cl := n.class(class)
+	pods := cl.pods()
+	perPod := resource.NewMilliQuantity(cpu*1000/int64(pods), resource.DecimalSI)
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: n.namespace, Labels: map[string]string{
 			v1beta1.QueueNameLabel:     queue,
@@ -496,14 +516,15 @@ func (n names) jobObject(name, queue string, class int, cpu int64) *batchv1.Job 
 		Spec: batchv1.JobSpec{
 			ManagedBy:    ptr.To(ManagedBy),
 			Suspend:      ptr.To(true),
-			Parallelism:  ptr.To[int32](1),
-			Completions:  ptr.To[int32](1),
+			Parallelism:  ptr.To(pods),
+			Completions:  ptr.To(pods),
 			BackoffLimit: ptr.To[int32](0),
 			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Annotations: maps.Clone(cl.Annotations)},
 				Spec: corev1.PodSpec{
 					RestartPolicy: corev1.RestartPolicyNever,
 					Containers: []corev1.Container{{Name: "main", Image: "busybox", Resources: corev1.ResourceRequirements{
-						Requests: corev1.ResourceList{corev1.ResourceCPU: *resource.NewQuantity(cpu, resource.DecimalSI)}}}},
+						Requests: corev1.ResourceList{corev1.ResourceCPU: *perPod}}}},
 				},
 			},
 		},
@@ -533,10 +554,25 @@ func setup(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface
 		}
 		return nil
 	}
-	if err := apply("resourceflavors", "", map[string]any{"kind": "ResourceFlavor", "metadata": map[string]any{"name": n.flavor()}}); err != nil {
+	flavor := map[string]any{"kind": "ResourceFlavor", "metadata": map[string]any{"name": n.flavor()}}
+	if o.Topology {
+		levels := make([]any, len(TopologyLevels))
+		for i, l := range TopologyLevels {
+			levels[i] = map[string]any{"nodeLabel": l}
+		}
+		if err := apply("topologies", "", map[string]any{"kind": "Topology", "metadata": map[string]any{"name": n.prefix},
+			"spec": map[string]any{"levels": levels}}); err != nil {
+			return err
+		}
+		flavor["spec"] = map[string]any{"nodeLabels": map[string]any{topologyNodeGroup: n.prefix}, "topologyName": n.prefix}
+		if err := createNodes(ctx, kube, n.prefix); err != nil {
+			return err
+		}
+	}
+	if err := apply("resourceflavors", "", flavor); err != nil {
 		return err
 	}
-	for k, cl := range Classes {
+	for k, cl := range n.classes {
 		if err := apply("workloadpriorityclasses", "", map[string]any{"kind": "WorkloadPriorityClass",
 			"metadata": map[string]any{"name": n.priorityClass(k)}, "value": int64(cl.Priority),
 			"description": "Kueue baseline " + cl.Name + " Jobs"}); err != nil {
@@ -579,7 +615,7 @@ func probe(ctx context.Context, kube kubernetes.Interface, tr *tracker, n names,
 	var unproven []pq
 	for c := range o.Cohorts {
 		for q := range o.QueuesPerCohort {
-			unproven = append(unproven, pq{c, q, (c*o.QueuesPerCohort + q) % len(Classes)})
+			unproven = append(unproven, pq{c, q, (c*o.QueuesPerCohort + q) % len(n.classes)})
 		}
 	}
 	for round := 0; len(unproven) > 0; round++ {
@@ -732,4 +768,58 @@ func (r *Result) Failures() []string {
 		out = append(out, s)
 	}
 	return out
+}
+
+// The topology run's data center: Kueue's, 1 block × 10 racks × 64 nodes
+// of 96 CPUs and 256 GiB, managed by kwok (which keeps them Ready).
+const (
+	topologyRacks        = 10
+	topologyNodesPerRack = 64
+	// TopologyNodes is the number of nodes the topology run creates.
+	TopologyNodes     = topologyRacks * topologyNodesPerRack
+	topologyNodeGroup = "loadtest.sluice.dev/node-group"
+)
+
+// createNodes creates the topology run's nodes, labelled with the run's
+// prefix as their node group; ones that exist are left as they are.
+func createNodes(ctx context.Context, kube kubernetes.Interface, prefix string) error {
+	res := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("96"), corev1.ResourceMemory: resource.MustParse("256Gi"),
+		corev1.ResourcePods: resource.MustParse("110")}
+	names := make(chan [2]int)
+	errs := make(chan error, 16)
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for rn := range names {
+				name := fmt.Sprintf("%s-b0-r%d-n%d", prefix, rn[0], rn[1])
+				node := &corev1.Node{
+					ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"},
+						Labels: map[string]string{"type": "kwok", topologyNodeGroup: prefix, TopologyLevels[0]: "block-0",
+							TopologyLevels[1]: fmt.Sprintf("rack-%d", rn[0]), TopologyLevels[2]: name}},
+					Status: corev1.NodeStatus{Capacity: res, Allocatable: res},
+				}
+				if _, err := kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+					errs <- fmt.Errorf("node %s: %w", name, err)
+					return
+				}
+			}
+		}()
+	}
+	go func() {
+		defer close(names)
+		for r := range topologyRacks {
+			for i := range topologyNodesPerRack {
+				select {
+				case names <- [2]int{r, i}:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	wg.Wait()
+	close(errs)
+	return <-errs
 }

@@ -23,15 +23,15 @@ func (r *Result) Print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "  wall        %s, capacity bound %s: wall/bound %.2f\n", ms(r.Wall), ms(r.CapacityBound), ratio)
 	fmt.Fprintf(w, "  time to admission (create → first unsuspend):\n")
-	for _, cl := range Classes {
+	for _, cl := range r.Classes {
 		if s, ok := r.TimeToAdmission[cl.Name]; ok {
-			fmt.Fprintf(w, "    %-7s %s\n", cl.Name, s)
+			fmt.Fprintf(w, "    %-16s %s\n", cl.Name, s)
 		}
 	}
 	fmt.Fprintf(w, "  admissions  %d (unsuspensions), preemptions %d of %d Jobs", r.Admissions, r.Preemptions, r.PreemptedJobs)
 	if r.Preemptions > 0 {
 		fmt.Fprintf(w, " (")
-		for i, cl := range Classes {
+		for i, cl := range r.Classes {
 			if i > 0 {
 				fmt.Fprintf(w, ", ")
 			}

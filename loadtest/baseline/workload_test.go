@@ -113,3 +113,24 @@ func TestStatsOf(t *testing.T) {
 		t.Errorf("one: %+v", one)
 	}
 }
+
+// TestTopologyClassesAreKueues: the topology run's sets add up to Kueue's
+// 15,000 workloads in 30 queues, each size with the baseline's CPU per
+// Job, so its capacity bound is the baseline's.
+func TestTopologyClassesAreKueues(t *testing.T) {
+	plan := PlanOf(TopologyClasses, 1, 5, 6)
+	if len(plan) != 15000 {
+		t.Errorf("%d Jobs, want 15000", len(plan))
+	}
+	if got, want := CapacityBoundOf(TopologyClasses, plan, 6), CapacityBound(Plan(1, 5, 6), 6); got != want {
+		t.Errorf("capacity bound %s, want the baseline's %s", got, want)
+	}
+	n := names{prefix: "tas", namespace: "ns", classes: TopologyClasses}
+	for k, cl := range TopologyClasses {
+		j := n.jobObject("j", "q", k, cl.CPU)
+		per := j.Spec.Template.Spec.Containers[0].Resources.Requests.Cpu().MilliValue()
+		if int64(*j.Spec.Parallelism)*per != cl.CPU*1000 || len(j.Spec.Template.Annotations) == 0 {
+			t.Errorf("%s: %d pods of %dm, annotations %v; want %d CPUs in all and a topology request", cl.Name, *j.Spec.Parallelism, per, j.Spec.Template.Annotations, cl.CPU)
+		}
+	}
+}

@@ -96,6 +96,7 @@ func (s *Service) renode() {
 	s.eng.SetNodes(nodes)
 	s.nodesDirty = false
 	s.dirty = true
+	s.log.Debug().Int("nodes", len(nodes)).Msg("node capacity applied")
 }
 
 func (s *Service) applyWorkload(e jetstream.KeyValueEntry) {

@@ -44,6 +44,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.Cohorts, "cohorts", 5, "cohorts")
 	fs.IntVar(&o.QueuesPerCohort, "queues", 6, "ClusterQueues per cohort")
 	fs.BoolVar(&o.Keep, "keep", false, "keep the Jobs at the end")
+	fs.BoolVar(&o.Topology, "topology", false, "replay Kueue's topology-aware scheduling configuration (640 kwok nodes in 10 racks, rack-level required, preferred and sliced Jobs of 2 to 8 pods) instead")
 	quiet := fs.Bool("quiet", false, "no progress lines")
 	rangesFile := fs.String("ranges", "", "a range file (loadtest/ranges/*.yaml): fail when a figure is outside it")
 	if err := fs.Parse(args); err != nil {
@@ -67,6 +68,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return usage("--timeout %s: must be positive", o.Timeout)
 	case o.Cohorts < 1 || o.Cohorts > 100 || o.QueuesPerCohort < 1 || o.QueuesPerCohort > 100:
 		return usage("--cohorts %d and --queues %d: each must be 1..100", o.Cohorts, o.QueuesPerCohort)
+	case o.Topology && *rangesFile != "":
+		return usage("--ranges: the range files are the baseline's; a --topology run has none")
 	}
 	if errs := validation.IsDNS1123Label(o.Namespace); len(errs) > 0 {
 		return usage("--namespace %q: %s", o.Namespace, strings.Join(errs, "; "))
