@@ -129,6 +129,8 @@ type Engine struct {
 	// nodesChanged: SetNodes ran since the last cycle looked for
 	// workloads on failed nodes.
 	nodesChanged bool
+	// fitBufs are spare per-leaf count buffers (fitBuf).
+	fitBufs [][]int64
 	// units names the unit of quota interaction of cohort trees that
 	// share a topology-aware flavor's nodes (see TreeOf).
 	units map[*node]string

@@ -321,8 +321,11 @@ func (f *tasFlavor) perPod(ps *PodSet) (req []int64, missing string) {
 
 // fits is how many pods of req fit in each leaf, given free capacity base
 // less usage (and less extra, the workload's own earlier pod sets).
-func (f *tasFlavor) fits(base [][]int64, req []int64) []int64 {
-	out := make([]int64, len(f.leaves))
+func (f *tasFlavor) fits(base [][]int64, req []int64, out []int64) []int64 {
+	if cap(out) < len(f.leaves) {
+		out = make([]int64, len(f.leaves))
+	}
+	out = out[:len(f.leaves)]
 	for li := range f.leaves {
 		n := int64(-1)
 		for r, v := range req {
@@ -506,7 +509,9 @@ func (e *Engine) placeOn(ws *wlState, pi int, f *tasFlavor, count int32, within 
 		return nil, fail, false
 	}
 	base := f.baseFor(e.nodes, ps)
-	p := &placement{f: f, fit: f.fits(base, req), r: r}
+	fit := f.fits(base, req, e.fitBuf())
+	defer func() { e.putFitBuf(fit) }()
+	p := &placement{f: f, fit: fit, r: r}
 	if p.run(within) {
 		return &tasPlan{podSet: pi, f: f, count: count, leaves: p.out, req: req}, reason{}, false
 	}
@@ -514,7 +519,8 @@ func (e *Engine) placeOn(ws *wlState, pi int, f *tasFlavor, count int32, within 
 	// Would the pods fit if no topology-aware workload held anything?
 	saved := f.used
 	f.used = zeroUsage(f)
-	empty := &placement{f: f, fit: f.fits(base, req), r: r}
+	fit = f.fits(base, req, fit) // p is done with it
+	empty := &placement{f: f, fit: fit, r: r}
 	could := empty.run(within)
 	f.used = saved
 	return nil, fail, could
@@ -610,7 +616,7 @@ func (e *Engine) placeGroup(ws *wlState, earlier []*tasPlan, pi int, f *tasFlavo
 		room int64
 	}
 	var cands []cand
-	fit := f.fits(f.baseFor(e.nodes, ps), plan.req)
+	fit := f.fits(f.baseFor(e.nodes, ps), plan.req, nil)
 	for _, d := range doms {
 		p, _, _ := e.placeOn(ws, pi, f, count, d)
 		if p == nil {
@@ -848,3 +854,17 @@ func waitsForTopology(ws *wlState) bool {
 	}
 	return false
 }
+
+// fitBuf lends a buffer for a placement's per-leaf counts; placements
+// nest (a group's members), so each takes its own, given back after.
+func (e *Engine) fitBuf() []int64 {
+	n := len(e.fitBufs)
+	if n == 0 {
+		return nil
+	}
+	b := e.fitBufs[n-1]
+	e.fitBufs = e.fitBufs[:n-1]
+	return b
+}
+
+func (e *Engine) putFitBuf(b []int64) { e.fitBufs = append(e.fitBufs, b) }
