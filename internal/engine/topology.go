@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"fmt"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -53,25 +52,6 @@ type TopologyRequest struct {
 
 // IsZero reports whether the request asks nothing.
 func (r TopologyRequest) IsZero() bool { return r == TopologyRequest{} }
-
-func (r TopologyRequest) String() string {
-	var parts []string
-	switch {
-	case r.Required != "":
-		parts = append(parts, "required "+r.Required)
-	case r.Preferred != "":
-		parts = append(parts, "preferred "+r.Preferred)
-	default:
-		parts = append(parts, "unconstrained")
-	}
-	if r.SliceLevel != "" {
-		parts = append(parts, fmt.Sprintf("slices of %d in one %s", r.SliceSize, r.SliceLevel))
-	}
-	if r.Group != "" {
-		parts = append(parts, "group "+r.Group)
-	}
-	return strings.Join(parts, ", ")
-}
 
 // TopologyAssignment is where a pod set's pods go: counts per domain of
 // the lowest level, each domain named by its values of Levels.
@@ -177,8 +157,6 @@ func (p *placement) capOf(k int, d span) int64 {
 // run places the request within d, or reports false.
 func (p *placement) run(d span) bool {
 	f, r := p.f, p.r
-	var start []span
-	var startUnits []int64
 	switch r.mode {
 	case placeRequired:
 		doms := f.domains(r.level, d)
@@ -188,8 +166,7 @@ func (p *placement) run(d span) bool {
 			p.best = maxOf(caps)
 			return false
 		}
-		start, startUnits = doms[i:i+1], []int64{r.units}
-		p.descend(r.level, start, startUnits)
+		p.descend(r.level, doms[i:i+1], []int64{r.units})
 		return true
 	case placeUnconstrained:
 		leaves := f.domains(len(f.levels)-1, d)
@@ -198,16 +175,7 @@ func (p *placement) run(d span) bool {
 			p.descend(len(f.levels)-1, leaves[i:i+1], []int64{r.units})
 			return true
 		}
-		idx, counts, ok := fullestFirst(caps, r.units)
-		if !ok {
-			p.best = sum(caps)
-			return false
-		}
-		for k, i := range idx {
-			start, startUnits = append(start, leaves[i]), append(startUnits, counts[k])
-		}
-		p.descend(len(f.levels)-1, start, startUnits)
-		return true
+		return p.spread(len(f.levels)-1, leaves, caps, fullestFirst)
 	}
 	// Preferred: the requested level, then wider and wider.
 	for k := r.level; k >= 0; k-- {
@@ -221,19 +189,26 @@ func (p *placement) run(d span) bool {
 			return true
 		}
 		if k == 0 {
-			idx, counts, ok := fewestFirst(caps, r.units)
-			if !ok {
-				p.best = sum(caps)
-				return false
-			}
-			for j, i := range idx {
-				start, startUnits = append(start, doms[i]), append(startUnits, counts[j])
-			}
-			p.descend(0, start, startUnits)
-			return true
+			return p.spread(0, doms, caps, fewestFirst)
 		}
 	}
 	return false
+}
+
+// spread places the units over several domains of level k, chosen by
+// pick; when they cannot hold them all, best says how many they can.
+func (p *placement) spread(k int, doms []span, caps []int64, pick func([]int64, int64) ([]int, []int64, bool)) bool {
+	idx, counts, ok := pick(caps, p.r.units)
+	if !ok {
+		p.best = sum(caps)
+		return false
+	}
+	start := make([]span, len(idx))
+	for j, i := range idx {
+		start[j] = doms[i]
+	}
+	p.descend(k, start, counts)
+	return true
 }
 
 func (p *placement) caps(k int, doms []span) []int64 {

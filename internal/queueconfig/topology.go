@@ -20,17 +20,6 @@ var topologyKeys = []struct{ sluice, kueue string }{
 	{v1beta1.PodSetGroupNameAnnotation, v1beta1.KueuePodSetGroupNameAnnotation},
 }
 
-// IsTopologyAnnotation reports whether key is one of the topology
-// annotations, Sluice's or Kueue's.
-func IsTopologyAnnotation(key string) bool {
-	for _, k := range topologyKeys {
-		if key == k.sluice || key == k.kueue {
-			return true
-		}
-	}
-	return false
-}
-
 // TopologyRequest reads a pod set's topology request from its pod
 // template's annotations: Sluice's, and Kueue's where Sluice's is absent
 // if kueue is set. A bad value is an error naming the annotation.
