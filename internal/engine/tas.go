@@ -769,6 +769,9 @@ func (e *Engine) failedNode(ws *wlState) string {
 			continue
 		}
 		for _, d := range psa.Topology.Domains {
+			if len(d.Values) == 0 {
+				continue // names no domain: nothing there to fail
+			}
 			name := strings.Join(d.Values, "/")
 			li, ok := f.leafOf[name]
 			if !ok {
