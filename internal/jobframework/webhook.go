@@ -487,6 +487,9 @@ func (w *Webhook) mutate(ad Adapter, req *admissionv1.AdmissionRequest) *admissi
 	if _, err := MaxExecution(m.GetLabels()); err != nil {
 		return deny(resp, k, err.Error())
 	}
+	if err := CheckTopology(job, w.kueueLabels); err != nil {
+		return deny(resp, k, err.Error())
+	}
 	resp.Warnings = kueueOnly(job)
 
 	if !job.IsSuspended() {

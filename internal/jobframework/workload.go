@@ -460,6 +460,25 @@ func cloneList(l corev1.ResourceList) corev1.ResourceList {
 	return out
 }
 
+// CheckTopology reads every pod set's topology request (CheckTopology of
+// a job the webhook admits), so that a bad annotation is refused on create,
+// naming the pod set and the annotation. kueue: Kueue's are read too.
+func CheckTopology(j Job, kueue bool) error {
+	sets, err := j.PodSets()
+	if err != nil {
+		return nil // what cannot be read is refused where it is read
+	}
+	for _, ps := range sets {
+		if ps.Meta == nil {
+			continue
+		}
+		if _, err := queueconfig.TopologyRequest(ps.Meta.Annotations, kueue); err != nil {
+			return fmt.Errorf("pod set %q: %w: %w", ps.Name, err, ErrInvalidJob)
+		}
+	}
+	return nil
+}
+
 // topologyV1 is a topology request as events carry it; nil for none.
 func topologyV1(t engine.TopologyRequest) *events.TopologyRequestV1 {
 	if t.IsZero() {

@@ -127,6 +127,17 @@ func TestWebhookMutate(t *testing.T) {
 			wantMessage: `label sluice.dev/max-exec-time-seconds: "1h" is not a whole number of seconds above 0`,
 		},
 		{
+			name: "a topology annotation with a bad value is refused, naming the pod set and the annotation",
+			op:   admissionv1.Create,
+			kind: batchJobKind,
+			object: func(t *testing.T) []byte {
+				return jobJSON(t, makeJob("j").templateAnnotation(v1beta1.PodSetSliceRequiredTopologyAnnotation, "rack").
+					templateAnnotation(v1beta1.PodSetSliceSizeAnnotation, "two").obj())
+			},
+			wantCode:    http.StatusBadRequest,
+			wantMessage: `pod set "main": annotation sluice.dev/podset-slice-size: "two" is not a whole number above zero`,
+		},
+		{
 			name: "Kueue's maximum execution time label is checked too",
 			op:   admissionv1.Create,
 			kind: batchJobKind,
