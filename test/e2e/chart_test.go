@@ -353,7 +353,12 @@ func TestChartLeastPrivilege(t *testing.T) {
 		{sa("integration-job"), "delete", "batch", "jobs", "", false},
 		{sa("integration-job"), "create", "batch", "jobs", "", false},
 		{sa("integration-job"), "patch", "jobset.x-k8s.io", "jobsets", "", false},
-		{sa("integration-job"), "list", "", "pods", "", false},
+		// Its topology-aware pods get their domain: list and patch, never
+		// delete or create.
+		{sa("integration-job"), "list", "", "pods", "", true},
+		{sa("integration-job"), "patch", "", "pods", "", true},
+		{sa("integration-job"), "delete", "", "pods", "", false},
+		{sa("integration-job"), "create", "", "pods", "", false},
 		{sa("integration-job"), "get", "", "secrets", "", false},
 		{sa("integration-job"), "create", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", false},
 		{sa("integration-job"), "patch", "sluice.dev", "clusterqueues", "status", false},

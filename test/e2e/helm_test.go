@@ -182,8 +182,8 @@ func TestHelmInstall(t *testing.T) {
 	h.rbacAsMounted(map[string][]string{
 		"quota":           {"/apis/batch/v1/jobs=403", "/api/v1/namespaces/" + helmNamespace + "/secrets=403"},
 		"admission":       {"/apis/batch/v1/jobs=403", "/api/v1/secrets=403"},
-		"watcher":         {"/apis/sluice.dev/v1beta1/clusterqueues=200", "/api/v1/secrets=403", "/apis/batch/v1/jobs=403"},
-		"integration-job": {"/apis/batch/v1/jobs=200", "/api/v1/secrets=403", "/api/v1/pods=403"},
+		"watcher":         {"/apis/sluice.dev/v1beta1/clusterqueues=200", "/api/v1/secrets=403", "/apis/batch/v1/jobs=403", "/api/v1/nodes=200"},
+		"integration-job": {"/apis/batch/v1/jobs=200", "/api/v1/secrets=403", "/api/v1/pods=200", "/api/v1/nodes=403"},
 	})
 
 	// Uninstall: nothing of the release is left but the CRDs.
