@@ -672,6 +672,9 @@ func (c *cycle) emit(d Decision) {
 // pendWhy records reasons from flavor assignment, rendering them only if
 // they changed.
 func (c *cycle) pendWhy(ws *wlState, why []reason, stable bool) {
+	if !c.e.topologyWaiting {
+		c.e.topologyWaiting = waitsFor(why, reasonTopology)
+	}
 	if ws.why != nil && sameReasons(ws.why, why) {
 		return
 	}

@@ -95,6 +95,8 @@ type wlState struct {
 	// holds each pod set's full count.
 	split []podSetReqs
 	full  []int32
+	// tasShapes are its pod sets' shapes on topology-aware flavors.
+	tasShapes []tasShape
 	// orderAt places the workload in its queue among equal priorities:
 	// its submission, or its last PodsReadyTimeout eviction.
 	orderAt time.Time
@@ -126,11 +128,12 @@ type Engine struct {
 	// nodes and tas are the capacity of topology-aware flavors.
 	nodes []Node
 	tas   *tasState
+	// topologyWaiting: a workload was told it waits for room in a
+	// topology's domains since unparkTopologyWaiters last looked.
+	topologyWaiting bool
 	// nodesChanged: SetNodes ran since the last cycle looked for
 	// workloads on failed nodes.
 	nodesChanged bool
-	// fitBufs are spare per-leaf count buffers (fitBuf).
-	fitBufs [][]int64
 	// units names the unit of quota interaction of cohort trees that
 	// share a topology-aware flavor's nodes (see TreeOf).
 	units map[*node]string
@@ -261,6 +264,7 @@ func (e *Engine) resolve(ws *wlState) {
 	}
 	ws.full = make([]int32, len(ws.w.PodSets))
 	ws.split = make([]podSetReqs, len(ws.w.PodSets))
+	ws.tasShapes = nil
 	for i, ps := range ws.w.PodSets {
 		ws.full[i] = ps.Count
 		var rs []resReq

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -38,8 +39,33 @@ type tasFlavor struct {
 	// base is the free capacity per leaf and resource of the nodes a pod
 	// set may use, by what decides that (eligibilityKey).
 	base map[string][][]int64
-	// spans are the domains of each level over all leaves, in order.
-	spans [][]span
+	// spans are the domains of each level over all leaves, in order, and
+	// spanOf the index in spans of the domain holding each leaf.
+	spans  [][]span
+	spanOf [][]int
+	// tables are how many pods of each shape placed so far fit where, at
+	// current usage (kept current by bookTAS) and with nothing booked.
+	tables     map[string]*fitTable
+	tableList  []*fitTable
+	emptyTable map[string]*fitTable
+}
+
+// maxFitTables bounds the shapes a flavor keeps tables for; past it a
+// placement builds its table afresh each time.
+const maxFitTables = 256
+
+// fitTable is how many pods of one shape (the nodes it may use and what
+// each pod requests) fit in each leaf of a flavor and in each domain of
+// every level. Placements read it many times between bookings, so it is
+// kept rather than counted over every node per placement.
+type fitTable struct {
+	key  string
+	base [][]int64
+	req  []int64
+	// current: less what admitted workloads use; else with nothing booked.
+	current bool
+	leaf    []int64
+	dom     [][]int64
 }
 
 type tasLeaf struct {
@@ -198,16 +224,22 @@ func (f *tasFlavor) build(nodes []Node) {
 		f.used[i] = make([]int64, len(f.res))
 	}
 	f.spans = make([][]span, len(f.levels))
+	f.spanOf = make([][]int, len(f.levels))
 	for k := range f.levels {
+		f.spanOf[k] = make([]int, len(f.leaves))
 		for l := 0; l < len(f.leaves); {
 			h := l + 1
 			for h < len(f.leaves) && slices.Equal(f.leaves[h].values[:k+1], f.leaves[l].values[:k+1]) {
 				h++
 			}
+			for i := l; i < h; i++ {
+				f.spanOf[k][i] = len(f.spans[k])
+			}
 			f.spans[k] = append(f.spans[k], span{l, h})
 			l = h
 		}
 	}
+	f.tables, f.emptyTable = map[string]*fitTable{}, map[string]*fitTable{}
 }
 
 func matchesLabels(have, want map[string]string) bool {
@@ -302,16 +334,22 @@ func (f *tasFlavor) baseFor(nodes []Node, ps *PodSet) [][]int64 {
 // resource, when a request is for something no node of the flavor offers.
 func (f *tasFlavor) perPod(ps *PodSet) (req []int64, missing string) {
 	req = make([]int64, len(f.res))
-	for _, r := range sortedKeys(ps.Requests) {
-		v := ps.Requests[r]
+	for r, v := range ps.Requests {
 		if v <= 0 {
 			continue
 		}
 		i, ok := f.res[r]
 		if !ok {
-			return nil, r
+			// Name the first missing one, whatever the map's order.
+			if missing == "" || r < missing {
+				missing = r
+			}
+			continue
 		}
 		req[i] = v
+	}
+	if missing != "" {
+		return nil, missing
 	}
 	if i, ok := f.res[resourcePods]; ok && req[i] == 0 {
 		req[i] = 1
@@ -319,30 +357,93 @@ func (f *tasFlavor) perPod(ps *PodSet) (req []int64, missing string) {
 	return req, ""
 }
 
-// fits is how many pods of req fit in each leaf, given free capacity base
-// less usage (and less extra, the workload's own earlier pod sets).
-func (f *tasFlavor) fits(base [][]int64, req []int64, out []int64) []int64 {
-	if cap(out) < len(f.leaves) {
-		out = make([]int64, len(f.leaves))
+// table is the fit table of pod set ps's shape with per-pod requests
+// req: current, or (current false) as if nothing were booked.
+func (f *tasFlavor) table(nodes []Node, ps *PodSet, req []int64, current bool) *fitTable {
+	key := eligibilityKey(ps)
+	base := f.baseFor(nodes, ps)
+	var b strings.Builder
+	b.WriteString(key)
+	for _, v := range req {
+		b.WriteByte('|')
+		b.WriteString(strconv.FormatInt(v, 10))
 	}
-	out = out[:len(f.leaves)]
+	k := b.String()
+	cache := f.tables
+	if !current {
+		cache = f.emptyTable
+	}
+	if t, ok := cache[k]; ok {
+		return t
+	}
+	t := &fitTable{key: k, base: base, req: req, current: current, leaf: make([]int64, len(f.leaves)), dom: make([][]int64, len(f.levels))}
+	for lv := range f.levels {
+		t.dom[lv] = make([]int64, len(f.spans[lv]))
+	}
 	for li := range f.leaves {
-		n := int64(-1)
-		for r, v := range req {
-			if v == 0 {
-				continue
-			}
-			k := max(0, base[li][r]-f.used[li][r]) / v
-			if n < 0 || k < n {
-				n = k
-			}
+		n := f.fitIn(t, li)
+		t.leaf[li] = n
+		for lv := range f.levels {
+			t.dom[lv][f.spanOf[lv][li]] += n
 		}
-		if n < 0 {
-			n = 1 << 40 // requests nothing the nodes count
-		}
-		out[li] = n
 	}
-	return out
+	if len(cache) < maxFitTables {
+		cache[k] = t
+		if current {
+			f.tableList = append(f.tableList, t)
+		}
+	}
+	return t
+}
+
+// fitIn is how many pods of t's shape fit in leaf li.
+func (f *tasFlavor) fitIn(t *fitTable, li int) int64 {
+	n := int64(-1)
+	for r, v := range t.req {
+		if v == 0 {
+			continue
+		}
+		free := t.base[li][r]
+		if t.current {
+			free -= f.used[li][r]
+		}
+		k := max(0, free) / v
+		if n < 0 || k < n {
+			n = k
+		}
+	}
+	if n < 0 {
+		n = 1 << 40 // requests nothing the nodes count
+	}
+	return n
+}
+
+// rebook brings the current fit tables up to date after leaf li's usage
+// changed.
+func (f *tasFlavor) rebook(li int) {
+	for _, t := range f.tableList {
+		n := f.fitIn(t, li)
+		if d := n - t.leaf[li]; d != 0 {
+			t.leaf[li] = n
+			for lv := range t.dom {
+				t.dom[lv][f.spanOf[lv][li]] += d
+			}
+		}
+	}
+}
+
+// sum is how many pods of t's shape fit in domain d of level k.
+func (t *fitTable) sum(f *tasFlavor, k int, d span) int64 {
+	if d.hi > d.lo {
+		if i := f.spanOf[k][d.lo]; f.spans[k][i] == d {
+			return t.dom[k][i]
+		}
+	}
+	var n int64
+	for l := d.lo; l < d.hi; l++ {
+		n += t.leaf[l]
+	}
+	return n
 }
 
 // request turns a pod set's topology request into a placement request
@@ -452,6 +553,7 @@ func (e *Engine) bookTAS(uses []tasUse, sign int64) {
 		for r, v := range u.amount {
 			row[r] += sign * v
 		}
+		u.f.rebook(u.leaf)
 	}
 }
 
@@ -494,44 +596,71 @@ func (p *tasPlan) assignment() *TopologyAssignment {
 func (e *Engine) placeOn(ws *wlState, pi int, f *tasFlavor, count int32, within span) (*tasPlan, reason, bool) {
 	ps := &ws.w.PodSets[pi]
 	fail := reason{kind: reasonTopology, podSet: ps.Name, flavor: f.name}
-	if f.missing != "" {
-		fail.detail = f.missing
+	sh := e.shapeOn(ws, pi, f, count)
+	if sh.why != "" {
+		fail.detail = sh.why
 		return nil, fail, false
+	}
+	t := sh.t
+	if t == nil {
+		t = f.table(e.nodes, ps, sh.req, true)
+	}
+	p := &placement{f: f, t: t, r: sh.r}
+	if p.run(within) {
+		return &tasPlan{podSet: pi, f: f, count: count, leaves: p.out, req: sh.req}, reason{}, false
+	}
+	fail.detail = placeFailure(ps, f, sh.r, p.best)
+	// Would the pods fit if no topology-aware workload held anything?
+	empty := &placement{f: f, t: f.table(e.nodes, ps, sh.req, false), r: sh.r}
+	return nil, fail, empty.run(within)
+}
+
+// tasShape is what placing one pod set of a workload on a flavor reads
+// every time: its per-pod requests, its placement request and its fit
+// table, or why the flavor cannot serve it. A workload waiting in a long
+// queue is placed again and again; this is worked out once.
+type tasShape struct {
+	f     *tasFlavor
+	count int32
+	req   []int64
+	r     placeReq
+	// t is nil when the flavor keeps no table for the shape.
+	t   *fitTable
+	why string
+}
+
+// shapeOn is pod set pi's shape on f for count pods, kept on the
+// workload until its pod sets, the count or the flavor (SetNodes builds
+// flavors anew) change.
+func (e *Engine) shapeOn(ws *wlState, pi int, f *tasFlavor, count int32) *tasShape {
+	if len(ws.tasShapes) != len(ws.w.PodSets) {
+		ws.tasShapes = make([]tasShape, len(ws.w.PodSets))
+	}
+	sh := &ws.tasShapes[pi]
+	if sh.f == f && sh.count == count {
+		return sh
+	}
+	ps := &ws.w.PodSets[pi]
+	*sh = tasShape{f: f, count: count}
+	if f.missing != "" {
+		sh.why = f.missing
+		return sh
 	}
 	req, missing := f.perPod(ps)
 	if missing != "" {
-		fail.detail = fmt.Sprintf("no node of flavor %s offers %s", f.name, missing)
-		return nil, fail, false
+		sh.why = fmt.Sprintf("no node of flavor %s offers %s", f.name, missing)
+		return sh
 	}
 	r, why := f.request(ps, count)
 	if why != "" {
-		fail.detail = why
-		return nil, fail, false
+		sh.why = why
+		return sh
 	}
-	base := f.baseFor(e.nodes, ps)
-	fit := f.fits(base, req, e.fitBuf())
-	defer func() { e.putFitBuf(fit) }()
-	p := &placement{f: f, fit: fit, r: r}
-	if p.run(within) {
-		return &tasPlan{podSet: pi, f: f, count: count, leaves: p.out, req: req}, reason{}, false
+	sh.req, sh.r = req, r
+	if t := f.table(e.nodes, ps, req, true); f.tables[t.key] == t {
+		sh.t = t
 	}
-	fail.detail = placeFailure(ps, f, r, p.best)
-	// Would the pods fit if no topology-aware workload held anything?
-	saved := f.used
-	f.used = zeroUsage(f)
-	fit = f.fits(base, req, fit) // p is done with it
-	empty := &placement{f: f, fit: fit, r: r}
-	could := empty.run(within)
-	f.used = saved
-	return nil, fail, could
-}
-
-func zeroUsage(f *tasFlavor) [][]int64 {
-	out := make([][]int64, len(f.leaves))
-	for i := range out {
-		out[i] = make([]int64, len(f.res))
-	}
-	return out
+	return sh
 }
 
 // placeFailure says why a placement found no room, in the words a user
@@ -616,17 +745,13 @@ func (e *Engine) placeGroup(ws *wlState, earlier []*tasPlan, pi int, f *tasFlavo
 		room int64
 	}
 	var cands []cand
-	fit := f.fits(f.baseFor(e.nodes, ps), plan.req, nil)
+	t := f.table(e.nodes, ps, plan.req, true)
 	for _, d := range doms {
 		p, _, _ := e.placeOn(ws, pi, f, count, d)
 		if p == nil {
 			continue
 		}
-		var room int64
-		for l := d.lo; l < d.hi; l++ {
-			room += fit[l]
-		}
-		cands = append(cands, cand{d, p, room})
+		cands = append(cands, cand{d, p, t.sum(f, k, d)})
 	}
 	sort.SliceStable(cands, func(i, j int) bool { return cands[i].room < cands[j].room })
 	for _, c := range cands {
@@ -839,9 +964,13 @@ func hasPlacement(ws *wlState) bool {
 // that queues of other trees place on. Those that wait for quota stay
 // parked until their own tree releases some.
 func (e *Engine) unparkTopologyWaiters() {
+	if !e.topologyWaiting {
+		return
+	}
+	e.topologyWaiting = false
 	for _, cq := range e.tree.cqOrder {
 		for _, p := range cq.pending {
-			if p.parked && waitsForTopology(p) {
+			if p.parked && waitsFor(p.why, reasonTopology) {
 				p.parked = false
 				cq.settled = false
 			}
@@ -849,25 +978,12 @@ func (e *Engine) unparkTopologyWaiters() {
 	}
 }
 
-func waitsForTopology(ws *wlState) bool {
-	for _, r := range ws.why {
-		if r.kind == reasonTopology {
+// waitsFor reports whether any of the reasons is of the kind.
+func waitsFor(why []reason, kind reasonKind) bool {
+	for _, r := range why {
+		if r.kind == kind {
 			return true
 		}
 	}
 	return false
 }
-
-// fitBuf lends a buffer for a placement's per-leaf counts; placements
-// nest (a group's members), so each takes its own, given back after.
-func (e *Engine) fitBuf() []int64 {
-	n := len(e.fitBufs)
-	if n == 0 {
-		return nil
-	}
-	b := e.fitBufs[n-1]
-	e.fitBufs = e.fitBufs[:n-1]
-	return b
-}
-
-func (e *Engine) putFitBuf(b []int64) { e.fitBufs = append(e.fitBufs, b) }

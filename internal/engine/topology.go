@@ -127,7 +127,7 @@ type span struct{ lo, hi int }
 // best the most units any domain of the requested level has room for.
 type placement struct {
 	f    *tasFlavor
-	fit  []int64
+	t    *fitTable
 	r    placeReq
 	out  []leafCount
 	best int64
@@ -137,19 +137,11 @@ type placement struct {
 // unit level, whole slices of its unit-level domains; below it, pods.
 func (p *placement) capOf(k int, d span) int64 {
 	if k > p.r.unitLevel || p.r.size == 1 {
-		var n int64
-		for l := d.lo; l < d.hi; l++ {
-			n += p.fit[l]
-		}
-		return n
+		return p.t.sum(p.f, k, d)
 	}
 	var n int64
 	for _, u := range p.f.domains(p.r.unitLevel, d) {
-		var pods int64
-		for l := u.lo; l < u.hi; l++ {
-			pods += p.fit[l]
-		}
-		n += pods / p.r.size
+		n += p.t.sum(p.f, p.r.unitLevel, u) / p.r.size
 	}
 	return n
 }
@@ -211,7 +203,15 @@ func (p *placement) spread(k int, doms []span, caps []int64, pick func([]int64, 
 	return true
 }
 
+// caps is how many units fit in each of doms, domains of level k. When
+// they are whole domains and a unit is a pod, the fit table has them: the
+// result is then the table's own, to read, not to change.
 func (p *placement) caps(k int, doms []span) []int64 {
+	if len(doms) > 0 && (k > p.r.unitLevel || p.r.size == 1) {
+		if i := p.f.spanOf[k][doms[0].lo]; p.f.spans[k][i] == doms[0] && i+len(doms) <= len(p.f.spans[k]) && p.f.spans[k][i+len(doms)-1] == doms[len(doms)-1] {
+			return p.t.dom[k][i : i+len(doms)]
+		}
+	}
 	out := make([]int64, len(doms))
 	for i, d := range doms {
 		out[i] = p.capOf(k, d)

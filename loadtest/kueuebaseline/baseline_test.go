@@ -14,10 +14,14 @@ import (
 )
 
 // load generates the scenario and parses it as `sluice simulate` does.
-func load(tb testing.TB) *simulate.Scenario {
+func load(tb testing.TB) *simulate.Scenario { return loadScenario(tb, false) }
+
+// loadScenario generates the baseline, or the topology configuration, and
+// parses it as `sluice simulate` does.
+func loadScenario(tb testing.TB, topology bool) *simulate.Scenario {
 	tb.Helper()
 	var buf bytes.Buffer
-	if err := writeScenario(&buf); err != nil {
+	if err := writeScenario(&buf, topology); err != nil {
 		tb.Fatal(err)
 	}
 	sc, err := simulate.Load([]simulate.Source{{Name: "kueuebaseline", R: &buf}})
@@ -111,16 +115,52 @@ func TestScenarioShape(t *testing.T) {
 	}
 }
 
+// TestTopologyScenarioShape: the topology configuration has the baseline's
+// queues, workload counts and capacity bound, each size split three ways,
+// and Kueue's data center of 640 nodes.
+func TestTopologyScenarioShape(t *testing.T) {
+	sc := loadScenario(t, true)
+	got := map[string]int{
+		"ClusterQueues": len(sc.Config.ClusterQueues),
+		"LocalQueues":   len(sc.Config.LocalQueues),
+		"Workloads":     len(sc.Workloads),
+		"Nodes":         len(sc.Nodes),
+		"Topologies":    len(sc.Config.Topologies),
+	}
+	for _, w := range sc.Workloads {
+		got[classOf(w.Name)]++
+		for _, how := range []string{"required", "preferred", "sliced"} {
+			if strings.Contains(w.Name, "-"+how+"-") {
+				got[how]++
+			}
+		}
+	}
+	want := map[string]int{"ClusterQueues": 30, "LocalQueues": 30, "Workloads": 15000, "Nodes": 640, "Topologies": 1,
+		"small": 10500, "medium": 3000, "large": 1500, "required": 30 * (120 + 34 + 17), "preferred": 30 * (120 + 33 + 17), "sliced": 30 * (110 + 33 + 16)}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("scenario (-want +got):\n%s", d)
+	}
+	if b := capacityBound(sc); math.Abs(b-66) > 1e-9 {
+		t.Errorf("capacity bound = %gs, want 66s", b)
+	}
+}
+
 // BenchmarkBaseline loads and simulates the whole scenario per iteration and
 // reports, besides wall time, the load and run split, the virtual makespan,
 // the capacity bound, and the mean time to first admission of each class.
-func BenchmarkBaseline(b *testing.B) {
+func BenchmarkBaseline(b *testing.B) { benchmarkScenario(b, false) }
+
+// BenchmarkTopology is BenchmarkBaseline of Kueue's topology-aware
+// scheduling configuration.
+func BenchmarkTopology(b *testing.B) { benchmarkScenario(b, true) }
+
+func benchmarkScenario(b *testing.B, topology bool) {
 	var loadTime, runTime time.Duration
 	var last result
 	var bound float64
 	for range b.N {
 		start := time.Now()
-		sc := load(b)
+		sc := loadScenario(b, topology)
 		loaded := time.Now()
 		records, err := simulate.Run(sc, simulate.Options{})
 		if err != nil {

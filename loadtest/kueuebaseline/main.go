@@ -10,18 +10,29 @@
 //     every 100ms), 100 medium (5 CPU, 500ms, priority 100, one every 500ms)
 //     and 50 large (20 CPU, 1s, priority 200, one every 1.2s).
 //
+// With -topology it writes Kueue's topology-aware scheduling configuration
+// (test/performance/scheduler/configs/tas) instead: the same queues on a
+// flavor with a Topology over 1 block × 10 racks × 64 nodes of 96 CPUs, and
+// loadtest/baseline's TopologyClasses (each size as 2, 4 or 8 pods, a third
+// required in one rack, a third preferred, a third in slices).
+//
 // Usage:
 //
-//	go run ./loadtest/kueuebaseline > /tmp/b.yaml
+//	go run ./loadtest/kueuebaseline [-topology] > /tmp/b.yaml
 //	sluice simulate -f /tmp/b.yaml
 package main
 
 import (
 	"bufio"
+	"flag"
 	"fmt"
 	"io"
 	"os"
+	"sort"
+	"strings"
 	"time"
+
+	"github.com/sluice-dev/sluice/loadtest/baseline"
 )
 
 // Shape of the scenario.
@@ -53,14 +64,26 @@ var classes = []class{
 
 func queueName(cohort, queue int) string { return fmt.Sprintf("cohort-%d-cq-%d", cohort, queue) }
 
+// The topology configuration's data center.
+const (
+	topologyName = "datacenter"
+	racks        = 10
+	nodesPerRack = 64
+	nodeGroup    = "node-group"
+)
+
 // writeScenario writes the whole scenario as multi-document YAML.
-func writeScenario(out io.Writer) error {
+func writeScenario(out io.Writer, topology bool) error {
 	w := bufio.NewWriterSize(out, 1<<16)
-	fmt.Fprintf(w, `# Kueue's baseline scheduler performance test as a sluice simulate scenario.
+	if !topology {
+		fmt.Fprintf(w, `# Kueue's baseline scheduler performance test as a sluice simulate scenario.
 apiVersion: sluice.dev/v1beta1
 kind: ResourceFlavor
 metadata: {name: %s}
 `, flavor)
+	} else {
+		writeTopology(w)
+	}
 	for c := range cohorts {
 		for q := range queuesPerCoh {
 			cq := queueName(c, q)
@@ -89,6 +112,10 @@ spec: {clusterQueue: %s}
 	for c := range cohorts {
 		for q := range queuesPerCoh {
 			cq := queueName(c, q)
+			if topology {
+				writeTopologyWorkloads(w, cq)
+				continue
+			}
 			for _, cl := range classes {
 				for i := range cl.count {
 					fmt.Fprintf(w, `---
@@ -110,8 +137,80 @@ spec:
 	return w.Flush()
 }
 
+// writeTopology writes the Topology, the flavor naming it, and the nodes.
+func writeTopology(w io.Writer) {
+	fmt.Fprintf(w, `# Kueue's topology-aware scheduling performance test as a sluice simulate scenario.
+apiVersion: sluice.dev/v1beta1
+kind: Topology
+metadata: {name: %s}
+spec:
+  levels:
+`, topologyName)
+	for _, l := range baseline.TopologyLevels {
+		fmt.Fprintf(w, "  - nodeLabel: %s\n", l)
+	}
+	fmt.Fprintf(w, `---
+apiVersion: sluice.dev/v1beta1
+kind: ResourceFlavor
+metadata: {name: %s}
+spec:
+  nodeLabels: {%s: tas}
+  topologyName: %s
+`, flavor, nodeGroup, topologyName)
+	for r := range racks {
+		for n := range nodesPerRack {
+			name := fmt.Sprintf("b0-r%d-n%d", r, n)
+			fmt.Fprintf(w, `---
+apiVersion: v1
+kind: Node
+metadata:
+  name: %s
+  labels: {%s: tas, %s: block-0, %s: rack-%d, %s: %s}
+status:
+  allocatable: {cpu: "96", memory: 256Gi, pods: "110"}
+`, name, nodeGroup, baseline.TopologyLevels[0], baseline.TopologyLevels[1], r, baseline.TopologyLevels[2], name)
+		}
+	}
+}
+
+// writeTopologyWorkloads writes one ClusterQueue's workloads of the
+// topology configuration: each class's pods share its CPU evenly.
+func writeTopologyWorkloads(w io.Writer, cq string) {
+	for _, cl := range baseline.TopologyClasses {
+		keys := make([]string, 0, len(cl.Annotations))
+		for k := range cl.Annotations {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		ann := make([]string, len(keys))
+		for i, k := range keys {
+			ann[i] = fmt.Sprintf("%s: %q", k, cl.Annotations[k])
+		}
+		pods := max(1, cl.Pods)
+		for i := range cl.Count {
+			fmt.Fprintf(w, `---
+apiVersion: sluice.dev/v1beta1
+kind: SimulatedWorkload
+metadata: {name: %s-%s-%03d, namespace: %s}
+spec:
+  queueName: %s
+  priority: %d
+  submitAt: %s
+  runtime: %s
+  podSets:
+  - name: main
+    count: %d
+    requests: {cpu: %dm}
+    annotations: {%s}
+`, cq, cl.Name, i, namespace, cq, cl.Priority, time.Duration(i)*cl.Every, cl.Runtime, pods, cl.CPU*1000/int64(pods), strings.Join(ann, ", "))
+		}
+	}
+}
+
 func main() {
-	if err := writeScenario(os.Stdout); err != nil {
+	topology := flag.Bool("topology", false, "write Kueue's topology-aware scheduling configuration instead of the baseline")
+	flag.Parse()
+	if err := writeScenario(os.Stdout, *topology); err != nil {
 		fmt.Fprintln(os.Stderr, "kueuebaseline:", err)
 		os.Exit(1)
 	}
