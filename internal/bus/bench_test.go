@@ -3,6 +3,7 @@ package bus_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -78,9 +79,11 @@ func benchmarkRun(b *testing.B, h func(events.Envelope) error, opts ...bus.RunOp
 }
 
 // BenchmarkPageAtTheEnd measures what a watch pays per write it follows:
-// one page of a Pager from the end of a bucket of 20,000 keys, which finds
-// the one new entry, by subject filter (the server counts matches through
-// its index of subjects) and without (Page with "", as watches read).
+// one read of a Pager from the end of a bucket of 20,000 keys, each
+// written twice (a bucket keeps one revision per key, so the stream has
+// as many deleted messages as keys), which finds the one new entry: a
+// page by subject filter and without (Page with ""), and Tail, which
+// asks for one message at a time.
 func BenchmarkPageAtTheEnd(b *testing.B) {
 	ctx := context.Background()
 	js := natstest.JetStream(b)
@@ -92,24 +95,38 @@ func BenchmarkPageAtTheEnd(b *testing.B) {
 		b.Fatal(err)
 	}
 	var last uint64
-	for i := range 20000 {
-		if last, err = kv.Put(ctx, fmt.Sprintf("ns.job-%d", i), []byte(`{}`)); err != nil {
-			b.Fatal(err)
+	for round := range 2 {
+		for i := range 20000 {
+			if last, err = kv.Put(ctx, fmt.Sprintf("ns.job-%d", i), value(round)); err != nil {
+				b.Fatal(err)
+			}
 		}
 	}
-	for _, bc := range []struct{ name, filter string }{{"filtered", "$KV." + bus.BucketWorkloads + ".>"}, {"all", ""}} {
+	for _, bc := range []struct {
+		name, filter string
+		tail         bool
+	}{{"filtered", "$KV." + bus.BucketWorkloads + ".>", false}, {"all", "", false}, {"tail", "", true}} {
 		b.Run(bc.name, func(b *testing.B) {
 			p, err := bus.NewPager(js.Conn(), "KV_"+bus.BucketWorkloads)
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer p.Close()
+			read := p.Page
+			if bc.tail {
+				read = p.Tail
+			}
 			for range b.N {
 				n := 0
-				if _, err := p.Page(ctx, bc.filter, last, func(bus.Stored) error { n++; return nil }); err != nil || n != 1 {
-					b.Fatalf("page: %d entries, %v", n, err)
+				if _, err := read(ctx, bc.filter, last, func(bus.Stored) error { n++; return nil }); err != nil || n != 1 {
+					b.Fatalf("read: %d entries, %v", n, err)
 				}
 			}
 		})
 	}
+}
+
+// value is a record's size (a workload record is about a kilobyte).
+func value(round int) []byte {
+	return []byte(fmt.Sprintf(`{"round":%d,"pad":%q}`, round, strings.Repeat("x", 1000)))
 }

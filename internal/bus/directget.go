@@ -141,8 +141,42 @@ func (p *Pager) Page(ctx context.Context, filter string, from uint64, fn func(St
 	}
 }
 
-// page asks for one batch: up to batch messages from seq on. It returns
-// how many came and how many more match after them.
+// tailSingles is how many messages Tail reads one request each before it
+// reads the rest by pages.
+const tailSingles = 16
+
+// Tail reads as Page does, for a reader that expects few messages: those
+// right after the last it read. It asks for them one by one, then by
+// pages if there are more than tailSingles. A batched direct get makes
+// the server count the messages after the batch (Nats-Num-Pending); on a
+// stream whose keys are overwritten (a bucket) or with a filter, that
+// count walks the subjects of the stream's last block, every page: a
+// watch woken by each write would spend most of the server's time
+// counting. A request for one message counts nothing.
+func (p *Pager) Tail(ctx context.Context, filter string, from uint64, fn func(Stored) error) (uint64, error) {
+	last := from - 1
+	if from == 0 {
+		last = 0
+	}
+	next := filter
+	if next == "" {
+		next = ">" // every subject: without one the server reads by sequence only, and a deleted one is not found
+	}
+	for range tailSingles {
+		n, _, err := p.page(ctx, next, last+1, 0, func(s Stored) error {
+			last = s.Sequence
+			return fn(s)
+		})
+		if err != nil || n == 0 {
+			return last, err
+		}
+	}
+	return p.Page(ctx, filter, last+1, fn)
+}
+
+// page asks for one batch: up to batch messages from seq on (0: one
+// message, answered without a count or an end-of-batch status). It
+// returns how many came and how many more match after them.
 func (p *Pager) page(ctx context.Context, filter string, seq uint64, batch int, fn func(Stored) error) (int, uint64, error) {
 	body, err := json.Marshal(directRequest{Seq: seq, NextFor: filter, Batch: batch})
 	if err != nil {
@@ -184,6 +218,9 @@ func (p *Pager) page(ctx context.Context, filter string, seq uint64, batch int, 
 		n++
 		if err := fn(s); err != nil {
 			return n, 0, err
+		}
+		if batch == 0 {
+			return n, 0, nil
 		}
 	}
 }
@@ -283,8 +320,16 @@ func Follow(ctx context.Context, nc *nats.Conn, stream, filter string, from uint
 	next := from
 	poll := time.NewTicker(FollowPoll)
 	defer poll.Stop()
+	first := true
 	for {
-		last, err := pager.Page(ctx, filter, next, fn)
+		var last uint64
+		var err error
+		if first {
+			last, err = pager.Page(ctx, filter, next, fn)
+			first = false
+		} else {
+			last, err = pager.Tail(ctx, filter, next, fn)
+		}
 		if err != nil && ctx.Err() == nil {
 			return err
 		}

@@ -131,7 +131,7 @@ func (w *kvWatch) follow(ctx context.Context) {
 		return
 	}
 	bucket := w.kv.Bucket()
-	last, err := w.pager.Page(ctx, "", w.next, func(s Stored) error {
+	last, err := w.pager.Tail(ctx, "", w.next, func(s Stored) error {
 		e, err := entryOf(bucket, w.kv.prefix, s)
 		if err != nil {
 			return err

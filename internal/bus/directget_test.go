@@ -1,0 +1,75 @@
+package bus_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/internal/natstest"
+)
+
+// TestTailReadsWhatPageReads: Tail, one message per request and by pages
+// past a few, gives the same messages as Page from any sequence of a
+// bucket whose keys were overwritten (its stream has deleted messages),
+// with a filter and without, and nothing from past the end.
+func TestTailReadsWhatPageReads(t *testing.T) {
+	ctx := context.Background()
+	js := natstest.JetStream(t)
+	if err := bus.Setup(ctx, js, bus.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := bus.OpenKV(ctx, js, bus.BucketWorkloads)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last uint64
+	for i := range 60 {
+		// Keys 0..19 three times over, so two revisions of each are gone.
+		if last, err = kv.Put(ctx, fmt.Sprintf("ns.job-%d", i%20), []byte(fmt.Sprint(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, err := bus.NewPager(js.Conn(), "KV_"+bus.BucketWorkloads)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	read := func(how func(context.Context, string, uint64, func(bus.Stored) error) (uint64, error), filter string, from uint64) ([]string, uint64) {
+		t.Helper()
+		var got []string
+		end, err := how(ctx, filter, from, func(s bus.Stored) error {
+			got = append(got, fmt.Sprintf("%d %s %s", s.Sequence, s.Subject, s.Data))
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("read from %d with filter %q: %v", from, filter, err)
+		}
+		return got, end
+	}
+	for _, tc := range []struct {
+		name   string
+		filter string
+		from   uint64
+		want   int
+	}{
+		{name: "from the start: every key's last revision", from: 0, want: 20},
+		{name: "the last three", from: last - 2, want: 3},
+		{name: "more than one at a time reads", from: last - 19, want: 20},
+		{name: "one key", filter: "$KV." + bus.BucketWorkloads + ".ns.job-7", from: 0, want: 1},
+		{name: "past the end", from: last + 1, want: 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want, wantEnd := read(p.Page, tc.filter, tc.from)
+			got, end := read(p.Tail, tc.filter, tc.from)
+			if d := cmp.Diff(want, got); d != "" {
+				t.Errorf("Tail (-Page +Tail):\n%s", d)
+			}
+			if len(got) != tc.want || end != wantEnd {
+				t.Errorf("Tail read %d messages up to %d, want %d up to %d", len(got), end, tc.want, wantEnd)
+			}
+		})
+	}
+}
