@@ -28,6 +28,7 @@ var registry = []Event{
 	WorkloadAdmittedV1{},
 	WorkloadPreemptedV1{},
 	WorkloadEvictedV1{},
+	WorkloadMovedV1{},
 	WorkloadStartedV1{},
 	WorkloadStoppedV1{},
 	WorkloadFinishedV1{},
@@ -110,6 +111,8 @@ func WorkloadOf(ev Event) (WorkloadRef, bool) {
 	case WorkloadPreemptedV1:
 		return e.Workload, true
 	case WorkloadEvictedV1:
+		return e.Workload, true
+	case WorkloadMovedV1:
 		return e.Workload, true
 	case WorkloadStartedV1:
 		return e.Workload, true

@@ -12,6 +12,7 @@ const (
 	TypeWorkloadAdmittedV1    = "dev.sluice.workload.v1.admitted"
 	TypeWorkloadPreemptedV1   = "dev.sluice.workload.v1.preempted"
 	TypeWorkloadEvictedV1     = "dev.sluice.workload.v1.evicted"
+	TypeWorkloadMovedV1       = "dev.sluice.workload.v1.moved"
 	TypeWorkloadStartedV1     = "dev.sluice.workload.v1.started"
 	TypeWorkloadStoppedV1     = "dev.sluice.workload.v1.stopped"
 	TypeWorkloadFinishedV1    = "dev.sluice.workload.v1.finished"

@@ -302,6 +302,45 @@ func (e WorkloadEvictedV1) Validate() error {
 	return checkRequired("reason", e.Reason)
 }
 
+// WorkloadMovedV1: nodes under the workload's topology placement failed,
+// and its pods there were given other domains (node replacement). The
+// workload keeps its reservation and its admission; PodSets are its
+// placement now, every pod set's, as in WorkloadAdmittedV1.
+type WorkloadMovedV1 struct {
+	Workload     WorkloadRef          `json:"workload"`
+	ClusterQueue string               `json:"clusterQueue"`
+	PodSets      []PodSetAssignmentV1 `json:"podSets"`
+	// Reason is NodeReplaced; Message names the failed nodes and says
+	// which pods went where.
+	Reason  string `json:"reason"`
+	Message string `json:"message,omitempty"`
+	// Admission names the admission that moved, as in
+	// WorkloadAdmittedV1.
+	Admission string `json:"admission"`
+}
+
+// Type implements Event.
+func (WorkloadMovedV1) Type() string { return TypeWorkloadMovedV1 }
+
+// NATSSubject implements Event.
+func (e WorkloadMovedV1) NATSSubject() string {
+	return WorkloadSubject(TypeWorkloadMovedV1, e.Workload)
+}
+
+// CESubject implements Event.
+func (e WorkloadMovedV1) CESubject() string { return e.Workload.String() }
+
+// Validate implements Event.
+func (e WorkloadMovedV1) Validate() error {
+	if err := (WorkloadAdmittedV1{Workload: e.Workload, ClusterQueue: e.ClusterQueue, PodSets: e.PodSets}).Validate(); err != nil {
+		return err
+	}
+	if err := checkRequired("reason", e.Reason); err != nil {
+		return err
+	}
+	return checkRequired("admission", e.Admission)
+}
+
 // WorkloadStartedV1: the integration applied the admission and unsuspended
 // the job.
 type WorkloadStartedV1 struct {

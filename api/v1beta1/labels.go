@@ -69,12 +69,16 @@ const TopologyPodLabel = "sluice.dev/tas"
 
 // Annotations on the pod template of a pod set admitted on a
 // topology-aware flavor, which its pods carry: where the pod set's pods go
-// (the topology assignment, as JSON), and which object and pod set they
-// are of (TopologyOwnerAnnotation is the object's namespace/name). The
-// integration removes TopologySchedulingGate from each pod with the node
-// selector of a domain that still has room for one.
+// (the topology assignment at admission, as JSON), which object and pod
+// set they are of (TopologyOwnerAnnotation is the object's
+// namespace/name), and which admission placed them. The integration
+// removes TopologySchedulingGate from each pod with the node selector of
+// a domain that still has room for one: a domain of the admission's
+// placement as the ledger holds it now (pods on failed nodes move), or of
+// the annotation's.
 const (
 	TopologyAssignmentAnnotation = "sluice.dev/topology-assignment"
 	TopologyOwnerAnnotation      = "sluice.dev/topology-owner"
 	TopologyPodSetAnnotation     = "sluice.dev/topology-podset"
+	TopologyAdmissionAnnotation  = "sluice.dev/topology-admission"
 )

@@ -916,8 +916,9 @@ func (e *Engine) failedNode(ws *wlState) string {
 	return ""
 }
 
-// nodeFailures evicts, once the nodes changed, each admitted workload
-// placed on a node that failed: it queues again, to be placed anew.
+// nodeFailures, once the nodes changed, moves the pods each admitted
+// workload has on nodes that failed to other domains (replaceFailed), or
+// evicts it when they fit nowhere: it queues again, to be placed anew.
 func (c *cycle) nodeFailures() {
 	e := c.e
 	if !e.nodesChanged || e.tas == nil || len(e.tas.flavors) == 0 {
@@ -939,6 +940,14 @@ func (c *cycle) nodeFailures() {
 			continue
 		}
 		cq := ws.admitted.cq
+		if podSets, moved, ok := e.replaceFailed(ws); ok {
+			e.replace(ws, podSets)
+			c.touched[cq] = true
+			c.emit(Decision{Kind: KindReplaced, Key: ws.key, ClusterQueue: cq.Name, PodSets: podSets, Reason: ReasonNodeReplaced,
+				Message: why + "; " + moved})
+			continue
+		}
+		why += "; its pods there fit nowhere else it may run"
 		ws.charge(c.now)
 		if e.deferred {
 			ws.evicting = true

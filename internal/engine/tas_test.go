@@ -353,45 +353,175 @@ func TestTopologyPlacement(t *testing.T) {
 // TestNodeFailureEvictsAndRequeues: a workload placed on a node that goes
 // away, or stops being Ready, is evicted with the node named, and placed
 // anew where the nodes have room; a cordoned node keeps what runs there.
-func TestNodeFailureEvictsAndRequeues(t *testing.T) {
+// TestNodeFailure: a node under a running workload's placement is
+// deleted or stops being Ready. Its pods there move to other domains the
+// pod set may use (KindReplaced: same quota, same admission), or, when
+// they fit nowhere, the workload is evicted and placed anew.
+func TestNodeFailure(t *testing.T) {
+	gone := func(name string) func([]Node) []Node {
+		return func(ns []Node) []Node { return slices.DeleteFunc(ns, func(n Node) bool { return n.Name == name }) }
+	}
+	notReady := func(names ...string) func([]Node) []Node {
+		return func(ns []Node) []Node {
+			for _, name := range names {
+				ns = withNode(ns, name, func(n *Node) { n.NotReady = true })
+			}
+			return ns
+		}
+	}
 	cases := []struct {
-		name        string
-		change      func([]Node) []Node
-		wantEvicted string // the message, or "" for none
-		wantPlaced  string
+		name string
+		// nodes: blocks, racks, nodes per rack, of 4 GPUs.
+		nodes        [3]int
+		first        []Workload
+		wantFirst    map[string]string
+		change       func([]Node) []Node
+		wantReplaced map[string]string // placement after, by workload
+		wantMessage  string            // of the replacement or eviction
+		wantEvicted  string
+		wantPlaced   string // the evicted workload's placement anew
 	}{
-		{name: "a node deleted", change: func(ns []Node) []Node { return slices.DeleteFunc(ns, func(n Node) bool { return n.Name == "b1r1n1" }) },
-			wantEvicted: "node b1r1n1 of its placement is gone", wantPlaced: "main=6 b1r2n1:4 b1r2n2:2"},
-		{name: "a node not Ready", change: func(ns []Node) []Node { return withNode(ns, "b1r1n2", func(n *Node) { n.NotReady = true }) },
-			wantEvicted: "node b1r1n2 of its placement is not Ready", wantPlaced: "main=6 b1r2n1:4 b1r2n2:2"},
-		{name: "a node cordoned", change: func(ns []Node) []Node { return withNode(ns, "b1r1n2", func(n *Node) { n.Unschedulable = true }) }},
-		{name: "another node deleted", change: func(ns []Node) []Node { return slices.DeleteFunc(ns, func(n Node) bool { return n.Name == "b1r2n1" }) }},
+		{
+			name: "required rack: the pods of a deleted node go to another node of the rack", nodes: [3]int{1, 2, 4},
+			first:     []Workload{newWL("ns", "a").pods("main", 6, "gpu", 1).topology(TopologyRequest{Required: lvlRack}).obj()},
+			wantFirst: map[string]string{"ns/a": "main=6 b1r1n1:4 b1r1n2:2"},
+			change:    gone("b1r1n1"), wantReplaced: map[string]string{"ns/a": "main=6 b1r1n2:2 b1r1n3:4"},
+			wantMessage: "node b1r1n1 of its placement is gone; pod set main: 4 pods from b1r1n1 to b1r1n3:4",
+		},
+		{
+			name: "required rack: a node not Ready, the rest of its rack full: evicted, placed anew in the other rack", nodes: [3]int{1, 2, 2},
+			first:     []Workload{newWL("ns", "a").pods("main", 6, "gpu", 1).topology(TopologyRequest{Required: lvlRack}).obj()},
+			wantFirst: map[string]string{"ns/a": "main=6 b1r1n1:4 b1r1n2:2"},
+			change:    notReady("b1r1n2"),
+			wantEvicted: "ns/a", wantMessage: "node b1r1n2 of its placement is not Ready; its pods there fit nowhere else it may run",
+			wantPlaced: "main=6 b1r2n1:4 b1r2n2:2",
+		},
+		{
+			name: "required rack: room only in another rack is no replacement", nodes: [3]int{1, 2, 2},
+			first:     []Workload{newWL("ns", "a").pods("main", 6, "gpu", 1).topology(TopologyRequest{Required: lvlRack}).obj()},
+			wantFirst: map[string]string{"ns/a": "main=6 b1r1n1:4 b1r1n2:2"},
+			change:    gone("b1r1n1"),
+			wantEvicted: "ns/a", wantMessage: "node b1r1n1 of its placement is gone; its pods there fit nowhere else it may run",
+			wantPlaced: "main=6 b1r2n1:4 b1r2n2:2",
+		},
+		{
+			name: "every pod on the failed node: placed anew, keeping the admission", nodes: [3]int{1, 2, 2},
+			first:     []Workload{newWL("ns", "a").pods("main", 4, "gpu", 1).topology(TopologyRequest{Required: lvlRack}).obj()},
+			wantFirst: map[string]string{"ns/a": "main=4 b1r1n1:4"},
+			change:    notReady("b1r1n1"), wantReplaced: map[string]string{"ns/a": "main=4 b1r1n2:4"},
+			wantMessage: "node b1r1n1 of its placement is not Ready; pod set main: 4 pods from b1r1n1 to b1r1n2:4",
+		},
+		{
+			name: "slices of one node move whole, within the required block", nodes: [3]int{2, 1, 2},
+			first: []Workload{newWL("ns", "a").pods("main", 6, "gpu", 1).
+				topology(TopologyRequest{Required: lvlBlock, SliceLevel: corev1.LabelHostname, SliceSize: 2}).obj()},
+			wantFirst: map[string]string{"ns/a": "main=6 b1r1n1:4 b1r1n2:2"},
+			change:    gone("b1r1n1"),
+			// Two slices of two: only one fits on b1r1n2 (2 GPUs left), so none is a replacement within the block.
+			wantEvicted: "ns/a", wantMessage: "node b1r1n1 of its placement is gone; its pods there fit nowhere else it may run",
+			wantPlaced: "main=6 b2r1n1:4 b2r1n2:2",
+		},
+		{
+			name: "slices of one node: each whole slice to a node with room for it", nodes: [3]int{1, 1, 3},
+			first: []Workload{newWL("ns", "a").pods("main", 4, "gpu", 1).
+				topology(TopologyRequest{Required: lvlBlock, SliceLevel: corev1.LabelHostname, SliceSize: 2}).obj(),
+				newWL("ns", "b").pods("main", 4, "gpu", 1).topology(TopologyRequest{Required: lvlRack}).obj()},
+			wantFirst: map[string]string{"ns/a": "main=4 b1r1n1:4", "ns/b": "main=4 b1r1n2:4"},
+			change:    gone("b1r1n2"),
+			// b's pods cannot go to b1r1n1 (full); b1r1n3 is free.
+			wantReplaced: map[string]string{"ns/b": "main=4 b1r1n3:4"},
+			wantMessage:  "node b1r1n2 of its placement is gone; pod set main: 4 pods from b1r1n2 to b1r1n3:4",
+		},
+		{
+			name: "slices spanning nodes stay in their rack", nodes: [3]int{1, 2, 3},
+			first: []Workload{newWL("ns", "a").pods("main", 8, "gpu", 1).
+				topology(TopologyRequest{Preferred: lvlBlock, SliceLevel: lvlRack, SliceSize: 4}).obj()},
+			wantFirst: map[string]string{"ns/a": "main=8 b1r1n1:4 b1r1n2:4"},
+			change:    notReady("b1r1n2"), wantReplaced: map[string]string{"ns/a": "main=8 b1r1n1:4 b1r1n3:4"},
+			wantMessage: "node b1r1n2 of its placement is not Ready; pod set main: 4 pods from b1r1n2 to b1r1n3:4",
+		},
+		{
+			name: "preferred rack: its rack full, the pods go to the next closest", nodes: [3]int{1, 2, 2},
+			first:     []Workload{newWL("ns", "a").pods("main", 6, "gpu", 1).topology(TopologyRequest{Preferred: lvlRack}).obj()},
+			wantFirst: map[string]string{"ns/a": "main=6 b1r1n1:4 b1r1n2:2"},
+			change:    gone("b1r1n1"), wantReplaced: map[string]string{"ns/a": "main=6 b1r1n2:2 b1r2n1:4"},
+			wantMessage: "node b1r1n1 of its placement is gone; pod set main: 4 pods from b1r1n1 to b1r2n1:4",
+		},
+		{
+			name: "unconstrained: anywhere with room", nodes: [3]int{1, 2, 1},
+			first:     []Workload{newWL("ns", "a").pods("main", 3, "gpu", 1).topology(TopologyRequest{Unconstrained: true}).obj()},
+			wantFirst: map[string]string{"ns/a": "main=3 b1r1n1:3"},
+			change:    notReady("b1r1n1"), wantReplaced: map[string]string{"ns/a": "main=3 b1r2n1:3"},
+			wantMessage: "node b1r1n1 of its placement is not Ready; pod set main: 3 pods from b1r1n1 to b1r2n1:3",
+		},
+		{
+			name: "a node cordoned: nothing moves", nodes: [3]int{1, 2, 2},
+			first:     []Workload{newWL("ns", "a").pods("main", 6, "gpu", 1).topology(TopologyRequest{Required: lvlRack}).obj()},
+			wantFirst: map[string]string{"ns/a": "main=6 b1r1n1:4 b1r1n2:2"},
+			change:    func(ns []Node) []Node { return withNode(ns, "b1r1n2", func(n *Node) { n.Unschedulable = true }) },
+		},
+		{
+			name: "a node not under the placement deleted: nothing moves", nodes: [3]int{1, 2, 2},
+			first:     []Workload{newWL("ns", "a").pods("main", 6, "gpu", 1).topology(TopologyRequest{Required: lvlRack}).obj()},
+			wantFirst: map[string]string{"ns/a": "main=6 b1r1n1:4 b1r1n2:2"},
+			change:    gone("b1r2n1"),
+		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			e := New(tasConfig(newCQ("cq").quota("tas", "gpu", 32)))
-			e.SetNodes(cluster(1, 2, 2, 4))
-			if err := e.Submit(newWL("ns", "a").pods("main", 6, "gpu", 1).topology(TopologyRequest{Required: lvlRack}).obj()); err != nil {
-				t.Fatal(err)
+			e := New(tasConfig(newCQ("cq").quota("tas", "gpu", 64)))
+			nodes := func() []Node { return cluster(tc.nodes[0], tc.nodes[1], tc.nodes[2], 4) }
+			e.SetNodes(nodes())
+			for _, w := range tc.first {
+				if err := e.Submit(w); err != nil {
+					t.Fatal(err)
+				}
 			}
-			if ds := e.Cycle(t0); len(ds) != 1 || placed(ds[0]) != "main=6 b1r1n1:4 b1r1n2:2" {
-				t.Fatalf("first placement %+v", ds)
+			first := map[string]string{}
+			for _, d := range e.Cycle(t0) {
+				if d.Kind == KindAdmitted {
+					first[d.Key] = placed(d)
+				}
 			}
-			e.SetNodes(tc.change(cluster(1, 2, 2, 4)))
-			var evicted, again string
+			if d := cmp.Diff(tc.wantFirst, first); d != "" {
+				t.Fatalf("first placement (-want +got):\n%s", d)
+			}
+			e.SetNodes(tc.change(nodes()))
+			replaced := map[string]string{}
+			var message, evicted, again string
 			for _, d := range e.Cycle(t0.Add(time.Minute)) {
 				switch d.Kind {
+				case KindReplaced:
+					if d.Reason != ReasonNodeReplaced {
+						t.Errorf("replaced for %s, want %s", d.Reason, ReasonNodeReplaced)
+					}
+					replaced[d.Key], message = placed(d), d.Message
 				case KindEvicted:
 					if d.Reason != ReasonNodeFailure {
 						t.Errorf("evicted for %s, want %s", d.Reason, ReasonNodeFailure)
 					}
-					evicted = d.Message
+					evicted, message = d.Key, d.Message
 				case KindAdmitted:
 					again = placed(d)
 				}
 			}
-			if evicted != tc.wantEvicted || again != tc.wantPlaced {
-				t.Errorf("evicted %q and placed again %q; want %q and %q", evicted, again, tc.wantEvicted, tc.wantPlaced)
+			if d := cmp.Diff(tc.wantReplaced, replaced, cmpopts.EquateEmpty()); d != "" {
+				t.Errorf("replaced (-want +got):\n%s", d)
+			}
+			if message != tc.wantMessage || evicted != tc.wantEvicted || again != tc.wantPlaced {
+				t.Errorf("message %q, evicted %q, placed again %q; want %q, %q, %q", message, evicted, again, tc.wantMessage, tc.wantEvicted, tc.wantPlaced)
+			}
+			// A replacement holds the same quota; the domains hold its pods where they are now.
+			for key, want := range tc.wantReplaced {
+				if got := placed(Decision{PodSets: e.workloads[key].admitted.podSets}); got != want {
+					t.Errorf("%s holds %q, want %q", key, got, want)
+				}
+			}
+			for _, du := range e.Domains() {
+				// (A cordoned node keeps what runs on it: only moves are checked.)
+				if len(tc.wantReplaced) > 0 && du.Used > du.Capacity {
+					t.Errorf("domain %v uses %d of %d %s", du.Values, du.Used, du.Capacity, du.Resource)
+				}
 			}
 		})
 	}

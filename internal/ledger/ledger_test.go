@@ -116,6 +116,37 @@ func TestReserveCompareAndSet(t *testing.T) {
 	}
 }
 
+// TestReserveAtMovesOnlyWhatIsStillHeld: a moved reservation (node
+// replacement) is rewritten in its tree's batch only while it is the
+// revision read: after a release, the move loses and the release stands.
+func TestReserveAtMovesOnlyWhatIsStillHeld(t *testing.T) {
+	ctx, kv, w := open(t)
+	first, err := w.Reserve(ctx, "cohort/all", 0, map[string]ledger.Reservation{"job/ns/a": reservation("a", 1), "job/ns/b": reservation("b", 2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := reservation("a", 1)
+	moved.LocalQueue = "moved"
+	second, err := w.ReserveAt(ctx, "cohort/all", first.Tree, map[string]ledger.Reservation{"job/ns/a": moved},
+		map[string]uint64{"job/ns/a": first.Reservations["job/ns/a"]})
+	if err != nil {
+		t.Fatalf("move at the revision read: %v", err)
+	}
+	if got := held(t, ctx, kv)["job/ns/a"]; got.LocalQueue != "moved" {
+		t.Errorf("after the move the ledger holds %+v", got)
+	}
+	if _, _, err := w.Release(ctx, kv, "job/ns/b", "test"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.ReserveAt(ctx, "cohort/all", second.Tree, map[string]ledger.Reservation{"job/ns/b": reservation("b", 2)},
+		map[string]uint64{"job/ns/b": first.Reservations["job/ns/b"]}); !errors.Is(err, ledger.ErrConflict) {
+		t.Fatalf("move of a released reservation: got %v, want ErrConflict", err)
+	}
+	if _, ok := held(t, ctx, kv)["job/ns/b"]; ok {
+		t.Error("a released reservation came back with a move")
+	}
+}
+
 func TestReleaseIf(t *testing.T) {
 	ctx, kv, w := open(t)
 	later := reservation("a", 1)

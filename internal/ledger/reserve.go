@@ -60,6 +60,14 @@ type Booked struct {
 // batches, each checked against the one before; should a later one fail,
 // the earlier ones stand and Booked says which were booked.
 func (w *Writer) Reserve(ctx context.Context, tree string, rev uint64, res map[string]Reservation) (Booked, error) {
+	return w.ReserveAt(ctx, tree, rev, res, nil)
+}
+
+// ReserveAt is Reserve where some reservations replace one held at a
+// known revision (at, by workload): a workload moved to other domains
+// keeps its quota, and its reservation is rewritten only if it is still
+// the one read (a release meanwhile wins). A lost race is ErrConflict.
+func (w *Writer) ReserveAt(ctx context.Context, tree string, rev uint64, res map[string]Reservation, at map[string]uint64) (Booked, error) {
 	b := Booked{Tree: rev, Reservations: map[string]uint64{}}
 	wks := make([]string, 0, len(res))
 	for wk := range res {
@@ -82,6 +90,9 @@ func (w *Writer) Reserve(ctx context.Context, tree string, rev uint64, res map[s
 			}
 			m := nats.NewMsg(w.prefix + ReservationKey(wk))
 			m.Data = data
+			if r, ok := at[wk]; ok {
+				m.Header.Set(hdrExpectedSeq, strconv.FormatUint(r, 10))
+			}
 			msgs = append(msgs, m)
 		}
 		tail := nats.NewMsg(w.prefix + treeKey)

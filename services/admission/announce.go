@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 
@@ -147,6 +148,17 @@ func (s *Service) announceDecisions(ctx context.Context, ds []engine.Decision, l
 			ectx, span := s.traceEviction(ctx, ref, d, admission)
 			s.out.Add(ectx, o)
 			span.End()
+		case engine.KindReplaced:
+			if lost[d.Key] {
+				continue
+			}
+			h := s.res[d.Key]
+			ev := events.WorkloadMovedV1{Workload: ref, ClusterQueue: d.ClusterQueue, PodSets: assignments(h.PodSets), Reason: d.Reason,
+				Message: d.Message, Admission: h.Admission()}
+			s.log.Info().Str("workload", d.Key).Str("queue", d.ClusterQueue).Str("event_type", ev.Type()).Str("message", d.Message).
+				Msg("pods moved off failed nodes")
+			// One move per revision of the reservation.
+			s.out.Add(ctx, outgoing{ev: ev, id: events.ID(ev.Type(), ref.UID, fmt.Sprintf("%s/%d", ev.Admission, h.Revision)), ended: d.Key})
 		case engine.KindPreempted:
 			p := preemptions[d.Preemptor]
 			if p == nil {

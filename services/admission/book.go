@@ -50,6 +50,10 @@ func (s *Service) book(wk string, r ledger.Reservation) {
 					s.log.Error().Err(err).Str("workload", wk).Msg("admission check answer not understood")
 				}
 			}
+			// Its pods moved off failed nodes (here or in another replica).
+			if err := s.eng.Move(wk, r.PodSets); err != nil {
+				s.log.Error().Err(err).Str("workload", wk).Msg("a moved reservation does not match the one held")
+			}
 		}
 		return
 	}
@@ -126,6 +130,9 @@ func (s *Service) cycle(ctx context.Context) error {
 			// The bucket does not answer: the job may have ended. Reserve
 			// nothing for it until the bucket says it is there.
 			_ = s.eng.Evict(d.Key)
+			if d.Kind == engine.KindReplaced {
+				s.unmove(d.Key)
+			}
 			decisions[i].Kind = ""
 			s.dirty = true
 			continue
@@ -163,12 +170,26 @@ func (s *Service) cycle(ctx context.Context) error {
 	bookings := make([]booking, len(keys))
 	for i, tree := range keys {
 		res := make(map[string]ledger.Reservation, len(byKey[tree]))
+		var at map[string]uint64
 		for _, d := range byKey[tree] {
+			if d.Kind == engine.KindReplaced {
+				// The same reservation, its pods elsewhere: rewritten only
+				// if it is still the one this replica holds.
+				h := s.res[d.Key]
+				r := h.Reservation
+				r.PodSets = d.PodSets
+				res[d.Key] = r
+				if at == nil {
+					at = map[string]uint64{}
+				}
+				at[d.Key] = h.Revision
+				continue
+			}
 			res[d.Key] = s.reservation(d, now)
 		}
 		bookings[i].res = res
 		rev := s.trees[ledger.TreeKey(tree)]
-		wg.Go(func() { bookings[i].booked, bookings[i].err = s.writer.Reserve(ctx, tree, rev, res) })
+		wg.Go(func() { bookings[i].booked, bookings[i].err = s.writer.ReserveAt(ctx, tree, rev, res, at) })
 	}
 	wg.Wait()
 	for i, tree := range keys {
@@ -196,9 +217,13 @@ func (s *Service) cycle(ctx context.Context) error {
 			// was not booked and decide again once the watcher shows the
 			// ledger as it is.
 			for _, d := range byKey[tree] {
-				if _, ok := booked.Reservations[d.Key]; !ok {
-					lost[d.Key] = true
-					_ = s.eng.Evict(d.Key)
+				if _, ok := booked.Reservations[d.Key]; ok {
+					continue
+				}
+				lost[d.Key] = true
+				_ = s.eng.Evict(d.Key)
+				if d.Kind == engine.KindReplaced {
+					s.unmove(d.Key)
 				}
 			}
 			s.dirty = true
@@ -213,10 +238,21 @@ func (s *Service) cycle(ctx context.Context) error {
 	return s.announceDecisions(ctx, decisions, lost)
 }
 
-// books: the decision reserves quota (admitted, or reserved until its
-// admission checks pass).
+// unmove undoes a node replacement that was not written (after Evict):
+// the workload holds what the ledger says it holds, and its failed nodes
+// are looked at again next cycle.
+func (s *Service) unmove(wk string) {
+	if h, ok := s.res[wk]; ok {
+		s.book(wk, h.Reservation)
+	}
+	s.nodesDirty = true
+}
+
+// books: the decision writes a reservation: it reserves quota (admitted,
+// or reserved until its admission checks pass), or moves a reservation's
+// pods to other domains (replaced).
 func books(d engine.Decision) bool {
-	return d.Kind == engine.KindAdmitted || d.Kind == engine.KindReserved
+	return d.Kind == engine.KindAdmitted || d.Kind == engine.KindReserved || d.Kind == engine.KindReplaced
 }
 
 // bookPassed writes into their reservations that the admission checks

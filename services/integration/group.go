@@ -288,7 +288,7 @@ func (s *Service) startGroup(ctx context.Context, k *kindRunner, rec *events.Wor
 				continue
 			}
 			placed[role] = append(placed[role], picked[0])
-			u, err := withTopology(psa.Update, k.kind.Name, "", role, t, true, picked[0])
+			u, err := withTopology(psa.Update, k.kind.Name, "", role, r.Admission(), t, true, picked[0])
 			if err != nil {
 				return err
 			}

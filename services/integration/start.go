@@ -168,7 +168,7 @@ func withPlacements(a *jobframework.Assignment, r ledger.Reservation, kind, owne
 			}
 			sel = picked[0]
 		}
-		u, err := withTopology(psa.Update, kind, owner, psa.Name, t, own, sel)
+		u, err := withTopology(psa.Update, kind, owner, psa.Name, r.Admission(), t, own, sel)
 		if err != nil {
 			return err
 		}

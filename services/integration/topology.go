@@ -37,7 +37,7 @@ import (
 // withTopology adds to u what a pod set admitted with placement t needs:
 // for a pod set with a template, the gate, label and annotations; for a
 // Pod, the node selector of the domain sel (from pickDomains).
-func withTopology(u *jobframework.PodSetUpdate, kind, owner, podSet string, t *engine.TopologyAssignment, ownPod bool, sel map[string]string) (*jobframework.PodSetUpdate, error) {
+func withTopology(u *jobframework.PodSetUpdate, kind, owner, podSet, admission string, t *engine.TopologyAssignment, ownPod bool, sel map[string]string) (*jobframework.PodSetUpdate, error) {
 	out := &jobframework.PodSetUpdate{}
 	if u != nil {
 		c := *u
@@ -65,6 +65,7 @@ func withTopology(u *jobframework.PodSetUpdate, kind, owner, podSet string, t *e
 	out.Annotations[v1beta1.TopologyAssignmentAnnotation] = string(b)
 	out.Annotations[v1beta1.TopologyOwnerAnnotation] = owner
 	out.Annotations[v1beta1.TopologyPodSetAnnotation] = podSet
+	out.Annotations[v1beta1.TopologyAdmissionAnnotation] = admission
 	out.SchedulingGates = append(slices.Clone(out.SchedulingGates), v1beta1.TopologySchedulingGate)
 	return out, nil
 }
@@ -217,9 +218,9 @@ func (u *ungater) sync(ctx context.Context, owner string) error {
 	// Pods of one pod set and one placement (a new admission places
 	// anew; its pods carry the new annotation).
 	type group struct {
-		assignment string
-		placed     []map[string]string
-		waiting    []*corev1.Pod
+		podSet, assignment, admission string
+		placed                        []map[string]string
+		waiting                       []*corev1.Pod
 	}
 	groups := map[string]*group{}
 	sent := u.sent[owner]
@@ -236,11 +237,11 @@ func (u *ungater) sync(ctx context.Context, owner string) error {
 		if !ok || !live(p) {
 			continue
 		}
-		a := p.Annotations[v1beta1.TopologyAssignmentAnnotation]
-		key := p.Annotations[v1beta1.TopologyPodSetAnnotation] + "\x00" + a
+		a, adm, ps := p.Annotations[v1beta1.TopologyAssignmentAnnotation], p.Annotations[v1beta1.TopologyAdmissionAnnotation], p.Annotations[v1beta1.TopologyPodSetAnnotation]
+		key := ps + "\x00" + adm + "\x00" + a
 		g := groups[key]
 		if g == nil {
-			g = &group{assignment: a}
+			g = &group{podSet: ps, assignment: a, admission: adm}
 			groups[key] = g
 		}
 		sel, wasSent := sent[p.UID]
@@ -260,13 +261,16 @@ func (u *ungater) sync(ctx context.Context, owner string) error {
 		if len(g.waiting) == 0 {
 			continue
 		}
-		var t engine.TopologyAssignment
-		if err := json.Unmarshal([]byte(g.assignment), &t); err != nil {
-			u.s.log.Warn().Err(err).Str("object", owner).Msg("a pod's topology assignment cannot be read; it stays gated")
-			continue
+		t := u.placement(owner, g.podSet, g.admission)
+		if t == nil {
+			t = &engine.TopologyAssignment{}
+			if err := json.Unmarshal([]byte(g.assignment), t); err != nil {
+				u.s.log.Warn().Err(err).Str("object", owner).Msg("a pod's topology assignment cannot be read; it stays gated")
+				continue
+			}
 		}
 		sort.Slice(g.waiting, func(i, j int) bool { return g.waiting[i].Name < g.waiting[j].Name })
-		sels := pickDomains(&t, g.placed, len(g.waiting))
+		sels := pickDomains(t, g.placed, len(g.waiting))
 		for i, sel := range sels {
 			if err := u.ungate(ctx, g.waiting[i], sel); errors.Is(err, errGone) {
 				continue
@@ -279,6 +283,28 @@ func (u *ungater) sync(ctx context.Context, owner string) error {
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%d pods not ungated, the first: %w", len(errs), errs[0])
+	}
+	return nil
+}
+
+// placement is where the ledger's reservation of owner places pod set
+// podSet now, if it is the admission named (a node replacement moves pods
+// of a running admission; its pods' annotation still says where they
+// went first); nil otherwise.
+func (u *ungater) placement(owner, podSet, admission string) *engine.TopologyAssignment {
+	if admission == "" {
+		return nil
+	}
+	u.s.mu.Lock()
+	r, ok := u.s.held[u.k.kind.Name+"/"+owner]
+	u.s.mu.Unlock()
+	if !ok || r.Admission() != admission {
+		return nil
+	}
+	for _, ps := range r.PodSets {
+		if ps.Name == podSet {
+			return ps.Topology
+		}
 	}
 	return nil
 }

@@ -45,7 +45,7 @@ func TestPickDomains(t *testing.T) {
 func TestWithTopology(t *testing.T) {
 	placement := &engine.TopologyAssignment{Levels: []string{"rack"}, Domains: []engine.TopologyDomain{{Values: []string{"r1"}, Count: 2}}}
 	checks := &jobframework.PodSetUpdate{Labels: map[string]string{"from-check": "yes"}}
-	got, err := withTopology(checks, "jobset", "ns/train", "workers", placement, false, nil)
+	got, err := withTopology(checks, "jobset", "ns/train", "workers", "2026-11-29T10:00:00Z", placement, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,6 +55,7 @@ func TestWithTopology(t *testing.T) {
 			v1beta1.TopologyAssignmentAnnotation: `{"levels":["rack"],"domains":[{"values":["r1"],"count":2}]}`,
 			v1beta1.TopologyOwnerAnnotation:      "ns/train",
 			v1beta1.TopologyPodSetAnnotation:     "workers",
+			v1beta1.TopologyAdmissionAnnotation:  "2026-11-29T10:00:00Z",
 		},
 		SchedulingGates: []string{v1beta1.TopologySchedulingGate},
 	}
@@ -64,7 +65,7 @@ func TestWithTopology(t *testing.T) {
 	if len(checks.Labels) != 1 {
 		t.Errorf("the checks' update was changed: %v", checks.Labels)
 	}
-	pod, err := withTopology(nil, "pod", "", "main", placement, true, map[string]string{"rack": "r1"})
+	pod, err := withTopology(nil, "pod", "", "main", "2026-11-29T10:00:00Z", placement, true, map[string]string{"rack": "r1"})
 	if err != nil {
 		t.Fatal(err)
 	}

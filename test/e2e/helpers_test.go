@@ -202,6 +202,20 @@ func waitEvent(t *testing.T, ns, name, reason, text string, within time.Duration
 	})
 }
 
+// noEvent fails if the job has a Kubernetes Event of the reason.
+func noEvent(t *testing.T, ns, name, reason string) {
+	t.Helper()
+	evs, err := env.kube.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs.Items {
+		if e.Reason == reason {
+			t.Errorf("job %s/%s has a %s event: %s", ns, name, reason, e.Message)
+		}
+	}
+}
+
 // reservations reads every reservation in the quota ledger.
 func reservations(t *testing.T) map[string]ledger.Reservation {
 	t.Helper()
