@@ -62,7 +62,17 @@ func (e *Engine) replaceFailed(ws *wlState) ([]PodSetAssignment, string, bool) {
 		e.bookTAS(old, 1)
 	}
 	out := slices.Clone(ws.admitted.podSets)
-	var moved []string
+	// First what stays where it is, every pod set's: the lost pods of one
+	// pod set must not be placed where another's pods still are.
+	type failed struct {
+		i    int
+		f    *tasFlavor
+		ps   *PodSet
+		req  []int64
+		kept []leafCount
+		lost []TopologyDomain
+	}
+	var todo []failed
 	for i := range out {
 		psa := out[i]
 		if psa.Topology == nil {
@@ -71,33 +81,36 @@ func (e *Engine) replaceFailed(ws *wlState) ([]PodSetAssignment, string, bool) {
 		f := e.tasFlavorOf(psa)
 		ps := podSetNamed(ws.w, psa.Name)
 		if f == nil || f.missing != "" || ps == nil {
-			continue
+			undo()
+			return nil, "", false // its flavor's nodes are gone: nowhere to move to
 		}
 		req, missing := f.perPod(ps)
 		if missing != "" {
-			continue
+			undo()
+			return nil, "", false
 		}
-		var kept []leafCount
-		var lost []TopologyDomain
+		fd := failed{i: i, f: f, ps: ps, req: req}
 		for _, d := range psa.Topology.Domains {
 			if li, ok := e.healthyLeaf(f, d); ok {
-				kept = append(kept, leafCount{leaf: li, count: int64(d.Count)})
+				fd.kept = append(fd.kept, leafCount{leaf: li, count: int64(d.Count)})
 			} else if len(d.Values) > 0 {
-				lost = append(lost, d)
+				fd.lost = append(fd.lost, d)
 			}
 		}
-		if len(lost) == 0 {
-			plan := &tasPlan{f: f, leaves: kept, req: req}
-			booked = append(booked, plan.uses())
-			e.bookTAS(booked[len(booked)-1], 1)
-			continue
-		}
-		keptPlan := &tasPlan{f: f, leaves: kept, req: req}
+		keptPlan := &tasPlan{f: f, leaves: fd.kept, req: req}
 		booked = append(booked, keptPlan.uses())
 		e.bookTAS(booked[len(booked)-1], 1)
+		if len(fd.lost) > 0 {
+			todo = append(todo, fd)
+		}
+	}
+	var moved []string
+	for _, fd := range todo {
+		psa, f := out[fd.i], fd.f
 		var got []leafCount
-		if len(kept) == 0 {
-			// Nothing left where it was: placed anew, as at admission.
+		if len(fd.kept) == 0 && fd.ps.Topology.Group == "" {
+			// Nothing left where it was: placed anew, as at admission (a
+			// group's member stays with its group: below).
 			plan, _, _ := e.placeOn(ws, ws.podSetIndex(psa.Name), f, psa.Count, f.all())
 			if plan == nil {
 				undo()
@@ -107,26 +120,28 @@ func (e *Engine) replaceFailed(ws *wlState) ([]PodSetAssignment, string, bool) {
 			booked = append(booked, plan.uses())
 			e.bookTAS(booked[len(booked)-1], 1)
 		} else {
-			for _, d := range lost {
-				lc, ok := e.placeLost(f, ps, psa.Count, req, d)
+			for _, d := range fd.lost {
+				lc, ok := e.placeLost(f, fd.ps, psa.Count, fd.req, d)
 				if !ok {
 					undo()
 					return nil, "", false
 				}
-				p := &tasPlan{f: f, leaves: lc, req: req}
+				p := &tasPlan{f: f, leaves: lc, req: fd.req}
 				booked = append(booked, p.uses())
 				e.bookTAS(booked[len(booked)-1], 1)
 				got = append(got, lc...)
 			}
 		}
-		moved = append(moved, movedText(psa.Name, lost, f, got))
-		t := mergeLeaves(f, append(kept, got...))
-		out[i].Topology = t
+		moved = append(moved, movedText(psa.Name, fd.lost, f, got))
+		out[fd.i].Topology = mergeLeaves(f, append(fd.kept, got...))
 	}
 	for _, u := range booked {
 		e.bookTAS(u, -1)
 	}
 	e.bookTAS(old, 1)
+	if len(moved) == 0 {
+		return nil, "", false
+	}
 	return out, strings.Join(moved, "; "), true
 }
 

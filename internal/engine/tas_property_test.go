@@ -12,11 +12,12 @@ import (
 )
 
 // TestPropertyTopology drives the engine with random clusters, topology
-// requests, admissions, finishes and preemptions, and checks after every
-// cycle, from the decisions alone, that no node holds more pods than its
-// free capacity, that every placement keeps its request (one domain of a
-// required level, whole slices per slice domain, every pod placed), and
-// that no pod lands on a node it may not use.
+// requests, admissions, finishes, preemptions and node failures, and
+// checks after every cycle, from the decisions alone, that no node holds
+// more pods than its free capacity, that every placement keeps its request
+// (one domain of a required level, whole slices per slice domain, every
+// pod placed), and that no pod is on a node it may not use or that failed
+// (its pods moved, or it was evicted).
 func TestPropertyTopology(t *testing.T) {
 	for _, deferred := range []bool{false, true} {
 		for seed := uint64(1); seed <= 200; seed++ {
@@ -67,6 +68,22 @@ func tasPropRun(seed uint64, opts ...Option) string {
 			if err := e.Submit(w); err != nil {
 				return fmt.Sprintf("submit %s: %v", w.Key(), err)
 			}
+		case k == 7 && r.IntN(2) == 0 && len(nodes) > 0:
+			// A node fails: deleted, or no longer Ready. What ran there
+			// moves or is evicted at the next cycle.
+			names := sortedKeys(byName)
+			name := names[r.IntN(len(names))]
+			if r.IntN(2) == 0 {
+				nodes = slices.DeleteFunc(nodes, func(n Node) bool { return n.Name == name })
+			} else {
+				nodes = withNode(nodes, name, func(n *Node) { n.NotReady = true })
+			}
+			byName = map[string]*Node{}
+			for i := range nodes {
+				byName[nodes[i].Name] = &nodes[i]
+			}
+			e.SetNodes(slices.Clone(nodes))
+
 		case k < 7 && len(held) > 0:
 			keys := sortedKeys(held)
 			key := keys[r.IntN(len(keys))]
@@ -78,11 +95,18 @@ func tasPropRun(seed uint64, opts ...Option) string {
 			delete(evicting, key)
 		default:
 			for _, d := range e.Cycle(t0.Add(time.Duration(step) * time.Second)) {
+
 				switch d.Kind {
-				case KindAdmitted:
+				case KindAdmitted, KindReplaced:
 					held[d.Key] = Admission{ClusterQueue: d.ClusterQueue, PodSets: d.PodSets}
 				case KindPreempted:
 					evicting[d.Key] = true
+				case KindEvicted:
+					if e.deferred {
+						evicting[d.Key] = true
+					} else {
+						delete(held, d.Key)
+					}
 				}
 			}
 			// Deferred victims stop before the next cycle.
@@ -159,7 +183,7 @@ func tasCheck(wls map[string]Workload, held map[string]Admission, nodes map[stri
 			for _, d := range ta.Domains {
 				host := d.Values[len(d.Values)-1]
 				nd := nodes[host]
-				if nd == nil || nd.Unschedulable {
+				if nd == nil || nd.Unschedulable || nd.NotReady {
 					return fmt.Sprintf("%s placed on node %s that may not be used", key, host)
 				}
 				if len(nd.Taints) > 0 && len(ps.Tolerations) == 0 {
