@@ -118,18 +118,8 @@ spec: {clusterQueue: %s}
 			}
 			for _, cl := range classes {
 				for i := range cl.count {
-					fmt.Fprintf(w, `---
-apiVersion: sluice.dev/v1beta1
-kind: SimulatedWorkload
-metadata: {name: %s-%s-%03d, namespace: %s}
-spec:
-  queueName: %s
-  priority: %d
-  submitAt: %s
-  runtime: %s
-  podSets:
-  - {name: main, count: 1, requests: {cpu: "%d"}}
-`, cq, cl.name, i, namespace, cq, cl.priority, time.Duration(i)*cl.every, cl.runtime, cl.cpu)
+					writeWorkload(w, fmt.Sprintf("%s-%s-%03d", cq, cl.name, i), cq, cl.priority, time.Duration(i)*cl.every, cl.runtime,
+						fmt.Sprintf(`{name: main, count: 1, requests: {cpu: "%d"}}`, cl.cpu))
 				}
 			}
 		}
@@ -188,23 +178,27 @@ func writeTopologyWorkloads(w io.Writer, cq string) {
 		}
 		pods := max(1, cl.Pods)
 		for i := range cl.Count {
-			fmt.Fprintf(w, `---
+			writeWorkload(w, fmt.Sprintf("%s-%s-%03d", cq, cl.Name, i), cq, cl.Priority, time.Duration(i)*cl.Every, cl.Runtime,
+				fmt.Sprintf("{name: main, count: %d, requests: {cpu: %dm}, annotations: {%s}}", pods, cl.CPU*1000/int64(pods), strings.Join(ann, ", ")))
+		}
+	}
+}
+
+// writeWorkload writes one SimulatedWorkload of one pod set (podSet, as
+// a YAML flow mapping).
+func writeWorkload(w io.Writer, name, cq string, priority int32, at, runtime time.Duration, podSet string) {
+	fmt.Fprintf(w, `---
 apiVersion: sluice.dev/v1beta1
 kind: SimulatedWorkload
-metadata: {name: %s-%s-%03d, namespace: %s}
+metadata: {name: %s, namespace: %s}
 spec:
   queueName: %s
   priority: %d
   submitAt: %s
   runtime: %s
   podSets:
-  - name: main
-    count: %d
-    requests: {cpu: %dm}
-    annotations: {%s}
-`, cq, cl.Name, i, namespace, cq, cl.Priority, time.Duration(i)*cl.Every, cl.Runtime, pods, cl.CPU*1000/int64(pods), strings.Join(ann, ", "))
-		}
-	}
+  - %s
+`, name, namespace, cq, priority, at, runtime, podSet)
 }
 
 func main() {
