@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -160,6 +161,10 @@ type kindRunner struct {
 	locks keyLocks
 	// tracer records the spans of the kind's workloads.
 	tracer *tracing.Tracer
+	// ungating is the topology ungater's queue, once it runs: an object
+	// whose reservation changes is looked at again there (its pods may
+	// move to other domains).
+	ungating atomic.Pointer[workqueue.TypedRateLimitingInterface[string]]
 }
 
 // Option tunes a Service.

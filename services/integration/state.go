@@ -103,6 +103,9 @@ func (s *Service) watchLedger(ctx context.Context, kv jetstream.KeyValue, synced
 				continue
 			}
 			k.queue.Add(key)
+			if q := k.ungating.Load(); q != nil {
+				(*q).Add(key)
+			}
 		}
 	})
 }
@@ -162,6 +165,9 @@ func (s *Service) watchFences(ctx context.Context, synced chan<- struct{}) error
 		s.mu.Unlock()
 		if st.Phase == fence.Stopping {
 			k.queue.Add(key)
+			if q := k.ungating.Load(); q != nil {
+				(*q).Add(key)
+			}
 		}
 	})
 }

@@ -176,6 +176,8 @@ func (s *Service) runUngater(ctx context.Context, k *kindRunner) error {
 	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 		return nil
 	}
+	k.ungating.Store(&u.queue)
+	defer k.ungating.Store(nil)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
