@@ -146,7 +146,7 @@ func (e *Engine) replaceFailed(ws *wlState) ([]PodSetAssignment, string, bool) {
 }
 
 // placeLost places the pods a pod set had in failed domain d (see the
-// package comment above for where they may go).
+// comment at the top of this file for where they may go).
 func (e *Engine) placeLost(f *tasFlavor, ps *PodSet, count int32, req []int64, d TopologyDomain) ([]leafCount, bool) {
 	whole, why := f.request(ps, count)
 	if why != "" {

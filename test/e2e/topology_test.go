@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	jobsetv1 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
@@ -360,7 +361,7 @@ value: 60
 		}
 	})
 
-	t.Run("a node deleted under a running Job with room left in its block: its pods there move, the Job keeps running", func(t *testing.T) {
+	t.Run("a node not Ready under a running Job with room left in its block: its pods there move, the Job keeps running", func(t *testing.T) {
 		ns := "e2e-tas-node-replaced"
 		tasQueue(t, ns, "Never")
 		dataCenterEmpty(t)
@@ -370,8 +371,8 @@ value: 60
 			t.Fatalf("placed on %v: want one block", nodes)
 		}
 		before := reservations(t)["job/"+ns+"/mover"]
-		// The node holding most of its pods (4 of them) goes; the other
-		// rack of the block has room for them.
+		// The node holding most of its pods (4 of them) stops being
+		// Ready; the other rack of the block has room for them.
 		on := distinct(nodes, func(n string) string { return n })
 		gone := nodes[0]
 		for n, c := range on {
@@ -379,10 +380,15 @@ value: 60
 				gone = n
 			}
 		}
-		if err := env.kube.CoreV1().Nodes().Delete(context.Background(), gone, metav1.DeleteOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { tasNode(t, gone) })
+		notReady(t, gone)
+		t.Cleanup(func() {
+			_ = env.kube.CoreV1().Nodes().Delete(context.Background(), gone, metav1.DeleteOptions{})
+			eventually(t, 30*time.Second, gone+" deleted", func() (bool, string) {
+				_, err := env.kube.CoreV1().Nodes().Get(context.Background(), gone, metav1.GetOptions{})
+				return apierrors.IsNotFound(err), fmt.Sprint(err)
+			})
+			tasNode(t, gone)
+		})
 		var moved events.WorkloadMovedV1
 		eventually(t, 45*time.Second, "mover's move announced", func() (bool, string) {
 			st, err := env.js.Stream(context.Background(), bus.StreamEvents)
@@ -395,13 +401,12 @@ value: 60
 			}
 			return json.Unmarshal(msg.Data, &moved) == nil, string(msg.Data)
 		})
-		if moved.Admission != before.Admission() || !strings.Contains(moved.Message, "node "+gone+" of its placement is gone") {
+		if moved.Admission != before.Admission() || !strings.Contains(moved.Message, "node "+gone+" of its placement is not Ready") {
 			t.Errorf("moved %+v: want the admission %s kept and node %s named", moved, before.Admission(), gone)
 		}
-		// The job controller replaces the pods the node took with it once
-		// they are gone (the pod garbage collector deletes pods of a
-		// deleted node after a quarantine of its own; the test does not
-		// wait for it); the new ones go where the move says.
+		// The job controller replaces the pods on the node once they are
+		// gone (taint-based eviction deletes them after five minutes; the
+		// test does not wait for it); the new ones go where the move says.
 		l, err := env.kube.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "job-name=mover", FieldSelector: "spec.nodeName=" + gone})
 		if err != nil {
 			t.Fatal(err)
@@ -425,6 +430,34 @@ value: 60
 		}
 		noEvent(t, ns, "mover", "Evicted")
 	})
+}
+
+// notReady makes a data center node not Ready, as a node whose kubelet
+// stopped reporting is: kwok lets go of it, and its Ready condition turns
+// False.
+func notReady(t *testing.T, name string) {
+	t.Helper()
+	ctx := context.Background()
+	patch := []byte(`{"metadata":{"annotations":{"kwok.x-k8s.io/node":null}}}`)
+	if _, err := env.kube.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("node %s: %v", name, err)
+	}
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := env.kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		now := metav1.Now()
+		for i := range cur.Status.Conditions {
+			if c := &cur.Status.Conditions[i]; c.Type == corev1.NodeReady {
+				c.Status, c.Reason, c.Message, c.LastTransitionTime, c.LastHeartbeatTime = corev1.ConditionFalse, "KubeletStopped", "e2e: not Ready", now, now
+			}
+		}
+		_, err = env.kube.CoreV1().Nodes().UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		t.Fatalf("node %s not Ready: %v", name, err)
+	}
 }
 
 // dataCenterEmpty waits until no pod of an earlier test runs on the data
