@@ -72,7 +72,7 @@ func (e *Engine) replaceFailed(ws *wlState) ([]PodSetAssignment, string, bool) {
 		kept []leafCount
 		lost []TopologyDomain
 	}
-	var todo []failed
+	var moving []failed
 	for i := range out {
 		psa := out[i]
 		if psa.Topology == nil {
@@ -101,11 +101,11 @@ func (e *Engine) replaceFailed(ws *wlState) ([]PodSetAssignment, string, bool) {
 		booked = append(booked, keptPlan.uses())
 		e.bookTAS(booked[len(booked)-1], 1)
 		if len(fd.lost) > 0 {
-			todo = append(todo, fd)
+			moving = append(moving, fd)
 		}
 	}
 	var moved []string
-	for _, fd := range todo {
+	for _, fd := range moving {
 		psa, f := out[fd.i], fd.f
 		var got []leafCount
 		if len(fd.kept) == 0 && fd.ps.Topology.Group == "" {

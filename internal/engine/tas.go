@@ -307,8 +307,8 @@ func (f *tasFlavor) eligible(n *Node, ps *PodSet) bool {
 
 // baseFor is the free capacity per leaf of the nodes ps may use, before
 // topology-aware workloads: allocatable less what other pods use.
-func (f *tasFlavor) baseFor(nodes []Node, ps *PodSet) [][]int64 {
-	key := eligibilityKey(ps)
+// key is eligibilityKey(ps).
+func (f *tasFlavor) baseFor(nodes []Node, ps *PodSet, key string) [][]int64 {
 	if b, ok := f.base[key]; ok {
 		return b
 	}
@@ -361,7 +361,7 @@ func (f *tasFlavor) perPod(ps *PodSet) (req []int64, missing string) {
 // req: current, or (current false) as if nothing were booked.
 func (f *tasFlavor) table(nodes []Node, ps *PodSet, req []int64, current bool) *fitTable {
 	key := eligibilityKey(ps)
-	base := f.baseFor(nodes, ps)
+	base := f.baseFor(nodes, ps, key)
 	var b strings.Builder
 	b.WriteString(key)
 	for _, v := range req {
