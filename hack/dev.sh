@@ -15,7 +15,7 @@ kubectl() { bin/devcluster kubectl --dir "$state" "$@"; }
 
 kubectl apply -f config/crd/ >/dev/null
 # The job kinds' CRDs (JobSet, RayJob, RayCluster, MPIJob, and the training
-# operator's PyTorchJob, TFJob, XGBoostJob, PaddleJob) from the upstream
+# operator's PyTorchJob, TFJob, XGBoostJob, PaddleJob, JAXJob) from the upstream
 # modules; server-side, as they are too large for the
 # last-applied annotation.
 kinds="$state/kind-crds"

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/sluice-dev/sluice/internal/jobframework"
+	"github.com/sluice-dev/sluice/services/integration/jaxjob"
 	"github.com/sluice-dev/sluice/services/integration/jobset"
 	"github.com/sluice-dev/sluice/services/integration/kinds"
 	"github.com/sluice-dev/sluice/services/integration/mpijob"
@@ -102,19 +103,25 @@ spec:
 	"tfjob":      {adapter: tfjob.Adapter{}, manifest: trainingJob("TFJob", "tfReplicaSpecs", "PS"), finish: conditionTrue("Succeeded", false)},
 	"xgboostjob": {adapter: xgboostjob.Adapter{}, manifest: trainingJob("XGBoostJob", "xgbReplicaSpecs", "Master"), finish: conditionTrue("Failed", false)},
 	"paddlejob":  {adapter: paddlejob.Adapter{}, manifest: trainingJob("PaddleJob", "paddleReplicaSpecs", "Master"), finish: conditionTrue("Succeeded", false)},
+	"jaxjob":     {adapter: jaxjob.Adapter{}, manifest: trainingJob("JAXJob", "jaxReplicaSpecs", ""), finish: conditionTrue("Succeeded", false)},
 }
 
 // trainingJob is the manifest of a training operator job of kind whose
-// replicas are under spec.<field>: one replica of type first, and two
-// workers with a nodeSelector of their own.
+// replicas are under spec.<field>: one replica of type first and two
+// workers with a nodeSelector of their own, or (first empty, a JAXJob)
+// three such workers.
 func trainingJob(kind, field, first string) string {
+	head, workers := "", "3"
+	if first != "" {
+		head, workers = `
+    `+first+`: {replicas: 1, restartPolicy: OnFailure, template: `+fmt.Sprintf(gpuPod, "")+`}`, "2"
+	}
 	return `apiVersion: kubeflow.org/v1
 kind: ` + kind + `
 metadata: {name: %[2]s, namespace: %[1]s, labels: {sluice.dev/queue-name: q}}
 spec:
-  ` + field + `:
-    ` + first + `: {replicas: 1, restartPolicy: OnFailure, template: ` + fmt.Sprintf(gpuPod, "") + `}
-    Worker: {replicas: 2, restartPolicy: OnFailure, template: ` + fmt.Sprintf(gpuPod, userSelector) + `}
+  ` + field + `:` + head + `
+    Worker: {replicas: ` + workers + `, restartPolicy: OnFailure, template: ` + fmt.Sprintf(gpuPod, userSelector) + `}
 `
 }
 

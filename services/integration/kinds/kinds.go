@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/sluice-dev/sluice/internal/jobframework"
+	"github.com/sluice-dev/sluice/services/integration/jaxjob"
 	"github.com/sluice-dev/sluice/services/integration/job"
 	"github.com/sluice-dev/sluice/services/integration/jobset"
 	"github.com/sluice-dev/sluice/services/integration/mpijob"
@@ -30,6 +31,7 @@ var All = []jobframework.Adapter{
 	tfjob.Adapter{},
 	xgboostjob.Adapter{},
 	paddlejob.Adapter{},
+	jaxjob.Adapter{},
 	pod.Adapter{},
 }
 

@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/sluice-dev/sluice/internal/jobframework"
+	"github.com/sluice-dev/sluice/services/integration/jaxjob"
 	"github.com/sluice-dev/sluice/services/integration/paddlejob"
 	"github.com/sluice-dev/sluice/services/integration/pytorchjob"
 	"github.com/sluice-dev/sluice/services/integration/tfjob"
@@ -60,6 +61,13 @@ spec:
     Worker: {replicas: 2, template: ` + pod + `}
     Master: {replicas: 1, template: ` + pod + `}
 `, wantNames: []string{"master", "worker"}, wantCounts: []int32{1, 2}},
+		{name: "JAXJob: workers only", adapter: jaxjob.Adapter{}, manifest: `apiVersion: kubeflow.org/v1
+kind: JAXJob
+metadata: {name: j, namespace: ns}
+spec:
+  jaxReplicaSpecs:
+    Worker: {replicas: 4, template: ` + pod + `}
+`, wantNames: []string{"worker"}, wantCounts: []int32{4}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

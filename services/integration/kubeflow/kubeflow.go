@@ -1,6 +1,6 @@
 // Package kubeflow is what Sluice's adapters for the Kubeflow training
 // operator's jobs (kubeflow.org/v1: PyTorchJob, TFJob, XGBoostJob,
-// PaddleJob) share. Each of those kinds keeps its replicas in a map by
+// PaddleJob, JAXJob) share. Each of those kinds keeps its replicas in a map by
 // replica type, its suspension in spec.runPolicy.suspend and its end in
 // Kubeflow job conditions; only the map's field and the order of the
 // replica types differ. An adapter decodes its typed object and hands

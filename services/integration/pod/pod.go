@@ -42,7 +42,7 @@ var ownedKinds = map[string][]string{
 	"batch":                    {"Job"},
 	"jobset.x-k8s.io":          {"JobSet"},
 	"ray.io":                   {"RayCluster", "RayJob"},
-	"kubeflow.org":             {"MPIJob", "PyTorchJob", "TFJob", "XGBoostJob", "PaddleJob"},
+	"kubeflow.org":             {"MPIJob", "PyTorchJob", "TFJob", "XGBoostJob", "PaddleJob", "JAXJob"},
 	"leaderworkerset.x-k8s.io": {"LeaderWorkerSet"},
 }
 
