@@ -82,3 +82,21 @@ const (
 	TopologyPodSetAnnotation     = "sluice.dev/topology-podset"
 	TopologyAdmissionAnnotation  = "sluice.dev/topology-admission"
 )
+
+// Pod groups: Pods queued and admitted together as one workload, named
+// after the group.
+const (
+	// PodGroupNameLabel names the pod group a Pod belongs to.
+	PodGroupNameLabel = "sluice.dev/pod-group-name"
+	// PodGroupTotalCountAnnotation says how many Pods the group has in
+	// all; the group is queued once that many exist.
+	PodGroupTotalCountAnnotation = "sluice.dev/pod-group-total-count"
+	// PodGroupServingAnnotation, "true", makes a group a serving one: it
+	// runs until its Pods are deleted, and a Pod that ends does not end
+	// it (its owner replaces it, and the replacement starts under the
+	// group's admission).
+	PodGroupServingAnnotation = "sluice.dev/pod-group-serving"
+	// PodGroupFastAdmissionAnnotation, "true", queues a group on its first
+	// Pod, for the group's total count of Pods shaped as that one.
+	PodGroupFastAdmissionAnnotation = "sluice.dev/pod-group-fast-admission"
+)

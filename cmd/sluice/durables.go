@@ -25,7 +25,7 @@ import (
 func durableConsumers(checkControllers []string) []bus.ConsumerSpec {
 	specs := []bus.ConsumerSpec{admission.ChecksConsumer(), preemption.Consumer(), quota.ReleaseConsumer(),
 		multicluster.EndedConsumer(), provisioning.EndedConsumer()}
-	for _, k := range kinds.Names() {
+	for _, k := range kinds.QueuedNames() {
 		specs = append(specs, integration.PendingConsumer(k))
 	}
 	for _, c := range append(slices.Clone(natsperm.BuiltinCheckControllers), checkControllers...) {

@@ -56,6 +56,10 @@ type Kind struct {
 	// EnabledByDefault: the chart runs the kind's integration unless its
 	// values say otherwise.
 	EnabledByDefault bool
+	// Parent: the kind's objects are never queued themselves; the Pods
+	// they create are, by the pod integration, and the adapter is a
+	// Parent. Its integration runs only its webhook.
+	Parent bool
 }
 
 // GVR is the kind's group, version and resource.
@@ -165,6 +169,31 @@ type (
 		// number of members the group has in all. An error names the
 		// field that cannot be read.
 		GroupOf(obj metav1.Object) (name string, total int32, err error)
+		// GroupModeOf says how the group of member obj is queued and
+		// when it ends (its oldest member's mode is the group's).
+		GroupModeOf(obj metav1.Object) GroupMode
+	}
+
+	// Parent is the adapter of a kind whose objects create Pods and are
+	// not queued themselves (Kind.Parent): a Deployment, a StatefulSet.
+	// The pod integration queues their Pods; the framework's webhook
+	// writes into each pod template, on create and on every update, the
+	// queue and priority labels of the object and what PodMeta adds, and
+	// refuses what CheckUpdate refuses. Its Decode is not called.
+	Parent interface {
+		// PodTemplates are the field paths of the kind's pod templates:
+		// {{"spec", "template"}}.
+		PodTemplates() [][]string
+		// PodMeta returns the labels and annotations, beyond the queue
+		// and priority labels, that obj's pods need (a pod group's), or an
+		// error naming the field that cannot be read.
+		PodMeta(obj *unstructured.Unstructured) (labels, annotations map[string]string, err error)
+		// Running reports whether obj has pods running under quota: its
+		// queue may not change then.
+		Running(obj *unstructured.Unstructured) bool
+		// CheckUpdate refuses, with an error naming the field, an update
+		// of a queued object that would break its pods' accounting.
+		CheckUpdate(old, obj *unstructured.Unstructured) error
 	}
 
 	// CacheTrimmer is an adapter that drops, in place, parts of its
@@ -185,6 +214,19 @@ type (
 		NewInformer(kube kubernetes.Interface, resync time.Duration, labelSelector string) cache.SharedIndexInformer
 	}
 )
+
+// GroupMode is how a pod group is queued and ends.
+type GroupMode struct {
+	// Serving: the group serves until it is deleted or scaled to zero; a
+	// member that ends does not end it (its owner replaces the member,
+	// which starts under the group's admission).
+	Serving bool
+	// FastAdmission: the group is queued as soon as its first member
+	// exists, with the group's total count of pods of the first member's
+	// shape, rather than once all its members exist (a StatefulSet that
+	// creates its pods one by one, each once the one before is ready).
+	FastAdmission bool
+}
 
 // DecodeAs returns obj as a copy of the typed object *T: a *T is deep
 // copied, an unstructured object converted, an object packed in a typed

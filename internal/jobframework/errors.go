@@ -19,6 +19,9 @@ var (
 	// ErrInvalidGroup: a group's members disagree (total count, queue) or
 	// more of them exist than its total count.
 	ErrInvalidGroup = errors.New("invalid group")
+	// ErrParentKind: a Parent's objects (a Deployment) are not jobs; its
+	// Pods are.
+	ErrParentKind = errors.New("objects of a parent kind are not queued themselves: their pods are")
 
 	// ErrPriorityClassNotFound: a PriorityResolver could not find the named
 	// class. Resolvers should wrap it so callers can tell "missing" from

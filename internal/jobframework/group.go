@@ -63,6 +63,16 @@ func IsGroupRecord(rec *events.WorkloadSubmittedV1) bool {
 	return rec != nil && strings.HasPrefix(rec.Workload.UID, GroupUIDPrefix)
 }
 
+// ModeOf returns the mode of the group whose members, oldest first, are
+// given: its oldest member's.
+func ModeOf(ad Adapter, members []Job) GroupMode {
+	g, ok := ad.(Grouper)
+	if !ok || len(members) == 0 {
+		return GroupMode{}
+	}
+	return g.GroupModeOf(members[0].Meta())
+}
+
 // GroupFinished reports whether every member ended, whether all of them
 // succeeded, and the first failure's message.
 func GroupFinished(all []Job) (finished, succeeded bool, message string) {
@@ -118,10 +128,14 @@ func GroupWorkload(ad Adapter, ns, group string, live []Job, prio PriorityResolv
 	if total > MaxGroupSize {
 		return Workload{}, false, fmt.Errorf("%s says the group has %d members, more than the %d a group may have: %w", first.GetName(), total, MaxGroupSize, ErrInvalidGroup)
 	}
+	fast := g.GroupModeOf(first).FastAdmission
 	if n := int32(len(live)); n > total {
 		return Workload{}, false, fmt.Errorf("%d members exist, more than the group's total of %d: %w", n, total, ErrInvalidGroup)
-	} else if n < total {
+	} else if n < total && !fast {
 		return Workload{}, false, nil
+	}
+	if fast {
+		return fastGroupWorkload(ad, ns, group, queue, total, live, prio, opts...)
 	}
 	roles := map[string]*WorkloadPodSet{}
 	for i, m := range live {
@@ -164,6 +178,42 @@ func GroupWorkload(ad Adapter, ns, group string, live []Job, prio PriorityResolv
 	for _, n := range names {
 		w.PodSets = append(w.PodSets, *roles[n])
 	}
+	return w, true, nil
+}
+
+// fastGroupWorkload is the workload of a group queued on its first
+// member (GroupMode.FastAdmission): one pod set of the group's total
+// count, shaped as the oldest member; every member there is must ask for
+// the same.
+func fastGroupWorkload(ad Adapter, ns, group, queue string, total int32, live []Job, prio PriorityResolver, opts ...WorkloadOption) (Workload, bool, error) {
+	kind := ad.Kind().Name
+	view, err := ad.Decode(live[0].Object())
+	if err != nil {
+		return Workload{}, false, err
+	}
+	mw, err := WorkloadOf(kind, view, prio, opts...)
+	if err != nil {
+		return Workload{}, false, err
+	}
+	if len(mw.PodSets) != 1 {
+		return Workload{}, false, fmt.Errorf("%s has %d pod sets, a group member must have one: %w", live[0].Meta().GetName(), len(mw.PodSets), ErrInvalidGroup)
+	}
+	ps := mw.PodSets[0]
+	role := roleName(ps)
+	for _, m := range live[1:] {
+		r, _, err := MemberRole(ad.Decode, m)
+		if err != nil {
+			return Workload{}, false, fmt.Errorf("%s: %w", m.Meta().GetName(), err)
+		}
+		if r != role {
+			return Workload{}, false, fmt.Errorf("%s asks for other resources, node selector or tolerations than %s, and a group queued on its first member has one shape: %w",
+				m.Meta().GetName(), live[0].Meta().GetName(), ErrInvalidGroup)
+		}
+	}
+	ps.Name, ps.Count, ps.MinCount = role, total, total
+	w := Workload{Namespace: ns, Name: group, UID: GroupUIDPrefix + mw.UID, LocalQueue: queue,
+		PriorityClass: mw.PriorityClass, Priority: mw.Priority, CreationTime: mw.CreationTime,
+		MaxExecutionSeconds: mw.MaxExecutionSeconds, PodSets: []WorkloadPodSet{ps}}
 	return w, true, nil
 }
 

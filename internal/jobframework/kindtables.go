@@ -26,25 +26,29 @@ services/integration/kinds: do not edit. One line per kind: its API group,
 version and resource, the webhook's name and path, whether the integration
 writes the status subresource (a stopped object unlocked through it),
 whether it stops an object by deleting it, the CEL condition under which
-its webhook is called, and whether its integration runs unless the values
-say otherwise.
+its webhook is called, whether its integration runs unless the values
+say otherwise, and whether it is a parent kind (its Pods are queued by the
+pod integration; its own integration only labels their templates).
 */}}
 {{- define "sluice.kinds" -}}
 `)
 	for _, ad := range ads {
 		k := ad.Kind()
-		// An empty object of the kind tells which optional behaviours its
-		// adapter has.
-		u := &unstructured.Unstructured{}
-		u.SetGroupVersionKind(k.GVK)
-		j, err := ad.Decode(u)
-		if err != nil {
-			return nil, fmt.Errorf("kind %s: decode an empty object: %w", k.Name, err)
+		var unlocks, deletes bool
+		if !k.Parent {
+			// An empty object of the kind tells which optional behaviours
+			// its adapter has.
+			u := &unstructured.Unstructured{}
+			u.SetGroupVersionKind(k.GVK)
+			j, err := ad.Decode(u)
+			if err != nil {
+				return nil, fmt.Errorf("kind %s: decode an empty object: %w", k.Name, err)
+			}
+			_, unlocks = j.(Unlocker)
+			_, deletes = j.(Deleter)
 		}
-		_, unlocks := j.(Unlocker)
-		_, deletes := j.(Deleter)
-		fmt.Fprintf(&b, "%s: {group: %q, version: %q, resource: %q, webhook: %q, path: %q, statusPatch: %t, deletes: %t, matchCondition: %q, enabled: %t}\n",
-			k.Name, k.GVK.Group, k.GVK.Version, k.Resource, WebhookName(k), MutatePath(k), unlocks, deletes, WebhookMatchCondition(k), k.EnabledByDefault)
+		fmt.Fprintf(&b, "%s: {group: %q, version: %q, resource: %q, webhook: %q, path: %q, statusPatch: %t, deletes: %t, matchCondition: %q, enabled: %t, parent: %t}\n",
+			k.Name, k.GVK.Group, k.GVK.Version, k.Resource, WebhookName(k), MutatePath(k), unlocks, deletes, WebhookMatchCondition(k), k.EnabledByDefault, k.Parent)
 	}
 	b.WriteString("{{- end -}}\n")
 	return b.Bytes(), nil

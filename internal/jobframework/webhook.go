@@ -447,6 +447,9 @@ func (w *Webhook) mutate(ad Adapter, req *admissionv1.AdmissionRequest) *admissi
 	if gvk != k.GVK {
 		return resp
 	}
+	if p, ok := ad.(Parent); ok && k.Parent {
+		return w.mutateParent(ad, p, req, resp)
+	}
 	switch req.Operation {
 	case admissionv1.Create:
 	case admissionv1.Update:
@@ -521,6 +524,11 @@ func (w *Webhook) mutate(ad Adapter, req *admissionv1.AdmissionRequest) *admissi
 	ev.Str("workload", k.Name+"/"+req.Namespace+"/"+name).Str("queue", queue).Str("uid", string(req.UID)).
 		Bool("dryRun", req.DryRun != nil && *req.DryRun).Int("ops", len(ops)).Msg("create: suspended for queueing")
 
+	return withPatch(resp, k, ops)
+}
+
+// withPatch allows the request with the JSON patch ops (none: as it is).
+func withPatch(resp *admissionv1.AdmissionResponse, k Kind, ops []jsonPatchOp) *admissionv1.AdmissionResponse {
 	if len(ops) == 0 {
 		return resp
 	}
@@ -794,6 +802,10 @@ func WebhookMatchCondition(k Kind) string {
 		return fmt.Sprintf("(has(%[1]s.metadata.labels) && %[2]q in %[1]s.metadata.labels ? %[1]s.metadata.labels[%[2]q] : \"\")", obj, v1beta1.QueueNameLabel)
 	}
 	update := label("object") + " != " + label("oldObject")
+	if k.Parent {
+		// Every change of the object may change its pod templates.
+		return "true"
+	}
 	if len(k.SuspendField) == 0 {
 		return "request.operation != \"UPDATE\" || " + update
 	}

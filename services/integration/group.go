@@ -105,7 +105,7 @@ func (s *Service) syncGroup(ctx context.Context, k *kindRunner, g jobframework.G
 	if len(all) == 0 {
 		return nil
 	}
-	if finished, ok, msg := jobframework.GroupFinished(all); finished {
+	if finished, ok, msg := jobframework.GroupFinished(all); finished && !jobframework.ModeOf(k.ad, all).Serving {
 		if rec != nil {
 			return s.gone(ctx, rk, rec, &events.WorkloadFinishedV1{Succeeded: ok, Message: msg})
 		}

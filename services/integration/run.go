@@ -118,6 +118,9 @@ type Service struct {
 	pub    events.Publisher
 	log    zerolog.Logger
 	kinds  map[string]*kindRunner
+	// parents are the parent kinds (Kind.Parent) the service runs: only
+	// their webhook, since the pod integration queues their Pods.
+	parents map[string]jobframework.Adapter
 	// reconfigured tells requeueOnConfig that the configuration changed.
 	reconfigured chan struct{}
 
@@ -216,6 +219,7 @@ func New(cfg Config, adapters []jobframework.Adapter, kube kubernetes.Interface,
 		pub:            pub,
 		log:            o.log.With().Str("replica", cfg.Replica).Logger(),
 		kinds:          map[string]*kindRunner{},
+		parents:        map[string]jobframework.Adapter{},
 		config:         configstore.New(),
 		held:           map[string]ledger.Reservation{},
 		legacyKeys:     map[string][]string{},
@@ -232,6 +236,16 @@ func New(cfg Config, adapters []jobframework.Adapter, kube kubernetes.Interface,
 		}
 		if _, dup := s.kinds[k.Name]; dup {
 			return nil, fmt.Errorf("integration: kind %q given twice", k.Name)
+		}
+		if _, dup := s.parents[k.Name]; dup {
+			return nil, fmt.Errorf("integration: kind %q given twice", k.Name)
+		}
+		if k.Parent {
+			if _, ok := ad.(jobframework.Parent); !ok {
+				return nil, fmt.Errorf("integration: kind %s is a parent kind but its adapter is not a jobframework.Parent", k.Name)
+			}
+			s.parents[k.Name] = ad
+			continue
 		}
 		tr, err := o.tracing.For(context.Background(), strings.ToLower(k.Name))
 		if err != nil {
@@ -254,8 +268,11 @@ func New(cfg Config, adapters []jobframework.Adapter, kube kubernetes.Interface,
 
 // Kinds returns the names of the kinds the service runs, sorted.
 func (s *Service) Kinds() []string {
-	out := make([]string, 0, len(s.kinds))
+	out := make([]string, 0, len(s.kinds)+len(s.parents))
 	for n := range s.kinds {
+		out = append(out, n)
+	}
+	for n := range s.parents {
 		out = append(out, n)
 	}
 	sort.Strings(out)
@@ -267,6 +284,9 @@ func (s *Service) Ready() error { return s.synced.Check() }
 
 // Run reconciles objects until ctx ends, then finishes in-flight work.
 func (s *Service) Run(ctx context.Context) error {
+	if len(s.kinds) == 0 {
+		return s.runParentsOnly(ctx)
+	}
 	cfgKV, ledKV, err := s.open(ctx)
 	if err != nil {
 		return err
@@ -404,7 +424,11 @@ func (s *Service) open(ctx context.Context) (cfgKV, ledKV jetstream.KeyValue, er
 func (s *Service) webhook(ctx context.Context) (*jobframework.Webhook, error) {
 	var ads []jobframework.Adapter
 	for _, name := range s.Kinds() {
-		ads = append(ads, s.kinds[name].ad)
+		if k, ok := s.kinds[name]; ok {
+			ads = append(ads, k.ad)
+		} else {
+			ads = append(ads, s.parents[name])
+		}
 	}
 	opts := []jobframework.WebhookOption{jobframework.WithAddress(s.cfg.WebhookAddress), jobframework.WithLogger(s.log)}
 	if s.cfg.KueueLabels {
@@ -439,6 +463,20 @@ func (s *Service) webhook(ctx context.Context) (*jobframework.Webhook, error) {
 	return wh, nil
 }
 
+// runParentsOnly serves the webhook of parent kinds, which is all their
+// integration does: it reads nothing from the bus.
+func (s *Service) runParentsOnly(ctx context.Context) error {
+	if s.cfg.WebhookAddress == "" {
+		return fmt.Errorf("integration: %s: a parent kind's integration is its webhook, and no webhook address is set", strings.Join(s.Kinds(), ", "))
+	}
+	wh, err := s.webhook(ctx)
+	if err != nil {
+		return err
+	}
+	s.synced.Open()
+	return wh.Run(ctx)
+}
+
 // waitSynced waits for the buckets' initial values and every kind's
 // informer, naming in readiness and in a periodic log line what is still
 // missing, so a replica that stays unready says why.
@@ -453,6 +491,9 @@ func (s *Service) waitSynced(ctx context.Context, sup *supervise.Group, buckets 
 	}
 	for _, name := range s.Kinds() {
 		k := s.kinds[name]
+		if k == nil {
+			continue // a parent kind: nothing to load
+		}
 		ch := make(chan struct{})
 		go func() {
 			if cache.WaitForCacheSync(ctx.Done(), k.inf.HasSynced) {

@@ -39,6 +39,7 @@ func BuildDispatcher(_ context.Context, d component.Deps, o DispatcherOptions) (
 	if err != nil {
 		return nil, err
 	}
+	ads = kinds.Queued(ads)
 	pub := bus.NewPublisher(d.JS, events.Source(v1beta1.MultiClusterController), bus.WithPublisherLogger(d.Log), bus.WithTracer(d.Tracing))
 	disp, err := NewDispatcher(dyn, d.JS, ads, WithDispatcherLogger(d.Log), WithDispatcherPublisher(pub))
 	if err != nil {
@@ -102,6 +103,7 @@ func BuildWorker(_ context.Context, d component.Deps, o WorkerOptions) (componen
 	if err != nil {
 		return nil, err
 	}
+	ads = kinds.Queued(ads)
 	opts, err := d.NATS.Options("sluice-worker-" + o.Name)
 	if err != nil {
 		return nil, component.Usage(err)

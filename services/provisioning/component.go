@@ -35,6 +35,7 @@ func Build(_ context.Context, d component.Deps, o Options) (component.Runnable, 
 	if err != nil {
 		return nil, err
 	}
+	ads = kinds.Queued(ads)
 	pub := bus.NewPublisher(d.JS, events.Source(v1beta1.ProvisioningRequestController), bus.WithPublisherLogger(d.Log), bus.WithTracer(d.Tracing))
 	s, err := New(kube, dyn, d.JS, ads, WithLogger(d.Log), WithPublisher(pub))
 	if err != nil {

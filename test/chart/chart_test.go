@@ -279,6 +279,13 @@ func TestChartIntegrationRBACIsItsKindOnly(t *testing.T) {
 		k := ad.Kind()
 		t.Run(k.Name, func(t *testing.T) {
 			var role rbacv1.ClusterRole
+			if k.Parent {
+				// Its integration is its webhook: it reads and writes nothing.
+				if find(t, objs, "ClusterRole", fullname+"-integration-"+k.Name, &role) {
+					t.Errorf("a parent kind's integration has a ClusterRole: %+v", role.Rules)
+				}
+				return
+			}
 			if !find(t, objs, "ClusterRole", fullname+"-integration-"+k.Name, &role) {
 				t.Fatalf("no ClusterRole; have %v", names(objs, "ClusterRole"))
 			}
@@ -313,6 +320,30 @@ func TestChartIntegrationRBACIsItsKindOnly(t *testing.T) {
 				t.Errorf("binding to %s, subjects (-want +got):\n%s", binding.RoleRef.Name, diff)
 			}
 		})
+	}
+}
+
+// TestChartParentKindsBringThePodIntegration: a Deployment's or a
+// StatefulSet's Pods are queued by the pod integration, so enabling either
+// kind runs it too.
+func TestChartParentKindsBringThePodIntegration(t *testing.T) {
+	for _, ad := range kinds.All {
+		k := ad.Kind()
+		if !k.Parent {
+			continue
+		}
+		t.Run(k.Name, func(t *testing.T) {
+			objs := mustRender(t, "integrations."+k.Name+".enabled=true")
+			deps := names(objs, "Deployment")
+			for _, want := range []string{fullname + "-integration-" + k.Name, fullname + "-integration-pod"} {
+				if !slices.Contains(deps, want) {
+					t.Errorf("Deployments %v lack %s", deps, want)
+				}
+			}
+		})
+	}
+	if deps := names(mustRender(t), "Deployment"); slices.Contains(deps, fullname+"-integration-pod") {
+		t.Errorf("the pod integration runs by default: %v", deps)
 	}
 }
 
@@ -694,7 +725,7 @@ func TestChartMulticlusterRBAC(t *testing.T) {
 	var wantWorker []rbacv1.PolicyRule
 	for _, ad := range kinds.All {
 		k := ad.Kind()
-		if k.Name == "pod" {
+		if k.Name == "pod" || k.Parent {
 			continue
 		}
 		wantDispatcher = append(wantDispatcher,

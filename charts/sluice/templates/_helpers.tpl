@@ -50,6 +50,27 @@ integrations: that is not a kind fails the render.
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- /* A parent kind's Pods are queued by the pod integration. */ -}}
+{{- range $name := $out -}}
+{{- if and (index $kinds $name).parent (not (has "pod" $out)) -}}
+{{- $out = append $out "pod" -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $out -}}
+{{- end -}}
+
+{{/*
+The enabled kinds whose objects are queued themselves: all but the parent
+kinds (Deployment, StatefulSet), whose Pods are. JSON list.
+*/}}
+{{- define "sluice.queuedKinds" -}}
+{{- $kinds := include "sluice.kinds" . | fromYaml -}}
+{{- $out := list -}}
+{{- range $name := include "sluice.enabledKinds" . | fromJsonArray -}}
+{{- if not (index $kinds $name).parent -}}
+{{- $out = append $out $name -}}
+{{- end -}}
+{{- end -}}
 {{- toJson $out -}}
 {{- end -}}
 

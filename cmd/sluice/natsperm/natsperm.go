@@ -233,7 +233,7 @@ func For(service string, opts ...Option) (Permissions, error) {
 		r.publish(workloadEvents("submitted", "started", "stopped", "finished", "deleted")...)
 		r.readStream(bus.StreamEvents)
 		// Each kind's consumer of pending reasons: <kind>-pending.
-		for _, kind := range kinds.Names() {
+		for _, kind := range kinds.QueuedNames() {
 			r.consume(bus.StreamEvents, kind+"-pending")
 		}
 		r.kvRead(configstore.Bucket).kvRead(ledger.Bucket).kvWrite(workloads.Bucket).kvWrite(fence.Bucket).kvWrite(bus.BucketShards)

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/sluice-dev/sluice/internal/jobframework"
+	"github.com/sluice-dev/sluice/services/integration/deployment"
 	"github.com/sluice-dev/sluice/services/integration/jaxjob"
 	"github.com/sluice-dev/sluice/services/integration/job"
 	"github.com/sluice-dev/sluice/services/integration/jobset"
@@ -16,6 +17,7 @@ import (
 	"github.com/sluice-dev/sluice/services/integration/pytorchjob"
 	"github.com/sluice-dev/sluice/services/integration/raycluster"
 	"github.com/sluice-dev/sluice/services/integration/rayjob"
+	"github.com/sluice-dev/sluice/services/integration/statefulset"
 	"github.com/sluice-dev/sluice/services/integration/tfjob"
 	"github.com/sluice-dev/sluice/services/integration/xgboostjob"
 )
@@ -33,6 +35,31 @@ var All = []jobframework.Adapter{
 	paddlejob.Adapter{},
 	jaxjob.Adapter{},
 	pod.Adapter{},
+	deployment.Adapter{},
+	statefulset.Adapter{},
+}
+
+// Queued leaves out of ads the parent kinds (Kind.Parent), whose objects
+// are never queued themselves: a service that reads workloads' objects
+// (multi-cluster dispatch, provisioning) has nothing to do with them.
+func Queued(ads []jobframework.Adapter) []jobframework.Adapter {
+	var out []jobframework.Adapter
+	for _, ad := range ads {
+		if !ad.Kind().Parent {
+			out = append(out, ad)
+		}
+	}
+	return out
+}
+
+// QueuedNames returns the names of the kinds whose objects are queued, in
+// the order of All: those with a workload of their own.
+func QueuedNames() []string {
+	var out []string
+	for _, ad := range Queued(All) {
+		out = append(out, ad.Kind().Name)
+	}
+	return out
 }
 
 // Names returns the kinds' names in the order of All.

@@ -36,6 +36,12 @@ func (b *podBuilder) gpus(n int) *podBuilder {
 
 func (b *podBuilder) label(k, v string) *podBuilder { b.p.Labels[k] = v; return b }
 
+// fast marks the member's group as queued on its first member.
+func (b *podBuilder) fast() *podBuilder {
+	b.p.Annotations[GroupFastAdmissionAnnotation] = "true"
+	return b
+}
+
 func (b *podBuilder) queue(q string) *podBuilder { b.p.Labels[v1beta1.QueueNameLabel] = q; return b }
 
 func TestGroupOf(t *testing.T) {
@@ -82,6 +88,28 @@ func TestGroupWorkload(t *testing.T) {
 		{
 			name:    "a partial group is not complete",
 			members: []*podBuilder{member("a", 0, "3"), member("b", 1, "3")},
+		},
+		{
+			name:         "a group with fast admission is queued on its first member, for its total",
+			members:      []*podBuilder{member("a", 0, "3").fast()},
+			wantComplete: true, wantUID: "group-uid-a",
+			wantPodSets: []podSet{{Count: 3, GPUs: "1"}},
+		},
+		{
+			name:         "a group with fast admission and some members is still one pod set of its total",
+			members:      []*podBuilder{member("a", 0, "3").fast(), member("b", 1, "3").fast()},
+			wantComplete: true, wantUID: "group-uid-a",
+			wantPodSets: []podSet{{Count: 3, GPUs: "1"}},
+		},
+		{
+			name:    "a group with fast admission whose members differ in shape is refused",
+			members: []*podBuilder{member("a", 0, "3").fast(), member("b", 1, "3").fast().gpus(4)},
+			wantErr: jobframework.ErrInvalidGroup,
+		},
+		{
+			name:    "a group with fast admission has no more members than its total either",
+			members: []*podBuilder{member("a", 0, "1").fast(), member("b", 1, "1").fast()},
+			wantErr: jobframework.ErrInvalidGroup,
 		},
 		{
 			name:         "a complete group of one role is one pod set",

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/sluice-dev/sluice/api/v1beta1"
 	"github.com/sluice-dev/sluice/internal/jobframework"
 )
 
@@ -24,12 +25,11 @@ const (
 	MainPodSet = "main"
 	// SchedulingGate holds a queued Pod back until it is admitted.
 	SchedulingGate = "sluice.dev/admission"
-	// GroupNameLabel names the pod group a Pod belongs to: the Pods of a
-	// group are one workload, named after the group.
-	GroupNameLabel = "sluice.dev/pod-group-name"
-	// GroupTotalCountAnnotation says how many Pods the group has in all;
-	// the group is queued once that many exist.
-	GroupTotalCountAnnotation = "sluice.dev/pod-group-total-count"
+	// The pod group label and annotations (api/v1beta1).
+	GroupNameLabel               = v1beta1.PodGroupNameLabel
+	GroupTotalCountAnnotation    = v1beta1.PodGroupTotalCountAnnotation
+	GroupServingAnnotation       = v1beta1.PodGroupServingAnnotation
+	GroupFastAdmissionAnnotation = v1beta1.PodGroupFastAdmissionAnnotation
 )
 
 // Kind is the Pod's kind.
@@ -106,6 +106,13 @@ func (Adapter) GroupOf(m metav1.Object) (string, int32, error) {
 		return name, 0, fmt.Errorf("annotation %s: %q is not a positive whole number: %w", GroupTotalCountAnnotation, raw, jobframework.ErrInvalidJob)
 	}
 	return name, int32(n), nil
+}
+
+// GroupModeOf implements jobframework.Grouper: the serving and fast
+// admission annotations.
+func (Adapter) GroupModeOf(m metav1.Object) jobframework.GroupMode {
+	a := m.GetAnnotations()
+	return jobframework.GroupMode{Serving: a[GroupServingAnnotation] == "true", FastAdmission: a[GroupFastAdmissionAnnotation] == "true"}
 }
 
 // Pod is a plain Pod under the framework.

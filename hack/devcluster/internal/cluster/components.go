@@ -20,9 +20,13 @@ var kwokStages []byte
 
 // Controllers are the kube-controller-manager controllers a devcluster runs:
 // what batch Jobs need (job, cronjob, TTL, garbage collection of finished
-// pods and of owned objects), namespaces and service accounts.
+// pods and of owned objects), Deployments and StatefulSets (serving
+// workloads Sluice queues), namespaces and service accounts.
 var Controllers = []string{
 	"job-controller",
+	"replicaset-controller",
+	"deployment-controller",
+	"statefulset-controller",
 	"cronjob-controller",
 	"ttl-after-finished-controller",
 	"garbage-collector-controller",

@@ -710,16 +710,13 @@ func realNodeAPIServerArgs(args []string, f pki.Files) []string {
 }
 
 // RealNodeControllers are the controllers a devcluster with a real node runs
-// on top of Controllers: what Services, Deployments, StatefulSets and
-// DaemonSets need on a node that runs their pods. Without a real node they
-// stay off, since load tests run 15,000 pods on kwok.
+// on top of Controllers: what Services and DaemonSets need on a node that
+// runs their pods. Without a real node they stay off, since load tests run
+// 15,000 pods on kwok.
 var RealNodeControllers = []string{
 	"endpoints-controller",
 	"endpointslice-controller",
 	"endpointslice-mirroring-controller",
-	"replicaset-controller",
-	"deployment-controller",
-	"statefulset-controller",
 	"daemonset-controller",
 	"disruption-controller",
 }

@@ -1,0 +1,185 @@
+package kinds
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/rs/zerolog"
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	admissionv1 "k8s.io/api/admission/v1"
+
+	"github.com/sluice-dev/sluice/internal/jobframework"
+	"github.com/sluice-dev/sluice/services/integration/deployment"
+	"github.com/sluice-dev/sluice/services/integration/statefulset"
+)
+
+// parentObject is a Deployment or StatefulSet: labels on the object,
+// replicas, the template's labels, the pods' GPUs and ready replicas.
+type parentObject struct {
+	kind     string
+	labels   map[string]string
+	replicas int
+	tpl      map[string]string
+	gpus     int
+	ready    int
+}
+
+func (o parentObject) json() string {
+	labels, _ := json.Marshal(o.labels)
+	tpl, _ := json.Marshal(o.tpl)
+	return fmt.Sprintf(`{"apiVersion":"apps/v1","kind":%q,"metadata":{"name":"web","namespace":"team-a","labels":%s},`+
+		`"spec":{"replicas":%d,"selector":{"matchLabels":{"app":"web"}},"template":{"metadata":{"labels":%s},`+
+		`"spec":{"containers":[{"name":"c","resources":{"requests":{"nvidia.com/gpu":"%d"}}}]}}},"status":{"replicas":%d,"readyReplicas":%d}}`,
+		o.kind, labels, o.replicas, tpl, o.gpus, o.ready, o.ready)
+}
+
+// TestParentWebhook: the webhook of a parent kind labels the pod template
+// so the pod integration queues the Pods, and refuses the updates that
+// would leave running Pods outside their quota.
+func TestParentWebhook(t *testing.T) {
+	queued := map[string]string{"sluice.dev/queue-name": "lq"}
+	app := map[string]string{"app": "web"}
+	dep := func(labels map[string]string, replicas, ready int) parentObject {
+		return parentObject{kind: "Deployment", labels: labels, replicas: replicas, tpl: app, gpus: 1, ready: ready}
+	}
+	sts := func(labels map[string]string, replicas, ready int) parentObject {
+		return parentObject{kind: "StatefulSet", labels: labels, replicas: replicas, tpl: app, gpus: 1, ready: ready}
+	}
+	wantSTS := func(total string) (map[string]string, map[string]string) {
+		a := map[string]string{"sluice.dev/pod-group-serving": "true", "sluice.dev/pod-group-fast-admission": "true"}
+		if total != "" {
+			a["sluice.dev/pod-group-total-count"] = total
+		}
+		return map[string]string{"app": "web", "sluice.dev/queue-name": "lq", "sluice.dev/pod-group-name": "statefulset-web"}, a
+	}
+	stsLabels, stsAnnotations := wantSTS("3")
+	cases := []struct {
+		name            string
+		ad              jobframework.Adapter
+		obj             parentObject
+		old             *parentObject
+		kueue           bool
+		wantErr         string
+		wantLabels      map[string]string
+		wantAnnotations map[string]string
+	}{
+		{name: "a Deployment's template gets its queue", ad: deployment.Adapter{}, obj: dep(queued, 2, 0),
+			wantLabels: map[string]string{"app": "web", "sluice.dev/queue-name": "lq"}},
+		{name: "and its priority class", ad: deployment.Adapter{}, obj: dep(map[string]string{"sluice.dev/queue-name": "lq", "sluice.dev/priority-class": "high"}, 2, 0),
+			wantLabels: map[string]string{"app": "web", "sluice.dev/queue-name": "lq", "sluice.dev/priority-class": "high"}},
+		{name: "Kueue's labels are Sluice's with --kueue-labels", ad: deployment.Adapter{}, obj: dep(map[string]string{"kueue.x-k8s.io/queue-name": "lq"}, 2, 0), kueue: true,
+			wantLabels: map[string]string{"app": "web", "sluice.dev/queue-name": "lq"}},
+		{name: "a queue name no LocalQueue can have is refused", ad: deployment.Adapter{}, obj: dep(map[string]string{"sluice.dev/queue-name": "Bad_Q"}, 2, 0),
+			wantErr: "sluice.dev/queue-name"},
+		{name: "a Deployment scaled while ready keeps its labels", ad: deployment.Adapter{}, obj: dep(queued, 9, 2), old: &parentObject{kind: "Deployment", labels: queued, replicas: 2, tpl: map[string]string{"app": "web", "sluice.dev/queue-name": "lq"}, gpus: 1, ready: 2},
+			wantLabels: map[string]string{"app": "web", "sluice.dev/queue-name": "lq"}},
+		{name: "the queue of a Deployment with ready pods may not change", ad: deployment.Adapter{}, obj: dep(map[string]string{"sluice.dev/queue-name": "other"}, 2, 2), old: ptr(dep(queued, 2, 2)),
+			wantErr: `may not be changed from "lq" to "other"`},
+		{name: "nor be removed", ad: deployment.Adapter{}, obj: dep(map[string]string{}, 2, 2), old: ptr(dep(queued, 2, 2)),
+			wantErr: `may not be removed`},
+		{name: "a Deployment with no ready pod leaves its queue: the template's label goes", ad: deployment.Adapter{}, obj: parentObject{kind: "Deployment", labels: map[string]string{}, replicas: 2, tpl: map[string]string{"app": "web", "sluice.dev/queue-name": "lq"}, gpus: 1},
+			old: ptr(dep(queued, 2, 0)), wantLabels: map[string]string{"app": "web"}},
+		{name: "a StatefulSet's pods are one serving group queued on its first pod", ad: statefulset.Adapter{}, obj: sts(queued, 3, 0),
+			wantLabels: stsLabels, wantAnnotations: stsAnnotations},
+		{name: "a StatefulSet's replicas may not change between two non-zero counts", ad: statefulset.Adapter{}, obj: sts(queued, 2, 3), old: ptr(sts(queued, 3, 3)),
+			wantErr: "spec.replicas: may not change from 3 to 2"},
+		{name: "a StatefulSet may scale to 0; the template's total count is left as it is (here none)", ad: statefulset.Adapter{}, obj: sts(queued, 0, 3), old: ptr(sts(queued, 3, 3)),
+			wantLabels: stsLabels, wantAnnotations: func() map[string]string { _, a := wantSTS(""); return a }()},
+		{name: "a StatefulSet may not grow from 0 before its pods are gone", ad: statefulset.Adapter{}, obj: sts(queued, 4, 1), old: ptr(sts(queued, 0, 1)),
+			wantErr: "may grow from 0 only once the pods of the scale-down are gone"},
+		{name: "a StatefulSet grows from 0 to a group of the new count", ad: statefulset.Adapter{}, obj: sts(queued, 4, 0), old: ptr(sts(queued, 0, 0)),
+			wantLabels: stsLabels, wantAnnotations: func() map[string]string { _, a := wantSTS("4"); return a }()},
+		{name: "a StatefulSet's pods may not change shape while it has replicas", ad: statefulset.Adapter{},
+			obj: parentObject{kind: "StatefulSet", labels: queued, replicas: 3, tpl: app, gpus: 2, ready: 3}, old: ptr(sts(queued, 3, 3)),
+			wantErr: "spec.template.spec: the pods' requests"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var opts []jobframework.WebhookOption
+			if tc.kueue {
+				opts = append(opts, jobframework.WithKueueLabels())
+			}
+			w, err := jobframework.NewWebhook(All, append(opts, jobframework.WithAddress("127.0.0.1:0"), jobframework.WithLogger(zerolog.New(io.Discard)))...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			k := tc.ad.Kind()
+			op, old := "CREATE", "null"
+			if tc.old != nil {
+				op, old = "UPDATE", tc.old.json()
+			}
+			obj := tc.obj.json()
+			body := fmt.Sprintf(`{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"uid":"u1","kind":{"group":%q,"version":%q,"kind":%q},`+
+				`"resource":{"group":%q,"version":%q,"resource":%q},"namespace":"team-a","name":"web","operation":%q,"object":%s,"oldObject":%s}}`,
+				k.GVK.Group, k.GVK.Version, k.GVK.Kind, k.GVK.Group, k.GVK.Version, k.Resource, op, obj, old)
+			rec := httptest.NewRecorder()
+			req := httptest.NewRequest(http.MethodPost, jobframework.MutatePath(k), strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			w.Handler().ServeHTTP(rec, req)
+			var got admissionv1.AdmissionReview
+			if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil || got.Response == nil {
+				t.Fatalf("status %d: %s", rec.Code, rec.Body)
+			}
+			r := got.Response
+			if tc.wantErr != "" {
+				if r.Allowed || r.Result == nil || !strings.Contains(r.Result.Message, tc.wantErr) {
+					t.Fatalf("allowed %v, result %+v: want refused with %q", r.Allowed, r.Result, tc.wantErr)
+				}
+				return
+			}
+			if !r.Allowed {
+				t.Fatalf("refused: %s", r.Result.Message)
+			}
+			out := []byte(obj)
+			if len(r.Patch) > 0 {
+				p, err := jsonpatch.DecodePatch(r.Patch)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if out, err = p.Apply(out); err != nil {
+					t.Fatalf("patch %s does not apply: %v", r.Patch, err)
+				}
+			}
+			var after struct {
+				Spec struct {
+					Template struct {
+						Metadata struct {
+							Labels      map[string]string `json:"labels"`
+							Annotations map[string]string `json:"annotations"`
+						} `json:"metadata"`
+					} `json:"template"`
+				} `json:"spec"`
+			}
+			if err := json.Unmarshal(out, &after); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.wantLabels, after.Spec.Template.Metadata.Labels); diff != "" {
+				t.Errorf("template labels (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantAnnotations, after.Spec.Template.Metadata.Annotations); diff != "" {
+				t.Errorf("template annotations (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func TestStatefulSetGroupNameFitsALabel(t *testing.T) {
+	long := strings.Repeat("a", 100)
+	for _, name := range []string{"web", long, strings.Repeat("a", 50) + "-b.c"} {
+		g := statefulset.GroupName(name)
+		if len(g) > 63 || strings.ContainsAny(g[len(g)-1:], ".-") {
+			t.Errorf("GroupName(%q) = %q: not a label value", name, g)
+		}
+	}
+	if statefulset.GroupName(long) == statefulset.GroupName(long+"b") {
+		t.Errorf("two long names share a group")
+	}
+}
