@@ -56,11 +56,16 @@ type Kind struct {
 	// EnabledByDefault: the chart runs the kind's integration unless its
 	// values say otherwise.
 	EnabledByDefault bool
-	// Parent: the kind's objects are never queued themselves; the Pods
-	// they create are, by the pod integration, and the adapter is a
-	// Parent. Its integration runs only its webhook.
-	Parent bool
+	// QueuedBy makes the kind a parent kind: its objects are never queued
+	// themselves; the objects they create are, by the integration of the
+	// kind named here ("pod" for a Deployment's Pods, "raycluster" for a
+	// RayService's clusters), and the adapter is a Parent. Its own
+	// integration runs only its webhook.
+	QueuedBy string
 }
+
+// IsParent reports whether the kind is a parent kind (QueuedBy).
+func (k Kind) IsParent() bool { return k.QueuedBy != "" }
 
 // GVR is the kind's group, version and resource.
 func (k Kind) GVR() schema.GroupVersionResource {
@@ -174,12 +179,13 @@ type (
 		GroupModeOf(obj metav1.Object) GroupMode
 	}
 
-	// Parent is the adapter of a kind whose objects create Pods and are
-	// not queued themselves (Kind.Parent): a Deployment, a StatefulSet.
-	// The pod integration queues their Pods; the framework's webhook
-	// writes into each pod template, on create and on every update, the
-	// queue and priority labels of the object and what PodMeta adds, and
-	// refuses what CheckUpdate refuses. Its Decode is not called.
+	// Parent is the adapter of a kind whose objects are not queued
+	// themselves but create objects that are (Kind.QueuedBy): a
+	// Deployment's or a StatefulSet's Pods, a RayService's RayClusters.
+	// The framework's webhook writes into each of the kind's pod
+	// templates, on create and on every update, the queue and priority
+	// labels of the object and what PodMeta adds, and refuses what
+	// CheckUpdate refuses. Its Decode is not called.
 	Parent interface {
 		// PodTemplates are the field paths of the kind's pod templates:
 		// {{"spec", "template"}}.

@@ -27,15 +27,15 @@ version and resource, the webhook's name and path, whether the integration
 writes the status subresource (a stopped object unlocked through it),
 whether it stops an object by deleting it, the CEL condition under which
 its webhook is called, whether its integration runs unless the values
-say otherwise, and whether it is a parent kind (its Pods are queued by the
-pod integration; its own integration only labels their templates).
+say otherwise, and, for a parent kind, the kind whose integration queues
+what its objects create (its own integration is only its webhook).
 */}}
 {{- define "sluice.kinds" -}}
 `)
 	for _, ad := range ads {
 		k := ad.Kind()
 		var unlocks, deletes bool
-		if !k.Parent {
+		if !k.IsParent() {
 			// An empty object of the kind tells which optional behaviours
 			// its adapter has.
 			u := &unstructured.Unstructured{}
@@ -47,8 +47,8 @@ pod integration; its own integration only labels their templates).
 			_, unlocks = j.(Unlocker)
 			_, deletes = j.(Deleter)
 		}
-		fmt.Fprintf(&b, "%s: {group: %q, version: %q, resource: %q, webhook: %q, path: %q, statusPatch: %t, deletes: %t, matchCondition: %q, enabled: %t, parent: %t}\n",
-			k.Name, k.GVK.Group, k.GVK.Version, k.Resource, WebhookName(k), MutatePath(k), unlocks, deletes, WebhookMatchCondition(k), k.EnabledByDefault, k.Parent)
+		fmt.Fprintf(&b, "%s: {group: %q, version: %q, resource: %q, webhook: %q, path: %q, statusPatch: %t, deletes: %t, matchCondition: %q, enabled: %t, queuedBy: %q}\n",
+			k.Name, k.GVK.Group, k.GVK.Version, k.Resource, WebhookName(k), MutatePath(k), unlocks, deletes, WebhookMatchCondition(k), k.EnabledByDefault, k.QueuedBy)
 	}
 	b.WriteString("{{- end -}}\n")
 	return b.Bytes(), nil

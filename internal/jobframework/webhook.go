@@ -447,7 +447,7 @@ func (w *Webhook) mutate(ad Adapter, req *admissionv1.AdmissionRequest) *admissi
 	if gvk != k.GVK {
 		return resp
 	}
-	if p, ok := ad.(Parent); ok && k.Parent {
+	if p, ok := ad.(Parent); ok && k.IsParent() {
 		return w.mutateParent(ad, p, req, resp)
 	}
 	switch req.Operation {
@@ -802,7 +802,7 @@ func WebhookMatchCondition(k Kind) string {
 		return fmt.Sprintf("(has(%[1]s.metadata.labels) && %[2]q in %[1]s.metadata.labels ? %[1]s.metadata.labels[%[2]q] : \"\")", obj, v1beta1.QueueNameLabel)
 	}
 	update := label("object") + " != " + label("oldObject")
-	if k.Parent {
+	if k.IsParent() {
 		// Every change of the object may change its pod templates.
 		return "true"
 	}

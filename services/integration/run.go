@@ -118,7 +118,7 @@ type Service struct {
 	pub    events.Publisher
 	log    zerolog.Logger
 	kinds  map[string]*kindRunner
-	// parents are the parent kinds (Kind.Parent) the service runs: only
+	// parents are the parent kinds (Kind.QueuedBy) the service runs: only
 	// their webhook, since the pod integration queues their Pods.
 	parents map[string]jobframework.Adapter
 	// reconfigured tells requeueOnConfig that the configuration changed.
@@ -240,7 +240,7 @@ func New(cfg Config, adapters []jobframework.Adapter, kube kubernetes.Interface,
 		if _, dup := s.parents[k.Name]; dup {
 			return nil, fmt.Errorf("integration: kind %q given twice", k.Name)
 		}
-		if k.Parent {
+		if k.IsParent() {
 			if _, ok := ad.(jobframework.Parent); !ok {
 				return nil, fmt.Errorf("integration: kind %s is a parent kind but its adapter is not a jobframework.Parent", k.Name)
 			}

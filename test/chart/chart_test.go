@@ -279,7 +279,7 @@ func TestChartIntegrationRBACIsItsKindOnly(t *testing.T) {
 		k := ad.Kind()
 		t.Run(k.Name, func(t *testing.T) {
 			var role rbacv1.ClusterRole
-			if k.Parent {
+			if k.IsParent() {
 				// Its integration is its webhook: it reads and writes nothing.
 				if find(t, objs, "ClusterRole", fullname+"-integration-"+k.Name, &role) {
 					t.Errorf("a parent kind's integration has a ClusterRole: %+v", role.Rules)
@@ -323,19 +323,19 @@ func TestChartIntegrationRBACIsItsKindOnly(t *testing.T) {
 	}
 }
 
-// TestChartParentKindsBringThePodIntegration: a Deployment's or a
+// TestChartParentKindsBringTheirChildrensIntegration: a Deployment's or a
 // StatefulSet's Pods are queued by the pod integration, so enabling either
 // kind runs it too.
-func TestChartParentKindsBringThePodIntegration(t *testing.T) {
+func TestChartParentKindsBringTheirChildrensIntegration(t *testing.T) {
 	for _, ad := range kinds.All {
 		k := ad.Kind()
-		if !k.Parent {
+		if !k.IsParent() {
 			continue
 		}
 		t.Run(k.Name, func(t *testing.T) {
 			objs := mustRender(t, "integrations."+k.Name+".enabled=true")
 			deps := names(objs, "Deployment")
-			for _, want := range []string{fullname + "-integration-" + k.Name, fullname + "-integration-pod"} {
+			for _, want := range []string{fullname + "-integration-" + k.Name, fullname + "-integration-" + k.QueuedBy} {
 				if !slices.Contains(deps, want) {
 					t.Errorf("Deployments %v lack %s", deps, want)
 				}
@@ -725,7 +725,7 @@ func TestChartMulticlusterRBAC(t *testing.T) {
 	var wantWorker []rbacv1.PolicyRule
 	for _, ad := range kinds.All {
 		k := ad.Kind()
-		if k.Name == "pod" || k.Parent {
+		if k.Name == "pod" || k.IsParent() {
 			continue
 		}
 		wantDispatcher = append(wantDispatcher,

@@ -11,10 +11,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
 
 	"github.com/sluice-dev/sluice/api/v1beta1"
+	"github.com/sluice-dev/sluice/services/integration/raycluster"
+	"github.com/sluice-dev/sluice/services/integration/rayservice"
 	"github.com/sluice-dev/sluice/services/integration/statefulset"
 )
 
@@ -226,5 +230,83 @@ func TestStatefulSetLifecycle(t *testing.T) {
 		all, _ := podsOf(t, ns, "db")
 		_, held := reservations(t)[key]
 		return len(all) == 0 && !held, fmt.Sprintf("pods %v held %v", all, held)
+	})
+}
+
+// TestRayServiceLifecycle: a RayService is not queued itself; the
+// RayCluster KubeRay creates for it, labelled as the RayService is, is
+// queued and admitted as any RayCluster, and its quota released when
+// KubeRay deletes it. The RayService's webhook refuses a bad queue name,
+// and a change of queue while a cluster serves. KubeRay does not run
+// here: the test creates the cluster and writes the status as it would.
+func TestRayServiceLifecycle(t *testing.T) {
+	installKindCRDs(t)
+	ns := "e2e-rayservice"
+	queues(t, ns, 4, "LowerPriority")
+	svcRes := env.dyn.Resource(rayservice.Kind.GVR()).Namespace(ns)
+	service := func(queue string) *unstructured.Unstructured {
+		var doc map[string]any
+		manifest := `apiVersion: ray.io/v1
+kind: RayService
+metadata: {name: serve, namespace: ` + ns + `, labels: {sluice.dev/queue-name: "` + queue + `"}}
+spec:
+  rayClusterConfig:
+    headGroupSpec: {rayStartParams: {}, template: ` + fmt.Sprintf(gpuPod, "") + `}
+`
+		if err := yaml.Unmarshal([]byte(manifest), &doc); err != nil {
+			t.Fatal(err)
+		}
+		return &unstructured.Unstructured{Object: doc}
+	}
+	// The integration starts once discovery shows the CRD.
+	eventually(t, 60*time.Second, "a RayService in a queue no LocalQueue can have refused", func() (bool, string) {
+		_, err := svcRes.Create(context.Background(), service("Bad_Q"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err != nil && strings.Contains(err.Error(), "sluice.dev/queue-name"), fmt.Sprintf("err %v", err)
+	})
+	svc, err := svcRes.Create(context.Background(), service("q"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create rayservice: %v", err)
+	}
+
+	// The cluster as KubeRay makes it: the RayService's labels, owned by it.
+	var doc map[string]any
+	if err := yaml.Unmarshal([]byte(fmt.Sprintf(kindCases["raycluster"].manifest, ns, "serve-raycluster-x7k2p")), &doc); err != nil {
+		t.Fatal(err)
+	}
+	rc := &unstructured.Unstructured{Object: doc}
+	rc.SetLabels(map[string]string{v1beta1.QueueNameLabel: "q", "ray.io/originated-from-crd": "RayService", "ray.io/originated-from-cr-name": "serve"})
+	rc.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: "ray.io/v1", Kind: "RayService", Name: "serve", UID: svc.GetUID(), Controller: ptr.To(true)}})
+	rcRes := env.dyn.Resource(raycluster.Kind.GVR()).Namespace(ns)
+	created, err := rcRes.Create(context.Background(), rc, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create the service's raycluster: %v", err)
+	}
+	if s, _ := podSetSelectors(t, raycluster.Adapter{}, created); !s {
+		t.Fatal("the service's RayCluster was not suspended on create")
+	}
+	key := "raycluster/" + ns + "/serve-raycluster-x7k2p"
+	eventually(t, 30*time.Second, "the service's RayCluster admitted with the flavor", func() (bool, string) {
+		suspended, sel := podSetSelectors(t, raycluster.Adapter{}, getObject(t, raycluster.Kind, ns, "serve-raycluster-x7k2p"))
+		_, held := reservations(t)[key]
+		return !suspended && held && sel["head"]["instance-type"] == "a100", fmt.Sprintf("suspended %v held %v selectors %v", suspended, held, sel)
+	})
+
+	if err := unstructured.SetNestedField(svc.Object, "serve-raycluster-x7k2p", "status", "activeServiceStatus", "rayClusterName"); err != nil {
+		t.Fatal(err)
+	}
+	if svc, err = svcRes.UpdateStatus(context.Background(), svc, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("write the service's status: %v", err)
+	}
+	svc.SetLabels(map[string]string{v1beta1.QueueNameLabel: "other"})
+	if _, err := svcRes.Update(context.Background(), svc, metav1.UpdateOptions{}); err == nil || !strings.Contains(err.Error(), "may not be changed") {
+		t.Fatalf("queue changed while a cluster serves: err %v", err)
+	}
+
+	if err := rcRes.Delete(context.Background(), "serve-raycluster-x7k2p", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "quota of the deleted cluster released", func() (bool, string) {
+		_, held := reservations(t)[key]
+		return !held, "still held"
 	})
 }

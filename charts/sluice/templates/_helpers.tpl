@@ -50,10 +50,11 @@ integrations: that is not a kind fails the render.
 {{- end -}}
 {{- end -}}
 {{- end -}}
-{{- /* A parent kind's Pods are queued by the pod integration. */ -}}
+{{- /* What a parent kind's objects create is queued by another kind's integration. */ -}}
 {{- range $name := $out -}}
-{{- if and (index $kinds $name).parent (not (has "pod" $out)) -}}
-{{- $out = append $out "pod" -}}
+{{- $by := (index $kinds $name).queuedBy -}}
+{{- if and $by (not (has $by $out)) -}}
+{{- $out = append $out $by -}}
 {{- end -}}
 {{- end -}}
 {{- toJson $out -}}
@@ -67,7 +68,7 @@ kinds (Deployment, StatefulSet), whose Pods are. JSON list.
 {{- $kinds := include "sluice.kinds" . | fromYaml -}}
 {{- $out := list -}}
 {{- range $name := include "sluice.enabledKinds" . | fromJsonArray -}}
-{{- if not (index $kinds $name).parent -}}
+{{- if not (index $kinds $name).queuedBy -}}
 {{- $out = append $out $name -}}
 {{- end -}}
 {{- end -}}

@@ -20,7 +20,7 @@ import (
 )
 
 // Kind is the Deployment's kind.
-var Kind = jobframework.Kind{Name: "deployment", GVK: appsv1.SchemeGroupVersion.WithKind("Deployment"), Resource: "deployments", Parent: true,
+var Kind = jobframework.Kind{Name: "deployment", GVK: appsv1.SchemeGroupVersion.WithKind("Deployment"), Resource: "deployments", QueuedBy: "pod",
 	Title: "Deployment (its Pods queued one by one by the pod integration)"}
 
 // Adapter is the Deployment adapter.

@@ -17,6 +17,7 @@ import (
 	"github.com/sluice-dev/sluice/services/integration/pytorchjob"
 	"github.com/sluice-dev/sluice/services/integration/raycluster"
 	"github.com/sluice-dev/sluice/services/integration/rayjob"
+	"github.com/sluice-dev/sluice/services/integration/rayservice"
 	"github.com/sluice-dev/sluice/services/integration/statefulset"
 	"github.com/sluice-dev/sluice/services/integration/tfjob"
 	"github.com/sluice-dev/sluice/services/integration/xgboostjob"
@@ -37,15 +38,16 @@ var All = []jobframework.Adapter{
 	pod.Adapter{},
 	deployment.Adapter{},
 	statefulset.Adapter{},
+	rayservice.Adapter{},
 }
 
-// Queued leaves out of ads the parent kinds (Kind.Parent), whose objects
+// Queued leaves out of ads the parent kinds (Kind.QueuedBy), whose objects
 // are never queued themselves: a service that reads workloads' objects
 // (multi-cluster dispatch, provisioning) has nothing to do with them.
 func Queued(ads []jobframework.Adapter) []jobframework.Adapter {
 	var out []jobframework.Adapter
 	for _, ad := range ads {
-		if !ad.Kind().Parent {
+		if !ad.Kind().IsParent() {
 			out = append(out, ad)
 		}
 	}

@@ -37,7 +37,7 @@ import (
 )
 
 // Kind is the StatefulSet's kind.
-var Kind = jobframework.Kind{Name: "statefulset", GVK: appsv1.SchemeGroupVersion.WithKind("StatefulSet"), Resource: "statefulsets", Parent: true,
+var Kind = jobframework.Kind{Name: "statefulset", GVK: appsv1.SchemeGroupVersion.WithKind("StatefulSet"), Resource: "statefulsets", QueuedBy: "pod",
 	Title: "StatefulSet (its Pods one serving pod group, queued by the pod integration)"}
 
 // GroupPrefix starts the name of a StatefulSet's pod group.
