@@ -14,7 +14,7 @@ export KUBECONFIG="$state/kubeconfig"
 kubectl() { bin/devcluster kubectl --dir "$state" "$@"; }
 
 kubectl apply -f config/crd/ >/dev/null
-# The job kinds' CRDs (JobSet, RayJob, RayCluster, RayService, MPIJob, and the training
+# The job kinds' CRDs (JobSet, RayJob, RayCluster, RayService, MPIJob, AppWrapper, and the training
 # operator's PyTorchJob, TFJob, XGBoostJob, PaddleJob, JAXJob) from the upstream
 # modules; server-side, as they are too large for the
 # last-applied annotation.

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/sluice-dev/sluice/internal/jobframework"
+	"github.com/sluice-dev/sluice/services/integration/appwrapper"
 	"github.com/sluice-dev/sluice/services/integration/jaxjob"
 	"github.com/sluice-dev/sluice/services/integration/jobset"
 	"github.com/sluice-dev/sluice/services/integration/kinds"
@@ -103,7 +104,24 @@ spec:
 	"tfjob":      {adapter: tfjob.Adapter{}, manifest: trainingJob("TFJob", "tfReplicaSpecs", "PS"), finish: conditionTrue("Succeeded", false)},
 	"xgboostjob": {adapter: xgboostjob.Adapter{}, manifest: trainingJob("XGBoostJob", "xgbReplicaSpecs", "Master"), finish: conditionTrue("Failed", false)},
 	"paddlejob":  {adapter: paddlejob.Adapter{}, manifest: trainingJob("PaddleJob", "paddleReplicaSpecs", "Master"), finish: conditionTrue("Succeeded", false)},
-	"jaxjob":     {adapter: jaxjob.Adapter{}, manifest: trainingJob("JAXJob", "jaxReplicaSpecs", ""), finish: conditionTrue("Succeeded", false)},
+	"appwrapper": {
+		adapter: appwrapper.Adapter{},
+		// A Job whose pod set the AppWrapper project infers, and a Job
+		// whose pod set is declared.
+		manifest: `apiVersion: workload.codeflare.dev/v1beta2
+kind: AppWrapper
+metadata: {name: %[2]s, namespace: %[1]s, labels: {sluice.dev/queue-name: q}}
+spec:
+  components:
+  - template: {apiVersion: batch/v1, kind: Job, metadata: {name: leader}, spec: {template: ` + fmt.Sprintf(gpuPod, "") + `}}
+  - podSets: [{replicas: 2, path: template.spec.template}]
+    template: {apiVersion: batch/v1, kind: Job, metadata: {name: workers}, spec: {parallelism: 2, completions: 2, template: ` + fmt.Sprintf(gpuPod, userSelector) + `}}
+`,
+		finish: func(u *unstructured.Unstructured) error {
+			return unstructured.SetNestedField(u.Object, "Succeeded", "status", "phase")
+		},
+	},
+	"jaxjob": {adapter: jaxjob.Adapter{}, manifest: trainingJob("JAXJob", "jaxReplicaSpecs", ""), finish: conditionTrue("Succeeded", false)},
 }
 
 // trainingJob is the manifest of a training operator job of kind whose

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/sluice-dev/sluice/internal/jobframework"
+	"github.com/sluice-dev/sluice/services/integration/appwrapper"
 	"github.com/sluice-dev/sluice/services/integration/deployment"
 	"github.com/sluice-dev/sluice/services/integration/jaxjob"
 	"github.com/sluice-dev/sluice/services/integration/job"
@@ -35,6 +36,7 @@ var All = []jobframework.Adapter{
 	xgboostjob.Adapter{},
 	paddlejob.Adapter{},
 	jaxjob.Adapter{},
+	appwrapper.Adapter{},
 	pod.Adapter{},
 	deployment.Adapter{},
 	statefulset.Adapter{},

@@ -44,6 +44,7 @@ var ownedKinds = map[string][]string{
 	"ray.io":                   {"RayCluster", "RayJob"},
 	"kubeflow.org":             {"MPIJob", "PyTorchJob", "TFJob", "XGBoostJob", "PaddleJob", "JAXJob"},
 	"leaderworkerset.x-k8s.io": {"LeaderWorkerSet"},
+	"workload.codeflare.dev":   {"AppWrapper"},
 }
 
 // Adapter is the plain Pod adapter.
