@@ -9,6 +9,12 @@ import (
 // kueue.x-k8s.io/multikueue).
 const MultiClusterController = "sluice.dev/multicluster"
 
+// KueueMultiKueueManagedBy is the managedBy value the Kubeflow, MPI and Ray
+// operators reserve for an outside dispatcher (Kueue's MultiKueue): the
+// only value other than their own they accept, so Sluice writes it into
+// those kinds' managedBy field for a job it dispatches to worker clusters.
+const KueueMultiKueueManagedBy = "kueue.x-k8s.io/multikueue"
+
 // Dispatching modes of a MultiClusterConfig.
 const (
 	// DispatchAllAtOnce offers a workload to every worker at once; the

@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/sluice-dev/sluice/api/v1beta1"
 )
 
 // Adapter teaches the framework one kind of job. It reads and changes the
@@ -56,12 +58,32 @@ type Kind struct {
 	// EnabledByDefault: the chart runs the kind's integration unless its
 	// values say otherwise.
 	EnabledByDefault bool
+	// ManagedBy is the path of the kind's managedBy field ({"spec",
+	// "managedBy"}): for an object created in a queue whose ClusterQueue
+	// dispatches to worker clusters, the webhook sets it, so that the
+	// kind's own controller leaves the manager's object to Sluice (its
+	// status mirrors the worker's copy). Nil: the kind has no such field.
+	ManagedBy []string
+	// ManagedByValue is what the webhook writes there; empty means
+	// v1beta1.MultiClusterController. The Kubeflow, MPI and Ray
+	// operators accept only their own name and Kueue's reserved
+	// MultiKueue value (v1beta1.KueueMultiKueueManagedBy) there.
+	ManagedByValue string
 	// QueuedBy makes the kind a parent kind: its objects are never queued
 	// themselves; the objects they create are, by the integration of the
 	// kind named here ("pod" for a Deployment's Pods, "raycluster" for a
 	// RayService's clusters), and the adapter is a Parent. Its own
 	// integration runs only its webhook.
 	QueuedBy string
+}
+
+// MultiClusterManagedBy is the value the webhook writes into the kind's
+// managedBy field for an object dispatched to worker clusters.
+func (k Kind) MultiClusterManagedBy() string {
+	if k.ManagedByValue != "" {
+		return k.ManagedByValue
+	}
+	return v1beta1.MultiClusterController
 }
 
 // IsParent reports whether the kind is a parent kind (QueuedBy).

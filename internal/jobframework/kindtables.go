@@ -26,7 +26,8 @@ services/integration/kinds: do not edit. One line per kind: its API group,
 version and resource, the webhook's name and path, whether the integration
 writes the status subresource (a stopped object unlocked through it),
 whether it stops an object by deleting it, the CEL condition under which
-its webhook is called, whether its integration runs unless the values
+its webhook is called (and the one of a multi-cluster manager, which also
+sets the kind's managedBy field), whether its integration runs unless the values
 say otherwise, and, for a parent kind, the kind whose integration queues
 what its objects create (its own integration is only its webhook).
 */}}
@@ -47,8 +48,8 @@ what its objects create (its own integration is only its webhook).
 			_, unlocks = j.(Unlocker)
 			_, deletes = j.(Deleter)
 		}
-		fmt.Fprintf(&b, "%s: {group: %q, version: %q, resource: %q, webhook: %q, path: %q, statusPatch: %t, deletes: %t, matchCondition: %q, enabled: %t, queuedBy: %q}\n",
-			k.Name, k.GVK.Group, k.GVK.Version, k.Resource, WebhookName(k), MutatePath(k), unlocks, deletes, WebhookMatchCondition(k), k.EnabledByDefault, k.QueuedBy)
+		fmt.Fprintf(&b, "%s: {group: %q, version: %q, resource: %q, webhook: %q, path: %q, statusPatch: %t, deletes: %t, matchCondition: %q, multiclusterMatchCondition: %q, enabled: %t, queuedBy: %q}\n",
+			k.Name, k.GVK.Group, k.GVK.Version, k.Resource, WebhookName(k), MutatePath(k), unlocks, deletes, WebhookMatchCondition(k), MultiClusterMatchCondition(k, nil), k.EnabledByDefault, k.QueuedBy)
 	}
 	b.WriteString("{{- end -}}\n")
 	return b.Bytes(), nil

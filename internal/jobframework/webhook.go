@@ -72,6 +72,7 @@ type Webhook struct {
 	// files change; nil when the certificate was generated (cert).
 	files           *certfile.Pair
 	kueueLabels     bool
+	multicluster    func(namespace, queue string) bool
 	caBundle        []byte
 	shutdownTimeout time.Duration
 	mux             *http.ServeMux
@@ -96,6 +97,18 @@ type webhookConfig struct {
 	log             *zerolog.Logger
 	now             func() time.Time
 	kueueLabels     bool
+	multicluster    func(namespace, queue string) bool
+}
+
+// WithMultiClusterQueues gives the webhook the test of whether a
+// LocalQueue's ClusterQueue dispatches to worker clusters: a job created
+// in such a queue, of a kind with a managedBy field (Kind.ManagedBy) left
+// empty, gets the kind's multi-cluster manager there.
+func WithMultiClusterQueues(dispatches func(namespace, queue string) bool) WebhookOption {
+	return func(c *webhookConfig) error {
+		c.multicluster = dispatches
+		return nil
+	}
 }
 
 // WithKueueLabels makes a create labelled with Kueue's queue label (and
@@ -226,6 +239,7 @@ func NewWebhook(adapters []Adapter, opts ...WebhookOption) (*Webhook, error) {
 		log:             logger.With().Str("component", "webhook").Logger(),
 		shutdownTimeout: cfg.shutdownTimeout,
 		kueueLabels:     cfg.kueueLabels,
+		multicluster:    cfg.multicluster,
 	}
 
 	if cfg.certFile != "" {
@@ -495,15 +509,28 @@ func (w *Webhook) mutate(ad Adapter, req *admissionv1.AdmissionRequest) *admissi
 	}
 	resp.Warnings = kueueOnly(job)
 
-	if !job.IsSuspended() {
-		suspended, err := ad.Decode(u.DeepCopy())
-		if err != nil {
-			return deny(resp, k, err.Error())
+	managed := false // the kind's managedBy field to set
+	if len(k.ManagedBy) > 1 && w.multicluster != nil && w.multicluster(m.GetNamespace(), queue) {
+		v, _, _ := unstructured.NestedString(u.Object, k.ManagedBy...)
+		managed = v == ""
+	}
+	if !job.IsSuspended() || managed {
+		var spec any = u.Object["spec"]
+		if !job.IsSuspended() {
+			suspended, err := ad.Decode(u.DeepCopy())
+			if err != nil {
+				return deny(resp, k, err.Error())
+			}
+			suspended.SetSuspended(true)
+			if spec, err = suspendedSpec(req.Object.Raw, job, suspended); err != nil {
+				return deny(resp, k, err.Error())
+			}
 		}
-		suspended.SetSuspended(true)
-		spec, err := suspendedSpec(req.Object.Raw, job, suspended)
-		if err != nil {
-			return deny(resp, k, err.Error())
+		if managed {
+			var err error
+			if spec, err = withManagedBy(spec, k); err != nil {
+				return deny(resp, k, err.Error())
+			}
 		}
 		ops = append(ops, jsonPatchOp{Op: "add", Path: "/spec", Value: spec})
 	}
@@ -540,6 +567,32 @@ func withPatch(resp *admissionv1.AdmissionResponse, k Kind, ops []jsonPatchOp) *
 	resp.Patch = patch
 	resp.PatchType = &pt
 	return resp
+}
+
+// withManagedBy returns spec (a map, or its JSON) with the kind's
+// managedBy field set to its multi-cluster manager.
+func withManagedBy(spec any, k Kind) (map[string]any, error) {
+	var m map[string]any
+	switch s := spec.(type) {
+	case map[string]any:
+		m = runtimeDeepCopy(s)
+	case json.RawMessage:
+		if err := json.Unmarshal(s, &m); err != nil {
+			return nil, fmt.Errorf("spec: %w", err)
+		}
+	}
+	if m == nil {
+		m = map[string]any{}
+	}
+	if err := unstructured.SetNestedField(m, k.MultiClusterManagedBy(), k.ManagedBy[1:]...); err != nil {
+		return nil, fmt.Errorf("%s: %w", strings.Join(k.ManagedBy, "."), err)
+	}
+	return m, nil
+}
+
+// runtimeDeepCopy copies a JSON object as unstructured holds it.
+func runtimeDeepCopy(m map[string]any) map[string]any {
+	return (&unstructured.Unstructured{Object: m}).DeepCopy().Object
 }
 
 // decodeRaw decodes an object of a review as the adapter's kind.
@@ -658,7 +711,7 @@ func escapeJSONPointer(s string) string {
 //     the error and retries; unlabelled Jobs are unaffected.
 //   - sideEffects None, admissionReviewVersions [v1], timeoutSeconds 10,
 //     matchPolicy Equivalent, reinvocationPolicy Never.
-func EnsureWebhookConfiguration(ctx context.Context, client kubernetes.Interface, k Kind, webhookURL string, caBundle []byte, kueueLabels bool) error {
+func EnsureWebhookConfiguration(ctx context.Context, client kubernetes.Interface, k Kind, webhookURL string, caBundle []byte, kueueLabels bool, opts ...ConfigurationOption) error {
 	name := ConfigurationName(k)
 	if client == nil {
 		return errors.New("ensure webhook configuration: nil client")
@@ -669,7 +722,7 @@ func EnsureWebhookConfiguration(ctx context.Context, client kubernetes.Interface
 	if err := validateWebhookURL(webhookURL); err != nil {
 		return fmt.Errorf("ensure webhook configuration %s: %w", name, err)
 	}
-	desired := WebhookConfiguration(k, webhookURL, caBundle, kueueLabels)
+	desired := WebhookConfiguration(k, webhookURL, caBundle, kueueLabels, opts...)
 	api := client.AdmissionregistrationV1().MutatingWebhookConfigurations()
 	logger := zerolog.Ctx(ctx).With().Str("webhookConfiguration", name).Logger()
 
@@ -716,10 +769,39 @@ const (
 	managedByValue = "sluice"
 )
 
+// ConfigurationOption configures WebhookConfiguration.
+type ConfigurationOption func(*configurationOptions)
+
+type configurationOptions struct {
+	multicluster bool
+	// queues are the multi-cluster LocalQueues; nil with multicluster:
+	// any queue may be one.
+	queues []string
+}
+
+// WithMultiClusterQueueNames names the LocalQueues ("namespace/name")
+// whose ClusterQueue dispatches to worker clusters: the webhook is also
+// called for a create in one of them that leaves the kind's managedBy
+// field empty (WithMultiClusterQueues sets it). None: no such call.
+func WithMultiClusterQueueNames(queues []string) ConfigurationOption {
+	return func(o *configurationOptions) { o.multicluster, o.queues = len(queues) > 0, queues }
+}
+
+// WithAnyMultiClusterQueue: the webhook is also called for every create
+// that leaves the kind's managedBy field empty, whatever its queue (the
+// chart of a multi-cluster manager, which cannot know its queues).
+func WithAnyMultiClusterQueue() ConfigurationOption {
+	return func(o *configurationOptions) { o.multicluster, o.queues = true, nil }
+}
+
 // WebhookConfiguration is the MutatingWebhookConfiguration that sends a
 // kind's labelled objects to the webhook at webhookURL on create. The Helm
 // chart renders the same rules with a Service in place of the URL.
-func WebhookConfiguration(k Kind, webhookURL string, caBundle []byte, kueueLabels bool) *admissionregistrationv1.MutatingWebhookConfiguration {
+func WebhookConfiguration(k Kind, webhookURL string, caBundle []byte, kueueLabels bool, opts ...ConfigurationOption) *admissionregistrationv1.MutatingWebhookConfiguration {
+	var o configurationOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	name := ConfigurationName(k)
 	fail := admissionregistrationv1.Fail
 	none := admissionregistrationv1.SideEffectClassNone
@@ -766,7 +848,11 @@ func WebhookConfiguration(k Kind, webhookURL string, caBundle []byte, kueueLabel
 			ReinvocationPolicy:      &never,
 		}},
 	}
-	cfg.Webhooks[0].MatchConditions = []admissionregistrationv1.MatchCondition{{Name: MatchConditionName, Expression: WebhookMatchCondition(k)}}
+	cond := WebhookMatchCondition(k)
+	if o.multicluster {
+		cond = MultiClusterMatchCondition(k, o.queues)
+	}
+	cfg.Webhooks[0].MatchConditions = []admissionregistrationv1.MatchCondition{{Name: MatchConditionName, Expression: cond}}
 	if kueueLabels {
 		// Objects with Kueue's queue label and not Sluice's (an object
 		// with both goes to the first webhook only).
@@ -797,10 +883,44 @@ const MatchConditionName = "changes-something"
 // since for such an object it would change and refuse nothing; skipping
 // the call saves a round trip per create, which a burst of submissions
 // feels. A kind without a SuspendField is always called on CREATE.
-func WebhookMatchCondition(k Kind) string {
-	label := func(obj string) string {
-		return fmt.Sprintf("(has(%[1]s.metadata.labels) && %[2]q in %[1]s.metadata.labels ? %[1]s.metadata.labels[%[2]q] : \"\")", obj, v1beta1.QueueNameLabel)
+func WebhookMatchCondition(k Kind) string { return matchCondition(k, "") }
+
+// MultiClusterMatchCondition is WebhookMatchCondition that also calls the
+// webhook for a create that leaves the kind's managedBy field empty in one
+// of the LocalQueues ("namespace/name") whose ClusterQueue dispatches to
+// worker clusters, or in any queue when queues is nil (the chart of a
+// multi-cluster manager), so that the webhook sets it. A kind without a
+// managedBy field has the plain condition.
+func MultiClusterMatchCondition(k Kind, queues []string) string {
+	if len(k.ManagedBy) < 2 {
+		return WebhookMatchCondition(k)
 	}
+	path := "object"
+	var has []string
+	for _, f := range k.ManagedBy {
+		path += "." + f
+		has = append(has, "has("+path+")")
+	}
+	unset := "!(" + strings.Join(has, " && ") + ")"
+	if queues != nil {
+		quoted := make([]string, len(queues))
+		for i, q := range queues {
+			quoted[i] = fmt.Sprintf("%q", q)
+		}
+		unset += fmt.Sprintf(" && (request.namespace + \"/\" + %s) in [%s]", queueLabelCEL("object"), strings.Join(quoted, ", "))
+	}
+	return matchCondition(k, unset)
+}
+
+// queueLabelCEL is the CEL expression of obj's queue label ("" if none).
+func queueLabelCEL(obj string) string {
+	return fmt.Sprintf("(has(%[1]s.metadata.labels) && %[2]q in %[1]s.metadata.labels ? %[1]s.metadata.labels[%[2]q] : \"\")", obj, v1beta1.QueueNameLabel)
+}
+
+// matchCondition is the kind's condition, with one more reason to call
+// the webhook on create (CEL; "" for none).
+func matchCondition(k Kind, createToo string) string {
+	label := queueLabelCEL
 	update := label("object") + " != " + label("oldObject")
 	if k.IsParent() {
 		// Every change of the object may change its pod templates.
@@ -829,6 +949,9 @@ func WebhookMatchCondition(k Kind) string {
 		" || (has(object.metadata.annotations) && (" + strings.Join(annotated, " || ") + "))" +
 		" || (has(object.metadata.labels) && (" + strings.Join(labelled, " || ") + "))" +
 		" || " + badQueue
+	if createToo != "" {
+		create += " || (" + createToo + ")"
+	}
 	return "request.operation == \"UPDATE\" ? " + update + " : (" + create + ")"
 }
 

@@ -133,6 +133,13 @@ type Service struct {
 	mu     sync.Mutex
 	config *configstore.Store
 	snap   configstore.Snapshot
+	// mcQueues are the LocalQueues ("namespace/name", sorted) whose jobs
+	// are dispatched to worker clusters, as of snap.
+	mcQueues []string
+	// wh is the webhook, once started; whQueues the multi-cluster queues
+	// its configurations were last registered with.
+	wh       *jobframework.Webhook
+	whQueues []string
 	// held: reservations of the kinds run here, by engine key.
 	held map[string]ledger.Reservation
 	// legacyKeys: the reservations of those kinds each tree key written
@@ -336,6 +343,9 @@ func (s *Service) Run(ctx context.Context) error {
 		return err
 	}
 	s.synced.Open()
+	if err := s.ensureMultiClusterConditions(ctx); err != nil {
+		s.log.Warn().Err(err).Msg("webhook configurations not updated for the multi-cluster queues")
+	}
 
 	// Leases: this replica takes its share of each kind's shards, and
 	// looks at every object of a shard it takes.
@@ -430,7 +440,8 @@ func (s *Service) webhook(ctx context.Context) (*jobframework.Webhook, error) {
 			ads = append(ads, s.parents[name])
 		}
 	}
-	opts := []jobframework.WebhookOption{jobframework.WithAddress(s.cfg.WebhookAddress), jobframework.WithLogger(s.log)}
+	opts := []jobframework.WebhookOption{jobframework.WithAddress(s.cfg.WebhookAddress), jobframework.WithLogger(s.log),
+		jobframework.WithMultiClusterQueues(s.dispatchesToWorkers)}
 	if s.cfg.KueueLabels {
 		opts = append(opts, jobframework.WithKueueLabels())
 	}
@@ -449,6 +460,7 @@ func (s *Service) webhook(ctx context.Context) (*jobframework.Webhook, error) {
 	if _, err := wh.Listen(); err != nil {
 		return nil, err
 	}
+	s.wh = wh
 	if !s.cfg.ExternalWebhookConfiguration {
 		for _, ad := range ads {
 			url, err := wh.URL(s.cfg.WebhookHost, ad.Kind())

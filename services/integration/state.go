@@ -38,6 +38,7 @@ func (s *Service) watchConfig(ctx context.Context, kv jetstream.KeyValue, synced
 			s.config.Apply(e.Key(), nil)
 		}
 		s.snap, _ = s.config.Snapshot()
+		s.mcQueues = multiClusterQueues(s.snap)
 		s.mu.Unlock()
 		if live {
 			// A new queue or priority class may unblock objects: look at
@@ -59,6 +60,9 @@ func (s *Service) requeueOnConfig(ctx context.Context) error {
 		case <-s.reconfigured:
 		}
 		s.enqueueAll()
+		if err := s.ensureMultiClusterConditions(ctx); err != nil {
+			s.log.Warn().Err(err).Msg("webhook configurations not updated for the multi-cluster queues")
+		}
 		select {
 		case <-ctx.Done():
 			return nil

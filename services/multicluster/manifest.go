@@ -23,10 +23,6 @@ const (
 	ManagerAnnotation = "sluice.dev/multicluster-manager-job"
 )
 
-// kueueManagedBy is the managedBy value of Kueue's MultiKueue, which a
-// job moved over from Kueue may carry.
-const kueueManagedBy = "kueue.x-k8s.io/multikueue"
-
 // remoteCopy is the object a worker creates for a manager's job: its
 // name, namespace, labels, user annotations and spec, suspended (the
 // worker's Sluice admits it), without what the manager's API server
@@ -64,7 +60,7 @@ func remoteCopy(ad jobframework.Adapter, obj *unstructured.Unstructured) (json.R
 	}
 	for _, path := range [][]string{{"managedBy"}, {"runPolicy", "managedBy"}} {
 		v, _, _ := unstructured.NestedString(spec, path...)
-		if v == v1beta1.MultiClusterController || v == kueueManagedBy {
+		if v == v1beta1.MultiClusterController || v == v1beta1.KueueMultiKueueManagedBy {
 			unstructured.RemoveNestedField(spec, path...)
 		}
 	}

@@ -194,14 +194,19 @@ func TestChartRefusesBadValuesNamingThem(t *testing.T) {
 // would write itself, with the chart's Service in place of a URL.
 func TestChartWebhooksAreTheIntegrationsOwn(t *testing.T) {
 	for _, kueueLabels := range []bool{false, true} {
-		t.Run(fmt.Sprintf("kueueLabels=%t", kueueLabels), func(t *testing.T) {
-			webhooksAreTheIntegrationsOwn(t, kueueLabels)
-		})
+		for _, multicluster := range []bool{true, false} {
+			t.Run(fmt.Sprintf("kueueLabels=%t,multicluster=%t", kueueLabels, multicluster), func(t *testing.T) {
+				webhooksAreTheIntegrationsOwn(t, kueueLabels, multicluster)
+			})
+		}
 	}
 }
 
-func webhooksAreTheIntegrationsOwn(t *testing.T, kueueLabels bool) {
-	objs := mustRender(t, append(allKinds(), fmt.Sprintf("kueueLabels=%t", kueueLabels))...)
+// A multi-cluster manager's chart calls the webhooks of kinds with a
+// managedBy field for every create that leaves it empty, since it cannot
+// know which queues dispatch to workers.
+func webhooksAreTheIntegrationsOwn(t *testing.T, kueueLabels, multicluster bool) {
+	objs := mustRender(t, append(allKinds(), fmt.Sprintf("kueueLabels=%t", kueueLabels), fmt.Sprintf("multicluster.enabled=%t", multicluster))...)
 	var secret corev1.Secret
 	if !find(t, objs, "Secret", fullname+"-webhook-cert", &secret) {
 		t.Fatalf("no webhook certificate Secret; Secrets: %v", names(objs, "Secret"))
@@ -226,7 +231,11 @@ func webhooksAreTheIntegrationsOwn(t *testing.T, kueueLabels bool) {
 			if !find(t, objs, "MutatingWebhookConfiguration", fullname+"-"+k.Name, &got) {
 				t.Fatalf("no MutatingWebhookConfiguration for %s; have %v", k.Name, names(objs, "MutatingWebhookConfiguration"))
 			}
-			want := jobframework.WebhookConfiguration(k, "https://unused", nil, kueueLabels).Webhooks
+			var opts []jobframework.ConfigurationOption
+			if multicluster {
+				opts = append(opts, jobframework.WithAnyMultiClusterQueue())
+			}
+			want := jobframework.WebhookConfiguration(k, "https://unused", nil, kueueLabels, opts...).Webhooks
 			if len(got.Webhooks) != len(want) {
 				t.Fatalf("%d webhooks, want %d", len(got.Webhooks), len(want))
 			}

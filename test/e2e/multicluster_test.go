@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 
 	"github.com/sluice-dev/sluice/events"
 	"github.com/sluice-dev/sluice/internal/bus"
@@ -255,8 +256,12 @@ spec:
 	watchQuota(t)
 	waitCheckActive(t, ns, 60*time.Second)
 
-	// Offered to both, run in one, mirrored, finished on both sides.
-	createJob(t, jobSpec{ns: ns, name: "short", queue: "q", pods: 2, gpus: 1, runFor: "4s", managedBy: "sluice.dev/multicluster"})
+	// Offered to both, run in one, mirrored, finished on both sides. The
+	// webhook gives it spec.managedBy, so the manager's Job controller
+	// leaves it (and the status mirrored into it) alone.
+	if got := createJob(t, jobSpec{ns: ns, name: "short", queue: "q", pods: 2, gpus: 1, runFor: "4s"}); ptr.Deref(got.Spec.ManagedBy, "") != "sluice.dev/multicluster" {
+		t.Fatalf("short created in a multi-cluster queue with managedBy %v; want sluice.dev/multicluster", got.Spec.ManagedBy)
+	}
 	var ran *workerCluster
 	var copyUID types.UID
 	eventually(t, 60*time.Second, "short runs in one worker on its nodes, the manager mirrors it", func() (bool, string) {
@@ -293,8 +298,16 @@ spec:
 	}
 	t.Logf("short ran in %s (copy %s)", ran.name, copyUID)
 
-	// A worker lost mid-run.
-	createJob(t, jobSpec{ns: ns, name: "long", queue: "q", pods: 1, gpus: 1, runFor: "10m", managedBy: "sluice.dev/multicluster"})
+	// A worker lost mid-run. Created suspended, which the webhook of a
+	// local queue is not called for: the multi-cluster queues' match
+	// condition calls it, and it sets managedBy.
+	suspendedLong := jobOf(jobSpec{ns: ns, name: "long", queue: "q", pods: 1, gpus: 1, runFor: "10m"})
+	suspendedLong.Spec.Suspend = ptr.To(true)
+	if got, err := env.kube.BatchV1().Jobs(ns).Create(context.Background(), suspendedLong, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	} else if ptr.Deref(got.Spec.ManagedBy, "") != "sluice.dev/multicluster" {
+		t.Fatalf("long created suspended in a multi-cluster queue with managedBy %v; want sluice.dev/multicluster", got.Spec.ManagedBy)
+	}
 	var lost *workerCluster
 	var first *batchv1.Job
 	eventually(t, 60*time.Second, "long runs in one worker", func() (bool, string) {

@@ -34,7 +34,7 @@ import (
 
 // Kind is the AppWrapper's kind.
 var Kind = jobframework.Kind{Name: "appwrapper", GVK: awv1beta2.GroupVersion.WithKind("AppWrapper"), Resource: "appwrappers", SuspendField: []string{"spec", "suspend"},
-	Module: "github.com/project-codeflare/appwrapper", CRD: "config/crd/bases/workload.codeflare.dev_appwrappers.yaml", Title: "AppWrapper"}
+	ManagedBy: []string{"spec", "managedBy"}, Module: "github.com/project-codeflare/appwrapper", CRD: "config/crd/bases/workload.codeflare.dev_appwrappers.yaml", Title: "AppWrapper"}
 
 // Adapter is the AppWrapper adapter.
 type Adapter struct{}

@@ -11,12 +11,14 @@ import (
 	kftov1 "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/sluice-dev/sluice/api/v1beta1"
 	"github.com/sluice-dev/sluice/internal/jobframework"
 	"github.com/sluice-dev/sluice/services/integration/kubeflow"
 )
 
 // Kind is the JAXJob's kind.
 var Kind = jobframework.Kind{Name: "jaxjob", GVK: kftov1.GroupVersion.WithKind(kftov1.JAXJobKind), Resource: kftov1.JAXJobPlural, SuspendField: kubeflow.SuspendField,
+	ManagedBy: kubeflow.ManagedByField, ManagedByValue: v1beta1.KueueMultiKueueManagedBy,
 	Module: kubeflow.Module, CRD: kubeflow.CRD(kftov1.JAXJobPlural), Title: "JAXJob (training-operator)"}
 
 var shape = &kubeflow.Shape{Kind: Kind.Name, Field: "spec.jaxReplicaSpecs",

@@ -34,7 +34,7 @@ const (
 
 // Kind is the Job's kind.
 var Kind = jobframework.Kind{Name: "job", GVK: batchv1.SchemeGroupVersion.WithKind("Job"), Resource: "jobs", SuspendField: []string{"spec", "suspend"},
-	Title: "Job", EnabledByDefault: true}
+	ManagedBy: []string{"spec", "managedBy"}, Title: "Job", EnabledByDefault: true}
 
 // Adapter is the batch/v1 Job adapter.
 type Adapter struct{}

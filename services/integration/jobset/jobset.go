@@ -18,7 +18,7 @@ import (
 
 // Kind is the JobSet's kind.
 var Kind = jobframework.Kind{Name: "jobset", GVK: jobsetv1.GroupVersion.WithKind("JobSet"), Resource: "jobsets", SuspendField: []string{"spec", "suspend"},
-	Module: "sigs.k8s.io/jobset", CRD: "config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml", Title: "JobSet"}
+	ManagedBy: []string{"spec", "managedBy"}, Module: "sigs.k8s.io/jobset", CRD: "config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml", Title: "JobSet"}
 
 // Adapter is the JobSet adapter.
 type Adapter struct{}

@@ -105,28 +105,12 @@ func TestParentWebhook(t *testing.T) {
 			if tc.kueue {
 				opts = append(opts, jobframework.WithKueueLabels())
 			}
-			w, err := jobframework.NewWebhook(All, append(opts, jobframework.WithAddress("127.0.0.1:0"), jobframework.WithLogger(zerolog.New(io.Discard)))...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			k := tc.ad.Kind()
-			op, old := "CREATE", "null"
+			old := "null"
 			if tc.old != nil {
-				op, old = "UPDATE", tc.old.json()
+				old = tc.old.json()
 			}
 			obj := tc.obj.json()
-			body := fmt.Sprintf(`{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"uid":"u1","kind":{"group":%q,"version":%q,"kind":%q},`+
-				`"resource":{"group":%q,"version":%q,"resource":%q},"namespace":"team-a","name":"web","operation":%q,"object":%s,"oldObject":%s}}`,
-				k.GVK.Group, k.GVK.Version, k.GVK.Kind, k.GVK.Group, k.GVK.Version, k.Resource, op, obj, old)
-			rec := httptest.NewRecorder()
-			req := httptest.NewRequest(http.MethodPost, jobframework.MutatePath(k), strings.NewReader(body))
-			req.Header.Set("Content-Type", "application/json")
-			w.Handler().ServeHTTP(rec, req)
-			var got admissionv1.AdmissionReview
-			if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil || got.Response == nil {
-				t.Fatalf("status %d: %s", rec.Code, rec.Body)
-			}
-			r := got.Response
+			r := review(t, tc.ad.Kind(), obj, old, opts...)
 			if tc.wantErr != "" {
 				if r.Allowed || r.Result == nil || !strings.Contains(r.Result.Message, tc.wantErr) {
 					t.Fatalf("allowed %v, result %+v: want refused with %q", r.Allowed, r.Result, tc.wantErr)
@@ -136,16 +120,7 @@ func TestParentWebhook(t *testing.T) {
 			if !r.Allowed {
 				t.Fatalf("refused: %s", r.Result.Message)
 			}
-			out := []byte(obj)
-			if len(r.Patch) > 0 {
-				p, err := jsonpatch.DecodePatch(r.Patch)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if out, err = p.Apply(out); err != nil {
-					t.Fatalf("patch %s does not apply: %v", r.Patch, err)
-				}
-			}
+			out := patched(t, obj, r)
 			var after struct {
 				Spec struct {
 					Template struct {
@@ -170,6 +145,48 @@ func TestParentWebhook(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// review sends the webhook of kind k, built with opts, a create of obj
+// (old "null") or an update from old, and returns its response.
+func review(t *testing.T, k jobframework.Kind, obj, old string, opts ...jobframework.WebhookOption) *admissionv1.AdmissionResponse {
+	t.Helper()
+	w, err := jobframework.NewWebhook(All, append(opts, jobframework.WithAddress("127.0.0.1:0"), jobframework.WithLogger(zerolog.New(io.Discard)))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := "CREATE"
+	if old != "null" {
+		op = "UPDATE"
+	}
+	body := fmt.Sprintf(`{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"uid":"u1","kind":{"group":%q,"version":%q,"kind":%q},`+
+		`"resource":{"group":%q,"version":%q,"resource":%q},"namespace":"team-a","name":"web","operation":%q,"object":%s,"oldObject":%s}}`,
+		k.GVK.Group, k.GVK.Version, k.GVK.Kind, k.GVK.Group, k.GVK.Version, k.Resource, op, obj, old)
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest(http.MethodPost, jobframework.MutatePath(k), strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	w.Handler().ServeHTTP(rec, req)
+	var got admissionv1.AdmissionReview
+	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil || got.Response == nil {
+		t.Fatalf("status %d: %s", rec.Code, rec.Body)
+	}
+	return got.Response
+}
+
+// patched is obj with the response's JSON patch applied.
+func patched(t *testing.T, obj string, r *admissionv1.AdmissionResponse) []byte {
+	t.Helper()
+	out := []byte(obj)
+	if len(r.Patch) > 0 {
+		p, err := jsonpatch.DecodePatch(r.Patch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out, err = p.Apply(out); err != nil {
+			t.Fatalf("patch %s does not apply: %v", r.Patch, err)
+		}
+	}
+	return out
+}
 
 func TestStatefulSetGroupNameFitsALabel(t *testing.T) {
 	long := strings.Repeat("a", 100)

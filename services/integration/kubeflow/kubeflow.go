@@ -152,3 +152,7 @@ func CRD(resource string) string { return "manifests/base/crds/kubeflow.org_" + 
 
 // SuspendField is where every Kubeflow job keeps its suspension.
 var SuspendField = []string{"spec", "runPolicy", "suspend"}
+
+// ManagedByField is where the training operator's jobs name their
+// manager (the operator acts only on its own name, or on none).
+var ManagedByField = []string{"spec", "runPolicy", "managedBy"}

@@ -13,11 +13,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/sluice-dev/sluice/api/v1beta1"
 	"github.com/sluice-dev/sluice/internal/jobframework"
 )
 
 // Kind is the MPIJob's kind.
 var Kind = jobframework.Kind{Name: "mpijob", GVK: mpiv2.SchemeGroupVersion.WithKind("MPIJob"), Resource: "mpijobs", SuspendField: []string{"spec", "runPolicy", "suspend"},
+	ManagedBy: []string{"spec", "runPolicy", "managedBy"}, ManagedByValue: v1beta1.KueueMultiKueueManagedBy,
 	// v2beta1 comes from mpi-operator (the training operator's MPIJob CRD is
 	// the older v1 of the same name).
 	Module: "github.com/kubeflow/mpi-operator", CRD: "manifests/base/kubeflow.org_mpijobs.yaml", Title: "MPIJob (mpi-operator)"}

@@ -10,12 +10,14 @@ import (
 	kftov1 "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/sluice-dev/sluice/api/v1beta1"
 	"github.com/sluice-dev/sluice/internal/jobframework"
 	"github.com/sluice-dev/sluice/services/integration/kubeflow"
 )
 
 // Kind is the PaddleJob's kind.
 var Kind = jobframework.Kind{Name: "paddlejob", GVK: kftov1.GroupVersion.WithKind("PaddleJob"), Resource: "paddlejobs", SuspendField: kubeflow.SuspendField,
+	ManagedBy: kubeflow.ManagedByField, ManagedByValue: v1beta1.KueueMultiKueueManagedBy,
 	Module: kubeflow.Module, CRD: kubeflow.CRD("paddlejobs"), Title: "PaddleJob (training-operator)"}
 
 var shape = &kubeflow.Shape{Kind: Kind.Name, Field: "spec.paddleReplicaSpecs", Order: []kftov1.ReplicaType{kftov1.PaddleJobReplicaTypeMaster, kftov1.PaddleJobReplicaTypeWorker}}

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/sluice-dev/sluice/api/v1beta1"
 	"github.com/sluice-dev/sluice/internal/jobframework"
 )
 
@@ -23,7 +24,7 @@ const maxWorkerGroups = 7
 
 // Kind is the RayCluster's kind.
 var Kind = jobframework.Kind{Name: "raycluster", GVK: rayv1.GroupVersion.WithKind("RayCluster"), Resource: "rayclusters", SuspendField: []string{"spec", "suspend"},
-	Module: Module, CRD: "config/crd/bases/ray.io_rayclusters.yaml", Title: "RayCluster"}
+	ManagedBy: []string{"spec", "managedBy"}, ManagedByValue: v1beta1.KueueMultiKueueManagedBy, Module: Module, CRD: "config/crd/bases/ray.io_rayclusters.yaml", Title: "RayCluster"}
 
 // Module is KubeRay's operator module, the API of RayJob too.
 const Module = "github.com/ray-project/kuberay/ray-operator"

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/sluice-dev/sluice/api/v1beta1"
 	"github.com/sluice-dev/sluice/internal/jobframework"
 	"github.com/sluice-dev/sluice/services/integration/raycluster"
 )
@@ -25,7 +26,7 @@ const SubmitterPodSet = "submitter"
 
 // Kind is the RayJob's kind.
 var Kind = jobframework.Kind{Name: "rayjob", GVK: rayv1.GroupVersion.WithKind("RayJob"), Resource: "rayjobs", SuspendField: []string{"spec", "suspend"},
-	Module: raycluster.Module, CRD: "config/crd/bases/ray.io_rayjobs.yaml", Title: "RayJob"}
+	ManagedBy: []string{"spec", "managedBy"}, ManagedByValue: v1beta1.KueueMultiKueueManagedBy, Module: raycluster.Module, CRD: "config/crd/bases/ray.io_rayjobs.yaml", Title: "RayJob"}
 
 // Adapter is the RayJob adapter.
 type Adapter struct{}

@@ -11,12 +11,14 @@ import (
 	kftov1 "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/sluice-dev/sluice/api/v1beta1"
 	"github.com/sluice-dev/sluice/internal/jobframework"
 	"github.com/sluice-dev/sluice/services/integration/kubeflow"
 )
 
 // Kind is the TFJob's kind.
 var Kind = jobframework.Kind{Name: "tfjob", GVK: kftov1.GroupVersion.WithKind("TFJob"), Resource: "tfjobs", SuspendField: kubeflow.SuspendField,
+	ManagedBy: kubeflow.ManagedByField, ManagedByValue: v1beta1.KueueMultiKueueManagedBy,
 	Module: kubeflow.Module, CRD: kubeflow.CRD("tfjobs"), Title: "TFJob (training-operator)"}
 
 var shape = &kubeflow.Shape{Kind: Kind.Name, Field: "spec.tfReplicaSpecs", Order: []kftov1.ReplicaType{kftov1.TFJobReplicaTypeChief, kftov1.TFJobReplicaTypeMaster, kftov1.TFJobReplicaTypePS, kftov1.TFJobReplicaTypeWorker, kftov1.TFJobReplicaTypeEval}}

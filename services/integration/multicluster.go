@@ -1,0 +1,82 @@
+package integration
+
+import (
+	"context"
+	"slices"
+	"sort"
+
+	"github.com/sluice-dev/sluice/api/v1beta1"
+	"github.com/sluice-dev/sluice/internal/configstore"
+	"github.com/sluice-dev/sluice/internal/jobframework"
+)
+
+// multiClusterQueues are the LocalQueues ("namespace/name") of snap whose
+// ClusterQueue runs a multi-cluster admission check: their jobs are
+// dispatched to worker clusters, and their kinds' managedBy fields say so.
+func multiClusterQueues(snap configstore.Snapshot) []string {
+	dispatching := map[string]bool{}
+	for _, ac := range snap.Objects.AdmissionChecks {
+		if ac.Spec.ControllerName == v1beta1.MultiClusterController {
+			dispatching[ac.Name] = true
+		}
+	}
+	cqs := map[string]bool{}
+	for _, cq := range snap.Objects.ClusterQueues {
+		for _, r := range cq.Spec.CheckRules() {
+			if dispatching[r.Name] {
+				cqs[cq.Name] = true
+			}
+		}
+	}
+	var out []string
+	for _, lq := range snap.Objects.LocalQueues {
+		if cqs[lq.Spec.ClusterQueue] {
+			out = append(out, lq.Namespace+"/"+lq.Name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// dispatchesToWorkers reports whether a job created in the LocalQueue
+// namespace/queue is dispatched to worker clusters (the webhook's
+// WithMultiClusterQueues).
+func (s *Service) dispatchesToWorkers(namespace, queue string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := slices.BinarySearch(s.mcQueues, namespace+"/"+queue)
+	return ok
+}
+
+// ensureMultiClusterConditions registers again, when this replica
+// registers the webhook itself, the webhook configurations of the kinds
+// with a managedBy field once the multi-cluster queues changed: their
+// match condition names those queues (the chart's calls the webhook for
+// any queue instead).
+func (s *Service) ensureMultiClusterConditions(ctx context.Context) error {
+	if s.wh == nil || s.cfg.ExternalWebhookConfiguration {
+		return nil
+	}
+	s.mu.Lock()
+	queues := s.mcQueues
+	s.mu.Unlock()
+	if slices.Equal(queues, s.whQueues) {
+		return nil
+	}
+	for _, name := range s.Kinds() {
+		k, ok := s.kinds[name]
+		if !ok || len(k.kind.ManagedBy) == 0 {
+			continue
+		}
+		url, err := s.wh.URL(s.cfg.WebhookHost, k.kind)
+		if err != nil {
+			return err
+		}
+		if err := jobframework.EnsureWebhookConfiguration(ctx, s.kube, k.kind, url, s.wh.CABundle(), s.cfg.KueueLabels,
+			jobframework.WithMultiClusterQueueNames(queues)); err != nil {
+			return err
+		}
+	}
+	s.whQueues = queues
+	return nil
+}
