@@ -102,7 +102,6 @@ func GroupWorkload(ad Adapter, ns, group string, live []Job, prio PriorityResolv
 	if !ok || len(live) == 0 {
 		return Workload{}, false, fmt.Errorf("group %s/%s: no members of a grouping kind: %w", ns, group, ErrInvalidGroup)
 	}
-	kind := ad.Kind().Name
 	first := live[0].Meta()
 	var total int32
 	queue := first.GetLabels()[v1beta1.QueueNameLabel]
@@ -139,23 +138,12 @@ func GroupWorkload(ad Adapter, ns, group string, live []Job, prio PriorityResolv
 	}
 	roles := map[string]*WorkloadPodSet{}
 	for i, m := range live {
-		meta := m.Meta()
-		// A copy: WorkloadOf changes its argument.
-		view, err := ad.Decode(m.Object())
+		mw, err := memberWorkload(ad, m, prio, opts...)
 		if err != nil {
 			return Workload{}, false, err
-		}
-		mw, err := WorkloadOf(kind, view, prio, opts...)
-		if err != nil {
-			return Workload{}, false, err
-		}
-		if len(mw.PodSets) != 1 {
-			return Workload{}, false, fmt.Errorf("%s has %d pod sets, a group member must have one: %w", meta.GetName(), len(mw.PodSets), ErrInvalidGroup)
 		}
 		if i == 0 {
-			w = Workload{Namespace: ns, Name: group, UID: GroupUIDPrefix + mw.UID, LocalQueue: queue,
-				PriorityClass: mw.PriorityClass, Priority: mw.Priority, CreationTime: mw.CreationTime,
-				MaxExecutionSeconds: mw.MaxExecutionSeconds}
+			w = groupOf(ns, group, queue, mw)
 		}
 		ps := mw.PodSets[0]
 		name := roleName(ps)
@@ -186,17 +174,9 @@ func GroupWorkload(ad Adapter, ns, group string, live []Job, prio PriorityResolv
 // count, shaped as the oldest member; every member there is must ask for
 // the same.
 func fastGroupWorkload(ad Adapter, ns, group, queue string, total int32, live []Job, prio PriorityResolver, opts ...WorkloadOption) (Workload, bool, error) {
-	kind := ad.Kind().Name
-	view, err := ad.Decode(live[0].Object())
+	mw, err := memberWorkload(ad, live[0], prio, opts...)
 	if err != nil {
 		return Workload{}, false, err
-	}
-	mw, err := WorkloadOf(kind, view, prio, opts...)
-	if err != nil {
-		return Workload{}, false, err
-	}
-	if len(mw.PodSets) != 1 {
-		return Workload{}, false, fmt.Errorf("%s has %d pod sets, a group member must have one: %w", live[0].Meta().GetName(), len(mw.PodSets), ErrInvalidGroup)
 	}
 	ps := mw.PodSets[0]
 	role := roleName(ps)
@@ -211,10 +191,34 @@ func fastGroupWorkload(ad Adapter, ns, group, queue string, total int32, live []
 		}
 	}
 	ps.Name, ps.Count, ps.MinCount = role, total, total
-	w := Workload{Namespace: ns, Name: group, UID: GroupUIDPrefix + mw.UID, LocalQueue: queue,
-		PriorityClass: mw.PriorityClass, Priority: mw.Priority, CreationTime: mw.CreationTime,
-		MaxExecutionSeconds: mw.MaxExecutionSeconds, PodSets: []WorkloadPodSet{ps}}
+	w := groupOf(ns, group, queue, mw)
+	w.PodSets = []WorkloadPodSet{ps}
 	return w, true, nil
+}
+
+// memberWorkload is the workload of one member alone, of its one pod set.
+func memberWorkload(ad Adapter, m Job, prio PriorityResolver, opts ...WorkloadOption) (Workload, error) {
+	// A copy: WorkloadOf changes its argument.
+	view, err := ad.Decode(m.Object())
+	if err != nil {
+		return Workload{}, err
+	}
+	mw, err := WorkloadOf(ad.Kind().Name, view, prio, opts...)
+	if err != nil {
+		return Workload{}, err
+	}
+	if len(mw.PodSets) != 1 {
+		return Workload{}, fmt.Errorf("%s has %d pod sets, a group member must have one: %w", m.Meta().GetName(), len(mw.PodSets), ErrInvalidGroup)
+	}
+	return mw, nil
+}
+
+// groupOf is the workload of group, without pod sets, as its oldest
+// member's workload mw says.
+func groupOf(ns, group, queue string, mw Workload) Workload {
+	return Workload{Namespace: ns, Name: group, UID: GroupUIDPrefix + mw.UID, LocalQueue: queue,
+		PriorityClass: mw.PriorityClass, Priority: mw.Priority, CreationTime: mw.CreationTime,
+		MaxExecutionSeconds: mw.MaxExecutionSeconds}
 }
 
 // GroupTemplates returns, by pod set (role) of a pod group's workload, the

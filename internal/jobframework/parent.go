@@ -54,15 +54,8 @@ func (w *Webhook) mutateParent(ad Adapter, p Parent, req *admissionv1.AdmissionR
 		}
 	}
 	if old != nil && was != queue && p.Running(old) {
-		change := fmt.Sprintf("changed from %q to %q", was, queue)
-		switch {
-		case queue == "":
-			change = fmt.Sprintf("removed (it was %q)", was)
-		case was == "":
-			change = fmt.Sprintf("added (%q)", queue)
-		}
-		return deny(resp, k, fmt.Sprintf("metadata.labels[%s]: may not be %s while the %s has ready pods: "+
-			"they run on the quota of the queue they were admitted by; scale it to 0 first", v1beta1.QueueNameLabel, change, k.Name))
+		return deny(resp, k, fmt.Sprintf("metadata.labels[%s]: may not be %s while the %s has pods on quota: "+
+			"they run on the quota of the queue they were admitted by; scale it to 0 first", v1beta1.QueueNameLabel, queueChange(was, queue), k.Name))
 	}
 	if queue == "" && was == "" {
 		return resp

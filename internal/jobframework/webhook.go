@@ -638,19 +638,23 @@ func (w *Webhook) reviewUpdate(ad Adapter, req *admissionv1.AdmissionRequest, re
 	}
 	done, _, _ := job.Finished()
 	if !job.IsSuspended() && !done {
-		change := fmt.Sprintf("changed from %q to %q", was, is)
-		switch {
-		case is == "":
-			change = fmt.Sprintf("removed (it was %q)", was)
-		case was == "":
-			change = fmt.Sprintf("added (%q)", is)
-		}
 		return deny(resp, k, fmt.Sprintf("metadata.labels[%s]: may not be %s while the %s is not suspended: "+
-			"a running job keeps the queue it was admitted by; suspend it first", v1beta1.QueueNameLabel, change, k.Name))
+			"a running job keeps the queue it was admitted by; suspend it first", v1beta1.QueueNameLabel, queueChange(was, is), k.Name))
 	}
 	w.log.Info().Str("workload", k.Name+"/"+req.Namespace+"/"+req.Name).Str("queue", is).Str("was", was).
 		Msg("update: queue changed on a suspended object")
 	return resp
+}
+
+// queueChange says how a queue label changed, for a refusal.
+func queueChange(was, is string) string {
+	switch {
+	case is == "":
+		return fmt.Sprintf("removed (it was %q)", was)
+	case was == "":
+		return fmt.Sprintf("added (%q)", is)
+	}
+	return fmt.Sprintf("changed from %q to %q", was, is)
 }
 
 // suspendedSpec returns the request object's spec with the adapter's
