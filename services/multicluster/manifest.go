@@ -21,6 +21,9 @@ const (
 	AdmissionAnnotation = "sluice.dev/multicluster-admission"
 	// ManagerAnnotation names the manager's job (namespace/name).
 	ManagerAnnotation = "sluice.dev/multicluster-manager-job"
+	// RanAnnotation marks a copy the agent saw running once the manager
+	// picked its worker: suspended again, it was stopped in the worker.
+	RanAnnotation = "sluice.dev/multicluster-ran"
 )
 
 // remoteCopy is the object a worker creates for a manager's job: its

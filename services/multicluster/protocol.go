@@ -47,6 +47,10 @@ const (
 	// Gone: withdrawn, or the copy could not be created (Message says
 	// why).
 	Gone = "Gone"
+	// Stopped: the copy ran in the worker and was stopped there
+	// (preempted, evicted): the manager takes the workload back and may
+	// dispatch it elsewhere.
+	Stopped = "Stopped"
 )
 
 // heartbeatToken is the last token of a worker's heartbeat subject (a
@@ -142,9 +146,9 @@ type Report struct {
 // Validate checks a report.
 func (r Report) Validate() error {
 	switch r.State {
-	case Queued, Admitted, Finished, Gone:
+	case Queued, Admitted, Finished, Gone, Stopped:
 	default:
-		return fmt.Errorf("%w: state %q: must be %s, %s, %s or %s", ErrBadMessage, r.State, Queued, Admitted, Finished, Gone)
+		return fmt.Errorf("%w: state %q: must be %s, %s, %s, %s or %s", ErrBadMessage, r.State, Queued, Admitted, Finished, Gone, Stopped)
 	}
 	if err := r.Workload.Validate(); err != nil {
 		return fmt.Errorf("%w: workload: %w", ErrBadMessage, err)

@@ -109,6 +109,11 @@ func judge(d *dispatch, worker string, r Report) verdict {
 			return verdict{retry: "the copy in worker cluster " + worker + " is gone" + colon(r.Message)}
 		}
 		return verdict{}
+	case r.State == Stopped:
+		if d.Winner == worker && r.Admission == d.Admission {
+			return verdict{retry: "the copy in worker cluster " + worker + " was stopped there" + colon(r.Message)}
+		}
+		return verdict{withdraw: d.Winner != worker}
 	case !offered:
 		return verdict{withdraw: true}
 	case r.Admission != d.Admission:

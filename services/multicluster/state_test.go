@@ -95,6 +95,10 @@ func TestJudge(t *testing.T) {
 			want: verdict{retry: "the copy in worker cluster w1 is gone: deleted"}},
 		{name: "an earlier copy of the winner gone: nothing", d: offered("w1"), worker: "w1", report: Report{Admission: "a0", State: Gone}},
 		{name: "a loser's copy gone: nothing", d: offered("w1"), worker: "w2", report: Report{Admission: "a1", State: Gone}},
+		{name: "the winner's copy stopped in its worker: retry, to dispatch it again", d: offered("w1"), worker: "w1",
+			report: Report{Admission: "a1", State: Stopped, Message: "Preempted"}, want: verdict{retry: "the copy in worker cluster w1 was stopped there: Preempted"}},
+		{name: "an earlier copy of the winner stopped: nothing", d: offered("w1"), worker: "w1", report: Report{Admission: "a0", State: Stopped}},
+		{name: "a loser's copy stopped: withdrawn", d: offered("w1"), worker: "w2", report: Report{Admission: "a1", State: Stopped}, want: verdict{withdraw: true}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

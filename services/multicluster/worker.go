@@ -363,6 +363,15 @@ func (w *Worker) sync(ctx context.Context, k copyKey) error {
 		w.log.Warn().Err(err).Str("workload", k.namespace+"/"+k.name).Msg("copy not understood")
 		return nil
 	}
+	if _, ran := u.GetAnnotations()[RanAnnotation]; r.State == Admitted && !ran && !holds(u) {
+		// Running: marked, so that a stop in this cluster is told from a
+		// copy released but not started yet.
+		patch := []byte(`{"metadata":{"uid":"` + string(u.GetUID()) + `","annotations":{"` + RanAnnotation + `":"true"}}}`)
+		res := w.dyn.Resource(w.adapters[k.kind].Kind().GVR()).Namespace(u.GetNamespace())
+		if _, err := res.Patch(ctx, u.GetName(), types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("mark %s/%s as run: %w", u.GetNamespace(), u.GetName(), err)
+		}
+	}
 	return w.report(ctx, r)
 }
 
@@ -374,7 +383,8 @@ func (w *Worker) reportOf(kind string, u *unstructured.Unstructured) (Report, er
 	}
 	r := Report{Workload: events.WorkloadRef{Kind: kind, Namespace: u.GetNamespace(), Name: u.GetName(), UID: u.GetLabels()[OriginLabel]},
 		Admission: u.GetAnnotations()[AdmissionAnnotation], State: Queued}
-	_, holding := u.GetAnnotations()[jobframework.HoldAnnotation]
+	holding := holds(u)
+	_, ran := u.GetAnnotations()[RanAnnotation]
 	switch done, _, msg := job.Finished(); {
 	case done:
 		r.State, r.Message = Finished, msg
@@ -382,6 +392,8 @@ func (w *Worker) reportOf(kind string, u *unstructured.Unstructured) (Report, er
 		r.State = Admitted // reserved here, held for the manager's pick
 	case !holding && !job.IsSuspended():
 		r.State = Admitted
+	case !holding && ran:
+		r.State, r.Message = Stopped, "its copy was suspended in worker cluster "+w.name+" after it ran (preempted or evicted there)"
 	}
 	if st, ok := u.Object["status"]; ok {
 		raw, err := json.Marshal(st)
@@ -391,6 +403,12 @@ func (w *Worker) reportOf(kind string, u *unstructured.Unstructured) (Report, er
 		r.Status = raw
 	}
 	return r, nil
+}
+
+// holds reports whether a copy is held for the manager's pick.
+func holds(u *unstructured.Unstructured) bool {
+	_, ok := u.GetAnnotations()[jobframework.HoldAnnotation]
+	return ok
 }
 
 // deleted reports a copy deleted in this cluster.

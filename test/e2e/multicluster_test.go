@@ -214,6 +214,7 @@ kind: ClusterQueue
 metadata: {name: %[1]s}
 spec:
   namespaceSelector: {}%[2]s
+  preemption: {withinClusterQueue: LowerPriority}
   resourceGroups:
   - coveredResources: [cpu, nvidia.com/gpu]
     flavors:
@@ -236,6 +237,11 @@ spec: {clusterQueue: %[1]s}
 	for _, name := range e2eWorkers {
 		w := startWorkerCluster(t, name)
 		queuesOn(w.dyn, "")
+		applyTo(t, w.dyn, `apiVersion: sluice.dev/v1beta1
+kind: WorkloadPriorityClass
+metadata: {name: worker-urgent}
+value: 10000
+`)
 		workers = append(workers, w)
 	}
 	apply(t, fmt.Sprintf(`apiVersion: sluice.dev/v1beta1
@@ -368,6 +374,34 @@ spec:
 	if w, _ := where(t, workers, ns, "long"); w != other {
 		t.Errorf("long released in %v, want %s only", w, other.name)
 	}
+
+	// Preempted in its worker by the worker's own urgent Job (all 8 GPUs):
+	// the manager takes long back and dispatches it again, to the worker
+	// with room.
+	admitted = reservations(t)["job/"+ns+"/long"].Admission()
+	urgent := jobOf(jobSpec{ns: ns, name: "urgent", queue: "q", priorityClass: "worker-urgent", pods: 8, gpus: 1, runFor: "10m"})
+	if _, err := other.kube.BatchV1().Jobs(ns).Create(context.Background(), urgent, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create urgent in %s: %v", other.name, err)
+	}
+	eventually(t, 90*time.Second, "long, preempted in "+other.name+", dispatched again to "+lost.name, func() (bool, string) {
+		r, ok := reservations(t)["job/"+ns+"/long"]
+		return ok && r.Admission() != admitted && r.DispatchedTo == lost.name, fmt.Sprint(ok, r.Admission(), r.DispatchedTo)
+	})
+	msg, err = st.GetLastMsgForSubject(context.Background(), events.WorkloadSubject(events.TypeWorkloadEvictedV1, events.WorkloadRef{Kind: "job", Namespace: ns, Name: "long"}))
+	if err != nil {
+		t.Fatalf("long's eviction: %v", err)
+	}
+	if err := json.Unmarshal(msg.Data, &evicted); err != nil {
+		t.Fatal(err)
+	}
+	if want := "the copy in worker cluster " + other.name + " was stopped there"; !strings.Contains(evicted.Message, want) {
+		t.Errorf("long evicted with %q; want it to say %q", evicted.Message, want)
+	}
+	eventually(t, 60*time.Second, "long runs in "+lost.name+" only", func() (bool, string) {
+		total, per := runningAnywhere(workers, ns, "long")
+		return total == 1 && per[lost.name] == 1, fmt.Sprint(per)
+	})
+	other = lost
 	// Deleting it on the manager cleans the worker.
 	if err := env.kube.BatchV1().Jobs(ns).Delete(context.Background(), "long", metav1.DeleteOptions{PropagationPolicy: ptrTo(metav1.DeletePropagationBackground)}); err != nil {
 		t.Fatal(err)
