@@ -415,7 +415,11 @@ func (d *Dispatcher) carrying(ctx context.Context, rec *dispatch, typ string) (M
 	if err != nil {
 		return Message{}, err
 	}
-	return Message{Type: typ, Workload: rec.Workload, Admission: rec.Admission, Object: raw}, nil
+	m := Message{Type: typ, Workload: rec.Workload, Admission: rec.Admission, Object: raw}
+	if cfg, err := d.configNamed(rec.Config); err == nil {
+		m.LostAfter = settingsOf(cfg).lost.String()
+	}
+	return m, nil
 }
 
 // offer records workers as offered the workload, then sends them its

@@ -24,6 +24,10 @@ const (
 	// RanAnnotation marks a copy the agent saw running once the manager
 	// picked its worker: suspended again, it was stopped in the worker.
 	RanAnnotation = "sluice.dev/multicluster-ran"
+	// LostAfterAnnotation is the manager's workerLostTimeout for the copy
+	// (Message.LostAfter): its agent removes it when the manager has been
+	// out of reach for nearly that long.
+	LostAfterAnnotation = "sluice.dev/multicluster-lost-after"
 )
 
 // remoteCopy is the object a worker creates for a manager's job: its

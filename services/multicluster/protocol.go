@@ -112,6 +112,12 @@ type Message struct {
 	Object json.RawMessage `json:"object,omitempty"`
 	// Reason (Withdraw) says why, for the worker's log.
 	Reason string `json:"reason,omitempty"`
+	// LostAfter (Offer, Run) is the config's workerLostTimeout, as a Go
+	// duration: a worker the manager does not hear from for that long is
+	// given up and its workloads dispatched again, so a worker that
+	// cannot reach the manager removes its copy before then (self-fence).
+	// Empty: no fence.
+	LostAfter string `json:"lostAfter,omitempty"`
 }
 
 // Validate checks a message.
@@ -127,6 +133,11 @@ func (m Message) Validate() error {
 	}
 	if m.Type != Withdraw && (m.Admission == "" || len(m.Object) == 0) {
 		return fmt.Errorf("%w: %s of %s: an admission and an object are required", ErrBadMessage, m.Type, m.Workload)
+	}
+	if m.LostAfter != "" {
+		if d, err := time.ParseDuration(m.LostAfter); err != nil || d <= 0 {
+			return fmt.Errorf("%w: lostAfter %q of %s: not a positive duration", ErrBadMessage, m.LostAfter, m.Workload)
+		}
 	}
 	return nil
 }

@@ -48,6 +48,10 @@ type Worker struct {
 	sent      map[string][]byte // manager UID -> last report sent
 	connected atomic.Bool
 	synced    atomic.Bool
+	// reached is when a heartbeat last reached the manager's JetStream
+	// (or the agent started): the self-fence counts from it.
+	reached time.Time
+	now     func() time.Time
 	// allowed says which namespaces copies may be created in (nil: all).
 	allowed func(namespace string) bool
 }
@@ -95,7 +99,7 @@ func NewWorker(name string, dyn dynamic.Interface, hub jetstream.JetStream, adap
 		return nil, fmt.Errorf("%w: worker name %q: %s", ErrConfig, name, strings.Join(errs, "; "))
 	}
 	w := &Worker{name: name, dyn: dyn, hub: hub, adapters: map[string]jobframework.Adapter{}, log: zerolog.Nop(),
-		heartbeat: 5 * time.Second, informers: map[string]cache.SharedIndexInformer{}, sent: map[string][]byte{}}
+		heartbeat: 5 * time.Second, informers: map[string]cache.SharedIndexInformer{}, sent: map[string][]byte{}, now: time.Now}
 	for _, ad := range adapters {
 		w.adapters[ad.Kind().Name] = ad
 	}
@@ -165,14 +169,21 @@ func (w *Worker) Run(ctx context.Context) error {
 	return err
 }
 
-// beat tells the manager the worker is there.
+// beat tells the manager the worker is there and, while it cannot,
+// fences the copies the manager will soon give up.
 func (w *Worker) beat(ctx context.Context) {
 	t := time.NewTicker(w.heartbeat)
 	defer t.Stop()
+	w.reached = w.now()
 	for {
 		pctx, cancel := context.WithTimeout(ctx, w.heartbeat)
 		err := w.publish(pctx, Heartbeat(w.name), []byte(time.Now().UTC().Format(time.RFC3339Nano)))
 		cancel()
+		if err == nil {
+			w.reached = w.now()
+		} else {
+			w.fence(ctx, w.now().Sub(w.reached))
+		}
 		if was := w.connected.Swap(err == nil); was != (err == nil) {
 			if err != nil {
 				w.log.Warn().Err(err).Msg("the manager is not reachable")
@@ -193,6 +204,43 @@ func (w *Worker) beat(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// fence removes the copies that have not finished and whose manager has
+// not been reached for long enough that it gives this worker up and
+// dispatches them elsewhere: a copy goes a margin (two heartbeats, at most
+// half the timeout) before its workerLostTimeout, so that it is gone
+// before another worker can start the job. Once the manager is reached
+// again, their deletion is reported (Gone).
+func (w *Worker) fence(ctx context.Context, silence time.Duration) {
+	for kind, inf := range w.informers {
+		for _, o := range inf.GetStore().List() {
+			u, ok := o.(*unstructured.Unstructured)
+			if !ok || u.GetDeletionTimestamp() != nil {
+				continue
+			}
+			lost, err := time.ParseDuration(u.GetAnnotations()[LostAfterAnnotation])
+			if err != nil || silence < fenceAfter(lost, w.heartbeat) {
+				continue
+			}
+			if r, err := w.reportOf(kind, u); err == nil && r.State == Finished {
+				continue // its end is reported when the manager is back
+			}
+			res := w.dyn.Resource(w.adapters[kind].Kind().GVR()).Namespace(u.GetNamespace())
+			if err := w.remove(ctx, res, u); err != nil {
+				w.log.Warn().Err(err).Str("workload", u.GetNamespace()+"/"+u.GetName()).Msg("self-fence: copy not removed yet")
+				continue
+			}
+			w.log.Warn().Str("workload", u.GetNamespace()+"/"+u.GetName()).Dur("silence", silence).Dur("worker_lost_timeout", lost).
+				Msg("self-fence: the manager is out of reach and gives this worker up soon; copy removed")
+		}
+	}
+}
+
+// fenceAfter is how long a worker out of reach keeps a copy whose
+// manager gives it up after lost.
+func fenceAfter(lost, heartbeat time.Duration) time.Duration {
+	return max(lost-2*heartbeat, lost/2)
 }
 
 // ErrRefusedCopy: an offer whose object this worker does not create (it
@@ -239,6 +287,9 @@ func copyOf(msg Message, ad jobframework.Adapter, allowed func(namespace string)
 	}
 	ann[AdmissionAnnotation] = msg.Admission
 	ann[ManagerAnnotation] = msg.Workload.Namespace + "/" + msg.Workload.Name
+	if msg.LostAfter != "" {
+		ann[LostAfterAnnotation] = msg.LostAfter
+	}
 	if msg.Type == Offer {
 		// Admitted here, it waits for the manager to pick this worker.
 		ann[jobframework.HoldAnnotation] = ""

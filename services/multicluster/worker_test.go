@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -174,4 +175,42 @@ func FuzzReport(f *testing.F) {
 			t.Fatalf("accepted report %+v on subject %q", r, subject)
 		}
 	})
+}
+
+// TestFenceAfter: a worker out of reach removes its copies two heartbeats
+// before the manager gives it up, or at half the timeout when that is
+// short, never after the manager does.
+func TestFenceAfter(t *testing.T) {
+	cases := []struct {
+		name            string
+		lost, heartbeat time.Duration
+		want            time.Duration
+	}{
+		{name: "the default timeout: two heartbeats early", lost: 15 * time.Minute, heartbeat: 5 * time.Second, want: 15*time.Minute - 10*time.Second},
+		{name: "a timeout of a few heartbeats: half of it", lost: 8 * time.Second, heartbeat: 5 * time.Second, want: 4 * time.Second},
+		{name: "exactly four heartbeats", lost: 20 * time.Second, heartbeat: 5 * time.Second, want: 10 * time.Second},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := fenceAfter(tc.lost, tc.heartbeat)
+			if got != tc.want || got >= tc.lost {
+				t.Errorf("fenceAfter(%v, %v) = %v, want %v (and before the timeout)", tc.lost, tc.heartbeat, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestMessageLostAfter: an offer's workerLostTimeout must be a positive
+// duration.
+func TestMessageLostAfter(t *testing.T) {
+	ref := events.WorkloadRef{Kind: "job", Namespace: "team-a", Name: "train", UID: "u1"}
+	for _, tc := range []struct {
+		lostAfter string
+		wantErr   bool
+	}{{"", false}, {"15m0s", false}, {"8s", false}, {"0s", true}, {"-1s", true}, {"soon", true}} {
+		err := Message{Type: Offer, Workload: ref, Admission: "a1", Object: jobObject(nil), LostAfter: tc.lostAfter}.Validate()
+		if (err != nil) != tc.wantErr {
+			t.Errorf("lostAfter %q: Validate() = %v, want an error: %v", tc.lostAfter, err, tc.wantErr)
+		}
+	}
 }

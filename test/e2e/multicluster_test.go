@@ -46,6 +46,8 @@ type workerCluster struct {
 	sluice *exec.Cmd
 	log    *os.File
 	js     jetstream.JetStream
+	// leaf carries its NATS's leaf connection to the manager's.
+	leaf *leafProxy
 }
 
 // startWorkerCluster brings up the worker's control plane, CRDs and
@@ -69,12 +71,13 @@ func startWorkerCluster(t *testing.T, name string) *workerCluster {
 	w.kube = kubernetes.NewForConfigOrDie(cfg)
 	w.dyn = dynamic.NewForConfigOrDie(cfg)
 	natsPort, hookPort, httpPort := freePort(), freePort(), freePort()
+	w.leaf = startLeafProxy(t, fmt.Sprintf("127.0.0.1:%d", env.leafPort))
 	w.nats = fmt.Sprintf("nats://127.0.0.1:%d", natsPort)
 	w.http = fmt.Sprintf("127.0.0.1:%d", httpPort)
 	w.args = []string{"dev", "--kubeconfig", filepath.Join(w.dir, "kubeconfig"),
 		"--nats-port", fmt.Sprint(natsPort), "--nats-store", filepath.Join(w.dir, "jetstream"),
 		"--webhook-address", fmt.Sprintf("127.0.0.1:%d", hookPort), "--http-address", w.http,
-		"--leaf-remote", fmt.Sprintf("nats-leaf://%s:%s-secret@127.0.0.1:%d", name, name, env.leafPort), "--worker-heartbeat", "1s", "--integrations", "job", "--log-level", logLevel()}
+		"--leaf-remote", fmt.Sprintf("nats-leaf://%s:%s-secret@127.0.0.1:%d", name, name, w.leaf.port()), "--worker-heartbeat", "1s", "--integrations", "job", "--log-level", logLevel()}
 	if w.log, err = os.Create(filepath.Join(w.dir, "sluice.log")); err != nil {
 		t.Fatal(err)
 	}
@@ -402,6 +405,67 @@ spec:
 		return total == 1 && per[lost.name] == 1, fmt.Sprint(per)
 	})
 	other = lost
+	// Cut off from the manager (its leaf connection dropped, all else
+	// running), the worker running long removes its copy itself before
+	// the manager gives it up and another worker starts long: never in
+	// two clusters at once.
+	var far *workerCluster
+	for _, w := range workers {
+		if w != other {
+			far = w
+		}
+	}
+	cutCopy := other.copyOf(ns, "long")
+	if cutCopy == nil {
+		t.Fatal("long has no copy in " + other.name)
+	}
+	admitted = reservations(t)["job/"+ns+"/long"].Admission()
+	other.leaf.cutOff()
+	eventually(t, 60*time.Second, "long dispatched again to "+far.name+" after "+other.name+" was cut off", func() (bool, string) {
+		total, per := runningAnywhere(workers, ns, "long")
+		if total > 1 {
+			t.Errorf("long runs in two clusters at once: %v", per)
+		}
+		r, ok := reservations(t)["job/"+ns+"/long"]
+		running := 0
+		if c := far.copyOf(ns, "long"); c != nil {
+			running, _ = far.runningPods(ns, "long", c.UID)
+		}
+		return ok && r.Admission() != admitted && r.DispatchedTo == far.name && running == 1, fmt.Sprint(r.DispatchedTo, per)
+	})
+	if c := other.copyOf(ns, "long"); c != nil && c.UID == cutCopy.UID && c.DeletionTimestamp == nil {
+		t.Errorf("the cut-off worker %s still has its copy of long", other.name)
+	}
+	// The order, from both clusters' own events: the copy's end in the cut
+	// worker comes before the new copy's start in the other.
+	lastEvent := func(js jetstream.JetStream, typ string) time.Time {
+		t.Helper()
+		st, err := js.Stream(context.Background(), bus.StreamEvents)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := st.GetLastMsgForSubject(context.Background(), events.WorkloadSubject(typ, events.WorkloadRef{Kind: "job", Namespace: ns, Name: "long"}))
+		if err != nil {
+			t.Fatalf("%s of long: %v", typ, err)
+		}
+		e, err := events.DecodeParts(m.Subject, m.Header, m.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e.Time
+	}
+	gone, started := lastEvent(other.js, events.TypeWorkloadDeletedV1), lastEvent(far.js, events.TypeWorkloadStartedV1)
+	if !gone.Before(started) {
+		t.Errorf("long's copy in %s went at %s, after the copy in %s started at %s", other.name, gone.Format(time.RFC3339Nano), far.name, started.Format(time.RFC3339Nano))
+	}
+	t.Logf("self-fence: %s's copy gone at %s, %s's started at %s (%s later)", other.name, gone.Format(time.RFC3339Nano), far.name, started.Format(time.RFC3339Nano), started.Sub(gone))
+	other.leaf.restore()
+	eventually(t, 60*time.Second, other.name+"'s sluice ready again", func() (bool, string) {
+		code, body, err := httpGet("http://" + other.http + "/readyz")
+		return err == nil && code == 200, fmt.Sprint(code, body, err)
+	})
+	other = far
+
 	// Deleting it on the manager cleans the worker.
 	if err := env.kube.BatchV1().Jobs(ns).Delete(context.Background(), "long", metav1.DeleteOptions{PropagationPolicy: ptrTo(metav1.DeletePropagationBackground)}); err != nil {
 		t.Fatal(err)
