@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -25,7 +26,11 @@ import (
 
 var kindCRDs struct {
 	once sync.Once
+	dir  string
 	err  error
+	// installed: in the suite's cluster.
+	installed    sync.Once
+	installedErr error
 }
 
 // installKindCRDs installs the job kinds' CRDs from their upstream modules,
@@ -33,19 +38,31 @@ var kindCRDs struct {
 // integrations.
 func installKindCRDs(t *testing.T) {
 	t.Helper()
+	dir := kindCRDDir(t)
+	kindCRDs.installed.Do(func() { kindCRDs.installedErr = installCRDs(env.cfg, dir) })
+	if kindCRDs.installedErr != nil {
+		t.Fatal(kindCRDs.installedErr)
+	}
+}
+
+// kindCRDDir writes the job kinds' CRDs from their upstream modules into
+// a directory, once, and returns it.
+func kindCRDDir(t *testing.T) string {
+	t.Helper()
 	kindCRDs.once.Do(func() {
-		dir := t.TempDir()
+		dir := filepath.Join(env.state, "kind-crds")
 		cmd := exec.Command("go", "run", "./hack/kindcrds", dir)
 		cmd.Dir = root()
 		if out, err := cmd.CombinedOutput(); err != nil {
 			kindCRDs.err = fmt.Errorf("go run ./hack/kindcrds: %v\n%s", err, out)
 			return
 		}
-		kindCRDs.err = installCRDs(env.cfg, dir)
+		kindCRDs.dir = dir
 	})
 	if kindCRDs.err != nil {
 		t.Fatal(kindCRDs.err)
 	}
+	return kindCRDs.dir
 }
 
 // jobSetSpec describes a test JobSet: a leader of one pod and workers of

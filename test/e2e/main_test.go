@@ -39,6 +39,8 @@ var env struct {
 	nats string
 
 	kubeconfig string
+	// state is the suite's own directory, removed at its end.
+	state string
 	// leafPort is where worker clusters' NATS servers join the suite's as
 	// leaf nodes (as e2eWorkers).
 	leafPort int
@@ -128,6 +130,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(state)
+	env.state = state
 	if err := sh(filepath.Join(top, "hack", "devcluster"), "go", "build", "-o", filepath.Join(bin, "devcluster"), "."); err != nil {
 		fmt.Println("e2e: build devcluster:", err)
 		return 1

@@ -16,15 +16,18 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
 
 	"github.com/sluice-dev/sluice/events"
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/internal/ledger"
+	"github.com/sluice-dev/sluice/services/integration/kinds"
 	"github.com/sluice-dev/sluice/services/multicluster"
 )
 
@@ -51,8 +54,9 @@ type workerCluster struct {
 }
 
 // startWorkerCluster brings up the worker's control plane, CRDs and
-// Sluice; both go when the test ends.
-func startWorkerCluster(t *testing.T, name string) *workerCluster {
+// Sluice; both go when the test ends. Its Sluice integrates batch/v1 Jobs,
+// or the kinds named (their CRDs installed first).
+func startWorkerCluster(t *testing.T, name string, kinds ...string) *workerCluster {
 	t.Helper()
 	top := root()
 	dc := filepath.Join(top, "bin", "devcluster")
@@ -68,6 +72,13 @@ func startWorkerCluster(t *testing.T, name string) *workerCluster {
 	if err := installCRDs(cfg, filepath.Join(top, "config", "crd")); err != nil {
 		t.Fatalf("worker CRDs: %v", err)
 	}
+	integrations := "job"
+	if len(kinds) > 0 {
+		if err := installCRDs(cfg, kindCRDDir(t)); err != nil {
+			t.Fatalf("worker's kind CRDs: %v", err)
+		}
+		integrations = strings.Join(kinds, ",")
+	}
 	w.kube = kubernetes.NewForConfigOrDie(cfg)
 	w.dyn = dynamic.NewForConfigOrDie(cfg)
 	natsPort, hookPort, httpPort := freePort(), freePort(), freePort()
@@ -77,7 +88,7 @@ func startWorkerCluster(t *testing.T, name string) *workerCluster {
 	w.args = []string{"dev", "--kubeconfig", filepath.Join(w.dir, "kubeconfig"),
 		"--nats-port", fmt.Sprint(natsPort), "--nats-store", filepath.Join(w.dir, "jetstream"),
 		"--webhook-address", fmt.Sprintf("127.0.0.1:%d", hookPort), "--http-address", w.http,
-		"--leaf-remote", fmt.Sprintf("nats-leaf://%s:%s-secret@127.0.0.1:%d", name, name, w.leaf.port()), "--worker-heartbeat", "1s", "--integrations", "job", "--log-level", logLevel()}
+		"--leaf-remote", fmt.Sprintf("nats-leaf://%s:%s-secret@127.0.0.1:%d", name, name, w.leaf.port()), "--worker-heartbeat", "1s", "--integrations", integrations, "--log-level", logLevel()}
 	if w.log, err = os.Create(filepath.Join(w.dir, "sluice.log")); err != nil {
 		t.Fatal(err)
 	}
@@ -194,21 +205,17 @@ func runningAnywhere(workers []*workerCluster, ns, name string) (total int, per 
 	return total, per
 }
 
-// TestMultiClusterDispatch: a Job created on the manager is offered to
-// two worker clusters and runs in the one picked, on its nodes, while the
-// manager's copy stays suspended and mirrors its status; finishing
-// releases quota on both sides and deletes the worker's copy. A worker
-// whose Sluice is killed mid-run is lost after the config's timeout: the
-// Job is given up and dispatched again, to the other worker; when the
-// lost worker comes back its copy is deleted, so the Job runs once.
-func TestMultiClusterDispatch(t *testing.T) {
-	ns := "e2e-mc"
-	queuesOn := func(dyn dynamic.Interface, check string) {
-		checks := ""
-		if check != "" {
-			checks = "\n  admissionChecks: [" + check + "]"
-		}
-		applyTo(t, dyn, fmt.Sprintf(`apiVersion: sluice.dev/v1beta1
+// multiClusterQueues makes, in the cluster of dyn, the namespace ns, a
+// ClusterQueue ns of 64 CPUs and 8 GPUs (preempting lower priorities)
+// running the admission check named check (none if ""), and the
+// LocalQueue q.
+func multiClusterQueues(t *testing.T, dyn dynamic.Interface, ns, check string) {
+	t.Helper()
+	checks := ""
+	if check != "" {
+		checks = "\n  admissionChecks: [" + check + "]"
+	}
+	applyTo(t, dyn, fmt.Sprintf(`apiVersion: sluice.dev/v1beta1
 kind: ResourceFlavor
 metadata: {name: %[1]s-gpu}
 ---
@@ -235,7 +242,18 @@ kind: LocalQueue
 metadata: {name: q, namespace: %[1]s}
 spec: {clusterQueue: %[1]s}
 `, ns, checks))
-	}
+}
+
+// TestMultiClusterDispatch: a Job created on the manager is offered to
+// two worker clusters and runs in the one picked, on its nodes, while the
+// manager's copy stays suspended and mirrors its status; finishing
+// releases quota on both sides and deletes the worker's copy. A worker
+// whose Sluice is killed mid-run is lost after the config's timeout: the
+// Job is given up and dispatched again, to the other worker; when the
+// lost worker comes back its copy is deleted, so the Job runs once.
+func TestMultiClusterDispatch(t *testing.T) {
+	ns := "e2e-mc"
+	queuesOn := func(dyn dynamic.Interface, check string) { multiClusterQueues(t, dyn, ns, check) }
 	var workers []*workerCluster
 	for _, name := range e2eWorkers {
 		w := startWorkerCluster(t, name)
@@ -474,4 +492,118 @@ spec:
 		c := other.copyOf(ns, "long")
 		return c == nil || c.DeletionTimestamp != nil, "still there"
 	})
+}
+
+// TestMultiClusterKinds: an object of every kind with a CRD of its own
+// (JobSet, RayJob, RayCluster, MPIJob, the training operator's jobs,
+// AppWrapper) created in a multicluster queue on the manager is given its
+// kind's managedBy, copied to the worker, admitted there and released to
+// run, in the worker only: the manager's stays suspended. The status the
+// kind's operator writes in the worker is mirrored on the manager's
+// object, and its end there ends it on the manager: quota released on
+// both sides, the copy deleted (a RayCluster, which never ends, is
+// deleted on the manager instead). No operator runs: the test writes
+// their status in the worker.
+func TestMultiClusterKinds(t *testing.T) {
+	installKindCRDs(t)
+	ns := "e2e-mc-kinds"
+	var names []string
+	for _, ad := range kinds.All {
+		if k := ad.Kind(); k.Module != "" && !k.IsParent() {
+			names = append(names, k.Name)
+		}
+	}
+	w := startWorkerCluster(t, e2eWorkers[0], names...)
+	multiClusterQueues(t, w.dyn, ns, "")
+	apply(t, fmt.Sprintf(`apiVersion: sluice.dev/v1beta1
+kind: MultiClusterConfig
+metadata: {name: %[1]s}
+spec:
+  clusters: [%[2]s]
+---
+apiVersion: sluice.dev/v1beta1
+kind: AdmissionCheck
+metadata: {name: %[1]s}
+spec:
+  controllerName: sluice.dev/multicluster
+  parameters: {apiGroup: sluice.dev, kind: MultiClusterConfig, name: %[1]s}
+`, ns, e2eWorkers[0]))
+	multiClusterQueues(t, env.dyn, ns, ns)
+	waitCheckActive(t, ns, 60*time.Second)
+
+	for _, name := range names {
+		t.Run(name, func(t *testing.T) {
+			c, ok := kindCases[name]
+			if !ok {
+				t.Fatalf("kind %s has no case in kindCases", name)
+			}
+			k := c.adapter.Kind()
+			var doc map[string]any
+			if err := yaml.Unmarshal([]byte(fmt.Sprintf(c.manifest, ns, "far")), &doc); err != nil {
+				t.Fatal(err)
+			}
+			mine := env.dyn.Resource(k.GVR()).Namespace(ns)
+			theirs := w.dyn.Resource(k.GVR()).Namespace(ns)
+			// Created while the webhook configuration may still lack the
+			// queue: created unsuspended, the webhook is called anyway.
+			created, err := mine.Create(context.Background(), &unstructured.Unstructured{Object: doc}, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatalf("create %s: %v", name, err)
+			}
+			if len(k.ManagedBy) > 0 {
+				if got, _, _ := unstructured.NestedString(created.Object, k.ManagedBy...); got != k.MultiClusterManagedBy() {
+					t.Errorf("%s created with %s %q; want %q", name, strings.Join(k.ManagedBy, "."), got, k.MultiClusterManagedBy())
+				}
+			}
+			key := name + "/" + ns + "/far"
+			eventually(t, 60*time.Second, name+" released to run in the worker, suspended on the manager", func() (bool, string) {
+				cp, err := theirs.Get(context.Background(), "far", metav1.GetOptions{})
+				if err != nil {
+					return false, err.Error()
+				}
+				if _, held := cp.GetAnnotations()["sluice.dev/hold"]; held {
+					return false, "held in the worker"
+				}
+				copySuspended, _ := podSetSelectors(t, c.adapter, cp)
+				managerSuspended, _ := podSetSelectors(t, c.adapter, getObject(t, k, ns, "far"))
+				r := reservations(t)[key]
+				return !copySuspended && managerSuspended && r.DispatchedTo == w.name,
+					fmt.Sprintf("copy suspended %v, manager's suspended %v, dispatched to %q", copySuspended, managerSuspended, r.DispatchedTo)
+			})
+			if c.finish == nil {
+				if err := mine.Delete(context.Background(), "far", metav1.DeleteOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				cp, err := theirs.Get(context.Background(), "far", metav1.GetOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := c.finish(cp); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := theirs.UpdateStatus(context.Background(), cp, metav1.UpdateOptions{}); err != nil {
+					t.Fatalf("finish the copy of %s: %v", name, err)
+				}
+				eventually(t, 60*time.Second, name+"'s end mirrored on the manager", func() (bool, string) {
+					j, err := c.adapter.Decode(getObject(t, k, ns, "far"))
+					if err != nil {
+						return false, err.Error()
+					}
+					done, _, msg := j.Finished()
+					return done, "not finished: " + msg
+				})
+			}
+			eventually(t, 60*time.Second, "quota released on both sides, the copy deleted", func() (bool, string) {
+				_, onManager := reservations(t)[key]
+				_, onWorker := w.reservations()[key]
+				cp, err := theirs.Get(context.Background(), "far", metav1.GetOptions{})
+				copyLeft := err == nil && cp.GetDeletionTimestamp() == nil
+				return !onManager && !onWorker && !copyLeft, fmt.Sprintf("held on the manager %v, on the worker %v; copy left %v", onManager, onWorker, copyLeft)
+			})
+			if c.finish != nil {
+				_ = mine.Delete(context.Background(), "far", metav1.DeleteOptions{})
+			}
+		})
+	}
 }
