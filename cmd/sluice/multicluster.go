@@ -16,6 +16,7 @@ import (
 type leafFlags struct {
 	domain  string
 	port    int
+	adv     string
 	workers []string // NAME=PASSWORD
 	remote  string
 	worker  multicluster.WorkerOptions
@@ -24,6 +25,7 @@ type leafFlags struct {
 func (l *leafFlags) bind(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&l.domain, "nats-domain", "", "JetStream domain of the embedded server (default: hub with --leaf-port, the worker's name with --leaf-remote)")
 	cmd.Flags().IntVar(&l.port, "leaf-port", 0, "as a manager: port accepting worker clusters' leaf nodes (0: none)")
+	cmd.Flags().StringVar(&l.adv, "leaf-advertise", "", "as a manager: HOST:PORT worker clusters reach the leaf port at, when something stands between (a load balancer); they reconnect there (default: the listen address)")
 	cmd.Flags().StringSliceVar(&l.workers, "leaf-worker", nil, "as a manager: a worker cluster allowed to join, NAME=PASSWORD (repeat per worker)")
 	cmd.Flags().StringVar(&l.remote, "leaf-remote", "", "as a worker: the manager's leaf node URL, nats-leaf://NAME:PASSWORD@HOST:PORT (runs the worker agent)")
 	cmd.Flags().StringVar(&l.worker.ManagerDomain, "manager-domain", l.worker.ManagerDomain, "as a worker: the JetStream domain of the manager's NATS")
@@ -38,6 +40,7 @@ func (l *leafFlags) apply(o *embeddednats.Options) error {
 			o.JetStreamDomain = "hub"
 		}
 		o.LeafPort = l.port
+		o.LeafAdvertise = l.adv
 		for _, w := range l.workers {
 			name, pw, ok := strings.Cut(w, "=")
 			if !ok || name == "" || pw == "" {
@@ -46,8 +49,8 @@ func (l *leafFlags) apply(o *embeddednats.Options) error {
 			pub, sub := multicluster.WorkerPermissions(name, o.JetStreamDomain)
 			o.LeafUsers = append(o.LeafUsers, embeddednats.LeafUser{Name: name, Password: pw, Publish: pub, Subscribe: sub})
 		}
-	} else if len(l.workers) > 0 {
-		return usageError{Err: fmt.Errorf("--leaf-worker needs --leaf-port")}
+	} else if len(l.workers) > 0 || l.adv != "" {
+		return usageError{Err: fmt.Errorf("--leaf-worker and --leaf-advertise need --leaf-port")}
 	}
 	if l.remote != "" {
 		name, err := leafUser(l.remote)

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"sync"
@@ -64,6 +65,11 @@ type Options struct {
 	// none). Leaf nodes log in as one of LeafUsers.
 	LeafHost string
 	LeafPort int
+	// LeafAdvertise is the HOST:PORT leaf nodes are told to reconnect to
+	// ("": the listen address). A leaf node adds what it is told to the
+	// URL it was given, so behind a load balancer or a proxy it must name
+	// that, or leaf nodes would reconnect around it.
+	LeafAdvertise string
 	// LeafUsers are the users leaf nodes log in as, each allowed only its
 	// subjects. With any, clients that give no credentials are
 	// LocalUser, allowed everything.
@@ -93,6 +99,14 @@ func (o Options) Validate() error {
 	}
 	if o.LeafPort < 0 || o.LeafPort > 65535 {
 		return fmt.Errorf("%w: leaf port %d: must be 0..65535", ErrInvalidOptions, o.LeafPort)
+	}
+	if o.LeafAdvertise != "" {
+		if _, port, err := net.SplitHostPort(o.LeafAdvertise); err != nil || port == "" {
+			return fmt.Errorf("%w: leaf advertise %q: must be HOST:PORT", ErrInvalidOptions, o.LeafAdvertise)
+		}
+		if o.LeafPort == 0 {
+			return fmt.Errorf("%w: leaf advertise %q without a leaf port", ErrInvalidOptions, o.LeafAdvertise)
+		}
 	}
 	for _, u := range o.LeafUsers {
 		if u.Name == "" || u.Name == LocalUser || u.Password == "" {
@@ -191,6 +205,7 @@ func leafOptions(sopts *server.Options, opts Options) error {
 			sopts.LeafNode.Host = DefaultHost
 		}
 		sopts.LeafNode.Port = opts.LeafPort
+		sopts.LeafNode.Advertise = opts.LeafAdvertise
 	}
 	if len(opts.LeafUsers) > 0 {
 		// Leaf nodes log in as ordinary users: those carry permissions,

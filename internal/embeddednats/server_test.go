@@ -98,7 +98,8 @@ func TestTempStoreRemoved(t *testing.T) {
 }
 
 func TestOptionsValidate(t *testing.T) {
-	for _, o := range []embeddednats.Options{{Port: -1}, {Port: 70000}, {MaxStore: -1}, {ReadyTimeout: -time.Second}} {
+	for _, o := range []embeddednats.Options{{Port: -1}, {Port: 70000}, {MaxStore: -1}, {ReadyTimeout: -time.Second},
+		{LeafPort: 7422, LeafAdvertise: "no-port"}, {LeafAdvertise: "127.0.0.1:7422"}} {
 		if _, err := embeddednats.Start(o); !errors.Is(err, embeddednats.ErrInvalidOptions) {
 			t.Errorf("Start(%+v) = %v", o, err)
 		}

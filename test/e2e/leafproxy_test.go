@@ -7,9 +7,15 @@ import (
 	"testing"
 )
 
-// leafProxy stands between a worker cluster's NATS and the suite's leaf
-// port, so a test can cut the worker off the manager (and only that):
-// cut closes every connection and refuses new ones until restore.
+// A worker cluster's NATS joins the suite's through a leafProxy of its
+// own, so a test can cut that worker off the manager, and only that. A
+// leaf node adds the address the server advertises to the one it was
+// given and reconnects to either, so the suite's NATS advertises a
+// refuser's, which takes no connection: a worker gets back in only
+// through its proxy.
+
+// leafProxy carries one worker's leaf connections to the suite's leaf
+// port: cutOff closes them and refuses new ones until restore.
 type leafProxy struct {
 	ln     net.Listener
 	target string
@@ -31,7 +37,7 @@ func startLeafProxy(t *testing.T, target string) *leafProxy {
 	return p
 }
 
-func (p *leafProxy) port() int { return p.ln.Addr().(*net.TCPAddr).Port }
+func (p *leafProxy) addr() string { return p.ln.Addr().String() }
 
 func (p *leafProxy) serve() {
 	for {
@@ -80,4 +86,23 @@ func (p *leafProxy) closeAll() {
 		_ = c.Close()
 	}
 	p.conns = nil
+}
+
+// startRefuser listens on loopback and closes every connection at once:
+// the leaf address the suite's NATS advertises.
+func startRefuser() (addr string, stop func(), err error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
+	return ln.Addr().String(), func() { _ = ln.Close() }, nil
 }

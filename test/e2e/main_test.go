@@ -42,7 +42,7 @@ var env struct {
 	// state is the suite's own directory, removed at its end.
 	state string
 	// leafPort is where worker clusters' NATS servers join the suite's as
-	// leaf nodes (as e2eWorkers).
+	// leaf nodes (as e2eWorkers), each through a leafProxy of its own.
 	leafPort int
 
 	hookAddr string
@@ -167,6 +167,12 @@ func run(m *testing.M) int {
 	// The suite's Sluice is also a multicluster manager: two workers may
 	// join it as leaf nodes.
 	env.leafPort = leafPort
+	refuser, stopRefuser, err := startRefuser()
+	if err != nil {
+		fmt.Println("e2e: leaf refuser:", err)
+		return 1
+	}
+	defer stopRefuser()
 	logf, err := os.Create(filepath.Join(state, "sluice.log"))
 	if err != nil {
 		fmt.Println("e2e:", err)
@@ -177,7 +183,7 @@ func run(m *testing.M) int {
 		"--webhook-address", fmt.Sprintf("127.0.0.1:%d", hookPort),
 		"--http-address", fmt.Sprintf("127.0.0.1:%d", httpPort),
 		"--status-interval", "1s", "--log-level", logLevel(),
-		"--leaf-port", fmt.Sprint(leafPort)}
+		"--leaf-port", fmt.Sprint(leafPort), "--leaf-advertise", refuser}
 	for _, w := range e2eWorkers {
 		env.sluiceArgs = append(env.sluiceArgs, "--leaf-worker", w+"="+w+"-secret")
 	}

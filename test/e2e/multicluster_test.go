@@ -88,7 +88,7 @@ func startWorkerCluster(t *testing.T, name string, kinds ...string) *workerClust
 	w.args = []string{"dev", "--kubeconfig", filepath.Join(w.dir, "kubeconfig"),
 		"--nats-port", fmt.Sprint(natsPort), "--nats-store", filepath.Join(w.dir, "jetstream"),
 		"--webhook-address", fmt.Sprintf("127.0.0.1:%d", hookPort), "--http-address", w.http,
-		"--leaf-remote", fmt.Sprintf("nats-leaf://%s:%s-secret@127.0.0.1:%d", name, name, w.leaf.port()), "--worker-heartbeat", "1s", "--integrations", integrations, "--log-level", logLevel()}
+		"--leaf-remote", fmt.Sprintf("nats-leaf://%s:%s-secret@%s", name, name, w.leaf.addr()), "--worker-heartbeat", "1s", "--integrations", integrations, "--log-level", logLevel()}
 	if w.log, err = os.Create(filepath.Join(w.dir, "sluice.log")); err != nil {
 		t.Fatal(err)
 	}
@@ -421,6 +421,13 @@ spec:
 	eventually(t, 60*time.Second, "long runs in "+lost.name+" only", func() (bool, string) {
 		total, per := runningAnywhere(workers, ns, "long")
 		return total == 1 && per[lost.name] == 1, fmt.Sprint(per)
+	})
+	if err := other.kube.BatchV1().Jobs(ns).Delete(context.Background(), "urgent", metav1.DeleteOptions{PropagationPolicy: ptrTo(metav1.DeletePropagationBackground)}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "urgent's quota in "+other.name+" released", func() (bool, string) {
+		_, held := other.reservations()["job/"+ns+"/urgent"]
+		return !held, "still held"
 	})
 	other = lost
 	// Cut off from the manager (its leaf connection dropped, all else
