@@ -21,7 +21,17 @@ kubectl apply -f config/crd/ >/dev/null
 kinds="$state/kind-crds"
 go run ./hack/kindcrds "$kinds" >/dev/null
 kubectl apply --server-side -f "$kinds" >/dev/null
-kubectl wait --for condition=established --timeout=60s crd --all >/dev/null
+# A CRD just applied may have no status yet, which kubectl wait takes for
+# an error: ask again until all are established (60 s at most).
+for i in $(seq 1 60); do
+	if kubectl wait --for condition=established --timeout=60s crd --all >/dev/null 2>&1; then
+		break
+	fi
+	if [ "$i" = 60 ]; then
+		kubectl wait --for condition=established --timeout=1s crd --all >/dev/null
+	fi
+	sleep 1
+done
 kubectl apply -f examples/cluster/queues.yaml
 if [ -n "${DEVCLUSTER_TOPOLOGY:-}" ]; then kubectl apply -f examples/cluster/topology.yaml; fi
 
