@@ -286,6 +286,16 @@ spec:
 	// Offered to both, run in one, mirrored, finished on both sides. The
 	// webhook gives it spec.managedBy, so the manager's Job controller
 	// leaves it (and the status mirrored into it) alone.
+	// The integration learns that the queue dispatches to workers from
+	// the configuration it watches: a dry run shows when it has.
+	eventually(t, 60*time.Second, "the webhook knows q dispatches to workers", func() (bool, string) {
+		got, err := env.kube.BatchV1().Jobs(ns).Create(context.Background(), jobOf(jobSpec{ns: ns, name: "short", queue: "q", pods: 2, gpus: 1, runFor: "4s"}),
+			metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			return false, err.Error()
+		}
+		return ptr.Deref(got.Spec.ManagedBy, "") == "sluice.dev/multicluster", fmt.Sprint("managedBy ", got.Spec.ManagedBy)
+	})
 	if got := createJob(t, jobSpec{ns: ns, name: "short", queue: "q", pods: 2, gpus: 1, runFor: "4s"}); ptr.Deref(got.Spec.ManagedBy, "") != "sluice.dev/multicluster" {
 		t.Fatalf("short created in a multi-cluster queue with managedBy %v; want sluice.dev/multicluster", got.Spec.ManagedBy)
 	}
@@ -551,8 +561,19 @@ spec:
 			}
 			mine := env.dyn.Resource(k.GVR()).Namespace(ns)
 			theirs := w.dyn.Resource(k.GVR()).Namespace(ns)
-			// Created while the webhook configuration may still lack the
-			// queue: created unsuspended, the webhook is called anyway.
+			// The integration learns that the queue dispatches to workers
+			// from the configuration it watches: retry a dry run until its
+			// webhook says so.
+			if len(k.ManagedBy) > 0 {
+				eventually(t, 60*time.Second, name+" given its managedBy by the webhook", func() (bool, string) {
+					got, err := mine.Create(context.Background(), &unstructured.Unstructured{Object: doc}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+					if err != nil {
+						return false, err.Error()
+					}
+					v, _, _ := unstructured.NestedString(got.Object, k.ManagedBy...)
+					return v == k.MultiClusterManagedBy(), fmt.Sprintf("managedBy %q", v)
+				})
+			}
 			created, err := mine.Create(context.Background(), &unstructured.Unstructured{Object: doc}, metav1.CreateOptions{})
 			if err != nil {
 				t.Fatalf("create %s: %v", name, err)
