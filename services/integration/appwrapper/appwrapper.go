@@ -152,7 +152,7 @@ func (a *AppWrapper) flush() {
 		return
 	}
 	infos := make([][]awv1beta2.AppWrapperPodSetInfo, len(a.Spec.Components))
-	any := false
+	written := false
 	for k, ps := range a.sets {
 		i := a.at[k][0]
 		info := awv1beta2.AppWrapperPodSetInfo{
@@ -171,12 +171,12 @@ func (a *AppWrapper) flush() {
 			}
 		}
 		if info.NodeSelector != nil || info.Labels != nil || info.Annotations != nil || info.Tolerations != nil || info.SchedulingGates != nil {
-			any = true
+			written = true
 		}
 		infos[i] = append(infos[i], info)
 	}
 	for i := range a.Spec.Components {
-		if any {
+		if written {
 			a.Spec.Components[i].PodSetInfos = infos[i]
 		} else {
 			a.Spec.Components[i].PodSetInfos = nil
