@@ -99,4 +99,9 @@ const (
 	// PodGroupFastAdmissionAnnotation, "true", queues a group on its first
 	// Pod, for the group's total count of Pods shaped as that one.
 	PodGroupFastAdmissionAnnotation = "sluice.dev/pod-group-fast-admission"
+	// PodGroupLeaderWorkerSetAnnotation, "true", marks a Pod of a queued
+	// LeaderWorkerSet: its group is its leader-worker group, and the pod
+	// webhook names it after the set and the group's index
+	// (leaderworkerset-<set>-<index>) when the Pod is created.
+	PodGroupLeaderWorkerSetAnnotation = "sluice.dev/pod-group-leaderworkerset"
 )

@@ -182,6 +182,16 @@ type (
 		Ignored() bool
 	}
 
+	// Labeller is a Job that takes, when it is created, labels that only
+	// the object itself can say (a LeaderWorkerSet Pod's group, named
+	// after the group index the LeaderWorkerSet gives the Pod): the
+	// webhook adds them.
+	Labeller interface {
+		// CreateLabels returns the labels to add, or an error naming the
+		// field that is missing or wrong, which refuses the create.
+		CreateLabels() (map[string]string, error)
+	}
+
 	// Grouper is an adapter whose objects may form a group that is queued
 	// as one workload (pod groups): the members share a label naming the
 	// group and each says how many members the group has in all. The
@@ -210,7 +220,8 @@ type (
 	// CheckUpdate refuses. Its Decode is not called.
 	Parent interface {
 		// PodTemplates are the field paths of the kind's pod templates:
-		// {{"spec", "template"}}.
+		// {{"spec", "template"}}. A path the object leaves out (an
+		// optional template) is skipped.
 		PodTemplates() [][]string
 		// PodMeta returns the labels and annotations, beyond the queue
 		// and priority labels, that obj's pods need (a pod group's), or an

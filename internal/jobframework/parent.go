@@ -96,8 +96,11 @@ var parentPodKeys = []string{v1beta1.QueueNameLabel, v1beta1.PriorityClassLabel}
 func stampTemplate(obj *unstructured.Unstructured, path []string, queue, prio string, labels, annotations map[string]string) (*jsonPatchOp, error) {
 	where := strings.Join(path, ".")
 	tpl, found, err := unstructured.NestedMap(obj.Object, path...)
-	if err != nil || !found {
-		return nil, fmt.Errorf("%s: no pod template to label (%v)", where, err)
+	if err != nil {
+		return nil, fmt.Errorf("%s: not a pod template: %w", where, err)
+	}
+	if !found {
+		return nil, nil // an optional template the object leaves out
 	}
 	md, _ := tpl["metadata"].(map[string]any)
 	if md == nil {

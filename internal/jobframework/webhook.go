@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"io"
 	stdlog "log"
+	"maps"
 	"mime"
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -500,6 +502,16 @@ func (w *Webhook) mutate(ad Adapter, req *admissionv1.AdmissionRequest) *admissi
 	}
 	if err := CheckQueueName(queue); err != nil {
 		return deny(resp, k, err.Error())
+	}
+	if l, ok := job.(Labeller); ok {
+		add, err := l.CreateLabels()
+		if err != nil {
+			return deny(resp, k, err.Error())
+		}
+		for _, key := range slices.Sorted(maps.Keys(add)) {
+			ops = append(ops, jsonPatchOp{Op: "add", Path: "/metadata/labels/" + escapeJSONPointer(key), Value: add[key]})
+			m.GetLabels()[key] = add[key] // for the checks below
+		}
 	}
 	if _, err := MaxExecution(m.GetLabels()); err != nil {
 		return deny(resp, k, err.Error())

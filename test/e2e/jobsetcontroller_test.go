@@ -38,15 +38,23 @@ import (
 // jobSetControllerBinary builds the controller once and returns its path.
 func jobSetControllerBinary(t *testing.T) string {
 	t.Helper()
-	dl := exec.Command("go", "mod", "download", "-json", "sigs.k8s.io/jobset")
+	return moduleBinary(t, "sigs.k8s.io/jobset", ".", "jobset-controller")
+}
+
+// moduleBinary builds the command in package pkg (relative to the module's
+// root) of a module at the version Sluice's go.mod pins, once, into the
+// devcluster's binary cache, and returns its path.
+func moduleBinary(t *testing.T, module, pkg, name string) string {
+	t.Helper()
+	dl := exec.Command("go", "mod", "download", "-json", module)
 	dl.Dir = root() // the version Sluice's go.mod pins
 	out, err := dl.Output()
 	if err != nil {
-		t.Fatalf("go mod download sigs.k8s.io/jobset: %v", err)
+		t.Fatalf("go mod download %s: %v", module, err)
 	}
 	var mod struct{ Dir, Version string }
 	if err := json.Unmarshal(out, &mod); err != nil || mod.Dir == "" {
-		t.Fatalf("go mod download sigs.k8s.io/jobset: %v (%s)", err, out)
+		t.Fatalf("go mod download %s: %v (%s)", module, err, out)
 	}
 	// Where the devcluster caches its binaries (hack/devcluster's default).
 	cache := os.Getenv("DEVCLUSTER_CACHE")
@@ -57,17 +65,17 @@ func jobSetControllerBinary(t *testing.T) string {
 		}
 		cache = filepath.Join(d, "sluice-devcluster")
 	}
-	bin := filepath.Join(cache, "bin", "jobset-controller-"+mod.Version)
+	bin := filepath.Join(cache, "bin", name+"-"+mod.Version)
 	if _, err := os.Stat(bin); err == nil {
 		return bin
 	}
-	t.Logf("building the JobSet controller %s (once; about 2 minutes on 2 cores)", mod.Version)
+	t.Logf("building %s %s (once; a few minutes on 2 cores)", name, mod.Version)
 	tmp := bin + ".tmp"
-	cmd := exec.Command("go", "build", "-o", tmp, ".")
+	cmd := exec.Command("go", "build", "-o", tmp, pkg)
 	cmd.Dir = mod.Dir
 	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build the JobSet controller: %v\n%s", err, out)
+		t.Fatalf("build %s: %v\n%s", name, err, out)
 	}
 	if err := os.Rename(tmp, bin); err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"github.com/sluice-dev/sluice/services/integration/jaxjob"
 	"github.com/sluice-dev/sluice/services/integration/job"
 	"github.com/sluice-dev/sluice/services/integration/jobset"
+	"github.com/sluice-dev/sluice/services/integration/leaderworkerset"
 	"github.com/sluice-dev/sluice/services/integration/mpijob"
 	"github.com/sluice-dev/sluice/services/integration/paddlejob"
 	"github.com/sluice-dev/sluice/services/integration/pod"
@@ -40,6 +41,7 @@ var All = []jobframework.Adapter{
 	pod.Adapter{},
 	deployment.Adapter{},
 	statefulset.Adapter{},
+	leaderworkerset.Adapter{},
 	rayservice.Adapter{},
 }
 

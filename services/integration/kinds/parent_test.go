@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -16,6 +17,8 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/jobframework"
 	"github.com/sluice-dev/sluice/services/integration/deployment"
+	"github.com/sluice-dev/sluice/services/integration/leaderworkerset"
+	podkind "github.com/sluice-dev/sluice/services/integration/pod"
 	"github.com/sluice-dev/sluice/services/integration/statefulset"
 )
 
@@ -198,5 +201,160 @@ func TestStatefulSetGroupNameFitsALabel(t *testing.T) {
 	}
 	if statefulset.GroupName(long) == statefulset.GroupName(long+"b") {
 		t.Errorf("two long names share a group")
+	}
+}
+
+// lwsObject is a LeaderWorkerSet with queue labels, its startup policy,
+// its object annotations and whether it has a leader template.
+func lwsObject(labels map[string]string, policy string, annotations map[string]string, leader bool) string {
+	l, _ := json.Marshal(labels)
+	a, _ := json.Marshal(annotations)
+	tpl := `{"metadata":{"labels":{"app":"llm"}},"spec":{"containers":[{"name":"c"}]}}`
+	leaderTpl := ""
+	if leader {
+		leaderTpl = `"leaderTemplate":` + tpl + `,`
+	}
+	return fmt.Sprintf(`{"apiVersion":"leaderworkerset.x-k8s.io/v1","kind":"LeaderWorkerSet","metadata":{"name":"llm","namespace":"team-a","labels":%s,"annotations":%s},`+
+		`"spec":{"replicas":2,"startupPolicy":%q,"leaderWorkerTemplate":{%s"workerTemplate":%s,"size":4}}}`, l, a, policy, leaderTpl, tpl)
+}
+
+// TestLeaderWorkerSetWebhook: both templates of a queued LeaderWorkerSet
+// mark its pods as members of their leader-worker group, and the startup
+// modes under which a group's workers wait for a running leader are
+// refused.
+func TestLeaderWorkerSetWebhook(t *testing.T) {
+	queued := map[string]string{"sluice.dev/queue-name": "lq"}
+	wantLabels := map[string]string{"app": "llm", "sluice.dev/queue-name": "lq"}
+	wantAnnotations := map[string]string{"sluice.dev/pod-group-total-count": "4", "sluice.dev/pod-group-serving": "true", "sluice.dev/pod-group-leaderworkerset": "true"}
+	k := leaderworkerset.Kind
+	cases := []struct {
+		name       string
+		obj        string
+		wantErr    string
+		wantLeader bool
+	}{
+		{name: "leader and worker templates", obj: lwsObject(queued, "LeaderCreated", nil, true), wantLeader: true},
+		{name: "no leader template: the workers' only", obj: lwsObject(queued, "", nil, false)},
+		{name: "LeaderReady is refused", obj: lwsObject(queued, "LeaderReady", nil, true), wantErr: "spec.startupPolicy: LeaderReady cannot be queued"},
+		{name: "exclusive placement is refused", obj: lwsObject(queued, "LeaderCreated", map[string]string{"leaderworkerset.sigs.k8s.io/exclusive-topology": "rack"}, false),
+			wantErr: "leaderworkerset.sigs.k8s.io/exclusive-topology"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := review(t, k, tc.obj, "null")
+			if tc.wantErr != "" {
+				if r.Allowed || r.Result == nil || !strings.Contains(r.Result.Message, tc.wantErr) {
+					t.Fatalf("allowed %v, result %+v: want refused with %q", r.Allowed, r.Result, tc.wantErr)
+				}
+				return
+			}
+			if !r.Allowed {
+				t.Fatalf("refused: %s", r.Result.Message)
+			}
+			var after struct {
+				Spec struct {
+					LWT map[string]json.RawMessage `json:"leaderWorkerTemplate"`
+				} `json:"spec"`
+			}
+			if err := json.Unmarshal(patched(t, tc.obj, r), &after); err != nil {
+				t.Fatal(err)
+			}
+			templates := []string{"workerTemplate"}
+			if tc.wantLeader {
+				templates = append(templates, "leaderTemplate")
+			} else if after.Spec.LWT["leaderTemplate"] != nil {
+				t.Errorf("a leader template was made up: %s", after.Spec.LWT["leaderTemplate"])
+			}
+			for _, name := range templates {
+				var tpl struct {
+					Metadata struct {
+						Labels      map[string]string `json:"labels"`
+						Annotations map[string]string `json:"annotations"`
+					} `json:"metadata"`
+				}
+				if err := json.Unmarshal(after.Spec.LWT[name], &tpl); err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				if diff := cmp.Diff(wantLabels, tpl.Metadata.Labels); diff != "" {
+					t.Errorf("%s labels (-want +got):\n%s", name, diff)
+				}
+				if diff := cmp.Diff(wantAnnotations, tpl.Metadata.Annotations); diff != "" {
+					t.Errorf("%s annotations (-want +got):\n%s", name, diff)
+				}
+			}
+		})
+	}
+}
+
+// TestLeaderWorkerSetPodGroupLabel: the pod webhook names a marked Pod's
+// group after its set and group index, reading a leader's index from its
+// name when the LeaderWorkerSet's webhook has not labelled it yet.
+func TestLeaderWorkerSetPodGroupLabel(t *testing.T) {
+	pod := func(name string, labels map[string]string) string {
+		all := map[string]string{"sluice.dev/queue-name": "lq"}
+		maps.Copy(all, labels)
+		l, _ := json.Marshal(all)
+		return fmt.Sprintf(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":%q,"namespace":"team-a","labels":%s,`+
+			`"annotations":{"sluice.dev/pod-group-leaderworkerset":"true","sluice.dev/pod-group-total-count":"4"}},"spec":{"containers":[{"name":"c"}]}}`, name, l)
+	}
+	cases := []struct {
+		name      string
+		obj       string
+		wantGroup string
+		wantErr   string
+	}{
+		{name: "a worker: its template's group index", obj: pod("llm-1-2", map[string]string{"leaderworkerset.sigs.k8s.io/name": "llm",
+			"leaderworkerset.sigs.k8s.io/group-index": "1", "leaderworkerset.sigs.k8s.io/worker-index": "2"}), wantGroup: "leaderworkerset-llm-1"},
+		{name: "a leader labelled by the LeaderWorkerSet's webhook", obj: pod("llm-3", map[string]string{"leaderworkerset.sigs.k8s.io/name": "llm",
+			"leaderworkerset.sigs.k8s.io/group-index": "3", "leaderworkerset.sigs.k8s.io/worker-index": "0"}), wantGroup: "leaderworkerset-llm-3"},
+		{name: "a leader not labelled yet: its ordinal", obj: pod("llm-7", map[string]string{"leaderworkerset.sigs.k8s.io/name": "llm",
+			"leaderworkerset.sigs.k8s.io/worker-index": "0"}), wantGroup: "leaderworkerset-llm-7"},
+		{name: "a worker with no group index is refused", obj: pod("llm-1-2", map[string]string{"leaderworkerset.sigs.k8s.io/name": "llm",
+			"leaderworkerset.sigs.k8s.io/worker-index": "2"}), wantErr: "leaderworkerset.sigs.k8s.io/group-index"},
+		{name: "a marked pod of no set is refused", obj: pod("x", nil), wantErr: "leaderworkerset.sigs.k8s.io/name"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := review(t, podkind.Kind, tc.obj, "null")
+			if tc.wantErr != "" {
+				if r.Allowed || r.Result == nil || !strings.Contains(r.Result.Message, tc.wantErr) {
+					t.Fatalf("allowed %v, result %+v: want refused with %q", r.Allowed, r.Result, tc.wantErr)
+				}
+				return
+			}
+			if !r.Allowed {
+				t.Fatalf("refused: %s", r.Result.Message)
+			}
+			var after struct {
+				Metadata struct {
+					Labels map[string]string `json:"labels"`
+				} `json:"metadata"`
+				Spec struct {
+					SchedulingGates []struct{ Name string } `json:"schedulingGates"`
+				} `json:"spec"`
+			}
+			if err := json.Unmarshal(patched(t, tc.obj, r), &after); err != nil {
+				t.Fatal(err)
+			}
+			if got := after.Metadata.Labels["sluice.dev/pod-group-name"]; got != tc.wantGroup {
+				t.Errorf("group label %q, want %q", got, tc.wantGroup)
+			}
+			if len(after.Spec.SchedulingGates) != 1 {
+				t.Errorf("scheduling gates %v: want Sluice's", after.Spec.SchedulingGates)
+			}
+		})
+	}
+}
+
+func TestLeaderWorkerSetGroupNameFitsALabel(t *testing.T) {
+	long := strings.Repeat("a", 70)
+	for _, idx := range []string{"0", "12345"} {
+		g := podkind.LeaderWorkerSetGroupName(long, idx)
+		if len(g) > 63 || !strings.HasSuffix(g, "-"+idx) {
+			t.Errorf("LeaderWorkerSetGroupName(long, %s) = %q: not a label value ending in its index", idx, g)
+		}
+	}
+	if podkind.LeaderWorkerSetGroupName(long, "1") == podkind.LeaderWorkerSetGroupName(long+"b", "1") {
+		t.Error("two long sets share a group")
 	}
 }

@@ -2,6 +2,7 @@ package pod
 
 import (
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"strconv"
 	"strings"
@@ -204,4 +205,68 @@ func (p *Pod) Ignored() bool {
 		}
 	}
 	return false
+}
+
+// The labels a LeaderWorkerSet's webhook and controller give its Pods.
+const (
+	lwsSetLabel         = "leaderworkerset.sigs.k8s.io/name"
+	lwsGroupIndexLabel  = "leaderworkerset.sigs.k8s.io/group-index"
+	lwsWorkerIndexLabel = "leaderworkerset.sigs.k8s.io/worker-index"
+	// LeaderWorkerSetGroupPrefix starts the name of a LeaderWorkerSet
+	// group's pod group.
+	LeaderWorkerSetGroupPrefix = "leaderworkerset-"
+)
+
+var _ jobframework.Labeller = (*Pod)(nil)
+
+// CreateLabels implements jobframework.Labeller: a Pod of a queued
+// LeaderWorkerSet (PodGroupLeaderWorkerSetAnnotation) belongs to the pod
+// group of its leader-worker group. The index is the group-index label:
+// the LeaderWorkerSet's controller writes it into its workers' template,
+// and its webhook gives it to a leader from the leader's ordinal, which is
+// read here too in case Sluice's webhook is called first.
+func (p *Pod) CreateLabels() (map[string]string, error) {
+	if p.Annotations[v1beta1.PodGroupLeaderWorkerSetAnnotation] != "true" || p.Labels[GroupNameLabel] != "" {
+		return nil, nil
+	}
+	set := p.Labels[lwsSetLabel]
+	if set == "" {
+		return nil, fmt.Errorf("metadata.labels[%s]: missing on a Pod marked %s: the LeaderWorkerSet controller names its Pods' set",
+			lwsSetLabel, v1beta1.PodGroupLeaderWorkerSetAnnotation)
+	}
+	index := p.Labels[lwsGroupIndexLabel]
+	if index == "" && p.Labels[lwsWorkerIndexLabel] == "0" {
+		index = ordinal(p.Name)
+	}
+	if _, err := strconv.ParseUint(index, 10, 32); err != nil {
+		return nil, fmt.Errorf("metadata.labels[%s]: %q is not a group index: a LeaderWorkerSet's Pods carry their group's", lwsGroupIndexLabel, index)
+	}
+	return map[string]string{GroupNameLabel: LeaderWorkerSetGroupName(set, index)}, nil
+}
+
+// LeaderWorkerSetGroupName is the pod group of group index of the
+// LeaderWorkerSet set: within a label value's 63 characters, with a hash
+// of the whole name in place of what does not fit.
+func LeaderWorkerSetGroupName(set, index string) string {
+	g := LeaderWorkerSetGroupPrefix + set + "-" + index
+	if len(g) <= 63 {
+		return g
+	}
+	h := fnv.New32a()
+	h.Write([]byte(set))
+	// The index stays readable at the end.
+	return strings.TrimRight(g[:min(54, 62-len(index)-9)], ".-") + fmt.Sprintf("-%08x-%s", h.Sum32(), index)
+}
+
+// ordinal is what follows a StatefulSet Pod's name's last "-" when it is a
+// number, "" otherwise.
+func ordinal(name string) string {
+	i := strings.LastIndexByte(name, '-')
+	if i < 0 {
+		return ""
+	}
+	if _, err := strconv.ParseUint(name[i+1:], 10, 32); err != nil {
+		return ""
+	}
+	return name[i+1:]
 }
