@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
@@ -75,6 +76,20 @@ type Kind struct {
 	// RayService's clusters), and the adapter is a Parent. Its own
 	// integration runs only its webhook.
 	QueuedBy string
+	// References are the kinds, other than this one, whose objects the
+	// adapter reads to know a job's pod sets (a TrainJob's runtimes):
+	// the devcluster installs their CRDs (from Module) with the kind's,
+	// and the chart lets the kind's integration read them. Such an
+	// adapter is a Binder.
+	References []Reference
+}
+
+// Reference is a kind an adapter reads.
+type Reference struct {
+	GVR schema.GroupVersionResource
+	// CRD is the path of its CRD manifest inside the referring kind's
+	// Module.
+	CRD string
 }
 
 // MultiClusterManagedBy is the value the webhook writes into the kind's
@@ -233,6 +248,22 @@ type (
 		// CheckUpdate refuses, with an error naming the field, an update
 		// of a queued object that would break its pods' accounting.
 		CheckUpdate(old, obj *unstructured.Unstructured) error
+	}
+
+	// Stager is a Job whose kind refuses a change of its templates in
+	// the write that resumes it (a TrainJob's podSpecOverrides): the
+	// framework writes the admission's templates while it is still
+	// suspended, and resumes it in a second write.
+	Stager interface {
+		StagesStart() bool
+	}
+
+	// Binder is an adapter whose jobs read other objects (its Kind's
+	// References): unbound, their pod sets cannot be read. A process
+	// that runs the kind binds it to its client first (kinds.Clients).
+	Binder interface {
+		// Bind returns the adapter reading through dyn.
+		Bind(dyn dynamic.Interface) Adapter
 	}
 
 	// CacheTrimmer is an adapter that drops, in place, parts of its

@@ -28,8 +28,9 @@ writes the status subresource (a stopped object unlocked through it),
 whether it stops an object by deleting it, the CEL condition under which
 its webhook is called (and the one of a multi-cluster manager, which also
 sets the kind's managedBy field), whether its integration runs unless the values
-say otherwise, and, for a parent kind, the kind whose integration queues
-what its objects create (its own integration is only its webhook).
+say otherwise, for a parent kind, the kind whose integration queues what
+its objects create (its own integration is only its webhook), and the
+other kinds' resources the integration reads (a TrainJob's runtimes).
 */}}
 {{- define "sluice.kinds" -}}
 `)
@@ -48,8 +49,12 @@ what its objects create (its own integration is only its webhook).
 			_, unlocks = j.(Unlocker)
 			_, deletes = j.(Deleter)
 		}
-		fmt.Fprintf(&b, "%s: {group: %q, version: %q, resource: %q, webhook: %q, path: %q, statusPatch: %t, deletes: %t, matchCondition: %q, multiclusterMatchCondition: %q, enabled: %t, queuedBy: %q}\n",
-			k.Name, k.GVK.Group, k.GVK.Version, k.Resource, WebhookName(k), MutatePath(k), unlocks, deletes, WebhookMatchCondition(k), MultiClusterMatchCondition(k, nil), k.EnabledByDefault, k.QueuedBy)
+		var reads []string
+		for _, r := range k.References {
+			reads = append(reads, fmt.Sprintf("{group: %q, resource: %q}", r.GVR.Group, r.GVR.Resource))
+		}
+		fmt.Fprintf(&b, "%s: {group: %q, version: %q, resource: %q, webhook: %q, path: %q, statusPatch: %t, deletes: %t, matchCondition: %q, multiclusterMatchCondition: %q, enabled: %t, queuedBy: %q, reads: [%s]}\n",
+			k.Name, k.GVK.Group, k.GVK.Version, k.Resource, WebhookName(k), MutatePath(k), unlocks, deletes, WebhookMatchCondition(k), MultiClusterMatchCondition(k, nil), k.EnabledByDefault, k.QueuedBy, strings.Join(reads, ", "))
 	}
 	b.WriteString("{{- end -}}\n")
 	return b.Bytes(), nil
@@ -80,6 +85,9 @@ func CRDSources(ads []Adapter) []CRDSource {
 	for _, ad := range ads {
 		if k := ad.Kind(); k.Module != "" {
 			out = append(out, CRDSource{Module: k.Module, Path: k.CRD})
+			for _, r := range k.References {
+				out = append(out, CRDSource{Module: k.Module, Path: r.CRD})
+			}
 		}
 	}
 	return out

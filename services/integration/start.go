@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 	corev1 "k8s.io/api/core/v1"
@@ -67,6 +69,16 @@ func (s *Service) start(ctx context.Context, k *kindRunner, job jobframework.Job
 			return errLookAgain
 		}
 	}
+	if st, ok := admitted.(jobframework.Stager); ok && st.StagesStart() {
+		if staged, err := stagedStart(k, job, admitted); err != nil {
+			return err
+		} else if staged != nil {
+			if err := s.patch(ctx, k, m.GetNamespace(), m.GetName(), staged); err != nil {
+				return fmt.Errorf("write the admission's templates: %w", err)
+			}
+			return errLookAgain // resumed once the informer sees them
+		}
+	}
 	patch, err := jobframework.MergePatch(job.Object(), admitted.Object(), string(m.GetUID()), m.GetResourceVersion())
 	if err != nil {
 		return err
@@ -86,6 +98,22 @@ func (s *Service) start(ctx context.Context, k *kindRunner, job jobframework.Job
 	}
 	s.recorder.Eventf(job.Object(), corev1.EventTypeNormal, "Admitted", "admitted by ClusterQueue %s: %s", r.ClusterQueue, describe(r))
 	return s.announceStart(ctx, rec, r)
+}
+
+// stagedStart returns the patch that writes the admission into a
+// Stager's templates while it stays suspended, nil when they already hold
+// it (the second step resumes it).
+func stagedStart(k *kindRunner, job, admitted jobframework.Job) ([]byte, error) {
+	staged, err := k.decode(admitted.Object())
+	if err != nil {
+		return nil, err
+	}
+	staged.SetSuspended(true)
+	if apiequality.Semantic.DeepEqual(job.Object(), staged.Object()) {
+		return nil, nil
+	}
+	m := job.Meta()
+	return jobframework.MergePatch(job.Object(), staged.Object(), string(m.GetUID()), m.GetResourceVersion())
 }
 
 // markHeld writes the admission a held object holds into HeldAnnotation

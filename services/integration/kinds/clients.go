@@ -34,6 +34,11 @@ func Clients(kc *rest.Config, names []string) ([]jobframework.Adapter, kubernete
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	for i, ad := range ads {
+		if b, ok := ad.(jobframework.Binder); ok {
+			ads[i] = b.Bind(dyn)
+		}
+	}
 	return ads, kube, dyn, nil
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/sluice-dev/sluice/services/integration/rayservice"
 	"github.com/sluice-dev/sluice/services/integration/statefulset"
 	"github.com/sluice-dev/sluice/services/integration/tfjob"
+	"github.com/sluice-dev/sluice/services/integration/trainjob"
 	"github.com/sluice-dev/sluice/services/integration/xgboostjob"
 )
 
@@ -38,6 +39,7 @@ var All = []jobframework.Adapter{
 	paddlejob.Adapter{},
 	jaxjob.Adapter{},
 	appwrapper.Adapter{},
+	trainjob.Adapter{},
 	pod.Adapter{},
 	deployment.Adapter{},
 	statefulset.Adapter{},
