@@ -98,7 +98,7 @@ func TestPodSets(t *testing.T) {
 			wantCounts:   map[string]int32{"dataset-initializer": 1, "node": 3},
 			wantRequests: map[string]corev1.ResourceList{"dataset-initializer": {"cpu": resource.MustParse("1")}, "node": gpu.Requests}},
 		{name: "the user's override is applied to its target only",
-			tj: trainJob("torch-distributed", 0, trainerv1.PodSpecOverride{TargetJobs: []trainerv1.PodSpecOverrideTargetJob{{Name: "node"}}, NodeSelector: map[string]string{"zone": "a"}}),
+			tj:           trainJob("torch-distributed", 0, trainerv1.PodSpecOverride{TargetJobs: []trainerv1.PodSpecOverrideTargetJob{{Name: "node"}}, NodeSelector: map[string]string{"zone": "a"}}),
 			wantCounts:   map[string]int32{"dataset-initializer": 1, "node": 2},
 			wantSelector: map[string]map[string]string{"dataset-initializer": nil, "node": {"disk": "ssd", "zone": "a"}}},
 		{name: "MPI with the launcher as a node: one node fewer", tj: trainJob("mpi", 4),
