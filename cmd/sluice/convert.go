@@ -27,7 +27,15 @@ server-set metadata left out. Documents of other API groups are written as
 they are. A Kueue kind or field Sluice does not implement (MultiKueueCluster,
 Admission Fair Sharing, …) stops the
 conversion with exit status 2, naming the file, document, object and field;
---drop-unsupported drops it instead, with a warning on stderr. See
+--drop-unsupported drops it instead, with a warning on stderr.
+
+With --kueue-labels, job manifests (Jobs, JobSets, Pods, Deployments,
+StatefulSets, LeaderWorkerSets, TrainJobs, … any other kind) get Sluice's
+names for Kueue's labels and annotations, on the object and on every pod
+template inside it: queue-name, priority-class, max-exec-time-seconds,
+the pod group's name, total count, serving and fast-admission marks,
+job-min-parallelism and the topology annotations. A Kueue label or
+annotation Sluice has no counterpart for is unsupported as above. See
 docs/migrate-from-kueue.md.`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) > 0 {
@@ -71,5 +79,6 @@ docs/migrate-from-kueue.md.`,
 	}
 	cmd.Flags().StringArrayVarP(&files, "file", "f", nil, "Kueue manifest file (multi-document YAML); repeat for more, - for stdin")
 	cmd.Flags().BoolVar(&opts.DropUnsupported, "drop-unsupported", false, "drop what Sluice does not implement, with a warning, instead of failing")
+	cmd.Flags().BoolVar(&opts.KueueLabels, "kueue-labels", false, "also rewrite job manifests (any other kind) and their pod templates: Kueue's labels and annotations under Sluice's names")
 	return cmd
 }

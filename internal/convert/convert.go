@@ -24,6 +24,9 @@ type Options struct {
 	// DropUnsupported drops what Sluice does not implement, with a warning,
 	// instead of failing.
 	DropUnsupported bool
+	// KueueLabels gives job manifests (documents outside Kueue's API
+	// groups) Sluice's names for Kueue's labels and annotations.
+	KueueLabels bool
 }
 
 // Result is the converted text and the warnings of what was dropped.
@@ -136,9 +139,6 @@ func convertDoc(loc string, doc []byte, opts Options) ([]byte, []string, error) 
 		return convertList(loc, obj, opts)
 	}
 	group, version, _ := strings.Cut(apiVersion, "/")
-	if !strings.HasSuffix(group, "kueue.x-k8s.io") {
-		return doc, nil, nil // not Kueue's: as written
-	}
 	if group == "config.kueue.x-k8s.io" && kind == "Configuration" {
 		return convertConfiguration(loc, obj, opts)
 	}
@@ -150,6 +150,12 @@ func convertDoc(loc string, doc []byte, opts Options) ([]byte, []string, error) 
 				what = kind + " " + ns + "/" + nm
 			}
 		}
+	}
+	if !strings.HasSuffix(group, "kueue.x-k8s.io") {
+		if opts.KueueLabels {
+			return carryJobLabels(loc+" ("+what+")", doc, obj, opts)
+		}
+		return doc, nil, nil // not Kueue's: as written
 	}
 	loc = loc + " (" + what + ")"
 	newType, known := kinds[kind]

@@ -9,6 +9,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
 
 	"github.com/sluice-dev/sluice/internal/jobframework"
@@ -22,6 +23,7 @@ import (
 	"github.com/sluice-dev/sluice/services/integration/raycluster"
 	"github.com/sluice-dev/sluice/services/integration/rayjob"
 	"github.com/sluice-dev/sluice/services/integration/tfjob"
+	"github.com/sluice-dev/sluice/services/integration/trainjob"
 	"github.com/sluice-dev/sluice/services/integration/xgboostjob"
 )
 
@@ -38,6 +40,9 @@ type kindCase struct {
 	// finish ends the object as its operator would; nil: delete it (a
 	// RayCluster never ends by itself).
 	finish func(u *unstructured.Unstructured) error
+	// prepare, if set, creates in a cluster what the object refers to (a
+	// TrainJob's runtime).
+	prepare func(t *testing.T, dyn dynamic.Interface)
 }
 
 var userSelector = `nodeSelector: {disk: ssd}, `
@@ -122,6 +127,35 @@ spec:
 		},
 	},
 	"jaxjob": {adapter: jaxjob.Adapter{}, manifest: trainingJob("JAXJob", "jaxReplicaSpecs", ""), finish: conditionTrue("Succeeded", false)},
+	"trainjob": {
+		adapter: trainjob.Adapter{},
+		// The runtime's leader job, and the trainer's job of numNodes pods
+		// with a nodeSelector of its own.
+		manifest: `apiVersion: trainer.kubeflow.org/v1alpha1
+kind: TrainJob
+metadata: {name: %[2]s, namespace: %[1]s, labels: {sluice.dev/queue-name: q}}
+spec:
+  runtimeRef: {name: e2e-kinds}
+  trainer: {numNodes: 2}
+`,
+		finish: conditionTrue("Complete", true),
+		prepare: func(t *testing.T, dyn dynamic.Interface) {
+			applyTo(t, dyn, `apiVersion: trainer.kubeflow.org/v1alpha1
+kind: ClusterTrainingRuntime
+metadata: {name: e2e-kinds}
+spec:
+  mlPolicy: {numNodes: 1}
+  template:
+    spec:
+      replicatedJobs:
+      - {name: leader, template: {spec: {template: `+fmt.Sprintf(gpuPod, "")+`}}}
+      - name: node
+        template:
+          metadata: {labels: {trainer.kubeflow.org/trainjob-ancestor-step: trainer}}
+          spec: {template: `+fmt.Sprintf(gpuPod, userSelector)+`}
+`)
+		},
+	},
 }
 
 // trainingJob is the manifest of a training operator job of kind whose
@@ -169,6 +203,9 @@ func getObject(t *testing.T, k jobframework.Kind, ns, name string) *unstructured
 // podSetSelectors reads each pod set's nodeSelector through the adapter.
 func podSetSelectors(t *testing.T, ad jobframework.Adapter, u *unstructured.Unstructured) (bool, map[string]map[string]string) {
 	t.Helper()
+	if b, ok := ad.(jobframework.Binder); ok {
+		ad = b.Bind(env.dyn) // a TrainJob's runtime: the same in every cluster here
+	}
 	j, err := ad.Decode(u)
 	if err != nil {
 		t.Fatalf("decode %s: %v", ad.Kind().Name, err)
@@ -213,6 +250,9 @@ func kindLifecycle(t *testing.T, c kindCase) {
 	k := c.adapter.Kind()
 	ns := "e2e-" + k.Name
 	queues(t, ns, 4, "LowerPriority")
+	if c.prepare != nil {
+		c.prepare(t, env.dyn)
+	}
 	var doc map[string]any
 	if err := yaml.Unmarshal([]byte(fmt.Sprintf(c.manifest, ns, "train")), &doc); err != nil {
 		t.Fatalf("bad manifest: %v", err)

@@ -555,6 +555,10 @@ spec:
 				t.Fatalf("kind %s has no case in kindCases", name)
 			}
 			k := c.adapter.Kind()
+			if c.prepare != nil {
+				c.prepare(t, env.dyn)
+				c.prepare(t, w.dyn)
+			}
 			var doc map[string]any
 			if err := yaml.Unmarshal([]byte(fmt.Sprintf(c.manifest, ns, "far")), &doc); err != nil {
 				t.Fatal(err)
