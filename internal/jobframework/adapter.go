@@ -70,6 +70,10 @@ type Kind struct {
 	// operators accept only their own name and Kueue's reserved
 	// MultiKueue value (v1beta1.KueueMultiKueueManagedBy) there.
 	ManagedByValue string
+	// ManagedByDefault is the value the kind's CRD defaults its managedBy
+	// field to (the kind's own controller), which counts as unset: the
+	// webhook replaces it too. Empty: no default.
+	ManagedByDefault string
 	// QueuedBy makes the kind a parent kind: its objects are never queued
 	// themselves; the objects they create are, by the integration of the
 	// kind named here ("pod" for a Deployment's Pods, "raycluster" for a

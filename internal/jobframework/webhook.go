@@ -524,7 +524,7 @@ func (w *Webhook) mutate(ad Adapter, req *admissionv1.AdmissionRequest) *admissi
 	managed := false // the kind's managedBy field to set
 	if len(k.ManagedBy) > 1 && w.multicluster != nil && w.multicluster(m.GetNamespace(), queue) {
 		v, _, _ := unstructured.NestedString(u.Object, k.ManagedBy...)
-		managed = v == ""
+		managed = v == "" || v == k.ManagedByDefault
 	}
 	if !job.IsSuspended() || managed {
 		var spec any = u.Object["spec"]
@@ -918,6 +918,9 @@ func MultiClusterMatchCondition(k Kind, queues []string) string {
 		has = append(has, "has("+path+")")
 	}
 	unset := "!(" + strings.Join(has, " && ") + ")"
+	if k.ManagedByDefault != "" {
+		unset = fmt.Sprintf("(%s || %s == %q)", unset, path, k.ManagedByDefault)
+	}
 	if queues != nil {
 		quoted := make([]string, len(queues))
 		for i, q := range queues {

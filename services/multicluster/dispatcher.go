@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -365,10 +366,13 @@ func (d *Dispatcher) decide(ctx context.Context, r checks.Request) (checks.Answe
 		return checks.Answer{State: events.CheckPending}, d.offer(ctx, rec, rec.Offered)
 	}
 	ad, ok := d.adapters[r.Workload.Kind]
-	if _, grouped := ad.(jobframework.Grouper); !ok || grouped {
-		// Pods and pod groups stop by deletion and are queued by their
-		// members: a copy of one object is not the workload.
+	if !ok {
 		return checks.Answer{State: events.CheckRejected, Message: fmt.Sprintf("kind %q cannot be dispatched to worker clusters", r.Workload.Kind)}, nil
+	}
+	if strings.HasPrefix(r.Workload.UID, jobframework.GroupUIDPrefix) {
+		// A pod group is queued by its members: a copy of one object is
+		// not the workload.
+		return checks.Answer{State: events.CheckRejected, Message: fmt.Sprintf("pod group %s cannot be dispatched to worker clusters: its members are queued together", r.Workload)}, nil
 	}
 	obj, err := d.dyn.Resource(ad.Kind().GVR()).Namespace(r.Workload.Namespace).Get(ctx, r.Workload.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) || err == nil && string(obj.GetUID()) != jobframework.ObjectUID(r.Workload.UID) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -30,6 +31,16 @@ const (
 	LostAfterAnnotation = "sluice.dev/multicluster-lost-after"
 )
 
+// userAnnotations are Sluice's annotations that a user writes on a job
+// (not the manager's bookkeeping): a copy keeps them.
+var userAnnotations = map[string]bool{
+	"sluice.dev/job-min-parallelism":          true,
+	v1beta1.PodGroupTotalCountAnnotation:      true,
+	v1beta1.PodGroupServingAnnotation:         true,
+	v1beta1.PodGroupFastAdmissionAnnotation:   true,
+	v1beta1.PodGroupLeaderWorkerSetAnnotation: true,
+}
+
 // remoteCopy is the object a worker creates for a manager's job: its
 // name, namespace, labels, user annotations and spec, suspended (the
 // worker's Sluice admits it), without what the manager's API server
@@ -53,7 +64,7 @@ func remoteCopy(ad jobframework.Adapter, obj *unstructured.Unstructured) (json.R
 	out.SetLabels(in.GetLabels())
 	ann := map[string]string{}
 	for k, v := range in.GetAnnotations() {
-		if strings.HasPrefix(k, "sluice.dev/") || k == "kubectl.kubernetes.io/last-applied-configuration" {
+		if strings.HasPrefix(k, "sluice.dev/") && !userAnnotations[k] || k == "kubectl.kubernetes.io/last-applied-configuration" {
 			continue // the manager's bookkeeping, not the user's
 		}
 		ann[k] = v
@@ -74,6 +85,12 @@ func remoteCopy(ad jobframework.Adapter, obj *unstructured.Unstructured) (json.R
 	// The copy is deleted by the manager once its end is reported; a
 	// TTL could delete it first (the manager's own object keeps it).
 	unstructured.RemoveNestedField(spec, "ttlSecondsAfterFinished")
+	if ad.Kind().GVK == corev1.SchemeGroupVersion.WithKind("Pod") {
+		// Where the manager's scheduler would have put it, and the
+		// priority its admission computed: the worker's own decide.
+		unstructured.RemoveNestedField(spec, "nodeName")
+		unstructured.RemoveNestedField(spec, "priority")
+	}
 	if ad.Kind().Name == "job" {
 		// The API server generates a Job's selector and the labels that
 		// match it from the Job's UID; the worker's generates its own.

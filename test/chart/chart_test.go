@@ -316,6 +316,10 @@ func TestChartIntegrationRBACIsItsKindOnly(t *testing.T) {
 				// Its topology-aware pods: gated until given their domain.
 				want = append(want, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch", "patch"}})
 			}
+			for _, r := range k.References {
+				// What its jobs' pod sets are read from (a TrainJob's runtimes).
+				want = append(want, rbacv1.PolicyRule{APIGroups: []string{r.GVR.Group}, Resources: []string{r.GVR.Resource}, Verbs: []string{"get"}})
+			}
 			want = append(want, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}})
 			if diff := cmp.Diff(want, role.Rules); diff != "" {
 				t.Errorf("rules (-want +got):\n%s", diff)
@@ -718,9 +722,9 @@ func TestChartGoMemLimit(t *testing.T) {
 	}
 }
 
-// The multicluster dispatcher reads the kinds' objects and writes only
-// their status; a worker's agent reads, creates and deletes them. Neither
-// touches Pods (which are not dispatched) or anything else.
+// The multicluster dispatcher reads the kinds' objects (Pods included) and
+// writes only their status; a worker's agent reads, creates and deletes
+// them. Neither touches a parent kind or anything else.
 func TestChartMulticlusterRBAC(t *testing.T) {
 	objs := mustRender(t, append(append(allKinds(), externalNATS...), "worker.enabled=true", "worker.name=gpu-east", "worker.managerDomain=manager")...)
 	var dispatcher, worker rbacv1.ClusterRole
@@ -734,7 +738,7 @@ func TestChartMulticlusterRBAC(t *testing.T) {
 	var wantWorker []rbacv1.PolicyRule
 	for _, ad := range kinds.All {
 		k := ad.Kind()
-		if k.Name == "pod" || k.IsParent() {
+		if k.IsParent() {
 			continue
 		}
 		wantDispatcher = append(wantDispatcher,

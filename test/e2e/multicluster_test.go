@@ -7,11 +7,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -24,6 +27,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
+	"github.com/sluice-dev/sluice/api/v1beta1"
 	"github.com/sluice-dev/sluice/events"
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/internal/ledger"
@@ -530,7 +534,7 @@ func TestMultiClusterKinds(t *testing.T) {
 			names = append(names, k.Name)
 		}
 	}
-	w := startWorkerCluster(t, e2eWorkers[0], names...)
+	w := startWorkerCluster(t, e2eWorkers[0], append(names, "pod")...)
 	multiClusterQueues(t, w.dyn, ns, "")
 	apply(t, fmt.Sprintf(`apiVersion: sluice.dev/v1beta1
 kind: MultiClusterConfig
@@ -638,4 +642,90 @@ spec:
 			}
 		})
 	}
+	t.Run("deployment", func(t *testing.T) { multiClusterDeployment(t, w, ns) })
+}
+
+// multiClusterDeployment: a Deployment's Pods, each a workload of its own,
+// are dispatched one by one: each runs as a copy in the worker while the
+// manager's Pod stays gated and mirrors the copy's status (so the
+// Deployment counts it ready); scaling down withdraws a copy, deleting
+// the Deployment withdraws the rest.
+func multiClusterDeployment(t *testing.T, w *workerCluster, ns string) {
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns, Labels: map[string]string{v1beta1.QueueNameLabel: "q"}},
+		Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](2), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+			Template: servingTemplate("web")},
+	}
+	deps := env.kube.AppsV1().Deployments(ns)
+	if _, err := deps.Create(context.Background(), dep, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create deployment: %v", err)
+	}
+	theirs := w.dyn.Resource(corev1.SchemeGroupVersion.WithResource("pods")).Namespace(ns)
+	// copies lists the worker's running copies of the manager's Pods and
+	// the manager's Pods each dispatched to the worker, still gated there
+	// and mirroring a running copy.
+	state := func() (copies, mirrored []string, msg string) {
+		cps, err := theirs.List(context.Background(), metav1.ListOptions{LabelSelector: "app=web"})
+		if err != nil {
+			return nil, nil, err.Error()
+		}
+		for _, c := range cps.Items {
+			phase, _, _ := unstructured.NestedString(c.Object, "status", "phase")
+			gates, _, _ := unstructured.NestedSlice(c.Object, "spec", "schedulingGates")
+			if c.GetDeletionTimestamp() == nil && phase == "Running" && len(gates) == 0 && c.GetLabels()["sluice.dev/multicluster-origin"] != "" {
+				copies = append(copies, c.GetName())
+			}
+		}
+		pods, err := env.kube.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "app=web"})
+		if err != nil {
+			return nil, nil, err.Error()
+		}
+		var seen []string
+		held := reservations(t)
+		for _, p := range pods.Items {
+			r := held["pod/"+ns+"/"+p.Name]
+			seen = append(seen, fmt.Sprintf("%s gates %d phase %s dispatched to %q", p.Name, len(p.Spec.SchedulingGates), p.Status.Phase, r.DispatchedTo))
+			if p.DeletionTimestamp == nil && len(p.Spec.SchedulingGates) > 0 && p.Status.Phase == corev1.PodRunning && r.DispatchedTo == w.name {
+				mirrored = append(mirrored, p.Name)
+			}
+		}
+		return copies, mirrored, fmt.Sprintf("copies %v; manager's pods: %s", copies, strings.Join(seen, "; "))
+	}
+	eventually(t, 90*time.Second, "both Pods run as copies in the worker, the manager's gated and mirroring them", func() (bool, string) {
+		copies, mirrored, msg := state()
+		sort.Strings(copies)
+		sort.Strings(mirrored)
+		return len(copies) == 2 && slices.Equal(copies, mirrored), msg
+	})
+	eventually(t, 30*time.Second, "the Deployment counts the mirrored Pods ready", func() (bool, string) {
+		d, err := deps.Get(context.Background(), "web", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return d.Status.ReadyReplicas == 2, fmt.Sprintf("ready replicas %d", d.Status.ReadyReplicas)
+	})
+	if _, err := deps.Patch(context.Background(), "web", types.MergePatchType, []byte(`{"spec":{"replicas":1}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatalf("scale down: %v", err)
+	}
+	eventually(t, 60*time.Second, "scaled down: one copy withdrawn", func() (bool, string) {
+		copies, mirrored, msg := state()
+		return len(copies) == 1 && slices.Equal(copies, mirrored), msg
+	})
+	if err := deps.Delete(context.Background(), "web", metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationForeground)}); err != nil {
+		t.Fatalf("delete deployment: %v", err)
+	}
+	eventually(t, 60*time.Second, "deleted: every copy withdrawn, no quota held on either side", func() (bool, string) {
+		cps, err := theirs.List(context.Background(), metav1.ListOptions{LabelSelector: "app=web"})
+		if err != nil {
+			return false, err.Error()
+		}
+		n, _ := heldIn(t, ns, "web-")
+		var worker int
+		for key := range w.reservations() {
+			if strings.HasPrefix(key, "pod/"+ns+"/web-") {
+				worker++
+			}
+		}
+		return len(cps.Items) == 0 && n == 0 && worker == 0, fmt.Sprintf("%d copies left; held on the manager %d, on the worker %d", len(cps.Items), n, worker)
+	})
 }

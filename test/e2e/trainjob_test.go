@@ -69,7 +69,7 @@ metadata: {name: kubeflow-trainer-webhook-cert, namespace: kubeflow-system}
 // again, it runs to completion and its quota is released.
 func TestTrainJobLifecycle(t *testing.T) {
 	installKindCRDs(t)
-	ns := "e2e-trainjob"
+	ns := "e2e-trainjob-ctrl"
 	queues(t, ns, 4, "LowerPriority")
 	startJobSetController(t, ns)
 	waitJobSetWebhook(t, ns)

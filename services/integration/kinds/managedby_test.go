@@ -11,6 +11,7 @@ import (
 	"github.com/sluice-dev/sluice/services/integration/mpijob"
 	"github.com/sluice-dev/sluice/services/integration/pytorchjob"
 	"github.com/sluice-dev/sluice/services/integration/raycluster"
+	"github.com/sluice-dev/sluice/services/integration/trainjob"
 )
 
 // TestManagedByInMultiClusterQueues: a job created in a queue that
@@ -47,6 +48,9 @@ func TestManagedByInMultiClusterQueues(t *testing.T) {
 			want: "kueue.x-k8s.io/multikueue", field: []string{"spec", "runPolicy", "managedBy"}},
 		{name: "a RayCluster", ad: raycluster.Adapter{},
 			obj:  `{"apiVersion":"ray.io/v1","kind":"RayCluster","metadata":{"name":"web","namespace":"team-a","labels":{"sluice.dev/queue-name":"far"}},"spec":{"headGroupSpec":{"rayStartParams":{},"template":{"spec":{"containers":[{"name":"c"}]}}}}}`,
+			want: "kueue.x-k8s.io/multikueue", field: []string{"spec", "managedBy"}},
+		{name: "a TrainJob with the trainer's own default: replaced", ad: trainjob.Adapter{},
+			obj:  `{"apiVersion":"trainer.kubeflow.org/v1alpha1","kind":"TrainJob","metadata":{"name":"web","namespace":"team-a","labels":{"sluice.dev/queue-name":"far"}},"spec":{"runtimeRef":{"name":"torch"},"managedBy":"trainer.kubeflow.org/trainjob-controller"}}`,
 			want: "kueue.x-k8s.io/multikueue", field: []string{"spec", "managedBy"}},
 	}
 	for _, tc := range cases {

@@ -67,7 +67,7 @@ var (
 
 // Kind is the TrainJob's kind.
 var Kind = jobframework.Kind{Name: "trainjob", GVK: trainerv1.GroupVersion.WithKind("TrainJob"), Resource: "trainjobs", SuspendField: []string{"spec", "suspend"},
-	ManagedBy: []string{"spec", "managedBy"}, ManagedByValue: v1beta1.KueueMultiKueueManagedBy,
+	ManagedBy: []string{"spec", "managedBy"}, ManagedByValue: v1beta1.KueueMultiKueueManagedBy, ManagedByDefault: "trainer.kubeflow.org/trainjob-controller",
 	Module: "github.com/kubeflow/trainer/v2", CRD: "manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml",
 	Title: "TrainJob (Kubeflow Trainer v2)",
 	References: []jobframework.Reference{
