@@ -138,17 +138,37 @@ func (s *Service) syncGroup(ctx context.Context, k *kindRunner, g jobframework.G
 	}
 	r, held := s.reservation(rec.Workload)
 	var gated []jobframework.Job
-	running := false
+	running, holding := false, false
 	for _, m := range live {
 		if m.IsSuspended() {
 			gated = append(gated, m)
+			_, hold := m.Meta().GetAnnotations()[jobframework.HoldAnnotation]
+			holding = holding || hold
 		} else if done, _, _ := m.Finished(); !done {
 			running = true
 		}
 	}
 	switch {
+	case holding:
+		// Held back (a worker cluster's copy, until its manager picks
+		// this cluster): admitted or not, no member starts. Each gated
+		// member says which admission the group holds.
+		want := ""
+		if held && r.Startable() {
+			want = r.Admission()
+		}
+		for _, m := range gated {
+			if err := s.markHeld(ctx, k, m, want); err != nil {
+				return err
+			}
+		}
+		return nil
 	case held && len(gated) > 0 && !r.Startable():
 		return nil // quota reserved: it waits for its admission checks
+	case held && r.DispatchedTo != "":
+		// Dispatched to a worker cluster: its members run there as
+		// copies, these stay gated and mirror theirs.
+		return s.startRemote(ctx, live[0], rec, r)
 	case held && len(gated) > 0:
 		return s.startGroup(ctx, k, rec, r, gated, live)
 	case held:

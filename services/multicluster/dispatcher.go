@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
@@ -369,22 +370,23 @@ func (d *Dispatcher) decide(ctx context.Context, r checks.Request) (checks.Answe
 	if !ok {
 		return checks.Answer{State: events.CheckRejected, Message: fmt.Sprintf("kind %q cannot be dispatched to worker clusters", r.Workload.Kind)}, nil
 	}
-	if strings.HasPrefix(r.Workload.UID, jobframework.GroupUIDPrefix) {
-		// A pod group is queued by its members: a copy of one object is
-		// not the workload.
-		return checks.Answer{State: events.CheckRejected, Message: fmt.Sprintf("pod group %s cannot be dispatched to worker clusters: its members are queued together", r.Workload)}, nil
+	objs, err := d.objects(ctx, ad, r.Workload)
+	if err != nil {
+		return checks.Answer{}, err
 	}
-	obj, err := d.dyn.Resource(ad.Kind().GVR()).Namespace(r.Workload.Namespace).Get(ctx, r.Workload.Name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) || err == nil && string(obj.GetUID()) != jobframework.ObjectUID(r.Workload.UID) {
+	if len(objs) == 0 {
 		return checks.Answer{}, nil // gone: its deletion releases the quota
 	}
-	if err != nil {
-		return checks.Answer{}, fmt.Errorf("read %s: %w", r.Workload, err)
-	}
-	if _, err := remoteCopy(ad, obj); err != nil {
-		return checks.Answer{State: events.CheckRejected, Message: "cannot copy the job to a worker: " + err.Error()}, nil
+	for _, obj := range objs {
+		if _, err := remoteCopy(ad, obj); err != nil {
+			return checks.Answer{State: events.CheckRejected, Message: "cannot copy the job to a worker: " + err.Error()}, nil
+		}
 	}
 	next := &dispatch{Workload: r.Workload, Check: r.Check, Admission: r.Admission, ClusterQueue: r.ClusterQueue, Config: cfg.Name, RoundAt: d.now()}
+	if isGroup(r.Workload) {
+		next.Members = len(objs)
+		next.Growing = len(objs) < groupTotal(objs[0].GetAnnotations())
+	}
 	if rec != nil {
 		// An earlier reservation's offers: the new ones replace them on
 		// the workers offered again; the others withdraw.
@@ -408,18 +410,67 @@ func readyAnswer(worker string) checks.Answer {
 	return checks.Answer{State: events.CheckReady, Cluster: worker, Message: "admitted by worker cluster " + worker}
 }
 
-// carrying is a message of type typ about rec with a copy of its job.
+// objects returns the manager's objects of workload w: its job, or a pod
+// group's members that are not being deleted, oldest first; none when it
+// is gone.
+func (d *Dispatcher) objects(ctx context.Context, ad jobframework.Adapter, w events.WorkloadRef) ([]*unstructured.Unstructured, error) {
+	res := d.dyn.Resource(ad.Kind().GVR()).Namespace(w.Namespace)
+	if !isGroup(w) {
+		obj, err := res.Get(ctx, w.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || err == nil && string(obj.GetUID()) != jobframework.ObjectUID(w.UID) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", w, err)
+		}
+		return []*unstructured.Unstructured{obj}, nil
+	}
+	g, ok := ad.(jobframework.Grouper)
+	if !ok {
+		return nil, nil
+	}
+	l, err := res.List(ctx, metav1.ListOptions{LabelSelector: labels.Set{g.GroupLabel(): w.Name}.String()})
+	if err != nil {
+		return nil, fmt.Errorf("list the members of %s: %w", w, err)
+	}
+	var out []*unstructured.Unstructured
+	for i := range l.Items {
+		if l.Items[i].GetDeletionTimestamp() == nil {
+			out = append(out, &l.Items[i])
+		}
+	}
+	slices.SortFunc(out, func(a, b *unstructured.Unstructured) int {
+		if c := a.GetCreationTimestamp().Compare(b.GetCreationTimestamp().Time); c != 0 {
+			return c
+		}
+		return strings.Compare(a.GetName(), b.GetName())
+	})
+	return out, nil
+}
+
+// carrying is a message of type typ about rec with a copy of its job (of
+// each member of a pod group).
 func (d *Dispatcher) carrying(ctx context.Context, rec *dispatch, typ string) (Message, error) {
 	ad := d.adapters[rec.Workload.Kind]
-	obj, err := d.dyn.Resource(ad.Kind().GVR()).Namespace(rec.Workload.Namespace).Get(ctx, rec.Workload.Name, metav1.GetOptions{})
-	if err != nil {
-		return Message{}, fmt.Errorf("read %s: %w", rec.Workload, err)
-	}
-	raw, err := remoteCopy(ad, obj)
+	objs, err := d.objects(ctx, ad, rec.Workload)
 	if err != nil {
 		return Message{}, err
 	}
-	m := Message{Type: typ, Workload: rec.Workload, Admission: rec.Admission, Object: raw}
+	if len(objs) == 0 {
+		return Message{}, fmt.Errorf("read %s: gone", rec.Workload)
+	}
+	m := Message{Type: typ, Workload: rec.Workload, Admission: rec.Admission}
+	for _, obj := range objs {
+		raw, err := remoteCopy(ad, obj)
+		if err != nil {
+			return Message{}, err
+		}
+		if isGroup(rec.Workload) {
+			m.Members = append(m.Members, raw)
+		} else {
+			m.Object = raw
+		}
+	}
 	if cfg, err := d.configNamed(rec.Config); err == nil {
 		m.LostAfter = settingsOf(cfg).lost.String()
 	}
@@ -583,6 +634,7 @@ func (d *Dispatcher) confirm(ctx context.Context, rec *dispatch) error {
 	if err := d.send(ctx, rec.Winner, run); err != nil {
 		return err
 	}
+	sent(rec, run)
 	for _, w := range rec.Offered {
 		if w != rec.Winner {
 			if err := d.withdraw(ctx, rec, w, "admitted by worker cluster "+rec.Winner); err != nil {
@@ -617,18 +669,43 @@ func (d *Dispatcher) retry(ctx context.Context, rec *dispatch, why string, delay
 	return d.forget(ctx, rec)
 }
 
-// mirror writes the winner's status onto the manager's object.
+// mirror writes the winner's status onto the manager's object (each
+// member's onto each member of a pod group).
 func (d *Dispatcher) mirror(ctx context.Context, rec *dispatch, r Report) error {
 	ad := d.adapters[rec.Workload.Kind]
 	res := d.dyn.Resource(ad.Kind().GVR()).Namespace(rec.Workload.Namespace)
-	cur, err := res.Get(ctx, rec.Workload.Name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) || err == nil && string(cur.GetUID()) != jobframework.ObjectUID(rec.Workload.UID) {
+	if !isGroup(rec.Workload) {
+		cur, err := res.Get(ctx, rec.Workload.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || err == nil && string(cur.GetUID()) != jobframework.ObjectUID(rec.Workload.UID) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read %s: %w", rec.Workload, err)
+		}
+		return d.mirrorOne(ctx, res, rec, cur, r.Status, r.State)
+	}
+	g, ok := ad.(jobframework.Grouper)
+	if !ok {
 		return nil
 	}
-	if err != nil {
-		return fmt.Errorf("read %s: %w", rec.Workload, err)
+	for _, name := range slices.Sorted(maps.Keys(r.Members)) {
+		cur, err := res.Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || err == nil && cur.GetLabels()[g.GroupLabel()] != rec.Workload.Name {
+			continue // not a member (any more)
+		}
+		if err != nil {
+			return fmt.Errorf("read %s of %s: %w", name, rec.Workload, err)
+		}
+		if err := d.mirrorOne(ctx, res, rec, cur, r.Members[name], r.State); err != nil {
+			return err
+		}
 	}
-	status, err := statusOf(r.Status)
+	return nil
+}
+
+// mirrorOne writes a copy's status onto the manager's object cur.
+func (d *Dispatcher) mirrorOne(ctx context.Context, res dynamic.ResourceInterface, rec *dispatch, cur *unstructured.Unstructured, raw json.RawMessage, state string) error {
+	status, err := statusOf(raw)
 	if err != nil {
 		return err
 	}
@@ -640,7 +717,7 @@ func (d *Dispatcher) mirror(ctx context.Context, rec *dispatch, r Report) error 
 	prev, _ := cur.Object["status"].(map[string]any)
 	cur.Object["status"] = status
 	_, err = res.UpdateStatus(ctx, cur, metav1.UpdateOptions{})
-	if (apierrors.IsInvalid(err) || apierrors.IsBadRequest(err)) && r.State == Finished {
+	if (apierrors.IsInvalid(err) || apierrors.IsBadRequest(err)) && state == Finished {
 		// The end must reach the manager, or its job never finishes. A
 		// status the API server refuses as a successor of the one it has
 		// (counters going down after a re-dispatch) keeps the higher
@@ -649,7 +726,7 @@ func (d *Dispatcher) mirror(ctx context.Context, rec *dispatch, r Report) error 
 		_, err = res.UpdateStatus(ctx, cur, metav1.UpdateOptions{})
 	}
 	if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
-		d.log.Error().Err(err).Str("workload", rec.Workload.String()).Str("state", r.State).Msg("worker's status refused by the manager's API server; not mirrored")
+		d.log.Error().Err(err).Str("workload", rec.Workload.String()).Str("object", cur.GetName()).Str("state", state).Msg("worker's status refused by the manager's API server; not mirrored")
 		return nil
 	}
 	if err != nil {
@@ -715,6 +792,7 @@ func (d *Dispatcher) look(ctx context.Context, cached *dispatch) error {
 	switch {
 	case cached.Winner != "" && !alive(cached.Winner):
 	case cached.Winner != "" && !cached.Answered:
+	case cached.Winner != "" && cached.Growing:
 	case cached.Winner == "" && (!s.incremental || d.now().Sub(cached.RoundAt) >= s.round):
 		if len(s.nominate(cached.Offered, alive)) == 0 {
 			return nil
@@ -731,6 +809,8 @@ func (d *Dispatcher) look(ctx context.Context, cached *dispatch) error {
 		return d.retry(ctx, rec, "worker cluster "+rec.Winner+" lost: not heard from for "+s.lost.String(), 0)
 	case rec.Winner != "" && !rec.Answered:
 		return d.confirm(ctx, rec)
+	case rec.Winner != "" && rec.Growing:
+		return d.grow(ctx, rec)
 	case rec.Winner == "":
 		next := s.nominate(rec.Offered, alive)
 		if len(next) == 0 {
@@ -740,6 +820,42 @@ func (d *Dispatcher) look(ctx context.Context, cached *dispatch) error {
 		return d.offer(ctx, rec, next)
 	}
 	return nil
+}
+
+// grow sends the winner the members a pod group admitted on its first
+// (fast admission) gained since it was dispatched, until it has them all.
+// Called with d.mu held.
+func (d *Dispatcher) grow(ctx context.Context, rec *dispatch) error {
+	m, err := d.carrying(ctx, rec, Run)
+	if err != nil {
+		return err
+	}
+	if len(m.Members) <= rec.Members {
+		return nil
+	}
+	if err := d.send(ctx, rec.Winner, m); err != nil {
+		return err
+	}
+	sent(rec, m)
+	d.log.Info().Str("workload", rec.Workload.String()).Int("members", rec.Members).Msg("new members sent to the worker")
+	return d.save(ctx, rec)
+}
+
+// sent records in rec how many members of a pod group m carries, and
+// whether the group has more to come.
+func sent(rec *dispatch, m Message) {
+	if len(m.Members) == 0 {
+		return
+	}
+	rec.Members = len(m.Members)
+	var first struct {
+		Metadata struct {
+			Annotations map[string]string `json:"annotations"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(m.Members[0], &first); err == nil {
+		rec.Growing = len(m.Members) < groupTotal(first.Metadata.Annotations)
+	}
 }
 
 // jsonOf encodes a status decoded from JSON (which cannot fail).

@@ -3,6 +3,7 @@ package multicluster
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -116,4 +117,14 @@ func statusOf(raw json.RawMessage) (map[string]any, error) {
 		}
 	}
 	return status, nil
+}
+
+// groupTotal is the total count a pod group's member declares (0 when it
+// declares none that can be read).
+func groupTotal(annotations map[string]string) int {
+	n, err := strconv.Atoi(annotations[v1beta1.PodGroupTotalCountAnnotation])
+	if err != nil {
+		return 0
+	}
+	return n
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluice-dev/sluice/events"
 	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/internal/jobframework"
 )
 
 // Stream is the manager's JetStream stream that carries offers to the
@@ -110,6 +111,10 @@ type Message struct {
 	// Object (Offer, Run) is the job object to create: its apiVersion, kind,
 	// name, namespace, labels, annotations and spec.
 	Object json.RawMessage `json:"object,omitempty"`
+	// Members (Offer, Run), in place of Object for a pod group (a
+	// workload whose UID starts with jobframework.GroupUIDPrefix and
+	// whose name is the group's): each member to create, as Object.
+	Members []json.RawMessage `json:"members,omitempty"`
 	// Reason (Withdraw) says why, for the worker's log.
 	Reason string `json:"reason,omitempty"`
 	// LostAfter (Offer, Run) is the config's workerLostTimeout, as a Go
@@ -131,8 +136,11 @@ func (m Message) Validate() error {
 	if m.Workload.UID == "" {
 		return fmt.Errorf("%w: workload %s: no uid", ErrBadMessage, m.Workload)
 	}
-	if m.Type != Withdraw && (m.Admission == "" || len(m.Object) == 0) {
-		return fmt.Errorf("%w: %s of %s: an admission and an object are required", ErrBadMessage, m.Type, m.Workload)
+	if m.Type != Withdraw && (m.Admission == "" || len(m.Object) == 0 && len(m.Members) == 0) {
+		return fmt.Errorf("%w: %s of %s: an admission and an object (or a group's members) are required", ErrBadMessage, m.Type, m.Workload)
+	}
+	if len(m.Members) > 0 && (len(m.Object) > 0 || !isGroup(m.Workload)) {
+		return fmt.Errorf("%w: %s of %s: members are a pod group's, in place of an object", ErrBadMessage, m.Type, m.Workload)
 	}
 	if m.LostAfter != "" {
 		if d, err := time.ParseDuration(m.LostAfter); err != nil || d <= 0 {
@@ -150,8 +158,10 @@ type Report struct {
 	Admission string             `json:"admission"`
 	State     string             `json:"state"`
 	// Status is the copy's status, to mirror on the manager's object.
-	Status  json.RawMessage `json:"status,omitempty"`
-	Message string          `json:"message,omitempty"`
+	Status json.RawMessage `json:"status,omitempty"`
+	// Members is, for a pod group, each member copy's status by name.
+	Members map[string]json.RawMessage `json:"members,omitempty"`
+	Message string                     `json:"message,omitempty"`
 }
 
 // Validate checks a report.
@@ -168,6 +178,12 @@ func (r Report) Validate() error {
 		return fmt.Errorf("%w: workload %s: no uid", ErrBadMessage, r.Workload)
 	}
 	return nil
+}
+
+// isGroup reports whether w is a pod group's workload: its members travel
+// together.
+func isGroup(w events.WorkloadRef) bool {
+	return strings.HasPrefix(w.UID, jobframework.GroupUIDPrefix)
 }
 
 // Setup creates or updates the stream and the dispatcher's bucket in the

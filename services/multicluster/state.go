@@ -29,6 +29,11 @@ type dispatch struct {
 	// Answered: the winner was told to run it, the others to withdraw,
 	// and the check answered Ready.
 	Answered bool `json:"answered,omitempty"`
+	// Members is how many members of a pod group were sent; Growing: fewer
+	// than the group's total (a group admitted on its first member), so
+	// those created later are sent to the winner as they come.
+	Members int  `json:"members,omitempty"`
+	Growing bool `json:"growing,omitempty"`
 
 	rev uint64 // the bucket's revision it was read at
 }

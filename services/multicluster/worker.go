@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -137,6 +138,9 @@ func (w *Worker) Run(ctx context.Context) error {
 			continue
 		}
 		inf := factory.ForResource(ad.Kind().GVR()).Informer()
+		if err := inf.AddIndexers(cache.Indexers{originIndex: byOrigin}); err != nil {
+			return err
+		}
 		enqueue := func(o any) {
 			if k, err := cache.DeletionHandlingMetaNamespaceKeyFunc(o); err == nil {
 				ns, n, _ := cache.SplitMetaNamespaceKey(k)
@@ -263,8 +267,13 @@ func copyOf(msg Message, ad jobframework.Adapter, allowed func(namespace string)
 	if err := json.Unmarshal(msg.Object, &obj.Object); err != nil || obj.Object == nil {
 		return nil, fmt.Errorf("%w: object of %s: not a JSON object: %v", ErrBadMessage, msg.Workload, err)
 	}
+	named := obj.GetName() == msg.Workload.Name
+	if g, ok := ad.(jobframework.Grouper); ok && isGroup(msg.Workload) {
+		// A member of the group the workload is.
+		named = obj.GetName() != "" && obj.GetLabels()[g.GroupLabel()] == msg.Workload.Name
+	}
 	if obj.GetAPIVersion() != k.GVK.GroupVersion().String() || obj.GetKind() != k.GVK.Kind ||
-		obj.GetNamespace() != msg.Workload.Namespace || obj.GetName() != msg.Workload.Name {
+		obj.GetNamespace() != msg.Workload.Namespace || !named {
 		return nil, fmt.Errorf("%w: object of %s is a %s %s named %s/%s", ErrBadMessage, msg.Workload, obj.GetAPIVersion(), obj.GetKind(),
 			obj.GetNamespace(), obj.GetName())
 	}
@@ -313,6 +322,9 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) error {
 			Message: fmt.Sprintf("kind %q is not integrated or not served in worker cluster %s", msg.Workload.Kind, w.name)})
 	}
 	log := w.log.With().Str("workload", msg.Workload.String()).Str("admission", msg.Admission).Logger()
+	if isGroup(msg.Workload) {
+		return w.handleGroup(ctx, msg, ad, log)
+	}
 	var obj *unstructured.Unstructured
 	if msg.Type != Withdraw {
 		var err error
@@ -380,6 +392,88 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) error {
 	return nil
 }
 
+// handleGroup acts on a message about a pod group: its members' copies
+// are created, released and withdrawn together.
+func (w *Worker) handleGroup(ctx context.Context, msg Message, ad jobframework.Adapter, log zerolog.Logger) error {
+	res := w.dyn.Resource(ad.Kind().GVR()).Namespace(msg.Workload.Namespace)
+	l, err := res.List(ctx, metav1.ListOptions{LabelSelector: OriginLabel + "=" + msg.Workload.UID})
+	if err != nil {
+		return fmt.Errorf("list the copies of %s: %w", msg.Workload, err)
+	}
+	have := map[string]*unstructured.Unstructured{}
+	var earlier []*unstructured.Unstructured
+	for i := range l.Items {
+		c := &l.Items[i]
+		if msg.Type != Withdraw && c.GetAnnotations()[AdmissionAnnotation] == msg.Admission {
+			have[c.GetName()] = c
+		} else {
+			earlier = append(earlier, c)
+		}
+	}
+	for _, c := range earlier {
+		if err := w.remove(ctx, res, c); err != nil {
+			return err
+		}
+	}
+	if msg.Type == Withdraw {
+		if len(earlier) > 0 {
+			log.Info().Str("reason", msg.Reason).Int("members", len(earlier)).Msg("copies withdrawn")
+		}
+		return nil
+	}
+	if len(earlier) > 0 {
+		// Copies of an earlier offer go first; the new ones are made once
+		// they are gone.
+		return fmt.Errorf("copies of %s for an earlier offer being deleted", msg.Workload)
+	}
+	created := 0
+	var first string
+	for _, raw := range msg.Members {
+		one := msg
+		one.Object, one.Members = raw, nil
+		obj, err := copyOf(one, ad, w.allowed)
+		if errors.Is(err, ErrRefusedCopy) {
+			log.Warn().Err(err).Msg("copy refused")
+			return w.report(ctx, Report{Workload: msg.Workload, Admission: msg.Admission, State: Gone,
+				Message: fmt.Sprintf("worker cluster %s: %v", w.name, err)})
+		}
+		if err != nil {
+			return err
+		}
+		if first == "" {
+			first = obj.GetName()
+		}
+		if cur, ok := have[obj.GetName()]; ok {
+			if holds(cur) && msg.Type == Run {
+				patch := []byte(`{"metadata":{"uid":"` + string(cur.GetUID()) + `","annotations":{"` + jobframework.HoldAnnotation + `":null}}}`)
+				if _, err := res.Patch(ctx, cur.GetName(), types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+					return fmt.Errorf("release %s of %s: %w", cur.GetName(), msg.Workload, err)
+				}
+			}
+			continue
+		}
+		if _, err := res.Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+			if apierrors.IsAlreadyExists(err) {
+				return w.report(ctx, Report{Workload: msg.Workload, Admission: msg.Admission, State: Gone,
+					Message: fmt.Sprintf("a %s named %s/%s that is not a copy of the group's exists in worker cluster %s", ad.Kind().Name, obj.GetNamespace(), obj.GetName(), w.name)})
+			}
+			if apierrors.IsInvalid(err) || apierrors.IsNotFound(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err) {
+				return w.report(ctx, Report{Workload: msg.Workload, Admission: msg.Admission, State: Gone,
+					Message: fmt.Sprintf("worker cluster %s refused the copy of %s: %v", w.name, obj.GetName(), err)})
+			}
+			return fmt.Errorf("create %s of %s: %w", obj.GetName(), msg.Workload, err)
+		}
+		created++
+	}
+	if created > 0 {
+		log.Info().Int("members", created).Msg("copies created")
+	}
+	if first != "" {
+		w.queue.Add(copyKey{kind: ad.Kind().Name, namespace: msg.Workload.Namespace, name: first})
+	}
+	return nil
+}
+
 func (w *Worker) remove(ctx context.Context, res dynamic.ResourceInterface, cur *unstructured.Unstructured) error {
 	uid := cur.GetUID()
 	policy := metav1.DeletePropagationBackground
@@ -423,7 +517,80 @@ func (w *Worker) sync(ctx context.Context, k copyKey) error {
 			return fmt.Errorf("mark %s/%s as run: %w", u.GetNamespace(), u.GetName(), err)
 		}
 	}
+	if isGroup(r.Workload) {
+		if r, err = w.groupReport(k.kind, r); err != nil {
+			w.log.Warn().Err(err).Str("workload", r.Workload.String()).Msg("group copies not understood")
+			return nil
+		}
+	}
 	return w.report(ctx, r)
+}
+
+// originIndex indexes the copies by the UID of the manager's workload.
+const originIndex = "origin"
+
+func byOrigin(o any) ([]string, error) {
+	m, err := apimeta.Accessor(o)
+	if err != nil {
+		return nil, nil
+	}
+	if uid := m.GetLabels()[OriginLabel]; uid != "" {
+		return []string{uid}, nil
+	}
+	return nil, nil
+}
+
+// groupReport is the report on a pod group from its member copies here,
+// one member's report given: finished when every member is, admitted when
+// every member is admitted (or finished), stopped when one was stopped,
+// queued otherwise; each member's status by name.
+func (w *Worker) groupReport(kind string, one Report) (Report, error) {
+	objs, err := w.informers[kind].GetIndexer().ByIndex(originIndex, one.Workload.UID)
+	if err != nil {
+		return one, err
+	}
+	r := Report{Workload: one.Workload, Admission: one.Admission, Members: map[string]json.RawMessage{}}
+	if g, ok := w.adapters[kind].(jobframework.Grouper); ok {
+		r.Workload.Name = ""
+		for _, o := range objs {
+			if u, ok := o.(*unstructured.Unstructured); ok && r.Workload.Name == "" {
+				r.Workload.Name = u.GetLabels()[g.GroupLabel()]
+			}
+		}
+	}
+	n, finished, admitted := 0, 0, 0
+	for _, o := range objs {
+		u, ok := o.(*unstructured.Unstructured)
+		if !ok || u.GetAnnotations()[AdmissionAnnotation] != one.Admission {
+			continue
+		}
+		n++
+		m, err := w.reportOf(kind, u)
+		if err != nil {
+			return one, err
+		}
+		switch m.State {
+		case Finished:
+			finished++
+		case Admitted:
+			admitted++
+		case Stopped:
+			r.State, r.Message = Stopped, m.Message
+		}
+		if m.Status != nil {
+			r.Members[u.GetName()] = m.Status
+		}
+	}
+	switch {
+	case r.State == Stopped:
+	case n > 0 && finished == n:
+		r.State, r.Message = Finished, fmt.Sprintf("all %d members finished", n)
+	case n > 0 && finished+admitted == n:
+		r.State = Admitted
+	default:
+		r.State = Queued
+	}
+	return r, nil
 }
 
 // reportOf is what a copy's object says: its state and status.
@@ -432,8 +599,7 @@ func (w *Worker) reportOf(kind string, u *unstructured.Unstructured) (Report, er
 	if err != nil {
 		return Report{}, err
 	}
-	r := Report{Workload: events.WorkloadRef{Kind: kind, Namespace: u.GetNamespace(), Name: u.GetName(), UID: u.GetLabels()[OriginLabel]},
-		Admission: u.GetAnnotations()[AdmissionAnnotation], State: Queued}
+	r := Report{Workload: w.workloadOf(kind, u), Admission: u.GetAnnotations()[AdmissionAnnotation], State: Queued}
 	holding := holds(u)
 	_, ran := u.GetAnnotations()[RanAnnotation]
 	switch done, _, msg := job.Finished(); {
@@ -454,6 +620,16 @@ func (w *Worker) reportOf(kind string, u *unstructured.Unstructured) (Report, er
 		r.Status = raw
 	}
 	return r, nil
+}
+
+// workloadOf is the manager's workload a copy is of: the object's own
+// name, or a pod group member's group.
+func (w *Worker) workloadOf(kind string, u *unstructured.Unstructured) events.WorkloadRef {
+	ref := events.WorkloadRef{Kind: kind, Namespace: u.GetNamespace(), Name: u.GetName(), UID: u.GetLabels()[OriginLabel]}
+	if g, ok := w.adapters[kind].(jobframework.Grouper); ok && isGroup(ref) {
+		ref.Name = u.GetLabels()[g.GroupLabel()]
+	}
+	return ref
 }
 
 // holds reports whether a copy is held for the manager's pick.
@@ -481,8 +657,8 @@ func (w *Worker) deleted(ctx context.Context, o any) {
 			// Finished, final status and all, even when its deletion (a
 			// TTL, a withdrawal) comes before the update was reported:
 			// the report replaces the last on its subject.
-			r = Report{Workload: events.WorkloadRef{Kind: kind, Namespace: u.GetNamespace(), Name: u.GetName(), UID: u.GetLabels()[OriginLabel]},
-				Admission: u.GetAnnotations()[AdmissionAnnotation], State: Gone, Message: "the copy was deleted in worker cluster " + w.name}
+			r = Report{Workload: w.workloadOf(kind, u), Admission: u.GetAnnotations()[AdmissionAnnotation], State: Gone,
+				Message: "the copy of " + u.GetName() + " was deleted in worker cluster " + w.name}
 		}
 		w.sentMu.Lock()
 		delete(w.sent, r.Workload.UID)

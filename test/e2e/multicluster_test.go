@@ -32,6 +32,9 @@ import (
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/internal/ledger"
 	"github.com/sluice-dev/sluice/services/integration/kinds"
+	"github.com/sluice-dev/sluice/services/integration/leaderworkerset"
+	"github.com/sluice-dev/sluice/services/integration/pod"
+	"github.com/sluice-dev/sluice/services/integration/statefulset"
 	"github.com/sluice-dev/sluice/services/multicluster"
 )
 
@@ -643,6 +646,8 @@ spec:
 		})
 	}
 	t.Run("deployment", func(t *testing.T) { multiClusterDeployment(t, w, ns) })
+	t.Run("statefulset", func(t *testing.T) { multiClusterStatefulSet(t, w, ns) })
+	t.Run("leaderworkerset", func(t *testing.T) { multiClusterLeaderWorkerSet(t, w, ns) })
 }
 
 // multiClusterDeployment: a Deployment's Pods, each a workload of its own,
@@ -727,5 +732,115 @@ func multiClusterDeployment(t *testing.T, w *workerCluster, ns string) {
 			}
 		}
 		return len(cps.Items) == 0 && n == 0 && worker == 0, fmt.Sprintf("%d copies left; held on the manager %d, on the worker %d", len(cps.Items), n, worker)
+	})
+}
+
+// groupCopies are the worker's running copies of the manager's Pods
+// labelled app, and the manager's Pods of app that are gated and mirror a
+// running copy; msg says what was seen.
+func groupCopies(t *testing.T, w *workerCluster, ns, app string) (copies, mirrored []string, msg string) {
+	t.Helper()
+	cps, err := w.dyn.Resource(corev1.SchemeGroupVersion.WithResource("pods")).Namespace(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "app=" + app})
+	if err != nil {
+		return nil, nil, err.Error()
+	}
+	for _, c := range cps.Items {
+		phase, _, _ := unstructured.NestedString(c.Object, "status", "phase")
+		gates, _, _ := unstructured.NestedSlice(c.Object, "spec", "schedulingGates")
+		if c.GetDeletionTimestamp() == nil && phase == "Running" && len(gates) == 0 && c.GetLabels()["sluice.dev/multicluster-origin"] != "" {
+			copies = append(copies, c.GetName())
+		}
+	}
+	pods, err := env.kube.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "app=" + app})
+	if err != nil {
+		return nil, nil, err.Error()
+	}
+	var seen []string
+	for _, p := range pods.Items {
+		seen = append(seen, fmt.Sprintf("%s gates %d phase %s", p.Name, len(p.Spec.SchedulingGates), p.Status.Phase))
+		if p.DeletionTimestamp == nil && len(p.Spec.SchedulingGates) > 0 && p.Status.Phase == corev1.PodRunning {
+			mirrored = append(mirrored, p.Name)
+		}
+	}
+	sort.Strings(copies)
+	sort.Strings(mirrored)
+	return copies, mirrored, fmt.Sprintf("copies %v; manager's pods: %s", copies, strings.Join(seen, "; "))
+}
+
+// multiClusterStatefulSet: a StatefulSet's Pods are one pod group,
+// admitted on its first Pod and dispatched whole: the first runs as a copy
+// in the worker, and once the manager mirrors it ready, the StatefulSet
+// makes the next, which is sent to the same worker under the same
+// admission; deleting the StatefulSet withdraws the copies.
+func multiClusterStatefulSet(t *testing.T, w *workerCluster, ns string) {
+	ss := &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: ns, Labels: map[string]string{v1beta1.QueueNameLabel: "q"}},
+		Spec: appsv1.StatefulSetSpec{Replicas: ptr.To[int32](2), ServiceName: "db",
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}, Template: servingTemplate("db")},
+	}
+	sets := env.kube.AppsV1().StatefulSets(ns)
+	if _, err := sets.Create(context.Background(), ss, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create statefulset: %v", err)
+	}
+	key := "pod/" + ns + "/" + statefulset.GroupName("db")
+	eventually(t, 120*time.Second, "both Pods, made one after the other, run as copies in the worker", func() (bool, string) {
+		copies, mirrored, msg := groupCopies(t, w, ns, "db")
+		r := reservations(t)[key]
+		return len(copies) == 2 && slices.Equal(copies, mirrored) && r.DispatchedTo == w.name, fmt.Sprintf("%s; dispatched to %q", msg, r.DispatchedTo)
+	})
+	if _, onWorker := w.reservations()[key]; !onWorker {
+		t.Errorf("the worker holds no quota for the group %s", key)
+	}
+	if err := sets.Delete(context.Background(), "db", metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationForeground)}); err != nil {
+		t.Fatalf("delete statefulset: %v", err)
+	}
+	eventually(t, 60*time.Second, "deleted: the copies withdrawn, no quota held on either side", func() (bool, string) {
+		copies, _, msg := groupCopies(t, w, ns, "db")
+		_, onManager := reservations(t)[key]
+		_, onWorker := w.reservations()[key]
+		return len(copies) == 0 && !onManager && !onWorker, fmt.Sprintf("%s; held on the manager %v, on the worker %v", msg, onManager, onWorker)
+	})
+}
+
+// multiClusterLeaderWorkerSet: each group of a LeaderWorkerSet (its
+// controller runs in the manager) is dispatched whole: its leader and
+// workers run as copies in one worker.
+func multiClusterLeaderWorkerSet(t *testing.T, w *workerCluster, ns string) {
+	startLWSController(t, ns)
+	res := env.dyn.Resource(leaderworkerset.Kind.GVR()).Namespace(ns)
+	tpl, err := yaml.Marshal(servingTemplate("llm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	src := fmt.Sprintf(`apiVersion: leaderworkerset.x-k8s.io/v1
+kind: LeaderWorkerSet
+metadata: {name: llm, namespace: %s, labels: {%s: q}}
+spec:
+  replicas: 1
+  leaderWorkerTemplate:
+    size: 3
+    workerTemplate:
+%s`, ns, v1beta1.QueueNameLabel, indent(string(tpl), "      "))
+	if err := yaml.Unmarshal([]byte(src), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := res.Create(context.Background(), &unstructured.Unstructured{Object: doc}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create leaderworkerset: %v", err)
+	}
+	key := "pod/" + ns + "/" + pod.LeaderWorkerSetGroupName("llm", "0")
+	eventually(t, 120*time.Second, "the group's leader and 2 workers run as copies in the worker", func() (bool, string) {
+		copies, mirrored, msg := groupCopies(t, w, ns, "llm")
+		r := reservations(t)[key]
+		return len(copies) == 3 && slices.Equal(copies, mirrored) && r.DispatchedTo == w.name, fmt.Sprintf("%s; dispatched to %q", msg, r.DispatchedTo)
+	})
+	if err := res.Delete(context.Background(), "llm", metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationForeground)}); err != nil {
+		t.Fatalf("delete leaderworkerset: %v", err)
+	}
+	eventually(t, 60*time.Second, "deleted: the copies withdrawn, no quota held on either side", func() (bool, string) {
+		copies, _, msg := groupCopies(t, w, ns, "llm")
+		_, onManager := reservations(t)[key]
+		_, onWorker := w.reservations()[key]
+		return len(copies) == 0 && !onManager && !onWorker, fmt.Sprintf("%s; held on the manager %v, on the worker %v", msg, onManager, onWorker)
 	})
 }

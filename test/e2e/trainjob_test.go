@@ -4,9 +4,14 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -43,7 +48,7 @@ metadata: {name: kubeflow-trainer-webhook-cert, namespace: kubeflow-system}
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	var logs bytes.Buffer
+	var logs lockedBuffer
 	cmd := exec.Command(bin, "--kubeconfig", env.kubeconfig, fmt.Sprintf("--webhook-server-port=%d", port),
 		"--health-probe-bind-address=0", "--metrics-bind-address=0", "--leader-elect=false")
 	cmd.Stdout, cmd.Stderr = &logs, &logs
@@ -59,7 +64,35 @@ metadata: {name: kubeflow-trainer-webhook-cert, namespace: kubeflow-system}
 			t.Logf("trainer controller log (last 40 lines):\n%s", tail(logs.String(), 40))
 		}
 	})
+	// Its controllers start once the certificates it wrote into the
+	// Secret are in its certificate directory, where the kubelet would
+	// mount the Secret: put them there.
+	eventually(t, 60*time.Second, "the trainer's certificates written into its Secret", func() (bool, string) {
+		sec, err := env.kube.CoreV1().Secrets("kubeflow-system").Get(context.Background(), "kubeflow-trainer-webhook-cert", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		if len(sec.Data["tls.crt"]) == 0 || len(sec.Data["tls.key"]) == 0 || len(sec.Data["ca.crt"]) == 0 {
+			return false, fmt.Sprintf("keys %v", slices.Collect(maps.Keys(sec.Data)))
+		}
+		if err := os.MkdirAll(trainerCertDir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range []string{"tls.crt", "tls.key", "ca.crt"} {
+			if err := os.WriteFile(filepath.Join(trainerCertDir, f), sec.Data[f], 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return true, ""
+	})
+	eventually(t, 60*time.Second, "the trainer's controllers started", func() (bool, string) {
+		return strings.Contains(logs.String(), "Certs ready"), "waiting for its certificates"
+	})
 }
+
+// trainerCertDir is where Kubeflow Trainer's controller reads its serving
+// certificate (fixed in its code).
+const trainerCertDir = "/tmp/k8s-webhook-server/serving-certs"
 
 // TestTrainJobLifecycle runs Kubeflow Trainer's controller and the JobSet
 // controller: a TrainJob is queued for the pods its runtime describes
@@ -187,4 +220,22 @@ spec:
 	if err := res.Delete(context.Background(), "orphan", metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		t.Fatal(err)
 	}
+}
+
+// lockedBuffer is a buffer a process writes while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
