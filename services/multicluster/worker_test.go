@@ -104,6 +104,11 @@ func FuzzWorkerMessage(f *testing.F) {
 	f.Add(b)
 	f.Add([]byte(`{"type":"run","workload":{"kind":"job","namespace":"team-a","name":"train","uid":"u"},"admission":"a","object":{"kind":"Job"}}`))
 	f.Add([]byte(`{}`))
+	group := events.WorkloadRef{Kind: "pod", Namespace: "team-a", Name: "g", UID: jobframework.GroupUIDPrefix + "u1"}
+	for _, name := range []string{"g-0", "g"} {
+		b, _ := json.Marshal(Message{Type: Offer, Workload: group, Admission: "a1", Object: raw(member(name, "g", nil))})
+		f.Add(b)
+	}
 	ads := map[string]jobframework.Adapter{}
 	for _, ad := range kinds.All {
 		ads[ad.Kind().Name] = ad
@@ -131,7 +136,11 @@ func FuzzWorkerMessage(f *testing.F) {
 			}
 			return
 		}
-		if obj.GetNamespace() != "team-a" || obj.GetName() != msg.Workload.Name || obj.GetKind() != ad.Kind().GVK.Kind ||
+		named := obj.GetName() == msg.Workload.Name
+		if g, ok := ad.(jobframework.Grouper); ok && isGroup(msg.Workload) {
+			named = obj.GetLabels()[g.GroupLabel()] == msg.Workload.Name
+		}
+		if obj.GetNamespace() != "team-a" || !named || obj.GetKind() != ad.Kind().GVK.Kind ||
 			obj.GetLabels()[v1beta1.QueueNameLabel] == "" || obj.GetLabels()[OriginLabel] != msg.Workload.UID {
 			t.Fatalf("copy %s %s/%s labels %v for %s", obj.GetKind(), obj.GetNamespace(), obj.GetName(), obj.GetLabels(), msg.Workload)
 		}

@@ -102,6 +102,14 @@ leaderElection: {leaderElect: false}
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("register the LeaderWorkerSet validating webhooks: %v", err)
 	}
+	eventually(t, 60*time.Second, "the LeaderWorkerSet controller's webhooks serving", func() (bool, string) {
+		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
+		if err != nil {
+			return false, err.Error()
+		}
+		c.Close()
+		return true, ""
+	})
 	t.Cleanup(func() {
 		_ = reg.MutatingWebhookConfigurations().Delete(context.Background(), name, metav1.DeleteOptions{})
 		_ = reg.ValidatingWebhookConfigurations().Delete(context.Background(), name, metav1.DeleteOptions{})
