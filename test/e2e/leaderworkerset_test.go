@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -50,7 +49,7 @@ leaderElection: {leaderElect: false}
 	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var logs bytes.Buffer
+	var logs lockedBuffer
 	cmd := exec.Command(bin, "--config", filepath.Join(dir, "config.yaml"), "--kubeconfig", env.kubeconfig)
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
@@ -102,14 +101,6 @@ leaderElection: {leaderElect: false}
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("register the LeaderWorkerSet validating webhooks: %v", err)
 	}
-	eventually(t, 60*time.Second, "the LeaderWorkerSet controller's webhooks serving", func() (bool, string) {
-		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
-		if err != nil {
-			return false, err.Error()
-		}
-		c.Close()
-		return true, ""
-	})
 	t.Cleanup(func() {
 		_ = reg.MutatingWebhookConfigurations().Delete(context.Background(), name, metav1.DeleteOptions{})
 		_ = reg.ValidatingWebhookConfigurations().Delete(context.Background(), name, metav1.DeleteOptions{})
@@ -118,6 +109,14 @@ leaderElection: {leaderElect: false}
 		if t.Failed() {
 			t.Logf("LeaderWorkerSet controller log (last 40 lines):\n%s", tail(logs.String(), 40))
 		}
+	})
+	eventually(t, 60*time.Second, "the LeaderWorkerSet controller's webhooks serving", func() (bool, string) {
+		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
+		if err != nil {
+			return false, err.Error()
+		}
+		c.Close()
+		return true, ""
 	})
 }
 
