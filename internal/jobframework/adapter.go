@@ -336,3 +336,16 @@ func DecodeAs[T any, PT interface {
 		return nil, fmt.Errorf("not a %s: %T", what, obj)
 	}
 }
+
+// ConditionText is what a condition says, for a finished job's message:
+// its message, else its reason, else fallback.
+func ConditionText(c *metav1.Condition, fallback string) string {
+	switch {
+	case c.Message != "":
+		return c.Message
+	case c.Reason != "":
+		return c.Reason
+	default:
+		return fallback
+	}
+}

@@ -318,8 +318,7 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) error {
 	}
 	ad, ok := w.adapters[msg.Workload.Kind]
 	if !ok {
-		return w.report(ctx, Report{Workload: msg.Workload, Admission: msg.Admission, State: Gone,
-			Message: fmt.Sprintf("kind %q is not integrated or not served in worker cluster %s", msg.Workload.Kind, w.name)})
+		return w.gone(ctx, msg, fmt.Sprintf("kind %q is not integrated or not served in worker cluster %s", msg.Workload.Kind, w.name))
 	}
 	log := w.log.With().Str("workload", msg.Workload.String()).Str("admission", msg.Admission).Logger()
 	if isGroup(msg.Workload) {
@@ -331,8 +330,7 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) error {
 		obj, err = copyOf(msg, ad, w.allowed)
 		if errors.Is(err, ErrRefusedCopy) {
 			log.Warn().Err(err).Msg("copy refused")
-			return w.report(ctx, Report{Workload: msg.Workload, Admission: msg.Admission, State: Gone,
-				Message: fmt.Sprintf("worker cluster %s: %v", w.name, err)})
+			return w.gone(ctx, msg, fmt.Sprintf("worker cluster %s: %v", w.name, err))
 		}
 		if err != nil {
 			return err
@@ -375,16 +373,14 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) error {
 		}
 		return fmt.Errorf("copy of %s for an earlier offer being deleted", msg.Workload)
 	case cur != nil:
-		return w.report(ctx, Report{Workload: msg.Workload, Admission: msg.Admission, State: Gone,
-			Message: fmt.Sprintf("a %s named %s/%s that is not its copy exists in worker cluster %s", ad.Kind().Name, cur.GetNamespace(), cur.GetName(), w.name)})
+		return w.gone(ctx, msg, fmt.Sprintf("a %s named %s/%s that is not its copy exists in worker cluster %s", ad.Kind().Name, cur.GetNamespace(), cur.GetName(), w.name))
 	}
 	if _, err := res.Create(ctx, obj, metav1.CreateOptions{}); err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("create %s: %w", msg.Workload, err) // look again
 		}
 		if apierrors.IsInvalid(err) || apierrors.IsNotFound(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err) {
-			return w.report(ctx, Report{Workload: msg.Workload, Admission: msg.Admission, State: Gone,
-				Message: fmt.Sprintf("worker cluster %s refused the copy: %v", w.name, err)})
+			return w.gone(ctx, msg, fmt.Sprintf("worker cluster %s refused the copy: %v", w.name, err))
 		}
 		return fmt.Errorf("create %s: %w", msg.Workload, err)
 	}
@@ -434,8 +430,7 @@ func (w *Worker) handleGroup(ctx context.Context, msg Message, ad jobframework.A
 		obj, err := copyOf(one, ad, w.allowed)
 		if errors.Is(err, ErrRefusedCopy) {
 			log.Warn().Err(err).Msg("copy refused")
-			return w.report(ctx, Report{Workload: msg.Workload, Admission: msg.Admission, State: Gone,
-				Message: fmt.Sprintf("worker cluster %s: %v", w.name, err)})
+			return w.gone(ctx, msg, fmt.Sprintf("worker cluster %s: %v", w.name, err))
 		}
 		if err != nil {
 			return err
@@ -454,12 +449,10 @@ func (w *Worker) handleGroup(ctx context.Context, msg Message, ad jobframework.A
 		}
 		if _, err := res.Create(ctx, obj, metav1.CreateOptions{}); err != nil {
 			if apierrors.IsAlreadyExists(err) {
-				return w.report(ctx, Report{Workload: msg.Workload, Admission: msg.Admission, State: Gone,
-					Message: fmt.Sprintf("a %s named %s/%s that is not a copy of the group's exists in worker cluster %s", ad.Kind().Name, obj.GetNamespace(), obj.GetName(), w.name)})
+				return w.gone(ctx, msg, fmt.Sprintf("a %s named %s/%s that is not a copy of the group's exists in worker cluster %s", ad.Kind().Name, obj.GetNamespace(), obj.GetName(), w.name))
 			}
 			if apierrors.IsInvalid(err) || apierrors.IsNotFound(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err) {
-				return w.report(ctx, Report{Workload: msg.Workload, Admission: msg.Admission, State: Gone,
-					Message: fmt.Sprintf("worker cluster %s refused the copy of %s: %v", w.name, obj.GetName(), err)})
+				return w.gone(ctx, msg, fmt.Sprintf("worker cluster %s refused the copy of %s: %v", w.name, obj.GetName(), err))
 			}
 			return fmt.Errorf("create %s of %s: %w", obj.GetName(), msg.Workload, err)
 		}
@@ -472,6 +465,11 @@ func (w *Worker) handleGroup(ctx context.Context, msg Message, ad jobframework.A
 		w.queue.Add(copyKey{kind: ad.Kind().Name, namespace: msg.Workload.Namespace, name: first})
 	}
 	return nil
+}
+
+// gone reports the workload of msg gone from this worker, saying why.
+func (w *Worker) gone(ctx context.Context, msg Message, why string) error {
+	return w.report(ctx, Report{Workload: msg.Workload, Admission: msg.Admission, State: Gone, Message: why})
 }
 
 func (w *Worker) remove(ctx context.Context, res dynamic.ResourceInterface, cur *unstructured.Unstructured) error {

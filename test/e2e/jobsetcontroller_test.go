@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -83,6 +84,67 @@ func moduleBinary(t *testing.T, module, pkg, name string) string {
 	return bin
 }
 
+// componentConfig writes into dir, and returns the path of, the
+// configuration file that the JobSet and LeaderWorkerSet controllers share
+// the shape of (apiVersion tells which): webhooks on 127.0.0.1:port with
+// the certificate in dir, no metrics, probes or leader election.
+func componentConfig(t *testing.T, dir, apiVersion string, port int) string {
+	t.Helper()
+	config := fmt.Sprintf(`apiVersion: %s
+kind: Configuration
+internalCertManagement: {enable: false}
+webhook: {port: %d, host: 127.0.0.1, certDir: %q}
+metrics: {bindAddress: "0"}
+health: {healthProbeBindAddress: "0"}
+leaderElection: {leaderElect: false}
+`, apiVersion, port, dir)
+	path := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// runController runs an upstream controller (what names it) for the
+// test: killed when the test ends, its last log lines shown if it failed.
+func runController(t *testing.T, what, bin string, args ...string) *lockedBuffer {
+	t.Helper()
+	logs := &lockedBuffer{}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start the %s: %v", what, err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-done
+		if t.Failed() {
+			t.Logf("%s log (last 40 lines):\n%s", what, tail(logs.String(), 40))
+		}
+	})
+	return logs
+}
+
+// lockedBuffer is a buffer a process writes while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
 // servingCert writes a self-signed certificate for 127.0.0.1 into dir as
 // tls.crt and tls.key and returns the certificate's PEM.
 func servingCert(t *testing.T, dir string) []byte {
@@ -126,31 +188,8 @@ func startJobSetController(t *testing.T, ns string) {
 	bin := jobSetControllerBinary(t)
 	dir := t.TempDir()
 	ca := servingCert(t, dir)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	config := fmt.Sprintf(`apiVersion: config.jobset.x-k8s.io/v1alpha1
-kind: Configuration
-internalCertManagement: {enable: false}
-webhook: {port: %d, host: 127.0.0.1, certDir: %q}
-metrics: {bindAddress: "0"}
-health: {healthProbeBindAddress: "0"}
-leaderElection: {leaderElect: false}
-`, port, dir)
-	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte(config), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var logs bytes.Buffer
-	cmd := exec.Command(bin, "--config", filepath.Join(dir, "config.yaml"), "--kubeconfig", env.kubeconfig)
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start the JobSet controller: %v", err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
+	port := freePort()
+	runController(t, "JobSet controller", bin, "--config", componentConfig(t, dir, "config.jobset.x-k8s.io/v1alpha1", port), "--kubeconfig", env.kubeconfig)
 
 	url := func(path string) *string { return ptr.To(fmt.Sprintf("https://127.0.0.1:%d%s", port, path)) }
 	scope := &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}}
@@ -181,12 +220,8 @@ leaderElection: {leaderElect: false}
 	t.Cleanup(func() {
 		_ = reg.MutatingWebhookConfigurations().Delete(context.Background(), name, metav1.DeleteOptions{})
 		_ = reg.ValidatingWebhookConfigurations().Delete(context.Background(), name, metav1.DeleteOptions{})
-		_ = cmd.Process.Kill()
-		<-done
-		if t.Failed() {
-			t.Logf("JobSet controller log (last 40 lines):\n%s", tail(logs.String(), 40))
-		}
 	})
+
 }
 
 // jobSetPods lists the pods of a JobSet's child Jobs.

@@ -4,9 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -32,31 +29,8 @@ func startLWSController(t *testing.T, ns string) {
 	bin := moduleBinary(t, "sigs.k8s.io/lws", "./cmd", "lws-controller")
 	dir := t.TempDir()
 	ca := servingCert(t, dir)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	config := fmt.Sprintf(`apiVersion: config.lws.x-k8s.io/v1alpha1
-kind: Configuration
-internalCertManagement: {enable: false}
-webhook: {port: %d, host: 127.0.0.1, certDir: %q}
-metrics: {bindAddress: "0"}
-health: {healthProbeBindAddress: "0"}
-leaderElection: {leaderElect: false}
-`, port, dir)
-	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte(config), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var logs lockedBuffer
-	cmd := exec.Command(bin, "--config", filepath.Join(dir, "config.yaml"), "--kubeconfig", env.kubeconfig)
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start the LeaderWorkerSet controller: %v", err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
+	port := freePort()
+	runController(t, "LeaderWorkerSet controller", bin, "--config", componentConfig(t, dir, "config.lws.x-k8s.io/v1alpha1", port), "--kubeconfig", env.kubeconfig)
 
 	url := func(path string) *string { return ptr.To(fmt.Sprintf("https://127.0.0.1:%d%s", port, path)) }
 	scope := &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}}
@@ -104,11 +78,6 @@ leaderElection: {leaderElect: false}
 	t.Cleanup(func() {
 		_ = reg.MutatingWebhookConfigurations().Delete(context.Background(), name, metav1.DeleteOptions{})
 		_ = reg.ValidatingWebhookConfigurations().Delete(context.Background(), name, metav1.DeleteOptions{})
-		_ = cmd.Process.Kill()
-		<-done
-		if t.Failed() {
-			t.Logf("LeaderWorkerSet controller log (last 40 lines):\n%s", tail(logs.String(), 40))
-		}
 	})
 	eventually(t, 60*time.Second, "the LeaderWorkerSet controller's webhooks serving", func() (bool, string) {
 		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
@@ -132,27 +101,7 @@ func TestLeaderWorkerSetLifecycle(t *testing.T) {
 	queues(t, ns, 4, "LowerPriority")
 	startLWSController(t, ns)
 	res := env.dyn.Resource(leaderworkerset.Kind.GVR()).Namespace(ns)
-	manifest := func(policy string) *unstructured.Unstructured {
-		tpl, err := yaml.Marshal(servingTemplate("llm"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var doc map[string]any
-		src := fmt.Sprintf(`apiVersion: leaderworkerset.x-k8s.io/v1
-kind: LeaderWorkerSet
-metadata: {name: llm, namespace: %s, labels: {%s: q}}
-spec:
-  replicas: 1
-  startupPolicy: %s
-  leaderWorkerTemplate:
-    size: 3
-    workerTemplate:
-%s`, ns, v1beta1.QueueNameLabel, policy, indent(string(tpl), "      "))
-		if err := yaml.Unmarshal([]byte(src), &doc); err != nil {
-			t.Fatalf("%v\n%s", err, src)
-		}
-		return &unstructured.Unstructured{Object: doc}
-	}
+	manifest := func(policy string) *unstructured.Unstructured { return leaderWorkerSet(t, ns, policy) }
 	// The integration's webhook answers once discovery shows the CRD.
 	eventually(t, 60*time.Second, "a LeaderWorkerSet whose workers wait for a ready leader refused", func() (bool, string) {
 		_, err := res.Create(context.Background(), manifest("LeaderReady"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
@@ -212,6 +161,31 @@ spec:
 		_, held := reservations(t)[group(0)]
 		return len(all) == 0 && !held, fmt.Sprintf("pods %v held %v", all, held)
 	})
+}
+
+// leaderWorkerSet is the LeaderWorkerSet llm in ns, queued in q: one group
+// of a leader and 2 workers, one GPU each, started by policy.
+func leaderWorkerSet(t *testing.T, ns, policy string) *unstructured.Unstructured {
+	t.Helper()
+	tpl, err := yaml.Marshal(servingTemplate("llm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	src := fmt.Sprintf(`apiVersion: leaderworkerset.x-k8s.io/v1
+kind: LeaderWorkerSet
+metadata: {name: llm, namespace: %s, labels: {%s: q}}
+spec:
+  replicas: 1
+  startupPolicy: %s
+  leaderWorkerTemplate:
+    size: 3
+    workerTemplate:
+%s`, ns, v1beta1.QueueNameLabel, policy, indent(string(tpl), "      "))
+	if err := yaml.Unmarshal([]byte(src), &doc); err != nil {
+		t.Fatalf("%v\n%s", err, src)
+	}
+	return &unstructured.Unstructured{Object: doc}
 }
 
 // indent prefixes every line of s.

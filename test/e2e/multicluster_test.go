@@ -666,40 +666,20 @@ func multiClusterDeployment(t *testing.T, w *workerCluster, ns string) {
 		t.Fatalf("create deployment: %v", err)
 	}
 	theirs := w.dyn.Resource(corev1.SchemeGroupVersion.WithResource("pods")).Namespace(ns)
-	// copies lists the worker's running copies of the manager's Pods and
-	// the manager's Pods each dispatched to the worker, still gated there
-	// and mirroring a running copy.
+	// state is groupCopies with each mirrored Pod's workload dispatched
+	// to the worker.
 	state := func() (copies, mirrored []string, msg string) {
-		cps, err := theirs.List(context.Background(), metav1.ListOptions{LabelSelector: "app=web"})
-		if err != nil {
-			return nil, nil, err.Error()
-		}
-		for _, c := range cps.Items {
-			phase, _, _ := unstructured.NestedString(c.Object, "status", "phase")
-			gates, _, _ := unstructured.NestedSlice(c.Object, "spec", "schedulingGates")
-			if c.GetDeletionTimestamp() == nil && phase == "Running" && len(gates) == 0 && c.GetLabels()["sluice.dev/multicluster-origin"] != "" {
-				copies = append(copies, c.GetName())
-			}
-		}
-		pods, err := env.kube.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "app=web"})
-		if err != nil {
-			return nil, nil, err.Error()
-		}
-		var seen []string
+		copies, all, msg := groupCopies(t, w, ns, "web")
 		held := reservations(t)
-		for _, p := range pods.Items {
-			r := held["pod/"+ns+"/"+p.Name]
-			seen = append(seen, fmt.Sprintf("%s gates %d phase %s dispatched to %q", p.Name, len(p.Spec.SchedulingGates), p.Status.Phase, r.DispatchedTo))
-			if p.DeletionTimestamp == nil && len(p.Spec.SchedulingGates) > 0 && p.Status.Phase == corev1.PodRunning && r.DispatchedTo == w.name {
-				mirrored = append(mirrored, p.Name)
+		for _, p := range all {
+			if r := held["pod/"+ns+"/"+p]; r.DispatchedTo == w.name {
+				mirrored = append(mirrored, p)
 			}
 		}
-		return copies, mirrored, fmt.Sprintf("copies %v; manager's pods: %s", copies, strings.Join(seen, "; "))
+		return copies, mirrored, msg
 	}
 	eventually(t, 90*time.Second, "both Pods run as copies in the worker, the manager's gated and mirroring them", func() (bool, string) {
 		copies, mirrored, msg := state()
-		sort.Strings(copies)
-		sort.Strings(mirrored)
 		return len(copies) == 2 && slices.Equal(copies, mirrored), msg
 	})
 	eventually(t, 30*time.Second, "the Deployment counts the mirrored Pods ready", func() (bool, string) {
@@ -808,24 +788,7 @@ func multiClusterStatefulSet(t *testing.T, w *workerCluster, ns string) {
 func multiClusterLeaderWorkerSet(t *testing.T, w *workerCluster, ns string) {
 	startLWSController(t, ns)
 	res := env.dyn.Resource(leaderworkerset.Kind.GVR()).Namespace(ns)
-	tpl, err := yaml.Marshal(servingTemplate("llm"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc map[string]any
-	src := fmt.Sprintf(`apiVersion: leaderworkerset.x-k8s.io/v1
-kind: LeaderWorkerSet
-metadata: {name: llm, namespace: %s, labels: {%s: q}}
-spec:
-  replicas: 1
-  leaderWorkerTemplate:
-    size: 3
-    workerTemplate:
-%s`, ns, v1beta1.QueueNameLabel, indent(string(tpl), "      "))
-	if err := yaml.Unmarshal([]byte(src), &doc); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := res.Create(context.Background(), &unstructured.Unstructured{Object: doc}, metav1.CreateOptions{}); err != nil {
+	if _, err := res.Create(context.Background(), leaderWorkerSet(t, ns, "LeaderCreated"), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create leaderworkerset: %v", err)
 	}
 	key := "pod/" + ns + "/" + pod.LeaderWorkerSetGroupName("llm", "0")

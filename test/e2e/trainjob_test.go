@@ -1,17 +1,13 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"maps"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -42,28 +38,8 @@ apiVersion: v1
 kind: Secret
 metadata: {name: kubeflow-trainer-webhook-cert, namespace: kubeflow-system}
 `)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	var logs lockedBuffer
-	cmd := exec.Command(bin, "--kubeconfig", env.kubeconfig, fmt.Sprintf("--webhook-server-port=%d", port),
+	logs := runController(t, "trainer controller", bin, "--kubeconfig", env.kubeconfig, fmt.Sprintf("--webhook-server-port=%d", freePort()),
 		"--health-probe-bind-address=0", "--metrics-bind-address=0", "--leader-elect=false")
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start the trainer controller: %v", err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-done
-		if t.Failed() {
-			t.Logf("trainer controller log (last 40 lines):\n%s", tail(logs.String(), 40))
-		}
-	})
 	// Its controllers start once the certificates it wrote into the
 	// Secret are in its certificate directory, where the kubelet would
 	// mount the Secret: put them there.
@@ -220,22 +196,4 @@ spec:
 	if err := res.Delete(context.Background(), "orphan", metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		t.Fatal(err)
 	}
-}
-
-// lockedBuffer is a buffer a process writes while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -88,10 +88,10 @@ func (j *JobSet) PodSets() ([]jobframework.PodSet, error) {
 // the JobSet controller sets to True.
 func (j *JobSet) Finished() (finished, succeeded bool, message string) {
 	if c := meta.FindStatusCondition(j.Status.Conditions, string(jobsetv1.JobSetCompleted)); c != nil && c.Status == metav1.ConditionTrue {
-		return true, true, text(c, "jobset completed")
+		return true, true, jobframework.ConditionText(c, "jobset completed")
 	}
 	if c := meta.FindStatusCondition(j.Status.Conditions, string(jobsetv1.JobSetFailed)); c != nil && c.Status == metav1.ConditionTrue {
-		return true, false, text(c, "jobset failed")
+		return true, false, jobframework.ConditionText(c, "jobset failed")
 	}
 	return false, false, ""
 }
@@ -108,15 +108,4 @@ func (j *JobSet) PodsReady() bool {
 		ready += st.Ready + st.Succeeded
 	}
 	return ready >= want
-}
-
-func text(c *metav1.Condition, fallback string) string {
-	switch {
-	case c.Message != "":
-		return c.Message
-	case c.Reason != "":
-		return c.Reason
-	default:
-		return fallback
-	}
 }

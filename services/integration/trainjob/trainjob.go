@@ -315,10 +315,10 @@ func (j *TrainJob) flush() {
 // Finished implements jobframework.Job: the Complete or Failed condition.
 func (j *TrainJob) Finished() (finished, succeeded bool, message string) {
 	if c := meta.FindStatusCondition(j.Status.Conditions, trainerv1.TrainJobComplete); c != nil && c.Status == metav1.ConditionTrue {
-		return true, true, text(c, "trainjob completed")
+		return true, true, jobframework.ConditionText(c, "trainjob completed")
 	}
 	if c := meta.FindStatusCondition(j.Status.Conditions, trainerv1.TrainJobFailed); c != nil && c.Status == metav1.ConditionTrue {
-		return true, false, text(c, "trainjob failed")
+		return true, false, jobframework.ConditionText(c, "trainjob failed")
 	}
 	return false, false, ""
 }
@@ -341,17 +341,6 @@ func (j *TrainJob) PodsReady() bool {
 		}
 	}
 	return true
-}
-
-func text(c *metav1.Condition, fallback string) string {
-	switch {
-	case c.Message != "":
-		return c.Message
-	case c.Reason != "":
-		return c.Reason
-	default:
-		return fallback
-	}
 }
 
 // apiRuntimes reads runtimes from the API server, keeping each for ttl.
