@@ -9,11 +9,10 @@ import (
 	"strings"
 	"time"
 
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
-
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 
 	"github.com/sluice-dev/sluice/events"
 	"github.com/sluice-dev/sluice/internal/fence"
