@@ -377,10 +377,17 @@ func (d *Dispatcher) decide(ctx context.Context, r checks.Request) (checks.Answe
 	if len(objs) == 0 {
 		return checks.Answer{}, nil // gone: its deletion releases the quota
 	}
+	size := 0
 	for _, obj := range objs {
-		if _, err := remoteCopy(ad, obj); err != nil {
+		raw, err := remoteCopy(ad, obj)
+		if err != nil {
 			return checks.Answer{State: events.CheckRejected, Message: "cannot copy the job to a worker: " + err.Error()}, nil
 		}
+		size += len(raw)
+	}
+	if size > maxOfferBytes {
+		return checks.Answer{State: events.CheckRejected, Message: fmt.Sprintf("its copy (%d objects, %d bytes) is more than one message to a worker may carry (%d bytes)",
+			len(objs), size, maxOfferBytes)}, nil
 	}
 	next := &dispatch{Workload: r.Workload, Check: r.Check, Admission: r.Admission, ClusterQueue: r.ClusterQueue, Config: cfg.Name, RoundAt: d.now()}
 	if isGroup(r.Workload) {
@@ -409,6 +416,10 @@ func (d *Dispatcher) decide(ctx context.Context, r checks.Request) (checks.Answe
 func readyAnswer(worker string) checks.Answer {
 	return checks.Answer{State: events.CheckReady, Cluster: worker, Message: "admitted by worker cluster " + worker}
 }
+
+// maxOfferBytes bounds the copies one offer carries, below NATS's default
+// message size (1 MiB) with room for the rest of the message.
+const maxOfferBytes = 960 << 10
 
 // objects returns the manager's objects of workload w: its job, or a pod
 // group's members that are not being deleted, oldest first; none when it
