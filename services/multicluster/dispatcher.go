@@ -393,6 +393,7 @@ func (d *Dispatcher) decide(ctx context.Context, r checks.Request) (checks.Answe
 	if isGroup(r.Workload) {
 		next.Members = len(objs)
 		next.Growing = len(objs) < groupTotal(objs[0].GetAnnotations())
+		next.Set = leaderWorkerSet(objs[0])
 	}
 	if rec != nil {
 		// An earlier reservation's offers: the new ones replace them on
@@ -403,6 +404,9 @@ func (d *Dispatcher) decide(ctx context.Context, r checks.Request) (checks.Answe
 		next.rev = rec.rev
 	}
 	first := s.nominate(nil, func(w string) bool { return d.alive(w, s.lost) })
+	if w := d.setWorker(next, s); w != "" {
+		first = []string{w}
+	}
 	if len(first) == 0 {
 		return checks.Answer{State: events.CheckRejected, Message: "the MultiClusterConfig " + cfg.Name + " names no worker"}, nil
 	}
@@ -415,6 +419,22 @@ func (d *Dispatcher) decide(ctx context.Context, r checks.Request) (checks.Answe
 
 func readyAnswer(worker string) checks.Answer {
 	return checks.Answer{State: events.CheckReady, Cluster: worker, Message: "admitted by worker cluster " + worker}
+}
+
+// setWorker is the worker, still heard from, that runs another group of
+// rec's LeaderWorkerSet: rec goes there too ("" for none). Called with
+// d.mu held.
+func (d *Dispatcher) setWorker(rec *dispatch, s settings) string {
+	if rec.Set == "" {
+		return ""
+	}
+	for _, uid := range slices.Sorted(maps.Keys(d.dispatches)) {
+		o := d.dispatches[uid]
+		if uid != rec.Workload.UID && o.Set == rec.Set && o.Winner != "" && slices.Contains(s.clusters, o.Winner) && d.alive(o.Winner, s.lost) {
+			return o.Winner
+		}
+	}
+	return ""
 }
 
 // maxOfferBytes bounds the copies one offer carries, below NATS's default
@@ -823,6 +843,9 @@ func (d *Dispatcher) look(ctx context.Context, cached *dispatch) error {
 	case rec.Winner != "" && rec.Growing:
 		return d.grow(ctx, rec)
 	case rec.Winner == "":
+		if d.setWorker(rec, s) != "" {
+			return nil // offered where its set's other groups run
+		}
 		next := s.nominate(rec.Offered, alive)
 		if len(next) == 0 {
 			return nil

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -173,5 +174,44 @@ func TestGroupReport(t *testing.T) {
 				t.Errorf("report not valid: %v", err)
 			}
 		})
+	}
+}
+
+// TestGroupsOfALeaderWorkerSetGoTogether: a group of a LeaderWorkerSet is
+// offered only to the worker that runs another group of the same set,
+// while that worker is heard from; a group of another set, or of none,
+// is offered as usual.
+func TestGroupsOfALeaderWorkerSetGoTogether(t *testing.T) {
+	now := time.Now()
+	d := &Dispatcher{now: func() time.Time { return now }, reading: true, readingSince: now.Add(-time.Hour),
+		seen: map[string]time.Time{"east": now, "west": now.Add(-time.Hour)},
+		dispatches: map[string]*dispatch{
+			"group-a": {Workload: events.WorkloadRef{UID: "group-a"}, Set: "team-a/llm", Winner: "east"},
+			"group-b": {Workload: events.WorkloadRef{UID: "group-b"}, Set: "team-a/chat", Winner: "west"},
+		}}
+	s := settings{clusters: []string{"east", "west"}, lost: time.Minute}
+	cases := []struct {
+		name string
+		rec  *dispatch
+		want string
+	}{
+		{name: "another group of llm: east, where llm runs", rec: &dispatch{Workload: events.WorkloadRef{UID: "group-c"}, Set: "team-a/llm"}, want: "east"},
+		{name: "the group itself does not count", rec: &dispatch{Workload: events.WorkloadRef{UID: "group-a"}, Set: "team-a/llm"}},
+		{name: "chat runs on a worker not heard from: offered as usual", rec: &dispatch{Workload: events.WorkloadRef{UID: "group-d"}, Set: "team-a/chat"}},
+		{name: "llm in another namespace", rec: &dispatch{Workload: events.WorkloadRef{UID: "group-e"}, Set: "team-b/llm"}},
+		{name: "no set", rec: &dispatch{Workload: events.WorkloadRef{UID: "group-f"}}},
+	}
+	for _, tc := range cases {
+		if got := d.setWorker(tc.rec, s); got != tc.want {
+			t.Errorf("%s: setWorker() = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+	member := &unstructured.Unstructured{Object: member("llm-0", "leaderworkerset-llm-0", func(o map[string]any) {
+		md := o["metadata"].(map[string]any)
+		md["labels"].(map[string]any)["leaderworkerset.sigs.k8s.io/name"] = "llm"
+		md["annotations"].(map[string]any)[v1beta1.PodGroupLeaderWorkerSetAnnotation] = "true"
+	})}
+	if got := leaderWorkerSet(member); got != "team-a/llm" {
+		t.Errorf("leaderWorkerSet() = %q, want team-a/llm", got)
 	}
 }

@@ -128,3 +128,15 @@ func groupTotal(annotations map[string]string) int {
 	}
 	return n
 }
+
+// lwsSetLabel names the LeaderWorkerSet of a Pod it made.
+const lwsSetLabel = "leaderworkerset.sigs.k8s.io/name"
+
+// leaderWorkerSet is the LeaderWorkerSet (namespace/name) whose group the
+// pod group member obj is, "" for none.
+func leaderWorkerSet(obj *unstructured.Unstructured) string {
+	if obj.GetAnnotations()[v1beta1.PodGroupLeaderWorkerSetAnnotation] != "true" || obj.GetLabels()[lwsSetLabel] == "" {
+		return ""
+	}
+	return obj.GetNamespace() + "/" + obj.GetLabels()[lwsSetLabel]
+}

@@ -34,6 +34,9 @@ type dispatch struct {
 	// those created later are sent to the winner as they come.
 	Members int  `json:"members,omitempty"`
 	Growing bool `json:"growing,omitempty"`
+	// Set names the LeaderWorkerSet (namespace/name) a pod group is a
+	// group of: its groups go to the worker the first one went to.
+	Set string `json:"set,omitempty"`
 
 	rev uint64 // the bucket's revision it was read at
 }
