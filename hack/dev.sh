@@ -14,8 +14,9 @@ export KUBECONFIG="$state/kubeconfig"
 kubectl() { bin/devcluster kubectl --dir "$state" "$@"; }
 
 kubectl apply -f config/crd/ >/dev/null
-# The job kinds' CRDs (JobSet, RayJob, RayCluster, RayService, MPIJob, AppWrapper, and the training
-# operator's PyTorchJob, TFJob, XGBoostJob, PaddleJob, JAXJob) from the upstream
+# The job kinds' CRDs (JobSet, RayJob, RayCluster, RayService, MPIJob, AppWrapper,
+# LeaderWorkerSet, TrainJob and its runtimes, and the training operator's
+# PyTorchJob, TFJob, XGBoostJob, PaddleJob, JAXJob) from the upstream
 # modules; server-side, as they are too large for the
 # last-applied annotation.
 kinds="$state/kind-crds"
@@ -31,6 +32,13 @@ for i in $(seq 1 60); do
 		kubectl wait --for condition=established --timeout=1s crd --all >/dev/null
 	fi
 	sleep 1
+done
+# Kubeflow Trainer's own ClusterTrainingRuntimes (torch-distributed,
+# mpi-distributed, …), which TrainJobs name, from the module go.mod pins.
+trainer="$(go list -m -f '{{.Dir}}' github.com/kubeflow/trainer/v2)"
+for f in "$trainer"/manifests/base/runtimes/*.yaml; do
+	case "$f" in */kustomization.yaml) continue ;; esac
+	kubectl apply --server-side -f "$f" >/dev/null
 done
 kubectl apply -f examples/cluster/queues.yaml
 if [ -n "${DEVCLUSTER_TOPOLOGY:-}" ]; then kubectl apply -f examples/cluster/topology.yaml; fi
