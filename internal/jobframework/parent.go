@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/sluice-dev/sluice/api/v1beta1"
@@ -168,4 +170,22 @@ func stringMap(v any) (map[string]string, error) {
 		out[key] = s
 	}
 	return out, nil
+}
+
+// SameShape reports whether two pod specs ask for the same quota and
+// placement: requests, node selector, tolerations, affinity, priority and
+// runtime class, overhead.
+func SameShape(a, b *corev1.PodSpec) bool {
+	requests := func(cs []corev1.Container) []corev1.ResourceList {
+		out := make([]corev1.ResourceList, len(cs))
+		for i, c := range cs {
+			out[i] = c.Resources.Requests
+		}
+		return out
+	}
+	eq := apiequality.Semantic.DeepEqual
+	return eq(requests(a.Containers), requests(b.Containers)) && eq(requests(a.InitContainers), requests(b.InitContainers)) &&
+		eq(a.NodeSelector, b.NodeSelector) && eq(a.Tolerations, b.Tolerations) && eq(a.Affinity, b.Affinity) &&
+		a.PriorityClassName == b.PriorityClassName && eq(a.RuntimeClassName, b.RuntimeClassName) && eq(a.Overhead, b.Overhead) &&
+		eq(a.Resources, b.Resources)
 }

@@ -94,20 +94,22 @@ func startLWSController(t *testing.T, ns string) {
 // a second group beyond the quota waits gated and leaves with a scale
 // down; a preempted group's Pods are deleted and the group, recreated by
 // the controller, waits and is admitted again; deleting the set releases
-// its quota.
+// its quota. A LeaderReady set, whose workers come once the leader runs,
+// is admitted on its leader for the whole group.
 func TestLeaderWorkerSetLifecycle(t *testing.T) {
 	installKindCRDs(t)
 	ns := "e2e-leaderworkerset"
 	queues(t, ns, 4, "LowerPriority")
 	startLWSController(t, ns)
 	res := env.dyn.Resource(leaderworkerset.Kind.GVR()).Namespace(ns)
-	manifest := func(policy string) *unstructured.Unstructured { return leaderWorkerSet(t, ns, policy) }
 	// The integration's webhook answers once discovery shows the CRD.
-	eventually(t, 60*time.Second, "a LeaderWorkerSet whose workers wait for a ready leader refused", func() (bool, string) {
-		_, err := res.Create(context.Background(), manifest("LeaderReady"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		return err != nil && strings.Contains(err.Error(), "spec.startupPolicy"), fmt.Sprintf("err %v", err)
+	eventually(t, 60*time.Second, "a LeaderWorkerSet with exclusive placement refused", func() (bool, string) {
+		lws := leaderWorkerSet(t, ns, "llm", "LeaderCreated")
+		lws.SetAnnotations(map[string]string{"leaderworkerset.sigs.k8s.io/exclusive-topology": "kubernetes.io/hostname"})
+		_, err := res.Create(context.Background(), lws, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err != nil && strings.Contains(err.Error(), "exclusive-topology"), fmt.Sprintf("err %v", err)
 	})
-	if _, err := res.Create(context.Background(), manifest("LeaderCreated"), metav1.CreateOptions{}); err != nil {
+	if _, err := res.Create(context.Background(), leaderWorkerSet(t, ns, "llm", "LeaderCreated"), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create leaderworkerset: %v", err)
 	}
 	group := func(i int) string { return "pod/" + ns + "/" + pod.LeaderWorkerSetGroupName("llm", fmt.Sprint(i)) }
@@ -161,27 +163,46 @@ func TestLeaderWorkerSetLifecycle(t *testing.T) {
 		_, held := reservations(t)[group(0)]
 		return len(all) == 0 && !held, fmt.Sprintf("pods %v held %v", all, held)
 	})
+
+	// LeaderReady: the workers come once the leader runs, so the group is
+	// admitted on its leader, for all 3 pods, and the workers start under
+	// that admission.
+	if _, err := res.Create(context.Background(), leaderWorkerSet(t, ns, "ready", "LeaderReady"), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create leaderworkerset: %v", err)
+	}
+	readyGroup := "pod/" + ns + "/" + pod.LeaderWorkerSetGroupName("ready", "0")
+	eventually(t, 90*time.Second, "the LeaderReady group admitted on its leader for 3 pods, then all 3 running", func() (bool, string) {
+		all, admitted := podsOf(t, ns, "ready")
+		r, held := reservations(t)[readyGroup]
+		var pods int32
+		for _, ps := range r.PodSets {
+			pods += ps.Count
+		}
+		return len(all) == 3 && len(admitted) == 3 && held && pods == 3,
+			fmt.Sprintf("pods %v admitted %v; held %v for %d pods; warnings: %s", all, admitted, held, pods, warnings(t, ns))
+	})
 }
 
-// leaderWorkerSet is the LeaderWorkerSet llm in ns, queued in q: one group
-// of a leader and 2 workers, one GPU each, started by policy.
-func leaderWorkerSet(t *testing.T, ns, policy string) *unstructured.Unstructured {
+// leaderWorkerSet is the LeaderWorkerSet name in ns, queued in q: one group
+// of a leader and 2 workers, one GPU each (labelled app=name), started by
+// policy.
+func leaderWorkerSet(t *testing.T, ns, name, policy string) *unstructured.Unstructured {
 	t.Helper()
-	tpl, err := yaml.Marshal(servingTemplate("llm"))
+	tpl, err := yaml.Marshal(servingTemplate(name))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var doc map[string]any
 	src := fmt.Sprintf(`apiVersion: leaderworkerset.x-k8s.io/v1
 kind: LeaderWorkerSet
-metadata: {name: llm, namespace: %s, labels: {%s: q}}
+metadata: {name: %s, namespace: %s, labels: {%s: q}}
 spec:
   replicas: 1
   startupPolicy: %s
   leaderWorkerTemplate:
     size: 3
     workerTemplate:
-%s`, ns, v1beta1.QueueNameLabel, policy, indent(string(tpl), "      "))
+%s`, name, ns, v1beta1.QueueNameLabel, policy, indent(string(tpl), "      "))
 	if err := yaml.Unmarshal([]byte(src), &doc); err != nil {
 		t.Fatalf("%v\n%s", err, src)
 	}

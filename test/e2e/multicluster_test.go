@@ -788,7 +788,7 @@ func multiClusterStatefulSet(t *testing.T, w *workerCluster, ns string) {
 func multiClusterLeaderWorkerSet(t *testing.T, w *workerCluster, ns string) {
 	startLWSController(t, ns)
 	res := env.dyn.Resource(leaderworkerset.Kind.GVR()).Namespace(ns)
-	if _, err := res.Create(context.Background(), leaderWorkerSet(t, ns, "LeaderCreated"), metav1.CreateOptions{}); err != nil {
+	if _, err := res.Create(context.Background(), leaderWorkerSet(t, ns, "llm", "LeaderCreated"), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create leaderworkerset: %v", err)
 	}
 	key := "pod/" + ns + "/" + pod.LeaderWorkerSetGroupName("llm", "0")

@@ -205,14 +205,22 @@ func TestStatefulSetGroupNameFitsALabel(t *testing.T) {
 }
 
 // lwsObject is a LeaderWorkerSet with queue labels, its startup policy,
-// its object annotations and whether it has a leader template.
-func lwsObject(labels map[string]string, policy string, annotations map[string]string, leader bool) string {
+// its object annotations and whether it has a leader template (asking for
+// leaderCPU, when given, where the workers ask for one CPU).
+func lwsObject(labels map[string]string, policy string, annotations map[string]string, leader bool, leaderCPU ...string) string {
 	l, _ := json.Marshal(labels)
 	a, _ := json.Marshal(annotations)
-	tpl := `{"metadata":{"labels":{"app":"llm"}},"spec":{"containers":[{"name":"c"}]}}`
+	tplOf := func(cpu string) string {
+		return `{"metadata":{"labels":{"app":"llm"}},"spec":{"containers":[{"name":"c","resources":{"requests":{"cpu":"` + cpu + `"}}}]}}`
+	}
+	tpl := tplOf("1")
 	leaderTpl := ""
 	if leader {
-		leaderTpl = `"leaderTemplate":` + tpl + `,`
+		cpu := "1"
+		if len(leaderCPU) > 0 {
+			cpu = leaderCPU[0]
+		}
+		leaderTpl = `"leaderTemplate":` + tplOf(cpu) + `,`
 	}
 	return fmt.Sprintf(`{"apiVersion":"leaderworkerset.x-k8s.io/v1","kind":"LeaderWorkerSet","metadata":{"name":"llm","namespace":"team-a","labels":%s,"annotations":%s},`+
 		`"spec":{"replicas":2,"startupPolicy":%q,"leaderWorkerTemplate":{%s"workerTemplate":%s,"size":4}}}`, l, a, policy, leaderTpl, tpl)
@@ -232,10 +240,14 @@ func TestLeaderWorkerSetWebhook(t *testing.T) {
 		obj        string
 		wantErr    string
 		wantLeader bool
+		wantFast   bool
 	}{
 		{name: "leader and worker templates", obj: lwsObject(queued, "LeaderCreated", nil, true), wantLeader: true},
 		{name: "no leader template: the workers' only", obj: lwsObject(queued, "", nil, false)},
-		{name: "LeaderReady is refused", obj: lwsObject(queued, "LeaderReady", nil, true), wantErr: "spec.startupPolicy: LeaderReady cannot be queued"},
+		{name: "LeaderReady: queued on the leader, shaped as the workers", obj: lwsObject(queued, "LeaderReady", nil, false), wantFast: true},
+		{name: "LeaderReady with a leader template of the workers' shape", obj: lwsObject(queued, "LeaderReady", nil, true), wantFast: true, wantLeader: true},
+		{name: "LeaderReady with a leader that asks for more is refused", obj: lwsObject(queued, "LeaderReady", nil, true, "2"),
+			wantErr: "spec.startupPolicy LeaderReady: the workers are created only once the leader runs"},
 		{name: "exclusive placement is refused", obj: lwsObject(queued, "LeaderCreated", map[string]string{"leaderworkerset.sigs.k8s.io/exclusive-topology": "rack"}, false),
 			wantErr: "leaderworkerset.sigs.k8s.io/exclusive-topology"},
 	}
@@ -278,7 +290,11 @@ func TestLeaderWorkerSetWebhook(t *testing.T) {
 				if diff := cmp.Diff(wantLabels, tpl.Metadata.Labels); diff != "" {
 					t.Errorf("%s labels (-want +got):\n%s", name, diff)
 				}
-				if diff := cmp.Diff(wantAnnotations, tpl.Metadata.Annotations); diff != "" {
+				want := maps.Clone(wantAnnotations)
+				if tc.wantFast {
+					want["sluice.dev/pod-group-fast-admission"] = "true"
+				}
+				if diff := cmp.Diff(want, tpl.Metadata.Annotations); diff != "" {
 					t.Errorf("%s annotations (-want +got):\n%s", name, diff)
 				}
 			}

@@ -12,10 +12,13 @@
 // theirs; a group the controller recreates (a restart, a rolling update)
 // is queued again once its old Pods are gone.
 //
-// A group is queued once all its Pods exist, so the workers must be
-// created while the leader waits: the startup policy LeaderReady and the
-// exclusive topology annotation, under which the controller creates the
-// workers only once the leader runs or is scheduled, are refused.
+// A group is queued once all its Pods exist. Under the startup policy
+// LeaderReady the controller creates the workers only once the leader
+// runs: such a group is queued on its leader (fast admission) for size
+// pods shaped as the leader, so the leader must ask for what a worker does
+// (no leaderTemplate, or one of the same shape); otherwise it is refused.
+// The exclusive topology annotation, under which the workers are pinned to
+// the leader's domain once it is scheduled, is refused.
 package leaderworkerset
 
 import (
@@ -62,14 +65,6 @@ func (Adapter) PodMeta(obj *unstructured.Unstructured) (map[string]string, map[s
 	if err != nil {
 		return nil, nil, err
 	}
-	if lws.Spec.StartupPolicy == lwsv1.LeaderReadyStartupPolicy {
-		return nil, nil, fmt.Errorf("spec.startupPolicy: %s cannot be queued: a group is admitted once all its pods exist, and under %s the workers are created only after the leader runs; use %s",
-			lwsv1.LeaderReadyStartupPolicy, lwsv1.LeaderReadyStartupPolicy, lwsv1.LeaderCreatedStartupPolicy)
-	}
-	if _, ok := lws.Annotations[lwsv1.ExclusiveKeyAnnotationKey]; ok {
-		return nil, nil, fmt.Errorf("metadata.annotations[%s]: cannot be queued: a group is admitted once all its pods exist, and with exclusive placement the workers are created only after the leader is scheduled",
-			lwsv1.ExclusiveKeyAnnotationKey)
-	}
 	size := int32(1)
 	if s := lws.Spec.LeaderWorkerTemplate.Size; s != nil {
 		size = *s
@@ -77,11 +72,31 @@ func (Adapter) PodMeta(obj *unstructured.Unstructured) (map[string]string, map[s
 	if size < 1 {
 		return nil, nil, fmt.Errorf("spec.leaderWorkerTemplate.size is %d: a group has at least its leader", size)
 	}
-	return nil, map[string]string{
+	annotations := map[string]string{
 		v1beta1.PodGroupTotalCountAnnotation:      strconv.Itoa(int(size)),
 		v1beta1.PodGroupServingAnnotation:         "true",
 		v1beta1.PodGroupLeaderWorkerSetAnnotation: "true",
-	}, nil
+	}
+	if _, ok := lws.Annotations[lwsv1.ExclusiveKeyAnnotationKey]; ok {
+		// The controller creates the workers once the leader is
+		// scheduled, each pinned to the leader's domain: a group queued on
+		// its leader would have members of two shapes.
+		return nil, nil, fmt.Errorf("metadata.annotations[%s]: cannot be queued: with exclusive placement the workers are created only after the leader is scheduled, "+
+			"pinned to its domain; use Sluice's topology annotations (sluice.dev/podset-required-topology) instead", lwsv1.ExclusiveKeyAnnotationKey)
+	}
+	if lws.Spec.StartupPolicy == lwsv1.LeaderReadyStartupPolicy {
+		// The workers come once the leader runs: the group is queued on
+		// its leader, for size pods shaped as it, which holds only when
+		// the leader asks for what a worker does.
+		lwt := &lws.Spec.LeaderWorkerTemplate
+		if lwt.LeaderTemplate != nil && !jobframework.SameShape(&lwt.LeaderTemplate.Spec, &lwt.WorkerTemplate.Spec) {
+			return nil, nil, fmt.Errorf("spec.startupPolicy %s: the workers are created only once the leader runs, so the group is admitted on its leader, for %d pods shaped as it; "+
+				"spec.leaderWorkerTemplate.leaderTemplate asks for other requests, node selector, tolerations or affinity than workerTemplate: make them the same, or drop leaderTemplate",
+				lwsv1.LeaderReadyStartupPolicy, size)
+		}
+		annotations[v1beta1.PodGroupFastAdmissionAnnotation] = "true"
+	}
+	return nil, annotations, nil
 }
 
 // Running implements jobframework.Parent: any group's Pods hold (or wait

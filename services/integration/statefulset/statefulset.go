@@ -27,8 +27,6 @@ import (
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -112,28 +110,11 @@ func (Adapter) CheckUpdate(oldObj, obj *unstructured.Unstructured) error {
 	case was == 0 && is > 0 && old.Status.Replicas > 0:
 		return fmt.Errorf("spec.replicas: may grow from 0 only once the pods of the scale-down are gone (%d are left)", old.Status.Replicas)
 	}
-	if was > 0 && is > 0 && !sameShape(&old.Spec.Template.Spec, &ss.Spec.Template.Spec) {
+	if was > 0 && is > 0 && !jobframework.SameShape(&old.Spec.Template.Spec, &ss.Spec.Template.Spec) {
 		return fmt.Errorf("spec.template.spec: the pods' requests, node selector, tolerations, affinity, priority and runtime class may not change while the StatefulSet has replicas: " +
 			"its group was admitted for them; scale it to 0 first")
 	}
 	return nil
-}
-
-// sameShape reports whether two pod specs ask for the same quota and
-// placement.
-func sameShape(a, b *corev1.PodSpec) bool {
-	requests := func(cs []corev1.Container) []corev1.ResourceList {
-		out := make([]corev1.ResourceList, len(cs))
-		for i, c := range cs {
-			out[i] = c.Resources.Requests
-		}
-		return out
-	}
-	eq := apiequality.Semantic.DeepEqual
-	return eq(requests(a.Containers), requests(b.Containers)) && eq(requests(a.InitContainers), requests(b.InitContainers)) &&
-		eq(a.NodeSelector, b.NodeSelector) && eq(a.Tolerations, b.Tolerations) && eq(a.Affinity, b.Affinity) &&
-		a.PriorityClassName == b.PriorityClassName && eq(a.RuntimeClassName, b.RuntimeClassName) && eq(a.Overhead, b.Overhead) &&
-		eq(a.Resources, b.Resources)
 }
 
 func decode(obj *unstructured.Unstructured) (*appsv1.StatefulSet, error) {
