@@ -16,9 +16,13 @@ const (
 	KueuePriorityClassLabel = "kueue.x-k8s.io/priority-class"
 )
 
-// KueueMinParallelismAnnotation is Kueue's partial admission annotation
-// on a Job; Sluice reads it when the Job lacks its own.
-const KueueMinParallelismAnnotation = "kueue.x-k8s.io/job-min-parallelism"
+// MinParallelismAnnotation on a Job allows partial admission (the least
+// parallelism it may run with); KueueMinParallelismAnnotation is Kueue's
+// name for the same, read when the Job lacks Sluice's.
+const (
+	MinParallelismAnnotation      = "sluice.dev/job-min-parallelism"
+	KueueMinParallelismAnnotation = "kueue.x-k8s.io/job-min-parallelism"
+)
 
 // MaxExecTimeLabel on a job bounds, in whole seconds above zero, how long
 // it may stay admitted in total over all its admissions; past that it is

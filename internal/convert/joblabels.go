@@ -23,7 +23,7 @@ var (
 		"kueue.x-k8s.io/pod-group-total-count":             v1beta1.PodGroupTotalCountAnnotation,
 		"kueue.x-k8s.io/pod-group-serving":                 v1beta1.PodGroupServingAnnotation,
 		"kueue.x-k8s.io/pod-group-fast-admission":          v1beta1.PodGroupFastAdmissionAnnotation,
-		v1beta1.KueueMinParallelismAnnotation:              "sluice.dev/job-min-parallelism",
+		v1beta1.KueueMinParallelismAnnotation:              v1beta1.MinParallelismAnnotation,
 		v1beta1.KueuePodSetRequiredTopologyAnnotation:      v1beta1.PodSetRequiredTopologyAnnotation,
 		v1beta1.KueuePodSetPreferredTopologyAnnotation:     v1beta1.PodSetPreferredTopologyAnnotation,
 		v1beta1.KueuePodSetUnconstrainedTopologyAnnotation: v1beta1.PodSetUnconstrainedTopologyAnnotation,

@@ -25,7 +25,7 @@ const (
 	// MinParallelismAnnotation on a Job allows partial admission: Sluice
 	// may start the Job with as few as this many parallel pods (an integer
 	// in 1..parallelism) when the full parallelism does not fit.
-	MinParallelismAnnotation = "sluice.dev/job-min-parallelism"
+	MinParallelismAnnotation = v1beta1.MinParallelismAnnotation
 	// KueueMinParallelismAnnotation is Kueue's name for the same; it is
 	// read when the Job does not carry Sluice's, so Jobs written for Kueue
 	// keep their partial admission.
