@@ -32,6 +32,18 @@ const (
 	GroupUIDPrefix = "group-"
 )
 
+// GroupLabelValue is base+suffix when it fits a label value's 63
+// characters; otherwise base cut short, a hash of hashed (what names the
+// group) in place of what does not fit, and suffix kept whole at the end.
+func GroupLabelValue(base, hashed, suffix string) string {
+	if len(base)+len(suffix) <= 63 {
+		return base + suffix
+	}
+	h := fnv.New32a()
+	h.Write([]byte(hashed))
+	return strings.TrimRight(base[:min(54, 63-len(suffix)-9)], ".-") + fmt.Sprintf("-%08x", h.Sum32()) + suffix
+}
+
 // GroupOf returns the group an object of a Grouper belongs to, "" for a
 // lone object or when the adapter has no groups.
 func GroupOf(ad Adapter, m metav1.Object) string {

@@ -28,6 +28,7 @@ import (
 	"github.com/sluice-dev/sluice/events"
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/internal/jobframework"
+	"github.com/sluice-dev/sluice/services/integration/pod"
 )
 
 // ConfigGVR is the MultiClusterConfig resource.
@@ -393,7 +394,7 @@ func (d *Dispatcher) decide(ctx context.Context, r checks.Request) (checks.Answe
 	if isGroup(r.Workload) {
 		next.Members = len(objs)
 		next.Growing = len(objs) < groupTotal(objs[0].GetAnnotations())
-		next.Set = leaderWorkerSet(objs[0])
+		next.Set = pod.LeaderWorkerSetOf(objs[0])
 	}
 	if rec != nil {
 		// An earlier reservation's offers: the new ones replace them on

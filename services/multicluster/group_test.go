@@ -211,7 +211,7 @@ func TestGroupsOfALeaderWorkerSetGoTogether(t *testing.T) {
 		md["labels"].(map[string]any)["leaderworkerset.sigs.k8s.io/name"] = "llm"
 		md["annotations"].(map[string]any)[v1beta1.PodGroupLeaderWorkerSetAnnotation] = "true"
 	})}
-	if got := leaderWorkerSet(member); got != "team-a/llm" {
-		t.Errorf("leaderWorkerSet() = %q, want team-a/llm", got)
+	if got := pod.LeaderWorkerSetOf(member); got != "team-a/llm" {
+		t.Errorf("LeaderWorkerSetOf() = %q, want team-a/llm", got)
 	}
 }

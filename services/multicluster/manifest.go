@@ -35,7 +35,7 @@ const (
 // userAnnotations are Sluice's annotations that a user writes on a job
 // (not the manager's bookkeeping): a copy keeps them.
 var userAnnotations = map[string]bool{
-	"sluice.dev/job-min-parallelism":          true,
+	v1beta1.MinParallelismAnnotation:          true,
 	v1beta1.PodGroupTotalCountAnnotation:      true,
 	v1beta1.PodGroupServingAnnotation:         true,
 	v1beta1.PodGroupFastAdmissionAnnotation:   true,
@@ -127,16 +127,4 @@ func groupTotal(annotations map[string]string) int {
 		return 0
 	}
 	return n
-}
-
-// lwsSetLabel names the LeaderWorkerSet of a Pod it made.
-const lwsSetLabel = "leaderworkerset.sigs.k8s.io/name"
-
-// leaderWorkerSet is the LeaderWorkerSet (namespace/name) whose group the
-// pod group member obj is, "" for none.
-func leaderWorkerSet(obj *unstructured.Unstructured) string {
-	if obj.GetAnnotations()[v1beta1.PodGroupLeaderWorkerSetAnnotation] != "true" || obj.GetLabels()[lwsSetLabel] == "" {
-		return ""
-	}
-	return obj.GetNamespace() + "/" + obj.GetLabels()[lwsSetLabel]
 }

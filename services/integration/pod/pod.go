@@ -2,7 +2,6 @@ package pod
 
 import (
 	"fmt"
-	"hash/fnv"
 	"slices"
 	"strconv"
 	"strings"
@@ -248,14 +247,16 @@ func (p *Pod) CreateLabels() (map[string]string, error) {
 // LeaderWorkerSet set: within a label value's 63 characters, with a hash
 // of the whole name in place of what does not fit.
 func LeaderWorkerSetGroupName(set, index string) string {
-	g := LeaderWorkerSetGroupPrefix + set + "-" + index
-	if len(g) <= 63 {
-		return g
+	return jobframework.GroupLabelValue(LeaderWorkerSetGroupPrefix+set, set, "-"+index)
+}
+
+// LeaderWorkerSetOf is the LeaderWorkerSet (namespace/name) whose group
+// the Pod m is a member of, "" for a Pod of none.
+func LeaderWorkerSetOf(m metav1.Object) string {
+	if m.GetAnnotations()[v1beta1.PodGroupLeaderWorkerSetAnnotation] != "true" || m.GetLabels()[lwsSetLabel] == "" {
+		return ""
 	}
-	h := fnv.New32a()
-	h.Write([]byte(set))
-	// The index stays readable at the end.
-	return strings.TrimRight(g[:min(54, 62-len(index)-9)], ".-") + fmt.Sprintf("-%08x-%s", h.Sum32(), index)
+	return m.GetNamespace() + "/" + m.GetLabels()[lwsSetLabel]
 }
 
 // ordinal is what follows a StatefulSet Pod's name's last "-" when it is a

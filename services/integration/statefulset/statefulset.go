@@ -22,9 +22,7 @@ package statefulset
 
 import (
 	"fmt"
-	"hash/fnv"
 	"strconv"
-	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -61,13 +59,7 @@ func (Adapter) PodTemplates() [][]string { return [][]string{{"spec", "template"
 // label value's 63 characters, with a hash of the whole name in place of
 // what does not fit.
 func GroupName(name string) string {
-	g := GroupPrefix + name
-	if len(g) <= 63 {
-		return g
-	}
-	h := fnv.New32a()
-	h.Write([]byte(name))
-	return strings.TrimRight(g[:54], ".-") + fmt.Sprintf("-%08x", h.Sum32())
+	return jobframework.GroupLabelValue(GroupPrefix+name, name, "")
 }
 
 // PodMeta implements jobframework.Parent: the group's name, its total
