@@ -64,9 +64,14 @@ e2e:
 # control plane, once through `sluice dev` and once with every service its
 # own process and one killed every few seconds; the quota checker and the
 # event-order audit must find nothing. LOADTEST_SCALE=0.3 for 4,500 Jobs.
+# PROFILE=large-scale replays Kueue's 1,000-queue configuration (50,000
+# Jobs) through `sluice dev` instead, PROFILE=tas its topology-aware one,
+# PROFILE=path/to/generator.yaml any Kueue generator file.
 LOADTEST_SCALE ?= 1
+PROFILE ?= baseline
+LOADTEST_TESTS = $(if $(filter baseline,$(PROFILE)),TestBaseline,TestBaselineQuotaHolds$$)
 loadtest:
-	SLUICE_E2E=1 SLUICE_BASELINE_SCALE=$(LOADTEST_SCALE) SLUICE_E2E_LOG_LEVEL=info go test -count=1 -timeout 120m -v -run 'TestBaseline' ./test/e2e/
+	SLUICE_E2E=1 SLUICE_BASELINE_SCALE=$(LOADTEST_SCALE) SLUICE_BASELINE_PROFILE=$(PROFILE) SLUICE_E2E_LOG_LEVEL=info go test -count=1 -timeout 120m -v -run '$(LOADTEST_TESTS)' ./test/e2e/
 
 # The services on a three-node JetStream cluster whose event-stream leader
 # is shut down under load (test/natscluster, also part of test-unit), five

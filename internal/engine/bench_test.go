@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -278,10 +279,129 @@ func BenchmarkCycleTopologyBacklog(b *testing.B) {
 }
 
 func benchBaselineBacklog(b *testing.B, backlog int, quiet, tas bool) {
-	cfg := Config{Flavors: flavors("default")}
-	var nodes []Node
+	e, running := baselineBacklog(b, backlogShape{cohorts: 5, queues: 6, backlog: backlog, quiet: quiet, tas: tas})
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		running = releaseOne(b, e, running, backlog, i)
+		b.StartTimer()
+		for _, d := range e.Cycle(t0.Add(time.Duration(i+1) * time.Second)) {
+			if d.Kind == KindAdmitted {
+				running = append(running, d.Key)
+			}
+		}
+	}
+}
+
+// BenchmarkCycleScale measures the cycles issue 38 bounds, with Kueue's
+// large-scale configuration (10 cohorts × 100 ClusterQueues) and its
+// baseline (5 × 6), each with 100,000 workloads waiting in the baseline's
+// mix as the admission service runs the engine: "release" is the cycle
+// after one running Job in cohort 0 ends (its replacement joins the end of
+// its queue, outside the timer); "config" is SetConfig with one queue's
+// quota changed and the cycle after it, both timed, which judge every
+// waiting workload again.
+func BenchmarkCycleScale(b *testing.B) {
+	for _, sh := range []backlogShape{
+		{cohorts: 10, queues: 100, backlog: 100, quiet: true},
+		{cohorts: 5, queues: 6, backlog: 3334, quiet: true},
+	} {
+		name := fmt.Sprintf("cqs=%d/waiting=%d", sh.cohorts*sh.queues, sh.cohorts*sh.queues*sh.backlog)
+		b.Run(name+"/release", func(b *testing.B) {
+			e, running := baselineBacklog(b, sh)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				running = releaseOne(b, e, running, sh.backlog, i)
+				b.StartTimer()
+				for _, d := range e.Cycle(t0.Add(time.Duration(i+1) * time.Second)) {
+					if d.Kind == KindAdmitted {
+						running = append(running, d.Key)
+					}
+				}
+			}
+		})
+		b.Run(name+"/config", func(b *testing.B) {
+			e, _ := baselineBacklog(b, sh)
+			cfgs := [2]Config{e.cfg, e.cfg}
+			// The second configuration gives the last queue one more CPU
+			// of nominal quota; the iterations alternate between them.
+			cqs := slices.Clone(cfgs[1].ClusterQueues)
+			last := &cqs[len(cqs)-1]
+			last.ResourceGroups = slices.Clone(last.ResourceGroups)
+			last.ResourceGroups[0].Flavors = slices.Clone(last.ResourceGroups[0].Flavors)
+			last.ResourceGroups[0].Flavors[0].Resources = slices.Clone(last.ResourceGroups[0].Flavors[0].Resources)
+			last.ResourceGroups[0].Flavors[0].Resources[0].Nominal += 1000
+			cfgs[1].ClusterQueues = cqs
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				e.SetConfig(cfgs[(i+1)%2])
+				e.Cycle(t0.Add(time.Duration(i+1) * time.Second))
+			}
+		})
+	}
+}
+
+// backlogShape is the queues and backlog of baselineBacklog.
+type backlogShape struct {
+	cohorts, queues, backlog int
+	quiet, tas               bool
+}
+
+// releaseOne ends the first running Job of cohort 0 and submits a small
+// one to its queue in its place, so the backlog stays as large.
+func releaseOne(b *testing.B, e *Engine, running []string, backlog, i int) []string {
+	if len(running) == 0 {
+		b.Fatalf("iteration %d: nothing running in cohort 0 to end", i)
+	}
+	if err := e.Remove(running[0]); err != nil {
+		b.Fatal(err)
+	}
+	ns, _, _ := strings.Cut(running[0], "/")
+	refill := baselineJob(e.nodes != nil, ns, fmt.Sprintf("refill%07d", i), baselineClasses[0]).
+		at(time.Duration(backlog+i) * time.Millisecond).obj()
+	if err := e.Submit(refill); err != nil {
+		b.Fatal(err)
+	}
+	return running[1:]
+}
+
+// baselineClasses are the baseline's small, medium and large Jobs.
+var baselineClasses = []struct {
+	prio int32
+	cpu  int
+	pods int32
+}{{50, 1000, 2}, {100, 5000, 4}, {200, 20_000, 8}}
+
+// baselineJob is a Job of class cl: one pod, or cl.pods required in one
+// rack on the topology-aware flavor.
+func baselineJob(tas bool, ns, name string, cl struct {
+	prio int32
+	cpu  int
+	pods int32
+}) *wlBuilder {
+	pods := cl.pods
 	req := TopologyRequest{}
 	if tas {
+		req.Required = lvlRack
+	} else {
+		pods = 1
+	}
+	return newWL(ns, name).prio(cl.prio).pods("main", pods, "cpu", cl.cpu/int(pods)).topology(req)
+}
+
+// baselineBacklog is an engine with the baseline's queues in the given
+// shape, each full with one running large Job and sh.backlog waiting Jobs
+// of the baseline's mix (70 % small, 20 % medium, 10 % large), after its
+// first cycle; it returns what runs in cohort 0.
+func baselineBacklog(b *testing.B, sh backlogShape) (*Engine, []string) {
+	b.Helper()
+	cfg := Config{Flavors: flavors("default")}
+	var nodes []Node
+	if sh.tas {
 		cfg.Flavors[0].TopologyName, cfg.Flavors[0].NodeLabels = "dc", map[string]string{"pool": "gpu"}
 		cfg.Topologies = []Topology{{Name: "dc", Levels: []string{lvlBlock, lvlRack, "kubernetes.io/hostname"}}}
 		for r := range 10 {
@@ -291,10 +411,9 @@ func benchBaselineBacklog(b *testing.B, backlog int, quiet, tas bool) {
 					Allocatable: map[string]int64{"cpu": 96_000, "pods": 110}})
 			}
 		}
-		req.Required = lvlRack
 	}
-	for c := range 5 {
-		for q := range 6 {
+	for c := range sh.cohorts {
+		for q := range sh.queues {
 			name := fmt.Sprintf("cq-%d-%d", c, q)
 			cfg.ClusterQueues = append(cfg.ClusterQueues, newCQ(name).cohort(fmt.Sprintf("cohort-%d", c)).
 				quota("default", "cpu", 20_000, Limited(100_000)).preemption(LowerPriority, Any).obj())
@@ -302,38 +421,27 @@ func benchBaselineBacklog(b *testing.B, backlog int, quiet, tas bool) {
 		}
 	}
 	opts := []Option{WithDeferredEviction()}
-	if quiet {
+	if sh.quiet {
 		opts = append(opts, WithQuietPending())
 	}
 	e := New(cfg, opts...)
-	if tas {
+	if sh.tas {
 		e.SetNodes(nodes)
-	}
-	classes := []struct {
-		prio int32
-		cpu  int
-		pods int32
-	}{{50, 1000, 2}, {100, 5000, 4}, {200, 20_000, 8}}
-	job := func(ns, name string, prio int32, cpu int, pods int32) *wlBuilder {
-		if !tas {
-			pods = 1
-		}
-		return newWL(ns, name).prio(prio).pods("main", pods, "cpu", cpu/int(pods)).topology(req)
 	}
 	for _, cq := range cfg.ClusterQueues {
 		ns := "ns-" + cq.Name
-		if err := e.Submit(job(ns, "running", 200, 20_000, 8).obj()); err != nil {
+		if err := e.Submit(baselineJob(sh.tas, ns, "running", baselineClasses[2]).obj()); err != nil {
 			b.Fatal(err)
 		}
-		for i := range backlog {
-			class := classes[0]
+		for i := range sh.backlog {
+			class := baselineClasses[0]
 			switch {
 			case i%10 == 9:
-				class = classes[2]
+				class = baselineClasses[2]
 			case i%10 >= 7:
-				class = classes[1]
+				class = baselineClasses[1]
 			}
-			w := job(ns, fmt.Sprintf("w%05d", i), class.prio, class.cpu, class.pods).at(time.Duration(i) * time.Millisecond).obj()
+			w := baselineJob(sh.tas, ns, fmt.Sprintf("w%05d", i), class).at(time.Duration(i) * time.Millisecond).obj()
 			if err := e.Submit(w); err != nil {
 				b.Fatal(err)
 			}
@@ -345,30 +453,7 @@ func benchBaselineBacklog(b *testing.B, backlog int, quiet, tas bool) {
 			running = append(running, d.Key)
 		}
 	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		b.StopTimer()
-		if len(running) == 0 {
-			b.Fatalf("iteration %d: nothing running in cohort 0 to end", i)
-		}
-		if err := e.Remove(running[0]); err != nil {
-			b.Fatal(err)
-		}
-		ns, _, _ := strings.Cut(running[0], "/")
-		refill := job(ns, fmt.Sprintf("refill%07d", i), classes[0].prio, classes[0].cpu, classes[0].pods).
-			at(time.Duration(backlog+i) * time.Millisecond).obj()
-		if err := e.Submit(refill); err != nil {
-			b.Fatal(err)
-		}
-		running = running[1:]
-		b.StartTimer()
-		for _, d := range e.Cycle(t0.Add(time.Duration(i+1) * time.Second)) {
-			if d.Kind == KindAdmitted {
-				running = append(running, d.Key)
-			}
-		}
-	}
+	return e, running
 }
 
 // BenchmarkSubmit measures what adding a waiting workload costs, its

@@ -1,15 +1,17 @@
-// Package baseline replays Kueue's baseline scheduler performance workload
-// (test/performance/scheduler/configs/baseline in the Kueue repository, the
-// same as loadtest/kueuebaseline's simulator scenario) against a live
-// cluster running Sluice, as real batch/v1 Jobs:
-//
-//   - Cohorts × QueuesPerCohort ClusterQueues (default 5 × 6), each with
-//     nominal quota 20 CPU and borrowingLimit 100, preemption
-//     reclaimWithinCohort Any and withinClusterQueue LowerPriority,
-//     namespaceSelector {}, and one LocalQueue each;
-//   - per ClusterQueue, 350 small Jobs (1 CPU, 200ms, priority 50, one every
-//     100ms), 100 medium (5 CPU, 500ms, priority 100, every 500ms) and 50
-//     large (20 CPU, 1s, priority 200, every 1.2s), times Options.Scale.
+// Package baseline replays Kueue's scheduler performance workloads against
+// a live cluster running Sluice, as real batch/v1 Jobs. It reads Kueue's
+// generator files as they are (test/performance/scheduler/configs/*/
+// generator.yaml in the Kueue repository; the built-in profiles baseline,
+// large-scale and tas are in loadtest/profiles): every ClusterQueue of
+// every queue set with its nominal quota, borrowing limit and preemption
+// policies, namespaceSelector {} and one LocalQueue each, and every
+// workload set's Jobs at its pacing, its counts times Options.Scale. The
+// baseline profile (the same as loadtest/kueuebaseline's simulator
+// scenario) is 5 cohorts × 6 ClusterQueues of 20 CPU (borrowing limit 100,
+// reclaimWithinCohort Any, withinClusterQueue LowerPriority), each with 350
+// small Jobs (1 CPU, 200ms, priority 50, one every 100ms), 100 medium (5
+// CPU, 500ms, priority 100, every 500ms) and 50 large (20 CPU, 1s, priority
+// 200, every 1.2s).
 //
 // No pods run: every Job has spec.managedBy "sluice.dev/loadtest", so the
 // built-in Job controller leaves it alone, and Run itself plays the Job
@@ -23,6 +25,7 @@
 package baseline
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -55,11 +58,13 @@ const RunLabel = "loadtest.sluice.dev/baseline"
 
 // Options configure Run. Zero values take the defaults.
 type Options struct {
-	// Scale is the fraction of the per-queue counts (1 = 15,000 Jobs with
-	// the default queues; 0.3 = 4,500). The pacing stays the baseline's.
+	// Profile is the workload: a built-in profile's name (baseline,
+	// large-scale, tas) or a Kueue generator file's path (default
+	// baseline).
+	Profile string
+	// Scale is the fraction of the per-queue counts (1 = 15,000 Jobs of
+	// the baseline; 0.3 = 4,500). The pacing stays the profile's.
 	Scale float64
-	// Cohorts and QueuesPerCohort shape the queues (default 5 and 6).
-	Cohorts, QueuesPerCohort int
 	// Namespace of the Jobs and LocalQueues (default "baseline"); created
 	// if missing.
 	Namespace string
@@ -78,10 +83,6 @@ type Options struct {
 	Creators, Completers int
 	// Keep keeps the Jobs at the end instead of deleting them.
 	Keep bool
-	// Topology replays Kueue's topology-aware scheduling configuration
-	// instead: TopologyClasses on a topology-aware flavor over
-	// TopologyNodes kwok nodes (1 block × 10 racks × 64).
-	Topology bool
 	// Log receives progress lines (default: none).
 	Log io.Writer
 	// Ready, if set, is called once the queues are set up, Sluice admits
@@ -94,11 +95,8 @@ func (o *Options) defaults() error {
 	if o.Scale == 0 {
 		o.Scale = 1
 	}
-	if o.Cohorts == 0 {
-		o.Cohorts = 5
-	}
-	if o.QueuesPerCohort == 0 {
-		o.QueuesPerCohort = 6
+	if o.Profile == "" {
+		o.Profile = "baseline"
 	}
 	if o.Namespace == "" {
 		o.Namespace = "baseline"
@@ -121,8 +119,6 @@ func (o *Options) defaults() error {
 	switch {
 	case o.Scale < 0 || o.Scale > 10:
 		return fmt.Errorf("scale %g: must be in (0, 10]", o.Scale)
-	case o.Cohorts < 0 || o.QueuesPerCohort < 0 || o.Cohorts > 100 || o.QueuesPerCohort > 100:
-		return fmt.Errorf("%d cohorts × %d queues: each must be 1..100", o.Cohorts, o.QueuesPerCohort)
 	case o.Timeout < 0 || o.Creators < 0 || o.Completers < 0:
 		return errors.New("timeout, creators and completers must not be negative")
 	case len(o.Prefix) > 30:
@@ -134,6 +130,8 @@ func (o *Options) defaults() error {
 // Result is what a run measured.
 type Result struct {
 	Options Options
+	// Profile is the run's workload.
+	Profile *Profile
 	// Classes are the run's workload classes.
 	Classes []Class
 	// Jobs is the number of Jobs of the plan, Created how many were
@@ -150,6 +148,10 @@ type Result struct {
 	// TimeToAdmission per class: from just before a Job's create request
 	// to its first unsuspension seen by the watch.
 	TimeToAdmission map[string]Stats
+	// Usage per ClusterQueue class, as Kueue's performance checker
+	// measures it: the CPU-time its queues' Jobs ran, over the queues'
+	// nominal CPU times the wall time, in percent.
+	Usage map[string]float64
 	// Admissions counts unsuspensions, Preemptions the times a running Job
 	// was suspended again (per class too), PreemptedJobs the Jobs that were.
 	Admissions, Preemptions, PreemptedJobs int
@@ -179,20 +181,20 @@ func Run(parent context.Context, kube kubernetes.Interface, dyn dynamic.Interfac
 	if err := o.defaults(); err != nil {
 		return nil, err
 	}
+	p, err := LoadProfile(o.Profile)
+	if err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeout(parent, o.Timeout)
 	defer cancel()
 	logf := func(format string, args ...any) {
 		fmt.Fprintf(o.Log, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05.000")}, args...)...)
 	}
-	classes := Classes
-	if o.Topology {
-		classes = TopologyClasses
-	}
-	n := names{prefix: o.Prefix, namespace: o.Namespace, classes: classes}
-	plan := PlanOf(classes, o.Scale, o.Cohorts, o.QueuesPerCohort)
-	res := &Result{Options: o, Classes: classes, Jobs: len(plan), CapacityBound: CapacityBoundOf(classes, plan, o.QueuesPerCohort),
-		TimeToAdmission: map[string]Stats{}, PreemptionsByClass: map[string]int{}}
-	logf("baseline: %d Jobs in %d ClusterQueues (scale %g), capacity bound %s", len(plan), o.Cohorts*o.QueuesPerCohort, o.Scale, res.CapacityBound.Round(time.Millisecond))
+	n := names{prefix: o.Prefix, namespace: o.Namespace, p: p}
+	plan := p.Plan(o.Scale)
+	res := &Result{Options: o, Profile: p, Classes: p.Classes, Jobs: len(plan), CapacityBound: p.CapacityBound(plan),
+		TimeToAdmission: map[string]Stats{}, PreemptionsByClass: map[string]int{}, Usage: map[string]float64{}}
+	logf("%s: %d Jobs in %d ClusterQueues (scale %g), capacity bound %s", p.Name, len(plan), len(p.Queues), o.Scale, res.CapacityBound.Round(time.Millisecond))
 
 	if err := setup(ctx, kube, dyn, n, o); err != nil {
 		return nil, fmt.Errorf("setup: %w", err)
@@ -299,9 +301,9 @@ func Run(parent context.Context, kube kubernetes.Interface, dyn dynamic.Interfac
 		if err := deleteJobs(cctx, kube, o.Namespace, selector, false); err != nil {
 			res.Errors = append(res.Errors, "cleanup: "+err.Error())
 		}
-		if o.Topology {
+		if p.Topology != nil {
 			if err := kube.CoreV1().Nodes().DeleteCollection(cctx, metav1.DeleteOptions{},
-				metav1.ListOptions{LabelSelector: topologyNodeGroup + "=" + o.Prefix}); err != nil {
+				metav1.ListOptions{LabelSelector: p.Flavor.NodeLabel + "=" + o.Prefix}); err != nil {
 				res.Errors = append(res.Errors, "cleanup: nodes: "+err.Error())
 			}
 		}
@@ -315,6 +317,7 @@ func collect(res *Result, tr *tracker, begin, end time.Time) {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	tta := map[string][]time.Duration{}
+	ran := map[string]float64{} // milli-CPU-seconds run per queue class
 	var lags []time.Duration
 	var last time.Time
 	for _, st := range tr.jobs {
@@ -329,6 +332,7 @@ func collect(res *Result, tr *tracker, begin, end time.Time) {
 		}
 		res.Created++
 		cl := res.Classes[st.class].Name
+		ran[res.Profile.Queues[st.queue].Class] += float64(res.Classes[st.class].MilliCPU()) * st.ran.Seconds()
 		if !st.admitted.IsZero() {
 			tta[cl] = append(tta[cl], st.admitted.Sub(st.created))
 		}
@@ -368,6 +372,15 @@ func collect(res *Result, tr *tracker, begin, end time.Time) {
 		last = end
 	}
 	res.Wall = last.Sub(begin)
+	nominal := map[string]float64{}
+	for _, q := range res.Profile.Queues {
+		nominal[q.Class] += float64(q.NominalMilli)
+	}
+	for class, cpu := range ran {
+		if nominal[class] > 0 && res.Wall > 0 {
+			res.Usage[class] = 100 * cpu / (nominal[class] * res.Wall.Seconds())
+		}
+	}
 	res.StatusWrites, res.StatusConflicts, res.StatusStale = tr.writes, tr.conflicts, tr.stale
 	res.Errors = append(res.Errors, tr.writeErrs...)
 }
@@ -436,8 +449,8 @@ func create(ctx context.Context, kube kubernetes.Interface, tr *tracker, n names
 				name := n.job(w.it)
 				cl := n.class(w.it.Class)
 				now := time.Now()
-				tr.register(&jobState{name: name, class: w.it.Class, cohort: w.it.Cohort, runtime: cl.Runtime, created: now})
-				err := createJob(ctx, kube, o.Namespace, n.jobObject(name, n.queue(w.it.Cohort, w.it.Queue), w.it.Class, cl.CPU))
+				tr.register(&jobState{name: name, class: w.it.Class, queue: w.it.Queue, runtime: cl.Runtime, created: now})
+				err := createJob(ctx, kube, o.Namespace, n.jobObject(name, n.queue(w.it.Queue), w.it.Class, cl.MilliCPU()))
 				tr.createDone(name, err)
 				mu.Lock()
 				late = append(late, now.Sub(w.at))
@@ -499,14 +512,15 @@ func createJob(ctx context.Context, kube kubernetes.Interface, ns string, j *bat
 	}
 }
 
-// jobObject is one Job of the run: one pod asking for cpu CPUs, suspended
+// jobObject is one Job of the run: its class's pods asking for milliCPU in
+// all, suspended
 // (Sluice's webhook would suspend it anyway), labelled with its LocalQueue
 // and priority class, and managed by this run instead of the Job
 // controller.
-func (n names) jobObject(name, queue string, class int, cpu int64) *batchv1.Job {
+func (n names) jobObject(name, queue string, class int, milliCPU int64) *batchv1.Job {
 	cl := n.class(class)
 	pods := cl.pods()
-	perPod := resource.NewMilliQuantity(cpu*1000/int64(pods), resource.DecimalSI)
+	perPod := resource.NewMilliQuantity(milliCPU/int64(pods), resource.DecimalSI)
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: n.namespace, Labels: map[string]string{
 			v1beta1.QueueNameLabel:     queue,
@@ -536,6 +550,7 @@ var gv = v1beta1.GroupVersion
 // setup creates or updates (server-side apply) the flavor, the priority
 // classes, the ClusterQueues, the namespace and the LocalQueues.
 func setup(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, n names, o Options) error {
+	p := n.p
 	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: o.Namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("namespace %s: %w", o.Namespace, err)
 	}
@@ -555,53 +570,69 @@ func setup(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface
 		return nil
 	}
 	flavor := map[string]any{"kind": "ResourceFlavor", "metadata": map[string]any{"name": n.flavor()}}
-	if o.Topology {
-		levels := make([]any, len(TopologyLevels))
-		for i, l := range TopologyLevels {
-			levels[i] = map[string]any{"nodeLabel": l}
+	if p.Topology != nil {
+		levels := make([]any, len(p.Topology.Levels))
+		for i, l := range p.Topology.Levels {
+			levels[i] = map[string]any{"nodeLabel": l.NodeLabel}
 		}
 		if err := apply("topologies", "", map[string]any{"kind": "Topology", "metadata": map[string]any{"name": n.prefix},
 			"spec": map[string]any{"levels": levels}}); err != nil {
 			return err
 		}
-		flavor["spec"] = map[string]any{"nodeLabels": map[string]any{topologyNodeGroup: n.prefix}, "topologyName": n.prefix}
-		if err := createNodes(ctx, kube, n.prefix); err != nil {
+		flavor["spec"] = map[string]any{"nodeLabels": map[string]any{p.Flavor.NodeLabel: n.prefix}, "topologyName": n.prefix}
+		if err := createNodes(ctx, kube, p, n.prefix); err != nil {
 			return err
 		}
 	}
 	if err := apply("resourceflavors", "", flavor); err != nil {
 		return err
 	}
-	for k, cl := range n.classes {
+	for k, cl := range n.p.Classes {
 		if err := apply("workloadpriorityclasses", "", map[string]any{"kind": "WorkloadPriorityClass",
 			"metadata": map[string]any{"name": n.priorityClass(k)}, "value": int64(cl.Priority),
 			"description": "Kueue baseline " + cl.Name + " Jobs"}); err != nil {
 			return err
 		}
 	}
-	for c := range o.Cohorts {
-		for q := range o.QueuesPerCohort {
-			cq := n.queue(c, q)
+	// A thousand queues are set up side by side.
+	sem := make(chan struct{}, 16)
+	errs := make([]error, len(p.Queues))
+	var wg sync.WaitGroup
+	for q, queue := range p.Queues {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			cq := n.queue(q)
+			cpu := map[string]any{"name": "cpu", "nominalQuota": resource.NewMilliQuantity(queue.NominalMilli, resource.DecimalSI).String()}
+			if queue.BorrowingMilli >= 0 {
+				cpu["borrowingLimit"] = resource.NewMilliQuantity(queue.BorrowingMilli, resource.DecimalSI).String()
+			}
+			preemption := map[string]any{}
+			if queue.ReclaimWithinCohort != "" {
+				preemption["reclaimWithinCohort"] = queue.ReclaimWithinCohort
+			}
+			if queue.WithinCQueue != "" {
+				preemption["withinClusterQueue"] = queue.WithinCQueue
+			}
 			if err := apply("clusterqueues", "", map[string]any{"kind": "ClusterQueue", "metadata": map[string]any{"name": cq},
 				"spec": map[string]any{
-					"cohort":            n.cohort(c),
+					"cohort":            n.cohort(queue.Cohort),
 					"namespaceSelector": map[string]any{},
-					"preemption":        map[string]any{"reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority"},
+					"preemption":        preemption,
 					"resourceGroups": []any{map[string]any{
 						"coveredResources": []any{"cpu"},
-						"flavors": []any{map[string]any{"name": n.flavor(), "resources": []any{map[string]any{
-							"name": "cpu", "nominalQuota": fmt.Sprint(NominalCPU), "borrowingLimit": fmt.Sprint(BorrowingLimit)}}}},
+						"flavors":          []any{map[string]any{"name": n.flavor(), "resources": []any{cpu}}},
 					}},
 				}}); err != nil {
-				return err
+				errs[q] = err
+				return
 			}
-			if err := apply("localqueues", o.Namespace, map[string]any{"kind": "LocalQueue",
-				"metadata": map[string]any{"name": cq, "namespace": o.Namespace}, "spec": map[string]any{"clusterQueue": cq}}); err != nil {
-				return err
-			}
-		}
+			errs[q] = apply("localqueues", o.Namespace, map[string]any{"kind": "LocalQueue",
+				"metadata": map[string]any{"name": cq, "namespace": o.Namespace}, "spec": map[string]any{"clusterQueue": cq}})
+		})
 	}
-	return nil
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // probe waits until Sluice admits from every LocalQueue with every priority
@@ -611,23 +642,23 @@ func setup(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface
 func probe(ctx context.Context, kube kubernetes.Interface, tr *tracker, n names, o Options, logf func(string, ...any)) error {
 	start := time.Now()
 	deadline := time.Now().Add(min(2*time.Minute, o.Timeout/2))
-	type pq struct{ c, q, k int }
+	type pq struct{ q, k int }
 	var unproven []pq
-	for c := range o.Cohorts {
-		for q := range o.QueuesPerCohort {
-			unproven = append(unproven, pq{c, q, (c*o.QueuesPerCohort + q) % len(n.classes)})
-		}
+	for q := range n.p.Queues {
+		unproven = append(unproven, pq{q, q % len(n.p.Classes)})
 	}
 	for round := 0; len(unproven) > 0; round++ {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("Sluice did not admit probe Jobs from %d of %d LocalQueues within %s: is it running, with its webhook, against this cluster?",
-				len(unproven), o.Cohorts*o.QueuesPerCohort, time.Since(start).Round(time.Second))
+				len(unproven), len(n.p.Queues), time.Since(start).Round(time.Second))
 		}
 		var batch []string
 		for _, p := range unproven {
-			name := fmt.Sprintf("probe-c%d-q%d-%d", p.c, p.q, round)
-			tr.register(&jobState{name: name, class: -1, cohort: p.c, created: time.Now()})
-			job := n.jobObject(name, n.queue(p.c, p.q), p.k, 1)
+			queue := n.p.Queues[p.q]
+			name := fmt.Sprintf("probe-c%d-q%d-%d", queue.Cohort, queue.Index, round)
+			tr.register(&jobState{name: name, class: -1, queue: p.q, created: time.Now()})
+			// One CPU, whatever the class asks, so probes fit anywhere.
+			job := n.jobObject(name, n.queue(p.q), p.k, 1000)
 			if _, err := kube.BatchV1().Jobs(o.Namespace).Create(ctx, job, metav1.CreateOptions{}); err != nil {
 				tr.createFailed(name, err)
 				return fmt.Errorf("create probe Job: %w", err)
@@ -770,52 +801,61 @@ func (r *Result) Failures() []string {
 	return out
 }
 
-// The topology run's data center: Kueue's, 1 block × 10 racks × 64 nodes
-// of 96 CPUs and 256 GiB, managed by kwok (which keeps them Ready).
-const (
-	topologyRacks        = 10
-	topologyNodesPerRack = 64
-	// TopologyNodes is the number of nodes the topology run creates.
-	TopologyNodes     = topologyRacks * topologyNodesPerRack
-	topologyNodeGroup = "loadtest.sluice.dev/node-group"
-)
-
-// createNodes creates the topology run's nodes, labelled with the run's
-// prefix as their node group; ones that exist are left as they are.
-func createNodes(ctx context.Context, kube kubernetes.Interface, prefix string) error {
-	res := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("96"), corev1.ResourceMemory: resource.MustParse("256Gi"),
+// createNodes creates the topology's nodes (kwok's, which keeps them
+// Ready), one per combination of its levels' values as Kueue's generator
+// names them (level name and index), each labelled with the flavor's node
+// label set to the run's prefix and with the last level's capacity (Kueue's
+// defaults: 96 CPUs, 256 GiB); ones that exist are left as they are.
+func createNodes(ctx context.Context, kube kubernetes.Interface, p *Profile, prefix string) error {
+	levels := p.Topology.Levels
+	capacity := levels[len(levels)-1].Capacity
+	cpu, mem := cmp.Or(capacity.CPU, "96"), cmp.Or(capacity.Memory, "256Gi")
+	res := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem),
 		corev1.ResourcePods: resource.MustParse("110")}
-	names := make(chan [2]int)
+	total := 1
+	for _, l := range levels {
+		total *= l.Count
+	}
+	nodes := make(chan int)
 	errs := make(chan error, 16)
 	var wg sync.WaitGroup
 	for range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for rn := range names {
-				name := fmt.Sprintf("%s-b0-r%d-n%d", prefix, rn[0], rn[1])
+		wg.Go(func() {
+			for i := range nodes {
+				labels := map[string]string{"type": "kwok", p.Flavor.NodeLabel: prefix}
+				name := prefix
+				rest := i
+				for l := len(levels) - 1; l >= 0; l-- {
+					idx := rest % levels[l].Count
+					rest /= levels[l].Count
+					labels[levels[l].NodeLabel] = fmt.Sprintf("%s-%d", levels[l].Name, idx)
+				}
+				for _, l := range levels {
+					name += "-" + labels[l.NodeLabel]
+				}
+				if labels[corev1.LabelHostname] != "" {
+					labels[corev1.LabelHostname] = name
+				}
 				node := &corev1.Node{
-					ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"},
-						Labels: map[string]string{"type": "kwok", topologyNodeGroup: prefix, TopologyLevels[0]: "block-0",
-							TopologyLevels[1]: fmt.Sprintf("rack-%d", rn[0]), TopologyLevels[2]: name}},
-					Status: corev1.NodeStatus{Capacity: res, Allocatable: res},
+					ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"}, Labels: labels},
+					Status:     corev1.NodeStatus{Capacity: res, Allocatable: res},
 				}
 				if _, err := kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-					errs <- fmt.Errorf("node %s: %w", name, err)
-					return
+					select {
+					case errs <- fmt.Errorf("node %s: %w", name, err):
+					default: // the first errors are enough
+					}
 				}
 			}
-		}()
+		})
 	}
 	go func() {
-		defer close(names)
-		for r := range topologyRacks {
-			for i := range topologyNodesPerRack {
-				select {
-				case names <- [2]int{r, i}:
-				case <-ctx.Done():
-					return
-				}
+		defer close(nodes)
+		for i := range total {
+			select {
+			case nodes <- i:
+			case <-ctx.Done():
+				return
 			}
 		}
 	}()

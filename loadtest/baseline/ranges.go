@@ -2,11 +2,14 @@ package baseline
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"sort"
+	"strings"
 
 	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
@@ -16,11 +19,19 @@ import (
 // performance tests' range files: a regression guard, one file per scale
 // (loadtest/ranges/).
 type Ranges struct {
+	// Profile is the profile the ranges are for (default baseline): a
+	// built-in profile's name, or the generator file's path as given.
+	Profile string `json:"profile,omitempty"`
 	// WallToBound bounds wall time ÷ capacity bound.
 	WallToBound *Bound `json:"wallToBound,omitempty"`
+	// WallSeconds bounds the wall time itself, in seconds.
+	WallSeconds *Bound `json:"wallSeconds,omitempty"`
 	// TimeToAdmissionSeconds bounds the mean time to admission of each
-	// class (small, medium, large), in seconds.
+	// workload class of the profile (small, medium, large), in seconds.
 	TimeToAdmissionSeconds map[string]Bound `json:"timeToAdmissionSeconds,omitempty"`
+	// UsagePercent bounds the usage of each ClusterQueue class of the
+	// profile (Result.Usage), as Kueue's clusterQueueClassesMinUsage.
+	UsagePercent map[string]Bound `json:"usagePercent,omitempty"`
 	// EventsPerJob bounds the mean number of events per Job.
 	EventsPerJob *Bound `json:"eventsPerJob,omitempty"`
 	// Preemptions bounds how often a running Job was suspended again.
@@ -47,9 +58,10 @@ func (b Bound) check(what string, v float64) string {
 	return ""
 }
 
-// LoadRanges reads a range file; an unknown field or class is refused by
-// name, so a typo does not silently check nothing.
-func LoadRanges(path string) (Ranges, error) {
+// LoadRanges reads a range file for a run of profile p; an unknown field,
+// or a class the profile does not have, is refused by name, so a typo does
+// not silently check nothing.
+func LoadRanges(path string, p *Profile) (Ranges, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return Ranges{}, err
@@ -66,12 +78,30 @@ func LoadRanges(path string) (Ranges, error) {
 	if len(strict) > 0 {
 		return Ranges{}, fmt.Errorf("%s: %w", path, errors.Join(strict...))
 	}
-	for class := range r.TimeToAdmissionSeconds {
-		if !slices.ContainsFunc(Classes, func(c Class) bool { return c.Name == class }) {
-			return Ranges{}, fmt.Errorf("%s: timeToAdmissionSeconds.%s: no such class (small, medium, large)", path, class)
+	if want := cmp.Or(r.Profile, "baseline"); want != p.Name {
+		return Ranges{}, fmt.Errorf("%s: the ranges are for profile %s, the run is of %s", path, want, p.Name)
+	}
+	var classes, queueClasses []string
+	for _, c := range p.Classes {
+		classes = append(classes, c.Name)
+	}
+	for _, q := range p.Queues {
+		if !slices.Contains(queueClasses, q.Class) {
+			queueClasses = append(queueClasses, q.Class)
 		}
 	}
-	if r.WallToBound == nil && r.TimeToAdmissionSeconds == nil && r.EventsPerJob == nil && r.Preemptions == nil && r.ResidentMemoryMB == nil {
+	for class := range r.TimeToAdmissionSeconds {
+		if !slices.Contains(classes, class) {
+			return Ranges{}, fmt.Errorf("%s: timeToAdmissionSeconds.%s: profile %s has no such class (%s)", path, class, p.Name, strings.Join(classes, ", "))
+		}
+	}
+	for class := range r.UsagePercent {
+		if !slices.Contains(queueClasses, class) {
+			return Ranges{}, fmt.Errorf("%s: usagePercent.%s: profile %s has no such ClusterQueue class (%s)", path, class, p.Name, strings.Join(queueClasses, ", "))
+		}
+	}
+	if r.WallToBound == nil && r.WallSeconds == nil && r.TimeToAdmissionSeconds == nil && r.UsagePercent == nil && r.EventsPerJob == nil &&
+		r.Preemptions == nil && r.ResidentMemoryMB == nil {
 		return Ranges{}, fmt.Errorf("%s: %w", path, errors.New("no range in it"))
 	}
 	return r, nil
@@ -87,6 +117,17 @@ func (r Ranges) Check(res *Result) []string {
 	}
 	if b := r.WallToBound; b != nil && res.CapacityBound > 0 {
 		add(b.check("wall ÷ capacity bound", res.Wall.Seconds()/res.CapacityBound.Seconds()))
+	}
+	if b := r.WallSeconds; b != nil {
+		add(b.check("wall time (s)", res.Wall.Seconds()))
+	}
+	for _, c := range slices.Sorted(maps.Keys(r.UsagePercent)) {
+		u, ok := res.Usage[c]
+		if !ok {
+			out = append(out, fmt.Sprintf("usage of ClusterQueue class %s: none measured", c))
+			continue
+		}
+		add(r.UsagePercent[c].check("usage of ClusterQueue class "+c+" (%)", u))
 	}
 	names := make([]string, 0, len(r.TimeToAdmissionSeconds))
 	for c := range r.TimeToAdmissionSeconds {

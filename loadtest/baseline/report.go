@@ -13,8 +13,8 @@ import (
 func (r *Result) Print(w io.Writer) {
 	o := r.Options
 	ms := func(d time.Duration) string { return d.Round(time.Millisecond).String() }
-	fmt.Fprintf(w, "Kueue baseline, live: %d cohorts × %d ClusterQueues, scale %g, %d Jobs (namespace %s, prefix %s)\n",
-		o.Cohorts, o.QueuesPerCohort, o.Scale, r.Jobs, o.Namespace, o.Prefix)
+	fmt.Fprintf(w, "Kueue profile %s, live: %d cohorts, %d ClusterQueues, scale %g, %d Jobs (namespace %s, prefix %s)\n",
+		r.Profile.Name, r.Profile.Cohorts, len(r.Profile.Queues), o.Scale, r.Jobs, o.Namespace, o.Prefix)
 	fmt.Fprintf(w, "  created     %d (creates spanned %s; lateness against the pacing: %s)\n", r.Created, ms(r.CreateSpan), r.CreateLate)
 	fmt.Fprintf(w, "  finished    %d (failed %d, deleted early %d)\n", r.Finished, r.Failed, r.Gone)
 	ratio := 0.0
@@ -27,6 +27,9 @@ func (r *Result) Print(w io.Writer) {
 		if s, ok := r.TimeToAdmission[cl.Name]; ok {
 			fmt.Fprintf(w, "    %-16s %s\n", cl.Name, s)
 		}
+	}
+	for _, class := range slices.Sorted(maps.Keys(r.Usage)) {
+		fmt.Fprintf(w, "  usage       ClusterQueue class %s: %.1f%% of its nominal CPU over the wall time\n", class, r.Usage[class])
 	}
 	fmt.Fprintf(w, "  admissions  %d (unsuspensions), preemptions %d of %d Jobs", r.Admissions, r.Preemptions, r.PreemptedJobs)
 	if r.Preemptions > 0 {

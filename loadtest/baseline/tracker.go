@@ -17,8 +17,8 @@ import (
 // jobState is what the tracker knows of one Job of the run.
 type jobState struct {
 	name    string
-	class   int // index into Classes, -1 for a probe
-	cohort  int
+	class   int // index into the profile's classes, -1 for a probe
+	queue   int // index into the profile's queues
 	runtime time.Duration
 
 	created   time.Time // just before the create request
@@ -39,6 +39,9 @@ type jobState struct {
 	finished  time.Time
 	failed    bool          // finished with Failed=True, not by us
 	lag       time.Duration // completion write accepted − (runStart + runtime)
+	// ran is how long it ran (unsuspended) in all, up to now or its
+	// current run.
+	ran time.Duration
 }
 
 // tracker follows the run's Jobs through one watch and completes each one
@@ -263,6 +266,9 @@ func (t *tracker) observe(j *batchv1.Job, deleted bool) {
 	switch {
 	case deleted || finished:
 		st.done, st.gone, st.failed, st.finished = true, deleted && !finished, failed, now
+		if st.running {
+			st.ran += now.Sub(st.runStart)
+		}
 		st.running = false
 		if st.timer != nil {
 			st.timer.Stop()
@@ -286,6 +292,7 @@ func (t *tracker) observe(j *batchv1.Job, deleted bool) {
 		})
 	case isSuspended(j) && st.running:
 		st.running = false
+		st.ran += now.Sub(st.runStart)
 		st.suspends++
 		if st.timer != nil {
 			st.timer.Stop()

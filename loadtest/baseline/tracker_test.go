@@ -19,8 +19,8 @@ import (
 func TestTrackerCompletes(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	n := names{prefix: "bl", namespace: "ns"}
-	job := n.jobObject("j", "q", 0, 1)
+	n := names{prefix: "bl", namespace: "ns", p: MustProfile("baseline")}
+	job := n.jobObject("j", "q", 0, 1000)
 	job.UID = "uid-1"
 	kube := fake.NewClientset(job)
 	tr := newTracker(kube, "ns", "", t.Logf)

@@ -129,14 +129,14 @@ func TestTopologyScenarioShape(t *testing.T) {
 	}
 	for _, w := range sc.Workloads {
 		got[classOf(w.Name)]++
-		for _, how := range []string{"required", "preferred", "sliced"} {
+		for _, how := range []string{"required", "preferred", "balanced"} {
 			if strings.Contains(w.Name, "-"+how+"-") {
 				got[how]++
 			}
 		}
 	}
 	want := map[string]int{"ClusterQueues": 30, "LocalQueues": 30, "Workloads": 15000, "Nodes": 640, "Topologies": 1,
-		"small": 10500, "medium": 3000, "large": 1500, "required": 30 * (120 + 34 + 17), "preferred": 30 * (120 + 33 + 17), "sliced": 30 * (110 + 33 + 16)}
+		"small": 10500, "medium": 3000, "large": 1500, "required": 30 * (120 + 34 + 17), "preferred": 30 * (120 + 33 + 17), "balanced": 30 * (110 + 33 + 16)}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("scenario (-want +got):\n%s", d)
 	}

@@ -13,8 +13,8 @@
 // With -topology it writes Kueue's topology-aware scheduling configuration
 // (test/performance/scheduler/configs/tas) instead: the same queues on a
 // flavor with a Topology over 1 block × 10 racks × 64 nodes of 96 CPUs, and
-// loadtest/baseline's TopologyClasses (each size as 2, 4 or 8 pods, a third
-// required in one rack, a third preferred, a third in slices).
+// the sets of loadtest/baseline's tas profile (each size as 2, 4 or 8 pods,
+// a third required in one rack, a third preferred, a third in slices).
 //
 // Usage:
 //
@@ -164,22 +164,26 @@ status:
 }
 
 // writeTopologyWorkloads writes one ClusterQueue's workloads of the
-// topology configuration: each class's pods share its CPU evenly.
+// topology configuration (loadtest/baseline's tas profile): each class's
+// pods share its CPU evenly.
 func writeTopologyWorkloads(w io.Writer, cq string) {
-	for _, cl := range baseline.TopologyClasses {
-		keys := make([]string, 0, len(cl.Annotations))
-		for k := range cl.Annotations {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		ann := make([]string, len(keys))
-		for i, k := range keys {
-			ann[i] = fmt.Sprintf("%s: %q", k, cl.Annotations[k])
-		}
-		pods := max(1, cl.Pods)
-		for i := range cl.Count {
-			writeWorkload(w, fmt.Sprintf("%s-%s-%03d", cq, cl.Name, i), cq, cl.Priority, time.Duration(i)*cl.Every, cl.Runtime,
-				fmt.Sprintf("{name: main, count: %d, requests: {cpu: %dm}, annotations: {%s}}", pods, cl.CPU*1000/int64(pods), strings.Join(ann, ", ")))
+	p := baseline.MustProfile("tas")
+	for _, set := range p.Queues[0].Sets {
+		for _, k := range set.Classes {
+			cl := p.Classes[k]
+			keys := make([]string, 0, len(cl.Annotations))
+			for k := range cl.Annotations {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			ann := make([]string, len(keys))
+			for i, k := range keys {
+				ann[i] = fmt.Sprintf("%s: %q", k, cl.Annotations[k])
+			}
+			for i := range set.Count {
+				writeWorkload(w, fmt.Sprintf("%s-%s-%03d", cq, cl.Name, i), cq, cl.Priority, time.Duration(i)*set.Every, cl.Runtime,
+					fmt.Sprintf("{name: main, count: %d, requests: {cpu: %dm}, annotations: {%s}}", cl.Pods, cl.PodMilliCPU, strings.Join(ann, ", ")))
+			}
 		}
 	}
 }

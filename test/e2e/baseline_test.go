@@ -2,10 +2,12 @@ package e2e
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,15 +32,35 @@ func baselineScale(t *testing.T) float64 {
 	return s
 }
 
-// baselineRanges is the range file of the scale replayed: full scale's at
-// 1, CI's below.
+// baselineProfile is the workload the tests below replay:
+// SLUICE_BASELINE_PROFILE, a built-in profile (default baseline) or a Kueue
+// generator file's path.
+func baselineProfile(t *testing.T) *baseline.Profile {
+	t.Helper()
+	p, err := baseline.LoadProfile(cmp.Or(os.Getenv("SLUICE_BASELINE_PROFILE"), "baseline"))
+	if err != nil {
+		t.Fatalf("SLUICE_BASELINE_PROFILE: %v", err)
+	}
+	return p
+}
+
+// baselineRanges is the range file of the profile and scale replayed: for
+// the baseline, full scale's at 1 and CI's below; for another built-in
+// profile, its own (loadtest/ranges/<profile>.yaml) at scale 1, and none
+// otherwise.
 func baselineRanges(t *testing.T) baseline.Ranges {
 	t.Helper()
+	p := baselineProfile(t)
 	name := "ci.yaml"
-	if baselineScale(t) >= 1 {
+	switch {
+	case p.Name != "baseline" && (baselineScale(t) != 1 || !slices.Contains(baseline.BuiltinProfiles(), p.Name)):
+		return baseline.Ranges{}
+	case p.Name != "baseline":
+		name = p.Name + ".yaml"
+	case baselineScale(t) >= 1:
 		name = "full.yaml"
 	}
-	r, err := baseline.LoadRanges(filepath.Join(root(), "loadtest", "ranges", name))
+	r, err := baseline.LoadRanges(filepath.Join(root(), "loadtest", "ranges", name), p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,6 +74,7 @@ func replay(t *testing.T, natsURL, prefix string) *baseline.Result {
 	t.Helper()
 	var log bytes.Buffer
 	res, err := baseline.Run(context.Background(), env.kube, env.dyn, baseline.Options{
+		Profile:   baselineProfile(t).Name,
 		Scale:     baselineScale(t),
 		Namespace: prefix,
 		Prefix:    prefix,
@@ -64,14 +87,14 @@ func replay(t *testing.T, natsURL, prefix string) *baseline.Result {
 	}
 	var report bytes.Buffer
 	res.Print(&report)
-	t.Logf("baseline at scale %g:\n%s", baselineScale(t), report.String())
+	t.Logf("%s at scale %g:\n%s", res.Profile.Name, baselineScale(t), report.String())
 	for _, f := range res.Failures() {
 		t.Error(f)
 	}
 	for _, f := range baselineRanges(t).Check(res) {
 		t.Error("out of range: " + f)
 	}
-	if res.Preemptions == 0 {
+	if res.Preemptions == 0 && res.Profile.Name == "baseline" {
 		t.Error("no Job was preempted: the run did not meet the race it is meant to")
 	}
 	return res

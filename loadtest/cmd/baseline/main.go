@@ -1,8 +1,10 @@
-// Command baseline replays Kueue's baseline scheduler performance workload
-// against a live cluster running Sluice, as real batch/v1 Jobs (see package
-// loadtest/baseline), and prints what it measured:
+// Command baseline replays a Kueue scheduler performance workload (a
+// built-in profile or a Kueue generator file) against a live cluster
+// running Sluice, as real batch/v1 Jobs (see package loadtest/baseline),
+// and prints what it measured:
 //
 //	go run ./loadtest/cmd/baseline --kubeconfig KUBECONFIG --scale 0.1 --nats nats://127.0.0.1:4222
+//	go run ./loadtest/cmd/baseline --kubeconfig KUBECONFIG --profile large-scale --ranges loadtest/ranges/large-scale.yaml
 //
 // It exits 1 if the run found a problem (quota exceeded, events out of
 // order, Jobs not finished) or could not run, and 2 on bad flags.
@@ -36,15 +38,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var o baseline.Options
 	kubeconfig := fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig of the cluster (default $KUBECONFIG)")
-	fs.Float64Var(&o.Scale, "scale", 1, "fraction of the baseline's per-queue Job counts (1 = 15,000 Jobs)")
+	fs.StringVar(&o.Profile, "profile", "baseline", "the workload: a built-in profile ("+strings.Join(baseline.BuiltinProfiles(), ", ")+") or the path of a Kueue generator file")
+	fs.Float64Var(&o.Scale, "scale", 1, "fraction of the profile's per-queue Job counts (1 = 15,000 Jobs of the baseline)")
 	fs.StringVar(&o.NATSURL, "nats", "nats://127.0.0.1:4222", "NATS URL of Sluice's event stream, read after the run (empty: don't)")
 	fs.DurationVar(&o.Timeout, "timeout", 15*time.Minute, "give up after this long")
 	fs.StringVar(&o.Namespace, "namespace", "baseline", "namespace of the Jobs and LocalQueues")
 	fs.StringVar(&o.Prefix, "prefix", "bl", "prefix of the ClusterQueue, LocalQueue, flavor, cohort and priority class names")
-	fs.IntVar(&o.Cohorts, "cohorts", 5, "cohorts")
-	fs.IntVar(&o.QueuesPerCohort, "queues", 6, "ClusterQueues per cohort")
 	fs.BoolVar(&o.Keep, "keep", false, "keep the Jobs at the end")
-	fs.BoolVar(&o.Topology, "topology", false, "replay Kueue's topology-aware scheduling configuration (640 kwok nodes in 10 racks, rack-level required, preferred and sliced Jobs of 2 to 8 pods) instead")
 	quiet := fs.Bool("quiet", false, "no progress lines")
 	rangesFile := fs.String("ranges", "", "a range file (loadtest/ranges/*.yaml): fail when a figure is outside it")
 	if err := fs.Parse(args); err != nil {
@@ -66,10 +66,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return usage("--scale %g: must be more than 0 and at most 10", o.Scale)
 	case o.Timeout <= 0:
 		return usage("--timeout %s: must be positive", o.Timeout)
-	case o.Cohorts < 1 || o.Cohorts > 100 || o.QueuesPerCohort < 1 || o.QueuesPerCohort > 100:
-		return usage("--cohorts %d and --queues %d: each must be 1..100", o.Cohorts, o.QueuesPerCohort)
-	case o.Topology && *rangesFile != "":
-		return usage("--ranges: the range files are the baseline's; a --topology run has none")
+	}
+	profile, err := baseline.LoadProfile(o.Profile)
+	if err != nil {
+		return usage("--profile: %v", err)
 	}
 	if errs := validation.IsDNS1123Label(o.Namespace); len(errs) > 0 {
 		return usage("--namespace %q: %s", o.Namespace, strings.Join(errs, "; "))
@@ -82,7 +82,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	var ranges *baseline.Ranges
 	if *rangesFile != "" {
-		r, err := baseline.LoadRanges(*rangesFile)
+		r, err := baseline.LoadRanges(*rangesFile, profile)
 		if err != nil {
 			return usage("--ranges: %v", err)
 		}
