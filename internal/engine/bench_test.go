@@ -345,6 +345,89 @@ func BenchmarkCycleScale(b *testing.B) {
 	}
 }
 
+// BenchmarkCycleReclaimWaiting is the cycle that dominated the admission
+// service in Kueue's large-scale configuration replayed live: 10 cohorts of
+// 100 ClusterQueues (20 CPU, borrowing limit 100, LowerPriority within the
+// queue, reclaim Any), half of each cohort's queues borrowing (40 small
+// Jobs admitted each, the cohort full), the other half empty with 20
+// waiting Jobs each (2 large, then small), whose large Jobs asked the
+// borrowers' small ones to go and wait for them (deferred eviction). Each
+// iteration one small Job that is no victim ends in cohort 0 and a new one
+// takes its place, outside the timer: the release wakes the tree, and its
+// waiting preemptors look for victims again.
+func BenchmarkCycleReclaimWaiting(b *testing.B) {
+	cfg := Config{Flavors: flavors("default")}
+	for c := range 10 {
+		for q := range 100 {
+			name := fmt.Sprintf("cq-%d-%d", c, q)
+			cfg.ClusterQueues = append(cfg.ClusterQueues, newCQ(name).cohort(fmt.Sprintf("cohort-%d", c)).
+				quota("default", "cpu", 20_000, Limited(100_000)).preemption(LowerPriority, Any).obj())
+			cfg.LocalQueues = append(cfg.LocalQueues, LocalQueue{Namespace: "ns-" + name, Name: "lq", ClusterQueue: name, StopPolicy: StopNone})
+		}
+	}
+	e := New(cfg, WithDeferredEviction(), WithQuietPending())
+	var borrowers []string // cohort 0's admitted small Jobs, for the releases
+	for c := range 10 {
+		for q := range 100 {
+			ns := fmt.Sprintf("ns-cq-%d-%d", c, q)
+			cq := fmt.Sprintf("cq-%d-%d", c, q)
+			if q < 50 {
+				for i := range 40 {
+					w := newWL(ns, fmt.Sprintf("small-%02d", i)).prio(50).pods("main", 1, "cpu", 1000).admittedIn(cq, "default", time.Duration(i)*time.Second).obj()
+					if err := e.Submit(w); err != nil {
+						b.Fatal(err)
+					}
+					if c == 0 {
+						borrowers = append(borrowers, ns+"/"+w.Name)
+					}
+				}
+				continue
+			}
+			for i := range 20 {
+				cl := baselineClasses[0]
+				if i < 2 {
+					cl = baselineClasses[2]
+				}
+				w := baselineJob(false, ns, fmt.Sprintf("w%02d", i), cl).at(time.Duration(100+i) * time.Second).obj()
+				if err := e.Submit(w); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	}
+	preempted := map[string]bool{}
+	for _, d := range e.Cycle(t0) {
+		if d.Kind == KindPreempted {
+			preempted[d.Key] = true
+		}
+	}
+	if len(preempted) == 0 {
+		b.Fatal("the first cycle preempted nothing")
+	}
+	var ends []string
+	for _, k := range borrowers {
+		if !preempted[k] {
+			ends = append(ends, k)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		k := ends[i%len(ends)]
+		if err := e.Remove(k); err != nil {
+			b.Fatal(err)
+		}
+		ns, name, _ := strings.Cut(k, "/")
+		back := newWL(ns, name).prio(50).pods("main", 1, "cpu", 1000).admittedIn("cq-0-"+strings.TrimPrefix(ns, "ns-cq-0-"), "default", time.Hour).obj()
+		if err := e.Submit(back); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		e.Cycle(t0.Add(time.Duration(i+1) * time.Second))
+	}
+}
+
 // backlogShape is the queues and backlog of baselineBacklog.
 type backlogShape struct {
 	cohorts, queues, backlog int

@@ -321,7 +321,7 @@ func (c *cycle) nominate(ws *wlState, en *entry) *entry {
 		en.a.reasons = append([]reason(nil), en.a.reasons...)
 		en.stable = true
 		m := &cq.memo
-		m.epoch, m.rep, m.why, m.mode, m.byPriority = e.epoch, ws, en.a.reasons, en.a.mode, !shapeOnly
+		m.epoch, m.rep, m.why, m.mode, m.byPriority = e.judgedAt(cq), ws, en.a.reasons, en.a.mode, !shapeOnly
 	}
 	return en
 }
@@ -334,7 +334,7 @@ func (c *cycle) nominate(ws *wlState, en *entry) *entry {
 // ages, candidates are chosen by priority alone, so theirs are the same.
 func (c *cycle) memoHit(ws *wlState) bool {
 	m := &ws.cq.memo
-	if m.rep == nil || m.epoch != c.e.epoch || m.rep.shape != ws.shape {
+	if m.rep == nil || m.epoch != c.e.judgedAt(ws.cq) || m.rep.shape != ws.shape {
 		return false
 	}
 	return !m.byPriority || m.rep.prio == ws.prio
@@ -540,7 +540,7 @@ func (c *cycle) requestPreemption(ws *wlState, en *entry) {
 		t.ws.charge(c.now)
 		// Workloads on their way out are tried first as victims: a
 		// search judged before may now end otherwise.
-		c.e.epoch++
+		c.e.changed(t.ws.admitted.cq.node.root())
 		waiting++
 		c.emit(Decision{Kind: KindPreempted, Key: t.ws.key, ClusterQueue: t.ws.admitted.cq.Name, Reason: t.reason, Preemptor: ws.key})
 	}

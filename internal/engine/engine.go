@@ -110,9 +110,10 @@ type Engine struct {
 	// quiet: a pending decision only for a reason that is news.
 	quiet  bool
 	cycles uint64
-	// epoch changes whenever any usage changes, so a judgement made at
-	// one epoch holds for as long as the epoch stays.
-	epoch uint64
+	// epoch changes whenever any usage changes; global whenever one
+	// changes that may matter in every tree (priorities, nodes). With each
+	// root's epoch they say how long a judgement holds (judgedAt).
+	epoch, global uint64
 	// shapes interns workload shapes (see shapeKey).
 	shapes     map[string]uint32
 	cfg        Config
@@ -152,6 +153,12 @@ type scratch struct {
 	arena []reason
 	// plan is the placement tryFlavor found on a topology-aware flavor.
 	plan *tasPlan
+	// hier, other and same are a preemption search's candidates, victims
+	// its order (classicalTargets).
+	hier, other, same []candidate
+	victims           victimOrder
+	// freed is what roomAtAll takes off the tree.
+	freed []nodeAmount
 }
 
 // New returns an engine for the given configuration.
@@ -390,8 +397,8 @@ func (e *Engine) hold(ws *wlState) {
 	cq := ws.admitted.cq
 	for _, u := range ws.admitted.usage {
 		cq.node.addUsage(u.fr, u.v)
-		e.epoch++
 	}
+	e.changed(cq.node.root())
 	ws.admitted.tas = e.tasUsage(ws, ws.admitted.podSets)
 	e.bookTAS(ws.admitted.tas, 1)
 	cq.admitted = append(cq.admitted, ws)
@@ -403,8 +410,8 @@ func (e *Engine) release(ws *wlState) {
 	cq := ws.admitted.cq
 	for _, u := range ws.admitted.usage {
 		cq.node.addUsage(u.fr, -u.v)
-		e.epoch++
 	}
+	e.changed(cq.node.root())
 	for i, c := range cq.admitted {
 		if c == ws {
 			cq.admitted = append(cq.admitted[:i], cq.admitted[i+1:]...)
@@ -421,6 +428,34 @@ func (e *Engine) release(ws *wlState) {
 		// elsewhere, those that waited for room in the domains may fit.
 		e.unparkTopologyWaiters()
 	}
+}
+
+// judgement is the moment a judgement of a queue's workload was made at
+// (judgedAt): it holds while the moment stays.
+type judgement struct{ epoch, global uint64 }
+
+// changed records that usage changed in the tree under root, or, with
+// root nil, that something changed that may matter in any tree.
+func (e *Engine) changed(root *node) {
+	e.epoch++
+	if root == nil {
+		e.global++
+		return
+	}
+	root.epoch++
+}
+
+// judgedAt is the moment a judgement in cq's tree is made at. Trees are
+// independent, so what changes in one leaves judgements in the others
+// standing; but trees whose queues share a topology-aware flavor's nodes
+// (e.units) take each other's room, so theirs hold only while nothing
+// changes anywhere.
+func (e *Engine) judgedAt(cq *cqState) judgement {
+	root := cq.node.root()
+	if _, shared := e.units[root]; shared {
+		return judgement{epoch: e.epoch, global: e.global}
+	}
+	return judgement{epoch: root.epoch, global: e.global}
 }
 
 // preemptionWait is a preemptor's last request: n victims asked to go in
@@ -561,7 +596,7 @@ func (e *Engine) SetPriority(key string, priority int32) error {
 	// An admitted workload's priority decides whom it may be preempted
 	// by: what was judged before no longer holds, and workloads parked for
 	// want of victims in its tree may find one now.
-	e.epoch++
+	e.changed(nil)
 	if ws.admitted != nil {
 		e.unpark(ws.admitted.cq.node.root())
 	}

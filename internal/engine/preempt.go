@@ -99,21 +99,9 @@ func (e *Engine) classicalTargets(ws *wlState, a *assignment) []target {
 	if len(hier)+len(other)+len(same) == 0 {
 		return nil
 	}
-	for _, l := range [][]candidate{hier, other, same} {
-		e.sortCandidates(cq, l)
-	}
-	// Workloads already on their way out go first, as they cost nothing
-	// more; within each part the groups keep their order.
-	order := make([]candidate, 0, len(hier)+len(other)+len(same))
-	for _, evicting := range []bool{true, false} {
-		for _, l := range [][]candidate{hier, other, same} {
-			for _, c := range l {
-				if c.ws.evicting == evicting {
-					order = append(order, c)
-				}
-			}
-		}
-	}
+	// The lists live in scratch until the next search (victimOrder
+	// copies them).
+	defer func() { e.scratch.hier, e.scratch.other, e.scratch.same = hier[:0], other[:0], same[:0] }()
 	noBorrowWithin := cq.Preemption.BorrowWithinCohort != LowerPriority
 	var attempts []bool // allowBorrowing, in the order tried
 	switch {
@@ -124,9 +112,22 @@ func (e *Engine) classicalTargets(ws *wlState, a *assignment) []target {
 	default:
 		attempts = []bool{true, false}
 	}
+	attempts = slices.DeleteFunc(attempts, func(allowBorrowing bool) bool {
+		return !e.roomAtAll(cq, a, allowBorrowing, hier, other, same)
+	})
+	if len(attempts) == 0 {
+		return nil
+	}
+	// Workloads already on their way out go first, as they cost nothing
+	// more; within each part the groups keep their order.
+	order := e.victimOrder(cq, hier, other, same)
 	for _, allowBorrowing := range attempts {
 		var targets []target
-		for _, c := range order {
+		for i := 0; ; i++ {
+			c, ok := order.at(i)
+			if !ok {
+				break
+			}
 			if !e.stillPreemptible(cq, c, a, allowBorrowing) {
 				continue
 			}
@@ -147,12 +148,169 @@ func (e *Engine) classicalTargets(ws *wlState, a *assignment) []target {
 	return nil
 }
 
+// victimOrder yields a search's candidates in the order it takes them:
+// those already on their way out first, then by group (hierarchical
+// claims, other queues, the own queue), then as Kueue orders them
+// (victimCompare: other queues' first, lower priority first, most recently
+// admitted first). It sorts only as far as the search reads: a search in a busy
+// cohort has thousands of candidates and usually stops after a few, so
+// a heap built in linear time and popped a few times costs a fraction of
+// a full sort.
+type victimOrder struct {
+	cq   *cqState
+	heap []rankedCandidate // not yielded yet, a min-heap
+	out  []candidate       // yielded, in order
+}
+
+// rankedCandidate carries its place in the order as numbers, compared
+// without reaching into the workload: rank is (not evicting, group,
+// priority), then the most recently admitted first (later), then the key.
+type rankedCandidate struct {
+	candidate
+	rank  uint64
+	later int64
+}
+
+func (e *Engine) victimOrder(cq *cqState, groups ...[]candidate) *victimOrder {
+	o := &e.scratch.victims
+	o.cq, o.heap, o.out = cq, o.heap[:0], o.out[:0]
+	for g, l := range groups {
+		for _, c := range l {
+			rank := uint64(g)<<32 | uint64(uint32(c.ws.w.Priority)^1<<31)
+			if !c.ws.evicting {
+				rank |= 1 << 34
+			}
+			o.heap = append(o.heap, rankedCandidate{candidate: c, rank: rank, later: -c.ws.admitted.at.UnixNano()})
+		}
+	}
+	for i := len(o.heap)/2 - 1; i >= 0; i-- {
+		o.down(i)
+	}
+	return o
+}
+
+// less is victimCompare within a group (whose queues are all others' or
+// all the preemptor's own).
+func (o *victimOrder) less(i, j int) bool {
+	a, b := &o.heap[i], &o.heap[j]
+	if a.rank != b.rank {
+		return a.rank < b.rank
+	}
+	if a.later != b.later {
+		return a.later < b.later
+	}
+	return a.ws.key < b.ws.key
+}
+
+func (o *victimOrder) down(i int) {
+	n := len(o.heap)
+	for {
+		m := i
+		if l := 2*i + 1; l < n && o.less(l, m) {
+			m = l
+		}
+		if r := 2*i + 2; r < n && o.less(r, m) {
+			m = r
+		}
+		if m == i {
+			return
+		}
+		o.heap[i], o.heap[m] = o.heap[m], o.heap[i]
+		i = m
+	}
+}
+
+// at returns the i-th candidate in order, or false past the last.
+func (o *victimOrder) at(i int) (candidate, bool) {
+	for len(o.out) <= i {
+		n := len(o.heap)
+		if n == 0 {
+			return candidate{}, false
+		}
+		o.out = append(o.out, o.heap[0].candidate)
+		o.heap[0] = o.heap[n-1]
+		o.heap = o.heap[:n-1]
+		o.down(0)
+	}
+	return o.out[i], true
+}
+
+// roomAtAll reports whether freeing at once every candidate an attempt
+// (allowBorrowing or not) could take would make room for a. An attempt
+// takes candidates in order only while they stay preemptible, so it frees
+// at most that much: if even that is not enough, no order is, and the
+// attempt is not worth sorting the candidates for. In a busy cohort most
+// searches end so, and the candidates are many (every admitted workload of
+// the queues that borrow).
+func (e *Engine) roomAtAll(cq *cqState, a *assignment, allowBorrowing bool, lists ...[]candidate) bool {
+	eligible := func(c candidate) bool {
+		return c.ws.admitted.cq == cq || !allowBorrowing || c.v != reclaimNoBorrow
+	}
+	if len(a.plans) > 0 {
+		// Placement in a topology needs each victim's pods off its nodes.
+		for _, l := range lists {
+			for _, c := range l {
+				if eligible(c) {
+					e.take(c.ws)
+				}
+			}
+		}
+		room := e.fits(cq, a, allowBorrowing)
+		for _, l := range lists {
+			for _, c := range l {
+				if eligible(c) {
+					e.putBack(c.ws)
+				}
+			}
+		}
+		return room
+	}
+	// Quota alone: what each queue frees is summed first and taken off
+	// once (taking off the sum leaves the tree's usage as taking off each
+	// part in turn would), as the candidates come queue by queue.
+	freed := e.scratch.freed[:0]
+	for _, l := range lists {
+		for _, c := range l {
+			if !eligible(c) {
+				continue
+			}
+			n := c.ws.admitted.cq.node
+		usage:
+			for _, u := range c.ws.admitted.usage {
+				for i := len(freed) - 1; i >= 0 && freed[i].n == n; i-- {
+					if freed[i].fr == u.fr {
+						freed[i].v += u.v
+						continue usage
+					}
+				}
+				freed = append(freed, nodeAmount{n: n, frAmount: u})
+			}
+		}
+	}
+	for _, f := range freed {
+		f.n.addUsage(f.fr, -f.v)
+	}
+	room := e.fits(cq, a, allowBorrowing)
+	for _, f := range freed {
+		f.n.addUsage(f.fr, f.v)
+	}
+	e.scratch.freed = freed[:0]
+	return room
+}
+
+// nodeAmount is an amount of a flavor-resource at a node of the tree.
+type nodeAmount struct {
+	n *node
+	frAmount
+}
+
 // classicalCandidates lists the workloads ws may preempt for a, in three
 // groups: those of other queues it has a hierarchical claim over, those of
 // other queues it may take by priority, and its own queue's. With first
 // set it stops at the first one found.
 func (e *Engine) classicalCandidates(ws *wlState, a *assignment, first bool) (hier, other, same []candidate) {
 	cq := ws.cq
+	hier, other, same = e.scratch.hier[:0], e.scratch.other[:0], e.scratch.same[:0]
 	p := cq.Preemption
 	frs := a.preemptFRs
 	if p.WithinClusterQueue != Never && p.WithinClusterQueue != "" {
@@ -259,13 +417,6 @@ func usesAny(c *wlState, frs map[int]bool) bool {
 		}
 	}
 	return false
-}
-
-// sortCandidates orders candidates as Kueue does: those already being
-// evicted first, other queues' before the preemptor's own, lower priority
-// first, most recently admitted first.
-func (e *Engine) sortCandidates(cq *cqState, l []candidate) {
-	slices.SortFunc(l, func(a, b candidate) int { return victimCompare(cq, a.ws, b.ws) })
 }
 
 // underNominal reports whether the queue currently uses less than its

@@ -273,7 +273,7 @@ func (e *Engine) replace(ws *wlState, podSets []PodSetAssignment) {
 	ws.admitted.podSets = podSets
 	ws.admitted.tas = e.tasUsage(ws, podSets)
 	e.bookTAS(ws.admitted.tas, 1)
-	e.epoch++
+	e.changed(nil)
 }
 
 // Move records that an admitted workload's pods are placed as podSets say

@@ -93,7 +93,7 @@ func (e *Engine) SetNodes(nodes []Node) {
 			e.bookTAS(ws.admitted.tas, 1)
 		}
 	}
-	e.epoch++
+	e.changed(nil)
 	e.unparkAll()
 }
 

@@ -39,6 +39,9 @@ type node struct {
 	height int
 	// released counts, on a root, the releases of quota in its tree.
 	released uint64
+	// epoch counts, on a root, the changes of usage in its tree (see
+	// Engine.judgedAt).
+	epoch uint64
 }
 
 // guaranteed is the part of the subtree quota kept from the parent by a
@@ -244,7 +247,7 @@ type cqState struct {
 	// next of the same shape needs no flavor assignment while usage has
 	// not changed.
 	memo struct {
-		epoch uint64
+		epoch judgement
 		rep   *wlState
 		why   []reason
 		mode  mode

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/engine"
 	"github.com/sluice-dev/sluice/internal/simulate"
+	"github.com/sluice-dev/sluice/loadtest/baseline"
 )
 
 // load generates the scenario and parses it as `sluice simulate` does.
@@ -153,6 +154,45 @@ func BenchmarkBaseline(b *testing.B) { benchmarkScenario(b, false) }
 // BenchmarkTopology is BenchmarkBaseline of Kueue's topology-aware
 // scheduling configuration.
 func BenchmarkTopology(b *testing.B) { benchmarkScenario(b, true) }
+
+// BenchmarkLargeScale is BenchmarkBaseline of Kueue's large-scale
+// configuration: 1,000 ClusterQueues in 10 cohorts, 50,000 workloads. Its
+// run-s/op is the engine's work over the whole replay.
+func BenchmarkLargeScale(b *testing.B) {
+	p := baseline.MustProfile("large-scale")
+	var runTime time.Duration
+	var last result
+	for range b.N {
+		b.StopTimer()
+		var buf bytes.Buffer
+		if err := writeProfile(&buf, p); err != nil {
+			b.Fatal(err)
+		}
+		sc, err := simulate.Load([]simulate.Source{{Name: "large-scale", R: &buf}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		start := time.Now()
+		records, err := simulate.Run(sc, simulate.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		runTime += time.Since(start)
+		b.StopTimer()
+		last = summarize(b, records)
+		if last.finished != len(sc.Workloads) || len(sc.Config.ClusterQueues) != 1000 {
+			b.Fatalf("%d of %d workloads finished in %d queues", last.finished, len(sc.Workloads), len(sc.Config.ClusterQueues))
+		}
+		b.StartTimer()
+	}
+	b.ReportMetric(runTime.Seconds()/float64(b.N), "run-s/op")
+	b.ReportMetric(last.makespan, "makespan-s")
+	b.ReportMetric(float64(last.preempts), "preemptions")
+	for _, cl := range classes {
+		b.ReportMetric(last.meanWait[cl.name], cl.name+"-wait-s")
+	}
+}
 
 func benchmarkScenario(b *testing.B, topology bool) {
 	var loadTime, runTime time.Duration

@@ -16,14 +16,19 @@
 // the sets of loadtest/baseline's tas profile (each size as 2, 4 or 8 pods,
 // a third required in one rack, a third preferred, a third in slices).
 //
+// With -profile it writes another profile of loadtest/baseline (large-scale:
+// 10 cohorts × 100 ClusterQueues, 50,000 workloads) or any Kueue generator
+// file without a topology.
+//
 // Usage:
 //
-//	go run ./loadtest/kueuebaseline [-topology] > /tmp/b.yaml
+//	go run ./loadtest/kueuebaseline [-topology | -profile large-scale] > /tmp/b.yaml
 //	sluice simulate -f /tmp/b.yaml
 package main
 
 import (
 	"bufio"
+	"cmp"
 	"flag"
 	"fmt"
 	"io"
@@ -205,9 +210,70 @@ spec:
 `, name, namespace, cq, priority, at, runtime, podSet)
 }
 
+// writeProfile writes a profile without topology (loadtest/baseline's
+// large-scale, or any Kueue generator file) as a scenario: its queues with
+// their quotas and policies, and its plan at scale 1.
+func writeProfile(out io.Writer, p *baseline.Profile) error {
+	if p.Topology != nil {
+		return fmt.Errorf("profile %s has a topology: only the built-in tas profile is written with one (-topology)", p.Name)
+	}
+	w := bufio.NewWriterSize(out, 1<<16)
+	fmt.Fprintf(w, `# Kueue's %s scheduler performance configuration as a sluice simulate scenario.
+apiVersion: sluice.dev/v1beta1
+kind: ResourceFlavor
+metadata: {name: %s}
+`, p.Name, flavor)
+	queue := func(q baseline.Queue) string { return queueName(q.Cohort, q.Index) }
+	for _, q := range p.Queues {
+		borrow := ""
+		if q.BorrowingMilli >= 0 {
+			borrow = fmt.Sprintf(", borrowingLimit: %dm", q.BorrowingMilli)
+		}
+		fmt.Fprintf(w, `---
+apiVersion: sluice.dev/v1beta1
+kind: ClusterQueue
+metadata: {name: %s}
+spec:
+  cohort: cohort-%d
+  namespaceSelector: {}
+  preemption: {reclaimWithinCohort: %s, withinClusterQueue: %s}
+  resourceGroups:
+  - coveredResources: [cpu]
+    flavors:
+    - name: %s
+      resources:
+      - {name: cpu, nominalQuota: %dm%s}
+---
+apiVersion: sluice.dev/v1beta1
+kind: LocalQueue
+metadata: {name: %s, namespace: %s}
+spec: {clusterQueue: %s}
+`, queue(q), q.Cohort, cmp.Or(q.ReclaimWithinCohort, "Never"), cmp.Or(q.WithinCQueue, "Never"), flavor, q.NominalMilli, borrow,
+			queue(q), namespace, queue(q))
+	}
+	for _, it := range p.Plan(1) {
+		cl, q := p.Classes[it.Class], p.Queues[it.Queue]
+		writeWorkload(w, fmt.Sprintf("%s-%s-%03d", queue(q), cl.Name, it.Index), queue(q), cl.Priority, it.At, cl.Runtime,
+			fmt.Sprintf(`{name: main, count: %d, requests: {cpu: %dm}}`, max(1, cl.Pods), cl.PodMilliCPU))
+	}
+	return w.Flush()
+}
+
 func main() {
 	topology := flag.Bool("topology", false, "write Kueue's topology-aware scheduling configuration instead of the baseline")
+	profile := flag.String("profile", "", "write this profile instead (large-scale, or a Kueue generator file without a topology)")
 	flag.Parse()
+	if *profile != "" {
+		p, err := baseline.LoadProfile(*profile)
+		if err == nil {
+			err = writeProfile(os.Stdout, p)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "kueuebaseline:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := writeScenario(os.Stdout, *topology); err != nil {
 		fmt.Fprintln(os.Stderr, "kueuebaseline:", err)
 		os.Exit(1)

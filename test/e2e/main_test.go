@@ -187,6 +187,10 @@ func run(m *testing.M) int {
 	for _, w := range e2eWorkers {
 		env.sluiceArgs = append(env.sluiceArgs, "--leaf-worker", w+"="+w+"-secret")
 	}
+	if addr := os.Getenv("SLUICE_E2E_PPROF"); addr != "" {
+		// Profiles of `sluice dev` under a load test (e.g. 127.0.0.1:6060).
+		env.sluiceArgs = append(env.sluiceArgs, "--pprof-address", addr)
+	}
 	env.httpAddr = fmt.Sprintf("127.0.0.1:%d", httpPort)
 	visPort := freePort()
 	env.visAddr = fmt.Sprintf("127.0.0.1:%d", visPort)
