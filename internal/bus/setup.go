@@ -199,7 +199,7 @@ func (c Config) KeyValueConfig(bucket string) jetstream.KeyValueConfig {
 		BucketWorkloads: "Sluice workloads: one key per known job",
 		BucketConfig:    "Sluice queue configuration mirrored from the CRDs",
 		BucketFence:     "Sluice start/stop fence: one key per admitted workload",
-		BucketShards:    "Sluice integration leases: which replica handles which shard of a kind's objects",
+		BucketShards:    "Sluice leases: which integration replica handles which shard of a kind's objects, which admission replica decides for which cohort tree",
 	}[bucket]
 	if bucket == BucketShards {
 		// A lease is only worth its last write: no history, and keys

@@ -129,6 +129,9 @@ func (c *cycle) admissionChecks() {
 		return
 	}
 	for _, cq := range c.e.tree.cqOrder {
+		if !ours(cq) {
+			continue // another engine decides for its tree
+		}
 		var acted []*wlState
 		for _, ws := range cq.admitted {
 			if len(ws.admitted.checks) > 0 && !ws.evicting {

@@ -139,6 +139,9 @@ func (e *Engine) Cycle(now time.Time) []Decision {
 // drain evicts admitted workloads of queues stopped with HoldAndDrain.
 func (c *cycle) drain() {
 	for _, cq := range c.e.tree.cqOrder {
+		if !ours(cq) {
+			continue // another engine decides for its tree
+		}
 		var victims []*wlState
 		var reasons []string
 		for _, ws := range cq.admitted {
@@ -200,6 +203,9 @@ func (c *cycle) rescan(cq *cqState) {
 func (c *cycle) heads() []*wlState {
 	var out []*wlState
 	for _, cq := range c.e.tree.cqOrder {
+		if !ours(cq) {
+			continue // another engine decides for its tree
+		}
 		if cq.settled {
 			continue
 		}
@@ -719,6 +725,9 @@ func (c *cycle) pend(ws *wlState, reason string) {
 func (c *cycle) explain() {
 	e := c.e
 	for _, cq := range e.tree.cqOrder {
+		if !ours(cq) {
+			continue // another engine decides for its tree
+		}
 		if cq.settled && !c.podsBlocked {
 			continue // each of its workloads has its reason
 		}
@@ -768,6 +777,9 @@ func (c *cycle) explain() {
 				head = ws
 			}
 		}
+	}
+	if !e.tellsUnresolved {
+		return
 	}
 	for _, ws := range e.sortedUnresolved() {
 		c.pend(ws, ws.unresolved)

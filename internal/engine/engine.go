@@ -138,6 +138,12 @@ type Engine struct {
 	// units names the unit of quota interaction of cohort trees that
 	// share a topology-aware flavor's nodes (see TreeOf).
 	units map[*node]string
+	// owns says which trees this engine decides for (SetOwner; nil: all);
+	// ownedTrees are those it owned when last asked, tellsUnresolved
+	// whether it tells workloads without a queue why they wait.
+	owns            func(tree string) bool
+	ownedTrees      map[string]bool
+	tellsUnresolved bool
 }
 
 // block is one cause that stops admission: into the tree of
@@ -163,7 +169,8 @@ type scratch struct {
 
 // New returns an engine for the given configuration.
 func New(cfg Config, opts ...Option) *Engine {
-	e := &Engine{workloads: map[string]*wlState{}, unresolved: map[string]*wlState{}, shapes: map[string]uint32{}, blocks: map[string]block{}}
+	e := &Engine{workloads: map[string]*wlState{}, unresolved: map[string]*wlState{}, shapes: map[string]uint32{}, blocks: map[string]block{},
+		tellsUnresolved: true}
 	for _, o := range opts {
 		o(e)
 	}
@@ -232,6 +239,7 @@ func (e *Engine) SetConfig(cfg Config) {
 	for _, cq := range e.tree.cqOrder {
 		cq.sortPending()
 	}
+	e.applyOwner()
 }
 
 func (e *Engine) sorted() []*wlState {

@@ -53,6 +53,9 @@ func (c *cycle) execTimeouts() {
 		return
 	}
 	for _, cq := range c.e.tree.cqOrder {
+		if !ours(cq) {
+			continue // another engine decides for its tree
+		}
 		var late []*wlState
 		for _, ws := range cq.admitted {
 			if at, ok := ws.execDeadline(); ok && !c.now.Before(at) {

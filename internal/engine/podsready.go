@@ -172,6 +172,9 @@ func (c *cycle) podsReadyTimeouts() {
 		return
 	}
 	for _, cq := range c.e.tree.cqOrder {
+		if !ours(cq) {
+			continue // another engine decides for its tree
+		}
 		var late []*wlState
 		for _, ws := range cq.admitted {
 			if at, ok := w.deadline(ws); ok && !c.now.Before(at) {

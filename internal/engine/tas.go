@@ -95,6 +95,8 @@ func (e *Engine) SetNodes(nodes []Node) {
 	}
 	e.changed(nil)
 	e.unparkAll()
+	// Units may join or split trees: ownership is asked again.
+	e.applyOwner()
 }
 
 // buildTAS builds the domains of every topology-aware flavor from the
@@ -928,6 +930,9 @@ func (c *cycle) nodeFailures() {
 	e.nodesChanged = false
 	var victims []*wlState
 	for _, cq := range e.tree.cqOrder {
+		if !ours(cq) {
+			continue // another engine decides for its tree
+		}
 		for _, ws := range cq.admitted {
 			if !ws.evicting && hasPlacement(ws) {
 				victims = append(victims, ws)

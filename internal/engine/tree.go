@@ -42,6 +42,9 @@ type node struct {
 	// epoch counts, on a root, the changes of usage in its tree (see
 	// Engine.judgedAt).
 	epoch uint64
+	// foreign: on a root, another engine decides for its tree
+	// (Engine.SetOwner).
+	foreign bool
 }
 
 // guaranteed is the part of the subtree quota kept from the parent by a

@@ -19,6 +19,9 @@ type PendingItem struct {
 	PositionInLocalQueue   int
 	Reason                 string
 	Submitted              time.Time
+	// Elsewhere: another engine decides for the workload's tree
+	// (SetOwner), so Reason is only what this one last knew.
+	Elsewhere bool
 }
 
 // PendingPage is one page of a queue's waiting workloads and how many
@@ -125,7 +128,7 @@ func itemOf(ws *wlState, cq *cqState, cqPos, lqPos int) PendingItem {
 		Key: ws.key, Kind: ws.w.Kind, Namespace: ws.w.Namespace, Name: ws.w.Name,
 		LocalQueue: ws.w.Queue, ClusterQueue: cq.Name, Priority: ws.w.Priority,
 		PositionInClusterQueue: cqPos, PositionInLocalQueue: lqPos,
-		Reason: ws.reason, Submitted: ws.w.Submitted,
+		Reason: ws.reason, Submitted: ws.w.Submitted, Elsewhere: cq.node.root().foreign,
 	}
 }
 

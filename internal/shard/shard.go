@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -121,7 +122,46 @@ func (o *Owner) ID() string { return o.id }
 func (o *Owner) Of(key string) int {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(key))
-	return int(h.Sum32() % uint32(o.shards))
+	return int(h.Sum32() % uint32(o.count()))
+}
+
+// count is the shard count now.
+func (o *Owner) count() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.shards
+}
+
+// Resize changes the shard count, for a group whose units of work are
+// numbered by its configuration (the admission service's cohort trees):
+// every replica must come to the same count, and the leases of shards
+// past it are given back. A unit's work must be safe while two replicas
+// briefly disagree on what a shard number means.
+func (o *Owner) Resize(ctx context.Context, n int) error {
+	if n < 1 {
+		return fmt.Errorf("shard: shard count %d: must be positive", n)
+	}
+	o.mu.Lock()
+	o.shards = n
+	var gone []int
+	for s := range o.held {
+		if s >= n {
+			gone = append(gone, s)
+		}
+	}
+	o.mu.Unlock()
+	for _, s := range gone {
+		o.release(ctx, s)
+	}
+	return nil
+}
+
+// HoldsShard says whether this replica holds shard s's lease now.
+func (o *Owner) HoldsShard(s int) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	l, ok := o.held[s]
+	return ok && o.now().Before(l.until)
 }
 
 // Deadline says whether this replica owns key's shard now and, if so,
@@ -181,31 +221,42 @@ func (o *Owner) Run(ctx context.Context, acquired func(shards []int)) error {
 }
 
 // Tick renews, gives back and takes leases once, and returns the shards
-// taken. Errors are logged: a lease that cannot be renewed lapses.
+// taken, and those whose lease had lapsed and is renewed now: while it
+// lapsed, the replica did not act on their objects (Deadline said so), so
+// they must be looked at again as if taken. Errors are logged: a lease
+// that cannot be renewed lapses.
 func (o *Owner) Tick(ctx context.Context) []int {
 	if _, err := o.kv.Put(ctx, o.memberKey(), []byte(o.id)); err != nil {
 		o.log.Warn().Err(err).Str("group", o.group).Msg("announce replica")
 	}
-	o.renew(ctx)
+	regained := o.renew(ctx)
 	members, owners, err := o.survey(ctx)
 	if err != nil {
 		o.log.Warn().Err(err).Str("group", o.group).Msg("read leases")
-		return nil
+		return regained
 	}
-	fair := (o.shards + members - 1) / members
+	shards := o.count()
+	fair := (shards + members - 1) / members
 	held := o.Held()
 	if extra := len(held) - fair; extra > 0 {
 		rand.Shuffle(len(held), func(i, j int) { held[i], held[j] = held[j], held[i] })
 		for _, s := range held[:extra] {
 			o.release(ctx, s)
 		}
-		return nil
+		return slices.DeleteFunc(regained, func(s int) bool { return !o.HoldsShard(s) })
 	}
 	var taken []int
-	free := make([]int, 0, o.shards)
-	for s := range o.shards {
-		if h, ok := owners[s]; !ok || h.free {
+	free := make([]int, 0, shards)
+	for s := range shards {
+		switch h, ok := owners[s]; {
+		case !ok || h.free:
 			free = append(free, s)
+		case h.id == o.id && !o.HoldsShard(s):
+			// Its own lease from before a restart: taken back at once
+			// instead of after it expires.
+			if o.take(ctx, s, owners) {
+				taken = append(taken, s)
+			}
 		}
 	}
 	rand.Shuffle(len(free), func(i, j int) { free[i], free[j] = free[j], free[i] })
@@ -217,11 +268,12 @@ func (o *Owner) Tick(ctx context.Context) []int {
 			taken = append(taken, s)
 		}
 	}
-	return taken
+	return append(taken, regained...)
 }
 
-// renew extends every lease held; one that fails is lost at once.
-func (o *Owner) renew(ctx context.Context) {
+// renew extends every lease held; one that fails is lost at once. It
+// returns the shards whose lease had lapsed before it was renewed.
+func (o *Owner) renew(ctx context.Context) (regained []int) {
 	o.mu.Lock()
 	held := make(map[int]lease, len(o.held))
 	for s, l := range o.held {
@@ -242,10 +294,14 @@ func (o *Owner) renew(ctx context.Context) {
 			// later renewal gets through.
 			o.log.Debug().Err(err).Str("group", o.group).Int("shard", s).Msg("lease not renewed")
 		default:
+			if !sent.Before(l.until) {
+				regained = append(regained, s)
+			}
 			o.held[s] = lease{rev: rev, until: sent.Add(o.ttl - o.margin)}
 		}
 		o.mu.Unlock()
 	}
+	return regained
 }
 
 // survey counts the live replicas of the group and reads each shard's
@@ -269,7 +325,7 @@ func (o *Owner) survey(ctx context.Context) (int, map[int]holder, error) {
 			}
 		case strings.HasPrefix(k, shardPrefix):
 			s, err := strconv.Atoi(strings.TrimPrefix(k, shardPrefix))
-			if err != nil || s < 0 || s >= o.shards {
+			if err != nil || s < 0 || s >= o.count() {
 				continue
 			}
 			e, err := o.kv.Get(ctx, k)
@@ -278,7 +334,7 @@ func (o *Owner) survey(ctx context.Context) (int, map[int]holder, error) {
 			case err != nil:
 				return 0, nil, err
 			default:
-				owners[s] = holder{rev: e.Revision(), free: len(e.Value()) == 0}
+				owners[s] = holder{rev: e.Revision(), free: len(e.Value()) == 0, id: string(e.Value())}
 			}
 		}
 	}
@@ -293,6 +349,7 @@ func (o *Owner) survey(ctx context.Context) (int, map[int]holder, error) {
 type holder struct {
 	rev  uint64
 	free bool
+	id   string
 }
 
 // take claims a free shard: created if its key is gone, updated if it was

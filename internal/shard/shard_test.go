@@ -209,3 +209,85 @@ func TestNewRefusesBadSettings(t *testing.T) {
 		})
 	}
 }
+
+// TestResize: shrinking gives back the shards past the new count, growing
+// lets the replicas share the new ones.
+func TestResize(t *testing.T) {
+	kv := bucket(t, 10*time.Second)
+	os := owners(t, kv, 10*time.Second, "a", "b")
+	tick(os, 3)
+	split(t, os, 32)
+	for _, n := range []int{10, 3, 40} {
+		for _, o := range os {
+			if err := o.Resize(context.Background(), n); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tick(os, 3)
+		want := map[string]int{"a": (n + 1) / 2, "b": n / 2}
+		if diff := cmp.Diff(want, sortedCounts(split(t, os, n))); diff != "" {
+			t.Errorf("after resizing to %d (-want +got, sorted by count):\n%s", n, diff)
+		}
+		for _, o := range os {
+			for _, s := range o.Held() {
+				if s >= n {
+					t.Errorf("%s holds shard %d of %d", o.ID(), s, n)
+				}
+			}
+		}
+	}
+	if err := os[0].Resize(context.Background(), 0); err == nil {
+		t.Error("Resize(0) succeeded")
+	}
+}
+
+// TestRestartTakesItsLeasesBack: a replica restarted under the same id
+// takes back the leases its previous run held at its first tick, without
+// waiting for them to expire.
+func TestRestartTakesItsLeasesBack(t *testing.T) {
+	kv := bucket(t, 10*time.Second)
+	before := owners(t, kv, 10*time.Second, "a", "b")
+	tick(before, 3)
+	held := split(t, before, 32)["a"]
+	after := owners(t, kv, 10*time.Second, "a")[0] // a, restarted
+	tick([]*shard.Owner{after, before[1]}, 1)
+	if got := len(after.Held()); got != held {
+		t.Errorf("restarted a holds %d shards, want the %d it held before", got, held)
+	}
+	split(t, []*shard.Owner{after, before[1]}, 32)
+}
+
+// TestLapsedLeaseRenewedIsRetaken: a lease that lapsed (renewals late, the
+// replica's clock past its end) and is then renewed comes back from Tick
+// as if taken, so the caller looks again at the objects it did not act on
+// meanwhile.
+func TestLapsedLeaseRenewedIsRetaken(t *testing.T) {
+	kv := bucket(t, 10*time.Second)
+	var mu sync.Mutex
+	clock := time.Now()
+	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	o, err := shard.New(kv, "job", "a", shard.WithShards(4), shard.WithClock(now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := o.Tick(context.Background()); len(got) != 4 {
+		t.Fatalf("first tick took %v, want 4 shards", got)
+	}
+	if got := o.Tick(context.Background()); len(got) != 0 {
+		t.Fatalf("a timely renewal returned %v, want nothing", got)
+	}
+	mu.Lock()
+	clock = clock.Add(8 * time.Second) // past the lease's end (TTL less the margin)
+	mu.Unlock()
+	if held := o.Held(); len(held) != 0 {
+		t.Fatalf("lapsed leases still held: %v", held)
+	}
+	got := o.Tick(context.Background())
+	sort.Ints(got)
+	if diff := cmp.Diff([]int{0, 1, 2, 3}, got); diff != "" {
+		t.Errorf("tick after the lapse (-want +got):\n%s", diff)
+	}
+	if held := o.Held(); len(held) != 4 {
+		t.Errorf("after the renewal %d shards held, want 4", len(held))
+	}
+}

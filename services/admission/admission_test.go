@@ -72,6 +72,8 @@ type harness struct {
 	tracer *tracing.Tracer
 	// queriesPerSecond, when set, bounds the next services' queries.
 	queriesPerSecond int
+	// replica, when set, names the services started next.
+	replica string
 }
 
 func newHarness(t *testing.T) *harness {
@@ -128,7 +130,7 @@ func (h *harness) start() {
 		clock = func() time.Time { return now }
 	}
 	s, err := admission.New(admission.Config{Interval: 5 * time.Millisecond, PendingInterval: h.pendingInterval, WaitForPodsReady: h.podsReady,
-		QueriesPerSecond: h.queriesPerSecond}, h.js, pub,
+		QueriesPerSecond: h.queriesPerSecond, Replica: h.replica}, h.js, pub,
 		admission.WithClock(clock), admission.WithLogger(log), admission.WithTracer(h.tracer))
 	if err != nil {
 		h.t.Fatalf("admission.New: %v", err)

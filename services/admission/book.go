@@ -78,9 +78,12 @@ func (s *Service) book(wk string, r ledger.Reservation) {
 func (s *Service) cycle(ctx context.Context) error {
 	if s.configDirty {
 		s.reconfigure()
+		s.renumberTrees(ctx)
 	}
 	if s.nodesDirty {
 		s.renode()
+		// Topology-aware flavors may join or split trees.
+		s.renumberTrees(ctx)
 	}
 	s.dirty = false
 	now := s.clock()

@@ -29,6 +29,8 @@ type Options struct {
 	ConfigFile string
 	// Visibility says where the pending API is served, and to whom.
 	Visibility VisibilityOptions
+	// Replica names this replica among the admission replicas.
+	Replica string
 }
 
 // VisibilityOptions say where the pending API is served, and to whom.
@@ -57,6 +59,7 @@ func (o *Options) BindFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.Interval, "interval", o.Interval, "admission cycle interval while something changed")
 	fs.BoolVar(&o.FairSharing, "fair-sharing", o.FairSharing, "order admission and choose victims by dominant resource share")
 	fs.DurationVar(&o.PendingInterval, "pending-interval", o.PendingInterval, "least time between two pending events about one workload")
+	fs.StringVar(&o.Replica, "replica", o.Replica, "name of this replica among the admission replicas, which share the cohort trees, e.g. the pod name (default: random)")
 	configfile.BindFlag(fs, &o.ConfigFile)
 }
 
@@ -79,7 +82,7 @@ func (o Options) Validate() error {
 // config is the service's Config under the settings of --config.
 func (o Options) config(set configfile.Settings) Config {
 	return Config{Interval: o.Interval, FairSharing: o.FairSharing || set.FairSharing, FairStrategies: set.FairStrategies,
-		PendingInterval: o.PendingInterval, WaitForPodsReady: set.PodsReady}
+		PendingInterval: o.PendingInterval, WaitForPodsReady: set.PodsReady, Replica: o.Replica}
 }
 
 // Build wires the service: its tracer, its publisher, the service and,

@@ -24,3 +24,9 @@ func (s *Service) Blocks(ctx context.Context) (ids []string, err error) {
 	err = s.read(ctx, func() { ids = s.eng.Blocked() })
 	return ids, err
 }
+
+// OwnedTrees lists the cohort trees the service decides for (tests only).
+func (s *Service) OwnedTrees(ctx context.Context) (trees []string, err error) {
+	err = s.read(ctx, func() { trees = s.eng.Owned() })
+	return trees, err
+}

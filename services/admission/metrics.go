@@ -20,6 +20,9 @@ type metrics struct {
 	cycleDuration prometheus.Histogram
 	cycleAdmitted prometheus.Histogram
 	conflicts     prometheus.Counter
+	// trees and treesOwned count the cohort trees, and those this
+	// replica decides for (trees.go).
+	trees, treesOwned prometheus.Gauge
 }
 
 func newMetrics() *metrics {
@@ -41,6 +44,10 @@ func newMetrics() *metrics {
 			Help: "Workloads admitted by one admission cycle.", Buckets: []float64{0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000}}),
 		conflicts: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_conflicts_total",
 			Help: "Quota ledger compare-and-set writes refused because another replica moved first."}),
+		trees: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_admission_cohort_trees",
+			Help: "Cohort trees (units of decision) of the configuration, shared among the admission replicas."}),
+		treesOwned: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_admission_cohort_trees_owned",
+			Help: "Cohort trees this admission replica decides for (holds the leases of)."}),
 	}
 }
 
@@ -48,7 +55,8 @@ func newMetrics() *metrics {
 // and the queue gauges, read from the engine at each scrape.
 func (s *Service) Collectors() []prometheus.Collector {
 	m := s.metrics
-	return []prometheus.Collector{m.admitted, m.waitTime, m.evicted, m.preempted, m.cycleDuration, m.cycleAdmitted, m.conflicts, queueGauges{s}}
+	return []prometheus.Collector{m.admitted, m.waitTime, m.evicted, m.preempted, m.cycleDuration, m.cycleAdmitted, m.conflicts, m.trees, m.treesOwned,
+		queueGauges{s}}
 }
 
 var (

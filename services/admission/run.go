@@ -3,11 +3,13 @@ package admission
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 	"github.com/rs/zerolog"
 	"golang.org/x/time/rate"
 
@@ -19,6 +21,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/health"
 	"github.com/sluice-dev/sluice/internal/ledger"
 	"github.com/sluice-dev/sluice/internal/nodecap"
+	"github.com/sluice-dev/sluice/internal/shard"
 	"github.com/sluice-dev/sluice/internal/tracing"
 	"github.com/sluice-dev/sluice/internal/workloads"
 )
@@ -47,6 +50,10 @@ type Config struct {
 	// that a flood of them cannot starve admission cycles; one past it is
 	// answered "busy" (HTTP 429). 0 takes DefaultQueriesPerSecond.
 	QueriesPerSecond int
+	// Replica names this replica among the admission replicas, which
+	// share the cohort trees (trees.go); a replica restarted under the
+	// same name takes its trees back at once. Empty: a random name.
+	Replica string
 }
 
 // DefaultPendingInterval is Config.PendingInterval's default.
@@ -65,6 +72,9 @@ func (c Config) Validate() error {
 	}
 	if c.QueriesPerSecond < 0 {
 		return fmt.Errorf("admission: queries per second %d: must not be negative", c.QueriesPerSecond)
+	}
+	if c.Replica != "" && strings.Trim(c.Replica, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_") != "" {
+		return fmt.Errorf("admission: replica %q: use letters, digits, '-' and '_' only", c.Replica)
 	}
 	return nil
 }
@@ -156,6 +166,13 @@ type Service struct {
 	nodes      map[string]engine.Node
 	nodesDirty bool
 
+	// owner holds this replica's tree leases; treeIndex numbers the trees
+	// for them (trees.go). leaseTicks tells the loop a lease round ended,
+	// leaseKick the lease round to run now.
+	owner                 *shard.Owner
+	treeIndex             map[string]int
+	leaseTicks, leaseKick chan struct{}
+
 	tracer *tracing.Tracer
 	// queued is what each waiting workload's queued span will show (only
 	// while tracing); cycles counts the engine's cycles, for the spans.
@@ -178,25 +195,27 @@ func New(cfg Config, js jetstream.JetStream, pub events.Publisher, opts ...Optio
 		return nil, err
 	}
 	s := &Service{
-		synced:    health.NewGate("configuration, workloads and ledger not loaded yet"),
-		cfg:       cfg,
-		js:        js,
-		log:       zerolog.Nop(),
-		clock:     time.Now,
-		config:    configstore.New(),
-		wls:       map[string]*events.WorkloadSubmittedV1{},
-		told:      map[string]told{},
-		queued:    map[string]*queuedTrace{},
-		res:       map[string]ledger.Held{},
-		uncertain: map[string]string{},
-		passing:   map[string]string{},
-		trees:     map[string]uint64{},
-		fences:    map[string]fence.State{},
-		unapplied: map[string]bool{},
-		queries:   make(chan func()),
-		wantView:  make(chan struct{}, 1),
-		metrics:   newMetrics(),
-		stopped:   make(chan struct{}),
+		synced:     health.NewGate("configuration, workloads and ledger not loaded yet"),
+		cfg:        cfg,
+		js:         js,
+		log:        zerolog.Nop(),
+		clock:      time.Now,
+		config:     configstore.New(),
+		wls:        map[string]*events.WorkloadSubmittedV1{},
+		told:       map[string]told{},
+		queued:     map[string]*queuedTrace{},
+		res:        map[string]ledger.Held{},
+		uncertain:  map[string]string{},
+		passing:    map[string]string{},
+		trees:      map[string]uint64{},
+		fences:     map[string]fence.State{},
+		unapplied:  map[string]bool{},
+		queries:    make(chan func()),
+		leaseTicks: make(chan struct{}, 1),
+		leaseKick:  make(chan struct{}, 1),
+		wantView:   make(chan struct{}, 1),
+		metrics:    newMetrics(),
+		stopped:    make(chan struct{}),
 	}
 	for _, o := range opts {
 		o(s)
@@ -206,6 +225,9 @@ func New(cfg Config, js jetstream.JetStream, pub events.Publisher, opts ...Optio
 	}
 	if s.cfg.QueriesPerSecond == 0 {
 		s.cfg.QueriesPerSecond = DefaultQueriesPerSecond
+	}
+	if s.cfg.Replica == "" {
+		s.cfg.Replica = nuid.Next()
 	}
 	s.queryLimit = rate.NewLimiter(rate.Limit(s.cfg.QueriesPerSecond), s.cfg.QueriesPerSecond)
 	s.out = outbox{pub: pub, log: s.log, recordExists: s.recordExists}
@@ -229,11 +251,32 @@ func (s *Service) Run(ctx context.Context) error {
 }
 
 func (s *Service) run(ctx context.Context) error {
-	kvs, stream, err := bus.OpenBuckets(ctx, s.js, true, configstore.Bucket, workloads.Bucket, ledger.Bucket, fence.Bucket, nodecap.Bucket)
+	kvs, stream, err := bus.OpenBuckets(ctx, s.js, true, configstore.Bucket, workloads.Bucket, ledger.Bucket, fence.Bucket, nodecap.Bucket, bus.BucketShards)
 	if err != nil {
 		return fmt.Errorf("admission: %w", err)
 	}
 	cfgKV, wlKV, ledKV, fenceKV, nodesKV := kvs[0], kvs[1], kvs[2], kvs[3], kvs[4]
+	// Trees are decided only under their leases: none until the first
+	// round of them.
+	if s.owner, err = shard.New(kvs[5], leaseGroup, s.cfg.Replica, shard.WithShards(1), shard.WithLogger(s.log)); err != nil {
+		return fmt.Errorf("admission: %w", err)
+	}
+	s.eng.SetOwner(func(string) bool { return false })
+	leaseCtx, stopLeases := context.WithCancel(ctx)
+	leasesDone := make(chan struct{})
+	go func() {
+		defer close(leasesDone)
+		s.runLeases(leaseCtx, s.owner, bus.ShardTTL/5)
+	}()
+	defer func() {
+		// After the loop: nothing is decided any more, so the trees are
+		// given back for the other replicas to take at once.
+		stopLeases()
+		<-leasesDone
+		relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		s.owner.Release(relCtx)
+		cancel()
+	}()
 	s.wlKV, s.fenceKV, s.stream, s.ledKV = wlKV, fenceKV, stream, ledKV
 	s.out.stream, s.out.fenceKV = stream, fenceKV
 	s.writer = ledger.NewWriter(s.js)
@@ -322,6 +365,10 @@ func (s *Service) run(ctx context.Context) error {
 			s.applyFence(e)
 		case q := <-s.queries:
 			q()
+		case <-s.leaseTicks:
+			if s.synced.IsOpen() {
+				s.applyLeases()
+			}
 		case <-s.wantView:
 			s.viewDue = true
 			s.takeView()
@@ -332,6 +379,7 @@ func (s *Service) run(ctx context.Context) error {
 			s.takeView()
 			if !s.synced.IsOpen() {
 				s.build()
+				s.renumberTrees(ctx)
 				s.announceLedger(ctx)
 			}
 			s.bookPassed(ctx)

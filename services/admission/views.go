@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
+	"github.com/sluice-dev/sluice/events"
 	"github.com/sluice-dev/sluice/internal/engine"
 	"github.com/sluice-dev/sluice/internal/visibility"
 	"github.com/sluice-dev/sluice/internal/webview"
+	"github.com/sluice-dev/sluice/internal/workloads"
 )
 
 // ErrNotReady: the service has not loaded its state yet, or stopped.
@@ -105,7 +108,7 @@ func (s *Service) PendingInClusterQueue(ctx context.Context, name string, offset
 		return engine.PendingPage{}, false, err
 	}
 	page, ok := v.pending.InClusterQueue(name, offset, limit)
-	return page, ok, nil
+	return s.fromOwners(ctx, page), ok, nil
 }
 
 // PendingInLocalQueue implements visibility.Source.
@@ -115,7 +118,36 @@ func (s *Service) PendingInLocalQueue(ctx context.Context, namespace, name strin
 		return engine.PendingPage{}, false, err
 	}
 	page, ok := v.pending.InLocalQueue(namespace, name, offset, limit)
-	return page, ok, nil
+	return s.fromOwners(ctx, page), ok, nil
+}
+
+// fromOwners gives the workloads of a page whose tree another replica
+// decides for the reason that replica announced last (the stream's last
+// event about each, when it is a pending event), read side by side: so
+// any replica answers for every tree. Order and positions are this
+// replica's own, from the same mirrored state.
+func (s *Service) fromOwners(ctx context.Context, page engine.PendingPage) engine.PendingPage {
+	if s.stream == nil {
+		return page
+	}
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, pendingReads)
+	for i := range page.Items {
+		it := &page.Items[i]
+		if !it.Elsewhere {
+			continue
+		}
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			last, err := workloads.Last(ctx, s.stream, events.WorkloadRef{Kind: it.Kind, Namespace: it.Namespace, Name: it.Name})
+			if err == nil && last.Type == events.TypeWorkloadPendingV1 && last.Reason != "" {
+				it.Reason = last.Reason
+			}
+		})
+	}
+	wg.Wait()
+	return page
 }
 
 // Now is the service's clock, for the visibility API's waiting times.

@@ -46,8 +46,8 @@ func startApart(t *testing.T) *apart {
 			"watcher":     append([]string{"watcher", "--status-interval", "1s"}, kube...),
 			"job":         append([]string{"integration", "job", "--webhook-address", env.hookAddr}, kube...),
 			"job-b":       append([]string{"integration", "job", "--webhook-address", ""}, kube...),
-			"admission-a": append([]string{"admission"}, common...),
-			"admission-b": append([]string{"admission"}, common...),
+			"admission-a": append([]string{"admission", "--replica", "admission-a"}, common...),
+			"admission-b": append([]string{"admission", "--replica", "admission-b"}, common...),
 			"preemption":  append([]string{"preemption"}, common...),
 			"quota":       append([]string{"quota", "--reconcile", "5s"}, common...),
 		}}

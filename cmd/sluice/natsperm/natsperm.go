@@ -225,6 +225,8 @@ func For(service string, opts ...Option) (Permissions, error) {
 		r.consume(bus.StreamEvents, "admission-checks")
 		r.readStream(bus.StreamEvents)
 		r.kvRead(configstore.Bucket).kvRead(workloads.Bucket).kvWrite(ledger.Bucket).kvWrite(fence.Bucket)
+		// The replicas share the cohort trees by leases.
+		r.kvWrite(bus.BucketShards)
 		// Topology-aware flavors place pods within the nodes' capacity.
 		r.kvRead(nodecap.Bucket)
 		// The web view's live feed follows the workload events.
