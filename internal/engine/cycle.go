@@ -138,6 +138,9 @@ func (e *Engine) Cycle(now time.Time) []Decision {
 
 // drain evicts admitted workloads of queues stopped with HoldAndDrain.
 func (c *cycle) drain() {
+	if !c.e.tree.drains {
+		return // every cycle would otherwise walk every admitted workload
+	}
 	for _, cq := range c.e.tree.cqOrder {
 		if !ours(cq) {
 			continue // another engine decides for its tree

@@ -231,6 +231,9 @@ type tree struct {
 	members map[*node][]*cqState
 	// checks: some ClusterQueue runs admission checks.
 	checks bool
+	// drains: some ClusterQueue or LocalQueue is stopped with
+	// HoldAndDrain, so cycles look for admitted workloads to evict.
+	drains bool
 }
 
 // cqState is a ClusterQueue with its compiled groups.
@@ -312,6 +315,7 @@ func buildTree(cfg Config) *tree {
 	for i := range cfg.LocalQueues {
 		lq := &cfg.LocalQueues[i]
 		t.lqs[lq.Namespace+"/"+lq.Name] = lq
+		t.drains = t.drains || lq.StopPolicy == HoldAndDrain
 	}
 	index := func(groups []ResourceGroup) {
 		add := func(k fr) {
@@ -404,6 +408,7 @@ func buildTree(cfg Config) *tree {
 			}
 			s.groups = append(s.groups, cg)
 		}
+		t.drains = t.drains || cq.StopPolicy == HoldAndDrain
 		for _, rule := range cq.AdmissionChecks {
 			t.checks = true
 			active, exists := checks[rule.Name]
