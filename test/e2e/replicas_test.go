@@ -174,3 +174,64 @@ func jetStreamAt(t *testing.T, url string) jetstream.JetStream {
 	}
 	return js
 }
+
+// TestAdmissionReplicasShareTheTrees runs two admission replicas: each
+// holds the leases of some cohort trees (here lone ClusterQueues) and
+// admits there; when one is killed (its leases not given back), the other
+// takes its trees once they expire and admits what waits in them, before
+// the killed one comes back.
+func TestAdmissionReplicasShareTheTrees(t *testing.T) {
+	a := startApart(t)
+	const queuesN = 4
+	for q := range queuesN {
+		queues(t, fmt.Sprintf("e2e-trees-%d", q), 2, "Never")
+	}
+	js := jetStreamAt(t, a.nats.ClientURL())
+	eventually(t, 60*time.Second, "cohort trees split between the two admission replicas", func() (bool, string) {
+		holders := shardHolders(t, js, "admission")
+		return holders["admission-a"] > 0 && holders["admission-b"] > 0, fmt.Sprint(holders)
+	})
+	var names []string
+	create := func(round int) []string {
+		var made []string
+		for q := range queuesN {
+			for i := range 3 {
+				name := fmt.Sprintf("t%d-%d", round, i)
+				createJob(t, jobSpec{ns: fmt.Sprintf("e2e-trees-%d", q), name: name, queue: "q", pods: 1, gpus: 1, runFor: "1s"})
+				made = append(made, fmt.Sprintf("e2e-trees-%d/%s", q, name))
+			}
+		}
+		names = append(names, made...)
+		return made
+	}
+	waitAll := func(made []string, within time.Duration) {
+		t.Helper()
+		for _, nn := range made {
+			ns, name, _ := strings.Cut(nn, "/")
+			waitComplete(t, ns, name, within)
+		}
+	}
+	waitAll(create(0), 90*time.Second)
+
+	// admission-a dies and stays away for 60 s: the trees it held come to
+	// admission-b when their leases expire (10 s), and what waits there
+	// is admitted well before admission-a is back.
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		a.kill("admission-a", 60*time.Second)
+	}()
+	time.Sleep(500 * time.Millisecond)
+	waitAll(create(1), 45*time.Second)
+	wg.Wait()
+	for q := range queuesN {
+		var inQueue []string
+		for _, nn := range names {
+			if ns, name, _ := strings.Cut(nn, "/"); ns == fmt.Sprintf("e2e-trees-%d", q) {
+				inQueue = append(inQueue, name)
+			}
+		}
+		startedOnce(t, a.nats.ClientURL(), fmt.Sprintf("e2e-trees-%d", q), inQueue)
+	}
+}
