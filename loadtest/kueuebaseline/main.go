@@ -42,12 +42,10 @@ import (
 
 // Shape of the scenario.
 const (
-	cohorts        = 5
-	queuesPerCoh   = 6
-	nominalCPU     = 20
-	borrowingLimit = 100
-	namespace      = "default"
-	flavor         = "default"
+	cohorts      = 5
+	queuesPerCoh = 6
+	namespace    = "default"
+	flavor       = "default"
 )
 
 // class is one kind of workload submitted to every ClusterQueue.
@@ -89,30 +87,8 @@ metadata: {name: %s}
 	} else {
 		writeTopology(w)
 	}
-	for c := range cohorts {
-		for q := range queuesPerCoh {
-			cq := queueName(c, q)
-			fmt.Fprintf(w, `---
-apiVersion: sluice.dev/v1beta1
-kind: ClusterQueue
-metadata: {name: %s}
-spec:
-  cohort: cohort-%d
-  namespaceSelector: {}
-  preemption: {reclaimWithinCohort: Any, withinClusterQueue: LowerPriority}
-  resourceGroups:
-  - coveredResources: [cpu]
-    flavors:
-    - name: %s
-      resources:
-      - {name: cpu, nominalQuota: %d, borrowingLimit: %d}
----
-apiVersion: sluice.dev/v1beta1
-kind: LocalQueue
-metadata: {name: %s, namespace: %s}
-spec: {clusterQueue: %s}
-`, cq, c, flavor, nominalCPU, borrowingLimit, cq, namespace, cq)
-		}
+	for _, q := range baseline.MustProfile("baseline").Queues {
+		writeQueue(w, q)
 	}
 	for c := range cohorts {
 		for q := range queuesPerCoh {
@@ -225,11 +201,24 @@ metadata: {name: %s}
 `, p.Name, flavor)
 	queue := func(q baseline.Queue) string { return queueName(q.Cohort, q.Index) }
 	for _, q := range p.Queues {
-		borrow := ""
-		if q.BorrowingMilli >= 0 {
-			borrow = fmt.Sprintf(", borrowingLimit: %dm", q.BorrowingMilli)
-		}
-		fmt.Fprintf(w, `---
+		writeQueue(w, q)
+	}
+	for _, it := range p.Plan(1) {
+		cl, q := p.Classes[it.Class], p.Queues[it.Queue]
+		writeWorkload(w, fmt.Sprintf("%s-%s-%03d", queue(q), cl.Name, it.Index), queue(q), cl.Priority, it.At, cl.Runtime,
+			fmt.Sprintf(`{name: main, count: %d, requests: {cpu: %dm}}`, max(1, cl.Pods), cl.PodMilliCPU))
+	}
+	return w.Flush()
+}
+
+// writeQueue writes a profile's ClusterQueue and its LocalQueue.
+func writeQueue(w io.Writer, q baseline.Queue) {
+	cq := queueName(q.Cohort, q.Index)
+	borrow := ""
+	if q.BorrowingMilli >= 0 {
+		borrow = fmt.Sprintf(", borrowingLimit: %dm", q.BorrowingMilli)
+	}
+	fmt.Fprintf(w, `---
 apiVersion: sluice.dev/v1beta1
 kind: ClusterQueue
 metadata: {name: %s}
@@ -248,15 +237,7 @@ apiVersion: sluice.dev/v1beta1
 kind: LocalQueue
 metadata: {name: %s, namespace: %s}
 spec: {clusterQueue: %s}
-`, queue(q), q.Cohort, cmp.Or(q.ReclaimWithinCohort, "Never"), cmp.Or(q.WithinCQueue, "Never"), flavor, q.NominalMilli, borrow,
-			queue(q), namespace, queue(q))
-	}
-	for _, it := range p.Plan(1) {
-		cl, q := p.Classes[it.Class], p.Queues[it.Queue]
-		writeWorkload(w, fmt.Sprintf("%s-%s-%03d", queue(q), cl.Name, it.Index), queue(q), cl.Priority, it.At, cl.Runtime,
-			fmt.Sprintf(`{name: main, count: %d, requests: {cpu: %dm}}`, max(1, cl.Pods), cl.PodMilliCPU))
-	}
-	return w.Flush()
+`, cq, q.Cohort, cmp.Or(q.ReclaimWithinCohort, "Never"), cmp.Or(q.WithinCQueue, "Never"), flavor, q.NominalMilli, borrow, cq, namespace, cq)
 }
 
 func main() {

@@ -184,8 +184,15 @@ func TestAdmissionReplicasShareTheTrees(t *testing.T) {
 	a := startApart(t)
 	const queuesN = 4
 	for q := range queuesN {
-		queues(t, fmt.Sprintf("e2e-trees-%d", q), 2, "Never")
+		applyQueues(t, fmt.Sprintf("e2e-trees-%d", q), "Never", `  - coveredResources: [cpu, nvidia.com/gpu]
+    flavors:
+    - name: a100
+      resources:
+      - {name: cpu, nominalQuota: 64}
+      - {name: nvidia.com/gpu, nominalQuota: 2}
+`)
 	}
+	watchQuota(t) // knows all four queues from its start
 	js := jetStreamAt(t, a.nats.ClientURL())
 	eventually(t, 60*time.Second, "cohort trees split between the two admission replicas", func() (bool, string) {
 		holders := shardHolders(t, js, "admission")
