@@ -29,6 +29,10 @@ func newDevCmd() *cobra.Command {
 	in, prov, disp := integration.DefaultOptions(), provisioning.DefaultOptions(), multicluster.DefaultDispatcherOptions()
 	// On loopback, the pending API and the web view are open.
 	a.Visibility.Open = true
+	// One admission replica under a fixed name: restarted, even after a
+	// kill, it takes its tree leases back at once instead of waiting for
+	// them to expire.
+	a.Replica = "dev"
 	var port int
 	var storeDir string
 	memLimit := devMemoryLimit
