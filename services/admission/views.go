@@ -47,6 +47,9 @@ const viewShare = 5
 type view struct {
 	pending *engine.PendingView
 	stats   []engine.QueueStats
+	// stream is the event stream, where the reasons of the trees other
+	// replicas decide for are read (fromOwners).
+	stream workloads.LastMsgReader
 }
 
 // takeView takes a view for the queries waiting for one, unless the last
@@ -59,7 +62,11 @@ func (s *Service) takeView() {
 		return
 	}
 	start := time.Now()
-	s.view.Store(&view{pending: s.eng.PendingView(), stats: s.eng.Stats(s.clock())})
+	v := &view{pending: s.eng.PendingView(), stats: s.eng.Stats(s.clock())}
+	if s.stream != nil {
+		v.stream = s.stream
+	}
+	s.view.Store(v)
 	s.viewDue, s.lastView, s.viewCost = false, time.Now(), time.Since(start)
 	s.views.Add(1)
 	s.viewMu.Lock()
@@ -108,7 +115,7 @@ func (s *Service) PendingInClusterQueue(ctx context.Context, name string, offset
 		return engine.PendingPage{}, false, err
 	}
 	page, ok := v.pending.InClusterQueue(name, offset, limit)
-	return s.fromOwners(ctx, page), ok, nil
+	return s.fromOwners(ctx, v.stream, page), ok, nil
 }
 
 // PendingInLocalQueue implements visibility.Source.
@@ -118,7 +125,7 @@ func (s *Service) PendingInLocalQueue(ctx context.Context, namespace, name strin
 		return engine.PendingPage{}, false, err
 	}
 	page, ok := v.pending.InLocalQueue(namespace, name, offset, limit)
-	return s.fromOwners(ctx, page), ok, nil
+	return s.fromOwners(ctx, v.stream, page), ok, nil
 }
 
 // fromOwners gives the workloads of a page whose tree another replica
@@ -126,8 +133,8 @@ func (s *Service) PendingInLocalQueue(ctx context.Context, namespace, name strin
 // event about each, when it is a pending event), read side by side: so
 // any replica answers for every tree. Order and positions are this
 // replica's own, from the same mirrored state.
-func (s *Service) fromOwners(ctx context.Context, page engine.PendingPage) engine.PendingPage {
-	if s.stream == nil {
+func (s *Service) fromOwners(ctx context.Context, stream workloads.LastMsgReader, page engine.PendingPage) engine.PendingPage {
+	if stream == nil {
 		return page
 	}
 	var wg sync.WaitGroup
@@ -140,7 +147,7 @@ func (s *Service) fromOwners(ctx context.Context, page engine.PendingPage) engin
 		slots <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-slots }()
-			last, err := workloads.Last(ctx, s.stream, events.WorkloadRef{Kind: it.Kind, Namespace: it.Namespace, Name: it.Name})
+			last, err := workloads.Last(ctx, stream, events.WorkloadRef{Kind: it.Kind, Namespace: it.Namespace, Name: it.Name})
 			if err == nil && last.Type == events.TypeWorkloadPendingV1 && last.Reason != "" {
 				it.Reason = last.Reason
 			}
