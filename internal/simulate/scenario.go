@@ -198,7 +198,8 @@ type Scenario struct {
 	Workloads []SimulatedWorkload
 	// Nodes are the v1 Node documents topology-aware flavors place on.
 	Nodes []engine.Node
-	// where records each workload's document, for error messages.
+	// where records each workload's document (by namespace/name) and each
+	// flavor's ("ResourceFlavor <name>"), for error messages.
 	where map[string]string
 }
 
@@ -330,6 +331,9 @@ func (sc *Scenario) add(base string, doc []byte, seen map[string]string, sawConf
 		if err := key(h.Kind, "", o.Name); err != nil {
 			return err
 		}
+		// A kind with a space is no namespace: it cannot clash with a
+		// workload's namespace/name.
+		sc.where["ResourceFlavor "+o.Name] = loc
 		sc.Config.Flavors = append(sc.Config.Flavors, o)
 	case "Topology":
 		var o v1beta1.Topology
@@ -608,7 +612,8 @@ func (sc *Scenario) crossCheck() error {
 	}
 	for _, f := range sc.Config.Flavors {
 		if n := f.Spec.TopologyName; n != "" && !topos[n] {
-			return docError("ResourceFlavor "+f.Name, fmt.Sprintf("spec.topologyName: Not found: %q: no Topology document defines it", n))
+			return docError(sc.where["ResourceFlavor "+f.Name]+": ResourceFlavor "+f.Name,
+				fmt.Sprintf("spec.topologyName: Not found: %q: no Topology document defines it", n))
 		}
 	}
 	for _, w := range sc.Workloads {
