@@ -64,8 +64,9 @@ type helmCluster struct {
 // release, each service its own user over TLS), and only what the
 // devcluster needs on top (charts/examples/devcluster.yaml). Then Jobs
 // through the webhook's Service, one in a real container, the Job
-// integration scaled out, admission killed under load, an upgrade and an
-// uninstall, and every pod's log read back.
+// integration scaled out, two admission replicas sharing the trees and
+// killed under load, an upgrade and an uninstall, and every pod's log read
+// back.
 func TestHelmInstall(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("a real node needs root (containerd, the bridge, iptables)")
@@ -137,7 +138,15 @@ func TestHelmInstall(t *testing.T) {
 		h.waitComplete(ns, n, 2*time.Minute)
 	}
 
-	// Admission's pod deleted under load: nothing lost, no quota broken.
+	// Two admission replicas split the cohort trees (here the two lone
+	// ClusterQueues), one each; the load below runs on both.
+	h.scale("admission", 2)
+	eventually(t, 90*time.Second, "cohort trees split between two admission replicas", func() (bool, string) {
+		holders := shardHolders(t, js, "admission")
+		return len(holders) == 2, fmt.Sprint(holders)
+	})
+
+	// Admission's pods deleted under load: nothing lost, no quota broken.
 	var load []string
 	for i := range 20 {
 		name := fmt.Sprintf("load-%02d", i)
