@@ -339,14 +339,3 @@ func (g *Generator) checkTopology() error {
 	}
 	return nil
 }
-
-// Jobs is the number of Jobs of the profile at the given scale.
-func (p *Profile) Jobs(scale float64) int {
-	n := 0
-	for _, q := range p.Queues {
-		for _, s := range q.Sets {
-			n += Scaled(s.Count, scale) * len(s.Classes)
-		}
-	}
-	return n
-}
