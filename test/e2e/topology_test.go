@@ -391,13 +391,23 @@ value: 60
 		})
 		var moved events.WorkloadMovedV1
 		eventually(t, 45*time.Second, "mover's move announced", func() (bool, string) {
+			// kwok may still have had a heartbeat in flight when it let
+			// go of the node: one that lands after ours makes it Ready
+			// again, so the condition is set again until it holds.
+			if nodeReady(t, gone) {
+				notReady(t, gone)
+			}
 			st, err := env.js.Stream(context.Background(), bus.StreamEvents)
 			if err != nil {
 				return false, err.Error()
 			}
 			msg, err := st.GetLastMsgForSubject(context.Background(), events.WorkloadSubject(events.TypeWorkloadMovedV1, events.WorkloadRef{Kind: "job", Namespace: ns, Name: "mover"}))
 			if err != nil {
-				return false, err.Error()
+				last, lerr := st.GetLastMsgForSubject(context.Background(), "sluice.workload.v1.*.job."+ns+".mover")
+				if lerr != nil {
+					return false, err.Error()
+				}
+				return false, fmt.Sprintf("%v; the mover's last event: %s", err, last.Data)
 			}
 			return json.Unmarshal(msg.Data, &moved) == nil, string(msg.Data)
 		})
@@ -458,6 +468,21 @@ func notReady(t *testing.T, name string) {
 	}); err != nil {
 		t.Fatalf("node %s not Ready: %v", name, err)
 	}
+}
+
+// nodeReady says whether the node's Ready condition is True.
+func nodeReady(t *testing.T, name string) bool {
+	t.Helper()
+	n, err := env.kube.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("node %s: %v", name, err)
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // dataCenterEmpty waits until no pod of an earlier test runs on the data
