@@ -66,12 +66,15 @@ e2e:
 # event-order audit must find nothing. LOADTEST_SCALE=0.3 for 4,500 Jobs.
 # PROFILE=large-scale replays Kueue's 1,000-queue configuration (50,000
 # Jobs) through `sluice dev` instead, PROFILE=tas its topology-aware one,
-# PROFILE=path/to/generator.yaml any Kueue generator file.
+# PROFILE=path/to/generator.yaml any Kueue generator file. REPLICAS=N
+# replays the profile through services in processes of their own with N
+# admission replicas sharing the cohort trees, one SIGKILLed mid-run.
 LOADTEST_SCALE ?= 1
 PROFILE ?= baseline
-LOADTEST_TESTS = $(if $(filter baseline,$(PROFILE)),TestBaseline,TestBaselineQuotaHolds$$)
+REPLICAS ?=
+LOADTEST_TESTS = $(if $(REPLICAS),TestAdmissionReplicasAtScale,$(if $(filter baseline,$(PROFILE)),TestBaseline,TestBaselineQuotaHolds$$))
 loadtest:
-	SLUICE_E2E=1 SLUICE_BASELINE_SCALE=$(LOADTEST_SCALE) SLUICE_BASELINE_PROFILE=$(PROFILE) SLUICE_E2E_LOG_LEVEL=info go test -count=1 -timeout 120m -v -run '$(LOADTEST_TESTS)' ./test/e2e/
+	SLUICE_E2E=1 SLUICE_BASELINE_SCALE=$(LOADTEST_SCALE) SLUICE_BASELINE_PROFILE=$(PROFILE) SLUICE_ADMISSION_REPLICAS=$(REPLICAS) SLUICE_E2E_LOG_LEVEL=info go test -count=1 -timeout 120m -v -run '$(LOADTEST_TESTS)' ./test/e2e/
 
 # The services on a three-node JetStream cluster whose event-stream leader
 # is shut down under load (test/natscluster, also part of test-unit), five

@@ -42,6 +42,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -83,6 +84,13 @@ type Options struct {
 	Creators, Completers int
 	// Keep keeps the Jobs at the end instead of deleting them.
 	Keep bool
+	// Unqueued measures the floor: the same Jobs at the same pacing,
+	// without a queue, each unsuspended by its creator right after its
+	// create, so that they cost the API server what queued ones do (a
+	// create, an unsuspend and a completion) with nothing deciding. No
+	// Sluice object is set up, nothing probed, no quota checked: it runs
+	// on a bare cluster.
+	Unqueued bool
 	// Log receives progress lines (default: none).
 	Log io.Writer
 	// Ready, if set, is called once the queues are set up, Sluice admits
@@ -196,7 +204,11 @@ func Run(parent context.Context, kube kubernetes.Interface, dyn dynamic.Interfac
 		TimeToAdmission: map[string]Stats{}, PreemptionsByClass: map[string]int{}, Usage: map[string]float64{}}
 	logf("%s: %d Jobs in %d ClusterQueues (scale %g), capacity bound %s", p.Name, len(plan), len(p.Queues), o.Scale, res.CapacityBound.Round(time.Millisecond))
 
-	if err := setup(ctx, kube, dyn, n, o); err != nil {
+	if o.Unqueued {
+		if err := createNamespace(ctx, kube, o.Namespace); err != nil {
+			return nil, fmt.Errorf("setup: %w", err)
+		}
+	} else if err := setup(ctx, kube, dyn, n, o); err != nil {
 		return nil, fmt.Errorf("setup: %w", err)
 	}
 	selector := RunLabel + "=" + o.Prefix
@@ -215,6 +227,12 @@ func Run(parent context.Context, kube kubernetes.Interface, dyn dynamic.Interfac
 	}
 	qdone := make(chan qresult, 1)
 	go func() {
+		if o.Unqueued {
+			close(qready)
+			<-qctx.Done()
+			qdone <- qresult{rep: &invariant.Report{}}
+			return
+		}
 		rep, err := invariant.Watch(qctx, kube, dyn, invariant.WithReady(func() { close(qready) }),
 			invariant.WithViolationHook(func(v invariant.Violation) { logf("QUOTA VIOLATION: %s", v) }))
 		qdone <- qresult{rep, err}
@@ -233,7 +251,9 @@ func Run(parent context.Context, kube kubernetes.Interface, dyn dynamic.Interfac
 	if err := tr.start(tctx, o.Completers); err != nil {
 		return nil, err
 	}
-	if err := probe(ctx, kube, tr, n, o, logf); err != nil {
+	if o.Unqueued {
+		logf("unqueued: no Sluice object set up, no probe, no quota check")
+	} else if err := probe(ctx, kube, tr, n, o, logf); err != nil {
 		if !o.Keep {
 			cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 			_ = deleteJobs(cctx, kube, o.Namespace, selector, false)
@@ -271,7 +291,7 @@ func Run(parent context.Context, kube kubernetes.Interface, dyn dynamic.Interfac
 	tcancel()
 	collect(res, tr, begin, end)
 
-	if o.NATSURL != "" && parent.Err() == nil {
+	if o.NATSURL != "" && !o.Unqueued && parent.Err() == nil {
 		logf("reading the event stream at %s", o.NATSURL)
 		jobs := map[string]runJob{}
 		tr.mu.Lock()
@@ -450,7 +470,14 @@ func create(ctx context.Context, kube kubernetes.Interface, tr *tracker, n names
 				cl := n.class(w.it.Class)
 				now := time.Now()
 				tr.register(&jobState{name: name, class: w.it.Class, queue: w.it.Queue, runtime: cl.Runtime, created: now})
-				err := createJob(ctx, kube, o.Namespace, n.jobObject(name, n.queue(w.it.Queue), w.it.Class, cl.MilliCPU()))
+				queue := n.queue(w.it.Queue)
+				if o.Unqueued {
+					queue = ""
+				}
+				err := createJob(ctx, kube, o.Namespace, n.jobObject(name, queue, w.it.Class, cl.MilliCPU()))
+				if err == nil && o.Unqueued {
+					err = unsuspend(ctx, kube, o.Namespace, name)
+				}
 				tr.createDone(name, err)
 				mu.Lock()
 				late = append(late, now.Sub(w.at))
@@ -512,6 +539,23 @@ func createJob(ctx context.Context, kube kubernetes.Interface, ns string, j *bat
 	}
 }
 
+// unsuspend starts a Job of an unqueued run, as an admission would.
+func unsuspend(ctx context.Context, kube kubernetes.Interface, ns, name string) error {
+	_, err := kube.BatchV1().Jobs(ns).Patch(ctx, name, types.MergePatchType, []byte(`{"spec":{"suspend":false}}`), metav1.PatchOptions{})
+	if err != nil {
+		return fmt.Errorf("unsuspend: %w", err)
+	}
+	return nil
+}
+
+// createNamespace creates ns unless it exists.
+func createNamespace(ctx context.Context, kube kubernetes.Interface, ns string) error {
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("namespace %s: %w", ns, err)
+	}
+	return nil
+}
+
 // jobObject is one Job of the run: its class's pods asking for milliCPU in
 // all, suspended
 // (Sluice's webhook would suspend it anyway), labelled with its LocalQueue
@@ -521,12 +565,12 @@ func (n names) jobObject(name, queue string, class int, milliCPU int64) *batchv1
 	cl := n.class(class)
 	pods := cl.pods()
 	perPod := resource.NewMilliQuantity(milliCPU/int64(pods), resource.DecimalSI)
+	labels := map[string]string{v1beta1.PriorityClassLabel: n.priorityClass(class), RunLabel: n.prefix}
+	if queue != "" {
+		labels[v1beta1.QueueNameLabel] = queue
+	}
 	return &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: n.namespace, Labels: map[string]string{
-			v1beta1.QueueNameLabel:     queue,
-			v1beta1.PriorityClassLabel: n.priorityClass(class),
-			RunLabel:                   n.prefix,
-		}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: n.namespace, Labels: labels},
 		Spec: batchv1.JobSpec{
 			ManagedBy:    ptr.To(ManagedBy),
 			Suspend:      ptr.To(true),
@@ -551,8 +595,8 @@ var gv = v1beta1.GroupVersion
 // classes, the ClusterQueues, the namespace and the LocalQueues.
 func setup(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, n names, o Options) error {
 	p := n.p
-	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: o.Namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("namespace %s: %w", o.Namespace, err)
+	if err := createNamespace(ctx, kube, o.Namespace); err != nil {
+		return err
 	}
 	apply := func(resource, ns string, obj map[string]any) error {
 		obj["apiVersion"] = gv.String()
@@ -770,7 +814,7 @@ func (r *Result) Failures() []string {
 		out = append(out, s)
 	}
 	e := r.Events
-	if r.Options.NATSURL != "" {
+	if r.Options.NATSURL != "" && !r.Options.Unqueued {
 		if e.Err != "" {
 			out = append(out, "event stream: "+e.Err)
 		}

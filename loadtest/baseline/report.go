@@ -15,6 +15,9 @@ func (r *Result) Print(w io.Writer) {
 	ms := func(d time.Duration) string { return d.Round(time.Millisecond).String() }
 	fmt.Fprintf(w, "Kueue profile %s, live: %d cohorts, %d ClusterQueues, scale %g, %d Jobs (namespace %s, prefix %s)\n",
 		r.Profile.Name, r.Profile.Cohorts, len(r.Profile.Queues), o.Scale, r.Jobs, o.Namespace, o.Prefix)
+	if o.Unqueued {
+		fmt.Fprintf(w, "  unqueued: the floor (each Job unsuspended by its creator; nothing queued or decided)\n")
+	}
 	fmt.Fprintf(w, "  created     %d (creates spanned %s; lateness against the pacing: %s)\n", r.Created, ms(r.CreateSpan), r.CreateLate)
 	fmt.Fprintf(w, "  finished    %d (failed %d, deleted early %d)\n", r.Finished, r.Failed, r.Gone)
 	ratio := 0.0

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/sluice-dev/sluice/api/v1beta1"
 )
 
 func TestScaled(t *testing.T) {
@@ -237,5 +239,24 @@ func TestStatsOf(t *testing.T) {
 	}
 	if one := StatsOf([]time.Duration{time.Second}); one.P50 != time.Second || one.P99 != time.Second {
 		t.Errorf("one: %+v", one)
+	}
+}
+
+// TestUnqueuedJobHasNoQueue: an unqueued run's Jobs carry no queue label,
+// so that no queueing system takes them; queued ones name their queue.
+func TestUnqueuedJobHasNoQueue(t *testing.T) {
+	n := names{prefix: "bl", namespace: "ns", p: MustProfile("baseline")}
+	for _, c := range []struct {
+		queue     string
+		wantLabel bool
+	}{{"", false}, {"bl-cq-0", true}} {
+		j := n.jobObject("j", c.queue, 0, 1000)
+		got, ok := j.Labels[v1beta1.QueueNameLabel]
+		if ok != c.wantLabel || got != c.queue {
+			t.Errorf("queue %q: label %q (set %v), want set %v", c.queue, got, ok, c.wantLabel)
+		}
+		if j.Labels[RunLabel] != "bl" || !*j.Spec.Suspend {
+			t.Errorf("queue %q: labels %v, suspend %v: want the run's label and created suspended", c.queue, j.Labels, *j.Spec.Suspend)
+		}
 	}
 }

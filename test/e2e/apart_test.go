@@ -25,6 +25,9 @@ type apart struct {
 	dir  string
 	log  *os.File
 	args map[string][]string
+	// metrics is each admission replica's /healthz, /readyz and /metrics
+	// address.
+	metrics map[string]string
 
 	mu    sync.Mutex
 	procs map[string]*exec.Cmd
@@ -35,22 +38,32 @@ type apart struct {
 // integration (one serving the webhook, as a Service would pick one), two
 // admission replicas, preemption and quota. Cleanup stops them and starts `sluice
 // dev` again.
-func startApart(t *testing.T) *apart {
+func startApart(t *testing.T) *apart { return startApartWith(t, 2) }
+
+// startApartWith is startApart with n admission replicas (admission-a,
+// admission-b, …), each serving /metrics on an address of its own
+// (apart.metrics).
+func startApartWith(t *testing.T, n int) *apart {
 	t.Helper()
 	srv, dir, logf := withoutSluiceDev(t)
 	kubeconfig := env.kubeconfig
 	common := []string{"--nats", srv.ClientURL(), "--log-level", "info"}
 	kube := append([]string{"--kubeconfig", kubeconfig}, common...)
 	a := &apart{t: t, nats: srv, dir: dir, log: logf, procs: map[string]*exec.Cmd{}, kills: map[string]int{},
+		metrics: map[string]string{},
 		args: map[string][]string{
-			"watcher":     append([]string{"watcher", "--status-interval", "1s"}, kube...),
-			"job":         append([]string{"integration", "job", "--webhook-address", env.hookAddr}, kube...),
-			"job-b":       append([]string{"integration", "job", "--webhook-address", ""}, kube...),
-			"admission-a": append([]string{"admission", "--replica", "admission-a"}, common...),
-			"admission-b": append([]string{"admission", "--replica", "admission-b"}, common...),
-			"preemption":  append([]string{"preemption"}, common...),
-			"quota":       append([]string{"quota", "--reconcile", "5s"}, common...),
+			"watcher":    append([]string{"watcher", "--status-interval", "1s"}, kube...),
+			"job":        append([]string{"integration", "job", "--webhook-address", env.hookAddr}, kube...),
+			"job-b":      append([]string{"integration", "job", "--webhook-address", ""}, kube...),
+			"preemption": append([]string{"preemption"}, common...),
+			"quota":      append([]string{"quota", "--reconcile", "5s"}, common...),
 		}}
+	for i := range n {
+		name := fmt.Sprintf("admission-%c", 'a'+i)
+		addr := fmt.Sprintf("127.0.0.1:%d", freePort())
+		a.metrics[name] = addr
+		a.args[name] = append([]string{"admission", "--replica", name, "--http-address", addr}, common...)
+	}
 	t.Cleanup(a.stopAll)
 	for _, name := range a.names() {
 		a.start(name)
@@ -99,6 +112,16 @@ func (a *apart) kill(name string, pause time.Duration) {
 	}
 	time.Sleep(pause)
 	a.start(name)
+}
+
+// pid is a running service's process id (0 if it is not running).
+func (a *apart) pid(name string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if cmd := a.procs[name]; cmd != nil {
+		return cmd.Process.Pid
+	}
+	return 0
 }
 
 func (a *apart) stopAll() {

@@ -5,6 +5,8 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +15,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/sluice-dev/sluice/loadtest/baseline"
 )
@@ -72,6 +77,17 @@ func baselineRanges(t *testing.T) baseline.Ranges {
 // that did not finish.
 func replay(t *testing.T, natsURL, prefix string) *baseline.Result {
 	t.Helper()
+	res := replayUnranged(t, natsURL, prefix, nil)
+	for _, f := range baselineRanges(t).Check(res) {
+		t.Error("out of range: " + f)
+	}
+	return res
+}
+
+// replayUnranged is replay without the range file's checks; ready, if
+// set, is called right before the first Job is created.
+func replayUnranged(t *testing.T, natsURL, prefix string, ready func()) *baseline.Result {
+	t.Helper()
 	var log bytes.Buffer
 	res, err := baseline.Run(context.Background(), env.kube, env.dyn, baseline.Options{
 		Profile:   baselineProfile(t).Name,
@@ -81,6 +97,7 @@ func replay(t *testing.T, natsURL, prefix string) *baseline.Result {
 		NATSURL:   natsURL,
 		Timeout:   45 * time.Minute,
 		Log:       &log,
+		Ready:     ready,
 	})
 	if err != nil {
 		t.Fatalf("baseline run: %v\n%s", err, log.String())
@@ -90,9 +107,6 @@ func replay(t *testing.T, natsURL, prefix string) *baseline.Result {
 	t.Logf("%s at scale %g:\n%s", res.Profile.Name, baselineScale(t), report.String())
 	for _, f := range res.Failures() {
 		t.Error(f)
-	}
-	for _, f := range baselineRanges(t).Check(res) {
-		t.Error("out of range: " + f)
 	}
 	if res.Preemptions == 0 && res.Profile.Name == "baseline" {
 		t.Error("no Job was preempted: the run did not meet the race it is meant to")
@@ -157,4 +171,145 @@ func TestBaselineQuotaHoldsWhileServicesAreKilled(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	t.Logf("services killed: %s", a.killed())
+}
+
+// TestAdmissionReplicasAtScale replays the profile (SLUICE_BASELINE_PROFILE;
+// `make loadtest PROFILE=large-scale REPLICAS=2`) with every service its
+// own process and SLUICE_ADMISSION_REPLICAS admission replicas sharing the
+// cohort trees. Once the Jobs are coming, each replica must decide a share
+// of the trees (from its /metrics); SLUICE_KILL_AFTER (default 2 min)
+// into the replay admission-a is SIGKILLed and stays away for a minute:
+// the others must hold all its trees within 30 s, and the replay's checks
+// (quota at every step, the event audit, every Job finished) must hold.
+// The CPU each replica used is logged.
+func TestAdmissionReplicasAtScale(t *testing.T) {
+	v := os.Getenv("SLUICE_ADMISSION_REPLICAS")
+	if v == "" {
+		t.Skip("SLUICE_ADMISSION_REPLICAS not set (make loadtest REPLICAS=N)")
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 2 || n > 8 {
+		t.Fatalf("SLUICE_ADMISSION_REPLICAS=%q: want 2 to 8", v)
+	}
+	killAfter := 2 * time.Minute
+	if d := os.Getenv("SLUICE_KILL_AFTER"); d != "" {
+		if killAfter, err = time.ParseDuration(d); err != nil || killAfter <= 0 {
+			t.Fatalf("SLUICE_KILL_AFTER=%q: want a positive duration", d)
+		}
+	}
+	a := startApartWith(t, n)
+	names := slices.Sorted(maps.Keys(a.metrics))
+	const victim = "admission-a"
+	started := make(chan struct{})
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		select {
+		case <-started:
+		case <-done:
+			return
+		}
+		split := time.Now()
+		for {
+			shares, trees := treeShares(a, names)
+			if trees > 0 && len(shares) == n && !slices.Contains(slices.Collect(maps.Values(shares)), 0) {
+				t.Logf("cohort trees per replica %s after %s: %v of %d", time.Now().Format("15:04:05"), time.Since(split).Round(time.Millisecond), shares, trees)
+				break
+			}
+			if time.Since(split) > killAfter {
+				t.Errorf("after %s the replicas still do not each decide some of the trees: %v of %d", killAfter, shares, trees)
+				return
+			}
+			time.Sleep(time.Second)
+		}
+		select {
+		case <-time.After(time.Until(split.Add(killAfter))):
+		case <-done:
+			t.Errorf("the replay ended before %s, when %s was to be killed", killAfter, victim)
+			return
+		}
+		t.Logf("CPU before the kill: %s", cpuOf(a, names))
+		wg.Go(func() { a.kill(victim, time.Minute) })
+		killed := time.Now()
+		survivors := slices.DeleteFunc(slices.Clone(names), func(s string) bool { return s == victim })
+		for {
+			shares, trees := treeShares(a, survivors)
+			held := 0
+			for _, c := range shares {
+				held += c
+			}
+			if trees > 0 && held == trees {
+				t.Logf("%s SIGKILLed; %v hold all %d trees after %s", victim, shares, trees, time.Since(killed).Round(time.Millisecond))
+				break
+			}
+			if time.Since(killed) > 30*time.Second {
+				t.Errorf("30 s after %s was killed the others hold %v of %d trees", victim, shares, trees)
+				break
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+		<-done
+		shares, trees := treeShares(a, names)
+		t.Logf("at the end: trees per replica %v of %d; CPU %s (%s since its restart)", shares, trees, cpuOf(a, names), victim)
+	}()
+	defer wg.Wait()
+	res := func() *baseline.Result {
+		defer close(done)
+		return replayUnranged(t, a.nats.ClientURL(), "bl-apart", func() { close(started) })
+	}()
+	t.Logf("%d admission replicas: wall %s, %d Jobs, services killed: %s", n, res.Wall.Round(time.Millisecond), res.Finished, a.killed())
+}
+
+// treeShares reads each named admission replica's cohort trees owned,
+// and the trees there are, from its /metrics (a replica that does not
+// answer is left out).
+func treeShares(a *apart, names []string) (map[string]int, int) {
+	shares := map[string]int{}
+	trees := 0
+	for _, name := range names {
+		res, err := http.Get("http://" + a.metrics[name] + "/metrics")
+		if err != nil {
+			continue
+		}
+		parser := expfmt.NewTextParser(model.UTF8Validation)
+		fams, err := parser.TextToMetricFamilies(res.Body)
+		res.Body.Close()
+		if err != nil {
+			continue
+		}
+		if v, ok := value(fams, "sluice_admission_cohort_trees_owned", nil); ok {
+			shares[name] = int(v)
+		}
+		if v, ok := value(fams, "sluice_admission_cohort_trees", nil); ok {
+			trees = max(trees, int(v))
+		}
+	}
+	return shares, trees
+}
+
+// cpuOf says how much CPU (user and system) each running named service
+// used so far.
+func cpuOf(a *apart, names []string) string {
+	var parts []string
+	for _, name := range names {
+		pid := a.pid(name)
+		if pid == 0 {
+			parts = append(parts, name+" not running")
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			parts = append(parts, name+": "+err.Error())
+			continue
+		}
+		// After the command's name (in parentheses): utime and stime are
+		// fields 14 and 15 of the line, in clock ticks of 1/100 s.
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+		ut, _ := strconv.ParseFloat(f[11], 64)
+		st, _ := strconv.ParseFloat(f[12], 64)
+		parts = append(parts, fmt.Sprintf("%s %.1f s", name, (ut+st)/100))
+	}
+	return strings.Join(parts, ", ")
 }

@@ -45,6 +45,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.Namespace, "namespace", "baseline", "namespace of the Jobs and LocalQueues")
 	fs.StringVar(&o.Prefix, "prefix", "bl", "prefix of the ClusterQueue, LocalQueue, flavor, cohort and priority class names")
 	fs.BoolVar(&o.Keep, "keep", false, "keep the Jobs at the end")
+	fs.BoolVar(&o.Unqueued, "unqueued", false, "measure the floor on a cluster without Sluice: the same Jobs, each unsuspended by its creator (no queue, no quota check, no event stream)")
 	quiet := fs.Bool("quiet", false, "no progress lines")
 	rangesFile := fs.String("ranges", "", "a range file (loadtest/ranges/*.yaml): fail when a figure is outside it")
 	if err := fs.Parse(args); err != nil {
@@ -79,6 +80,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if o.NATSURL != "" && !strings.HasPrefix(o.NATSURL, "nats://") && !strings.HasPrefix(o.NATSURL, "tls://") {
 		return usage("--nats %q: want nats://HOST:PORT", o.NATSURL)
+	}
+	if o.Unqueued {
+		o.NATSURL = ""
 	}
 	var ranges *baseline.Ranges
 	if *rangesFile != "" {
