@@ -273,7 +273,7 @@ func (s *Service) startGroup(ctx context.Context, k *kindRunner, rec *events.Wor
 		}
 	}
 	s.mu.Lock()
-	flavors := s.snap.Flavors
+	flavors := s.configLocked().Flavors
 	s.mu.Unlock()
 	type write struct {
 		job   jobframework.Job

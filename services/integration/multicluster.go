@@ -44,6 +44,7 @@ func multiClusterQueues(snap configstore.Snapshot) []string {
 func (s *Service) dispatchesToWorkers(namespace, queue string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.configLocked()
 	_, ok := slices.BinarySearch(s.mcQueues, namespace+"/"+queue)
 	return ok
 }
@@ -58,6 +59,7 @@ func (s *Service) ensureMultiClusterConditions(ctx context.Context) error {
 		return nil
 	}
 	s.mu.Lock()
+	s.configLocked()
 	queues := s.mcQueues
 	s.mu.Unlock()
 	if slices.Equal(queues, s.whQueues) {

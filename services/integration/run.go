@@ -132,7 +132,10 @@ type Service struct {
 
 	mu     sync.Mutex
 	config *configstore.Store
-	snap   configstore.Snapshot
+	// snap is config's snapshot as of the last configLocked; configDirty
+	// says config changed since.
+	snap        configstore.Snapshot
+	configDirty bool
 	// mcQueues are the LocalQueues ("namespace/name", sorted) whose jobs
 	// are dispatched to worker clusters, as of snap.
 	mcQueues []string
@@ -666,9 +669,11 @@ func (s *Service) workloadOptions() []jobframework.WorkloadOption {
 }
 
 // priorities resolves priority classes from the configuration snapshot.
+// s.mu must be held.
 func (s *Service) priorities() jobframework.StaticPriorityResolver {
-	return jobframework.StaticPriorityResolver{WorkloadPriorityClasses: s.snap.WorkloadPriorityClasses, PriorityClasses: s.snap.PriorityClasses,
-		DefaultPriorityClass: s.snap.DefaultPriorityClass}
+	snap := s.configLocked()
+	return jobframework.StaticPriorityResolver{WorkloadPriorityClasses: snap.WorkloadPriorityClasses, PriorityClasses: snap.PriorityClasses,
+		DefaultPriorityClass: snap.DefaultPriorityClass}
 }
 
 // PendingConsumer is the durable consumer of a kind's pending reasons and

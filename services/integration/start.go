@@ -36,7 +36,7 @@ func (s *Service) start(ctx context.Context, k *kindRunner, job jobframework.Job
 	ctx, span := s.startSpan(ctx, rec, r)
 	defer func() { endSpan(span, err) }()
 	s.mu.Lock()
-	flavors := s.snap.Flavors
+	flavors := s.configLocked().Flavors
 	s.mu.Unlock()
 	m := job.Meta()
 	admitted, err := k.decode(job.Object())

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluice-dev/sluice/events"
 	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/internal/configstore"
 	"github.com/sluice-dev/sluice/internal/fence"
 	"github.com/sluice-dev/sluice/internal/jobframework"
 	"github.com/sluice-dev/sluice/internal/ledger"
@@ -37,8 +38,10 @@ func (s *Service) watchConfig(ctx context.Context, kv jetstream.KeyValue, synced
 		} else {
 			s.config.Apply(e.Key(), nil)
 		}
-		s.snap, _ = s.config.Snapshot()
-		s.mcQueues = multiClusterQueues(s.snap)
+		// The snapshot decodes every object: built when next read, not
+		// once per entry, which made reading a bucket of n queues cost
+		// n² decodes.
+		s.configDirty = true
 		s.mu.Unlock()
 		if live {
 			// A new queue or priority class may unblock objects: look at
@@ -49,6 +52,17 @@ func (s *Service) watchConfig(ctx context.Context, kv jetstream.KeyValue, synced
 			}
 		}
 	})
+}
+
+// configLocked is the configuration snapshot, rebuilt if an entry changed
+// since it was last built. s.mu must be held.
+func (s *Service) configLocked() configstore.Snapshot {
+	if s.configDirty {
+		s.snap, _ = s.config.Snapshot()
+		s.mcQueues = multiClusterQueues(s.snap)
+		s.configDirty = false
+	}
+	return s.snap
 }
 
 // requeueOnConfig looks at every object after the configuration changed.
