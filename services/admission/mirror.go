@@ -45,6 +45,10 @@ func (s *Service) reconfigure() {
 		return
 	}
 	s.eng.SetConfig(cfg)
+	s.cqBorn = make(map[string]time.Time, len(snap.Objects.ClusterQueues))
+	for _, cq := range snap.Objects.ClusterQueues {
+		s.cqBorn[cq.Name] = cq.CreationTimestamp.Time
+	}
 	controllers := make(map[string]string, len(cfg.AdmissionChecks))
 	for _, ac := range cfg.AdmissionChecks {
 		controllers[ac.Name] = ac.Controller

@@ -171,6 +171,9 @@ type Service struct {
 	// leaseKick the lease round to run now.
 	owner                 *shard.Owner
 	treeIndex             map[string]int
+	// cqBorn is each ClusterQueue's creation time, as of the last
+	// configuration: the trees' lease numbers follow their age.
+	cqBorn map[string]time.Time
 	leaseTicks, leaseKick chan struct{}
 
 	tracer *tracing.Tracer

@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/shard"
@@ -11,12 +12,13 @@ import (
 // Admission replicas share the cohort trees, the engine's independent
 // units of decision (engine.TreeOf): each tree is a lease in the
 // sluice-shards bucket (group "admission", one shard per tree, numbered by
-// the trees' names), and a replica decides only for the trees whose leases
+// the trees' age), and a replica decides only for the trees whose leases
 // it holds, about an equal share of them each. Every replica still mirrors
 // the whole configuration, every workload and the whole ledger, so that it
 // can take over any tree at once: when a replica dies its leases expire
 // (bus.ShardTTL) and the others take its trees; when one stops, it gives
-// them back first. Two replicas that briefly both hold a tree (the trees
+// them back first. Trees are numbered oldest first (numberTrees), so a new
+// queue does not move the others. Two replicas that briefly both hold a tree (the trees
 // were renumbered by a configuration change one of them has not seen yet)
 // cannot both book its quota: the ledger's compare-and-set per tree lets
 // one through.
@@ -51,7 +53,14 @@ func (s *Service) renumberTrees(ctx context.Context) {
 	if s.owner == nil {
 		return
 	}
-	trees := s.eng.Trees()
+	born := map[string]time.Time{}
+	for cq, at := range s.cqBorn {
+		tree := s.eng.TreeOf(cq)
+		if b, ok := born[tree]; !ok || at.Before(b) {
+			born[tree] = at
+		}
+	}
+	trees := numberTrees(s.eng.Trees(), born)
 	index := make(map[string]int, len(trees))
 	for i, t := range trees {
 		index[t] = i
@@ -66,6 +75,22 @@ func (s *Service) renumberTrees(ctx context.Context) {
 	case s.leaseKick <- struct{}{}: // take a share of the new count now
 	default:
 	}
+}
+
+// numberTrees orders the trees for their leases: oldest first (a tree is
+// as old as its oldest ClusterQueue), then by name. A tree created later
+// comes after every other, so adding a queue, the change that happens
+// most, moves no tree to another lease, nor to another replica; only
+// removing a tree (or joining two) renumbers those after it.
+func numberTrees(trees []string, born map[string]time.Time) []string {
+	out := slices.Clone(trees)
+	slices.SortStableFunc(out, func(a, b string) int {
+		if c := born[a].Compare(born[b]); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+	return out
 }
 
 // applyLeases makes the engine decide for the trees whose leases this
