@@ -169,11 +169,11 @@ type Service struct {
 	// owner holds this replica's tree leases; treeIndex numbers the trees
 	// for them (trees.go). leaseTicks tells the loop a lease round ended,
 	// leaseKick the lease round to run now.
-	owner                 *shard.Owner
-	treeIndex             map[string]int
+	owner     *shard.Owner
+	treeIndex map[string]int
 	// cqBorn is each ClusterQueue's creation time, as of the last
 	// configuration: the trees' lease numbers follow their age.
-	cqBorn map[string]time.Time
+	cqBorn                map[string]time.Time
 	leaseTicks, leaseKick chan struct{}
 
 	tracer *tracing.Tracer
