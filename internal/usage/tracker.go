@@ -35,6 +35,9 @@ type Tracker struct {
 	// deactivated are the workloads waitForPodsReady or a rejecting
 	// admission check took out of line: not pending (Kueue's count).
 	deactivated map[string]bool
+	// stopping is, per workload whose fence stops an admission, that
+	// admission (Settled).
+	stopping map[string]string
 	// names interns LocalQueue names, which many workloads share.
 	names map[string]string
 }
@@ -42,6 +45,7 @@ type Tracker struct {
 // tracked is what a report needs of one workload record.
 type tracked struct {
 	localQueue string // namespace/name
+	uid        string // the job's, as the record names it
 	podSets    []trackedPodSet
 }
 
@@ -58,7 +62,7 @@ type amount struct {
 // NewTracker returns a tracker; Run feeds it.
 func NewTracker(js jetstream.JetStream, log zerolog.Logger) *Tracker {
 	return &Tracker{js: js, log: log, wls: map[string]tracked{}, held: map[string]ledger.Reservation{}, deactivated: map[string]bool{},
-		names: map[string]string{}}
+		stopping: map[string]string{}, names: map[string]string{}}
 }
 
 // Run follows the three buckets until ctx ends, closing synced once the
@@ -109,6 +113,7 @@ func (t *Tracker) applyRecord(e jetstream.KeyValueEntry) {
 	var rec struct {
 		Workload struct {
 			Namespace string `json:"namespace"`
+			UID       string `json:"uid"`
 		} `json:"workload"`
 		LocalQueue string `json:"localQueue"`
 		PodSets    []struct {
@@ -121,7 +126,7 @@ func (t *Tracker) applyRecord(e jetstream.KeyValueEntry) {
 		t.log.Debug().Err(err).Str("workload", key).Msg("unreadable workload record left out of usage")
 		return
 	}
-	tr := tracked{podSets: make([]trackedPodSet, 0, len(rec.PodSets))}
+	tr := tracked{uid: rec.Workload.UID, podSets: make([]trackedPodSet, 0, len(rec.PodSets))}
 	for _, ps := range rec.PodSets {
 		tr.podSets = append(tr.podSets, trackedPodSet{name: ps.Name, requests: parse(ps.Requests)})
 	}
@@ -154,23 +159,47 @@ func (t *Tracker) applyLedger(e jetstream.KeyValueEntry) {
 	t.held[c.Workload] = *c.Reservation
 }
 
-// applyFence notes whether a workload is deactivated; only that part of
-// its fence is decoded.
+// applyFence notes whether a workload is deactivated, and which
+// admission its fence stops; only those parts of it are decoded.
 func (t *Tracker) applyFence(e jetstream.KeyValueEntry) {
 	key := workloads.EngineKeyFromKV(e.Key())
 	var st struct {
-		Requeue *struct {
+		Admission string      `json:"admission"`
+		Phase     fence.Phase `json:"phase"`
+		Requeue   *struct {
 			Deactivated string `json:"deactivated"`
 		} `json:"requeue"`
 	}
-	off := e.Operation() != jetstream.KeyValuePut || json.Unmarshal(e.Value(), &st) != nil || st.Requeue == nil || st.Requeue.Deactivated == ""
+	put := e.Operation() == jetstream.KeyValuePut && json.Unmarshal(e.Value(), &st) == nil
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if off {
+	if put && st.Phase == fence.Stopping {
+		t.stopping[key] = st.Admission
+	} else {
+		delete(t.stopping, key)
+	}
+	if !put || st.Requeue == nil || st.Requeue.Deactivated == "" {
 		delete(t.deactivated, key)
 		return
 	}
 	t.deactivated[key] = true
+}
+
+// Settled says whether, as far as the entries applied so far show, the
+// reservation of workload wk for the given admission of the job uid
+// needs nothing from reconciliation: the job's record is there and its
+// fence does not stop that admission. It may be behind the buckets, so
+// only a false answer is worth a look at them: a true one that is stale
+// delays a release to the next reconciliation, never frees quota in use.
+func (t *Tracker) Settled(wk, uid, admission string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	w, ok := t.wls[wk]
+	if !ok || uid == "" || w.uid != uid {
+		return false
+	}
+	stops, ok := t.stopping[wk]
+	return !ok || stops != admission
 }
 
 // Report is the usage as of the entries applied so far. lqToCQ maps a

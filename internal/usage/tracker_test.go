@@ -153,6 +153,24 @@ func TestTracker(t *testing.T) {
 	if d != "" {
 		t.Errorf("report after the changes (-want +got):\n%s", d)
 	}
+	// What reconciliation may skip: a reservation whose job's record is
+	// there and whose fence does not stop that admission.
+	for _, c := range []struct {
+		wk, uid, admission string
+		want               bool
+	}{
+		{"job/ns/run", "uid-run", "2026-01-02T03:04:05Z", true},
+		{"job/ns/run", "uid-other", "2026-01-02T03:04:05Z", false}, // the record is another job's of that name
+		{"job/ns/run", "", "2026-01-02T03:04:05Z", false},          // a reservation without a UID: looked up
+		{"job/ns/old", "uid-old", "2026-01-02T03:04:05Z", false},   // its record is gone
+		{"job/ns/b", "uid-b", "x", false},                          // its fence stops that admission
+		{"job/ns/b", "uid-b", "y", true},                           // another admission
+		{"job/ns/none", "uid-none", "x", false},
+	} {
+		if got := tr.Settled(c.wk, c.uid, c.admission); got != c.want {
+			t.Errorf("Settled(%s, %s, %s) = %v, want %v", c.wk, c.uid, c.admission, got, c.want)
+		}
+	}
 	stop()
 	if err := <-done; err != nil {
 		t.Errorf("Run after its context ended: %v", err)

@@ -126,6 +126,13 @@ func (s *Service) Run(ctx context.Context) error {
 		case <-sup.Failed():
 			return fmt.Errorf("quota: %w", sup.Stop())
 		case <-t.C:
+			select {
+			case <-tracked:
+				// The tracker's mirror is read: reconciliation looks up
+				// only the reservations it does not show settled.
+				st.settled = tracker.Settled
+			default:
+			}
 			if err := s.reconcile(ctx, st); err != nil && ctx.Err() == nil {
 				s.log.Warn().Err(err).Msg("ledger reconciliation")
 			}
@@ -254,6 +261,11 @@ type stores struct {
 	led, wls jetstream.KeyValue
 	fenceKV  fence.Lister
 	events   workloads.LastMsgReader
+	// settled, once set, says from a mirror of the buckets that a
+	// reservation needs nothing (usage.Tracker.Settled): at full scale,
+	// two reads per reservation every pass were most of this service's
+	// work.
+	settled func(wk, uid, admission string) bool
 }
 
 // reconcile releases the reservations a lost or unhandled event would
@@ -270,6 +282,9 @@ func (s *Service) reconcile(ctx context.Context, st stores) error {
 	}
 	for _, wk := range snap.Workloads() {
 		r := snap.Reservations[wk]
+		if st.settled != nil && st.settled(wk, r.UID, r.Admission()) {
+			continue
+		}
 		n, _ := workloads.ParseEngine(wk)
 		ref := n.Ref(r.UID)
 		gctx, cancel := bus.Bounded(ctx)
