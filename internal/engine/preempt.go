@@ -157,30 +157,37 @@ func (e *Engine) classicalTargets(ws *wlState, a *assignment) []target {
 // a heap built in linear time and popped a few times costs a fraction of
 // a full sort.
 type victimOrder struct {
-	cq   *cqState
-	heap []rankedCandidate // not yielded yet, a min-heap
-	out  []candidate       // yielded, in order
+	cq *cqState
+	// cands are the candidates as given, never moved; keys their places
+	// in the order, side by side. The heap and the yielded list hold
+	// indexes into both, so that ordering moves small values without
+	// pointers (which the collector would otherwise have to see moved).
+	cands []candidate
+	keys  []victimKey
+	heap  []int32 // not yielded yet, a min-heap
+	out   []int32 // yielded, in order
 }
 
-// rankedCandidate carries its place in the order as numbers, compared
+// victimKey carries a candidate's place in the order as numbers, compared
 // without reaching into the workload: rank is (not evicting, group,
 // priority), then the most recently admitted first (later), then the key.
-type rankedCandidate struct {
-	candidate
+type victimKey struct {
 	rank  uint64
 	later int64
 }
 
 func (e *Engine) victimOrder(cq *cqState, groups ...[]candidate) *victimOrder {
 	o := &e.scratch.victims
-	o.cq, o.heap, o.out = cq, o.heap[:0], o.out[:0]
+	o.cq, o.cands, o.keys, o.heap, o.out = cq, o.cands[:0], o.keys[:0], o.heap[:0], o.out[:0]
 	for g, l := range groups {
 		for _, c := range l {
 			rank := uint64(g)<<32 | uint64(uint32(c.ws.w.Priority)^1<<31)
 			if !c.ws.evicting {
 				rank |= 1 << 34
 			}
-			o.heap = append(o.heap, rankedCandidate{candidate: c, rank: rank, later: -c.ws.admitted.at.UnixNano()})
+			o.heap = append(o.heap, int32(len(o.cands)))
+			o.cands = append(o.cands, c)
+			o.keys = append(o.keys, victimKey{rank: rank, later: -c.ws.admitted.at.UnixNano()})
 		}
 	}
 	for i := len(o.heap)/2 - 1; i >= 0; i-- {
@@ -190,16 +197,17 @@ func (e *Engine) victimOrder(cq *cqState, groups ...[]candidate) *victimOrder {
 }
 
 // less is victimCompare within a group (whose queues are all others' or
-// all the preemptor's own).
+// all the preemptor's own), of the heap's entries i and j.
 func (o *victimOrder) less(i, j int) bool {
-	a, b := &o.heap[i], &o.heap[j]
+	ci, cj := o.heap[i], o.heap[j]
+	a, b := &o.keys[ci], &o.keys[cj]
 	if a.rank != b.rank {
 		return a.rank < b.rank
 	}
 	if a.later != b.later {
 		return a.later < b.later
 	}
-	return a.ws.key < b.ws.key
+	return o.cands[ci].ws.key < o.cands[cj].ws.key
 }
 
 func (o *victimOrder) down(i int) {
@@ -227,12 +235,12 @@ func (o *victimOrder) at(i int) (candidate, bool) {
 		if n == 0 {
 			return candidate{}, false
 		}
-		o.out = append(o.out, o.heap[0].candidate)
+		o.out = append(o.out, o.heap[0])
 		o.heap[0] = o.heap[n-1]
 		o.heap = o.heap[:n-1]
 		o.down(0)
 	}
-	return o.out[i], true
+	return o.cands[o.out[i]], true
 }
 
 // roomAtAll reports whether freeing at once every candidate an attempt
