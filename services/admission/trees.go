@@ -18,10 +18,10 @@ import (
 // can take over any tree at once: when a replica dies its leases expire
 // (bus.ShardTTL) and the others take its trees; when one stops, it gives
 // them back first. Trees are numbered oldest first (numberTrees), so a new
-// queue does not move the others. Two replicas that briefly both hold a tree (the trees
-// were renumbered by a configuration change one of them has not seen yet)
-// cannot both book its quota: the ledger's compare-and-set per tree lets
-// one through.
+// queue does not move the others. Two replicas that briefly both hold a
+// tree (the trees were renumbered by a configuration change one of them
+// has not seen yet) cannot both book its quota: the ledger's
+// compare-and-set per tree lets one through.
 
 // leaseGroup is the admission replicas' group in the sharding bucket.
 const leaseGroup = "admission"
