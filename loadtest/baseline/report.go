@@ -32,6 +32,9 @@ func (r *Result) Print(w io.Writer) {
 		}
 	}
 	for _, class := range slices.Sorted(maps.Keys(r.Usage)) {
+		if o.Unqueued {
+			break // no queue holds quota: a share of it means nothing
+		}
 		fmt.Fprintf(w, "  usage       ClusterQueue class %s: %.1f%% of its nominal CPU over the wall time\n", class, r.Usage[class])
 	}
 	fmt.Fprintf(w, "  admissions  %d (unsuspensions), preemptions %d of %d Jobs", r.Admissions, r.Preemptions, r.PreemptedJobs)
@@ -49,6 +52,8 @@ func (r *Result) Print(w io.Writer) {
 	fmt.Fprintf(w, "  completion  %d status writes, %d conflicts, %d stale; lag after the runtime: %s\n",
 		r.StatusWrites, r.StatusConflicts, r.StatusStale, r.CompletionLag)
 	switch q := r.Quota; {
+	case o.Unqueued:
+		fmt.Fprintf(w, "  quota check not run: unqueued\n")
 	case q == nil:
 		fmt.Fprintf(w, "  quota check did not run: %s\n", r.QuotaErr)
 	default:

@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sluice-dev/sluice/api/v1beta1"
+	"github.com/sluice-dev/sluice/internal/invariant"
 )
 
 func TestScaled(t *testing.T) {
@@ -257,6 +258,24 @@ func TestUnqueuedJobHasNoQueue(t *testing.T) {
 		}
 		if j.Labels[RunLabel] != "bl" || !*j.Spec.Suspend {
 			t.Errorf("queue %q: labels %v, suspend %v: want the run's label and created suspended", c.queue, j.Labels, *j.Spec.Suspend)
+		}
+	}
+}
+
+// TestUnqueuedReport: an unqueued run's report says no quota was checked
+// and shows no share of quota, which no queue held.
+func TestUnqueuedReport(t *testing.T) {
+	for _, unqueued := range []bool{false, true} {
+		r := &Result{Options: Options{Unqueued: unqueued, Scale: 1}, Profile: MustProfile("baseline"), Classes: Classes,
+			Usage: map[string]float64{"cq": 40}, Quota: &invariant.Report{}}
+		var b strings.Builder
+		r.Print(&b)
+		out := b.String()
+		if got := strings.Contains(out, "usage       ClusterQueue class cq"); got == unqueued {
+			t.Errorf("unqueued %v: usage shown %v:\n%s", unqueued, got, out)
+		}
+		if got := strings.Contains(out, "quota check not run: unqueued"); got != unqueued {
+			t.Errorf("unqueued %v: quota check said not run %v:\n%s", unqueued, got, out)
 		}
 	}
 }
