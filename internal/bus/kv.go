@@ -24,12 +24,18 @@ import (
 // bucket's stream, read from the server's stream state, are one snapshot
 // and miss nothing.
 func OpenKV(ctx context.Context, js jetstream.JetStream, bucket string, opts ...KVOption) (jetstream.KeyValue, error) {
-	kv, err := js.KeyValue(ctx, bucket)
-	if err != nil {
+	var kv jetstream.KeyValue
+	if err := retryUnanswered(ctx, func(ctx context.Context) (err error) {
+		kv, err = js.KeyValue(ctx, bucket)
+		return err
+	}); err != nil {
 		return nil, fmt.Errorf("open bucket %s: %w", bucket, err)
 	}
-	st, err := js.Stream(ctx, "KV_"+bucket)
-	if err != nil {
+	var st jetstream.Stream
+	if err := retryUnanswered(ctx, func(ctx context.Context) (err error) {
+		st, err = js.Stream(ctx, "KV_"+bucket)
+		return err
+	}); err != nil {
 		return nil, fmt.Errorf("open stream of bucket %s: %w", bucket, err)
 	}
 	sc := st.CachedInfo().Config
@@ -205,6 +211,22 @@ func (l keyList) Stop() error         { return nil }
 // it.
 const RequestTimeout = 5 * time.Second
 
+// retryUnanswered runs a JetStream API call bounded by RequestTimeout, and
+// again while it goes unanswered and ctx lasts: a request sent while a
+// cluster elects a leader can go unanswered for good, and a service
+// opening its buckets then would wait forever (a three-node test saw the
+// quota service never start). Any other error ends it.
+func retryUnanswered(ctx context.Context, call func(context.Context) error) error {
+	for {
+		actx, cancel := Bounded(ctx)
+		err := call(actx)
+		cancel()
+		if err == nil || ctx.Err() != nil || !(errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)) {
+			return err
+		}
+	}
+}
+
 // Bounded returns ctx with a deadline at most RequestTimeout away.
 func Bounded(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, RequestTimeout)
@@ -237,8 +259,11 @@ func OpenBuckets(ctx context.Context, js jetstream.JetStream, withStream bool, b
 	if !withStream {
 		return kvs, nil, nil
 	}
-	st, err := js.Stream(ctx, StreamEvents)
-	if err != nil {
+	var st jetstream.Stream
+	if err := retryUnanswered(ctx, func(ctx context.Context) (err error) {
+		st, err = js.Stream(ctx, StreamEvents)
+		return err
+	}); err != nil {
 		return nil, nil, fmt.Errorf("open stream %s: %w", StreamEvents, err)
 	}
 	return kvs, st, nil
