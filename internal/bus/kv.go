@@ -221,7 +221,7 @@ func retryUnanswered(ctx context.Context, call func(context.Context) error) erro
 		actx, cancel := Bounded(ctx)
 		err := call(actx)
 		cancel()
-		if err == nil || ctx.Err() != nil || !(errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)) {
+		if err == nil || ctx.Err() != nil || !unanswered(err) {
 			return err
 		}
 	}

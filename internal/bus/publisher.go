@@ -159,8 +159,12 @@ func (p *JetStreamPublisher) publishAttempts(ctx context.Context, msg *nats.Msg,
 
 // noAcknowledgement: the publish may be retried with the same id.
 func noAcknowledgement(err error) bool {
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
-		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)
+	return unanswered(err) || errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)
+}
+
+// unanswered: a request's time ran out before any answer came.
+func unanswered(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
 }
 
 // Outgoing is one event of a PublishAll: its context carries the span the
