@@ -228,9 +228,10 @@ func Run(parent context.Context, kube kubernetes.Interface, dyn dynamic.Interfac
 	qdone := make(chan qresult, 1)
 	go func() {
 		if o.Unqueued {
+			// Nothing to check: no report, and no error either.
 			close(qready)
 			<-qctx.Done()
-			qdone <- qresult{rep: &invariant.Report{}}
+			qdone <- qresult{}
 			return
 		}
 		rep, err := invariant.Watch(qctx, kube, dyn, invariant.WithReady(func() { close(qready) }),

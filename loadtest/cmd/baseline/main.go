@@ -81,9 +81,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if o.NATSURL != "" && !strings.HasPrefix(o.NATSURL, "nats://") && !strings.HasPrefix(o.NATSURL, "tls://") {
 		return usage("--nats %q: want nats://HOST:PORT", o.NATSURL)
 	}
-	if o.Unqueued {
-		o.NATSURL = ""
-	}
 	var ranges *baseline.Ranges
 	if *rangesFile != "" {
 		r, err := baseline.LoadRanges(*rangesFile, profile)
