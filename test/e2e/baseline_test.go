@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,9 +14,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	"github.com/sluice-dev/sluice/loadtest/baseline"
 )
@@ -269,13 +265,7 @@ func treeShares(a *apart, names []string) (map[string]int, int) {
 	shares := map[string]int{}
 	trees := 0
 	for _, name := range names {
-		res, err := http.Get("http://" + a.metrics[name] + "/metrics")
-		if err != nil {
-			continue
-		}
-		parser := expfmt.NewTextParser(model.UTF8Validation)
-		fams, err := parser.TextToMetricFamilies(res.Body)
-		res.Body.Close()
+		fams, err := scrapeAt(a.metrics[name])
 		if err != nil {
 			continue
 		}

@@ -23,12 +23,26 @@ import (
 // scrape reads sluice dev's /metrics.
 func scrape(t *testing.T) map[string]*dto.MetricFamily {
 	t.Helper()
-	res, err := http.Get("http://" + env.httpAddr + "/metrics")
+	fams, err := scrapeAt(env.httpAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return fams
+}
+
+// scrapeAt reads the /metrics of the process serving them at addr.
+func scrapeAt(addr string) (map[string]*dto.MetricFamily, error) {
+	res, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return nil, err
+	}
 	defer res.Body.Close()
-	return parseMetrics(t, res.Body)
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(res.Body)
+	if err != nil {
+		return nil, fmt.Errorf("parse metrics of %s: %w", addr, err)
+	}
+	return fams, nil
 }
 
 // parseMetrics reads metrics in Prometheus's text format.
