@@ -44,8 +44,7 @@ func multiClusterQueues(snap configstore.Snapshot) []string {
 func (s *Service) dispatchesToWorkers(namespace, queue string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.configLocked()
-	_, ok := slices.BinarySearch(s.mcQueues, namespace+"/"+queue)
+	_, ok := slices.BinarySearch(s.mcQueuesLocked(), namespace+"/"+queue)
 	return ok
 }
 
@@ -59,8 +58,7 @@ func (s *Service) ensureMultiClusterConditions(ctx context.Context) error {
 		return nil
 	}
 	s.mu.Lock()
-	s.configLocked()
-	queues := s.mcQueues
+	queues := s.mcQueuesLocked()
 	s.mu.Unlock()
 	if slices.Equal(queues, s.whQueues) {
 		return nil

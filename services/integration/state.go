@@ -65,6 +65,13 @@ func (s *Service) configLocked() configstore.Snapshot {
 	return s.snap
 }
 
+// mcQueuesLocked is multiClusterQueues of the current snapshot. s.mu must
+// be held.
+func (s *Service) mcQueuesLocked() []string {
+	s.configLocked()
+	return s.mcQueues
+}
+
 // requeueOnConfig looks at every object after the configuration changed.
 func (s *Service) requeueOnConfig(ctx context.Context) error {
 	for {
