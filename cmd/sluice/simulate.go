@@ -15,6 +15,7 @@ import (
 type simulateFlags struct {
 	files  []string
 	until  time.Duration
+	stop   time.Duration
 	start  string
 	output string
 }
@@ -42,6 +43,7 @@ summary. See docs/simulate.md.`,
 	}
 	cmd.Flags().StringArrayVarP(&f.files, "file", "f", nil, "scenario file (multi-document YAML); repeat for more, - for stdin")
 	cmd.Flags().DurationVar(&f.until, "until", 0, "stop after this much virtual time (default: when nothing more can happen)")
+	cmd.Flags().DurationVar(&f.stop, "stop-delay", 0, "how long an evicted workload takes to stop, holding its quota meanwhile (default: at once)")
 	cmd.Flags().StringVar(&f.start, "start", simulate.DefaultStart.Format(time.RFC3339), "virtual wall time of the start (RFC 3339)")
 	cmd.Flags().StringVarP(&f.output, "output", "o", "jsonl", "output format: jsonl or table")
 	return cmd
@@ -56,6 +58,9 @@ func runSimulate(cmd *cobra.Command, f *simulateFlags) error {
 	}
 	if f.until < 0 {
 		return usageError{Err: fmt.Errorf("simulate: --until %s: must not be negative", f.until)}
+	}
+	if f.stop < 0 {
+		return usageError{Err: fmt.Errorf("simulate: --stop-delay %s: must not be negative", f.stop)}
 	}
 	start, err := time.Parse(time.RFC3339, f.start)
 	if err != nil {
@@ -78,7 +83,7 @@ func runSimulate(cmd *cobra.Command, f *simulateFlags) error {
 	if err != nil {
 		return usageError{Err: err}
 	}
-	records, err := simulate.Run(sc, simulate.Options{Start: start.UTC(), Until: f.until})
+	records, err := simulate.Run(sc, simulate.Options{Start: start.UTC(), Until: f.until, StopDelay: f.stop})
 	if err != nil {
 		if errors.Is(err, simulate.ErrInvalid) {
 			return usageError{Err: err}

@@ -881,6 +881,7 @@ func TestSimulateBadCommandLine(t *testing.T) {
 		{"--start without zone", []string{"simulate", "-f", f, "--start", "2024-01-01T00:00:00"}, []string{"--start"}},
 		{"bad --until", []string{"simulate", "-f", f, "--until", "5 minutes"}, []string{"--until"}},
 		{"negative --until", []string{"simulate", "-f", f, "--until", "-1m"}, []string{"--until"}},
+		{"negative --stop-delay", []string{"simulate", "-f", f, "--stop-delay", "-5s"}, []string{"--stop-delay", "-5s"}},
 		{"missing file", []string{"simulate", "-f", missing}, []string{missing}},
 		{"no file", []string{"simulate"}, []string{"-f"}},
 		{"unknown flag", []string{"simulate", "-f", f, "--speed", "2"}, []string{"--speed"}},

@@ -28,6 +28,11 @@ type Options struct {
 	// Until stops the run after this much virtual time; zero runs until
 	// nothing more can happen.
 	Until time.Duration
+	// StopDelay, when positive, makes evictions take time as they do in
+	// a live cluster: a preempted or evicted workload keeps its quota for
+	// this long (its job stopping) before it is back in its queue, and its
+	// preemptor waits for it. Zero: victims leave at once.
+	StopDelay time.Duration
 }
 
 // Record is one output line, shaped like a CloudEvent in structured mode.
@@ -78,6 +83,8 @@ const (
 	// evPriority: a priority change (simEvent.change indexes it).
 	evPriority
 	evSubmit
+	// evGone: a workload asked to stop (Options.StopDelay) has stopped.
+	evGone
 	// evTimer only runs a cycle: a pods-ready timeout or a requeue
 	// backoff ends.
 	evTimer
@@ -197,7 +204,7 @@ func Run(sc *Scenario, opts Options) ([]Record, error) {
 	}
 	s := &sim{
 		opts:      opts,
-		eng:       newEngine(cfg, sc.Nodes),
+		eng:       newEngine(cfg, sc.Nodes, opts.StopDelay > 0),
 		byKey:     map[string]*wlRun{},
 		usage:     map[frKey]int64{},
 		area:      map[frKey]float64{},
@@ -287,8 +294,12 @@ func (s *sim) notePeaks() {
 }
 
 // newEngine is the engine of a run, with the scenario's nodes.
-func newEngine(cfg engine.Config, nodes []engine.Node) *engine.Engine {
-	e := engine.New(cfg)
+func newEngine(cfg engine.Config, nodes []engine.Node, deferred bool) *engine.Engine {
+	var opts []engine.Option
+	if deferred {
+		opts = append(opts, engine.WithDeferredEviction())
+	}
+	e := engine.New(cfg, opts...)
 	if len(nodes) > 0 {
 		e.SetNodes(nodes)
 	}
@@ -376,6 +387,10 @@ func (s *sim) loop() {
 				if r.runtime > 0 {
 					s.push(simEvent{at: t + r.runtime, kind: evFinish, wl: r.idx, run: r.run})
 				}
+			case evGone:
+				s.release(r)
+				_ = s.eng.Evict(r.key)
+				r.state = "waiting"
 			case evFinish:
 				s.release(r)
 				_ = s.eng.Remove(r.key)
@@ -432,14 +447,12 @@ func (s *sim) cycle() {
 		case engine.KindAdmitted:
 			s.admitted(r, d.ClusterQueue, d.PodSets, s.now)
 		case engine.KindPreempted:
-			s.release(r)
+			s.stop(r)
 			r.preempted++
-			r.state = "waiting"
 			s.emit(events.TypeWorkloadPreemptedV1, r, WorkloadData{ClusterQueue: d.ClusterQueue, Reason: d.Reason, Preemptor: d.Preemptor})
 		case engine.KindEvicted:
-			s.release(r)
+			s.stop(r)
 			r.evicted++
-			r.state = "waiting"
 			s.emit(events.TypeWorkloadEvictedV1, r, WorkloadData{ClusterQueue: d.ClusterQueue, Reason: d.Reason, Message: d.Message})
 		case engine.KindPending:
 			r.reason = d.Reason
@@ -567,6 +580,9 @@ func (s *sim) stale(ev simEvent) bool {
 	case evReady, evFinish:
 		r := s.wls[ev.wl]
 		return ev.run != r.run || r.state != "admitted"
+	case evGone:
+		r := s.wls[ev.wl]
+		return ev.run != r.run || r.state != "stopping"
 	}
 	return false
 }
@@ -584,6 +600,18 @@ func (s *sim) armTimer() {
 	}
 	s.timers[at] = true
 	s.push(simEvent{at: at, kind: evTimer})
+}
+
+// stop takes an evicted workload's quota back: at once, or after
+// Options.StopDelay, until when it keeps its quota and runs no more.
+func (s *sim) stop(r *wlRun) {
+	if s.opts.StopDelay <= 0 {
+		s.release(r)
+		r.state = "waiting"
+		return
+	}
+	r.state = "stopping"
+	s.push(simEvent{at: s.now + s.opts.StopDelay, kind: evGone, wl: r.idx, run: r.run})
 }
 
 func (s *sim) release(r *wlRun) {

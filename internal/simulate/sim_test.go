@@ -360,6 +360,49 @@ func TestPreemptionAtTheSameInstant(t *testing.T) {
 	}
 }
 
+// TestStopDelayHoldsTheVictimsQuota: with Options.StopDelay a victim keeps
+// its quota while it stops, the preemptor waits for it, and the victim is
+// back in its queue (here admitted in the other flavor) only once stopped.
+func TestStopDelayHoldsTheVictimsQuota(t *testing.T) {
+	yaml := scenario(append(twoFlavors(""),
+		workload("default", "low", `  queueName: lq
+  priority: 0
+  runtime: 20m
+  podSets: [{name: main, count: 4, requests: {cpu: 1}}]
+`),
+		workload("default", "high", `  queueName: lq
+  priority: 10
+  submitAt: 5m
+  runtime: 10m
+  podSets: [{name: main, count: 4, requests: {cpu: 1}, nodeSelector: {tier: fast}}]
+`),
+	)...)
+	recs := run(t, yaml, Options{StopDelay: 30 * time.Second})
+	got := steps(t, recs, "preempted", "admitted", "finished")
+	stopped := 5*time.Minute + 30*time.Second
+	want := []step{
+		{0, "admitted", "default/low", "cq main×4 cpu=fast"},
+		{5 * time.Minute, "preempted", "default/low", "InClusterQueue by default/high"},
+		{stopped, "admitted", "default/high", "cq main×4 cpu=fast"},
+		{stopped, "admitted", "default/low", "cq main×4 cpu=slow"},
+		{stopped + 10*time.Minute, "finished", "default/high", "cq"},
+		{stopped + 20*time.Minute, "finished", "default/low", "cq"},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("steps (-want +got):\n%s", diff)
+	}
+	// While low stops, high waits for it and says so.
+	var waited bool
+	for _, r := range recs {
+		if d, ok := r.Data.(WorkloadData); ok && strings.HasSuffix(r.Type, ".pending") && d.Name == "high" {
+			waited = waited || strings.Contains(d.Reason, "preempted")
+		}
+	}
+	if !waited {
+		t.Error("no pending record says default/high waits for its victim")
+	}
+}
+
 // TestPreemptedWorkloadTriesNextFlavorWhenNoCandidates: with
 // whenCanPreempt: Preempt, a flavor where preemption would be needed but
 // nobody can be preempted must not end the flavor search (Kueue's

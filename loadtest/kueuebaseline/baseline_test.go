@@ -158,7 +158,15 @@ func BenchmarkTopology(b *testing.B) { benchmarkScenario(b, true) }
 // BenchmarkLargeScale is BenchmarkBaseline of Kueue's large-scale
 // configuration: 1,000 ClusterQueues in 10 cohorts, 50,000 workloads. Its
 // run-s/op is the engine's work over the whole replay.
-func BenchmarkLargeScale(b *testing.B) {
+func BenchmarkLargeScale(b *testing.B) { benchmarkLargeScale(b, 0) }
+
+// BenchmarkLargeScaleStopping is BenchmarkLargeScale with victims that
+// take 5 s to stop, as Jobs do in a live cluster, holding their quota
+// meanwhile: the engine runs with deferred eviction, as the admission
+// service runs it, so preemptors wait for their victims.
+func BenchmarkLargeScaleStopping(b *testing.B) { benchmarkLargeScale(b, 5*time.Second) }
+
+func benchmarkLargeScale(b *testing.B, stop time.Duration) {
 	p := baseline.MustProfile("large-scale")
 	var runTime time.Duration
 	var last result
@@ -174,7 +182,7 @@ func BenchmarkLargeScale(b *testing.B) {
 		}
 		b.StartTimer()
 		start := time.Now()
-		records, err := simulate.Run(sc, simulate.Options{})
+		records, err := simulate.Run(sc, simulate.Options{StopDelay: stop})
 		if err != nil {
 			b.Fatal(err)
 		}
