@@ -167,11 +167,66 @@ func (o *Owner) HoldsShard(s int) bool {
 // Deadline says whether this replica owns key's shard now and, if so,
 // until when: an action on the object must be over by then.
 func (o *Owner) Deadline(key string) (time.Time, bool) {
+	return o.end(o.Of(key), true)
+}
+
+// ErrLeaseLost is the cause of a Context that ended because the lease on
+// its key's shard did: it was not renewed in time, or was given back.
+var ErrLeaseLost = errors.New("shard: the lease on the object's shard ended")
+
+// Context returns a context for one action on key, and whether this
+// replica owns key's shard now (if not, the context is already done). It
+// is done when ctx is, or when the lease ends: at Deadline, unless the
+// lease was renewed by then, in which case at the renewed lease's
+// deadline, and so on. An action thus keeps the bound Deadline gives
+// (never in flight past its lease's end, margin included) without being
+// cut off at one renewal's end while the lease lives on: under load a
+// stop of a job takes several round trips, each slowed, and a fixed
+// deadline from the moment it began would fail it over and over.
+func (o *Owner) Context(ctx context.Context, key string) (context.Context, context.CancelFunc, bool) {
 	s := o.Of(key)
+	c, cancel := context.WithCancelCause(ctx)
+	end, ok := o.end(s, true)
+	if !ok {
+		cancel(ErrLeaseLost)
+		return c, func() {}, false
+	}
+	var mu sync.Mutex
+	var t *time.Timer
+	check := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if c.Err() != nil {
+			return
+		}
+		// Renewed meanwhile: wait for the new end.
+		if end, ok := o.end(s, false); ok {
+			if d := end.Sub(o.now()); d > 0 {
+				t.Reset(d)
+				return
+			}
+		}
+		cancel(ErrLeaseLost)
+	}
+	mu.Lock()
+	t = time.AfterFunc(end.Sub(o.now()), check)
+	mu.Unlock()
+	return c, func() {
+		mu.Lock()
+		t.Stop()
+		mu.Unlock()
+		cancel(context.Canceled)
+	}, true
+}
+
+// end is when an action under shard s's lease must be over (the lease's
+// end plus the margin), if this replica holds it; valid: only if the
+// lease is still valid now, not merely not yet over with its margin.
+func (o *Owner) end(s int, valid bool) (time.Time, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	l, ok := o.held[s]
-	if !ok || !o.now().Before(l.until) {
+	if !ok || (valid && !o.now().Before(l.until)) {
 		return time.Time{}, false
 	}
 	return l.until.Add(o.margin), true

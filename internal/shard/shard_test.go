@@ -2,6 +2,7 @@ package shard_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -289,5 +290,43 @@ func TestLapsedLeaseRenewedIsRetaken(t *testing.T) {
 	}
 	if held := o.Held(); len(held) != 4 {
 		t.Errorf("after the renewal %d shards held, want 4", len(held))
+	}
+}
+
+// TestContextFollowsTheLease: an action's context outlives one renewal's
+// deadline while the lease is renewed, and ends (ErrLeaseLost) once the
+// renewals stop; a replica that holds nothing gets a context already done.
+func TestContextFollowsTheLease(t *testing.T) {
+	const ttl = 500 * time.Millisecond
+	kv := bucket(t, ttl)
+	os := owners(t, kv, ttl, "a", "idle")
+	a, idle := os[0], os[1]
+	a.Tick(context.Background())
+	if _, _, ok := idle.Context(context.Background(), "ns/job"); ok {
+		t.Fatal("a replica that never took a lease owns the key")
+	}
+	ctx, cancel, ok := a.Context(context.Background(), "ns/job")
+	defer cancel()
+	if !ok {
+		t.Fatal("the only replica does not own the key")
+	}
+	first, _ := a.Deadline("ns/job")
+	for time.Now().Before(first.Add(3 * ttl)) {
+		time.Sleep(ttl / 5)
+		a.Tick(context.Background())
+	}
+	if err := ctx.Err(); err != nil {
+		t.Fatalf("context ended while the lease was renewed (%v; cause %v)", err, context.Cause(ctx))
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(10 * ttl):
+		t.Fatal("context still live long after the renewals stopped")
+	}
+	if cause := context.Cause(ctx); !errors.Is(cause, shard.ErrLeaseLost) {
+		t.Errorf("cause %v, want ErrLeaseLost", cause)
+	}
+	if last, _ := a.Deadline("ns/job"); !last.IsZero() && time.Now().Before(last) {
+		t.Errorf("context ended at %s, before the lease's deadline %s", time.Now(), last)
 	}
 }

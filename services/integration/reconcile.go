@@ -71,13 +71,12 @@ func (s *Service) sync(ctx context.Context, k *kindRunner, key string) error {
 	}
 	defer k.locks.lock(key)()
 	// Only the replica owning the object's shard acts on it, and only
-	// while its lease lasts.
-	deadline, owned := k.owner.Deadline(key)
+	// while its lease lasts (renewals extend it).
+	ctx, cancel, owned := k.owner.Context(ctx, key)
+	defer cancel()
 	if !owned {
 		return nil
 	}
-	ctx, cancel := context.WithDeadline(ctx, deadline)
-	defer cancel()
 	ref := events.WorkloadRef{Kind: k.kind.Name, Namespace: ns, Name: name}
 	rk := workloads.Key(ref)
 	rec, err := s.record(ctx, rk)
