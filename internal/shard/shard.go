@@ -16,7 +16,8 @@
 // the TTL from when the server stored that write, which is later, so a
 // lease is considered lost by its holder at least the margin before anyone
 // else can take it. The margin bounds how long one action on an object may
-// still be in flight (Deadline gives the caller that bound).
+// still be in flight (Deadline gives the caller that bound, and Context a
+// context that keeps it while renewals extend the lease).
 package shard
 
 import (
