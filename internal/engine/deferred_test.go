@@ -1,11 +1,23 @@
 package engine
 
 import (
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
+
+// waitQueue is a Config of one queue "cq" of the given milli-CPUs whose
+// workloads preempt lower priorities.
+func waitQueue(milliCPU int64) Config {
+	return Config{
+		Flavors:       flavors("default"),
+		ClusterQueues: []ClusterQueue{newCQ("cq").preemption(LowerPriority, Never).quota("default", "cpu", milliCPU).obj()},
+		LocalQueues:   lqs("ns", "cq"),
+	}
+}
 
 // kinds summarises decisions as "kind key" lines.
 func kinds(ds []Decision) []string {
@@ -27,6 +39,15 @@ var (
 		},
 		LocalQueues: lqs("ns-a", "a", "ns-b", "b"),
 	}
+	// waitCfg: one queue of 4 CPUs, full; high needs 3 of them, so both
+	// low ones must go (other ranks above them).
+	waitCfg = waitQueue(4000)
+	waitWls = []Workload{
+		newWL("ns", "low-1").pods("main", 1, "cpu", 2000).admittedIn("cq", "default", -2*time.Minute).obj(),
+		newWL("ns", "low-2").pods("main", 1, "cpu", 1000).admittedIn("cq", "default", -time.Minute).obj(),
+		newWL("ns", "other").prio(5).pods("main", 1, "cpu", 1000).admittedIn("cq", "default", -time.Minute).obj(),
+		newWL("ns", "high").prio(10).pods("main", 1, "cpu", 3000).obj(),
+	}
 	reclaimWls = []Workload{
 		newWL("ns-b", "b1").pods("main", 1, "cpu", 2000).admittedIn("b", "default", -2*time.Minute).obj(),
 		newWL("ns-b", "b2").pods("main", 1, "cpu", 2000).admittedIn("b", "default", -time.Minute).obj(),
@@ -41,7 +62,8 @@ func TestDeferredEviction(t *testing.T) {
 		name string
 		cfg  Config
 		wls  []Workload
-		// steps: "cycle" or "evict KEY"; wantCycles lists each cycle's
+		// steps: "cycle", "evict KEY" (a victim gone) or "remove KEY" (a
+		// workload finished); wantCycles lists each cycle's
 		// decisions in order.
 		steps      []string
 		wantCycles [][]string
@@ -97,6 +119,31 @@ func TestDeferredEviction(t *testing.T) {
 			},
 		},
 		{
+			// Searching again would find the same two (on their way out,
+			// they come first): it waits for them without a search, and
+			// goes once it fits.
+			name:  "a release that is not its victims' leaves the preemptor waiting for them",
+			cfg:   waitCfg,
+			wls:   waitWls,
+			steps: []string{"cycle", "remove ns/other", "cycle", "evict ns/low-1", "cycle"},
+			wantCycles: [][]string{
+				{"preempted ns/low-2", "preempted ns/low-1", "pending ns/high"},
+				nil,
+				{"admitted ns/high", "pending ns/low-1"},
+			},
+			wantReason: map[string]string{"ns/low-2": ""},
+		},
+		{
+			name:  "a release that makes room admits the preemptor before its victims are gone",
+			cfg:   waitQueue(7000),
+			wls:   append(slices.Clone(waitWls), newWL("ns", "big").prio(5).pods("main", 1, "cpu", 3000).admittedIn("cq", "default", -3*time.Minute).obj()),
+			steps: []string{"cycle", "remove ns/big", "cycle"},
+			wantCycles: [][]string{
+				{"preempted ns/low-2", "preempted ns/low-1", "pending ns/high"},
+				{"admitted ns/high"},
+			},
+		},
+		{
 			name: "HoldAndDrain asks once and keeps the quota until told",
 			cfg: Config{
 				Flavors:       flavors("default"),
@@ -123,6 +170,12 @@ func TestDeferredEviction(t *testing.T) {
 			for _, s := range tc.steps {
 				if s == "cycle" {
 					got = append(got, kinds(e.Cycle(t0)))
+					continue
+				}
+				if k, ok := strings.CutPrefix(s, "remove "); ok {
+					if err := e.Remove(k); err != nil {
+						t.Fatal(err)
+					}
 					continue
 				}
 				if err := e.Evict(s[len("evict "):]); err != nil {

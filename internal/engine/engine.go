@@ -474,6 +474,19 @@ type preemptionWait struct {
 	n        int
 	// usage is what the preemptor needs: kept for it while it waits.
 	usage []frAmount
+	// victims are the workloads it waits for.
+	victims []*wlState
+}
+
+// victimsStopping: every victim the preemptor asked for still holds its
+// quota, on its way out.
+func (w *preemptionWait) victimsStopping() bool {
+	for _, v := range w.victims {
+		if v.admitted == nil || !v.evicting {
+			return false
+		}
+	}
+	return true
 }
 
 func (e *Engine) unpark(root *node) {
