@@ -314,11 +314,10 @@ func twoFlavors(extra string) []string {
 	}
 }
 
-// TestPreemptionAtTheSameInstant: the preemptor is admitted at the instant
-// of the preemption, and the victim, back in its queue, is admitted again
-// at that instant in the other flavor, its runtime starting over.
-func TestPreemptionAtTheSameInstant(t *testing.T) {
-	yaml := scenario(append(twoFlavors(""),
+// lowThenHigh is twoFlavors with low running 20 minutes on all of fast
+// from the start, and high, which needs fast, submitted at 5m.
+func lowThenHigh() string {
+	return scenario(append(twoFlavors(""),
 		workload("default", "low", `  queueName: lq
   priority: 0
   runtime: 20m
@@ -331,6 +330,13 @@ func TestPreemptionAtTheSameInstant(t *testing.T) {
   podSets: [{name: main, count: 4, requests: {cpu: 1}, nodeSelector: {tier: fast}}]
 `),
 	)...)
+}
+
+// TestPreemptionAtTheSameInstant: the preemptor is admitted at the instant
+// of the preemption, and the victim, back in its queue, is admitted again
+// at that instant in the other flavor, its runtime starting over.
+func TestPreemptionAtTheSameInstant(t *testing.T) {
+	yaml := lowThenHigh()
 	recs := run(t, yaml, Options{})
 	got := steps(t, recs)
 	want := []step{
@@ -364,19 +370,7 @@ func TestPreemptionAtTheSameInstant(t *testing.T) {
 // its quota while it stops, the preemptor waits for it, and the victim is
 // back in its queue (here admitted in the other flavor) only once stopped.
 func TestStopDelayHoldsTheVictimsQuota(t *testing.T) {
-	yaml := scenario(append(twoFlavors(""),
-		workload("default", "low", `  queueName: lq
-  priority: 0
-  runtime: 20m
-  podSets: [{name: main, count: 4, requests: {cpu: 1}}]
-`),
-		workload("default", "high", `  queueName: lq
-  priority: 10
-  submitAt: 5m
-  runtime: 10m
-  podSets: [{name: main, count: 4, requests: {cpu: 1}, nodeSelector: {tier: fast}}]
-`),
-	)...)
+	yaml := lowThenHigh()
 	recs := run(t, yaml, Options{StopDelay: 30 * time.Second})
 	got := steps(t, recs, "preempted", "admitted", "finished")
 	stopped := 5*time.Minute + 30*time.Second
