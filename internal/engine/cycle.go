@@ -277,7 +277,7 @@ func (c *cycle) judgedAlready(ws *wlState) bool {
 // did.
 func (c *cycle) waitsForVictims(ws *wlState) bool {
 	w := ws.waiting
-	return c.e.deferred && w != nil && w.n > 0 && w.root == ws.cq.node.root() && w.released == w.root.released
+	return c.e.deferred && w != nil && len(w.victims) > 0 && w.root == ws.cq.node.root() && w.released == w.root.released
 }
 
 // stillWaits: ws is a preemptor whose victims are all still stopping,
@@ -291,7 +291,7 @@ func (c *cycle) waitsForVictims(ws *wlState) bool {
 // partial admission searches as before (its count may change).
 func (c *cycle) stillWaits(ws *wlState, a *assignment) (waits, fits bool) {
 	w := ws.waiting
-	if !c.e.deferred || w == nil || w.n == 0 || w.root != ws.cq.node.root() || !w.victimsStopping() || partialAdmission(ws) {
+	if !c.e.deferred || w == nil || len(w.victims) == 0 || w.root != ws.cq.node.root() || !w.victimsStopping() || partialAdmission(ws) {
 		return false, false
 	}
 	if c.e.assign(ws, ws.full, a); a.mode == fit {
@@ -321,13 +321,13 @@ func (c *cycle) nominate(ws *wlState, en *entry) *entry {
 		return en
 	}
 	if c.waitsForVictims(ws) {
-		en.waitingFor = ws.waiting.n
+		en.waitingFor = len(ws.waiting.victims)
 		return en
 	}
 	en.a = &en.own
 	if waits, fits := c.stillWaits(ws, en.a); waits {
 		en.a = nil
-		en.waitingFor = ws.waiting.n
+		en.waitingFor = len(ws.waiting.victims)
 		return en
 	} else if fits {
 		return en
@@ -576,11 +576,11 @@ func (c *cycle) process(entries []*entry) {
 // requestPreemption asks the victims to go and leaves the preemptor at the
 // head of its queue, waiting for their quota, for the rest of the cycle.
 func (c *cycle) requestPreemption(ws *wlState, en *entry) {
-	waiting := 0
-	for _, t := range en.targets {
+	victims := make([]*wlState, len(en.targets))
+	for i, t := range en.targets {
+		victims[i] = t.ws
 		if t.ws.evicting {
-			waiting++
-			continue
+			continue // asked already, by this preemptor or another
 		}
 		t.ws.evicting = true
 		t.ws.victimIn = c.id
@@ -588,17 +588,12 @@ func (c *cycle) requestPreemption(ws *wlState, en *entry) {
 		// Workloads on their way out are tried first as victims: a
 		// search judged before may now end otherwise.
 		c.e.changed(t.ws.admitted.cq.node.root())
-		waiting++
 		c.emit(Decision{Kind: KindPreempted, Key: t.ws.key, ClusterQueue: t.ws.admitted.cq.Name, Reason: t.reason, Preemptor: ws.key})
 	}
-	c.pend(ws, waitingForVictims(waiting))
+	c.pend(ws, waitingForVictims(len(victims)))
 	c.scan(ws.cq).blocked = true
 	root := ws.cq.node.root()
-	victims := make([]*wlState, len(en.targets))
-	for i, t := range en.targets {
-		victims[i] = t.ws
-	}
-	ws.waiting = &preemptionWait{root: root, released: root.released, n: waiting, usage: slices.Clone(en.a.usage), victims: victims}
+	ws.waiting = &preemptionWait{root: root, released: root.released, usage: slices.Clone(en.a.usage), victims: victims}
 }
 
 // kept is quota a preemptor waits to use, once its victims are gone.

@@ -466,12 +466,11 @@ func (e *Engine) judgedAt(cq *cqState) judgement {
 	return judgement{epoch: root.epoch, global: e.global}
 }
 
-// preemptionWait is a preemptor's last request: n victims asked to go in
+// preemptionWait is a preemptor's last request: victims asked to go in
 // the tree under root, when root had seen released releases.
 type preemptionWait struct {
 	root     *node
 	released uint64
-	n        int
 	// usage is what the preemptor needs: kept for it while it waits.
 	usage []frAmount
 	// victims are the workloads it waits for.
