@@ -302,14 +302,11 @@ func (c *cycle) stillWaits(ws *wlState, a *assignment) (waits, fits bool) {
 }
 
 // partialAdmission: some pod set of ws may be admitted with fewer pods.
-func partialAdmission(ws *wlState) bool {
-	for _, ps := range ws.w.PodSets {
-		if ps.MinCount > 0 && ps.MinCount < ps.Count {
-			return true
-		}
-	}
-	return false
-}
+func partialAdmission(ws *wlState) bool { return slices.ContainsFunc(ws.w.PodSets, PodSet.shrinks) }
+
+// shrinks: the pod set may be admitted with fewer pods than Count
+// (partial admission, down to MinCount).
+func (ps PodSet) shrinks() bool { return ps.MinCount > 0 && ps.MinCount < ps.Count }
 
 // nominate decides what ws could get now, filling en.
 func (c *cycle) nominate(ws *wlState, en *entry) *entry {
@@ -395,7 +392,7 @@ func (c *cycle) memoHit(ws *wlState) bool {
 func (c *cycle) partial(ws *wlState) (*entry, *assignment) {
 	var span int32
 	for _, ps := range ws.w.PodSets {
-		if ps.MinCount > 0 && ps.MinCount < ps.Count {
+		if ps.shrinks() {
 			span = max(span, ps.Count-ps.MinCount)
 		}
 	}
@@ -407,7 +404,7 @@ func (c *cycle) partial(ws *wlState) (*entry, *assignment) {
 		counts := make([]int32, len(ws.w.PodSets))
 		for i, ps := range ws.w.PodSets {
 			counts[i] = ps.Count
-			if ps.MinCount > 0 && ps.MinCount < ps.Count {
+			if ps.shrinks() {
 				counts[i] = ps.MinCount + int32(int64(ps.Count-ps.MinCount)*int64(k)/int64(span))
 			}
 		}

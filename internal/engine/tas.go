@@ -837,7 +837,7 @@ func validTopology(ps *PodSet) string {
 		return "unconstrained topology cannot have slices"
 	case t.SliceLevel != "" && ps.Count%t.SliceSize != 0:
 		return fmt.Sprintf("%d pods do not divide into slices of %d", ps.Count, t.SliceSize)
-	case t.SliceLevel != "" && ps.MinCount > 0 && ps.MinCount < ps.Count:
+	case t.SliceLevel != "" && ps.shrinks():
 		return "partial admission (minCount) cannot be combined with slices"
 	}
 	return ""
