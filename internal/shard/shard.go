@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -70,11 +71,27 @@ type Owner struct {
 
 	mu   sync.Mutex
 	held map[int]lease
+	// holdings numbers the leases taken (lease.holding); acting is what
+	// is in flight under each shard (Context), ended when it is given
+	// back.
+	holdings uint64
+	acting   map[int]map[*action]struct{}
 }
 
 type lease struct {
 	rev   uint64
 	until time.Time
+	// holding tells one holding of the shard from another: a renewal
+	// keeps it, a lease taken (again) is a new one. Between two holdings
+	// another replica may have held the shard, so an action begun under
+	// one does not go on under the next.
+	holding uint64
+}
+
+// action is one Context in flight under a shard's lease.
+type action struct {
+	cancel context.CancelCauseFunc
+	done   chan struct{}
 }
 
 // Option sets an optional setting of an Owner.
@@ -97,7 +114,7 @@ func WithLogger(l zerolog.Logger) Option { return func(o *Owner) { o.log = l } }
 // NATS subject tokens (letters, digits, '-', '_').
 func New(kv KV, group, id string, opts ...Option) (*Owner, error) {
 	o := &Owner{kv: kv, group: group, id: id, shards: DefaultShards, ttl: bus.ShardTTL,
-		now: time.Now, log: zerolog.Nop(), held: map[int]lease{}}
+		now: time.Now, log: zerolog.Nop(), held: map[int]lease{}, acting: map[int]map[*action]struct{}{}}
 	for _, opt := range opts {
 		opt(o)
 	}
@@ -168,7 +185,7 @@ func (o *Owner) HoldsShard(s int) bool {
 // Deadline says whether this replica owns key's shard now and, if so,
 // until when: an action on the object must be over by then.
 func (o *Owner) Deadline(key string) (time.Time, bool) {
-	return o.end(o.Of(key), true)
+	return o.end(o.Of(key))
 }
 
 // ErrLeaseLost is the cause of a Context that ended because the lease on
@@ -179,7 +196,9 @@ var ErrLeaseLost = errors.New("shard: the lease on the object's shard ended")
 // replica owns key's shard now (if not, the context is already done). It
 // is done when ctx is, or when the lease ends: at Deadline, unless the
 // lease was renewed by then, in which case at the renewed lease's
-// deadline, and so on. An action thus keeps the bound Deadline gives
+// deadline, and so on; but not past a lease given back (Resize, a fair
+// share that shrank, Release): that ends its contexts at once, and the
+// lease is given back only once they ended. An action thus keeps the bound Deadline gives
 // (never in flight past its lease's end, margin included) without being
 // cut off at one renewal's end while the lease lives on: under load a
 // stop of a job takes several round trips, each slowed, and a fixed
@@ -187,11 +206,19 @@ var ErrLeaseLost = errors.New("shard: the lease on the object's shard ended")
 func (o *Owner) Context(ctx context.Context, key string) (context.Context, context.CancelFunc, bool) {
 	s := o.Of(key)
 	c, cancel := context.WithCancelCause(ctx)
-	end, ok := o.end(s, true)
-	if !ok {
+	o.mu.Lock()
+	l, ok := o.held[s]
+	if !ok || !o.now().Before(l.until) {
+		o.mu.Unlock()
 		cancel(ErrLeaseLost)
 		return c, func() {}, false
 	}
+	a := &action{cancel: cancel, done: make(chan struct{})}
+	if o.acting[s] == nil {
+		o.acting[s] = map[*action]struct{}{}
+	}
+	o.acting[s][a] = struct{}{}
+	o.mu.Unlock()
 	var mu sync.Mutex
 	var t *time.Timer
 	check := func() {
@@ -200,9 +227,14 @@ func (o *Owner) Context(ctx context.Context, key string) (context.Context, conte
 		if c.Err() != nil {
 			return
 		}
-		// Renewed meanwhile: wait for the new end.
-		if end, ok := o.end(s, false); ok {
-			if d := end.Sub(o.now()); d > 0 {
+		// Renewed meanwhile: wait for the new end. Not so for a lease
+		// taken again after this one ended: someone else may have acted
+		// in between.
+		o.mu.Lock()
+		cur, ok := o.held[s]
+		o.mu.Unlock()
+		if ok && cur.holding == l.holding {
+			if d := cur.until.Add(o.margin).Sub(o.now()); d > 0 {
 				t.Reset(d)
 				return
 			}
@@ -210,24 +242,33 @@ func (o *Owner) Context(ctx context.Context, key string) (context.Context, conte
 		cancel(ErrLeaseLost)
 	}
 	mu.Lock()
-	t = time.AfterFunc(end.Sub(o.now()), check)
+	t = time.AfterFunc(l.until.Add(o.margin).Sub(o.now()), check)
 	mu.Unlock()
+	var once sync.Once
 	return c, func() {
-		mu.Lock()
-		t.Stop()
-		mu.Unlock()
-		cancel(context.Canceled)
+		once.Do(func() {
+			mu.Lock()
+			t.Stop()
+			mu.Unlock()
+			cancel(context.Canceled)
+			o.mu.Lock()
+			delete(o.acting[s], a)
+			if len(o.acting[s]) == 0 {
+				delete(o.acting, s)
+			}
+			o.mu.Unlock()
+			close(a.done)
+		})
 	}, true
 }
 
 // end is when an action under shard s's lease must be over (the lease's
-// end plus the margin), if this replica holds it; valid: only if the
-// lease is still valid now, not merely not yet over with its margin.
-func (o *Owner) end(s int, valid bool) (time.Time, bool) {
+// end plus the margin), if this replica holds a valid lease on it now.
+func (o *Owner) end(s int) (time.Time, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	l, ok := o.held[s]
-	if !ok || (valid && !o.now().Before(l.until)) {
+	if !ok || !o.now().Before(l.until) {
 		return time.Time{}, false
 	}
 	return l.until.Add(o.margin), true
@@ -360,10 +401,13 @@ func (o *Owner) renew(ctx context.Context) (regained []int) {
 			// later renewal gets through.
 			o.log.Debug().Err(err).Str("group", o.group).Int("shard", s).Msg("lease not renewed")
 		default:
+			if cur, ok := o.held[s]; !ok || cur.holding != l.holding {
+				return // given back meanwhile (Resize)
+			}
 			if !sent.Before(l.until) {
 				regained = append(regained, s)
 			}
-			o.held[s] = lease{rev: rev, until: sent.Add(o.ttl - o.margin)}
+			o.held[s] = lease{rev: rev, until: sent.Add(o.ttl - o.margin), holding: l.holding}
 		}
 	})
 	return regained
@@ -468,23 +512,51 @@ func (o *Owner) take(ctx context.Context, s int, owners map[int]holder) bool {
 		return false
 	}
 	o.mu.Lock()
-	o.held[s] = lease{rev: rev, until: sent.Add(o.ttl - o.margin)}
+	o.holdings++
+	o.held[s] = lease{rev: rev, until: sent.Add(o.ttl - o.margin), holding: o.holdings}
 	o.mu.Unlock()
 	o.log.Debug().Str("group", o.group).Int("shard", s).Msg("lease taken")
 	return true
 }
 
-// release gives a shard back so another replica can take it at once.
+// release gives a shard back so another replica can take it at once,
+// once what is in flight under it ended (settle).
 func (o *Owner) release(ctx context.Context, s int) {
 	o.mu.Lock()
 	l, ok := o.held[s]
 	delete(o.held, s)
+	acting := slices.Collect(maps.Keys(o.acting[s]))
 	o.mu.Unlock()
 	if !ok {
 		return
 	}
+	o.settle(acting)
 	if _, err := o.kv.Update(ctx, o.shardKey(s), nil, l.rev); err != nil {
 		o.log.Debug().Err(err).Str("group", o.group).Int("shard", s).Msg("give lease back")
+	}
+}
+
+// settle ends the actions in flight under a lease being given back and
+// waits for them, at most the margin: the replica that takes the shard
+// next must not find this one still acting on its objects. An action that
+// does not heed its context is not waited for longer than its lease's end
+// would have bounded it.
+func (o *Owner) settle(acting []*action) {
+	if len(acting) == 0 {
+		return
+	}
+	for _, a := range acting {
+		a.cancel(ErrLeaseLost)
+	}
+	bound := time.NewTimer(o.margin)
+	defer bound.Stop()
+	for _, a := range acting {
+		select {
+		case <-a.done:
+		case <-bound.C:
+			o.log.Warn().Str("group", o.group).Int("actions", len(acting)).Msg("lease given back with actions still in flight")
+			return
+		}
 	}
 }
 

@@ -335,3 +335,66 @@ func TestContextFollowsTheLease(t *testing.T) {
 		t.Errorf("cause %v, want ErrLeaseLost", cause)
 	}
 }
+
+// TestGivingBackEndsActionsFirst: a lease given back ends the contexts of
+// the actions in flight under it, and is free for another replica only
+// once they returned; a context of a shard still held lives on.
+func TestGivingBackEndsActionsFirst(t *testing.T) {
+	ctx := context.Background()
+	const ttl = 10 * time.Second
+	kv := bucket(t, ttl)
+	a := owners(t, kv, ttl, "a")[0]
+	a.Tick(ctx)
+	gone, kept := "", ""
+	for i := 0; gone == "" || kept == ""; i++ {
+		switch key := fmt.Sprintf("ns/job-%d", i); {
+		case a.Of(key) == 31 && gone == "":
+			gone = key
+		case a.Of(key) < 31 && kept == "":
+			kept = key
+		}
+	}
+	goneCtx, done, ok := a.Context(ctx, gone)
+	if !ok {
+		t.Fatalf("the only replica does not own %s", gone)
+	}
+	keptCtx, keptDone, ok := a.Context(ctx, kept)
+	if !ok {
+		t.Fatalf("the only replica does not own %s", kept)
+	}
+	defer keptDone()
+	resized := make(chan error, 1)
+	go func() { resized <- a.Resize(ctx, 31) }()
+	select {
+	case <-goneCtx.Done():
+	case <-time.After(ttl):
+		t.Fatal("the context of an action under a lease being given back did not end")
+	}
+	if cause := context.Cause(goneCtx); !errors.Is(cause, shard.ErrLeaseLost) {
+		t.Errorf("cause %v, want ErrLeaseLost", cause)
+	}
+	// The action has not returned yet: the lease is still this replica's.
+	e, err := kv.Get(ctx, "job.shard.31")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(e.Value()) != "a" {
+		t.Errorf("shard 31 given back (%q) while an action under it was in flight", e.Value())
+	}
+	done()
+	if err := <-resized; err != nil {
+		t.Fatal(err)
+	}
+	if e, err = kv.Get(ctx, "job.shard.31"); err != nil {
+		t.Fatal(err)
+	}
+	if len(e.Value()) != 0 {
+		t.Errorf("shard 31 still held by %q after the action returned", e.Value())
+	}
+	if err := keptCtx.Err(); err != nil {
+		t.Errorf("the context of a shard still held ended: %v (cause %v)", err, context.Cause(keptCtx))
+	}
+	if a.HoldsShard(31) {
+		t.Error("shard 31 still held after it was given back")
+	}
+}

@@ -191,6 +191,11 @@ func run(m *testing.M) int {
 		// Profiles of `sluice dev` under a load test (e.g. 127.0.0.1:6060).
 		env.sluiceArgs = append(env.sluiceArgs, "--pprof-address", addr)
 	}
+	if limit := os.Getenv("SLUICE_E2E_MEMORY_LIMIT"); limit != "" {
+		// `sluice dev`'s soft memory limit in a load test (e.g. 260MiB),
+		// without setting GOMEMLIMIT for the test binary too.
+		env.sluiceArgs = append(env.sluiceArgs, "--memory-limit", limit)
+	}
 	env.httpAddr = fmt.Sprintf("127.0.0.1:%d", httpPort)
 	visPort := freePort()
 	env.visAddr = fmt.Sprintf("127.0.0.1:%d", visPort)
