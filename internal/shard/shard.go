@@ -198,11 +198,12 @@ var ErrLeaseLost = errors.New("shard: the lease on the object's shard ended")
 // lease was renewed by then, in which case at the renewed lease's
 // deadline, and so on; but not past a lease given back (Resize, a fair
 // share that shrank, Release): that ends its contexts at once, and the
-// lease is given back only once they ended. An action thus keeps the bound Deadline gives
-// (never in flight past its lease's end, margin included) without being
-// cut off at one renewal's end while the lease lives on: under load a
-// stop of a job takes several round trips, each slowed, and a fixed
-// deadline from the moment it began would fail it over and over.
+// lease is given back only once they ended. An action thus keeps the
+// bound Deadline gives (never in flight past its lease's end, margin
+// included) without being cut off at one renewal's end while the lease
+// lives on: under load a stop of a job takes several round trips, each
+// slowed, and a fixed deadline from the moment it began would fail it
+// over and over.
 func (o *Owner) Context(ctx context.Context, key string) (context.Context, context.CancelFunc, bool) {
 	s := o.Of(key)
 	c, cancel := context.WithCancelCause(ctx)
