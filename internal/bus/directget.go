@@ -93,32 +93,26 @@ func Page(ctx context.Context, nc *nats.Conn, stream, filter string, from uint64
 // A Pager reads one stream by pages (Page), over one subscription for
 // the answers. One page at a time: Page is not safe for concurrent use.
 type Pager struct {
-	nc      *nats.Conn
-	stream  string
-	inbox   string
-	sub     *nats.Subscription
-	answers chan *nats.Msg
+	nc     *nats.Conn
+	stream string
+	inbox  string
+	sub    *nats.Subscription
 	// asked numbers the requests: the answer to one that timed out is
 	// told from the current one's by its reply subject.
 	asked uint64
 }
 
-// pagerQueue is how many answers a Pager's subscription holds until they
-// are read: a page and the rest of up to three pages given up on. A
-// synchronous subscription's queue holds 65,536 (half a megabyte of
-// pointers, allocated whole), and every bucket watch has a Pager. An
-// answer beyond it is dropped, and the page that misses it is read again
-// once its request times out.
-const pagerQueue = 4 * (DefaultPage + 1)
-
 // NewPager subscribes to the answers of pages of stream.
 func NewPager(nc *nats.Conn, stream string) (*Pager, error) {
-	p := &Pager{nc: nc, stream: stream, inbox: nc.NewInbox(), answers: make(chan *nats.Msg, pagerQueue)}
-	// The client counts nothing for a subscription on a channel of its
-	// own: the channel is the only bound.
-	sub, err := nc.ChanSubscribe(p.inbox+".*", p.answers)
+	p := &Pager{nc: nc, stream: stream, inbox: nc.NewInbox()}
+	sub, err := nc.SubscribeSync(p.inbox + ".*")
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", stream, err)
+	}
+	// A page's answers wait in the client until read, however many.
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, err
 	}
 	p.sub = sub
 	return p, nil
@@ -197,11 +191,9 @@ func (p *Pager) page(ctx context.Context, filter string, seq uint64, batch int, 
 	}
 	n := 0
 	for {
-		var m *nats.Msg
-		select {
-		case m = <-p.answers:
-		case <-ctx.Done():
-			return n, 0, fmt.Errorf("read %s from %d: %w", p.stream, seq, ctx.Err())
+		m, err := p.sub.NextMsgWithContext(ctx)
+		if err != nil {
+			return n, 0, fmt.Errorf("read %s from %d: %w", p.stream, seq, err)
 		}
 		if m.Subject != reply {
 			continue // the rest of a page given up on
