@@ -289,3 +289,117 @@ func TestServerMarkersAreDeletions(t *testing.T) {
 		t.Errorf("ReadKV past a %s marker (-want +got):\n%s", reason, d)
 	}
 }
+
+// TestWatchesOfABucketShareAFollower: watches of one bucket over one
+// connection, started while the bucket is being written, each end with
+// the bucket as it is, every key's revisions in order, one follower
+// paging for all of them; a watch whose apply is stuck holds back no
+// other; the follower stops with the last watch.
+func TestWatchesOfABucketShareAFollower(t *testing.T) {
+	ctx, js := setup(t)
+	kv, err := bus.OpenKV(ctx, js, bus.BucketFence)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// writes puts and deletes over ten keys; the last value of key k is
+	// "k-last", and keys 0, 3, 6 and 9 end deleted.
+	write := func(from, to int) {
+		for i := from; i < to; i++ {
+			key := fmt.Sprintf("k%d", i%10)
+			var err error
+			if i%7 == 3 {
+				err = kv.Delete(ctx, key)
+			} else {
+				_, err = kv.Put(ctx, key, []byte(fmt.Sprintf("%s-%d", key, i)))
+			}
+			if err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}
+	type watch struct {
+		st     *state
+		synced chan struct{}
+		done   chan error
+		cancel context.CancelFunc
+	}
+	start := func(apply func(*state) func(jetstream.KeyValueEntry, bool)) *watch {
+		w := &watch{st: &state{vals: map[string]string{}, revs: map[string]uint64{}}, synced: make(chan struct{}), done: make(chan error, 1)}
+		var wctx context.Context
+		wctx, w.cancel = context.WithCancel(ctx)
+		go func() { w.done <- bus.WatchKV(wctx, kv, w.synced, apply(w.st)) }()
+		return w
+	}
+	plain := func(st *state) func(jetstream.KeyValueEntry, bool) { return st.apply }
+	stuck := make(chan struct{})
+	var stuckOnce sync.Once
+	var watches []*watch
+	write(0, 40)
+	watches = append(watches, start(plain))
+	// The second watch's apply stops at the first live entry until the
+	// end of the test.
+	blocked := start(func(st *state) func(jetstream.KeyValueEntry, bool) {
+		return func(e jetstream.KeyValueEntry, live bool) {
+			if live {
+				stuckOnce.Do(func() { <-stuck })
+			}
+			st.apply(e, live)
+		}
+	})
+	writing := make(chan struct{})
+	go func() { defer close(writing); write(40, 400) }()
+	watches = append(watches, start(plain))
+	time.Sleep(50 * time.Millisecond)
+	watches = append(watches, start(plain))
+	<-writing
+	write(400, 420)
+	for _, w := range append(watches, blocked) {
+		select {
+		case <-w.synced:
+		case <-time.After(10 * time.Second):
+			t.Fatal("a watch did not sync")
+		}
+	}
+	if n := bus.Followers(); n != 1 {
+		t.Errorf("%d followers for four watches of one bucket, want 1", n)
+	}
+	want := map[string]string{}
+	for i := 400; i < 420; i++ {
+		key := fmt.Sprintf("k%d", i%10)
+		if i%7 == 3 {
+			delete(want, key)
+		} else {
+			want[key] = fmt.Sprintf("%s-%d", key, i)
+		}
+	}
+	for i, w := range watches {
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && !cmp.Equal(want, w.st.snapshot()); {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if d := cmp.Diff(want, w.st.snapshot()); d != "" {
+			t.Errorf("watch %d, beside a stuck one (-want +got):\n%s", i, d)
+		}
+	}
+	close(stuck)
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && !cmp.Equal(want, blocked.st.snapshot()); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if d := cmp.Diff(want, blocked.st.snapshot()); d != "" {
+		t.Errorf("the watch once stuck (-want +got):\n%s", d)
+	}
+	for i, w := range append(watches, blocked) {
+		w.cancel()
+		if err := <-w.done; err != nil {
+			t.Errorf("watch %d: %v", i, err)
+		}
+		w.st.mu.Lock()
+		if len(w.st.bad) > 0 {
+			t.Errorf("watch %d: revisions out of order: %v", i, w.st.bad)
+		}
+		w.st.mu.Unlock()
+	}
+	if n := bus.Followers(); n != 0 {
+		t.Errorf("%d followers after every watch ended, want 0", n)
+	}
+}
