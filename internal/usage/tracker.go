@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -25,8 +27,20 @@ import (
 // Each change is decoded once, as it comes; a report is a pass over those
 // compact entries (reading the buckets for each report decoded
 // every record every few seconds: 100,000 of them at full scale).
+//
+// The trackers running over one connection share what they keep: one
+// process running quota and the watcher (sluice dev) follows the buckets
+// and holds the entries once.
 type Tracker struct {
 	js  jetstream.JetStream
+	log zerolog.Logger
+	// books is what the trackers of the connection keep; Run sets it
+	// before it closes synced.
+	books atomic.Pointer[books]
+}
+
+// books is what a tracker keeps of the buckets.
+type books struct {
 	log zerolog.Logger
 
 	mu   sync.Mutex
@@ -61,14 +75,97 @@ type amount struct {
 
 // NewTracker returns a tracker; Run feeds it.
 func NewTracker(js jetstream.JetStream, log zerolog.Logger) *Tracker {
-	return &Tracker{js: js, log: log, wls: map[string]tracked{}, held: map[string]ledger.Reservation{}, deactivated: map[string]bool{},
-		stopping: map[string]string{}, names: map[string]string{}}
+	return &Tracker{js: js, log: log}
 }
 
 // Run follows the three buckets until ctx ends, closing synced once the
-// current entries of all are in.
+// current entries of all are in. The first Run over a connection starts
+// following them, the last one to end stops.
 func (t *Tracker) Run(ctx context.Context, synced chan<- struct{}) error {
-	kvs, _, err := bus.OpenBuckets(ctx, t.js, false, workloads.Bucket, ledger.Bucket, fence.Bucket)
+	f := follow(t.js, t.log)
+	defer f.release()
+	t.books.Store(f.books)
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-f.ended:
+		return f.err
+	case <-f.synced:
+		close(synced)
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-f.ended:
+		return f.err
+	}
+}
+
+// follower follows the buckets for the trackers of one connection.
+type follower struct {
+	nc     *nats.Conn
+	books  *books
+	users  int // followers.mu
+	cancel context.CancelFunc
+	synced chan struct{}
+	// ended is closed once the buckets are no longer followed; err says
+	// why when it was not the last tracker's end.
+	ended chan struct{}
+	err   error
+}
+
+var followers = struct {
+	sync.Mutex
+	m map[*nats.Conn]*follower
+}{m: map[*nats.Conn]*follower{}}
+
+// follow returns the follower of js's connection, started if none runs;
+// release gives it back.
+func follow(js jetstream.JetStream, log zerolog.Logger) *follower {
+	nc := js.Conn()
+	followers.Lock()
+	defer followers.Unlock()
+	if f, ok := followers.m[nc]; ok {
+		select {
+		case <-f.ended:
+			// It failed (a bucket could not be opened): start anew.
+		default:
+			f.users++
+			return f
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	f := &follower{nc: nc, users: 1, cancel: cancel, synced: make(chan struct{}), ended: make(chan struct{}),
+		books: &books{log: log, wls: map[string]tracked{}, held: map[string]ledger.Reservation{}, deactivated: map[string]bool{},
+			stopping: map[string]string{}, names: map[string]string{}}}
+	followers.m[nc] = f
+	go func() {
+		defer close(f.ended)
+		f.err = f.books.follow(ctx, js, f.synced)
+	}()
+	return f
+}
+
+// release gives back a follower follow returned; the last one out stops
+// it.
+func (f *follower) release() {
+	followers.Lock()
+	f.users--
+	stop := f.users == 0
+	if stop && followers.m[f.nc] == f {
+		delete(followers.m, f.nc)
+	}
+	followers.Unlock()
+	if stop {
+		f.cancel()
+		<-f.ended
+	}
+}
+
+// follow applies the three buckets' entries until ctx ends, closing
+// synced once the current entries of all are in.
+func (t *books) follow(ctx context.Context, js jetstream.JetStream, synced chan<- struct{}) error {
+	kvs, _, err := bus.OpenBuckets(ctx, js, false, workloads.Bucket, ledger.Bucket, fence.Bucket)
 	if err != nil {
 		return err
 	}
@@ -101,7 +198,7 @@ func (t *Tracker) Run(ctx context.Context, synced chan<- struct{}) error {
 	return nil
 }
 
-func (t *Tracker) applyRecord(e jetstream.KeyValueEntry) {
+func (t *books) applyRecord(e jetstream.KeyValueEntry) {
 	key := workloads.EngineKeyFromKV(e.Key())
 	if e.Operation() != jetstream.KeyValuePut {
 		t.mu.Lock()
@@ -142,7 +239,7 @@ func (t *Tracker) applyRecord(e jetstream.KeyValueEntry) {
 	t.wls[key] = tr
 }
 
-func (t *Tracker) applyLedger(e jetstream.KeyValueEntry) {
+func (t *books) applyLedger(e jetstream.KeyValueEntry) {
 	c, err := ledger.Parse(e)
 	if err != nil || c.Workload == "" {
 		// A tree's revision key, or an entry admission reports as
@@ -161,7 +258,7 @@ func (t *Tracker) applyLedger(e jetstream.KeyValueEntry) {
 
 // applyFence notes whether a workload is deactivated, and which
 // admission its fence stops; only those parts of it are decoded.
-func (t *Tracker) applyFence(e jetstream.KeyValueEntry) {
+func (t *books) applyFence(e jetstream.KeyValueEntry) {
 	key := workloads.EngineKeyFromKV(e.Key())
 	var st struct {
 		Admission string      `json:"admission"`
@@ -192,6 +289,11 @@ func (t *Tracker) applyFence(e jetstream.KeyValueEntry) {
 // only a false answer is worth a look at them: a true one that is stale
 // delays a release to the next reconciliation, never frees quota in use.
 func (t *Tracker) Settled(wk, uid, admission string) bool {
+	b := t.books.Load()
+	return b != nil && b.settled(wk, uid, admission)
+}
+
+func (t *books) settled(wk, uid, admission string) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	w, ok := t.wls[wk]
@@ -207,6 +309,13 @@ func (t *Tracker) Settled(wk, uid, admission string) bool {
 // pending workloads of ClusterQueues.
 func (t *Tracker) Report(lqToCQ map[string]string) Report {
 	rep := Report{ClusterQueues: map[string]*Queue{}, LocalQueues: map[string]*Queue{}}
+	if b := t.books.Load(); b != nil {
+		b.report(rep, lqToCQ)
+	}
+	return rep
+}
+
+func (t *books) report(rep Report, lqToCQ map[string]string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for wk, r := range t.held {
@@ -253,7 +362,6 @@ func (t *Tracker) Report(lqToCQ map[string]string) Report {
 			get(rep.ClusterQueues, cq).Pending++
 		}
 	}
-	return rep
 }
 
 // parse turns requests as quantity strings into canonical amounts, leaving

@@ -171,8 +171,47 @@ func TestTracker(t *testing.T) {
 			t.Errorf("Settled(%s, %s, %s) = %v, want %v", c.wk, c.uid, c.admission, got, c.want)
 		}
 	}
+	// A second tracker over the connection, started late, shares the
+	// first one's books, and goes on following once the first ended.
+	tr2 := usage.NewTracker(js, zerolog.Nop())
+	synced2 := make(chan struct{})
+	runCtx2, stop2 := context.WithCancel(ctx)
+	done2 := make(chan error, 1)
+	go func() { done2 <- tr2.Run(runCtx2, synced2) }()
+	select {
+	case <-synced2:
+	case <-ctx.Done():
+		t.Fatal("the second tracker never synced")
+	}
+	if d := cmp.Diff(want, summarize(tr2.Report(lqToCQ))); d != "" {
+		t.Errorf("the second tracker's report (-want +got):\n%s", d)
+	}
+	if n := usage.Followers(); n != 1 {
+		t.Errorf("%d followers for two trackers over one connection, want 1", n)
+	}
 	stop()
 	if err := <-done; err != nil {
 		t.Errorf("Run after its context ended: %v", err)
+	}
+	if _, _, err := w.Release(ctx, lkv, "job/ns/a", "test"); err != nil {
+		t.Fatal(err)
+	}
+	want["cq/cq"] = summary{Pending: 1, Admitted: 1, Amounts: map[string]map[string]int64{"default": {"cpu": 1000}}}
+	want["lq/ns/lq"] = summary{Pending: 1, Admitted: 1, Amounts: map[string]map[string]int64{"default": {"cpu": 1000}}}
+	for range 100 {
+		if d = cmp.Diff(want, summarize(tr2.Report(lqToCQ))); d == "" {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if d != "" {
+		t.Errorf("the second tracker's report after the first ended and a release (-want +got):\n%s", d)
+	}
+	stop2()
+	if err := <-done2; err != nil {
+		t.Errorf("the second Run after its context ended: %v", err)
+	}
+	if n := usage.Followers(); n != 0 {
+		t.Errorf("%d followers after both trackers ended, want 0", n)
 	}
 }
