@@ -750,6 +750,15 @@ waitForPodsReady: {timeout: 0s}
 			kind: "Configuration", path: "waitForPodsReady.timeout",
 		},
 		{
+			name: "a namespace selector with an operator the API server does not know",
+			doc: `apiVersion: sluice.dev/v1beta1
+kind: Configuration
+manageJobsWithoutQueueName: true
+managedJobsNamespaceSelector: {matchExpressions: [{key: team, operator: Sometimes}]}
+`,
+			kind: "Configuration", path: "managedJobsNamespaceSelector",
+		},
+		{
 			name: "waitForPodsReady requeuing timestamp unknown",
 			doc: `apiVersion: sluice.dev/v1beta1
 kind: Configuration

@@ -5,6 +5,8 @@ import (
 	"sort"
 	"strings"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/sluice-dev/sluice/api/v1beta1"
 	"github.com/sluice-dev/sluice/internal/queueconfig"
 )
@@ -31,13 +33,16 @@ type configuration struct {
 		Enable               *bool    `json:"enable,omitempty"`
 		PreemptionStrategies []string `json:"preemptionStrategies,omitempty"`
 	} `json:"fairSharing,omitempty"`
-	WaitForPodsReady *queueconfig.WaitForPodsReady `json:"waitForPodsReady,omitempty"`
-	Resources        *queueconfig.Resources        `json:"resources,omitempty"`
+	WaitForPodsReady             *queueconfig.WaitForPodsReady `json:"waitForPodsReady,omitempty"`
+	Resources                    *queueconfig.Resources        `json:"resources,omitempty"`
+	ManageJobsWithoutQueueName   bool                          `json:"manageJobsWithoutQueueName,omitempty"`
+	ManagedJobsNamespaceSelector *metav1.LabelSelector         `json:"managedJobsNamespaceSelector,omitempty"`
 }
 
 // convertConfiguration turns Kueue's manager Configuration
 // (config.kueue.x-k8s.io) into Sluice's Configuration document: fair
-// sharing, waitForPodsReady and resources are kept under their names; what configures
+// sharing, waitForPodsReady, resources, manageJobsWithoutQueueName and
+// managedJobsNamespaceSelector are kept under their names; what configures
 // Kueue's process is dropped with a warning; any other setting of queueing
 // decisions Sluice lacks is refused unless DropUnsupported.
 func convertConfiguration(loc string, obj map[string]any, opts Options) ([]byte, []string, error) {
@@ -51,7 +56,8 @@ func convertConfiguration(loc string, obj map[string]any, opts Options) ([]byte,
 	var process []string
 	for _, k := range keys {
 		switch {
-		case k == "apiVersion" || k == "kind" || k == "fairSharing" || k == "waitForPodsReady" || k == "resources":
+		case k == "apiVersion" || k == "kind" || k == "fairSharing" || k == "waitForPodsReady" || k == "resources" ||
+			k == "managedJobsNamespaceSelector" || k == "manageJobsWithoutQueueName" && obj[k] == true:
 		case processOnly[k]:
 			process = append(process, k)
 			delete(obj, k)

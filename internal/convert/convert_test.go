@@ -348,8 +348,18 @@ waitForPodsReady: {timeout: 10m}
 		},
 		{
 			name:    "a Configuration setting of decisions Sluice lacks is refused by name",
-			in:      "apiVersion: config.kueue.x-k8s.io/v1beta2\nkind: Configuration\nmanageJobsWithoutQueueName: true\n",
-			wantErr: "queues.yaml: document 1 (Configuration): manageJobsWithoutQueueName: not supported by Sluice",
+			in:      "apiVersion: config.kueue.x-k8s.io/v1beta2\nkind: Configuration\nmultiKueue: {gcInterval: 1m}\n",
+			wantErr: "queues.yaml: document 1 (Configuration): multiKueue: not supported by Sluice",
+		},
+		{
+			name: "jobs without a queue name held in the namespaces a selector picks are kept",
+			in: `apiVersion: config.kueue.x-k8s.io/v1beta2
+kind: Configuration
+manageJobsWithoutQueueName: true
+managedJobsNamespaceSelector:
+  matchLabels: {kueue.x-k8s.io/managed-namespace: "true"}
+`,
+			want: "apiVersion: sluice.dev/v1beta1\nkind: Configuration\nmanageJobsWithoutQueueName: true\nmanagedJobsNamespaceSelector:\n  matchLabels:\n    kueue.x-k8s.io/managed-namespace: \"true\"\n",
 		},
 		{
 			name:    "and so is an unknown field inside a kept block",

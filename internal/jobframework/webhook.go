@@ -75,6 +75,7 @@ type Webhook struct {
 	files           *certfile.Pair
 	kueueLabels     bool
 	multicluster    func(namespace, queue string) bool
+	unqueued        *Unqueued
 	caBundle        []byte
 	shutdownTimeout time.Duration
 	mux             *http.ServeMux
@@ -100,6 +101,7 @@ type webhookConfig struct {
 	now             func() time.Time
 	kueueLabels     bool
 	multicluster    func(namespace, queue string) bool
+	unqueued        *Unqueued
 }
 
 // WithMultiClusterQueues gives the webhook the test of whether a
@@ -242,6 +244,7 @@ func NewWebhook(adapters []Adapter, opts ...WebhookOption) (*Webhook, error) {
 		shutdownTimeout: cfg.shutdownTimeout,
 		kueueLabels:     cfg.kueueLabels,
 		multicluster:    cfg.multicluster,
+		unqueued:        cfg.unqueued,
 	}
 
 	if cfg.certFile != "" {
@@ -495,7 +498,12 @@ func (w *Webhook) mutate(ad Adapter, req *admissionv1.AdmissionRequest) *admissi
 		}
 	}
 	if queue == "" {
-		return resp
+		q, op, done := w.unqueuedCreate(ad, u, job, req, resp)
+		if done != nil {
+			return done
+		}
+		queue = q
+		ops = append(ops, *op)
 	}
 	if ig, ok := job.(Ignorer); ok && ig.Ignored() {
 		return resp
@@ -637,6 +645,12 @@ func (w *Webhook) reviewUpdate(ad Adapter, req *admissionv1.AdmissionRequest, re
 		return deny(resp, k, "request old object is not a "+k.GVK.String()+": "+err.Error())
 	}
 	was, is := old.Meta().GetLabels()[v1beta1.QueueNameLabel], job.Meta().GetLabels()[v1beta1.QueueNameLabel]
+	if was == "" && is == "" {
+		if msg, ok := w.reviewUnqueuedUpdate(ad, job, old); !ok {
+			return deny(resp, k, msg)
+		}
+		return resp
+	}
 	if was == is {
 		return resp
 	}
@@ -793,6 +807,8 @@ type configurationOptions struct {
 	// queues are the multi-cluster LocalQueues; nil with multicluster:
 	// any queue may be one.
 	queues []string
+	// unqueued is the entry for objects without a queue label; nil: none.
+	unqueued *UnqueuedEntry
 }
 
 // WithMultiClusterQueueNames names the LocalQueues ("namespace/name")
@@ -883,6 +899,11 @@ func WebhookConfiguration(k Kind, webhookURL string, caBundle []byte, kueueLabel
 			{Key: v1beta1.QueueNameLabel, Operator: metav1.LabelSelectorOpDoesNotExist},
 		}}
 		cfg.Webhooks = append(cfg.Webhooks, kw)
+	}
+	if o.unqueued != nil && !k.IsParent() {
+		if uw := unqueuedWebhook(k, cfg.Webhooks[0], kueueLabels, *o.unqueued); uw != nil {
+			cfg.Webhooks = append(cfg.Webhooks, *uw)
+		}
 	}
 	return cfg
 }

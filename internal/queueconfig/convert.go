@@ -30,6 +30,11 @@ type Objects struct {
 	// Resources turns pods' requests into what workloads are queued
 	// with; nil counts requests as they are.
 	Resources *Resources
+	// ManageJobsWithoutQueueName and ManagedJobsNamespaceSelector: what
+	// the integrations do with jobs created without a queue label
+	// (unqueued.go).
+	ManageJobsWithoutQueueName   bool
+	ManagedJobsNamespaceSelector *metav1.LabelSelector
 }
 
 // ToEngine converts validated objects into the engine's configuration.

@@ -184,6 +184,12 @@ type Configuration struct {
 	// Resources is Kueue's resources block: excluded resource prefixes
 	// and resource transformations.
 	Resources *queueconfig.Resources `json:"resources,omitempty"`
+	// ManageJobsWithoutQueueName holds jobs created without a queue label
+	// in the namespaces ManagedJobsNamespaceSelector picks (default: all
+	// but kube-system and Sluice's and Kueue's own) until they get one;
+	// the selector also bounds LocalQueue defaulting (Kueue's names).
+	ManageJobsWithoutQueueName   bool                  `json:"manageJobsWithoutQueueName,omitempty"`
+	ManagedJobsNamespaceSelector *metav1.LabelSelector `json:"managedJobsNamespaceSelector,omitempty"`
 }
 
 // namespace is the part of a v1 Namespace the simulator reads.
@@ -436,6 +442,11 @@ func (sc *Scenario) add(base string, doc []byte, seen map[string]string, sawConf
 			return err
 		}
 		sc.Config.Resources = o.Resources
+		if err := fieldErrors(loc, queueconfig.ValidateNamespaceSelector(field.NewPath("managedJobsNamespaceSelector"), o.ManagedJobsNamespaceSelector)); err != nil {
+			return err
+		}
+		sc.Config.ManageJobsWithoutQueueName = o.ManageJobsWithoutQueueName
+		sc.Config.ManagedJobsNamespaceSelector = o.ManagedJobsNamespaceSelector
 	case "SimulatedWorkload":
 		var o SimulatedWorkload
 		if err := decode(loc, doc, js, &o); err != nil {

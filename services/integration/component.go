@@ -95,6 +95,10 @@ func Build(_ context.Context, d component.Deps, o Options) (component.Runnable, 
 	if set.Resources != nil {
 		cfg.Requests = set.Resources.Apply
 	}
+	cfg.ManageJobsWithoutQueueName, cfg.ManagedNamespaces = set.ManageJobsWithoutQueueName, set.ManagedNamespaces
+	for _, ad := range kinds.All {
+		cfg.QueuedKinds = append(cfg.QueuedKinds, ad.Kind().GVK.GroupKind())
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, component.Usage(err)
 	}

@@ -48,35 +48,36 @@ func (s *Service) dispatchesToWorkers(namespace, queue string) bool {
 	return ok
 }
 
-// ensureMultiClusterConditions registers again, when this replica
-// registers the webhook itself, the webhook configurations of the kinds
-// with a managedBy field once the multi-cluster queues changed: their
-// match condition names those queues (the chart's calls the webhook for
-// any queue instead).
-func (s *Service) ensureMultiClusterConditions(ctx context.Context) error {
+// ensureWebhookConditions registers again, when this replica registers
+// the webhook itself, the webhook configurations of its kinds once the
+// multi-cluster queues or the namespaces with a default LocalQueue
+// changed: the match conditions name them (the chart's call the webhook
+// for any queue and any namespace instead).
+func (s *Service) ensureWebhookConditions(ctx context.Context) error {
 	if s.wh == nil || s.cfg.ExternalWebhookConfiguration {
 		return nil
 	}
 	s.mu.Lock()
 	queues := s.mcQueuesLocked()
+	defaults := s.defaultQueues
 	s.mu.Unlock()
-	if slices.Equal(queues, s.whQueues) {
+	if slices.Equal(queues, s.whQueues) && slices.Equal(defaults, s.whDefaults) {
 		return nil
 	}
 	for _, name := range s.Kinds() {
 		k, ok := s.kinds[name]
-		if !ok || len(k.kind.ManagedBy) == 0 {
+		if !ok {
 			continue
 		}
 		url, err := s.wh.URL(s.cfg.WebhookHost, k.kind)
 		if err != nil {
 			return err
 		}
-		if err := jobframework.EnsureWebhookConfiguration(ctx, s.kube, k.kind, url, s.wh.CABundle(), s.cfg.KueueLabels,
-			jobframework.WithMultiClusterQueueNames(queues)); err != nil {
+		opts := append(s.unqueuedEntry(defaults), jobframework.WithMultiClusterQueueNames(queues))
+		if err := jobframework.EnsureWebhookConfiguration(ctx, s.kube, k.kind, url, s.wh.CABundle(), s.cfg.KueueLabels, opts...); err != nil {
 			return err
 		}
 	}
-	s.whQueues = queues
+	s.whQueues, s.whDefaults = queues, defaults
 	return nil
 }

@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/kubernetes"
@@ -74,6 +75,17 @@ type Config struct {
 	// Requests turns one pod's effective requests into those its workload
 	// is queued with (Kueue's resources block); nil keeps them.
 	Requests func(corev1.ResourceList) corev1.ResourceList
+	// ManageJobsWithoutQueueName: objects created without a queue label
+	// in ManagedNamespaces are held until they get one. Either way, such
+	// an object in a managed namespace with a LocalQueue named "default"
+	// is put in it (the webhook's Unqueued).
+	ManageJobsWithoutQueueName bool
+	// ManagedNamespaces selects those namespaces; nil: none (no
+	// defaulting, no holding).
+	ManagedNamespaces *metav1.LabelSelector
+	// QueuedKinds are every kind Sluice queues: an object one of them
+	// controls is never defaulted or held itself.
+	QueuedKinds []schema.GroupKind
 }
 
 // Validate checks the configuration.
@@ -139,10 +151,15 @@ type Service struct {
 	// mcQueues are the LocalQueues ("namespace/name", sorted) whose jobs
 	// are dispatched to worker clusters, as of snap.
 	mcQueues []string
-	// wh is the webhook, once started; whQueues the multi-cluster queues
+	// defaultQueues are the namespaces (sorted) with a LocalQueue named
+	// jobframework.DefaultLocalQueue, as of snap.
+	defaultQueues []string
+	// wh is the webhook, once started; whQueues and whDefaults the
+	// multi-cluster queues and the namespaces with a default LocalQueue
 	// its configurations were last registered with.
-	wh       *jobframework.Webhook
-	whQueues []string
+	wh         *jobframework.Webhook
+	whQueues   []string
+	whDefaults []string
 	// held: reservations of the kinds run here, by engine key.
 	held map[string]ledger.Reservation
 	// legacyKeys: the reservations of those kinds each tree key written
@@ -346,8 +363,8 @@ func (s *Service) Run(ctx context.Context) error {
 		return err
 	}
 	s.synced.Open()
-	if err := s.ensureMultiClusterConditions(ctx); err != nil {
-		s.log.Warn().Err(err).Msg("webhook configurations not updated for the multi-cluster queues")
+	if err := s.ensureWebhookConditions(ctx); err != nil {
+		s.log.Warn().Err(err).Msg("webhook configurations not updated for the multi-cluster queues and default LocalQueues")
 	}
 
 	// Leases: this replica takes its share of each kind's shards, and
@@ -445,6 +462,10 @@ func (s *Service) webhook(ctx context.Context) (*jobframework.Webhook, error) {
 	}
 	opts := []jobframework.WebhookOption{jobframework.WithAddress(s.cfg.WebhookAddress), jobframework.WithLogger(s.log),
 		jobframework.WithMultiClusterQueues(s.dispatchesToWorkers)}
+	if s.cfg.ManagedNamespaces != nil {
+		opts = append(opts, jobframework.WithUnqueued(jobframework.Unqueued{
+			DefaultQueue: s.hasDefaultQueue, Hold: s.cfg.ManageJobsWithoutQueueName, Owners: s.cfg.QueuedKinds}))
+	}
 	if s.cfg.KueueLabels {
 		opts = append(opts, jobframework.WithKueueLabels())
 	}
@@ -470,7 +491,7 @@ func (s *Service) webhook(ctx context.Context) (*jobframework.Webhook, error) {
 			if err != nil {
 				return nil, err
 			}
-			if err := jobframework.EnsureWebhookConfiguration(ctx, s.kube, ad.Kind(), url, wh.CABundle(), s.cfg.KueueLabels); err != nil {
+			if err := jobframework.EnsureWebhookConfiguration(ctx, s.kube, ad.Kind(), url, wh.CABundle(), s.cfg.KueueLabels, s.unqueuedEntry(nil)...); err != nil {
 				return nil, err
 			}
 		}

@@ -60,6 +60,7 @@ func (s *Service) configLocked() configstore.Snapshot {
 	if s.configDirty {
 		s.snap, _ = s.config.Snapshot()
 		s.mcQueues = multiClusterQueues(s.snap)
+		s.defaultQueues = defaultQueueNamespaces(s.snap)
 		s.configDirty = false
 	}
 	return s.snap
@@ -81,8 +82,8 @@ func (s *Service) requeueOnConfig(ctx context.Context) error {
 		case <-s.reconfigured:
 		}
 		s.enqueueAll()
-		if err := s.ensureMultiClusterConditions(ctx); err != nil {
-			s.log.Warn().Err(err).Msg("webhook configurations not updated for the multi-cluster queues")
+		if err := s.ensureWebhookConditions(ctx); err != nil {
+			s.log.Warn().Err(err).Msg("webhook configurations not updated for the multi-cluster queues and default LocalQueues")
 		}
 		select {
 		case <-ctx.Done():

@@ -63,6 +63,13 @@ func (b *jobBuilder) noQueue() *jobBuilder {
 	return b
 }
 
+// controlledBy gives the Job a controller of the kind.
+func (b *jobBuilder) controlledBy(apiVersion, kind string) *jobBuilder {
+	b.job.OwnerReferences = append(b.job.OwnerReferences, metav1.OwnerReference{
+		APIVersion: apiVersion, Kind: kind, Name: "owner", UID: "uid-owner", Controller: ptrTo(true)})
+	return b
+}
+
 func (b *jobBuilder) label(k, v string) *jobBuilder {
 	b.job.Labels[k] = v
 	return b

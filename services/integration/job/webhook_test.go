@@ -22,6 +22,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/sluice-dev/sluice/api/v1beta1"
@@ -90,6 +91,10 @@ func TestWebhookMutate(t *testing.T) {
 		wantCode    int32       // Result.Code when denied
 		wantMessage string      // in Result.Message when denied
 		kueueLabels bool        // the webhook honours Kueue's labels
+		// unqueued picks a webhook that queues unlabelled objects in a
+		// default LocalQueue ("default": team-a has one) or holds them
+		// ("hold": no namespace has one).
+		unqueued string
 		// wantWarnings are what the client is told (Kueue's settings
 		// Sluice does not read).
 		wantWarnings []string
@@ -333,11 +338,93 @@ func TestWebhookMutate(t *testing.T) {
 			wantAllowed: false,
 			wantCode:    http.StatusBadRequest,
 		},
+		{
+			name:         "a create without a queue in a namespace with a default LocalQueue goes to it, suspended",
+			op:           admissionv1.Create,
+			kind:         batchJobKind,
+			unqueued:     "default",
+			object:       func(t *testing.T) []byte { return jobJSON(t, makeJob("j").noQueue().suspend(false).obj()) },
+			wantAllowed:  true,
+			wantPatched:  true,
+			wantJob:      makeJob("j").queue("default"),
+			wantWarnings: nil,
+		},
+		{
+			name:     "a create without a queue whose controller Sluice queues is left alone, default LocalQueue or not",
+			op:       admissionv1.Create,
+			kind:     batchJobKind,
+			unqueued: "default",
+			object: func(t *testing.T) []byte {
+				return jobJSON(t, makeJob("j").noQueue().controlledBy("jobset.x-k8s.io/v1alpha2", "JobSet").suspend(false).obj())
+			},
+			wantAllowed: true,
+		},
+		{
+			name:     "a create without a queue whose controller Sluice does not queue goes to the default LocalQueue",
+			op:       admissionv1.Create,
+			kind:     batchJobKind,
+			unqueued: "default",
+			object: func(t *testing.T) []byte {
+				return jobJSON(t, makeJob("j").noQueue().controlledBy("batch/v1", "CronJob").suspend(false).obj())
+			},
+			wantAllowed: true,
+			wantPatched: true,
+			wantJob:     makeJob("j").controlledBy("batch/v1", "CronJob").queue("default"),
+		},
+		{
+			name:     "a create without a queue where jobs are held is suspended, and told why",
+			op:       admissionv1.Create,
+			kind:     batchJobKind,
+			unqueued: "hold",
+			object: func(t *testing.T) []byte {
+				return jobJSON(t, makeJob("j").noQueue().label("team", "a").suspend(false).obj())
+			},
+			wantAllowed:  true,
+			wantPatched:  true,
+			wantJob:      makeJob("j").noQueue().label("team", "a"),
+			wantWarnings: []string{"held: a job without the sluice.dev/queue-name label does not run in namespace team-a; give it a LocalQueue with that label"},
+		},
+		{
+			name:        "a held job may not be let run without a queue",
+			op:          admissionv1.Update,
+			kind:        batchJobKind,
+			unqueued:    "hold",
+			old:         func(t *testing.T) []byte { return jobJSON(t, makeJob("j").noQueue().obj()) },
+			object:      func(t *testing.T) []byte { return jobJSON(t, makeJob("j").noQueue().suspend(false).obj()) },
+			wantAllowed: false,
+			wantCode:    http.StatusBadRequest,
+			wantMessage: "spec.suspend: may not be lifted while the job has no sluice.dev/queue-name label",
+		},
+		{
+			name:        "a held job given a queue while suspended is let through",
+			op:          admissionv1.Update,
+			kind:        batchJobKind,
+			unqueued:    "hold",
+			old:         func(t *testing.T) []byte { return jobJSON(t, makeJob("j").noQueue().obj()) },
+			object:      func(t *testing.T) []byte { return jobJSON(t, makeJob("j").queue("lq").obj()) },
+			wantAllowed: true,
+		},
+		{
+			name:        "without held jobs, one without a queue may run",
+			op:          admissionv1.Update,
+			kind:        batchJobKind,
+			unqueued:    "default",
+			old:         func(t *testing.T) []byte { return jobJSON(t, makeJob("j").noQueue().obj()) },
+			object:      func(t *testing.T) []byte { return jobJSON(t, makeJob("j").noQueue().suspend(false).obj()) },
+			wantAllowed: true,
+		},
 	}
 	srv := httptest.NewServer(newTestWebhook(t).Handler())
 	defer srv.Close()
 	kueueSrv := httptest.NewServer(newTestWebhook(t, jobframework.WithKueueLabels()).Handler())
 	defer kueueSrv.Close()
+	owners := []schema.GroupKind{{Group: "batch", Kind: "Job"}, {Group: "jobset.x-k8s.io", Kind: "JobSet"}}
+	defaultSrv := httptest.NewServer(newTestWebhook(t, jobframework.WithUnqueued(jobframework.Unqueued{
+		DefaultQueue: func(ns string) bool { return ns == "team-a" }, Owners: owners})).Handler())
+	defer defaultSrv.Close()
+	holdSrv := httptest.NewServer(newTestWebhook(t, jobframework.WithUnqueued(jobframework.Unqueued{
+		DefaultQueue: func(string) bool { return false }, Hold: true, Owners: owners})).Handler())
+	defer holdSrv.Close()
 
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -345,6 +432,12 @@ func TestWebhookMutate(t *testing.T) {
 			url := srv.URL
 			if tc.kueueLabels {
 				url = kueueSrv.URL
+			}
+			switch tc.unqueued {
+			case "default":
+				url = defaultSrv.URL
+			case "hold":
+				url = holdSrv.URL
 			}
 			var old []byte
 			switch {
