@@ -27,7 +27,9 @@ version and resource, the webhook's name and path, whether the integration
 writes the status subresource (a stopped object unlocked through it),
 whether it stops an object by deleting it, the CEL condition under which
 its webhook is called (and the one of a multi-cluster manager, which also
-sets the kind's managedBy field), whether its integration runs unless the values
+sets the kind's managedBy field, and the one for objects without a queue
+label where they are held), whether the kind has a suspend field, whether
+its integration runs unless the values
 say otherwise, for a parent kind, the kind whose integration queues what
 its objects create (its own integration is only its webhook), and the
 other kinds' resources the integration reads (a TrainJob's runtimes).
@@ -53,8 +55,9 @@ other kinds' resources the integration reads (a TrainJob's runtimes).
 		for _, r := range k.References {
 			reads = append(reads, fmt.Sprintf("{group: %q, resource: %q}", r.GVR.Group, r.GVR.Resource))
 		}
-		fmt.Fprintf(&b, "%s: {group: %q, version: %q, resource: %q, webhook: %q, path: %q, statusPatch: %t, deletes: %t, matchCondition: %q, multiclusterMatchCondition: %q, enabled: %t, queuedBy: %q, reads: [%s]}\n",
-			k.Name, k.GVK.Group, k.GVK.Version, k.Resource, WebhookName(k), MutatePath(k), unlocks, deletes, WebhookMatchCondition(k), MultiClusterMatchCondition(k, nil), k.EnabledByDefault, k.QueuedBy, strings.Join(reads, ", "))
+		fmt.Fprintf(&b, "%s: {group: %q, version: %q, resource: %q, webhook: %q, path: %q, statusPatch: %t, deletes: %t, matchCondition: %q, multiclusterMatchCondition: %q, holdMatchCondition: %q, suspends: %t, enabled: %t, queuedBy: %q, reads: [%s]}\n",
+			k.Name, k.GVK.Group, k.GVK.Version, k.Resource, WebhookName(k), MutatePath(k), unlocks, deletes, WebhookMatchCondition(k), MultiClusterMatchCondition(k, nil),
+			UnqueuedMatchCondition(k, true, nil), len(k.SuspendField) > 0, k.EnabledByDefault, k.QueuedBy, strings.Join(reads, ", "))
 	}
 	b.WriteString("{{- end -}}\n")
 	return b.Bytes(), nil

@@ -257,9 +257,16 @@ integrations read with --config; empty when nothing in it is set.
 */ -}}
 {{- define "sluice.configuration" -}}
 {{- $strategies := .Values.admission.fairSharingPreemptionStrategies -}}
-{{- if or .Values.waitForPodsReady $strategies .Values.quotaResources -}}
+{{- if or .Values.waitForPodsReady $strategies .Values.quotaResources .Values.manageJobsWithoutQueueName .Values.managedJobsNamespaceSelector -}}
 apiVersion: sluice.dev/v1beta1
 kind: Configuration
+{{- if .Values.manageJobsWithoutQueueName }}
+manageJobsWithoutQueueName: true
+{{- end }}
+{{- if or .Values.manageJobsWithoutQueueName .Values.managedJobsNamespaceSelector }}
+managedJobsNamespaceSelector:
+  {{- include "sluice.managedNamespaces" . | nindent 2 }}
+{{- end }}
 {{- with $strategies }}
 fairSharing:
   enable: {{ $.Values.admission.fairSharing }}
@@ -494,6 +501,22 @@ One entry of a kind's MutatingWebhookConfiguration: dict "root" $ "kind"
 objectSelector's matchExpressions), "operations" and, optionally,
 "condition" (a CEL match condition).
 */}}
+{{/*
+The namespaces where jobs without a queue label are defaulted or held:
+managedJobsNamespaceSelector, or all but the cluster's, Kueue's, Sluice's
+and the release's own.
+*/}}
+{{- define "sluice.managedNamespaces" -}}
+{{- if .Values.managedJobsNamespaceSelector -}}
+{{- toYaml .Values.managedJobsNamespaceSelector -}}
+{{- else -}}
+matchExpressions:
+- key: kubernetes.io/metadata.name
+  operator: NotIn
+  values: {{ toJson (uniq (list "kube-system" "kueue-system" "sluice-system" .Release.Namespace)) }}
+{{- end -}}
+{{- end -}}
+
 {{- define "sluice.webhookEntry" -}}
 {{- $v := .root.Values -}}
 - name: {{ .name }}
@@ -513,13 +536,17 @@ objectSelector's matchExpressions), "operations" and, optionally,
       apiVersions: [{{ .kind.version | quote }}]
       resources: [{{ .kind.resource }}]
       scope: Namespaced
-  failurePolicy: Fail
+  failurePolicy: {{ .failurePolicy | default "Fail" }}
   matchPolicy: Equivalent
   sideEffects: None
   timeoutSeconds: {{ $v.webhook.timeoutSeconds }}
   reinvocationPolicy: Never
   namespaceSelector:
+    {{- if .namespaceSelector }}
+    {{- .namespaceSelector | nindent 4 }}
+    {{- else }}
     {{- toYaml $v.webhook.namespaceSelector | nindent 4 }}
+    {{- end }}
   objectSelector:
     matchExpressions:
       {{- toYaml .selector | nindent 6 }}
