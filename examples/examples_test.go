@@ -347,6 +347,18 @@ var facts = map[string]func(s *story){
 			s.t.Errorf("run took %vs, want 2400s", s.summary.ElapsedSeconds)
 		}
 	},
+	"jobs-without-a-queue.yaml": func(s *story) {
+		s.admitted("team-a/notebook", 1, 0, "cq", "main×2 nvidia.com/gpu=gpu")
+		s.admitted("team-b/labelled", 1, 0, "cq", "main×2 nvidia.com/gpu=gpu")
+		s.finished("team-a/notebook", 10*minute)
+		s.finished("team-b/labelled", 10*minute)
+		if r := s.result("team-b/forgotten"); r.State != "pending" || r.Reason != simulate.HeldReason || r.Admissions != 0 {
+			s.t.Errorf("team-b/forgotten ends %s (%q) after %d admissions, want pending, held, never admitted", r.State, r.Reason, r.Admissions)
+		}
+		if ev := s.of("submitted", "team-b/forgotten"); len(ev) != 0 {
+			s.t.Errorf("team-b/forgotten was submitted: %v; a held job has no workload", ev)
+		}
+	},
 	"resource-transformations.yaml": func(s *story) {
 		s.admitted("team/small", 1, 0, "cq", "main×4 cpu=mig,example.com/accelerator-memory=mig,example.com/credits=budget")
 		s.admitted("team/big", 1, 0, "cq", "main×2 cpu=mig,example.com/accelerator-memory=mig,example.com/credits=budget")

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"sort"
 	"strings"
 	"time"
@@ -14,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
@@ -84,12 +86,19 @@ type SimulatedWorkload struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 	Spec              SimulatedWorkloadSpec `json:"spec"`
+	// held: created without a queue where such jobs are held
+	// (manageJobsWithoutQueueName), it is never queued.
+	held bool
 }
 
 // SimulatedWorkloadSpec describes the job and, optionally, its admission at
 // the start.
 type SimulatedWorkloadSpec struct {
-	QueueName         string        `json:"queueName"`
+	// QueueName is the LocalQueue in the workload's namespace. Left out,
+	// it is the namespace's LocalQueue named "default" if there is one
+	// (Kueue's LocalQueue defaulting), or, with the Configuration's
+	// manageJobsWithoutQueueName, the workload is held and never queued.
+	QueueName         string        `json:"queueName,omitempty"`
 	PriorityClassName string        `json:"priorityClassName,omitempty"`
 	Priority          *int32        `json:"priority,omitempty"`
 	SubmitAt          Duration      `json:"submitAt,omitempty"`
@@ -261,7 +270,49 @@ func Load(sources []Source) (*Scenario, error) {
 	if err := sc.crossCheck(); err != nil {
 		return nil, err
 	}
+	if err := sc.resolveQueues(); err != nil {
+		return nil, err
+	}
 	return sc, nil
+}
+
+// resolveQueues gives each workload without a queue name what the
+// webhook would: its namespace's LocalQueue named "default", or, where
+// jobs without a queue are held, nothing ever (held). In a namespace the
+// Configuration's selector leaves out, or without either, such a job runs
+// outside Sluice: there is nothing to simulate, and the scenario is
+// refused.
+func (sc *Scenario) resolveQueues() error {
+	lqs := map[string]bool{}
+	for _, lq := range sc.Config.LocalQueues {
+		lqs[lq.Namespace+"/"+lq.Name] = true
+	}
+	sel, err := metav1.LabelSelectorAsSelector(queueconfig.ManagedNamespaces(sc.Config.ManagedJobsNamespaceSelector))
+	if err != nil {
+		return fmt.Errorf("%w: managedJobsNamespaceSelector: %v", ErrInvalid, err)
+	}
+	for i := range sc.Workloads {
+		w := &sc.Workloads[i]
+		if w.Spec.QueueName != "" {
+			continue
+		}
+		set := labels.Set{"kubernetes.io/metadata.name": w.Namespace}
+		maps.Copy(set, sc.Config.Namespaces[w.Namespace])
+		managed := sel.Matches(set)
+		switch {
+		case managed && lqs[w.Namespace+"/default"]:
+			w.Spec.QueueName = "default"
+		case managed && sc.Config.ManageJobsWithoutQueueName:
+			w.held = true
+		default:
+			why := fmt.Sprintf("namespace %s has no LocalQueue named default, and jobs without a queue are not held there (manageJobsWithoutQueueName): it would run outside Sluice", w.Namespace)
+			if !managed {
+				why = fmt.Sprintf("namespace %s is not one managedJobsNamespaceSelector picks: it would run outside Sluice", w.Namespace)
+			}
+			return fieldErrors(sc.where[w.Namespace+"/"+w.Name], field.ErrorList{field.Required(field.NewPath("spec", "queueName"), why)})
+		}
+	}
+	return nil
 }
 
 func stripComments(doc []byte) []byte {
@@ -476,9 +527,6 @@ func validateWorkload(w *SimulatedWorkload) field.ErrorList {
 	}
 	sp := field.NewPath("spec")
 	s := &w.Spec
-	if s.QueueName == "" {
-		errs = append(errs, field.Required(sp.Child("queueName"), "the LocalQueue in the workload's namespace"))
-	}
 	if s.SubmitAt.Duration < 0 {
 		errs = append(errs, field.Invalid(sp.Child("submitAt"), s.SubmitAt.String(), "must not be negative"))
 	}

@@ -411,6 +411,11 @@ func (s *sim) loop() {
 					_ = s.eng.SetPriority(r.key, r.priority)
 				}
 			case evSubmit:
+				if r.spec.held {
+					// The webhook suspends it; no workload is made.
+					r.reason = HeldReason
+					continue
+				}
 				// The scenario was checked, and keys are unique.
 				_ = s.eng.Submit(s.toEngine(r))
 				s.emit(events.TypeWorkloadSubmittedV1, r, WorkloadData{})
@@ -687,6 +692,10 @@ type DomainResult struct {
 	Capacity float64  `json:"capacity"`
 	Peak     float64  `json:"peak"`
 }
+
+// HeldReason is why a workload created without a queue, where such jobs
+// are held, stays pending.
+const HeldReason = "held: created without a queue name (manageJobsWithoutQueueName); it runs once given one"
 
 // WorkloadResult is one workload's story in the summary.
 type WorkloadResult struct {
