@@ -22,10 +22,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/sluice-dev/sluice/internal/jobframework"
+	"github.com/sluice-dev/sluice/internal/queueconfig"
 	"github.com/sluice-dev/sluice/internal/simulate"
 	"github.com/sluice-dev/sluice/internal/tracing"
 	"github.com/sluice-dev/sluice/services/integration/kinds"
@@ -196,17 +198,40 @@ func TestChartWebhooksAreTheIntegrationsOwn(t *testing.T) {
 	for _, kueueLabels := range []bool{false, true} {
 		for _, multicluster := range []bool{true, false} {
 			t.Run(fmt.Sprintf("kueueLabels=%t,multicluster=%t", kueueLabels, multicluster), func(t *testing.T) {
-				webhooksAreTheIntegrationsOwn(t, kueueLabels, multicluster)
+				webhooksAreTheIntegrationsOwn(t, kueueLabels, multicluster, "")
 			})
 		}
 	}
+	// Jobs without a queue label: held (in the namespaces a selector
+	// picks), or not looked at.
+	t.Run("manageJobsWithoutQueueName", func(t *testing.T) {
+		webhooksAreTheIntegrationsOwn(t, true, false, "hold")
+	})
+	t.Run("localQueueDefaulting=false", func(t *testing.T) {
+		webhooksAreTheIntegrationsOwn(t, false, false, "off")
+	})
 }
 
 // A multi-cluster manager's chart calls the webhooks of kinds with a
 // managedBy field for every create that leaves it empty, since it cannot
 // know which queues dispatch to workers.
-func webhooksAreTheIntegrationsOwn(t *testing.T, kueueLabels, multicluster bool) {
-	objs := mustRender(t, append(allKinds(), fmt.Sprintf("kueueLabels=%t", kueueLabels), fmt.Sprintf("multicluster.enabled=%t", multicluster))...)
+//
+// unqueued is "" for the chart's default (LocalQueue defaulting in every
+// namespace but the system's, the webhook called for any create without a
+// queue label there), "hold" for manageJobsWithoutQueueName in the
+// namespaces labelled team=batch, "off" for neither.
+func webhooksAreTheIntegrationsOwn(t *testing.T, kueueLabels, multicluster bool, unqueued string) {
+	values := append(allKinds(), fmt.Sprintf("kueueLabels=%t", kueueLabels), fmt.Sprintf("multicluster.enabled=%t", multicluster))
+	entry := &jobframework.UnqueuedEntry{Selector: queueconfig.DefaultManagedNamespaces()}
+	switch unqueued {
+	case "hold":
+		values = append(values, "manageJobsWithoutQueueName=true", "managedJobsNamespaceSelector.matchLabels.team=batch")
+		entry = &jobframework.UnqueuedEntry{Hold: true, Namespaces: []string{}, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "batch"}}}
+	case "off":
+		values = append(values, "localQueueDefaulting=false")
+		entry = nil
+	}
+	objs := mustRender(t, values...)
 	var secret corev1.Secret
 	if !find(t, objs, "Secret", fullname+"-webhook-cert", &secret) {
 		t.Fatalf("no webhook certificate Secret; Secrets: %v", names(objs, "Secret"))
@@ -234,6 +259,9 @@ func webhooksAreTheIntegrationsOwn(t *testing.T, kueueLabels, multicluster bool)
 			var opts []jobframework.ConfigurationOption
 			if multicluster {
 				opts = append(opts, jobframework.WithAnyMultiClusterQueue())
+			}
+			if entry != nil {
+				opts = append(opts, jobframework.WithUnqueuedEntry(*entry))
 			}
 			want := jobframework.WebhookConfiguration(k, "https://unused", nil, kueueLabels, opts...).Webhooks
 			if len(got.Webhooks) != len(want) {
