@@ -900,7 +900,7 @@ func WebhookConfiguration(k Kind, webhookURL string, caBundle []byte, kueueLabel
 		}}
 		cfg.Webhooks = append(cfg.Webhooks, kw)
 	}
-	if o.unqueued != nil && !k.IsParent() {
+	if o.unqueued != nil {
 		if uw := unqueuedWebhook(k, cfg.Webhooks[0], kueueLabels, *o.unqueued); uw != nil {
 			cfg.Webhooks = append(cfg.Webhooks, *uw)
 		}

@@ -207,9 +207,6 @@ func TestChartWebhooksAreTheIntegrationsOwn(t *testing.T) {
 	t.Run("manageJobsWithoutQueueName", func(t *testing.T) {
 		webhooksAreTheIntegrationsOwn(t, true, false, "hold")
 	})
-	t.Run("localQueueDefaulting=false", func(t *testing.T) {
-		webhooksAreTheIntegrationsOwn(t, false, false, "off")
-	})
 }
 
 // A multi-cluster manager's chart calls the webhooks of kinds with a
@@ -219,17 +216,14 @@ func TestChartWebhooksAreTheIntegrationsOwn(t *testing.T) {
 // unqueued is "" for the chart's default (LocalQueue defaulting in every
 // namespace but the system's, the webhook called for any create without a
 // queue label there), "hold" for manageJobsWithoutQueueName in the
-// namespaces labelled team=batch, "off" for neither.
+// namespaces labelled team=batch (a parent kind's objects defaulted only).
 func webhooksAreTheIntegrationsOwn(t *testing.T, kueueLabels, multicluster bool, unqueued string) {
 	values := append(allKinds(), fmt.Sprintf("kueueLabels=%t", kueueLabels), fmt.Sprintf("multicluster.enabled=%t", multicluster))
 	entry := &jobframework.UnqueuedEntry{Selector: queueconfig.DefaultManagedNamespaces()}
 	switch unqueued {
 	case "hold":
 		values = append(values, "manageJobsWithoutQueueName=true", "managedJobsNamespaceSelector.matchLabels.team=batch")
-		entry = &jobframework.UnqueuedEntry{Hold: true, Namespaces: []string{}, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "batch"}}}
-	case "off":
-		values = append(values, "localQueueDefaulting=false")
-		entry = nil
+		entry = &jobframework.UnqueuedEntry{Hold: true, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "batch"}}}
 	}
 	objs := mustRender(t, values...)
 	var secret corev1.Secret
@@ -260,9 +254,7 @@ func webhooksAreTheIntegrationsOwn(t *testing.T, kueueLabels, multicluster bool,
 			if multicluster {
 				opts = append(opts, jobframework.WithAnyMultiClusterQueue())
 			}
-			if entry != nil {
-				opts = append(opts, jobframework.WithUnqueuedEntry(*entry))
-			}
+			opts = append(opts, jobframework.WithUnqueuedEntry(*entry))
 			want := jobframework.WebhookConfiguration(k, "https://unused", nil, kueueLabels, opts...).Webhooks
 			if len(got.Webhooks) != len(want) {
 				t.Fatalf("%d webhooks, want %d", len(got.Webhooks), len(want))

@@ -63,11 +63,14 @@ func TestParentWebhook(t *testing.T) {
 	}
 	stsLabels, stsAnnotations := wantSTS("3")
 	cases := []struct {
-		name            string
-		ad              jobframework.Adapter
-		obj             parentObject
-		old             *parentObject
-		kueue           bool
+		name  string
+		ad    jobframework.Adapter
+		obj   parentObject
+		old   *parentObject
+		kueue bool
+		// unqueued: team-a has a LocalQueue named default ("default"), or
+		// none while jobs without a queue are held ("hold").
+		unqueued        string
 		wantErr         string
 		wantLabels      map[string]string
 		wantAnnotations map[string]string
@@ -78,6 +81,10 @@ func TestParentWebhook(t *testing.T) {
 			wantLabels: map[string]string{"app": "web", "sluice.dev/queue-name": "lq", "sluice.dev/priority-class": "high"}},
 		{name: "Kueue's labels are Sluice's with --kueue-labels", ad: deployment.Adapter{}, obj: dep(map[string]string{"kueue.x-k8s.io/queue-name": "lq"}, 2, 0), kueue: true,
 			wantLabels: map[string]string{"app": "web", "sluice.dev/queue-name": "lq"}},
+		{name: "a Deployment created without a queue where the namespace has a default LocalQueue goes there", ad: deployment.Adapter{}, obj: dep(nil, 2, 0), unqueued: "default",
+			wantLabels: map[string]string{"app": "web", "sluice.dev/queue-name": "default"}},
+		{name: "a Deployment without a queue is never held", ad: deployment.Adapter{}, obj: dep(map[string]string{"team": "a"}, 2, 0), unqueued: "hold",
+			wantLabels: app},
 		{name: "a queue name no LocalQueue can have is refused", ad: deployment.Adapter{}, obj: dep(map[string]string{"sluice.dev/queue-name": "Bad_Q"}, 2, 0),
 			wantErr: "sluice.dev/queue-name"},
 		{name: "a Deployment scaled while ready keeps its labels", ad: deployment.Adapter{}, obj: dep(queued, 9, 2), old: &parentObject{kind: "Deployment", labels: queued, replicas: 2, tpl: map[string]string{"app": "web", "sluice.dev/queue-name": "lq"}, gpus: 1, ready: 2},
@@ -107,6 +114,10 @@ func TestParentWebhook(t *testing.T) {
 			var opts []jobframework.WebhookOption
 			if tc.kueue {
 				opts = append(opts, jobframework.WithKueueLabels())
+			}
+			if tc.unqueued != "" {
+				opts = append(opts, jobframework.WithUnqueued(jobframework.Unqueued{
+					DefaultQueue: func(ns string) bool { return tc.unqueued == "default" && ns == "team-a" }, Hold: tc.unqueued == "hold"}))
 			}
 			old := "null"
 			if tc.old != nil {
