@@ -25,27 +25,30 @@ func unqueuedJob(s jobSpec) *batchv1.Job {
 	return j
 }
 
-// waitUnqueuedEntry waits until the Job kind's webhook configuration has
-// the entry for Jobs without a queue label, and, when ns is given, calls
-// it for creates in ns.
-func waitUnqueuedEntry(t *testing.T, ns string) {
+// waitUnqueuedEntry waits until the webhook configurations of the kinds
+// have the entry for objects without a queue label, and, when ns is
+// given, call it for creates in ns.
+func waitUnqueuedEntry(t *testing.T, ns string, kinds ...string) {
 	t.Helper()
-	eventually(t, 30*time.Second, "webhook entry for Jobs without a queue", func() (bool, string) {
+	eventually(t, 30*time.Second, fmt.Sprintf("webhook entries of %v for objects without a queue", kinds), func() (bool, string) {
 		cfgs, err := env.kube.AdmissionregistrationV1().MutatingWebhookConfigurations().List(context.Background(), metav1.ListOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
 		var names []string
+		have := map[string]bool{}
 		for _, c := range cfgs.Items {
 			for _, w := range c.Webhooks {
 				names = append(names, w.Name)
-				if strings.HasPrefix(w.Name, "unqueued.") && strings.Contains(w.Name, ".job.") &&
-					(ns == "" || len(w.MatchConditions) == 1 && strings.Contains(w.MatchConditions[0].Expression, fmt.Sprintf("%q", ns))) {
-					return true, ""
+				for _, k := range kinds {
+					if strings.HasPrefix(w.Name, "unqueued.") && strings.Contains(w.Name, "."+k+".") &&
+						(ns == "" || len(w.MatchConditions) == 1 && strings.Contains(w.MatchConditions[0].Expression, fmt.Sprintf("%q", ns))) {
+						have[k] = true
+					}
 				}
 			}
 		}
-		return false, strings.Join(names, ", ")
+		return len(have) == len(kinds), strings.Join(names, ", ")
 	})
 }
 
@@ -58,7 +61,7 @@ func TestDefaultLocalQueue(t *testing.T) {
 	queues(t, ns, 8, "Never")
 	apply(t, fmt.Sprintf("apiVersion: sluice.dev/v1beta1\nkind: LocalQueue\nmetadata: {name: default, namespace: %[1]s}\nspec: {clusterQueue: %[1]s}\n", ns))
 	queues(t, other, 8, "Never")
-	waitUnqueuedEntry(t, ns)
+	waitUnqueuedEntry(t, ns, "job", "deployment")
 
 	got, err := env.kube.BatchV1().Jobs(ns).Create(context.Background(), unqueuedJob(jobSpec{ns: ns, name: "plain", pods: 2, gpus: 1, runFor: "2s"}), metav1.CreateOptions{})
 	if err != nil {
@@ -132,7 +135,7 @@ managedJobsNamespaceSelector:
 	}
 	withSluiceDevArgs(t, "--config", cfg)
 	queues(t, managed, 8, "Never")
-	waitUnqueuedEntry(t, "")
+	waitUnqueuedEntry(t, "", "job")
 
 	jobs := env.kube.BatchV1().Jobs(managed)
 	got, err := jobs.Create(context.Background(), unqueuedJob(jobSpec{ns: managed, name: "held", pods: 1, gpus: 1, runFor: "1s"}), metav1.CreateOptions{})
