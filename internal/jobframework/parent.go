@@ -46,13 +46,6 @@ func (w *Webhook) mutateParent(ad Adapter, p Parent, req *admissionv1.AdmissionR
 			ops = append(ops, jsonPatchOp{Op: "add", Path: "/metadata/labels/" + escapeJSONPointer(v1beta1.PriorityClassLabel), Value: pc})
 		}
 	}
-	if queue == "" && old == nil && w.unqueued != nil && w.unqueued.DefaultQueue != nil &&
-		!w.unqueued.ownedByQueuedKind(obj) && w.unqueued.DefaultQueue(req.Namespace) {
-		// Created without a queue where the namespace has a default
-		// LocalQueue: it goes there (parents are never held).
-		queue = DefaultLocalQueue
-		ops = append(ops, labelOp(obj, v1beta1.QueueNameLabel, queue))
-	}
 	was := ""
 	if old != nil {
 		was = old.GetLabels()[v1beta1.QueueNameLabel]

@@ -162,12 +162,8 @@ func WithUnqueuedEntry(e UnqueuedEntry) ConfigurationOption {
 func unqueuedWebhookName(k Kind) string { return "unqueued." + WebhookName(k) }
 
 // unqueuedWebhook is the entry for objects without a queue label, made
-// from the kind's first entry; nil when it has nothing to do. A parent
-// kind's objects are defaulted, never held.
+// from the kind's first entry; nil when it has nothing to do.
 func unqueuedWebhook(k Kind, first admissionregistrationv1.MutatingWebhook, kueueLabels bool, e UnqueuedEntry) *admissionregistrationv1.MutatingWebhook {
-	if k.IsParent() {
-		e.Hold = false
-	}
 	if !e.Hold && e.Namespaces != nil && len(e.Namespaces) == 0 {
 		return nil
 	}
@@ -209,7 +205,7 @@ func UnqueuedMatchCondition(k Kind, hold bool, namespaces []string) string {
 		}
 		create = fmt.Sprintf("request.namespace in [%s]", strings.Join(quoted, ", "))
 	}
-	if !hold || len(k.SuspendField) == 0 || k.IsParent() {
+	if !hold || len(k.SuspendField) == 0 {
 		return create
 	}
 	suspended := func(obj string) string {

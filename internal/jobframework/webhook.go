@@ -900,7 +900,10 @@ func WebhookConfiguration(k Kind, webhookURL string, caBundle []byte, kueueLabel
 		}}
 		cfg.Webhooks = append(cfg.Webhooks, kw)
 	}
-	if o.unqueued != nil {
+	if o.unqueued != nil && !k.IsParent() {
+		// A parent kind's integration knows no LocalQueue (it reads
+		// nothing from the bus): its objects are neither defaulted nor
+		// held.
 		if uw := unqueuedWebhook(k, cfg.Webhooks[0], kueueLabels, *o.unqueued); uw != nil {
 			cfg.Webhooks = append(cfg.Webhooks, *uw)
 		}

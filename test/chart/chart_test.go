@@ -216,7 +216,7 @@ func TestChartWebhooksAreTheIntegrationsOwn(t *testing.T) {
 // unqueued is "" for the chart's default (LocalQueue defaulting in every
 // namespace but the system's, the webhook called for any create without a
 // queue label there), "hold" for manageJobsWithoutQueueName in the
-// namespaces labelled team=batch (a parent kind's objects defaulted only).
+// namespaces labelled team=batch.
 func webhooksAreTheIntegrationsOwn(t *testing.T, kueueLabels, multicluster bool, unqueued string) {
 	values := append(allKinds(), fmt.Sprintf("kueueLabels=%t", kueueLabels), fmt.Sprintf("multicluster.enabled=%t", multicluster))
 	entry := &jobframework.UnqueuedEntry{Selector: queueconfig.DefaultManagedNamespaces()}

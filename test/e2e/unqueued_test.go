@@ -9,11 +9,9 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 
 	"github.com/sluice-dev/sluice/api/v1beta1"
 )
@@ -54,14 +52,14 @@ func waitUnqueuedEntry(t *testing.T, ns string, kinds ...string) {
 
 // TestDefaultLocalQueue: a Job created without a queue label in a
 // namespace with a LocalQueue named "default" is labelled for it,
-// suspended, admitted and run (Kueue's LocalQueue defaulting), and so is
-// a Deployment's pod; in a namespace without one a Job is left alone.
+// suspended, admitted and run (Kueue's LocalQueue defaulting); in a
+// namespace without one it is left alone.
 func TestDefaultLocalQueue(t *testing.T) {
 	ns, other := "e2e-default-lq", "e2e-no-default-lq"
 	queues(t, ns, 8, "Never")
 	apply(t, fmt.Sprintf("apiVersion: sluice.dev/v1beta1\nkind: LocalQueue\nmetadata: {name: default, namespace: %[1]s}\nspec: {clusterQueue: %[1]s}\n", ns))
 	queues(t, other, 8, "Never")
-	waitUnqueuedEntry(t, ns, "job", "deployment")
+	waitUnqueuedEntry(t, ns, "job")
 
 	got, err := env.kube.BatchV1().Jobs(ns).Create(context.Background(), unqueuedJob(jobSpec{ns: ns, name: "plain", pods: 2, gpus: 1, runFor: "2s"}), metav1.CreateOptions{})
 	if err != nil {
@@ -76,27 +74,6 @@ func TestDefaultLocalQueue(t *testing.T) {
 		t.Errorf("reservation in LocalQueue %q, want default", r.LocalQueue)
 	}
 	waitComplete(t, ns, "plain", 60*time.Second)
-
-	// A Deployment too: its pods are queued in the default LocalQueue.
-	d := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
-		Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
-			Template: servingTemplate("web")},
-	}
-	gotD, err := env.kube.AppsV1().Deployments(ns).Create(context.Background(), d, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("create a Deployment without a queue: %v", err)
-	}
-	t.Cleanup(func() {
-		_ = env.kube.AppsV1().Deployments(ns).Delete(context.Background(), "web", metav1.DeleteOptions{})
-	})
-	if q := gotD.Spec.Template.Labels[v1beta1.QueueNameLabel]; q != "default" || gotD.Labels[v1beta1.QueueNameLabel] != "default" {
-		t.Fatalf("Deployment labels %v, template labels %v: want both in the default LocalQueue", gotD.Labels, gotD.Spec.Template.Labels)
-	}
-	eventually(t, 60*time.Second, "the Deployment's pod admitted", func() (bool, string) {
-		all, admitted := podsOf(t, ns, "web")
-		return len(admitted) == 1, fmt.Sprintf("pods %v admitted %v; warnings: %s", all, admitted, warnings(t, ns))
-	})
 
 	// Without a LocalQueue named default, nothing is done to it.
 	got, err = env.kube.BatchV1().Jobs(other).Create(context.Background(), unqueuedJob(jobSpec{ns: other, name: "plain", pods: 1, runFor: "1s"}), metav1.CreateOptions{})
