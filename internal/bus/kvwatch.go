@@ -123,8 +123,11 @@ type follower struct {
 	// mu is held while a page is read and handed out, and while a watch
 	// joins, so a joining watch sees each write either in its own read or
 	// from the follower, never neither.
-	mu    sync.Mutex
-	sinks map[*watchSink]struct{}
+	mu sync.Mutex
+	// sinksMu guards sinks alone, so that a watch leaves at once even
+	// while a read holds mu (retrying while the server is away).
+	sinksMu sync.Mutex
+	sinks   map[*watchSink]struct{}
 	// applied is what was last handed out per key. A deletion handed out
 	// is forgotten: what comes for its key later is newer.
 	applied map[string]applied
@@ -245,15 +248,18 @@ func (f *follower) join(ctx context.Context, s *watchSink) error {
 	}
 	s.from = last + 1
 	s.push(append(items, sinkItem{synced: true})...)
+	f.sinksMu.Lock()
 	f.sinks[s] = struct{}{}
+	f.sinksMu.Unlock()
 	return nil
 }
 
-// leave stops handing writes to s.
+// leave stops handing writes to s. It never waits for a read: a watch
+// whose context ended returns at once.
 func (f *follower) leave(s *watchSink) {
-	f.mu.Lock()
+	f.sinksMu.Lock()
 	delete(f.sinks, s)
-	f.mu.Unlock()
+	f.sinksMu.Unlock()
 }
 
 // follow hands out what the bucket's stream stored since the last page.
@@ -344,6 +350,8 @@ func (f *follower) deliver(e jetstream.KeyValueEntry, everyone bool) {
 		// the map does not grow with every key ever deleted.
 		delete(f.applied, e.Key())
 	}
+	f.sinksMu.Lock()
+	defer f.sinksMu.Unlock()
 	for s := range f.sinks {
 		if everyone || e.Revision() >= s.from {
 			s.push(sinkItem{entry: e, live: true})

@@ -403,3 +403,51 @@ func TestWatchesOfABucketShareAFollower(t *testing.T) {
 		t.Errorf("%d followers after every watch ended, want 0", n)
 	}
 }
+
+// TestAWatchEndsAtOnceWhileTheServerIsAway: a watch whose context ends
+// while the follower it shares is waiting on a read from a server that is
+// gone returns at once; it used to wait for that read's timeout, again
+// and again, and services' shutdowns overran their bounds (TestNATSRestart
+// in a loaded CI run).
+func TestAWatchEndsAtOnceWhileTheServerIsAway(t *testing.T) {
+	url, shutdown := natstest.Start(t)
+	_, js := natstest.Connect(t, url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	ctx := testCtx(t)
+	if err := bus.Setup(ctx, js, bus.Config{}); err != nil {
+		t.Fatalf("Setup: %v", err)
+	}
+	kv, err := bus.OpenKV(ctx, js, bus.BucketFence)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type watch struct {
+		cancel context.CancelFunc
+		done   chan error
+	}
+	start := func() watch {
+		wctx, cancel := context.WithCancel(ctx)
+		w := watch{cancel: cancel, done: make(chan error, 1)}
+		synced := make(chan struct{})
+		go func() { w.done <- bus.WatchKV(wctx, kv, synced, func(jetstream.KeyValueEntry, bool) {}) }()
+		select {
+		case <-synced:
+		case <-time.After(5 * time.Second):
+			t.Fatal("not synced")
+		}
+		return w
+	}
+	first, last := start(), start()
+	defer last.cancel()
+	shutdown()
+	// A poll starts a read that waits for its timeout.
+	time.Sleep(bus.WatchPoll + 500*time.Millisecond)
+	first.cancel()
+	select {
+	case err := <-first.done:
+		if err != nil {
+			t.Errorf("WatchKV: %v", err)
+		}
+	case <-time.After(bus.RequestTimeout / 2):
+		t.Fatalf("a watch whose context ended had not returned after %s, with the server gone", bus.RequestTimeout/2)
+	}
+}
