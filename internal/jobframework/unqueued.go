@@ -132,6 +132,8 @@ func (w *Webhook) reviewUnqueuedUpdate(ad Adapter, job, old Job) (string, bool) 
 		"in this namespace a job runs only through a LocalQueue", strings.Join(append([]string{"spec"}, k.SuspendField...), "."), k.Name, v1beta1.QueueNameLabel), false
 }
 
+// objectName names an object in the log; one created with generateName
+// has only its prefix yet.
 func objectName(m metav1.Object) string {
 	if n := m.GetName(); n != "" {
 		return n

@@ -560,10 +560,7 @@ func (w *Webhook) mutate(ad Adapter, req *admissionv1.AdmissionRequest) *admissi
 		}
 	}
 
-	name := m.GetName()
-	if name == "" {
-		name = m.GetGenerateName() + "*"
-	}
+	name := objectName(m)
 	ev := w.log.Debug()
 	if len(ops) > 0 {
 		ev = w.log.Info()
