@@ -9,6 +9,17 @@ func (s *Service) RecordKnown(ctx context.Context, key string) (known bool, err 
 	return known, err
 }
 
+// RecordUID names the workload UID of the record the service holds for
+// engine key key, "" if none (tests only).
+func (s *Service) RecordUID(ctx context.Context, key string) (uid string, err error) {
+	err = s.read(ctx, func() {
+		if w := s.wls[key]; w != nil {
+			uid = w.Workload.UID
+		}
+	})
+	return uid, err
+}
+
 // HoldsAdmission reports whether the service's engine holds an admission
 // of the workload with engine key key (tests only).
 func (s *Service) HoldsAdmission(ctx context.Context, key string) (held bool, err error) {

@@ -107,14 +107,7 @@ func (s *Service) applyWorkload(e jetstream.KeyValueEntry) {
 	s.dirty = true
 	key := workloads.EngineKeyFromKV(e.Key())
 	if e.Operation() != jetstream.KeyValuePut {
-		delete(s.wls, key)
-		delete(s.told, key)
-		delete(s.queued, key)
-		if _, held := s.res[key]; held || !s.synced.IsOpen() {
-			// Its quota stays booked until the ledger lets go of it.
-			return
-		}
-		_ = s.eng.Remove(key)
+		s.forgetRecord(key)
 		return
 	}
 	var w events.WorkloadSubmittedV1
@@ -128,10 +121,18 @@ func (s *Service) applyWorkload(e jetstream.KeyValueEntry) {
 			w.PodSets[i].Requests = sh.text
 		}
 	}
+	if old, known := s.wls[key]; known && old.Workload.UID != w.Workload.UID {
+		// The job left its queue and came back with a new workload, and
+		// the earlier record's deletion never reached this watch: the
+		// bucket keeps one revision per key, so the new record replaced
+		// the deletion's marker before the watch paged it. The earlier
+		// record is gone all the same.
+		s.forgetRecord(key)
+	}
 	if old, known := s.wls[key]; known {
 		// Only the priority of a record changes after submission (its
 		// priority class label was changed); its pod sets never do.
-		if old.Workload.UID != w.Workload.UID || (old.Priority == w.Priority && old.PriorityClass == w.PriorityClass) {
+		if old.Priority == w.Priority && old.PriorityClass == w.PriorityClass {
 			return
 		}
 		upd := *old
@@ -148,6 +149,18 @@ func (s *Service) applyWorkload(e jetstream.KeyValueEntry) {
 	if s.synced.IsOpen() {
 		s.submit(key)
 	}
+}
+
+// forgetRecord drops a deleted record from the mirror. The engine keeps
+// an admitted workload until the ledger lets go of its quota.
+func (s *Service) forgetRecord(key string) {
+	delete(s.wls, key)
+	delete(s.told, key)
+	delete(s.queued, key)
+	if _, held := s.res[key]; held || !s.synced.IsOpen() {
+		return
+	}
+	_ = s.eng.Remove(key)
 }
 
 // kvFeed carries a bucket's entries to the service's loop, in order; a
