@@ -359,6 +359,20 @@ var facts = map[string]func(s *story){
 			s.t.Errorf("team-b/forgotten was submitted: %v; a held job has no workload", ev)
 		}
 	},
+	"admission-fair-sharing.yaml": func(s *story) {
+		for _, w := range []struct {
+			key string
+			at  time.Duration
+		}{
+			{"team-a/a-1", 0}, {"team-a/a-2", 0},
+			// team-b used nothing: its jobs go before team-a's older ones.
+			{"team-b/b-1", 20 * minute}, {"team-b/b-2", 20 * minute},
+			{"team-a/a-3", 40 * minute}, {"team-a/a-4", 40 * minute},
+			{"team-a/a-5", 60 * minute}, {"team-a/a-6", 60 * minute},
+		} {
+			s.admitted(w.key, 1, w.at, "research", "main×2 nvidia.com/gpu=gpu")
+		}
+	},
 	"resource-transformations.yaml": func(s *story) {
 		s.admitted("team/small", 1, 0, "cq", "main×4 cpu=mig,example.com/accelerator-memory=mig,example.com/credits=budget")
 		s.admitted("team/big", 1, 0, "cq", "main×2 cpu=mig,example.com/accelerator-memory=mig,example.com/credits=budget")

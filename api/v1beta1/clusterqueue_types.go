@@ -240,15 +240,26 @@ type FairSharing struct {
 	Weight *resource.Quantity `json:"weight,omitempty"`
 }
 
-// AdmissionScope is Kueue's switch for Admission Fair Sharing (ordering
-// by recent usage). Sluice does not implement it and refuses it, so that a
-// manifest relying on it is not silently admitted in another order.
+// AdmissionScope turns on Admission Fair Sharing for a ClusterQueue:
+// with UsageBasedAdmissionFairSharing (and the Configuration's
+// admissionFairSharing block), its pending workloads are ordered first by
+// their LocalQueue's recent usage divided by the LocalQueue's
+// fairSharing.weight, then by priority and submission.
 type AdmissionScope struct {
-	// admissionMode is Kueue's mode, e.g. UsageBasedAdmissionFairSharing.
-	// +optional
-	// +kubebuilder:validation:MaxLength=64
-	AdmissionMode string `json:"admissionMode,omitempty"`
+	// admissionMode: UsageBasedAdmissionFairSharing or
+	// NoAdmissionFairSharing.
+	// +kubebuilder:validation:Enum=UsageBasedAdmissionFairSharing;NoAdmissionFairSharing
+	AdmissionMode AdmissionMode `json:"admissionMode"`
 }
+
+// AdmissionMode is how a ClusterQueue orders its pending workloads.
+type AdmissionMode string
+
+// The admission modes, as Kueue names them.
+const (
+	UsageBasedAdmissionFairSharing AdmissionMode = "UsageBasedAdmissionFairSharing"
+	NoAdmissionFairSharing         AdmissionMode = "NoAdmissionFairSharing"
+)
 
 // AdmissionChecksStrategy lists the admission checks a ClusterQueue runs,
 // each for every admission or for some flavors only.
@@ -279,7 +290,6 @@ type AdmissionCheckStrategyRule struct {
 
 // ClusterQueueSpec is the quota and policy of one ClusterQueue.
 // +kubebuilder:validation:XValidation:rule="!(has(self.admissionChecks) && has(self.admissionChecksStrategy))",message="either admissionChecks or admissionChecksStrategy can be set, not both"
-// +kubebuilder:validation:XValidation:rule="!has(self.admissionScope)",fieldPath=".admissionScope",message="admissionScope (Kueue's Admission Fair Sharing) is not supported by Sluice; remove it (fairSharing orders by dominant resource share instead)"
 // +kubebuilder:validation:XValidation:rule="has(self.cohort) || !has(self.resourceGroups) || self.resourceGroups.all(g, g.flavors.all(f, f.resources.all(r, !has(r.borrowingLimit) && !has(r.lendingLimit))))",message="borrowingLimit and lendingLimit need a cohort"
 type ClusterQueueSpec struct {
 	// resourceGroups give the quota, by flavor.
@@ -319,7 +329,7 @@ type ClusterQueueSpec struct {
 	// +optional
 	FairSharing *FairSharing `json:"fairSharing,omitempty"`
 
-	// admissionScope is refused (see AdmissionScope).
+	// admissionScope turns on Admission Fair Sharing (see AdmissionScope).
 	// +optional
 	AdmissionScope *AdmissionScope `json:"admissionScope,omitempty"`
 

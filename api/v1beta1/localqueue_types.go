@@ -1,11 +1,11 @@
 package v1beta1
 
 import (
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // LocalQueueSpec points a namespace's queue at a ClusterQueue.
-// +kubebuilder:validation:XValidation:rule="!has(self.fairSharing)",fieldPath=".fairSharing",message="fairSharing on a LocalQueue (Kueue's Admission Fair Sharing weight) is not supported by Sluice; remove it"
 type LocalQueueSpec struct {
 	// clusterQueue cannot change once set.
 	// +kubebuilder:validation:MinLength=1
@@ -19,8 +19,9 @@ type LocalQueueSpec struct {
 	// +kubebuilder:default=None
 	StopPolicy *StopPolicy `json:"stopPolicy,omitempty"`
 
-	// fairSharing is refused: Kueue uses it for Admission Fair Sharing,
-	// which Sluice does not implement.
+	// fairSharing.weight divides the queue's usage under Admission Fair
+	// Sharing (default 1; 0 puts its workloads after every other
+	// LocalQueue's of the ClusterQueue).
 	// +optional
 	FairSharing *FairSharing `json:"fairSharing,omitempty"`
 }
@@ -39,6 +40,31 @@ type LocalQueueStatus struct {
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// fairSharing is the queue's Admission Fair Sharing usage, while its
+	// ClusterQueue orders by usage.
+	// +optional
+	FairSharing *LocalQueueFairSharingStatus `json:"fairSharing,omitempty"`
+}
+
+// LocalQueueFairSharingStatus is a LocalQueue's fair sharing state, as
+// Kueue reports it.
+type LocalQueueFairSharingStatus struct {
+	// weightedShare is the queue's usage divided by its weight, as
+	// admission orders by it, in thousandths.
+	// +optional
+	WeightedShare int64 `json:"weightedShare"`
+	// admissionFairSharingStatus is the decayed usage.
+	// +optional
+	AdmissionFairSharingStatus *AdmissionFairSharingStatus `json:"admissionFairSharingStatus,omitempty"`
+}
+
+// AdmissionFairSharingStatus is a LocalQueue's decayed usage.
+type AdmissionFairSharingStatus struct {
+	// consumedResources is the usage per resource, decayed with
+	// usageHalfLifeTime.
+	ConsumedResources corev1.ResourceList `json:"consumedResources"`
+	// lastUpdate is when it was last sampled.
+	LastUpdate metav1.Time `json:"lastUpdate"`
 }
 
 // +genclient

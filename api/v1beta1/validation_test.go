@@ -219,10 +219,15 @@ func TestClusterQueueValidation(t *testing.T) {
 			},
 		},
 		{
-			name: "Kueue's admissionScope is refused by name",
+			name: "Admission Fair Sharing by usage",
 			obj:  clusterQueue(`admissionScope: {admissionMode: UsageBasedAdmissionFairSharing}`),
+		},
+		{
+			name: "an admission mode Kueue does not have",
+			obj:  clusterQueue(`admissionScope: {admissionMode: ByUsage}`),
 			wantErrs: []fieldError{
-				{"spec.admissionScope", `Invalid value: "object": admissionScope (Kueue's Admission Fair Sharing) is not supported by Sluice; remove it (fairSharing orders by dominant resource share instead)`},
+				{"<nil>", notChecked},
+				{"spec.admissionScope.admissionMode", `Unsupported value: "ByUsage": supported values: "UsageBasedAdmissionFairSharing", "NoAdmissionFairSharing"`},
 			},
 		},
 		{
@@ -698,10 +703,14 @@ func TestLocalQueueValidation(t *testing.T) {
 			obj:  localQueue(`{clusterQueue: team-a, stopPolicy: Hold}`),
 		},
 		{
-			name: "Kueue's fairSharing weight is refused by name",
+			name: "an Admission Fair Sharing weight",
 			obj:  localQueue(`{clusterQueue: team-a, fairSharing: {weight: 2}}`),
+		},
+		{
+			name: "a negative Admission Fair Sharing weight",
+			obj:  localQueue(`{clusterQueue: team-a, fairSharing: {weight: "-1"}}`),
 			wantErrs: []fieldError{
-				{"spec.fairSharing", `Invalid value: "object": fairSharing on a LocalQueue (Kueue's Admission Fair Sharing weight) is not supported by Sluice; remove it`},
+				{"spec.fairSharing.weight", `Invalid value: "object": weight must not be negative`},
 			},
 		},
 		{

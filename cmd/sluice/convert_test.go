@@ -53,13 +53,13 @@ spec:
 
 func TestConvertRefusesWhatSluiceLacks(t *testing.T) {
 	dir := t.TempDir()
-	f := writeFile(t, dir, "afs.yaml", "apiVersion: kueue.x-k8s.io/v1beta1\nkind: ClusterQueue\nmetadata: {name: cq}\nspec: {admissionScope: {admissionMode: UsageBasedAdmissionFairSharing}}\n")
+	f := writeFile(t, dir, "cq.yaml", "apiVersion: kueue.x-k8s.io/v1beta1\nkind: ClusterQueue\nmetadata: {name: cq}\nspec: {flavorFungibility: {whenCanBorrow: Borrow, futurePolicy: Sometimes}}\n")
 	code, out, errOut := runSluice(t, "convert", "-f", f)
-	if code != 2 || out != "" || !strings.Contains(errOut, "afs.yaml: document 1 (ClusterQueue cq): spec.admissionScope (Admission Fair Sharing): not supported by Sluice") {
+	if code != 2 || out != "" || !strings.Contains(errOut, "cq.yaml: document 1 (ClusterQueue cq): spec.flavorFungibility.futurePolicy: not supported by Sluice") {
 		t.Errorf("exit %d, stdout %q, stderr %q; want 2, nothing, the file, document, object and field", code, out, errOut)
 	}
 	code, out, errOut = runSluice(t, "convert", "-f", f, "--drop-unsupported")
-	if code != 0 || !strings.Contains(out, "kind: ClusterQueue") || strings.Contains(out, "admissionScope") ||
+	if code != 0 || !strings.Contains(out, "kind: ClusterQueue") || strings.Contains(out, "futurePolicy") ||
 		!strings.Contains(errOut, "warning: dropped") {
 		t.Errorf("with --drop-unsupported: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}

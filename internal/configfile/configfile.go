@@ -1,6 +1,7 @@
 // Package configfile reads the services' --config file: one Configuration
-// document, under Kueue's names (fairSharing, waitForPodsReady, resources,
-// manageJobsWithoutQueueName, managedJobsNamespaceSelector),
+// document, under Kueue's names (fairSharing, admissionFairSharing,
+// waitForPodsReady, resources, manageJobsWithoutQueueName,
+// managedJobsNamespaceSelector),
 // decoded and validated by the same reader `sluice simulate` uses, so that
 // a file the simulator takes is one the services take.
 package configfile
@@ -32,6 +33,8 @@ type Settings struct {
 	// label are held (ManageJobsWithoutQueueName) or put in a LocalQueue
 	// named "default"; never nil.
 	ManagedNamespaces *metav1.LabelSelector
+	// AdmissionFairSharing is nil when Admission Fair Sharing is off.
+	AdmissionFairSharing *engine.AdmissionFairSharing
 }
 
 // Load reads the file at path; "" is no file (every setting off). An
@@ -54,12 +57,13 @@ func Load(path string) (Settings, error) {
 		return Settings{}, fmt.Errorf("%s: only a Configuration document belongs here (queues come from the cluster)", path)
 	}
 	return Settings{FairSharing: o.FairSharing, FairStrategies: o.FairStrategies, PodsReady: o.WaitForPodsReady, Resources: o.Resources,
-		ManageJobsWithoutQueueName: o.ManageJobsWithoutQueueName, ManagedNamespaces: queueconfig.ManagedNamespaces(o.ManagedJobsNamespaceSelector)}, nil
+		ManageJobsWithoutQueueName: o.ManageJobsWithoutQueueName, ManagedNamespaces: queueconfig.ManagedNamespaces(o.ManagedJobsNamespaceSelector),
+		AdmissionFairSharing: o.AdmissionFairSharing}, nil
 }
 
 // BindFlag binds --config to path, for each service that reads the file
 // (in `sluice dev`, one flag for all).
 func BindFlag(fs *pflag.FlagSet, path *string) {
 	fs.StringVar(path, "config", *path,
-		"file with a Configuration document, as sluice simulate reads it: fairSharing, waitForPodsReady, resources, manageJobsWithoutQueueName and managedJobsNamespaceSelector, under Kueue's names")
+		"file with a Configuration document, as sluice simulate reads it: fairSharing, admissionFairSharing, waitForPodsReady, resources, manageJobsWithoutQueueName and managedJobsNamespaceSelector, under Kueue's names")
 }

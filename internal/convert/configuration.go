@@ -33,16 +33,18 @@ type configuration struct {
 		Enable               *bool    `json:"enable,omitempty"`
 		PreemptionStrategies []string `json:"preemptionStrategies,omitempty"`
 	} `json:"fairSharing,omitempty"`
-	WaitForPodsReady             *queueconfig.WaitForPodsReady `json:"waitForPodsReady,omitempty"`
-	Resources                    *queueconfig.Resources        `json:"resources,omitempty"`
-	ManageJobsWithoutQueueName   bool                          `json:"manageJobsWithoutQueueName,omitempty"`
-	ManagedJobsNamespaceSelector *metav1.LabelSelector         `json:"managedJobsNamespaceSelector,omitempty"`
+	WaitForPodsReady             *queueconfig.WaitForPodsReady     `json:"waitForPodsReady,omitempty"`
+	Resources                    *queueconfig.Resources            `json:"resources,omitempty"`
+	ManageJobsWithoutQueueName   bool                              `json:"manageJobsWithoutQueueName,omitempty"`
+	ManagedJobsNamespaceSelector *metav1.LabelSelector             `json:"managedJobsNamespaceSelector,omitempty"`
+	AdmissionFairSharing         *queueconfig.AdmissionFairSharing `json:"admissionFairSharing,omitempty"`
 }
 
 // convertConfiguration turns Kueue's manager Configuration
 // (config.kueue.x-k8s.io) into Sluice's Configuration document: fair
-// sharing, waitForPodsReady, resources, manageJobsWithoutQueueName and
-// managedJobsNamespaceSelector are kept under their names; what configures
+// sharing, admissionFairSharing, waitForPodsReady, resources,
+// manageJobsWithoutQueueName and managedJobsNamespaceSelector are kept
+// under their names; what configures
 // Kueue's process is dropped with a warning; any other setting of queueing
 // decisions Sluice lacks is refused unless DropUnsupported.
 func convertConfiguration(loc string, obj map[string]any, opts Options) ([]byte, []string, error) {
@@ -57,7 +59,7 @@ func convertConfiguration(loc string, obj map[string]any, opts Options) ([]byte,
 	for _, k := range keys {
 		switch {
 		case k == "apiVersion" || k == "kind" || k == "fairSharing" || k == "waitForPodsReady" || k == "resources" ||
-			k == "managedJobsNamespaceSelector" || k == "manageJobsWithoutQueueName" && obj[k] == true:
+			k == "managedJobsNamespaceSelector" || k == "admissionFairSharing" || k == "manageJobsWithoutQueueName" && obj[k] == true:
 		case processOnly[k]:
 			process = append(process, k)
 			delete(obj, k)

@@ -62,14 +62,6 @@ var controllers = map[string]string{
 	"kueue.x-k8s.io/multikueue":           "sluice.dev/multicluster",
 }
 
-// unsupported fields by kind, as paths under the object, with why.
-var unsupported = map[string]map[string]string{
-	"ClusterQueue": {
-		"spec.admissionScope": "Admission Fair Sharing",
-	},
-	"LocalQueue": {"spec.fairSharing": "Admission Fair Sharing"},
-}
-
 // serverSet is metadata the API server writes: not part of what a user
 // applies.
 var serverSet = []string{"uid", "resourceVersion", "generation", "creationTimestamp", "managedFields", "selfLink", "deletionTimestamp", "deletionGracePeriodSeconds"}
@@ -181,20 +173,8 @@ func convertDoc(loc string, doc []byte, opts Options) ([]byte, []string, error) 
 	if err := rename(obj, kind); err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", loc, err)
 	}
-	var warnings []string
-	for _, path := range sortedKeys(unsupported[kind]) {
-		if !has(obj, path) {
-			continue
-		}
-		err := fmt.Errorf("%s: %s (%s): %w", loc, path, unsupported[kind][path], ErrUnsupported)
-		if !opts.DropUnsupported {
-			return nil, nil, err
-		}
-		remove(obj, path)
-		warnings = append(warnings, "dropped "+err.Error())
-	}
-	// Anything else Sluice's type lacks is unsupported too.
-	return finish(loc, obj, newType, opts, warnings)
+	// What Sluice's type lacks is unsupported.
+	return finish(loc, obj, newType, opts, nil)
 }
 
 // finish refuses or drops what Sluice's type lacks (dropUnknown) and
@@ -392,77 +372,4 @@ func removeField(cur any, path string) bool {
 		return rest != "" && removeField(c[i], rest)
 	}
 	return false
-}
-
-// path steps: names and [index].
-func steps(path string) []string {
-	var out []string
-	for _, part := range strings.Split(path, ".") {
-		for part != "" {
-			i := strings.IndexByte(part, '[')
-			if i < 0 {
-				out = append(out, part)
-				break
-			}
-			if i > 0 {
-				out = append(out, part[:i])
-			}
-			j := strings.IndexByte(part, ']')
-			if j < i {
-				out = append(out, part)
-				break
-			}
-			out = append(out, part[i:j+1])
-			part = part[j+1:]
-		}
-	}
-	return out
-}
-
-// walk returns the container holding the last step of path, and that step.
-func walk(obj map[string]any, path string) (any, string) {
-	st := steps(path)
-	var cur any = obj
-	for _, s := range st[:len(st)-1] {
-		switch c := cur.(type) {
-		case map[string]any:
-			cur = c[s]
-		case []any:
-			i, err := strconv.Atoi(strings.Trim(s, "[]"))
-			if err != nil || i < 0 || i >= len(c) {
-				return nil, ""
-			}
-			cur = c[i]
-		default:
-			return nil, ""
-		}
-	}
-	return cur, st[len(st)-1]
-}
-
-func has(obj map[string]any, path string) bool {
-	c, last := walk(obj, path)
-	m, ok := c.(map[string]any)
-	if !ok {
-		return false
-	}
-	_, ok = m[last]
-	return ok
-}
-
-func remove(obj map[string]any, path string) {
-	if c, last := walk(obj, path); c != nil {
-		if m, ok := c.(map[string]any); ok {
-			delete(m, last)
-		}
-	}
-}
-
-func sortedKeys(m map[string]string) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

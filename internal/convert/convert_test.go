@@ -379,9 +379,19 @@ managedJobsNamespaceSelector:
 			wantErr: "queues.yaml: document 1 (Configuration): resources.deviceClassMappings: not supported by Sluice",
 		},
 		{
-			name:    "a LocalQueue's fairSharing is refused",
-			in:      "apiVersion: kueue.x-k8s.io/v1beta1\nkind: LocalQueue\nmetadata: {name: q, namespace: ns}\nspec: {clusterQueue: cq, fairSharing: {weight: 2}}\n",
-			wantErr: "queues.yaml: document 1 (LocalQueue ns/q): spec.fairSharing (Admission Fair Sharing): not supported by Sluice",
+			name: "a LocalQueue's Admission Fair Sharing weight is kept",
+			in:   "apiVersion: kueue.x-k8s.io/v1beta1\nkind: LocalQueue\nmetadata: {name: q, namespace: ns}\nspec: {clusterQueue: cq, fairSharing: {weight: 2}}\n",
+			want: "apiVersion: sluice.dev/v1beta1\nkind: LocalQueue\nmetadata:\n  name: q\n  namespace: ns\nspec:\n  clusterQueue: cq\n  fairSharing:\n    weight: 2\n",
+		},
+		{
+			name: "a ClusterQueue's admissionScope is kept",
+			in:   "apiVersion: kueue.x-k8s.io/v1beta2\nkind: ClusterQueue\nmetadata: {name: cq}\nspec: {admissionScope: {admissionMode: UsageBasedAdmissionFairSharing}}\n",
+			want: "apiVersion: sluice.dev/v1beta1\nkind: ClusterQueue\nmetadata:\n  name: cq\nspec:\n  admissionScope:\n    admissionMode: UsageBasedAdmissionFairSharing\n",
+		},
+		{
+			name: "the admissionFairSharing block is kept",
+			in:   "apiVersion: config.kueue.x-k8s.io/v1beta2\nkind: Configuration\nadmissionFairSharing:\n  usageHalfLifeTime: 168h\n  usageSamplingInterval: 5m\n  resourceWeights: {cpu: 2.0, memory: 1.0}\n",
+			want: "admissionFairSharing:\n  resourceWeights:\n    cpu: 2\n    memory: 1\n  usageHalfLifeTime: 168h\n  usageSamplingInterval: 5m\napiVersion: sluice.dev/v1beta1\nkind: Configuration\n",
 		},
 		{
 			name:    "any other field Sluice lacks is refused by its path",

@@ -103,6 +103,7 @@ func (e *Engine) Cycle(now time.Time) []Decision {
 		now:     now,
 		touched: map[*cqState]bool{},
 	}
+	c.sampleFair()
 	c.podsReadyTimeouts()
 	c.execTimeouts()
 	c.admissionChecks()
@@ -110,6 +111,7 @@ func (e *Engine) Cycle(now time.Time) []Decision {
 	c.nodeFailures()
 	c.podsBlocked = c.podsReadyBlock()
 	for round := 0; round < maxRoundsPerCycle && !c.podsBlocked; round++ {
+		c.reorderQueues()
 		heads := c.heads()
 		if len(heads) == 0 {
 			break
@@ -129,6 +131,7 @@ func (e *Engine) Cycle(now time.Time) []Decision {
 		c.order(entries)
 		c.process(entries)
 	}
+	c.reorderQueues()
 	c.explain()
 	for cq := range c.touched {
 		cq.compact()
@@ -687,6 +690,7 @@ func (c *cycle) admit(ws *wlState, a *assignment) {
 	ws.admitted = &admitted{cq: cq, usage: a.usage, podSets: podSets, at: c.now, since: c.now}
 	ws.admittedNow()
 	c.e.hold(ws)
+	c.penalize(ws)
 	ws.reason, ws.class, ws.why = "", "", nil
 	ws.parked = false
 	c.touched[cq] = true

@@ -35,6 +35,9 @@ type admitted struct {
 	charged bool
 	// tas is what its pod sets take of topology-aware flavors' domains.
 	tas []tasUse
+	// fair is the LocalQueue whose Admission Fair Sharing usage the
+	// admission counts in, if any.
+	fair *lqFair
 }
 
 // wlState is the engine's bookkeeping for one workload. The fields a
@@ -49,6 +52,9 @@ type wlState struct {
 	// LocalQueue or ClusterQueue is missing (see unresolved).
 	cq *cqState
 	lq *LocalQueue
+	// fair is its LocalQueue's Admission Fair Sharing state when its
+	// ClusterQueue orders by usage.
+	fair *lqFair
 	// why is the structured form of reason when it came from flavor
 	// assignment; an unchanged why skips rendering reason again.
 	why []reason
@@ -144,6 +150,11 @@ type Engine struct {
 	owns            func(tree string) bool
 	ownedTrees      map[string]bool
 	tellsUnresolved bool
+	// fair is each LocalQueue's Admission Fair Sharing state, by
+	// namespace/name; fairDirty lists those changed since
+	// ChangedLocalQueueUsage last asked.
+	fair      map[string]*lqFair
+	fairDirty map[string]bool
 }
 
 // block is one cause that stops admission: into the tree of
@@ -170,7 +181,7 @@ type scratch struct {
 // New returns an engine for the given configuration.
 func New(cfg Config, opts ...Option) *Engine {
 	e := &Engine{workloads: map[string]*wlState{}, unresolved: map[string]*wlState{}, shapes: map[string]uint32{}, blocks: map[string]block{},
-		tellsUnresolved: true}
+		tellsUnresolved: true, fair: map[string]*lqFair{}, fairDirty: map[string]bool{}}
 	for _, o := range opts {
 		o(e)
 	}
@@ -206,6 +217,7 @@ func (e *Engine) SetConfig(cfg Config) {
 	e.cfg = cfg
 	e.tree = buildTree(cfg)
 	e.buildTAS()
+	e.configureFair()
 	for _, ws := range e.sorted() {
 		ws.parked, ws.queued = false, false
 		e.resolve(ws)
@@ -254,7 +266,7 @@ func (e *Engine) sorted() []*wlState {
 // resolve finds the ClusterQueue of a workload through its LocalQueue and
 // files it in that queue's pending list if it is pending.
 func (e *Engine) resolve(ws *wlState) {
-	ws.cq, ws.lq, ws.unresolved = nil, nil, ""
+	ws.cq, ws.lq, ws.fair, ws.unresolved = nil, nil, nil, ""
 	lq, ok := e.tree.lqs[ws.w.Namespace+"/"+ws.w.Queue]
 	switch {
 	case !ok:
@@ -267,6 +279,7 @@ func (e *Engine) resolve(ws *wlState) {
 			break
 		}
 		ws.cq = cq
+		ws.fair = e.fairFor(lq)
 	}
 	if ws.cq == nil {
 		e.unresolved[ws.key] = ws
@@ -410,6 +423,8 @@ func (e *Engine) hold(ws *wlState) {
 	ws.admitted.tas = e.tasUsage(ws, ws.admitted.podSets)
 	e.bookTAS(ws.admitted.tas, 1)
 	cq.admitted = append(cq.admitted, ws)
+	ws.admitted.fair = ws.fair
+	e.holdFair(ws, 1)
 }
 
 // release frees an admitted workload's quota and wakes parked workloads in
@@ -420,6 +435,7 @@ func (e *Engine) release(ws *wlState) {
 		cq.node.addUsage(u.fr, -u.v)
 	}
 	e.changed(cq.node.root())
+	e.holdFair(ws, -1)
 	for i, c := range cq.admitted {
 		if c == ws {
 			cq.admitted = append(cq.admitted[:i], cq.admitted[i+1:]...)

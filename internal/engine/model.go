@@ -131,6 +131,9 @@ type ClusterQueue struct {
 	// AdmissionChecks an admission must pass before it is admitted; its
 	// quota is reserved meanwhile.
 	AdmissionChecks []AdmissionCheckRule
+	// UsageBasedAdmission: admissionScope.admissionMode is
+	// UsageBasedAdmissionFairSharing (see AdmissionFairSharing).
+	UsageBasedAdmission bool
 }
 
 // AdmissionCheckRule names an admission check a ClusterQueue runs: for
@@ -214,6 +217,10 @@ type LocalQueue struct {
 	Name         string
 	ClusterQueue string
 	StopPolicy   StopPolicy
+	// FairWeight is the LocalQueue's Admission Fair Sharing weight
+	// (spec.fairSharing.weight): its usage counts divided by it. nil
+	// means 1; 0 puts its workloads after every other LocalQueue's.
+	FairWeight *float64
 }
 
 // Config is all configuration the engine decides on.
@@ -234,6 +241,9 @@ type Config struct {
 	AdmissionChecks []AdmissionCheck
 	// Topologies are the Topology objects topology-aware flavors name.
 	Topologies []Topology
+	// AdmissionFairSharing, when set, orders the workloads of the
+	// ClusterQueues with UsageBasedAdmission by their LocalQueues' usage.
+	AdmissionFairSharing *AdmissionFairSharing
 }
 
 // Fair sharing's preemption strategies, as Kueue names them.

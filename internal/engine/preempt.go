@@ -172,7 +172,12 @@ type victimOrder struct {
 // without reaching into the workload: rank is (not evicting, group,
 // priority), then the most recently admitted first (later), then the key.
 type victimKey struct {
-	rank  uint64
+	rank uint64
+	// used is minus the Admission Fair Sharing score of a candidate's
+	// LocalQueue when it is in the preemptor's ClusterQueue (the queue
+	// that used more gives first), compared after rank's evicting and
+	// group bits and before its priority.
+	used  float64
 	later int64
 }
 
@@ -187,7 +192,11 @@ func (e *Engine) victimOrder(cq *cqState, groups ...[]candidate) *victimOrder {
 			}
 			o.heap = append(o.heap, int32(len(o.cands)))
 			o.cands = append(o.cands, c)
-			o.keys = append(o.keys, victimKey{rank: rank, later: -c.ws.admitted.at.UnixNano()})
+			k := victimKey{rank: rank, later: -c.ws.admitted.at.UnixNano()}
+			if f := c.ws.admitted.fair; f != nil && c.ws.admitted.cq == cq {
+				k.used = -f.score
+			}
+			o.keys = append(o.keys, k)
 		}
 	}
 	for i := len(o.heap)/2 - 1; i >= 0; i-- {
@@ -201,6 +210,12 @@ func (e *Engine) victimOrder(cq *cqState, groups ...[]candidate) *victimOrder {
 func (o *victimOrder) less(i, j int) bool {
 	ci, cj := o.heap[i], o.heap[j]
 	a, b := &o.keys[ci], &o.keys[cj]
+	if ah, bh := a.rank>>32, b.rank>>32; ah != bh {
+		return ah < bh
+	}
+	if a.used != b.used {
+		return a.used < b.used
+	}
 	if a.rank != b.rank {
 		return a.rank < b.rank
 	}
@@ -501,6 +516,11 @@ func victimCompare(cq *cqState, a, b *wlState) int {
 	aOther, bOther := a.admitted.cq != cq, b.admitted.cq != cq
 	if aOther != bOther {
 		return first(aOther)
+	}
+	// With Admission Fair Sharing, within one ClusterQueue the workloads
+	// of the LocalQueue that used more go first (as in Kueue).
+	if fa, fb := a.admitted.fair, b.admitted.fair; a.admitted.cq == b.admitted.cq && fa != fb && fa != nil && fb != nil && fa.score != fb.score {
+		return cmp.Compare(fb.score, fa.score)
 	}
 	if a.w.Priority != b.w.Priority {
 		return cmp.Compare(a.w.Priority, b.w.Priority)

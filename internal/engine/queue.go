@@ -2,9 +2,13 @@ package engine
 
 import "sort"
 
-// queueLess orders a ClusterQueue's pending workloads: higher priority
-// first, then earlier submission (or requeue, see orderAt), then key.
+// queueLess orders a ClusterQueue's pending workloads: with Admission
+// Fair Sharing, the LocalQueue with the lower usage first; then higher
+// priority, then earlier submission (or requeue, see orderAt), then key.
 func queueLess(a, b *wlState) bool {
+	if a.fair != b.fair && a.fair != nil && b.fair != nil && a.fair.score != b.fair.score {
+		return a.fair.score < b.fair.score
+	}
 	if a.w.Priority != b.w.Priority {
 		return a.w.Priority > b.w.Priority
 	}

@@ -266,6 +266,9 @@ type cqState struct {
 	// while scan.cycle is the cycle's id (kept here, not in maps of the
 	// cycle: heads looks it up once per queue per round).
 	scan queueScan
+	// reorder: a LocalQueue's Admission Fair Sharing usage changed, so
+	// pending must be sorted again before it is walked.
+	reorder bool
 	// settled: every pending workload was judged and parked, each with
 	// its reason, so until something in the queue or its cohort tree
 	// changes (a workload added, removed or reprioritized, quota

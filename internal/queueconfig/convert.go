@@ -35,12 +35,14 @@ type Objects struct {
 	// (unqueued.go).
 	ManageJobsWithoutQueueName   bool
 	ManagedJobsNamespaceSelector *metav1.LabelSelector
+	// AdmissionFairSharing is nil when Admission Fair Sharing is off.
+	AdmissionFairSharing *engine.AdmissionFairSharing
 }
 
 // ToEngine converts validated objects into the engine's configuration.
 func ToEngine(o Objects) (engine.Config, error) {
 	cfg := engine.Config{NamespaceLabel: o.Namespaces, FairSharing: o.FairSharing, WaitForPodsReady: o.WaitForPodsReady,
-		FairStrategies: o.FairStrategies}
+		FairStrategies: o.FairStrategies, AdmissionFairSharing: o.AdmissionFairSharing}
 	for _, f := range o.Flavors {
 		cfg.Flavors = append(cfg.Flavors, engine.Flavor{
 			Name:        f.Name,
@@ -77,12 +79,17 @@ func ToEngine(o Objects) (engine.Config, error) {
 		cfg.AdmissionChecks = append(cfg.AdmissionChecks, engine.AdmissionCheck{Name: ac.Name, Controller: ac.Spec.ControllerName, Active: ac.IsActive()})
 	}
 	for _, lq := range o.LocalQueues {
-		cfg.LocalQueues = append(cfg.LocalQueues, engine.LocalQueue{
+		elq := engine.LocalQueue{
 			Namespace:    lq.Namespace,
 			Name:         lq.Name,
 			ClusterQueue: lq.Spec.ClusterQueue,
 			StopPolicy:   stopPolicy(lq.Spec.StopPolicy),
-		})
+		}
+		if fs := lq.Spec.FairSharing; fs != nil && fs.Weight != nil {
+			w := fs.Weight.AsApproximateFloat64()
+			elq.FairWeight = &w
+		}
+		cfg.LocalQueues = append(cfg.LocalQueues, elq)
 	}
 	return cfg, nil
 }
@@ -90,15 +97,16 @@ func ToEngine(o Objects) (engine.Config, error) {
 func clusterQueue(cq *v1beta1.ClusterQueue) (engine.ClusterQueue, error) {
 	s := &cq.Spec
 	out := engine.ClusterQueue{
-		Name:             cq.Name,
-		Cohort:           s.Cohort,
-		ResourceGroups:   groups(s.ResourceGroups),
-		QueueingStrategy: engine.BestEffortFIFO,
-		WhenCanBorrow:    engine.Borrow,
-		WhenCanPreempt:   engine.TryNextFlavor,
-		Preemption:       engine.Preemption{WithinClusterQueue: engine.Never, ReclaimWithinCohort: engine.Never, BorrowWithinCohort: engine.Never},
-		StopPolicy:       stopPolicy(s.StopPolicy),
-		FairWeight:       weight(s.FairSharing),
+		Name:                cq.Name,
+		Cohort:              s.Cohort,
+		ResourceGroups:      groups(s.ResourceGroups),
+		QueueingStrategy:    engine.BestEffortFIFO,
+		WhenCanBorrow:       engine.Borrow,
+		WhenCanPreempt:      engine.TryNextFlavor,
+		Preemption:          engine.Preemption{WithinClusterQueue: engine.Never, ReclaimWithinCohort: engine.Never, BorrowWithinCohort: engine.Never},
+		StopPolicy:          stopPolicy(s.StopPolicy),
+		FairWeight:          weight(s.FairSharing),
+		UsageBasedAdmission: s.AdmissionScope != nil && s.AdmissionScope.AdmissionMode == v1beta1.UsageBasedAdmissionFairSharing,
 	}
 	for _, r := range s.CheckRules() {
 		out.AdmissionChecks = append(out.AdmissionChecks, engine.AdmissionCheckRule{Name: r.Name, OnFlavors: r.OnFlavors})

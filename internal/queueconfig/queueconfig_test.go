@@ -74,9 +74,18 @@ func TestValidateClusterQueue(t *testing.T) {
 				WhenCanBorrow: v1beta1.MayStopSearch, WhenCanPreempt: v1beta1.MayStopSearch}},
 		},
 		{
-			name:     "Kueue's admissionScope",
-			spec:     v1beta1.ClusterQueueSpec{AdmissionScope: &v1beta1.AdmissionScope{AdmissionMode: "UsageBasedAdmissionFairSharing"}},
-			wantErrs: []string{"spec.admissionScope: Forbidden: Kueue's Admission Fair Sharing is not supported by Sluice; remove it (fairSharing orders by dominant resource share instead)"},
+			name: "Admission Fair Sharing by usage",
+			spec: v1beta1.ClusterQueueSpec{AdmissionScope: &v1beta1.AdmissionScope{AdmissionMode: v1beta1.UsageBasedAdmissionFairSharing}},
+		},
+		{
+			name:     "an admission mode Kueue does not have",
+			spec:     v1beta1.ClusterQueueSpec{AdmissionScope: &v1beta1.AdmissionScope{AdmissionMode: "ByUsage"}},
+			wantErrs: []string{`spec.admissionScope.admissionMode: Unsupported value: "ByUsage": supported values: "UsageBasedAdmissionFairSharing", "NoAdmissionFairSharing"`},
+		},
+		{
+			name:     "an admissionScope without a mode",
+			spec:     v1beta1.ClusterQueueSpec{AdmissionScope: &v1beta1.AdmissionScope{}},
+			wantErrs: []string{"spec.admissionScope.admissionMode: Required value: UsageBasedAdmissionFairSharing or NoAdmissionFairSharing"},
 		},
 		{
 			name:     "unknown stop policy",

@@ -152,9 +152,11 @@ func ValidateClusterQueue(cq *v1beta1.ClusterQueue) field.ErrorList {
 	}
 	errs = append(errs, validateFairSharing(sp.Child("fairSharing"), s.FairSharing)...)
 	errs = append(errs, validateCheckRules(sp, s)...)
-	if s.AdmissionScope != nil {
-		errs = append(errs, field.Forbidden(sp.Child("admissionScope"),
-			"Kueue's Admission Fair Sharing is not supported by Sluice; remove it (fairSharing orders by dominant resource share instead)"))
+	if s.AdmissionScope != nil && s.AdmissionScope.AdmissionMode == "" {
+		errs = append(errs, field.Required(sp.Child("admissionScope", "admissionMode"), "UsageBasedAdmissionFairSharing or NoAdmissionFairSharing"))
+	} else if s.AdmissionScope != nil {
+		errs = append(errs, oneOf(sp.Child("admissionScope", "admissionMode"), &s.AdmissionScope.AdmissionMode,
+			v1beta1.UsageBasedAdmissionFairSharing, v1beta1.NoAdmissionFairSharing)...)
 	}
 	return errs
 }
@@ -182,10 +184,7 @@ func ValidateLocalQueue(lq *v1beta1.LocalQueue) field.ErrorList {
 		errs = append(errs, field.Required(sp.Child("clusterQueue"), "the ClusterQueue this queue submits to"))
 	}
 	errs = append(errs, oneOf(sp.Child("stopPolicy"), lq.Spec.StopPolicy, v1beta1.None, v1beta1.Hold, v1beta1.HoldAndDrain)...)
-	if lq.Spec.FairSharing != nil {
-		errs = append(errs, field.Forbidden(sp.Child("fairSharing"),
-			"a LocalQueue's fairSharing (Kueue's Admission Fair Sharing weight) is not supported by Sluice; remove it"))
-	}
+	errs = append(errs, validateFairSharing(sp.Child("fairSharing"), lq.Spec.FairSharing)...)
 	return errs
 }
 

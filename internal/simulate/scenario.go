@@ -199,6 +199,9 @@ type Configuration struct {
 	// the selector also bounds LocalQueue defaulting (Kueue's names).
 	ManageJobsWithoutQueueName   bool                  `json:"manageJobsWithoutQueueName,omitempty"`
 	ManagedJobsNamespaceSelector *metav1.LabelSelector `json:"managedJobsNamespaceSelector,omitempty"`
+	// AdmissionFairSharing orders the workloads of ClusterQueues whose
+	// admissionScope asks for it by their LocalQueues' recent usage.
+	AdmissionFairSharing *queueconfig.AdmissionFairSharing `json:"admissionFairSharing,omitempty"`
 }
 
 // namespace is the part of a v1 Namespace the simulator reads.
@@ -498,6 +501,10 @@ func (sc *Scenario) add(base string, doc []byte, seen map[string]string, sawConf
 		}
 		sc.Config.ManageJobsWithoutQueueName = o.ManageJobsWithoutQueueName
 		sc.Config.ManagedJobsNamespaceSelector = o.ManagedJobsNamespaceSelector
+		if err := fieldErrors(loc, o.AdmissionFairSharing.Validate(field.NewPath("admissionFairSharing"))); err != nil {
+			return err
+		}
+		sc.Config.AdmissionFairSharing = o.AdmissionFairSharing.Engine()
 	case "SimulatedWorkload":
 		var o SimulatedWorkload
 		if err := decode(loc, doc, js, &o); err != nil {

@@ -82,7 +82,7 @@ func (o Options) Validate() error {
 // config is the service's Config under the settings of --config.
 func (o Options) config(set configfile.Settings) Config {
 	return Config{Interval: o.Interval, FairSharing: o.FairSharing || set.FairSharing, FairStrategies: set.FairStrategies,
-		PendingInterval: o.PendingInterval, WaitForPodsReady: set.PodsReady, Replica: o.Replica}
+		PendingInterval: o.PendingInterval, WaitForPodsReady: set.PodsReady, Replica: o.Replica, AdmissionFairSharing: set.AdmissionFairSharing}
 }
 
 // Build wires the service: its tracer, its publisher, the service and,

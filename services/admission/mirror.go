@@ -39,6 +39,7 @@ func (s *Service) reconfigure() {
 	snap.Objects.FairSharing = s.cfg.FairSharing
 	snap.Objects.WaitForPodsReady = s.cfg.WaitForPodsReady
 	snap.Objects.FairStrategies = s.cfg.FairStrategies
+	snap.Objects.AdmissionFairSharing = s.cfg.AdmissionFairSharing
 	cfg, err := queueconfig.ToEngine(snap.Objects)
 	if err != nil {
 		s.log.Error().Err(err).Msg("configuration not applied")

@@ -45,6 +45,10 @@ type Config struct {
 	// ready (Kueue's waitForPodsReady); readiness comes from the fences,
 	// where the job integrations write it.
 	WaitForPodsReady *engine.WaitForPodsReady
+	// AdmissionFairSharing, when set, orders the workloads of the
+	// ClusterQueues whose admissionScope asks for it by their
+	// LocalQueues' recent usage.
+	AdmissionFairSharing *engine.AdmissionFairSharing
 	// QueriesPerSecond bounds the reads of the pending API and the web
 	// view that enter the admission loop, where the engine lives, so
 	// that a flood of them cannot starve admission cycles; one past it is
@@ -234,7 +238,8 @@ func New(cfg Config, js jetstream.JetStream, pub events.Publisher, opts ...Optio
 	}
 	s.queryLimit = rate.NewLimiter(rate.Limit(s.cfg.QueriesPerSecond), s.cfg.QueriesPerSecond)
 	s.out = outbox{pub: pub, log: s.log, recordExists: s.recordExists}
-	s.eng = engine.New(engine.Config{FairSharing: cfg.FairSharing, WaitForPodsReady: cfg.WaitForPodsReady, FairStrategies: cfg.FairStrategies},
+	s.eng = engine.New(engine.Config{FairSharing: cfg.FairSharing, WaitForPodsReady: cfg.WaitForPodsReady, FairStrategies: cfg.FairStrategies,
+		AdmissionFairSharing: cfg.AdmissionFairSharing},
 		engine.WithDeferredEviction(), engine.WithQuietPending())
 	return s, nil
 }

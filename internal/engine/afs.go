@@ -1,0 +1,298 @@
+package engine
+
+import (
+	"maps"
+	"math"
+	"slices"
+	"time"
+)
+
+// AdmissionFairSharing is Kueue's Admission Fair Sharing (the
+// Configuration's admissionFairSharing block): in a ClusterQueue whose
+// admission scope is UsageBasedAdmission, pending workloads are ordered
+// first by their LocalQueue's recent usage divided by its weight, then as
+// usual (priority, then submission). A LocalQueue's usage is a moving
+// average of what its admitted workloads hold, sampled every
+// SamplingInterval and decayed by half every HalfLife, and each admission
+// adds an entry penalty at once, so that a burst of submissions from one
+// queue cannot all pass before the next sample counts them.
+type AdmissionFairSharing struct {
+	// HalfLife is usageHalfLifeTime; 0 keeps no history (every usage is
+	// 0, so the order is the usual one).
+	HalfLife time.Duration
+	// SamplingInterval is usageSamplingInterval (Kueue's default: 5m).
+	SamplingInterval time.Duration
+	// ResourceWeights weigh each resource's usage (default 1).
+	ResourceWeights map[string]float64
+}
+
+// LocalQueueUsage is a LocalQueue's decayed usage (Kueue's
+// consumedResources): per resource, in the resource's own unit (cores for
+// cpu, bytes for memory, units otherwise), as of LastUpdate.
+type LocalQueueUsage struct {
+	Consumed   map[string]float64
+	LastUpdate time.Time
+}
+
+// lqFair is the engine's Admission Fair Sharing state of one LocalQueue.
+// It outlives configuration changes (the history is the LocalQueue's, not
+// the configuration's); cq is set while the LocalQueue's ClusterQueue
+// orders by usage.
+type lqFair struct {
+	key      string
+	cq       *cqState
+	weight   float64
+	consumed map[string]float64
+	last     time.Time
+	// held is what the LocalQueue's admitted workloads hold now, per
+	// resource in the engine's units (kept by hold and release, exactly:
+	// a queue that holds nothing has no entry).
+	held map[string]int64
+	// score orders the LocalQueue's workloads: weighted usage / weight.
+	score float64
+}
+
+// afsAlpha is the weight of the current usage after elapsed: 1 − ½^(elapsed/halfLife).
+func afsAlpha(elapsed, halfLife time.Duration) float64 {
+	if halfLife <= 0 {
+		return 0
+	}
+	return 1 - math.Pow(0.5, elapsed.Seconds()/halfLife.Seconds())
+}
+
+// afs returns the Admission Fair Sharing settings, nil when off.
+func (e *Engine) afs() *AdmissionFairSharing { return e.cfg.AdmissionFairSharing }
+
+// fairOf returns the state of LocalQueue key, made if new.
+func (e *Engine) fairOf(key string) *lqFair {
+	f, ok := e.fair[key]
+	if !ok {
+		f = &lqFair{key: key, consumed: map[string]float64{}, held: map[string]int64{}}
+		e.fair[key] = f
+	}
+	return f
+}
+
+// configureFair links each LocalQueue's state to its ClusterQueue when
+// that orders by usage, after a configuration change. The amounts held
+// are counted again as admissions are held anew.
+func (e *Engine) configureFair() {
+	for _, f := range e.fair {
+		f.cq = nil
+		clear(f.held)
+	}
+	if e.afs() == nil {
+		return
+	}
+	for key, lq := range e.tree.lqs {
+		cq := e.tree.cqs[lq.ClusterQueue]
+		if cq == nil || !cq.UsageBasedAdmission {
+			continue
+		}
+		f := e.fairOf(key)
+		f.cq = cq
+		f.weight = 1
+		if lq.FairWeight != nil {
+			f.weight = *lq.FairWeight
+		}
+		f.rescore(e.afs())
+	}
+}
+
+// fairFor is the state a workload of LocalQueue lq is ordered by, nil
+// when its ClusterQueue does not order by usage.
+func (e *Engine) fairFor(lq *LocalQueue) *lqFair {
+	if lq == nil || e.afs() == nil {
+		return nil
+	}
+	if f := e.fair[lq.Namespace+"/"+lq.Name]; f != nil && f.cq != nil {
+		return f
+	}
+	return nil
+}
+
+// rescore recomputes the score; it reports whether it changed.
+func (f *lqFair) rescore(afs *AdmissionFairSharing) bool {
+	var sum float64
+	for _, r := range slices.Sorted(maps.Keys(f.consumed)) {
+		w, ok := afs.ResourceWeights[r]
+		if !ok {
+			w = 1
+		}
+		sum += w * f.consumed[r]
+	}
+	score := math.Inf(1)
+	if f.weight > 0 {
+		score = sum / f.weight
+	}
+	changed := score != f.score
+	f.score = score
+	return changed
+}
+
+// decay moves the consumed usage toward what is held now, for the time
+// since the last update.
+func (f *lqFair) decay(afs *AdmissionFairSharing, now time.Time) {
+	if f.last.IsZero() {
+		f.last = now // history starts now
+		return
+	}
+	if afs.HalfLife <= 0 {
+		clear(f.consumed)
+		f.last = now
+		return
+	}
+	elapsed := max(0, now.Sub(f.last))
+	a := afsAlpha(elapsed, afs.HalfLife)
+	for r, v := range f.consumed {
+		f.consumed[r] = (1 - a) * v
+	}
+	for r, v := range f.held {
+		f.consumed[r] += a * baseUnits(r, v)
+	}
+	if now.After(f.last) {
+		f.last = now
+	}
+}
+
+// amounts sums frAmounts per resource.
+func (e *Engine) amounts(usage []frAmount) map[string]int64 {
+	out := make(map[string]int64, len(usage))
+	for _, u := range usage {
+		out[e.tree.frs[u.fr].Resource] += u.v
+	}
+	return out
+}
+
+// baseUnits converts an amount in the engine's units to the resource's
+// own (cores for cpu), as Kueue reports usage.
+func baseUnits(res string, v int64) float64 {
+	if res == "cpu" {
+		return float64(v) / 1000
+	}
+	return float64(v)
+}
+
+// holdFair counts an admission in, or out of (sign -1), its LocalQueue's
+// held amounts.
+func (e *Engine) holdFair(ws *wlState, sign int64) {
+	f := ws.admitted.fair
+	if f == nil {
+		return
+	}
+	for r, v := range e.amounts(ws.admitted.usage) {
+		f.held[r] += sign * v
+		if f.held[r] == 0 {
+			delete(f.held, r)
+		}
+	}
+}
+
+// penalize charges a new admission's entry penalty to its LocalQueue at
+// once: what it would have added to the usage had it been held for one
+// sampling interval.
+func (c *cycle) penalize(ws *wlState) {
+	f, afs := ws.admitted.fair, c.e.afs()
+	if f == nil || afs == nil {
+		return
+	}
+	f.decay(afs, c.now)
+	a := afsAlpha(afs.SamplingInterval, afs.HalfLife)
+	for r, v := range c.e.amounts(ws.admitted.usage) {
+		f.consumed[r] += a * baseUnits(r, v)
+	}
+	c.e.fairChanged(f)
+}
+
+// fairChanged notes a LocalQueue's new usage: its ClusterQueue's order
+// may change, and the caller may want to store it.
+func (e *Engine) fairChanged(f *lqFair) {
+	e.fairDirty[f.key] = true
+	if f.rescore(e.afs()) && f.cq != nil {
+		f.cq.reorder = true
+		f.cq.settled = false
+	}
+}
+
+// sampleFair decays the usage of every LocalQueue of this engine's trees
+// whose sampling interval passed, and re-sorts the queues whose order
+// changed.
+func (c *cycle) sampleFair() {
+	afs := c.e.afs()
+	if afs == nil {
+		return
+	}
+	for _, f := range c.e.fair {
+		if f.cq == nil || !ours(f.cq) {
+			continue
+		}
+		if !f.last.IsZero() && c.now.Sub(f.last) < afs.SamplingInterval {
+			continue
+		}
+		f.decay(afs, c.now)
+		c.e.fairChanged(f)
+	}
+	c.reorderQueues()
+}
+
+// reorderQueues re-sorts the pending lists of the queues whose
+// LocalQueues' usage changed; the cycle walks them again from the start.
+func (c *cycle) reorderQueues() {
+	for _, cq := range c.e.tree.cqOrder {
+		if !cq.reorder {
+			continue
+		}
+		cq.reorder = false
+		cq.sortPending()
+		c.rescan(cq)
+	}
+}
+
+// LocalQueueUsage returns the decayed usage of a LocalQueue of a
+// ClusterQueue that orders by usage, and its score (its weighted usage
+// divided by its weight).
+func (e *Engine) LocalQueueUsage(namespace, name string) (LocalQueueUsage, float64, bool) {
+	f := e.fair[namespace+"/"+name]
+	if f == nil || f.cq == nil {
+		return LocalQueueUsage{}, 0, false
+	}
+	return LocalQueueUsage{Consumed: maps.Clone(f.consumed), LastUpdate: f.last}, f.score, true
+}
+
+// SetLocalQueueUsage restores a LocalQueue's usage as stored (after a
+// restart, or from the replica that decided for its tree before), unless
+// what the engine has is newer.
+func (e *Engine) SetLocalQueueUsage(namespace, name string, u LocalQueueUsage) {
+	f := e.fairOf(namespace + "/" + name)
+	if !f.last.IsZero() && !u.LastUpdate.After(f.last) {
+		return
+	}
+	f.consumed = cloneUsage(u.Consumed)
+	f.last = u.LastUpdate
+	if e.afs() != nil && f.rescore(e.afs()) && f.cq != nil {
+		f.cq.reorder = true
+		f.cq.settled = false
+	}
+}
+
+// ChangedLocalQueueUsage returns the usage of the LocalQueues that
+// changed since the last call, by namespace/name, for the caller to store.
+func (e *Engine) ChangedLocalQueueUsage() map[string]LocalQueueUsage {
+	if len(e.fairDirty) == 0 {
+		return nil
+	}
+	out := make(map[string]LocalQueueUsage, len(e.fairDirty))
+	for key := range e.fairDirty {
+		if f := e.fair[key]; f != nil {
+			out[key] = LocalQueueUsage{Consumed: maps.Clone(f.consumed), LastUpdate: f.last}
+		}
+	}
+	clear(e.fairDirty)
+	return out
+}
+
+func cloneUsage(m map[string]float64) map[string]float64 {
+	out := make(map[string]float64, len(m))
+	maps.Copy(out, m)
+	return out
+}
