@@ -36,6 +36,9 @@ const (
 	// BucketNodes holds the capacity of the nodes topology-aware flavors
 	// place pods on (internal/nodecap).
 	BucketNodes = "sluice-nodes"
+	// BucketLQUsage holds each LocalQueue's Admission Fair Sharing usage
+	// (internal/lqusage).
+	BucketLQUsage = "sluice-lq-usage"
 )
 
 // StreamSubjects are the subjects of the SLUICE stream.
@@ -45,7 +48,7 @@ var StreamSubjects = []string{"sluice.workload.>", "sluice.preemption.>", "sluic
 var DLQSubjects = []string{events.DLQSubjectPrefix + ">"}
 
 // Buckets are the KV buckets Setup creates.
-var Buckets = []string{BucketQuota, BucketWorkloads, BucketConfig, BucketFence, BucketShards, BucketNodes}
+var Buckets = []string{BucketQuota, BucketWorkloads, BucketConfig, BucketFence, BucketShards, BucketNodes, BucketLQUsage}
 
 // Defaults of Config.
 const (
@@ -200,6 +203,7 @@ func (c Config) KeyValueConfig(bucket string) jetstream.KeyValueConfig {
 		BucketConfig:    "Sluice queue configuration mirrored from the CRDs",
 		BucketFence:     "Sluice start/stop fence: one key per admitted workload",
 		BucketShards:    "Sluice leases: which integration replica handles which shard of a kind's objects, which admission replica decides for which cohort tree",
+		BucketLQUsage:   "Sluice Admission Fair Sharing: each LocalQueue's decayed usage",
 	}[bucket]
 	if bucket == BucketShards {
 		// A lease is only worth its last write: no history, and keys

@@ -32,6 +32,10 @@ type AdmissionFairSharing struct {
 type LocalQueueUsage struct {
 	Consumed   map[string]float64
 	LastUpdate time.Time
+	// Share is what the queue's workloads are ordered by: its weighted
+	// usage divided by its weight (+Inf for weight 0). The engine reports
+	// it; SetLocalQueueUsage ignores it.
+	Share float64
 }
 
 // lqFair is the engine's Admission Fair Sharing state of one LocalQueue.
@@ -198,10 +202,27 @@ func (c *cycle) penalize(ws *wlState) {
 	}
 	f.decay(afs, c.now)
 	a := afsAlpha(afs.SamplingInterval, afs.HalfLife)
-	for r, v := range c.e.amounts(ws.admitted.usage) {
-		f.consumed[r] += a * baseUnits(r, v)
+	amounts := c.e.amounts(ws.admitted.usage)
+	ws.admitted.penalty = make(map[string]float64, len(amounts))
+	for r, v := range amounts {
+		p := a * baseUnits(r, v)
+		f.consumed[r] += p
+		ws.admitted.penalty[r] = p
 	}
 	c.e.fairChanged(f)
+}
+
+// unpenalize takes an admission's entry penalty back (Undo).
+func (e *Engine) unpenalize(a *admitted) {
+	f := a.fair
+	if f == nil || len(a.penalty) == 0 {
+		return
+	}
+	for r, p := range a.penalty {
+		f.consumed[r] = max(0, f.consumed[r]-p)
+	}
+	a.penalty = nil
+	e.fairChanged(f)
 }
 
 // fairChanged notes a LocalQueue's new usage: its ClusterQueue's order
@@ -249,14 +270,17 @@ func (c *cycle) reorderQueues() {
 }
 
 // LocalQueueUsage returns the decayed usage of a LocalQueue of a
-// ClusterQueue that orders by usage, and its score (its weighted usage
-// divided by its weight).
-func (e *Engine) LocalQueueUsage(namespace, name string) (LocalQueueUsage, float64, bool) {
+// ClusterQueue that orders by usage.
+func (e *Engine) LocalQueueUsage(namespace, name string) (LocalQueueUsage, bool) {
 	f := e.fair[namespace+"/"+name]
 	if f == nil || f.cq == nil {
-		return LocalQueueUsage{}, 0, false
+		return LocalQueueUsage{}, false
 	}
-	return LocalQueueUsage{Consumed: maps.Clone(f.consumed), LastUpdate: f.last}, f.score, true
+	return f.usage(), true
+}
+
+func (f *lqFair) usage() LocalQueueUsage {
+	return LocalQueueUsage{Consumed: cloneUsage(f.consumed), LastUpdate: f.last, Share: f.score}
 }
 
 // SetLocalQueueUsage restores a LocalQueue's usage as stored (after a
@@ -283,8 +307,8 @@ func (e *Engine) ChangedLocalQueueUsage() map[string]LocalQueueUsage {
 	}
 	out := make(map[string]LocalQueueUsage, len(e.fairDirty))
 	for key := range e.fairDirty {
-		if f := e.fair[key]; f != nil {
-			out[key] = LocalQueueUsage{Consumed: maps.Clone(f.consumed), LastUpdate: f.last}
+		if f := e.fair[key]; f != nil && f.cq != nil {
+			out[key] = f.usage()
 		}
 	}
 	clear(e.fairDirty)

@@ -224,7 +224,7 @@ func TestLocalQueueUsage(t *testing.T) {
 			}
 		}
 		e.Cycle(t0.Add(s.at))
-		u, _, ok := e.LocalQueueUsage("ns", "a")
+		u, ok := e.LocalQueueUsage("ns", "a")
 		if !ok {
 			t.Fatalf("step %d: no usage for ns/a", i)
 		}
@@ -279,5 +279,29 @@ func TestAdmissionFairSharingVictims(t *testing.T) {
 				t.Errorf("victims (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestUndoTakesThePenaltyBack: an admission the caller could not book
+// charges its LocalQueue nothing.
+func TestUndoTakesThePenaltyBack(t *testing.T) {
+	e := New(afsConfig(4000, true, hourly, nil))
+	e.SetLocalQueueUsage("ns", "a", cpuUsed(1))
+	if err := e.Submit(newWL("ns", "w").queue("a").pods("main", 1, "cpu", 2000).obj()); err != nil {
+		t.Fatal(err)
+	}
+	if got := admittedIn(e.Cycle(t0)); len(got) != 1 {
+		t.Fatalf("admitted %v, want ns/w", got)
+	}
+	charged, _ := e.LocalQueueUsage("ns", "a")
+	if err := e.Undo("ns/w"); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := e.LocalQueueUsage("ns", "a")
+	if charged.Consumed["cpu"] <= 1 || after.Consumed["cpu"] != 1 {
+		t.Errorf("consumed cpu %v after the admission, %v after Undo; want more than 1, then 1", charged.Consumed["cpu"], after.Consumed["cpu"])
+	}
+	if e.IsAdmitted("ns/w") {
+		t.Errorf("ns/w still admitted after Undo")
 	}
 }

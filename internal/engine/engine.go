@@ -36,8 +36,10 @@ type admitted struct {
 	// tas is what its pod sets take of topology-aware flavors' domains.
 	tas []tasUse
 	// fair is the LocalQueue whose Admission Fair Sharing usage the
-	// admission counts in, if any.
-	fair *lqFair
+	// admission counts in, if any; penalty is the entry penalty it
+	// charged it, per resource.
+	fair    *lqFair
+	penalty map[string]float64
 }
 
 // wlState is the engine's bookkeeping for one workload. The fields a
@@ -549,6 +551,22 @@ func (e *Engine) Evict(key string) error {
 	ws, ok := e.workloads[key]
 	if !ok {
 		return fmt.Errorf("evict %s: %w", key, ErrUnknownWorkload)
+	}
+	e.evict(ws)
+	return nil
+}
+
+// Undo takes back an admission of the last cycle that could not be
+// booked (another replica moved first, or the ledger did not answer): as
+// Evict, and the entry penalty it charged its LocalQueue is taken back
+// too, since the workload never held the quota.
+func (e *Engine) Undo(key string) error {
+	ws, ok := e.workloads[key]
+	if !ok {
+		return fmt.Errorf("undo %s: %w", key, ErrUnknownWorkload)
+	}
+	if ws.admitted != nil {
+		e.unpenalize(ws.admitted)
 	}
 	e.evict(ws)
 	return nil

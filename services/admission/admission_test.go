@@ -53,6 +53,8 @@ type harness struct {
 	pendingInterval time.Duration
 	// podsReady, when set, turns waitForPodsReady on.
 	podsReady *engine.WaitForPodsReady
+	// afs, when set, turns Admission Fair Sharing on.
+	afs *engine.AdmissionFairSharing
 
 	t     *testing.T
 	ctx   context.Context
@@ -130,6 +132,7 @@ func (h *harness) start() {
 		clock = func() time.Time { return now }
 	}
 	s, err := admission.New(admission.Config{Interval: 5 * time.Millisecond, PendingInterval: h.pendingInterval, WaitForPodsReady: h.podsReady,
+		AdmissionFairSharing: h.afs,
 		QueriesPerSecond: h.queriesPerSecond, Replica: h.replica}, h.js, pub,
 		admission.WithClock(clock), admission.WithLogger(log), admission.WithTracer(h.tracer))
 	if err != nil {

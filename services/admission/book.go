@@ -132,7 +132,7 @@ func (s *Service) cycle(ctx context.Context) error {
 		if !known {
 			// The bucket does not answer: the job may have ended. Reserve
 			// nothing for it until the bucket says it is there.
-			_ = s.eng.Evict(d.Key)
+			_ = s.eng.Undo(d.Key)
 			if d.Kind == engine.KindReplaced {
 				s.unmove(d.Key)
 			}
@@ -224,7 +224,7 @@ func (s *Service) cycle(ctx context.Context) error {
 					continue
 				}
 				lost[d.Key] = true
-				_ = s.eng.Evict(d.Key)
+				_ = s.eng.Undo(d.Key)
 				if d.Kind == engine.KindReplaced {
 					s.unmove(d.Key)
 				}

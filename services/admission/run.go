@@ -20,6 +20,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/fence"
 	"github.com/sluice-dev/sluice/internal/health"
 	"github.com/sluice-dev/sluice/internal/ledger"
+	"github.com/sluice-dev/sluice/internal/lqusage"
 	"github.com/sluice-dev/sluice/internal/nodecap"
 	"github.com/sluice-dev/sluice/internal/shard"
 	"github.com/sluice-dev/sluice/internal/tracing"
@@ -185,6 +186,13 @@ type Service struct {
 	// while tracing); cycles counts the engine's cycles, for the spans.
 	queued map[string]*queuedTrace
 	cycles int64
+
+	// usageKV is the bucket of LocalQueue usage; usageDue what is still to
+	// be written to it, lastUsageSave when it was last written
+	// (lqusage.go).
+	usageKV       jetstream.KeyValue
+	usageDue      map[string]engine.LocalQueueUsage
+	lastUsageSave time.Time
 }
 
 // Option tunes a Service.
@@ -259,11 +267,13 @@ func (s *Service) Run(ctx context.Context) error {
 }
 
 func (s *Service) run(ctx context.Context) error {
-	kvs, stream, err := bus.OpenBuckets(ctx, s.js, true, configstore.Bucket, workloads.Bucket, ledger.Bucket, fence.Bucket, nodecap.Bucket, bus.BucketShards)
+	kvs, stream, err := bus.OpenBuckets(ctx, s.js, true, configstore.Bucket, workloads.Bucket, ledger.Bucket, fence.Bucket, nodecap.Bucket, bus.BucketShards,
+		lqusage.Bucket)
 	if err != nil {
 		return fmt.Errorf("admission: %w", err)
 	}
 	cfgKV, wlKV, ledKV, fenceKV, nodesKV := kvs[0], kvs[1], kvs[2], kvs[3], kvs[4]
+	s.usageKV = kvs[6]
 	// Trees are decided only under their leases: none until the first
 	// round of them.
 	if s.owner, err = shard.New(kvs[5], leaseGroup, s.cfg.Replica, shard.WithShards(1), shard.WithLogger(s.log)); err != nil {
@@ -303,12 +313,13 @@ func (s *Service) run(ctx context.Context) error {
 	// Retry or Rejected) for a replica that starts later.
 	feedCtx, stopFeeds := context.WithCancel(ctx)
 	defer stopFeeds()
-	feedErr := make(chan error, 5)
+	feedErr := make(chan error, 6)
 	cfgF := s.feed(feedCtx, cfgKV, feedErr)
 	nodesF := s.feed(feedCtx, nodesKV, feedErr)
 	wlF := s.feed(feedCtx, wlKV, feedErr)
 	ledF := s.feed(feedCtx, ledKV, feedErr)
 	fenceF := s.feed(feedCtx, fenceKV, feedErr)
+	usageF := s.feed(feedCtx, s.usageKV, feedErr)
 	// Admission checks' answers are written into the reservations they
 	// are about; the ledger watch brings them to the engine.
 	checksDone := make(chan error, 1)
@@ -328,7 +339,7 @@ func (s *Service) run(ctx context.Context) error {
 	// Admit nothing before the mirrors hold their initial state.
 	synced := map[string]bool{}
 	allSynced := func() bool {
-		return synced["config"] && synced["workloads"] && synced["ledger"] && synced["fences"] && synced["nodes"]
+		return synced["config"] && synced["workloads"] && synced["ledger"] && synced["fences"] && synced["nodes"] && synced["usage"]
 	}
 	tick := time.NewTicker(s.cfg.Interval)
 	defer tick.Stop()
@@ -371,6 +382,12 @@ func (s *Service) run(ctx context.Context) error {
 				continue
 			}
 			s.applyFence(e)
+		case e := <-usageF.entries:
+			if e == nil {
+				synced["usage"] = true
+				continue
+			}
+			s.applyUsage(e)
 		case q := <-s.queries:
 			q()
 		case <-s.leaseTicks:
@@ -402,6 +419,7 @@ func (s *Service) run(ctx context.Context) error {
 				s.tellHeldPending(ctx, now)
 			}
 			s.applyFences()
+			s.saveUsage(ctx, s.clock())
 			if next, due := s.eng.NextTimer(s.lastCycle); due && !s.clock().Before(next) {
 				s.dirty = true // a pods-ready timeout or a backoff ended
 			}

@@ -37,6 +37,8 @@ type statusWriter struct {
 	// queues' Active conditions.
 	eng    *engine.Engine
 	engGen uint64
+	// lqUsage is the LocalQueues' Admission Fair Sharing usage.
+	lqUsage *lqUsage
 }
 
 // queueStatus is the status the watcher owns.
@@ -46,10 +48,18 @@ type queueStatus struct {
 	FlavorsUsage []v1beta1.FlavorUsage `json:"flavorsUsage"`
 	// Conditions holds the queue's Active condition (Kueue's).
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// FairSharing is a LocalQueue's Admission Fair Sharing usage.
+	FairSharing *v1beta1.LocalQueueFairSharingStatus `json:"fairSharing,omitempty"`
 }
 
 func (w *statusWriter) run(ctx context.Context, s *Service) {
 	w.last = map[string]queueStatus{}
+	w.lqUsage = newLQUsage()
+	go func() {
+		if err := w.lqUsage.run(ctx, w.js, s.log); err != nil && ctx.Err() == nil {
+			s.log.Error().Err(err).Msg("LocalQueue usage not followed: status.fairSharing not written")
+		}
+	}()
 	tracker := usage.NewTracker(w.js, s.log)
 	tracked := make(chan struct{})
 	go func() {
@@ -114,7 +124,11 @@ func (w *statusWriter) write(ctx context.Context, s *Service, tracker *usage.Tra
 		lq := u.GetNamespace() + "/" + u.GetName()
 		id := "lq/" + lq
 		a, known := eng.LocalQueueActivity(u.GetNamespace(), u.GetName())
-		errs = append(errs, w.patch(ctx, s, mirrored[3].gvr, u.GetNamespace(), u.GetName(), id, status(u, id, rep.LocalQueues[lq], nil, a, known)))
+		st := status(u, id, rep.LocalQueues[lq], nil, a, known)
+		if w.lqUsage != nil {
+			st.FairSharing = w.lqUsage.status(u.GetNamespace(), u.GetName())
+		}
+		errs = append(errs, w.patch(ctx, s, mirrored[3].gvr, u.GetNamespace(), u.GetName(), id, st))
 	}
 	return errors.Join(errs...)
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/configstore"
 	"github.com/sluice-dev/sluice/internal/fence"
 	"github.com/sluice-dev/sluice/internal/ledger"
+	"github.com/sluice-dev/sluice/internal/lqusage"
 	"github.com/sluice-dev/sluice/internal/natsconn"
 	"github.com/sluice-dev/sluice/internal/nodecap"
 	"github.com/sluice-dev/sluice/internal/workloads"
@@ -229,6 +230,9 @@ func For(service string, opts ...Option) (Permissions, error) {
 		r.kvWrite(bus.BucketShards)
 		// Topology-aware flavors place pods within the nodes' capacity.
 		r.kvRead(nodecap.Bucket)
+		// Admission Fair Sharing's usage of each LocalQueue, kept by the
+		// replica deciding for its tree.
+		r.kvWrite(lqusage.Bucket)
 		// The web view's live feed follows the workload events.
 		r.sub[events.SubjectFilter("workload", "", "", "")] = true
 	case "integration":
@@ -261,6 +265,8 @@ func For(service string, opts ...Option) (Permissions, error) {
 		// Queue status: usage from the ledger, pending counts from records
 		// less the workloads deactivated (their fences say so).
 		r.kvWrite(configstore.Bucket).kvRead(ledger.Bucket).kvRead(workloads.Bucket).kvRead(fence.Bucket)
+		// LocalQueues' Admission Fair Sharing usage, for their status.
+		r.kvRead(lqusage.Bucket)
 		// The capacity of the nodes of topology-aware flavors.
 		r.kvWrite(nodecap.Bucket)
 		// The storage metrics: each stream's and bucket's size and bound.
