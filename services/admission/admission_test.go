@@ -133,7 +133,7 @@ func (h *harness) start() {
 	}
 	s, err := admission.New(admission.Config{Interval: 5 * time.Millisecond, PendingInterval: h.pendingInterval, WaitForPodsReady: h.podsReady,
 		AdmissionFairSharing: h.afs,
-		QueriesPerSecond: h.queriesPerSecond, Replica: h.replica}, h.js, pub,
+		QueriesPerSecond:     h.queriesPerSecond, Replica: h.replica}, h.js, pub,
 		admission.WithClock(clock), admission.WithLogger(log), admission.WithTracer(h.tracer))
 	if err != nil {
 		h.t.Fatalf("admission.New: %v", err)
