@@ -257,7 +257,7 @@ integrations read with --config; empty when nothing in it is set.
 */ -}}
 {{- define "sluice.configuration" -}}
 {{- $strategies := .Values.admission.fairSharingPreemptionStrategies -}}
-{{- if or .Values.waitForPodsReady $strategies .Values.quotaResources .Values.manageJobsWithoutQueueName .Values.managedJobsNamespaceSelector -}}
+{{- if or .Values.waitForPodsReady $strategies .Values.quotaResources .Values.manageJobsWithoutQueueName .Values.managedJobsNamespaceSelector .Values.admissionFairSharing -}}
 apiVersion: sluice.dev/v1beta1
 kind: Configuration
 {{- if .Values.manageJobsWithoutQueueName }}
@@ -274,6 +274,10 @@ fairSharing:
 {{- end }}
 {{- with .Values.waitForPodsReady }}
 waitForPodsReady:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.admissionFairSharing }}
+admissionFairSharing:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- with .Values.quotaResources }}
