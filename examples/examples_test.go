@@ -372,6 +372,15 @@ var facts = map[string]func(s *story){
 		} {
 			s.admitted(w.key, 1, w.at, "research", "main×2 nvidia.com/gpu=gpu")
 		}
+		// At the end team-a, which held the GPUs for 60 of the 80 minutes,
+		// has used more than team-b.
+		used := map[string]float64{}
+		for _, lq := range s.summary.LocalQueues {
+			used[lq.Namespace] = lq.ConsumedResources["nvidia.com/gpu"]
+		}
+		if len(used) != 2 || used["team-a"] <= used["team-b"] || used["team-b"] <= 0 {
+			s.t.Errorf("LocalQueue usage at the end %v, want both above 0 and team-a above team-b", used)
+		}
 	},
 	"resource-transformations.yaml": func(s *story) {
 		s.admitted("team/small", 1, 0, "cq", "main×4 cpu=mig,example.com/accelerator-memory=mig,example.com/credits=budget")

@@ -384,6 +384,11 @@ managedJobsNamespaceSelector:
 			want: "apiVersion: sluice.dev/v1beta1\nkind: LocalQueue\nmetadata:\n  name: q\n  namespace: ns\nspec:\n  clusterQueue: cq\n  fairSharing:\n    weight: 2\n",
 		},
 		{
+			name: "a weight written as a string, as Kueue's examples do",
+			in:   "apiVersion: kueue.x-k8s.io/v1beta2\nkind: LocalQueue\nmetadata: {name: lq-b, namespace: default}\nspec:\n  clusterQueue: shared\n  fairSharing:\n    weight: \"1\"\n",
+			want: "apiVersion: sluice.dev/v1beta1\nkind: LocalQueue\nmetadata:\n  name: lq-b\n  namespace: default\nspec:\n  clusterQueue: shared\n  fairSharing:\n    weight: \"1\"\n",
+		},
+		{
 			name: "a ClusterQueue's admissionScope is kept",
 			in:   "apiVersion: kueue.x-k8s.io/v1beta2\nkind: ClusterQueue\nmetadata: {name: cq}\nspec: {admissionScope: {admissionMode: UsageBasedAdmissionFairSharing}}\n",
 			want: "apiVersion: sluice.dev/v1beta1\nkind: ClusterQueue\nmetadata:\n  name: cq\nspec:\n  admissionScope:\n    admissionMode: UsageBasedAdmissionFairSharing\n",

@@ -235,24 +235,54 @@ func (e *Engine) fairChanged(f *lqFair) {
 	}
 }
 
-// sampleFair decays the usage of every LocalQueue of this engine's trees
-// whose sampling interval passed, and re-sorts the queues whose order
-// changed.
-func (c *cycle) sampleFair() {
-	afs := c.e.afs()
+// SampleUsage brings the usage of every LocalQueue of this engine's trees
+// whose sampling interval passed up to date: it moves toward what the
+// queue holds now. Every cycle does it first; a caller that learns of
+// several changes at one moment (the simulator, at each instant) calls it
+// before applying them, so that the time until then counts what was held
+// until then.
+func (e *Engine) SampleUsage(now time.Time) {
+	afs := e.afs()
 	if afs == nil {
 		return
 	}
-	for _, f := range c.e.fair {
+	for _, f := range e.fair {
 		if f.cq == nil || !ours(f.cq) {
 			continue
 		}
-		if !f.last.IsZero() && c.now.Sub(f.last) < afs.SamplingInterval {
+		if !f.last.IsZero() && now.Sub(f.last) < afs.SamplingInterval {
 			continue
 		}
-		f.decay(afs, c.now)
-		c.e.fairChanged(f)
+		f.decay(afs, now)
+		e.fairChanged(f)
 	}
+}
+
+// NextSample is when SampleUsage next has something to do for a
+// LocalQueue that holds quota or whose ClusterQueue has workloads waiting
+// (otherwise its usage only decays toward nothing, which a later sample
+// computes as well). The services run a cycle then, so that the usage and
+// the order of the queues stay current; ok is false when none is due.
+func (e *Engine) NextSample() (next time.Time, ok bool) {
+	afs := e.afs()
+	if afs == nil {
+		return time.Time{}, false
+	}
+	for _, f := range e.fair {
+		if f.cq == nil || !ours(f.cq) || f.last.IsZero() || (len(f.held) == 0 && len(f.cq.pending) == 0) {
+			continue
+		}
+		if t := f.last.Add(afs.SamplingInterval); !ok || t.Before(next) {
+			next, ok = t, true
+		}
+	}
+	return next, ok
+}
+
+// sampleFair samples the usage at the cycle's time and re-sorts the
+// queues whose order changed.
+func (c *cycle) sampleFair() {
+	c.e.SampleUsage(c.now)
 	c.reorderQueues()
 }
 

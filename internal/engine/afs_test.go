@@ -305,3 +305,27 @@ func TestUndoTakesThePenaltyBack(t *testing.T) {
 		t.Errorf("ns/w still admitted after Undo")
 	}
 }
+
+// TestNextSample: a sample is due one interval after the last while a
+// LocalQueue holds quota or its ClusterQueue has workloads waiting, and
+// not otherwise.
+func TestNextSample(t *testing.T) {
+	e := New(afsConfig(4000, true, hourly, nil))
+	e.Cycle(t0)
+	if next, ok := e.NextSample(); ok {
+		t.Errorf("NextSample with nothing held or waiting = %v, want none", next)
+	}
+	if err := e.Submit(newWL("ns", "w").queue("a").pods("main", 1, "cpu", 1000).obj()); err != nil {
+		t.Fatal(err)
+	}
+	e.Cycle(t0.Add(time.Minute))
+	if next, ok := e.NextSample(); !ok || !next.Equal(t0.Add(6*time.Minute)) {
+		t.Errorf("NextSample while ns/w holds quota = %v, %t; want %v", next, ok, t0.Add(6*time.Minute))
+	}
+	if err := e.Remove("ns/w"); err != nil {
+		t.Fatal(err)
+	}
+	if next, ok := e.NextSample(); ok {
+		t.Errorf("NextSample after ns/w left = %v, want none", next)
+	}
+}

@@ -243,25 +243,13 @@ func (c *cycle) heldBack(ws *wlState) string {
 // NextTimer returns the earliest moment after now at which a cycle would
 // decide something because time passed: a pods-ready timeout, the end
 // of a requeue backoff (after a timeout, or an admission check's Retry),
-// a maximum execution time reached, or a LocalQueue's usage due for its
-// next sample (Admission Fair Sharing). ok is false when nothing waits on
+// or a maximum execution time reached. ok is false when nothing waits on
 // time.
 func (e *Engine) NextTimer(now time.Time) (next time.Time, ok bool) {
 	w := e.cfg.WaitForPodsReady
 	consider := func(t time.Time) {
 		if t.After(now) && (!ok || t.Before(next)) {
 			next, ok = t, true
-		}
-	}
-	if afs := e.afs(); afs != nil {
-		// The next sample of a LocalQueue's usage, while it holds quota
-		// or its ClusterQueue has workloads waiting. Otherwise the usage
-		// only decays toward nothing, which the next sample computes
-		// exactly however late it comes.
-		for _, f := range e.fair {
-			if f.cq != nil && ours(f.cq) && !f.last.IsZero() && (len(f.held) > 0 || len(f.cq.pending) > 0) {
-				consider(f.last.Add(afs.SamplingInterval))
-			}
 		}
 	}
 	if w == nil && !e.tree.checks && e.timed == 0 {

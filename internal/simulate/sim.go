@@ -3,6 +3,7 @@ package simulate
 import (
 	"container/heap"
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -183,6 +184,8 @@ type sim struct {
 	// peak is the most each topology domain held, by flavor, domain and
 	// resource, with its capacity.
 	peak map[domainKey]*DomainResult
+	// lqs are the LocalQueues, in the order of the input.
+	lqs []engine.LocalQueue
 }
 
 type domainKey struct{ flavor, domain, resource string }
@@ -211,6 +214,7 @@ func Run(sc *Scenario, opts Options) ([]Record, error) {
 		nominal:   map[frKey]int64{},
 		podsReady: cfg.WaitForPodsReady != nil,
 		timers:    map[time.Duration]bool{},
+		lqs:       cfg.LocalQueues,
 	}
 	for _, cq := range cfg.ClusterQueues {
 		for _, g := range cq.ResourceGroups {
@@ -359,6 +363,9 @@ func (s *sim) loop() {
 			break
 		}
 		s.advance(t)
+		// Admission Fair Sharing: the LocalQueues' usage until now counts
+		// what they held until now, before this instant's events change it.
+		s.eng.SampleUsage(s.opts.Start.Add(t))
 		onlyTimers := !first
 		for s.events.Len() > 0 && s.events[0].at == t {
 			ev := heap.Pop(&s.events).(simEvent)
@@ -681,6 +688,20 @@ type Summary struct {
 	// Domains are the lowest-level domains of topology-aware flavors,
 	// each resource their workloads used, and the most they held.
 	Domains []DomainResult `json:"domains,omitempty"`
+	// LocalQueues is, with Admission Fair Sharing, each LocalQueue's
+	// usage at the end, as its status would say.
+	LocalQueues []LocalQueueResult `json:"localQueues,omitempty"`
+}
+
+// LocalQueueResult is a LocalQueue's Admission Fair Sharing usage: per
+// resource in its unit (cores for cpu), and the share its workloads are
+// ordered by (usage weighted, over the LocalQueue's weight; absent when
+// infinite).
+type LocalQueueResult struct {
+	Namespace         string             `json:"namespace"`
+	Name              string             `json:"name"`
+	ConsumedResources map[string]float64 `json:"consumedResources"`
+	WeightedShare     *float64           `json:"weightedShare,omitempty"`
 }
 
 // DomainResult is the use of one resource of one topology domain, in the
@@ -814,7 +835,31 @@ func (s *sim) summary() Record {
 		sum.ClusterQueues = append(sum.ClusterQueues, QueueResult{Name: n, Resources: rs})
 	}
 	sum.Domains = s.domainResults()
+	sum.LocalQueues = s.localQueueResults()
 	return s.record(events.TypeSimulationSummaryV1, "", sum)
+}
+
+// localQueueResults lists the usage of the LocalQueues of ClusterQueues
+// that order by it, brought up to the end of the run.
+func (s *sim) localQueueResults() []LocalQueueResult {
+	s.eng.SampleUsage(s.opts.Start.Add(s.now))
+	var out []LocalQueueResult
+	for _, lq := range s.lqs {
+		u, ok := s.eng.LocalQueueUsage(lq.Namespace, lq.Name)
+		if !ok {
+			continue
+		}
+		r := LocalQueueResult{Namespace: lq.Namespace, Name: lq.Name, ConsumedResources: map[string]float64{}}
+		for res, v := range u.Consumed {
+			r.ConsumedResources[res] = round(v)
+		}
+		if !math.IsInf(u.Share, 0) {
+			share := round(u.Share)
+			r.WeightedShare = &share
+		}
+		out = append(out, r)
+	}
+	return out
 }
 
 // domainResults lists the domains' peaks, leaving out resources no

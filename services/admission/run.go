@@ -420,6 +420,9 @@ func (s *Service) run(ctx context.Context) error {
 			}
 			s.applyFences()
 			s.saveUsage(ctx, s.clock())
+			if next, due := s.eng.NextSample(); due && !s.clock().Before(next) {
+				s.dirty = true // a LocalQueue's usage is due for a sample
+			}
 			if next, due := s.eng.NextTimer(s.lastCycle); due && !s.clock().Before(next) {
 				s.dirty = true // a pods-ready timeout or a backoff ended
 			}
