@@ -382,6 +382,16 @@ var facts = map[string]func(s *story){
 			s.t.Errorf("LocalQueue usage at the end %v, want both above 0 and team-a above team-b", used)
 		}
 	},
+	"dra-devices.yaml": func(s *story) {
+		s.admitted("ml/train-1", 1, 0, "ml", "main×2 cpu=default,example.com/gpu=default")
+		s.admitted("ml/train-2", 1, 0, "ml", "main×1 cpu=default,example.com/gpu=default")
+		s.pendingWith("ml/train-3", 0, "insufficient unused quota for example.com/gpu in flavor default: requested 1, available 0")
+		s.admitted("ml/train-3", 1, 30*minute, "ml", "main×1 cpu=default,example.com/gpu=default")
+		// Four devices held for the first 30 minutes, one for the last 30.
+		if u := s.utilization("ml", "default", "example.com/gpu"); u < 0.624 || u > 0.626 {
+			s.t.Errorf("GPU utilization %v, want 0.625", u)
+		}
+	},
 	"resource-transformations.yaml": func(s *story) {
 		s.admitted("team/small", 1, 0, "cq", "main×4 cpu=mig,example.com/accelerator-memory=mig,example.com/credits=budget")
 		s.admitted("team/big", 1, 0, "cq", "main×2 cpu=mig,example.com/accelerator-memory=mig,example.com/credits=budget")

@@ -375,8 +375,13 @@ managedJobsNamespaceSelector:
 		},
 		{
 			name:    "a resources setting Sluice lacks is refused by its path",
-			in:      "apiVersion: config.kueue.x-k8s.io/v1beta2\nkind: Configuration\nresources:\n  deviceClassMappings: [{name: gpus, deviceClassNames: [gpu.example.com]}]\n",
-			wantErr: "queues.yaml: document 1 (Configuration): resources.deviceClassMappings: not supported by Sluice",
+			in:      "apiVersion: config.kueue.x-k8s.io/v1beta2\nkind: Configuration\nresources:\n  deviceClassMappings: [{name: gpus, deviceClassNames: [gpu.example.com], sources: [{counter: {name: memory}}]}]\n",
+			wantErr: "queues.yaml: document 1 (Configuration): resources.deviceClassMappings[0].sources: not supported by Sluice",
+		},
+		{
+			name: "deviceClassMappings are kept",
+			in:   "apiVersion: config.kueue.x-k8s.io/v1beta2\nkind: Configuration\nresources:\n  deviceClassMappings:\n  - name: example.com/gpu\n    deviceClassNames: [gpu.example.com]\n",
+			want: "apiVersion: sluice.dev/v1beta1\nkind: Configuration\nresources:\n  deviceClassMappings:\n  - deviceClassNames:\n    - gpu.example.com\n    name: example.com/gpu\n",
 		},
 		{
 			name: "a LocalQueue's Admission Fair Sharing weight is kept",

@@ -57,4 +57,8 @@ var (
 	// ErrBadAnnotation: a sluice.dev/* annotation on the Job holds a value
 	// that cannot be parsed.
 	ErrBadAnnotation = errors.New("bad annotation")
+
+	// ErrNotYet: something the workload is built from cannot be read yet
+	// (a ResourceClaimTemplate created after its job): try again later.
+	ErrNotYet = errors.New("not readable yet")
 )

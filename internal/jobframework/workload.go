@@ -112,7 +112,21 @@ type WorkloadOption func(*workloadOptions)
 
 type workloadOptions struct {
 	requests func(corev1.ResourceList) corev1.ResourceList
+	devices  DeviceCounter
 	kueue    bool
+}
+
+// A DeviceCounter says what one pod's device claims count as against
+// quota (queueconfig.Resources.DeviceRequests, with the claims looked up).
+type DeviceCounter func(namespace string, claims []corev1.PodResourceClaim) (corev1.ResourceList, error)
+
+// WithDevices counts each pod set's Dynamic Resource Allocation claims
+// with f, added to its requests after WithRequests' changes. An error of
+// f wrapping queueconfig's ErrUnmappedDeviceClass or
+// ErrUnsupportedDeviceRequest makes the job invalid; any other (a claim
+// template not there yet) is ErrNotYet.
+func WithDevices(f DeviceCounter) WorkloadOption {
+	return func(o *workloadOptions) { o.devices = f }
 }
 
 // WithKueueAnnotations reads Kueue's topology annotations on pod templates
@@ -192,6 +206,16 @@ func WorkloadOf(kind string, j Job, prio PriorityResolver, opts ...WorkloadOptio
 		wps := askOf(ps.Spec)
 		if o.requests != nil {
 			wps.Requests = o.requests(wps.Requests)
+		}
+		if o.devices != nil && len(ps.Spec.ResourceClaims) > 0 {
+			devs, err := o.devices(m.GetNamespace(), ps.Spec.ResourceClaims)
+			switch {
+			case errors.Is(err, queueconfig.ErrUnmappedDeviceClass) || errors.Is(err, queueconfig.ErrUnsupportedDeviceRequest):
+				return Workload{}, fmt.Errorf("%s %s: pod set %q: %w: %w", kind, key, ps.Name, err, ErrInvalidJob)
+			case err != nil:
+				return Workload{}, fmt.Errorf("%s %s: pod set %q: %w: %w", kind, key, ps.Name, err, ErrNotYet)
+			}
+			wps.Requests = queueconfig.AddRequests(wps.Requests, devs)
 		}
 		wps.Name, wps.Count, wps.MinCount = ps.Name, ps.Count, minCount
 		if ps.Meta != nil {

@@ -18,6 +18,9 @@ import (
 type Resources struct {
 	ExcludeResourcePrefixes []string                 `json:"excludeResourcePrefixes,omitempty"`
 	Transformations         []ResourceTransformation `json:"transformations,omitempty"`
+	// DeviceClassMappings count the devices pods claim through Dynamic
+	// Resource Allocation (devices.go).
+	DeviceClassMappings []DeviceClassMapping `json:"deviceClassMappings,omitempty"`
 }
 
 // ResourceTransformation maps one input resource to outputs, per unit of
@@ -47,6 +50,7 @@ func (r *Resources) Validate(p *field.Path) field.ErrorList {
 			errs = append(errs, field.Required(p.Child("excludeResourcePrefixes").Index(i), "an empty prefix would exclude every resource"))
 		}
 	}
+	errs = append(errs, validateDeviceClassMappings(p.Child("deviceClassMappings"), r.DeviceClassMappings)...)
 	seen := map[corev1.ResourceName]int{}
 	for i, t := range r.Transformations {
 		tp := p.Child("transformations").Index(i)

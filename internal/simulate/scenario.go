@@ -13,6 +13,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -160,6 +161,13 @@ type SimPodSet struct {
 	Annotations map[string]string `json:"annotations,omitempty"`
 	// topology is the request read from Annotations.
 	topology engine.TopologyRequest
+	// ResourceClaims are the pod template's Dynamic Resource Allocation
+	// claims, by ResourceClaimTemplate (given in the scenario); with the
+	// Configuration's resources.deviceClassMappings they count against
+	// quota.
+	ResourceClaims []corev1.PodResourceClaim `json:"resourceClaims,omitempty"`
+	// devices is what the claims count as, per pod.
+	devices corev1.ResourceList
 }
 
 // SimAdmission is a workload's admission before time 0.
@@ -219,6 +227,9 @@ type Scenario struct {
 	// where records each workload's document (by namespace/name) and each
 	// flavor's ("ResourceFlavor <name>"), for error messages.
 	where map[string]string
+	// claimTemplates are the ResourceClaimTemplates' specs, by
+	// namespace/name.
+	claimTemplates map[string]resourcev1.ResourceClaimSpec
 }
 
 // Source is one named input.
@@ -246,7 +257,7 @@ func fieldErrors(loc string, errs field.ErrorList) error {
 // Load parses every document of every source, checking each as the API
 // server would and the references between them.
 func Load(sources []Source) (*Scenario, error) {
-	sc := &Scenario{where: map[string]string{}}
+	sc := &Scenario{where: map[string]string{}, claimTemplates: map[string]resourcev1.ResourceClaimSpec{}}
 	sc.Config.Namespaces = map[string]map[string]string{}
 	seen := map[string]string{}
 	sawConfig := ""
@@ -276,7 +287,42 @@ func Load(sources []Source) (*Scenario, error) {
 	if err := sc.resolveQueues(); err != nil {
 		return nil, err
 	}
+	if err := sc.countDevices(); err != nil {
+		return nil, err
+	}
 	return sc, nil
+}
+
+// countDevices works out what each pod set's device claims count as,
+// refusing a claim that cannot be counted (naming the workload's
+// document and the pod set).
+func (sc *Scenario) countDevices() error {
+	for i := range sc.Workloads {
+		w := &sc.Workloads[i]
+		for j := range w.Spec.PodSets {
+			ps := &w.Spec.PodSets[j]
+			devs, err := sc.Config.Resources.DeviceRequests(w.Namespace, ps.ResourceClaims, sc)
+			if err != nil {
+				return docError(sc.where[w.Namespace+"/"+w.Name], fmt.Sprintf("spec.podSets[%d] (%s): %v", j, ps.Name, err))
+			}
+			ps.devices = devs
+		}
+	}
+	return nil
+}
+
+// Template finds a ResourceClaimTemplate of the scenario.
+func (sc *Scenario) Template(namespace, name string) (*resourcev1.ResourceClaimSpec, error) {
+	spec, ok := sc.claimTemplates[namespace+"/"+name]
+	if !ok {
+		return nil, fmt.Errorf("ResourceClaimTemplate %s/%s is not in the scenario", namespace, name)
+	}
+	return &spec, nil
+}
+
+// Claim refuses a ResourceClaim by name: the simulator takes templates.
+func (sc *Scenario) Claim(namespace, name string) (*resourcev1.ResourceClaimSpec, error) {
+	return nil, fmt.Errorf("ResourceClaim %s/%s: the simulator reads claims from ResourceClaimTemplates only (resourceClaimTemplateName)", namespace, name)
 }
 
 // resolveQueues gives each workload without a queue name what the
@@ -376,8 +422,24 @@ func (sc *Scenario) add(base string, doc []byte, seen map[string]string, sawConf
 		}
 		sc.Nodes = append(sc.Nodes, en)
 		return nil
+	case h.APIVersion == "resource.k8s.io/v1" && h.Kind == "ResourceClaimTemplate":
+		var t resourcev1.ResourceClaimTemplate
+		if err := decode(loc, doc, js, &t); err != nil {
+			return err
+		}
+		if t.Name == "" {
+			return docError(loc, "metadata.name: Required value")
+		}
+		if t.Namespace == "" {
+			t.Namespace = "default"
+		}
+		if err := key("ResourceClaimTemplate", t.Namespace, t.Name); err != nil {
+			return err
+		}
+		sc.claimTemplates[t.Namespace+"/"+t.Name] = t.Spec.Spec
+		return nil
 	case h.APIVersion != sluice:
-		return docError(loc, fmt.Sprintf("apiVersion: Unsupported value: %q: supported values: %q (and \"v1\" for Namespace and Node)", h.APIVersion, sluice))
+		return docError(loc, fmt.Sprintf("apiVersion: Unsupported value: %q: supported values: %q (and \"v1\" for Namespace and Node, \"resource.k8s.io/v1\" for ResourceClaimTemplate)", h.APIVersion, sluice))
 	}
 	switch h.Kind {
 	case "ResourceFlavor":

@@ -235,7 +235,7 @@ func Run(sc *Scenario, opts Options) ([]Record, error) {
 		r := &wlRun{spec: w, idx: i, key: w.Namespace + "/" + w.Name, state: "waiting", submitted: w.Spec.SubmitAt.Duration,
 			queued: map[string]corev1.ResourceList{}}
 		for _, ps := range w.Spec.PodSets {
-			r.queued[ps.Name] = sc.Config.Resources.Apply(ps.Requests)
+			r.queued[ps.Name] = queueconfig.AddRequests(sc.Config.Resources.Apply(ps.Requests), ps.devices)
 		}
 		switch {
 		case w.Spec.PriorityClassName != "":

@@ -94,6 +94,7 @@ func Build(_ context.Context, d component.Deps, o Options) (component.Runnable, 
 	cfg.ReportPodsReady = set.PodsReady != nil
 	if set.Resources != nil {
 		cfg.Requests = set.Resources.Apply
+		cfg.Devices = set.Resources
 	}
 	cfg.ManageJobsWithoutQueueName, cfg.ManagedNamespaces = set.ManageJobsWithoutQueueName, set.ManagedNamespaces
 	for _, ad := range kinds.All {

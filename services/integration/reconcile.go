@@ -322,6 +322,9 @@ func (s *Service) submit(ctx context.Context, k *kindRunner, rk string, job jobf
 		return nil, err
 	}
 	w, err := jobframework.WorkloadOf(k.kind.Name, view, prio, s.workloadOptions()...)
+	if errors.Is(err, jobframework.ErrNotYet) {
+		return nil, err // tried again, with backoff
+	}
 	if err == nil {
 		w.UID = jobframework.WorkloadUID(w.UID, incarnation)
 		var rec *events.WorkloadSubmittedV1

@@ -35,6 +35,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/health"
 	"github.com/sluice-dev/sluice/internal/jobframework"
 	"github.com/sluice-dev/sluice/internal/ledger"
+	"github.com/sluice-dev/sluice/internal/queueconfig"
 	"github.com/sluice-dev/sluice/internal/shard"
 	"github.com/sluice-dev/sluice/internal/supervise"
 	"github.com/sluice-dev/sluice/internal/tracing"
@@ -75,6 +76,9 @@ type Config struct {
 	// Requests turns one pod's effective requests into those its workload
 	// is queued with (Kueue's resources block); nil keeps them.
 	Requests func(corev1.ResourceList) corev1.ResourceList
+	// Devices, when it has deviceClassMappings, counts the devices pods
+	// claim (Dynamic Resource Allocation) as those resources.
+	Devices *queueconfig.Resources
 	// ManageJobsWithoutQueueName: objects created without a queue label
 	// in ManagedNamespaces are held until they get one. Either way, such
 	// an object in a managed namespace with a LocalQueue named "default"
@@ -130,6 +134,8 @@ type Service struct {
 	pub    events.Publisher
 	log    zerolog.Logger
 	kinds  map[string]*kindRunner
+	// devices counts pods' device claims (Config.Devices), from Run on.
+	devices jobframework.DeviceCounter
 	// parents are the parent kinds (Kind.QueuedBy) the service runs: only
 	// their webhook, since the pod integration queues their Pods.
 	parents map[string]jobframework.Adapter
@@ -318,6 +324,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.devices = deviceCounter(ctx, s.kube, s.cfg.Devices)
 
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: s.kube.CoreV1().Events("")})
@@ -685,6 +692,9 @@ func (s *Service) workloadOptions() []jobframework.WorkloadOption {
 	}
 	if s.cfg.KueueLabels {
 		opts = append(opts, jobframework.WithKueueAnnotations())
+	}
+	if s.cfg.Devices.CountsDevices() && s.devices != nil {
+		opts = append(opts, jobframework.WithDevices(s.devices))
 	}
 	return opts
 }

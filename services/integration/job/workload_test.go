@@ -2,6 +2,7 @@ package job
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -525,5 +526,59 @@ func TestWorkloadWithRequests(t *testing.T) {
 	}
 	if diff := cmp.Diff(before, job, quantityCmp); diff != "" {
 		t.Errorf("the Job changed (-before +after):\n%s", diff)
+	}
+}
+
+// TestWorkloadWithDevices: a Job's pods' device claims count as the
+// mapped resources; a claim that can never be counted makes the Job
+// invalid, and one whose template cannot be read yet is tried again.
+func TestWorkloadWithDevices(t *testing.T) {
+	tmpl := "gpus"
+	job := makeJob("j").parallelism(2).containers(ctr("a").req("cpu", "1")).obj()
+	job.Spec.Template.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: &tmpl}}
+	cases := []struct {
+		name         string
+		counter      jobframework.DeviceCounter
+		wantRequests corev1.ResourceList
+		wantErr      error
+	}{
+		{
+			name: "counted",
+			counter: func(ns string, claims []corev1.PodResourceClaim) (corev1.ResourceList, error) {
+				if ns != job.Namespace || len(claims) != 1 || *claims[0].ResourceClaimTemplateName != tmpl {
+					return nil, fmt.Errorf("asked about %s %v", ns, claims)
+				}
+				return rl("example.com/gpu", "2"), nil
+			},
+			wantRequests: rl("cpu", "1", "example.com/gpu", "2"),
+		},
+		{
+			name: "unmapped class: invalid",
+			counter: func(string, []corev1.PodResourceClaim) (corev1.ResourceList, error) {
+				return nil, fmt.Errorf("class x: %w", queueconfig.ErrUnmappedDeviceClass)
+			},
+			wantErr: jobframework.ErrInvalidJob,
+		},
+		{
+			name: "template not readable: later",
+			counter: func(string, []corev1.PodResourceClaim) (corev1.ResourceList, error) {
+				return nil, errors.New("not found")
+			},
+			wantErr: jobframework.ErrNotYet,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			w, err := jobframework.WorkloadOf("job", &Job{job.DeepCopy()}, nil, jobframework.WithDevices(tc.counter))
+			if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil) != (err == nil) {
+				t.Fatalf("error %v, want %v", err, tc.wantErr)
+			}
+			if err != nil {
+				return
+			}
+			if diff := cmp.Diff(tc.wantRequests, w.PodSets[0].Requests, quantityCmp); diff != "" {
+				t.Errorf("requests (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
