@@ -25,7 +25,7 @@ writes the same objects as sluice.dev/v1beta1 on stdout, with Kueue's renamed
 fields (cohortName, parentName) under Sluice's names and status and
 server-set metadata left out. Documents of other API groups are written as
 they are. A Kueue kind or field Sluice does not implement (MultiKueueCluster,
-resources.deviceClassMappings, …) stops the
+multiKueue, …) stops the
 conversion with exit status 2, naming the file, document, object and field;
 --drop-unsupported drops it instead, with a warning on stderr.
 

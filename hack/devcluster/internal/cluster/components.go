@@ -21,7 +21,9 @@ var kwokStages []byte
 // Controllers are the kube-controller-manager controllers a devcluster runs:
 // what batch Jobs need (job, cronjob, TTL, garbage collection of finished
 // pods and of owned objects), Deployments and StatefulSets (serving
-// workloads Sluice queues), namespaces and service accounts.
+// workloads Sluice queues), the ResourceClaims of pods that claim devices
+// from a ResourceClaimTemplate (Dynamic Resource Allocation), namespaces
+// and service accounts.
 var Controllers = []string{
 	"job-controller",
 	"replicaset-controller",
@@ -36,6 +38,7 @@ var Controllers = []string{
 	"serviceaccount-token-controller",
 	"root-ca-certificate-publisher-controller",
 	"clusterrole-aggregation-controller",
+	"resourceclaim-controller",
 }
 
 const (

@@ -190,6 +190,7 @@ func printAccess(c Config, l layout, st *State) {
 	fmt.Fprintf(c.Out, "  API server: %s\n", st.Server)
 	fmt.Fprintf(c.Out, "  logs:       %s\n", l.logs())
 	fmt.Fprintf(c.Out, "Pods on its nodes run for the duration in their annotation %s (e.g. \"30s\"), then succeed.\n", RunForAnnotation)
+	fmt.Fprintf(c.Out, "Their GPUs are also devices of DeviceClass %s, for pods that claim them (Dynamic Resource Allocation).\n", GPUDeviceClass)
 	fmt.Fprintf(c.Out, "Use it with: export KUBECONFIG=%s\n", st.Kubeconfig)
 }
 
@@ -348,6 +349,9 @@ func start(ctx context.Context, c Config, l layout, bins build.Binaries, nodeBin
 		return err
 	}
 	if err := syncNodes(ctx, cs, want); err != nil {
+		return err
+	}
+	if err := syncDevices(ctx, cs, want); err != nil {
 		return err
 	}
 	names := make([]string, len(want))
