@@ -768,6 +768,13 @@ func (c *checker) admissions() int {
 	return n
 }
 
+// gapCount is how many times the checker found revisions it did not see.
+func (c *checker) gapCount() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.gaps
+}
+
 func (c *checker) times(k string) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()

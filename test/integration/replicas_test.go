@@ -154,8 +154,14 @@ func TestTwoAdmissionReplicasNeverOverAdmit(t *testing.T) {
 	}
 	var notAdmitted, twice []string
 	for _, k := range ws.keys {
-		if r := chk.times(k); r != 1 {
+		switch r := chk.times(k); {
+		case r > 1:
 			twice = append(twice, fmt.Sprintf("%s reserved %d times", k, r))
+		case r == 0 && chk.gapCount() == 0:
+			// With a gap, the checker may have missed a short-lived
+			// reservation (one revision per key: its release replaced it
+			// before the watch read it); the admitted events say then.
+			twice = append(twice, fmt.Sprintf("%s reserved 0 times", k))
 		}
 		switch a := admitted[k]; {
 		case a == 0:
