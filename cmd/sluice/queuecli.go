@@ -22,7 +22,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/sluice-dev/sluice/api/v1beta1"
+	"github.com/sluice-dev/sluice/internal/jobframework"
 	"github.com/sluice-dev/sluice/internal/visibility"
+	"github.com/sluice-dev/sluice/services/integration/kinds"
 )
 
 // defaultServer is where `sluice dev` serves its HTTP address.
@@ -296,9 +298,16 @@ func newStopCmds() []*cobra.Command {
 		c := &common{}
 		var drain bool
 		cmd := &cobra.Command{
-			Use:   use + " (clusterqueue NAME | localqueue NAMESPACE/NAME)",
+			Use:   use + " (clusterqueue NAME | localqueue NAMESPACE/NAME" + map[bool]string{true: " | workload [KIND/]NAMESPACE/NAME"}[use == "resume"] + ")",
 			Short: short,
 			Args: func(_ *cobra.Command, args []string) error {
+				if use == "resume" && len(args) == 2 && args[0] == "workload" {
+					_, err := parseWorkloadRef(args[1])
+					if err != nil {
+						return usageError{Err: err}
+					}
+					return nil
+				}
 				if len(args) != 2 || (args[0] != "clusterqueue" && args[0] != "localqueue") {
 					return usageError{Err: fmt.Errorf("give clusterqueue NAME or localqueue NAMESPACE/NAME")}
 				}
@@ -311,6 +320,9 @@ func newStopCmds() []*cobra.Command {
 				dyn, err := c.dynamic()
 				if err != nil {
 					return err
+				}
+				if args[0] == "workload" {
+					return reactivate(cmd, dyn, args[1])
 				}
 				p := policy(drain)
 				body := fmt.Sprintf(`{"spec":{"stopPolicy":%q}}`, p)
@@ -341,8 +353,28 @@ func newStopCmds() []*cobra.Command {
 			}
 			return string(v1beta1.Hold)
 		}),
-		mk("resume", "Let a stopped queue admit again (stopPolicy None)", func(bool) string { return string(v1beta1.None) }),
+		mk("resume", "Let a stopped queue admit again (stopPolicy None), or reactivate a deactivated workload", func(bool) string { return string(v1beta1.None) }),
 	}
+}
+
+// reactivate sets the reactivate annotation of a workload's object to the
+// time: a deactivated workload queues again.
+func reactivate(cmd *cobra.Command, dyn dynamic.Interface, arg string) error {
+	ref, _ := parseWorkloadRef(arg)
+	ad, err := kinds.Select([]string{ref.Kind})
+	if err != nil {
+		return usageError{Err: fmt.Errorf("workload %s: %w", arg, err)}
+	}
+	token := time.Now().UTC().Format(time.RFC3339Nano)
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{jobframework.ReactivateAnnotation: token}}})
+	if err != nil {
+		return err
+	}
+	if _, err := dyn.Resource(ad[0].Kind().GVR()).Namespace(ref.Namespace).Patch(cmd.Context(), ref.Name, types.MergePatchType, body, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("workload %s: %w", arg, err)
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "workload %s/%s/%s: %s=%s (queued again if it was deactivated)\n", ref.Kind, ref.Namespace, ref.Name, jobframework.ReactivateAnnotation, token)
+	return nil
 }
 
 func (c *common) dynamic() (dynamic.Interface, error) {

@@ -53,8 +53,12 @@ const (
 // readiness is what the engine knows of an admitted workload's pods, and
 // of the requeues they caused.
 type readiness struct {
-	// deactivated, when set, is why the workload is never admitted again.
+	// deactivated, when set, is why the workload is never admitted again
+	// (until reactivated).
 	deactivated string
+	// reactivations and reactivation are RequeueState's.
+	reactivations int32
+	reactivation  string
 	// requeueAt holds the workload back until then; requeues counts
 	// PodsReadyTimeout evictions.
 	requeueAt time.Time
@@ -111,6 +115,10 @@ type RequeueState struct {
 	// Executed is how long its ended admissions ran, toward its maximum
 	// execution time.
 	Executed time.Duration
+	// Reactivations and Reactivation are a user's reactivations of the
+	// workload, kept for the caller (fence.Requeue).
+	Reactivations int32
+	Reactivation  string
 }
 
 // Requeues reports a workload's RequeueState.
@@ -119,7 +127,8 @@ func (e *Engine) Requeues(key string) RequeueState {
 	if !ok {
 		return RequeueState{}
 	}
-	return RequeueState{Count: ws.pods.requeues, At: ws.pods.requeueAt, Deactivated: ws.pods.deactivated, Why: ws.pods.requeueWhy, Executed: ws.pods.executed}
+	return RequeueState{Count: ws.pods.requeues, At: ws.pods.requeueAt, Deactivated: ws.pods.deactivated, Why: ws.pods.requeueWhy, Executed: ws.pods.executed,
+		Reactivations: ws.pods.reactivations, Reactivation: ws.pods.reactivation}
 }
 
 // SetRequeues restores what Requeues reported, for a workload submitted
@@ -131,6 +140,11 @@ func (e *Engine) SetRequeues(key string, rs RequeueState) error {
 	}
 	ws.pods.requeues, ws.pods.requeueAt, ws.pods.deactivated, ws.pods.requeueWhy = rs.Count, rs.At, rs.Deactivated, rs.Why
 	ws.pods.executed = rs.Executed
+	ws.pods.reactivations, ws.pods.reactivation = rs.Reactivations, rs.Reactivation
+	if ws.cq != nil {
+		// A reactivated workload may be admitted again.
+		ws.cq.settled = false
+	}
 	return nil
 }
 

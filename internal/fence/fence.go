@@ -127,6 +127,12 @@ type Requeue struct {
 	// Executed is how long the workload's ended admissions ran toward its
 	// maximum execution time, in nanoseconds.
 	Executed time.Duration `json:"executed,omitempty"`
+	// Reactivations counts the times a user reactivated the workload
+	// after it was deactivated (Reactivate); each resets the rest.
+	// Reactivation is the value of the job's reactivate annotation last
+	// taken.
+	Reactivations int32  `json:"reactivations,omitempty"`
+	Reactivation  string `json:"reactivation,omitempty"`
 }
 
 // End is the announcement of a job's end.
@@ -310,6 +316,32 @@ func Stop(ctx context.Context, kv KV, key, admission, stopID string, opts ...Sto
 		return State{Admission: admission, Phase: Stopping, StopID: stopID, Requeue: rq, EverStarted: cur.EverStarted}, true, nil
 	})
 	return err
+}
+
+// Reactivate takes the value of a job's reactivate annotation: when it is
+// new and the workload is deactivated, its requeue state starts over
+// (count, backoff, why and time run toward a maximum execution time),
+// with one more reactivation, and reactivated is true; a new value while
+// the workload is active is only remembered, so that it cannot reactivate
+// a later deactivation. A workload with no requeue state was never
+// deactivated: nothing is written.
+func Reactivate(ctx context.Context, kv KV, key, token string) (reactivated bool, err error) {
+	_, err = move(ctx, kv, key, func(cur State) (State, bool, error) {
+		reactivated = false
+		rq := cur.Requeue
+		if rq == nil || cur.Phase == Finished || rq.Reactivation == token {
+			return cur, false, nil
+		}
+		next := *rq
+		next.Reactivation = token
+		if rq.Deactivated != "" {
+			next = Requeue{Reactivations: rq.Reactivations + 1, Reactivation: token}
+			reactivated = true
+		}
+		cur.Requeue = &next
+		return cur, true, nil
+	})
+	return reactivated, err
 }
 
 // StopOption tunes Stop.

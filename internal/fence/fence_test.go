@@ -437,3 +437,53 @@ func TestCorruptFenceFailsClosed(t *testing.T) {
 		t.Errorf("after Finish: %+v, %v; want Finished", st, err)
 	}
 }
+
+// TestReactivate: a new value of the reactivate annotation starts a
+// deactivated workload's requeue state over, once; while the workload is
+// active it is only remembered; a workload never deactivated (no requeue
+// state) gets nothing written.
+func TestReactivate(t *testing.T) {
+	deactivated := fence.Requeue{Count: 3, At: time.Unix(100, 0).UTC(), Deactivated: "deactivated: exceeding the maximum number of re-queuing retries", Executed: time.Minute}
+	cases := []struct {
+		name            string
+		requeue         *fence.Requeue
+		token           string
+		wantReactivated bool
+		wantRequeue     *fence.Requeue
+	}{
+		{name: "deactivated: started over", requeue: &deactivated, token: "t1", wantReactivated: true,
+			wantRequeue: &fence.Requeue{Reactivations: 1, Reactivation: "t1"}},
+		{name: "the same value again: nothing", requeue: &fence.Requeue{Deactivated: "again", Reactivations: 1, Reactivation: "t1"}, token: "t1",
+			wantRequeue: &fence.Requeue{Deactivated: "again", Reactivations: 1, Reactivation: "t1"}},
+		{name: "a new value after a second deactivation", requeue: &fence.Requeue{Deactivated: "again", Reactivations: 1, Reactivation: "t1"}, token: "t2", wantReactivated: true,
+			wantRequeue: &fence.Requeue{Reactivations: 2, Reactivation: "t2"}},
+		{name: "active: only remembered", requeue: &fence.Requeue{Count: 1}, token: "t1",
+			wantRequeue: &fence.Requeue{Count: 1, Reactivation: "t1"}},
+		{name: "never deactivated: nothing written", token: "t1"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, kv := bucket(t)
+			key := "job.ns.j"
+			if tc.requeue != nil {
+				if err := fence.Stop(ctx, kv, key, "a1", "stop-1", fence.WithRequeue(*tc.requeue)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, err := fence.Reactivate(ctx, kv, key, tc.token)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.wantReactivated {
+				t.Errorf("Reactivate() = %t, want %t", got, tc.wantReactivated)
+			}
+			st, err := fence.Get(ctx, kv, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.wantRequeue, st.Requeue); diff != "" {
+				t.Errorf("requeue state (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

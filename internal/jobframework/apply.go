@@ -33,6 +33,13 @@ const (
 	// ledger until quota accounting releases it, never starts it again.
 	StoppedAnnotation = "sluice.dev/stopped-reservation"
 
+	// ReactivateAnnotation reactivates a deactivated workload (after
+	// waitForPodsReady's requeuing limit, a Rejected admission check, or
+	// its maximum execution time): each new value starts its requeue
+	// state over, and it queues again (`sluice resume workload` sets it
+	// to the time; any new value does).
+	ReactivateAnnotation = "sluice.dev/reactivate"
+
 	// HoldAnnotation holds an object back after its admission: it is
 	// queued and admitted (its quota reserved) as usual, but not started
 	// while the annotation is there. A multicluster worker's copies carry

@@ -143,7 +143,8 @@ func (s *Service) announceDecisions(ctx context.Context, ds []engine.Decision, l
 				// The fence keeps the count and the backoff for a
 				// replica that starts after this one.
 				rs := s.eng.Requeues(d.Key)
-				o.requeue = &fence.Requeue{Count: rs.Count, At: rs.At.UTC(), Deactivated: rs.Deactivated, Why: rs.Why, Executed: rs.Executed}
+				o.requeue = &fence.Requeue{Count: rs.Count, At: rs.At.UTC(), Deactivated: rs.Deactivated, Why: rs.Why, Executed: rs.Executed,
+					Reactivations: rs.Reactivations, Reactivation: rs.Reactivation}
 			}
 			ectx, span := s.traceEviction(ctx, ref, d, admission)
 			s.out.Add(ectx, o)

@@ -234,10 +234,19 @@ func (s *Service) applyFences() {
 			continue
 		}
 		st := s.fences[key]
-		if rq, cur := st.Requeue, s.eng.Requeues(key); rq != nil &&
-			(rq.Count > cur.Count || rq.At.After(cur.At) || (rq.Deactivated != "" && cur.Deactivated == "") || rq.Executed > cur.Executed) {
-			_ = s.eng.SetRequeues(key, engine.RequeueState{Count: rq.Count, At: rq.At, Deactivated: rq.Deactivated, Why: rq.Why, Executed: rq.Executed})
+		switch rq, cur := st.Requeue, s.eng.Requeues(key); {
+		case rq == nil:
+		case rq.Count > cur.Count || rq.At.After(cur.At) || (rq.Deactivated != "" && cur.Deactivated == "") || rq.Executed > cur.Executed ||
+			rq.Reactivations > cur.Reactivations:
+			// Newer than what the engine has, or a reactivation (a
+			// user's, through the job), which starts the state over.
+			_ = s.eng.SetRequeues(key, engine.RequeueState{Count: rq.Count, At: rq.At, Deactivated: rq.Deactivated, Why: rq.Why, Executed: rq.Executed,
+				Reactivations: rq.Reactivations, Reactivation: rq.Reactivation})
 			s.dirty = true
+		case rq.Reactivation != cur.Reactivation:
+			// Only the annotation's value, remembered while active.
+			cur.Reactivation = rq.Reactivation
+			_ = s.eng.SetRequeues(key, cur)
 		}
 		if st.Ready != nil {
 			if !s.eng.IsAdmitted(key) || s.heldAdmission(key) != st.Admission {

@@ -161,6 +161,9 @@ func (s *Service) sync(ctx context.Context, k *kindRunner, key string) error {
 	} else if rec, err = s.reprioritize(ctx, rk, rec, job); err != nil {
 		return err
 	}
+	if err := s.reactivate(ctx, rk, job); err != nil {
+		return err
+	}
 	if stopping, err := s.fencedStop(ctx, rk, rec, func(cq, reason, message, admission string) error {
 		// The informer may not have seen the start yet (it was applied
 		// before the fence moved): stop what the API server holds, or a
@@ -293,6 +296,24 @@ func (s *Service) reprioritize(ctx context.Context, rk string, rec *events.Workl
 	s.recorder.Eventf(job.Object(), corev1.EventTypeNormal, "PriorityChanged", "priority %d (%s), was %s", v, name, was)
 	s.log.Info().Str("workload", rk).Int32("priority", v).Int32("was", rec.Priority).Msg("priority changed")
 	return &upd, nil
+}
+
+// reactivate takes a new value of the job's reactivate annotation: a
+// deactivated workload queues again (fence.Reactivate).
+func (s *Service) reactivate(ctx context.Context, rk string, job jobframework.Job) error {
+	token := job.Meta().GetAnnotations()[jobframework.ReactivateAnnotation]
+	if token == "" {
+		return nil
+	}
+	done, err := fence.Reactivate(ctx, s.fenceKV, rk, token)
+	if err != nil {
+		return err
+	}
+	if done {
+		s.recorder.Eventf(job.Object(), corev1.EventTypeNormal, "Reactivated", "reactivated (%s=%s): queued again", jobframework.ReactivateAnnotation, token)
+		s.log.Info().Str("workload", rk).Str("token", token).Msg("reactivated")
+	}
+	return nil
 }
 
 // submit writes the workload record and announces it.

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -37,4 +38,29 @@ func TestMaxExecutionTime(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), v1beta1.MaxExecTimeLabel) {
 		t.Errorf("create with %s=1h: error %v, want a refusal naming the label", v1beta1.MaxExecTimeLabel, err)
 	}
+}
+
+// TestReactivateWorkload: a Job deactivated past its maximum execution
+// time is queued and runs again after `sluice resume workload`, its time
+// counted from nothing, and is deactivated again when that runs out.
+func TestReactivateWorkload(t *testing.T) {
+	ns := "e2e-reactivate"
+	queues(t, ns, 8, "Never")
+	createJob(t, jobSpec{ns: ns, name: "long", queue: "q", pods: 1, gpus: 1, runFor: "10m", labels: map[string]string{v1beta1.MaxExecTimeLabel: "4"}})
+	waitRunning(t, ns, "long", 30*time.Second)
+	waitEvent(t, ns, "long", "Pending", "deactivated: exceeding the maximum execution time", 60*time.Second)
+	if !suspended(getJob(t, ns, "long")) {
+		t.Fatal("a Job past its maximum execution time runs")
+	}
+	out, err := exec.Command(env.sluiceBin, "resume", "workload", ns+"/long", "--kubeconfig", env.kubeconfig).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "sluice.dev/reactivate=") {
+		t.Fatalf("sluice resume workload: %v\n%s", err, out)
+	}
+	waitEvent(t, ns, "long", "Reactivated", "reactivated (sluice.dev/reactivate=", 30*time.Second)
+	waitRunning(t, ns, "long", 30*time.Second)
+	// Its new run is bounded as the first was.
+	eventually(t, 60*time.Second, "long deactivated again", func() (bool, string) {
+		j := getJob(t, ns, "long")
+		return suspended(j), "running"
+	})
 }
