@@ -298,10 +298,10 @@ func newStopCmds() []*cobra.Command {
 		c := &common{}
 		var drain bool
 		cmd := &cobra.Command{
-			Use:   use + " (clusterqueue NAME | localqueue NAMESPACE/NAME" + map[bool]string{true: " | workload [KIND/]NAMESPACE/NAME"}[use == "resume"] + ")",
+			Use:   use + " (clusterqueue NAME | localqueue NAMESPACE/NAME | workload [KIND/]NAMESPACE/NAME)",
 			Short: short,
 			Args: func(_ *cobra.Command, args []string) error {
-				if use == "resume" && len(args) == 2 && args[0] == "workload" {
+				if len(args) == 2 && args[0] == "workload" {
 					_, err := parseWorkloadRef(args[1])
 					if err != nil {
 						return usageError{Err: err}
@@ -322,7 +322,7 @@ func newStopCmds() []*cobra.Command {
 					return err
 				}
 				if args[0] == "workload" {
-					return reactivate(cmd, dyn, args[1])
+					return setActive(cmd, dyn, args[1], use == "resume")
 				}
 				p := policy(drain)
 				body := fmt.Sprintf(`{"spec":{"stopPolicy":%q}}`, p)
@@ -347,7 +347,7 @@ func newStopCmds() []*cobra.Command {
 		return cmd
 	}
 	return []*cobra.Command{
-		mk("stop", "Stop a queue from admitting (stopPolicy Hold, or HoldAndDrain with --drain)", func(drain bool) string {
+		mk("stop", "Stop a queue from admitting (stopPolicy Hold, or HoldAndDrain with --drain), or deactivate a workload", func(drain bool) string {
 			if drain {
 				return string(v1beta1.HoldAndDrain)
 			}
@@ -357,23 +357,31 @@ func newStopCmds() []*cobra.Command {
 	}
 }
 
-// reactivate sets the reactivate annotation of a workload's object to the
-// time: a deactivated workload queues again.
-func reactivate(cmd *cobra.Command, dyn dynamic.Interface, arg string) error {
+// setActive deactivates a workload (its object's active annotation
+// "false"), or reactivates it: the active annotation removed and the
+// reactivate annotation set to the time, so that a deactivated workload
+// queues again whatever deactivated it.
+func setActive(cmd *cobra.Command, dyn dynamic.Interface, arg string, active bool) error {
 	ref, _ := parseWorkloadRef(arg)
 	ad, err := kinds.Select([]string{ref.Kind})
 	if err != nil {
 		return usageError{Err: fmt.Errorf("workload %s: %w", arg, err)}
 	}
-	token := time.Now().UTC().Format(time.RFC3339Nano)
-	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{jobframework.ReactivateAnnotation: token}}})
+	ann := map[string]any{jobframework.ActiveAnnotation: "false"}
+	said := jobframework.ActiveAnnotation + "=false (evicted if admitted; not admitted until resumed)"
+	if active {
+		token := time.Now().UTC().Format(time.RFC3339Nano)
+		ann = map[string]any{jobframework.ActiveAnnotation: nil, jobframework.ReactivateAnnotation: token}
+		said = jobframework.ReactivateAnnotation + "=" + token + " (queued again if it was deactivated)"
+	}
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
 	if err != nil {
 		return err
 	}
 	if _, err := dyn.Resource(ad[0].Kind().GVR()).Namespace(ref.Namespace).Patch(cmd.Context(), ref.Name, types.MergePatchType, body, metav1.PatchOptions{}); err != nil {
 		return fmt.Errorf("workload %s: %w", arg, err)
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "workload %s/%s/%s: %s=%s (queued again if it was deactivated)\n", ref.Kind, ref.Namespace, ref.Name, jobframework.ReactivateAnnotation, token)
+	fmt.Fprintf(cmd.OutOrStdout(), "workload %s/%s/%s: %s\n", ref.Kind, ref.Namespace, ref.Name, said)
 	return nil
 }
 

@@ -106,6 +106,7 @@ func (e *Engine) Cycle(now time.Time) []Decision {
 	c.sampleFair()
 	c.podsReadyTimeouts()
 	c.execTimeouts()
+	c.deactivations()
 	c.admissionChecks()
 	c.drain()
 	c.nodeFailures()

@@ -157,6 +157,9 @@ type Engine struct {
 	// ChangedLocalQueueUsage last asked.
 	fair      map[string]*lqFair
 	fairDirty map[string]bool
+	// deactivating are admitted workloads deactivated from outside, for
+	// the next cycle to evict.
+	deactivating map[*wlState]bool
 }
 
 // block is one cause that stops admission: into the tree of
@@ -183,7 +186,7 @@ type scratch struct {
 // New returns an engine for the given configuration.
 func New(cfg Config, opts ...Option) *Engine {
 	e := &Engine{workloads: map[string]*wlState{}, unresolved: map[string]*wlState{}, shapes: map[string]uint32{}, blocks: map[string]block{},
-		tellsUnresolved: true, fair: map[string]*lqFair{}, fairDirty: map[string]bool{}}
+		tellsUnresolved: true, fair: map[string]*lqFair{}, fairDirty: map[string]bool{}, deactivating: map[*wlState]bool{}}
 	for _, o := range opts {
 		o(e)
 	}

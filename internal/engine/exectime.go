@@ -2,6 +2,9 @@ package engine
 
 import (
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -68,6 +71,22 @@ func (c *cycle) execTimeouts() {
 			ws.pods.deactivated = deactivatedPastExecTime
 			c.evictFor(cq, ws, ReasonMaxExecTimeExceeded, fmt.Sprintf("exceeding the maximum execution time (%s)", ws.w.MaxExecution))
 		}
+	}
+}
+
+// deactivations evicts the admitted workloads deactivated from outside
+// (SetRequeues) since the last cycle, with reason Deactivated.
+func (c *cycle) deactivations() {
+	if len(c.e.deactivating) == 0 {
+		return
+	}
+	list := slices.SortedFunc(maps.Keys(c.e.deactivating), func(a, b *wlState) int { return strings.Compare(a.key, b.key) })
+	clear(c.e.deactivating)
+	for _, ws := range list {
+		if ws.admitted == nil || ws.evicting || ws.pods.deactivated == "" || !ours(ws.admitted.cq) {
+			continue
+		}
+		c.evictFor(ws.admitted.cq, ws, ReasonDeactivated, strings.TrimPrefix(ws.pods.deactivated, "deactivated: "))
 	}
 }
 

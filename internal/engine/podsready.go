@@ -138,6 +138,11 @@ func (e *Engine) SetRequeues(key string, rs RequeueState) error {
 	if !ok {
 		return fmt.Errorf("set requeues of %s: %w", key, ErrUnknownWorkload)
 	}
+	if rs.Deactivated != "" && ws.pods.deactivated == "" && ws.admitted != nil && !ws.evicting {
+		// Deactivated from outside while admitted (by its user): the
+		// next cycle evicts it.
+		e.deactivating[ws] = true
+	}
 	ws.pods.requeues, ws.pods.requeueAt, ws.pods.deactivated, ws.pods.requeueWhy = rs.Count, rs.At, rs.Deactivated, rs.Why
 	ws.pods.executed = rs.Executed
 	ws.pods.reactivations, ws.pods.reactivation = rs.Reactivations, rs.Reactivation

@@ -344,6 +344,28 @@ func Reactivate(ctx context.Context, kv KV, key, token string) (reactivated bool
 	return reactivated, err
 }
 
+// Deactivate records that a user deactivated the workload (its job's
+// active annotation is "false"), with why, unless it is deactivated
+// already: admission evicts it if it is admitted and admits it no more
+// until it is reactivated (Reactivate).
+func Deactivate(ctx context.Context, kv KV, key, why string) (deactivated bool, err error) {
+	_, err = move(ctx, kv, key, func(cur State) (State, bool, error) {
+		deactivated = false
+		if cur.Phase == Finished || (cur.Requeue != nil && cur.Requeue.Deactivated != "") {
+			return cur, false, nil
+		}
+		var next Requeue
+		if cur.Requeue != nil {
+			next = *cur.Requeue
+		}
+		next.Deactivated = why
+		cur.Requeue = &next
+		deactivated = true
+		return cur, true, nil
+	})
+	return deactivated, err
+}
+
 // StopOption tunes Stop.
 type StopOption func(*stopOptions)
 

@@ -33,6 +33,12 @@ const (
 	// ledger until quota accounting releases it, never starts it again.
 	StoppedAnnotation = "sluice.dev/stopped-reservation"
 
+	// ActiveAnnotation "false" deactivates a workload, as Kueue's
+	// Workload spec.active: false does: evicted if admitted, never
+	// admitted until reactivated (ReactivateAnnotation, once this one is
+	// gone). `sluice stop workload` sets it.
+	ActiveAnnotation = "sluice.dev/active"
+
 	// ReactivateAnnotation reactivates a deactivated workload (after
 	// waitForPodsReady's requeuing limit, a Rejected admission check, or
 	// its maximum execution time): each new value starts its requeue

@@ -298,10 +298,28 @@ func (s *Service) reprioritize(ctx context.Context, rk string, rec *events.Workl
 	return &upd, nil
 }
 
-// reactivate takes a new value of the job's reactivate annotation: a
-// deactivated workload queues again (fence.Reactivate).
+// UserDeactivated is the deactivation of a workload whose job's active
+// annotation is "false".
+const UserDeactivated = "deactivated: by its user (" + jobframework.ActiveAnnotation + ": false)"
+
+// reactivate takes the job's active annotation, "false" deactivating the
+// workload (fence.Deactivate), and otherwise a new value of its
+// reactivate annotation: a deactivated workload queues again
+// (fence.Reactivate).
 func (s *Service) reactivate(ctx context.Context, rk string, job jobframework.Job) error {
-	token := job.Meta().GetAnnotations()[jobframework.ReactivateAnnotation]
+	ann := job.Meta().GetAnnotations()
+	if ann[jobframework.ActiveAnnotation] == "false" {
+		done, err := fence.Deactivate(ctx, s.fenceKV, rk, UserDeactivated)
+		if err != nil {
+			return err
+		}
+		if done {
+			s.recorder.Eventf(job.Object(), corev1.EventTypeNormal, "Deactivated", "%s: not admitted until reactivated", UserDeactivated)
+			s.log.Info().Str("workload", rk).Msg("deactivated by its user")
+		}
+		return nil
+	}
+	token := ann[jobframework.ReactivateAnnotation]
 	if token == "" {
 		return nil
 	}

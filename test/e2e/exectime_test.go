@@ -64,3 +64,33 @@ func TestReactivateWorkload(t *testing.T) {
 		return suspended(j), "running"
 	})
 }
+
+// TestDeactivateWorkload: `sluice stop workload` deactivates a running
+// Job (evicted, suspended, not admitted again, with its reason), and
+// `sluice resume workload` queues it again.
+func TestDeactivateWorkload(t *testing.T) {
+	ns := "e2e-deactivate"
+	queues(t, ns, 8, "Never")
+	createJob(t, jobSpec{ns: ns, name: "j", queue: "q", pods: 1, gpus: 1, runFor: "10m"})
+	waitRunning(t, ns, "j", 30*time.Second)
+	sluice := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command(env.sluiceBin, append(args, "--kubeconfig", env.kubeconfig)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("sluice %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	sluice("stop", "workload", ns+"/j")
+	waitEvent(t, ns, "j", "Evicted", "Deactivated", 30*time.Second)
+	waitEvent(t, ns, "j", "Pending", "deactivated: by its user (sluice.dev/active: false)", 30*time.Second)
+	time.Sleep(2 * time.Second)
+	if !suspended(getJob(t, ns, "j")) {
+		t.Fatal("a deactivated Job runs")
+	}
+	if _, ok := reservations(t)["job/"+ns+"/j"]; ok {
+		t.Fatal("a deactivated Job holds a reservation")
+	}
+	sluice("resume", "workload", ns+"/j")
+	waitRunning(t, ns, "j", 30*time.Second)
+}
