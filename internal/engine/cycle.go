@@ -133,6 +133,7 @@ func (e *Engine) Cycle(now time.Time) []Decision {
 		c.process(entries)
 	}
 	c.reorderQueues()
+	c.sortAtEnd()
 	c.explain()
 	for cq := range c.touched {
 		cq.compact()

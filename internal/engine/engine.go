@@ -181,6 +181,8 @@ type scratch struct {
 	victims           victimOrder
 	// freed is what roomAtAll takes off the tree.
 	freed []nodeAmount
+	// moved and rest are remerge's halves of a pending list.
+	moved, rest []*wlState
 }
 
 // New returns an engine for the given configuration.

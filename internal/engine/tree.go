@@ -267,8 +267,12 @@ type cqState struct {
 	// cycle: heads looks it up once per queue per round).
 	scan queueScan
 	// reorder: a LocalQueue's Admission Fair Sharing usage changed, so
-	// pending must be sorted again before it is walked.
-	reorder bool
+	// pending must be put in order again before it is walked; changed
+	// lists those LocalQueues. sortAtEnd: only the part of pending after
+	// a cycle's cursor was put in order (afs.go).
+	reorder   bool
+	changed   []*lqFair
+	sortAtEnd bool
 	// settled: every pending workload was judged and parked, each with
 	// its reason, so until something in the queue or its cohort tree
 	// changes (a workload added, removed or reprioritized, quota
