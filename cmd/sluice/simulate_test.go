@@ -940,3 +940,17 @@ func TestKnownTransition(t *testing.T) {
 		}
 	}
 }
+
+// TestSimulateTableLocalQueueUsage: with Admission Fair Sharing the table
+// ends with each LocalQueue's usage and share.
+func TestSimulateTableLocalQueueUsage(t *testing.T) {
+	code, out, errOut := runSluice(t, "simulate", "-f", filepath.Join("..", "..", "examples", "admission-fair-sharing.yaml"), "--output", "table")
+	if code != exitOK {
+		t.Fatalf("exit %d; stderr:\n%s", code, errOut)
+	}
+	for _, want := range []string{"LOCALQUEUE", "team-a/jobs  nvidia.com/gpu=2.30", "team-b/jobs  nvidia.com/gpu=0.63"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+}

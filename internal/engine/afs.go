@@ -118,9 +118,13 @@ func (e *Engine) fairFor(lq *LocalQueue) *lqFair {
 
 // rescore recomputes the score; it reports whether it changed.
 func (f *lqFair) rescore(afs *AdmissionFairSharing) bool {
+	var weights map[string]float64
+	if afs != nil {
+		weights = afs.ResourceWeights
+	}
 	var sum float64
 	for _, r := range slices.Sorted(maps.Keys(f.consumed)) {
-		w, ok := afs.ResourceWeights[r]
+		w, ok := weights[r]
 		if !ok {
 			w = 1
 		}
@@ -341,15 +345,7 @@ func (e *Engine) remerge(cq *cqState, from int) {
 		}
 	}
 	if len(cq.changed) > 1 {
-		slices.SortStableFunc(moved, func(a, b *wlState) int {
-			switch {
-			case queueLess(a, b):
-				return -1
-			case queueLess(b, a):
-				return 1
-			}
-			return 0
-		})
+		slices.SortStableFunc(moved, queueCompare)
 	}
 	// Each moved workload goes before the first of the rest it precedes
 	// (after those it ties with, as a stable merge would): found by binary

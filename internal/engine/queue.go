@@ -18,6 +18,17 @@ func queueLess(a, b *wlState) bool {
 	return a.key < b.key
 }
 
+// queueCompare is queueLess as a comparison, for slices' sorts.
+func queueCompare(a, b *wlState) int {
+	switch {
+	case queueLess(a, b):
+		return -1
+	case queueLess(b, a):
+		return 1
+	}
+	return 0
+}
+
 func (cq *cqState) sortPending() {
 	sort.Slice(cq.pending, func(i, j int) bool { return queueLess(cq.pending[i], cq.pending[j]) })
 }

@@ -42,15 +42,7 @@ func TestRemergeKeepsQueueOrder(t *testing.T) {
 			t.Fatalf("round %d: the part before the cursor moved", round)
 		}
 		want := slices.Clone(cq.pending[from:])
-		slices.SortStableFunc(want, func(a, b *wlState) int {
-			switch {
-			case queueLess(a, b):
-				return -1
-			case queueLess(b, a):
-				return 1
-			}
-			return 0
-		})
+		slices.SortStableFunc(want, queueCompare)
 		if !slices.Equal(want, cq.pending[from:]) {
 			t.Fatalf("round %d: after the cursor %v, want %v", round, keysOf(cq.pending[from:]), keysOf(want))
 		}

@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -90,6 +92,25 @@ func WriteTable(w io.Writer, records []Record, start time.Time) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if len(sum.LocalQueues) > 0 {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "LOCALQUEUE\tUSAGE (ADMISSION FAIR SHARING)\tWEIGHTED SHARE")
+		for _, lq := range sum.LocalQueues {
+			var used []string
+			for _, r := range slices.Sorted(maps.Keys(lq.ConsumedResources)) {
+				used = append(used, fmt.Sprintf("%s=%g", r, lq.ConsumedResources[r]))
+			}
+			share := "inf"
+			if lq.WeightedShare != nil {
+				share = fmt.Sprintf("%g", *lq.WeightedShare)
+			}
+			fmt.Fprintf(tw, "%s/%s\t%s\t%s\n", lq.Namespace, lq.Name, dashIfEmpty(strings.Join(used, ",")), share)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
 	if len(sum.Domains) == 0 {
 		return nil
 	}
@@ -101,6 +122,13 @@ func WriteTable(w io.Writer, records []Record, start time.Time) error {
 			quantity(d.Resource, d.Capacity), quantity(d.Resource, d.Peak))
 	}
 	return tw.Flush()
+}
+
+func dashIfEmpty(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 // quantity renders an amount in the resource's summary unit (cores for
