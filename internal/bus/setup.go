@@ -39,6 +39,10 @@ const (
 	// BucketLQUsage holds each LocalQueue's Admission Fair Sharing usage
 	// (internal/lqusage).
 	BucketLQUsage = "sluice-lq-usage"
+	// LQUsageMaxBytes bounds BucketLQUsage: one small key per LocalQueue
+	// (some 200 bytes), so a fixed bound far below KVMaxBytes leaves the
+	// store's budget for the others as it was.
+	LQUsageMaxBytes = 16 << 20
 )
 
 // StreamSubjects are the subjects of the SLUICE stream.
@@ -227,6 +231,9 @@ func (c Config) KeyValueConfig(bucket string) jetstream.KeyValueConfig {
 		MaxBytes:    bound(c.KVMaxBytes),
 		RePublish:   Republish(bucket),
 	}
+	if bucket == BucketLQUsage {
+		kvc.MaxBytes = lqUsageBound(c.KVMaxBytes)
+	}
 	switch bucket {
 	case BucketQuota, BucketWorkloads, BucketFence:
 		// One revision per key, and per-message TTLs: a released
@@ -248,6 +255,15 @@ func Republish(bucket string) *jetstream.RePublish {
 }
 
 // bound is a size limit as JetStream takes it: -1 for none.
+// lqUsageBound is BucketLQUsage's size bound: LQUsageMaxBytes, or the
+// buckets' bound when that is smaller.
+func lqUsageBound(kv int64) int64 {
+	if kv > 0 && kv < LQUsageMaxBytes {
+		return kv
+	}
+	return LQUsageMaxBytes
+}
+
 func bound(n int64) int64 {
 	if n <= 0 {
 		return -1
@@ -274,8 +290,8 @@ func keepBound(ctx context.Context, js jetstream.JetStream, stream string, want 
 const LimitMarkerTTL = time.Minute
 
 // Setup creates the SLUICE and SLUICE_DLQ streams and the sluice-quota,
-// sluice-workloads, sluice-config, sluice-fence, sluice-shards and
-// sluice-nodes KV buckets, or updates
+// sluice-workloads, sluice-config, sluice-fence, sluice-shards,
+// sluice-nodes and sluice-lq-usage KV buckets, or updates
 // them to cfg. It
 // is idempotent: running it again with the same cfg changes nothing, and
 // every service may run it at start-up.
@@ -294,6 +310,9 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 	for _, b := range Buckets {
 		kvc := cfg.KeyValueConfig(b)
 		kvc.MaxBytes = keepBound(ctx, js, "KV_"+b, cfg.KVMaxBytes)
+		if b == BucketLQUsage {
+			kvc.MaxBytes = lqUsageBound(cfg.KVMaxBytes)
+		}
 		if b == BucketQuota {
 			if err := setupQuota(ctx, js, kvc); err != nil {
 				return fmt.Errorf("bus: bucket %s: %w", b, err)
