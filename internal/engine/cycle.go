@@ -107,6 +107,7 @@ func (e *Engine) Cycle(now time.Time) []Decision {
 	c.podsReadyTimeouts()
 	c.execTimeouts()
 	c.deactivations()
+	c.resizes()
 	c.admissionChecks()
 	c.drain()
 	c.nodeFailures()
@@ -137,6 +138,10 @@ func (e *Engine) Cycle(now time.Time) []Decision {
 	c.explain()
 	for cq := range c.touched {
 		cq.compact()
+	}
+	for cq := range c.e.stale {
+		cq.compact()
+		delete(c.e.stale, cq)
 	}
 	return c.out
 }
@@ -224,7 +229,13 @@ func (c *cycle) heads() []*wlState {
 		i := sc.cursor
 		for i < len(cq.pending) {
 			ws := cq.pending[i]
-			if ws.admitted != nil || ws.parked {
+			if ws.admitted != nil || ws.parked || ws.gone {
+				i++
+				continue
+			}
+			if ws.parent != nil && ws.parent.evicting {
+				// Its workload is on its way out: no more pods for it.
+				sc.unsettled = true
 				i++
 				continue
 			}
@@ -511,6 +522,9 @@ func (c *cycle) process(entries []*entry) {
 	c.keepQuota(entries)
 	for _, en := range entries {
 		ws, cq := en.ws, en.ws.cq
+		if ws.gone {
+			continue // its workload lost its admission this round
+		}
 		ws.seenIn = c.id
 		root := cq.node.root()
 		switch {
@@ -533,7 +547,11 @@ func (c *cycle) process(entries []*entry) {
 				}
 				continue
 			}
-			c.admit(ws, en.a)
+			if ws.parent != nil {
+				c.grow(ws)
+			} else {
+				c.admit(ws, en.a)
+			}
 			roots[root] = true
 		case len(en.targets) > 0:
 			if roots[root] {
@@ -552,9 +570,13 @@ func (c *cycle) process(entries []*entry) {
 				t.ws.charge(c.now)
 				e.evict(t.ws)
 				c.requeued(vcq)
-				c.emit(Decision{Kind: KindPreempted, Key: t.ws.key, ClusterQueue: vcq.Name, Reason: t.reason, Preemptor: ws.key})
+				c.emit(Decision{Kind: KindPreempted, Key: t.ws.key, ClusterQueue: vcq.Name, Reason: t.reason, Preemptor: ws.decisionKey()})
 			}
-			c.admit(ws, en.a)
+			if ws.parent != nil {
+				c.grow(ws)
+			} else {
+				c.admit(ws, en.a)
+			}
 		default:
 			if roots[root] {
 				// Quota in this tree changed after this workload was
@@ -590,7 +612,7 @@ func (c *cycle) requestPreemption(ws *wlState, en *entry) {
 		// Workloads on their way out are tried first as victims: a
 		// search judged before may now end otherwise.
 		c.e.changed(t.ws.admitted.cq.node.root())
-		c.emit(Decision{Kind: KindPreempted, Key: t.ws.key, ClusterQueue: t.ws.admitted.cq.Name, Reason: t.reason, Preemptor: ws.key})
+		c.emit(Decision{Kind: KindPreempted, Key: t.ws.key, ClusterQueue: t.ws.admitted.cq.Name, Reason: t.reason, Preemptor: ws.decisionKey()})
 	}
 	c.pend(ws, waitingForVictims(len(victims)))
 	c.scan(ws.cq).blocked = true
@@ -746,6 +768,11 @@ func (c *cycle) pend(ws *wlState, reason string) {
 		return
 	}
 	ws.reason = reason
+	if ws.parent != nil {
+		// A scale-up's reason is for the pending API; its workload is
+		// admitted, and no decision says it waits.
+		return
+	}
 	if c.e.quiet {
 		if reason != c.lastReason {
 			c.lastReason, c.lastClass = reason, ReasonClass(reason)
@@ -778,7 +805,7 @@ func (c *cycle) explain() {
 		var head *wlState
 		var behind, in string // rendered once per queue
 		for _, ws := range cq.pending {
-			if ws.admitted != nil {
+			if ws.admitted != nil || ws.gone {
 				continue
 			}
 			switch {
@@ -833,7 +860,7 @@ func (c *cycle) explain() {
 func (cq *cqState) compact() {
 	kept := cq.pending[:0]
 	for _, ws := range cq.pending {
-		if ws.admitted == nil {
+		if ws.admitted == nil && !ws.gone {
 			kept = append(kept, ws)
 		} else {
 			ws.queued = false

@@ -91,6 +91,11 @@ type wlState struct {
 	waiting *preemptionWait
 	// pods is what waitForPodsReady knows of it.
 	pods readiness
+	// grow is the pending scale-up of an admitted elastic workload;
+	// parent, for a scale-up, the workload it grows. gone: a scale-up
+	// admitted or withdrawn, left in its list until it is compacted.
+	grow, parent *wlState
+	gone         bool
 
 	w          *Workload
 	key        string
@@ -160,6 +165,11 @@ type Engine struct {
 	// deactivating are admitted workloads deactivated from outside, for
 	// the next cycle to evict.
 	deactivating map[*wlState]bool
+	// resizing are elastic workloads that shrank since the last cycle,
+	// for it to tell; stale are queues whose lists hold withdrawn
+	// scale-ups.
+	resizing map[string]bool
+	stale    map[*cqState]bool
 }
 
 // block is one cause that stops admission: into the tree of
@@ -188,7 +198,8 @@ type scratch struct {
 // New returns an engine for the given configuration.
 func New(cfg Config, opts ...Option) *Engine {
 	e := &Engine{workloads: map[string]*wlState{}, unresolved: map[string]*wlState{}, shapes: map[string]uint32{}, blocks: map[string]block{},
-		tellsUnresolved: true, fair: map[string]*lqFair{}, fairDirty: map[string]bool{}, deactivating: map[*wlState]bool{}}
+		tellsUnresolved: true, fair: map[string]*lqFair{}, fairDirty: map[string]bool{}, deactivating: map[*wlState]bool{},
+		resizing: map[string]bool{}, stale: map[*cqState]bool{}}
 	for _, o := range opts {
 		o(e)
 	}
@@ -254,6 +265,12 @@ func (e *Engine) SetConfig(cfg Config) {
 			ws.syncChecks()
 			e.hold(ws)
 		}
+	}
+	// Scale-ups are queued anew in the new queues.
+	clear(e.stale)
+	for _, ws := range e.sorted() {
+		ws.grow = nil
+		e.fitSize(ws)
 	}
 	for _, cq := range e.tree.cqOrder {
 		cq.sortPending()
@@ -363,12 +380,13 @@ func (e *Engine) Submit(w Workload) error {
 		e.timed++
 	}
 	e.resolve(ws)
+	e.workloads[key] = ws
 	if ws.admitted != nil {
 		e.hold(ws)
+		e.fitSize(ws)
 	} else if ws.cq != nil {
 		ws.cq.insertPending(ws)
 	}
-	e.workloads[key] = ws
 	return nil
 }
 
@@ -385,7 +403,9 @@ func (e *Engine) usageOf(cq *cqState, ws *wlState, podSets []PodSetAssignment) (
 		if ps == nil {
 			return nil, fmt.Errorf("pod set %s is not in the workload: %w", psa.Name, ErrBadAdmission)
 		}
-		if psa.Count < 0 || psa.Count > ps.Count {
+		if psa.Count < 0 || (psa.Count > ps.Count && !ws.w.Elastic) {
+			// An elastic workload may hold more than it asks for until
+			// its shrink is written (fitSize).
 			// Within the pod set's count, the totals validate bounded.
 			return nil, fmt.Errorf("pod set %s: admitted with %d pods, it has %d: %w", psa.Name, psa.Count, ps.Count, ErrBadAdmission)
 		}
@@ -437,6 +457,8 @@ func (e *Engine) hold(ws *wlState) {
 // release frees an admitted workload's quota and wakes parked workloads in
 // its cohort tree.
 func (e *Engine) release(ws *wlState) {
+	e.dropGrow(ws)
+	delete(e.resizing, ws.key)
 	cq := ws.admitted.cq
 	for _, u := range ws.admitted.usage {
 		cq.node.addUsage(u.fr, -u.v)
@@ -623,6 +645,7 @@ func (e *Engine) Book(key string, a Admission) error {
 	ws.pods.executed = max(ws.pods.executed, a.PastExecution)
 	ws.reason, ws.class, ws.why, ws.parked = "", "", nil, false
 	e.hold(ws)
+	e.fitSize(ws)
 	return nil
 }
 
@@ -661,6 +684,10 @@ func (e *Engine) SetPriority(key string, priority int32) error {
 	}
 	if queued {
 		ws.cq.insertPending(ws)
+	}
+	if ws.grow != nil {
+		e.dropGrow(ws)
+		e.fitSize(ws)
 	}
 	return nil
 }

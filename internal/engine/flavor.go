@@ -60,6 +60,9 @@ const (
 	// reasonTopology: the pods do not fit in the domains of a
 	// topology-aware flavor; detail says how.
 	reasonTopology
+	// reasonPinned: a scale-up's pods go on the flavor their pod set was
+	// admitted on (value), not this one.
+	reasonPinned
 )
 
 // reason is one structured cause of not fitting. Reasons are compared
@@ -92,6 +95,8 @@ func (r reason) text() string {
 		return fmt.Sprintf("flavor %s does not match nodeSelector %s=%s of pod set %s", r.flavor, r.key, r.value, r.podSet)
 	case reasonTopology:
 		return r.detail
+	case reasonPinned:
+		return fmt.Sprintf("flavor %s is not flavor %s, which pod set %s was admitted on for %s; a scale-up stays on it", r.flavor, r.value, r.podSet, r.resource)
 	case reasonInsufficient:
 		if r.prior > 0 {
 			return fmt.Sprintf("%s%s in flavor %s: requested %s (%s with the workload's earlier pod sets), available %s", insufficientQuota,
@@ -493,6 +498,11 @@ func (e *Engine) gradePreemption(ws *wlState, i int, val int64) flavorOutcome {
 // ineligible says why a pod set cannot land on a flavor's nodes.
 func ineligible(gf *groupFlavor, ps *PodSet) (reason, bool) {
 	f, flavor := gf.flavor, gf.name
+	for r := range gf.fr {
+		if p, ok := ps.pinned[r]; ok && p != flavor {
+			return reason{kind: reasonPinned, podSet: ps.Name, flavor: flavor, resource: r, value: p}, true
+		}
+	}
 	for ti := range f.NodeTaints {
 		t := &f.NodeTaints[ti]
 		if t.Effect != corev1.TaintEffectNoSchedule && t.Effect != corev1.TaintEffectNoExecute {

@@ -282,6 +282,10 @@ type PodSet struct {
 	// Topology is how the pod set asks to be placed on a topology-aware
 	// flavor.
 	Topology TopologyRequest
+	// pinned holds, for a scale-up's pod set, the flavor of each
+	// resource its workload's admission has: more pods of an admitted
+	// pod set go on the flavors it was admitted on.
+	pinned map[string]string
 }
 
 // PodSetAssignment is what a pod set was admitted with.
@@ -326,6 +330,13 @@ type Workload struct {
 	MaxExecution time.Duration
 	// Admission is set for a workload that already holds quota.
 	Admission *Admission
+	// Elastic: the workload's pod counts may change while it is admitted
+	// (Resize): fewer pods give quota back at once; more are admitted as
+	// a scale-up that queues like a workload of its own.
+	Elastic bool
+	// ResizedAt is when an elastic workload's counts last changed: its
+	// scale-up queues as if submitted then.
+	ResizedAt time.Time
 }
 
 // Key is namespace/name, prefixed with kind/ when Kind is set.

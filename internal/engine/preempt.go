@@ -338,7 +338,7 @@ func (e *Engine) classicalCandidates(ws *wlState, a *assignment, first bool) (hi
 	frs := a.preemptFRs
 	if p.WithinClusterQueue != Never && p.WithinClusterQueue != "" {
 		for _, c := range cq.admitted {
-			if c != ws && usesAny(c, frs) && withinAllows(p.WithinClusterQueue, c, ws) {
+			if c != ws && c != ws.parent && usesAny(c, frs) && withinAllows(p.WithinClusterQueue, c, ws) {
 				same = append(same, candidate{ws: c, v: withinCQ})
 				if first {
 					return
@@ -473,7 +473,7 @@ func (e *Engine) collectCandidates(ws *wlState, frs map[int]bool, first bool) []
 	var out []*wlState
 	if p.WithinClusterQueue != Never && p.WithinClusterQueue != "" {
 		for _, c := range cq.admitted {
-			if c != ws && usesAny(c, frs) && withinAllows(p.WithinClusterQueue, c, ws) {
+			if c != ws && c != ws.parent && usesAny(c, frs) && withinAllows(p.WithinClusterQueue, c, ws) {
 				out = append(out, c)
 				if first {
 					return out

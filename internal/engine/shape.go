@@ -26,6 +26,9 @@ func shapeKey(pss []PodSet) string {
 			fmt.Fprintf(&b, "%q%q%q%q%v,", t.Key, t.Operator, t.Value, t.Effect, t.TolerationSeconds)
 		}
 		b.WriteString("}")
+		for _, k := range sortedKeys(ps.pinned) {
+			fmt.Fprintf(&b, "@%s=%s,", k, ps.pinned[k])
+		}
 		if !ps.Topology.IsZero() {
 			fmt.Fprintf(&b, "%+v", ps.Topology)
 		}

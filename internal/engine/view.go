@@ -22,6 +22,9 @@ type PendingItem struct {
 	// Elsewhere: another engine decides for the workload's tree
 	// (SetOwner), so Reason is only what this one last knew.
 	Elsewhere bool
+	// ScaleUp: this is the scale-up of an admitted elastic workload (Key
+	// names the workload); Submitted is when it asked for more pods.
+	ScaleUp bool
 }
 
 // PendingPage is one page of a queue's waiting workloads and how many
@@ -113,7 +116,7 @@ func (e *Engine) walkPending(cq *cqState, visit func(ws *wlState, cqPos, lqPos i
 	inLQ := map[*LocalQueue]int{}
 	cqPos := 0
 	for _, ws := range cq.pending {
-		if ws.pods.deactivated != "" {
+		if ws.pods.deactivated != "" || ws.gone || ws.admitted != nil {
 			continue
 		}
 		lqPos := inLQ[ws.lq]
@@ -125,7 +128,7 @@ func (e *Engine) walkPending(cq *cqState, visit func(ws *wlState, cqPos, lqPos i
 
 func itemOf(ws *wlState, cq *cqState, cqPos, lqPos int) PendingItem {
 	return PendingItem{
-		Key: ws.key, Kind: ws.w.Kind, Namespace: ws.w.Namespace, Name: ws.w.Name,
+		Key: ws.decisionKey(), ScaleUp: ws.parent != nil, Kind: ws.w.Kind, Namespace: ws.w.Namespace, Name: ws.w.Name,
 		LocalQueue: ws.w.Queue, ClusterQueue: cq.Name, Priority: ws.w.Priority,
 		PositionInClusterQueue: cqPos, PositionInLocalQueue: lqPos,
 		Reason: ws.reason, Submitted: ws.w.Submitted, Elsewhere: cq.node.root().foreign,
@@ -201,7 +204,7 @@ func (e *Engine) Stats(now time.Time) []QueueStats {
 		st := QueueStats{ClusterQueue: cq.Name, Cohort: cq.Cohort}
 		for _, ws := range cq.pending {
 			switch {
-			case ws.admitted != nil, ws.pods.deactivated != "":
+			case ws.admitted != nil, ws.pods.deactivated != "", ws.gone:
 			case ws.parked || ws.invalid != "" || now.Before(ws.pods.requeueAt):
 				st.Inadmissible++
 			default:
