@@ -73,6 +73,10 @@ var examples = map[string]events.Event{
 			TopologyAssignment: &events.TopologyAssignmentV1{Levels: []string{"kubernetes.io/hostname"},
 				Domains: []events.TopologyDomainV1{{Values: []string{"b1r1n1"}, Count: 2}, {Values: []string{"b1r1n3"}, Count: 2}}}}},
 	},
+	events.TypeWorkloadResizedV1: events.WorkloadResizedV1{
+		Workload: exampleRef, ClusterQueue: "gpu", Reason: "ScaledUp", Admission: "2026-11-29T10:00:00.5Z",
+		PodSets: []events.PodSetAssignmentV1{{Name: "main", Count: 6, Flavors: map[string]string{"nvidia.com/gpu": "a100"}}},
+	},
 	events.TypeWorkloadStartedV1:  events.WorkloadStartedV1{Workload: exampleRef, ClusterQueue: "gpu"},
 	events.TypeWorkloadStoppedV1:  events.WorkloadStoppedV1{Workload: otherRef, ClusterQueue: "gpu", Reason: "Evicted"},
 	events.TypeWorkloadFinishedV1: events.WorkloadFinishedV1{Workload: exampleRef, ClusterQueue: "gpu", Succeeded: false, Message: "BackoffLimitExceeded"},

@@ -29,6 +29,7 @@ var registry = []Event{
 	WorkloadPreemptedV1{},
 	WorkloadEvictedV1{},
 	WorkloadMovedV1{},
+	WorkloadResizedV1{},
 	WorkloadStartedV1{},
 	WorkloadStoppedV1{},
 	WorkloadFinishedV1{},
@@ -113,6 +114,8 @@ func WorkloadOf(ev Event) (WorkloadRef, bool) {
 	case WorkloadEvictedV1:
 		return e.Workload, true
 	case WorkloadMovedV1:
+		return e.Workload, true
+	case WorkloadResizedV1:
 		return e.Workload, true
 	case WorkloadStartedV1:
 		return e.Workload, true

@@ -296,7 +296,7 @@ func jsonFields(gt reflect.Type) map[string]jsonField {
 		if name == "" {
 			name = f.Name
 		}
-		out[name] = jsonField{typ: f.Type, omitempty: slices.Contains(strings.Split(opts, ","), "omitempty")}
+		out[name] = jsonField{typ: f.Type, omitempty: slices.Contains(strings.Split(opts, ","), "omitempty") || slices.Contains(strings.Split(opts, ","), "omitzero")}
 	}
 	return out
 }

@@ -13,6 +13,7 @@ const (
 	TypeWorkloadPreemptedV1   = "dev.sluice.workload.v1.preempted"
 	TypeWorkloadEvictedV1     = "dev.sluice.workload.v1.evicted"
 	TypeWorkloadMovedV1       = "dev.sluice.workload.v1.moved"
+	TypeWorkloadResizedV1     = "dev.sluice.workload.v1.resized"
 	TypeWorkloadStartedV1     = "dev.sluice.workload.v1.started"
 	TypeWorkloadStoppedV1     = "dev.sluice.workload.v1.stopped"
 	TypeWorkloadFinishedV1    = "dev.sluice.workload.v1.finished"

@@ -104,6 +104,11 @@ type WorkloadSubmittedV1 struct {
 	// MaximumExecutionTimeSeconds, when set, is how long the workload may
 	// stay admitted in total before it is evicted and deactivated.
 	MaximumExecutionTimeSeconds int32 `json:"maximumExecutionTimeSeconds,omitempty"`
+	// Elastic: the job's pod counts may change while it is admitted;
+	// PodSets say what it asks for now, and ResizedAt when that changed
+	// after submission.
+	Elastic   bool      `json:"elastic,omitempty"`
+	ResizedAt time.Time `json:"resizedAt,omitzero"`
 }
 
 // Type implements Event.
@@ -337,6 +342,42 @@ func (e WorkloadMovedV1) Validate() error {
 	}
 	if err := checkRequired("reason", e.Reason); err != nil {
 		return err
+	}
+	return checkRequired("admission", e.Admission)
+}
+
+// WorkloadResizedV1: an elastic workload's admission changed size while
+// it runs, on the same flavors: fewer pods gave their quota back
+// (ScaledDown), or a scale-up was admitted (ScaledUp). PodSets are every
+// pod set's count and flavors now.
+type WorkloadResizedV1 struct {
+	Workload     WorkloadRef          `json:"workload"`
+	ClusterQueue string               `json:"clusterQueue"`
+	PodSets      []PodSetAssignmentV1 `json:"podSets"`
+	Reason       string               `json:"reason"`
+	// Admission names the admission that changed size, as in
+	// WorkloadAdmittedV1.
+	Admission string `json:"admission"`
+}
+
+// Type implements Event.
+func (WorkloadResizedV1) Type() string { return TypeWorkloadResizedV1 }
+
+// NATSSubject implements Event.
+func (e WorkloadResizedV1) NATSSubject() string {
+	return WorkloadSubject(TypeWorkloadResizedV1, e.Workload)
+}
+
+// CESubject implements Event.
+func (e WorkloadResizedV1) CESubject() string { return e.Workload.String() }
+
+// Validate implements Event.
+func (e WorkloadResizedV1) Validate() error {
+	if err := (WorkloadAdmittedV1{Workload: e.Workload, ClusterQueue: e.ClusterQueue, PodSets: e.PodSets}).Validate(); err != nil {
+		return err
+	}
+	if e.Reason != "ScaledUp" && e.Reason != "ScaledDown" {
+		return invalidf("reason: %q is neither ScaledUp nor ScaledDown", e.Reason)
 	}
 	return checkRequired("admission", e.Admission)
 }

@@ -302,3 +302,12 @@ func (ws *wlState) decisionKey() string {
 	}
 	return ws.key
 }
+
+// HeldPodSets returns what an admitted workload's admission holds (nil
+// when it holds nothing); the caller must not change it.
+func (e *Engine) HeldPodSets(key string) []PodSetAssignment {
+	if ws, ok := e.workloads[key]; ok && ws.admitted != nil {
+		return ws.admitted.podSets
+	}
+	return nil
+}

@@ -160,6 +160,17 @@ func (s *Service) announceDecisions(ctx context.Context, ds []engine.Decision, l
 				Msg("pods moved off failed nodes")
 			// One move per revision of the reservation.
 			s.out.Add(ctx, outgoing{ev: ev, id: events.ID(ev.Type(), ref.UID, fmt.Sprintf("%s/%d", ev.Admission, h.Revision)), ended: d.Key})
+		case engine.KindResized:
+			if lost[d.Key] {
+				continue
+			}
+			h := s.res[d.Key]
+			ev := events.WorkloadResizedV1{Workload: ref, ClusterQueue: d.ClusterQueue, PodSets: assignments(h.PodSets), Reason: d.Reason,
+				Admission: h.Admission()}
+			s.log.Info().Str("workload", d.Key).Str("queue", d.ClusterQueue).Str("event_type", ev.Type()).Str("reason", d.Reason).
+				Msg("admission resized")
+			// One resize per revision of the reservation.
+			s.out.Add(ctx, outgoing{ev: ev, id: events.ID(ev.Type(), ref.UID, fmt.Sprintf("%s/%d", ev.Admission, h.Revision)), ended: d.Key})
 		case engine.KindPreempted:
 			p := preemptions[d.Preemptor]
 			if p == nil {

@@ -34,6 +34,20 @@ func (s *Service) bookLedger() {
 	}
 }
 
+// resized: the reservation holds other pod counts than the engine's
+// admission.
+func resized(held, r []engine.PodSetAssignment) bool {
+	if len(held) != len(r) {
+		return false
+	}
+	for i := range held {
+		if held[i].Count != r[i].Count {
+			return true
+		}
+	}
+	return false
+}
+
 // admissionOf is a reservation as the engine books it.
 func admissionOf(r ledger.Reservation) engine.Admission {
 	return engine.Admission{ClusterQueue: r.ClusterQueue, PodSets: r.PodSets, At: r.AdmittedAt, Checks: r.Checks, AwaitingChecks: r.AwaitingChecks,
@@ -49,6 +63,14 @@ func (s *Service) book(wk string, r ledger.Reservation) {
 				if err := s.eng.SetCheck(wk, c); err != nil {
 					s.log.Error().Err(err).Str("workload", wk).Msg("admission check answer not understood")
 				}
+			}
+			if resized(s.eng.HeldPodSets(wk), r.PodSets) {
+				// An elastic workload changed size (here or in another
+				// replica).
+				if err := s.eng.Resized(wk, r.PodSets); err != nil {
+					s.log.Error().Err(err).Str("workload", wk).Msg("a resized reservation does not match the one held")
+				}
+				return
 			}
 			// Its pods moved off failed nodes (here or in another replica).
 			if err := s.eng.Move(wk, r.PodSets); err != nil {
@@ -132,10 +154,7 @@ func (s *Service) cycle(ctx context.Context) error {
 		if !known {
 			// The bucket does not answer: the job may have ended. Reserve
 			// nothing for it until the bucket says it is there.
-			_ = s.eng.Undo(d.Key)
-			if d.Kind == engine.KindReplaced {
-				s.unmove(d.Key)
-			}
+			s.unbook(d)
 			decisions[i].Kind = ""
 			s.dirty = true
 			continue
@@ -175,9 +194,10 @@ func (s *Service) cycle(ctx context.Context) error {
 		res := make(map[string]ledger.Reservation, len(byKey[tree]))
 		var at map[string]uint64
 		for _, d := range byKey[tree] {
-			if d.Kind == engine.KindReplaced {
-				// The same reservation, its pods elsewhere: rewritten only
-				// if it is still the one this replica holds.
+			if d.Kind == engine.KindReplaced || d.Kind == engine.KindResized {
+				// The same reservation, its pods elsewhere or other
+				// counts of them: rewritten only if it is still the one
+				// this replica holds.
 				h := s.res[d.Key]
 				r := h.Reservation
 				r.PodSets = d.PodSets
@@ -224,10 +244,7 @@ func (s *Service) cycle(ctx context.Context) error {
 					continue
 				}
 				lost[d.Key] = true
-				_ = s.eng.Undo(d.Key)
-				if d.Kind == engine.KindReplaced {
-					s.unmove(d.Key)
-				}
+				s.unbook(d)
 			}
 			s.dirty = true
 			if errors.Is(err, ledger.ErrConflict) {
@@ -239,6 +256,24 @@ func (s *Service) cycle(ctx context.Context) error {
 	}
 	s.bookPassed(ctx)
 	return s.announceDecisions(ctx, decisions, lost)
+}
+
+// unbook takes back a decision that was not written: an admission is
+// undone, a node replacement or a resize goes back to what the ledger
+// holds.
+func (s *Service) unbook(d engine.Decision) {
+	if d.Kind == engine.KindResized {
+		if h, ok := s.res[d.Key]; ok {
+			if err := s.eng.Resized(d.Key, h.PodSets); err != nil {
+				s.log.Error().Err(err).Str("workload", d.Key).Msg("cannot take back a resize")
+			}
+		}
+		return
+	}
+	_ = s.eng.Undo(d.Key)
+	if d.Kind == engine.KindReplaced {
+		s.unmove(d.Key)
+	}
 }
 
 // unmove undoes a node replacement that was not written (after Evict):
@@ -255,7 +290,7 @@ func (s *Service) unmove(wk string) {
 // or reserved until its admission checks pass), or moves a reservation's
 // pods to other domains (replaced).
 func books(d engine.Decision) bool {
-	return d.Kind == engine.KindAdmitted || d.Kind == engine.KindReserved || d.Kind == engine.KindReplaced
+	return d.Kind == engine.KindAdmitted || d.Kind == engine.KindReserved || d.Kind == engine.KindReplaced || d.Kind == engine.KindResized
 }
 
 // bookPassed writes into their reservations that the admission checks

@@ -132,17 +132,29 @@ func (s *Service) applyWorkload(e jetstream.KeyValueEntry) {
 	}
 	if old, known := s.wls[key]; known {
 		// Only the priority of a record changes after submission (its
-		// priority class label was changed); its pod sets never do.
-		if old.Priority == w.Priority && old.PriorityClass == w.PriorityClass {
-			return
-		}
+		// priority class label was changed), and an elastic job's pod
+		// counts.
 		upd := *old
 		upd.Priority, upd.PriorityClass = w.Priority, w.PriorityClass
+		counts, resized := resizedCounts(old, &w)
+		if resized {
+			upd.PodSets, upd.ResizedAt = w.PodSets, w.ResizedAt
+		}
+		if old.Priority == w.Priority && old.PriorityClass == w.PriorityClass && !resized {
+			return
+		}
 		s.wls[key] = &upd
-		if s.synced.IsOpen() && s.eng.Known(key) {
-			if err := s.eng.SetPriority(key, w.Priority); err != nil {
-				s.log.Error().Err(err).Str("workload", key).Msg("cannot change priority")
+		if !s.synced.IsOpen() || !s.eng.Known(key) {
+			return
+		}
+		if err := s.eng.SetPriority(key, w.Priority); err != nil {
+			s.log.Error().Err(err).Str("workload", key).Msg("cannot change priority")
+		}
+		if resized {
+			if err := s.eng.Resize(key, counts, w.ResizedAt); err != nil {
+				s.log.Error().Err(err).Str("workload", key).Msg("cannot resize")
 			}
+			s.dirty = true
 		}
 		return
 	}
@@ -150,6 +162,24 @@ func (s *Service) applyWorkload(e jetstream.KeyValueEntry) {
 	if s.synced.IsOpen() {
 		s.submit(key)
 	}
+}
+
+// resizedCounts: an elastic record whose pod counts changed, and the new
+// counts by pod set. Only the counts of an elastic job's record change.
+func resizedCounts(old, w *events.WorkloadSubmittedV1) ([]int32, bool) {
+	if !old.Elastic || !w.Elastic || len(old.PodSets) != len(w.PodSets) {
+		return nil, false
+	}
+	counts := make([]int32, len(w.PodSets))
+	changed := false
+	for i, ps := range w.PodSets {
+		if ps.Name != old.PodSets[i].Name {
+			return nil, false
+		}
+		counts[i] = ps.Count
+		changed = changed || ps.Count != old.PodSets[i].Count
+	}
+	return counts, changed
 }
 
 // forgetRecord drops a deleted record from the mirror. The engine keeps
@@ -342,6 +372,8 @@ func (s *Service) toEngine(w *events.WorkloadSubmittedV1) (engine.Workload, erro
 		Submitted: w.CreationTime,
 		// Kueue's maximumExecutionTimeSeconds.
 		MaxExecution: time.Duration(w.MaximumExecutionTimeSeconds) * time.Second,
+		Elastic:      w.Elastic,
+		ResizedAt:    w.ResizedAt,
 	}
 	for _, ps := range w.PodSets {
 		sh, err := s.shapes.of(ps.Requests)
