@@ -109,3 +109,25 @@ const (
 	// (leaderworkerset-<set>-<index>) when the Pod is created.
 	PodGroupLeaderWorkerSetAnnotation = "sluice.dev/pod-group-leaderworkerset"
 )
+
+// ElasticJobAnnotation "true" on a batch/v1 Job makes it elastic (Kueue's
+// workload slices): its parallelism may change while it runs. More pods
+// are admitted as a scale-up of the same admission, which never stops
+// the pods that run; fewer give their quota back at once.
+// KueueElasticJobAnnotation is Kueue's name for the same.
+const (
+	ElasticJobAnnotation      = "sluice.dev/elastic-job"
+	KueueElasticJobAnnotation = "kueue.x-k8s.io/elastic-job"
+)
+
+// ElasticSchedulingGate holds each pod of an elastic job until its
+// admission has room for it: the integration lifts it from as many pods
+// as each pod set's admitted count allows. ElasticPodLabel marks those
+// pods (its value is the kind), ElasticOwnerAnnotation names their object
+// (namespace/name) and ElasticPodSetAnnotation their pod set.
+const (
+	ElasticSchedulingGate   = "sluice.dev/elastic-job"
+	ElasticPodLabel         = "sluice.dev/elastic"
+	ElasticOwnerAnnotation  = "sluice.dev/elastic-owner"
+	ElasticPodSetAnnotation = "sluice.dev/elastic-podset"
+)

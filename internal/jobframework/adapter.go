@@ -59,6 +59,9 @@ type Kind struct {
 	// EnabledByDefault: the chart runs the kind's integration unless its
 	// values say otherwise.
 	EnabledByDefault bool
+	// Elastic: objects of the kind may be elastic (their jobs are
+	// Resizable), so the integration lifts the elastic gate of its pods.
+	Elastic bool
 	// ManagedBy is the path of the kind's managedBy field ({"spec",
 	// "managedBy"}): for an object created in a queue whose ClusterQueue
 	// dispatches to worker clusters, the webhook sets it, so that the

@@ -207,7 +207,7 @@ func Admit(j Job, a Assignment, flavors map[string]*v1beta1.ResourceFlavor) erro
 	if err != nil {
 		return err
 	}
-	scaler, _ := j.(Scaler)
+	scaler := scalerOf(j)
 	for i, ps := range sets {
 		psa := a.PodSets[i]
 		if psa.Count > full[i] || psa.Count < min(1, full[i]) {
@@ -311,7 +311,7 @@ func Restore(j Job) (templatesChanged bool, err error) {
 	if !recorded {
 		return false, nil
 	}
-	scaler, _ := j.(Scaler)
+	scaler := scalerOf(j)
 	for i, ps := range sets {
 		o := orig[i]
 		if !maps.Equal(ps.Spec.NodeSelector, o.NodeSelector) || !sameTolerations(ps.Spec.Tolerations, o.Tolerations) {
@@ -352,7 +352,7 @@ func Pristine(j Job) error {
 		return err
 	}
 	adm, _, _ := AdmissionOf(j.Meta().GetAnnotations())
-	scaler, _ := j.(Scaler)
+	scaler := scalerOf(j)
 	for i, ps := range sets {
 		ps.Spec.NodeSelector = maps.Clone(orig[i].NodeSelector)
 		ps.Spec.Tolerations = cloneTolerations(orig[i].Tolerations)
@@ -389,7 +389,7 @@ func AdmissionOf(annotations map[string]string) (Assignment, bool, error) {
 func originalsOf(j Job, sets []PodSet) ([]Original, bool, error) {
 	raw, ok := j.Meta().GetAnnotations()[OriginalAnnotation]
 	if !ok {
-		scaler, _ := j.(Scaler)
+		scaler := scalerOf(j)
 		out := make([]Original, len(sets))
 		for i, ps := range sets {
 			out[i] = Original{Name: ps.Name, NodeSelector: maps.Clone(ps.Spec.NodeSelector), Tolerations: cloneTolerations(ps.Spec.Tolerations)}
@@ -427,10 +427,21 @@ func originalsOf(j Job, sets []PodSet) ([]Original, bool, error) {
 	return out, true, nil
 }
 
+// scalerOf is j as a Scaler, or nil when it is none or is elastic: an
+// elastic job's counts are its user's to change while it runs, so
+// admission neither records nor restores them.
+func scalerOf(j Job) Scaler {
+	sc, ok := j.(Scaler)
+	if !ok || IsElastic(j.Meta()) {
+		return nil
+	}
+	return sc
+}
+
 // fullCounts returns each pod set's count as its user wrote it.
 func fullCounts(j Job, orig []Original) ([]int32, error) {
-	scaler, ok := j.(Scaler)
-	if !ok {
+	scaler := scalerOf(j)
+	if scaler == nil {
 		sets, err := j.PodSets()
 		if err != nil {
 			return nil, err

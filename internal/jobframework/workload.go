@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/sluice-dev/sluice/api/v1beta1"
@@ -35,6 +36,8 @@ type Workload struct {
 	// MaxExecutionSeconds, when above zero, is the job's maximum
 	// execution time (see MaxExecution).
 	MaxExecutionSeconds int32
+	// Elastic: the job's pod counts may change while it runs (IsElastic).
+	Elastic bool
 }
 
 // WorkloadPodSet is a group of identical pods as the queueing core sees it.
@@ -227,7 +230,45 @@ func WorkloadOf(kind string, j Job, prio PriorityResolver, opts ...WorkloadOptio
 		}
 		w.PodSets = append(w.PodSets, wps)
 	}
+	if IsElastic(m) {
+		if err := elasticAllowed(j, w.PodSets); err != nil {
+			return Workload{}, fmt.Errorf("%s %s: %w: %w", kind, key, err, ErrInvalidJob)
+		}
+		w.Elastic = true
+	}
 	return w, nil
+}
+
+// Resizable is a Job whose pod counts may change while it runs, so its
+// elastic annotation is honored (batch/v1 Job, as in Kueue).
+type Resizable interface {
+	Job
+	Resizable()
+}
+
+// IsElastic reports whether an object asks to be elastic:
+// v1beta1.ElasticJobAnnotation or Kueue's name for it is "true".
+func IsElastic(m metav1.Object) bool {
+	a := m.GetAnnotations()
+	return a[v1beta1.ElasticJobAnnotation] == "true" || a[v1beta1.KueueElasticJobAnnotation] == "true"
+}
+
+// elasticAllowed says why a job asking to be elastic cannot be: its kind
+// cannot change size while it runs, it allows partial admission, or it
+// asks for a topology (the rules Kueue has).
+func elasticAllowed(j Job, sets []WorkloadPodSet) error {
+	if _, ok := j.(Resizable); !ok {
+		return fmt.Errorf("annotation %s: only a batch/v1 Job can be elastic", v1beta1.ElasticJobAnnotation)
+	}
+	for _, ps := range sets {
+		if ps.MinCount < ps.Count {
+			return fmt.Errorf("annotation %s: pod set %q allows partial admission, which an elastic job cannot", v1beta1.ElasticJobAnnotation, ps.Name)
+		}
+		if t := ps.Topology; t != nil && (t.Required != "" || t.Preferred != "" || t.SliceLevel != "") {
+			return fmt.Errorf("annotation %s: pod set %q asks for a topology, which an elastic job cannot", v1beta1.ElasticJobAnnotation, ps.Name)
+		}
+	}
+	return nil
 }
 
 // A job that left its queue (or moved to another) and is queued again

@@ -160,6 +160,8 @@ func (s *Service) sync(ctx context.Context, k *kindRunner, key string) error {
 		}
 	} else if rec, err = s.reprioritize(ctx, rk, rec, job); err != nil {
 		return err
+	} else if rec, err = s.resize(ctx, rk, rec, job); err != nil {
+		return err
 	}
 	if err := s.reactivate(ctx, rk, job); err != nil {
 		return err
@@ -484,6 +486,7 @@ func toEvent(kind string, w jobframework.Workload) events.WorkloadSubmittedV1 {
 		CreationTime:  w.CreationTime,
 		// Kueue's maximumExecutionTimeSeconds.
 		MaximumExecutionTimeSeconds: w.MaxExecutionSeconds,
+		Elastic:                     w.Elastic,
 	}
 	for _, ps := range w.PodSets {
 		p := events.PodSetV1{Name: ps.Name, Count: ps.Count, MinCount: ps.MinCount, Requests: map[string]string{},

@@ -201,6 +201,9 @@ type kindRunner struct {
 	// whose reservation changes is looked at again there (its pods may
 	// move to other domains).
 	ungating atomic.Pointer[workqueue.TypedRateLimitingInterface[string]]
+	// elastic is the elastic ungater's queue, once it runs: an object
+	// whose reservation changes size is looked at again there.
+	elastic atomic.Pointer[workqueue.TypedRateLimitingInterface[string]]
 }
 
 // Option tunes a Service.
@@ -392,6 +395,9 @@ func (s *Service) Run(ctx context.Context) error {
 			continue // a Pod gets its domain when admitted: it has no gate to lift
 		}
 		spawn(k.kind.Name+" topology ungater", func(ctx context.Context) error { return s.runUngater(ctx, k) })
+		if k.kind.Elastic {
+			spawn(k.kind.Name+" elastic ungater", func(ctx context.Context) error { return s.runElasticUngater(ctx, k) })
+		}
 	}
 	for _, k := range s.kinds {
 		spawn(k.kind.Name+" pending consumer", func(ctx context.Context) error {

@@ -47,6 +47,9 @@ func (s *Service) start(ctx context.Context, k *kindRunner, job jobframework.Job
 	if err == nil {
 		err = withPlacements(&a, r, k.kind.Name, m.GetNamespace()+"/"+m.GetName(), admitted, nil)
 	}
+	if err == nil && rec.Elastic {
+		err = withElastic(&a, k.kind.Name, m.GetNamespace()+"/"+m.GetName(), admitted)
+	}
 	if err == nil {
 		err = jobframework.Admit(admitted, a, flavors)
 	}

@@ -132,6 +132,9 @@ func (s *Service) watchLedger(ctx context.Context, kv jetstream.KeyValue, synced
 			if q := k.ungating.Load(); q != nil {
 				(*q).Add(key)
 			}
+			if q := k.elastic.Load(); q != nil {
+				(*q).Add(key)
+			}
 		}
 	})
 }
@@ -298,8 +301,8 @@ func (s *Service) setReservation(wk string, r *ledger.Reservation) []string {
 	}
 	s.held[wk] = *r
 	s.ownKey[wk] = true
-	if had && old.AdmittedAt.Equal(r.AdmittedAt) && old.Startable() == r.Startable() {
-		return nil // the same reservation, still as startable as it was
+	if had && old.AdmittedAt.Equal(r.AdmittedAt) && old.Startable() == r.Startable() && sameCounts(old, *r) {
+		return nil // the same reservation, still as startable and as large as it was
 	}
 	return []string{wk}
 }

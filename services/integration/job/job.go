@@ -34,7 +34,7 @@ const (
 
 // Kind is the Job's kind.
 var Kind = jobframework.Kind{Name: "job", GVK: batchv1.SchemeGroupVersion.WithKind("Job"), Resource: "jobs", SuspendField: []string{"spec", "suspend"},
-	ManagedBy: []string{"spec", "managedBy"}, Title: "Job", EnabledByDefault: true}
+	ManagedBy: []string{"spec", "managedBy"}, Title: "Job", EnabledByDefault: true, Elastic: true}
 
 // Adapter is the batch/v1 Job adapter.
 type Adapter struct{}
@@ -146,6 +146,10 @@ func (j *Job) PodSets() ([]jobframework.PodSet, error) {
 // Scale implements jobframework.Scaler: a partial admission lowers
 // spec.parallelism.
 func (j *Job) Scale(string) *int32 { return j.Spec.Parallelism }
+
+// Resizable implements jobframework.Resizable: an elastic Job's
+// parallelism may change while it runs.
+func (j *Job) Resizable() {}
 
 // SetScale implements jobframework.Scaler.
 func (j *Job) SetScale(_ string, n *int32) { j.Spec.Parallelism = n }

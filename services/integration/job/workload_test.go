@@ -582,3 +582,47 @@ func TestWorkloadWithDevices(t *testing.T) {
 		})
 	}
 }
+
+// TestElasticJobs: the elastic annotation (Sluice's or Kueue's) makes the
+// workload elastic; partial admission and topology requests make such a
+// job invalid, with the reason.
+func TestElasticJobs(t *testing.T) {
+	cases := []struct {
+		name        string
+		job         *jobBuilder
+		wantElastic bool
+		wantErr     string
+	}{
+		{name: "no annotation", job: makeJob("j").parallelism(3)},
+		{name: "sluice's annotation", job: makeJob("j").parallelism(3).annotation("sluice.dev/elastic-job", "true"), wantElastic: true},
+		{name: "kueue's annotation", job: makeJob("j").parallelism(3).annotation("kueue.x-k8s.io/elastic-job", "true"), wantElastic: true},
+		{name: "a value other than true", job: makeJob("j").parallelism(3).annotation("sluice.dev/elastic-job", "yes")},
+		{
+			name:    "partial admission cannot be elastic",
+			job:     makeJob("j").parallelism(3).annotation("kueue.x-k8s.io/elastic-job", "true").annotation(MinParallelismAnnotation, "1"),
+			wantErr: `pod set "main" allows partial admission`,
+		},
+		{
+			name:    "a topology request cannot be elastic",
+			job:     makeJob("j").parallelism(3).annotation("sluice.dev/elastic-job", "true").templateAnnotation("sluice.dev/podset-required-topology", "rack"),
+			wantErr: "asks for a topology",
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			w, err := jobframework.WorkloadOf("job", &Job{tc.job.obj()}, nil)
+			if tc.wantErr != "" {
+				if !errors.Is(err, jobframework.ErrInvalidJob) || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want ErrInvalidJob saying %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if w.Elastic != tc.wantElastic {
+				t.Errorf("Elastic = %t, want %t", w.Elastic, tc.wantElastic)
+			}
+		})
+	}
+}

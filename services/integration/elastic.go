@@ -1,0 +1,300 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/sluice-dev/sluice/api/v1beta1"
+	"github.com/sluice-dev/sluice/events"
+	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/internal/jobframework"
+	"github.com/sluice-dev/sluice/internal/ledger"
+	"github.com/sluice-dev/sluice/internal/workloop"
+)
+
+// Elastic jobs. The record of an elastic job follows its pod counts
+// (resize); admission grows or shrinks the reservation in place. Its pods
+// are started gated (withElastic), and the elastic ungater lifts the gate
+// from as many pods of each pod set as the reservation holds now, so a
+// raised parallelism runs its new pods only once the scale-up is admitted,
+// and the pods already running never stop.
+
+// resize follows a change of an elastic job's pod counts: the record
+// takes the new counts (compare-and-set) and admission resizes the
+// workload. Anything else about the pod sets stays as submitted.
+func (s *Service) resize(ctx context.Context, rk string, rec *events.WorkloadSubmittedV1, job jobframework.Job) (*events.WorkloadSubmittedV1, error) {
+	m := job.Meta()
+	if !rec.Elastic || jobframework.ObjectUID(rec.Workload.UID) != string(m.GetUID()) {
+		return rec, nil
+	}
+	sets, err := job.PodSets()
+	if err != nil || len(sets) != len(rec.PodSets) {
+		return rec, nil
+	}
+	upd := *rec
+	upd.PodSets = slices.Clone(rec.PodSets)
+	var was []string
+	for i, ps := range sets {
+		if ps.Name != upd.PodSets[i].Name {
+			return rec, nil
+		}
+		if ps.Count != upd.PodSets[i].Count {
+			was = append(was, fmt.Sprintf("%s %d→%d", ps.Name, upd.PodSets[i].Count, ps.Count))
+			upd.PodSets[i].Count, upd.PodSets[i].MinCount = ps.Count, ps.Count
+		}
+	}
+	if len(was) == 0 {
+		return rec, nil
+	}
+	upd.ResizedAt = time.Now().UTC()
+	if err := upd.Validate(); err != nil {
+		s.recorder.Eventf(job.Object(), corev1.EventTypeWarning, "InvalidWorkload", "not resized: %v", err)
+		return rec, nil
+	}
+	gctx, cancel := bus.Bounded(ctx)
+	e, err := s.wlKV.Get(gctx, rk)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("read workload %s: %w", rk, err)
+	}
+	b, err := json.Marshal(upd)
+	if err != nil {
+		return nil, err
+	}
+	// Compare-and-set: another replica or a delete in between makes this
+	// sync run again on what is stored now.
+	if _, err := s.wlKV.Update(ctx, rk, b, e.Revision()); err != nil {
+		return nil, fmt.Errorf("resize %s: %w", rk, err)
+	}
+	s.recorder.Eventf(job.Object(), corev1.EventTypeNormal, "Resized", "pod counts changed (%s): the admission follows", strings.Join(was, ", "))
+	s.log.Info().Str("workload", rk).Strs("pod_sets", was).Msg("elastic job resized")
+	return &upd, nil
+}
+
+// withElastic adds to a what an elastic job's pod sets need: each
+// template gets the elastic gate, label and annotations, and its count
+// is the job's own (the gate, not the count field, holds back the pods
+// the reservation has no room for).
+func withElastic(a *jobframework.Assignment, kind, owner string, j jobframework.Job) error {
+	sets, err := j.PodSets()
+	if err != nil {
+		return err
+	}
+	for i := range a.PodSets {
+		psa := &a.PodSets[i]
+		if i < len(sets) && sets[i].Name == psa.Name {
+			psa.Count = sets[i].Count
+		}
+		out := &jobframework.PodSetUpdate{}
+		if u := psa.Update; u != nil {
+			c := *u
+			out = &c
+			out.Labels, out.Annotations = maps.Clone(u.Labels), maps.Clone(u.Annotations)
+		}
+		if out.Labels == nil {
+			out.Labels = map[string]string{}
+		}
+		if out.Annotations == nil {
+			out.Annotations = map[string]string{}
+		}
+		out.Labels[v1beta1.ElasticPodLabel] = kind
+		out.Annotations[v1beta1.ElasticOwnerAnnotation] = owner
+		out.Annotations[v1beta1.ElasticPodSetAnnotation] = psa.Name
+		out.SchedulingGates = append(slices.Clone(out.SchedulingGates), v1beta1.ElasticSchedulingGate)
+		psa.Update = out
+	}
+	return nil
+}
+
+// sameCounts: two reservations hold the same pod counts.
+func sameCounts(a, b ledger.Reservation) bool {
+	if len(a.PodSets) != len(b.PodSets) {
+		return false
+	}
+	for i := range a.PodSets {
+		if a.PodSets[i].Count != b.PodSets[i].Count {
+			return false
+		}
+	}
+	return true
+}
+
+// elasticUngater lifts the elastic gate from one kind's pods.
+type elasticUngater struct {
+	s     *Service
+	k     *kindRunner
+	pods  cache.Indexer
+	queue workqueue.TypedRateLimitingInterface[string]
+	// sent holds the pods ungated that the informer still shows gated,
+	// so a sync on that stale view does not count their room twice.
+	sent map[string]map[types.UID]bool
+}
+
+const byElasticOwner = "elastic-owner"
+
+// runElasticUngater watches the kind's elastic pods and ungates them,
+// until ctx ends. Only the replica owning an object's shard ungates its
+// pods.
+func (s *Service) runElasticUngater(ctx context.Context, k *kindRunner) error {
+	factory := informers.NewSharedInformerFactoryWithOptions(s.kube, s.cfg.Resync,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = v1beta1.ElasticPodLabel + "=" + k.kind.Name
+		}))
+	inf := factory.Core().V1().Pods().Informer()
+	if err := inf.AddIndexers(cache.Indexers{byElasticOwner: func(obj any) ([]string, error) {
+		if p, ok := obj.(*corev1.Pod); ok && p.Annotations[v1beta1.ElasticOwnerAnnotation] != "" {
+			return []string{p.Annotations[v1beta1.ElasticOwnerAnnotation]}, nil
+		}
+		return nil, nil
+	}}); err != nil {
+		return err
+	}
+	u := &elasticUngater{s: s, k: k, pods: inf.GetIndexer(), queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: k.kind.Name + "-elastic-ungater"}),
+		sent: map[string]map[types.UID]bool{}}
+	enqueue := func(obj any) {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		if p, ok := obj.(*corev1.Pod); ok && p.Annotations[v1beta1.ElasticOwnerAnnotation] != "" {
+			u.queue.Add(p.Annotations[v1beta1.ElasticOwnerAnnotation])
+		}
+	}
+	// A new pod waits for room; an ended one leaves room.
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: func(_, n any) { enqueue(n) }, DeleteFunc: enqueue}); err != nil {
+		return err
+	}
+	factory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		return nil
+	}
+	k.elastic.Store(&u.queue)
+	defer k.elastic.Store(nil)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for workloop.Next(u.queue, func(owner string) error {
+			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			return u.sync(wctx, owner)
+		}, func(owner string, err error) {
+			s.log.Warn().Err(err).Str("object", owner).Str("kind", k.kind.Name).Msg("ungating elastic pods failed; retrying")
+		}) {
+		}
+	}()
+	<-ctx.Done()
+	u.queue.ShutDownWithDrain()
+	<-done
+	factory.Shutdown()
+	return nil
+}
+
+func elasticGated(p *corev1.Pod) bool {
+	return slices.ContainsFunc(p.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == v1beta1.ElasticSchedulingGate })
+}
+
+// sync ungates as many gated pods of each pod set of one object as its
+// reservation has room for: its count less the live pods already
+// ungated. Pods are ungated in name order.
+func (u *elasticUngater) sync(ctx context.Context, owner string) error {
+	if !u.k.owner.Owns(owner) {
+		return nil
+	}
+	u.s.mu.Lock()
+	r, held := u.s.held[u.k.kind.Name+"/"+owner]
+	u.s.mu.Unlock()
+	if !held || !r.Startable() || r.DispatchedTo != "" {
+		delete(u.sent, owner)
+		return nil
+	}
+	objs, err := u.pods.ByIndex(byElasticOwner, owner)
+	if err != nil {
+		return err
+	}
+	sent := u.sent[owner]
+	stillSent := map[types.UID]bool{}
+	defer func() {
+		if len(stillSent) == 0 {
+			delete(u.sent, owner)
+		} else {
+			u.sent[owner] = stillSent
+		}
+	}()
+	running := map[string]int32{}
+	waiting := map[string][]*corev1.Pod{}
+	for _, o := range objs {
+		p, ok := o.(*corev1.Pod)
+		if !ok || !live(p) {
+			continue
+		}
+		ps := p.Annotations[v1beta1.ElasticPodSetAnnotation]
+		switch {
+		case !elasticGated(p):
+			running[ps]++
+		case sent[p.UID]:
+			stillSent[p.UID] = true
+			running[ps]++
+		default:
+			waiting[ps] = append(waiting[ps], p)
+		}
+	}
+	var errs []error
+	for _, psa := range r.PodSets {
+		room := psa.Count - running[psa.Name]
+		pods := waiting[psa.Name]
+		if room <= 0 || len(pods) == 0 {
+			continue
+		}
+		sort.Slice(pods, func(i, j int) bool { return pods[i].Name < pods[j].Name })
+		for _, p := range pods[:min(int(room), len(pods))] {
+			if err := u.ungate(ctx, p); err != nil {
+				if !apierrors.IsNotFound(err) {
+					errs = append(errs, err)
+				}
+				continue
+			}
+			stillSent[p.UID] = true
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%d pods not ungated, the first: %w", len(errs), errs[0])
+	}
+	return nil
+}
+
+// ungate lifts the elastic gate from one pod, in one write checked
+// against the pod as it was read.
+func (u *elasticUngater) ungate(ctx context.Context, p *corev1.Pod) error {
+	gates := []corev1.PodSchedulingGate{}
+	for _, g := range p.Spec.SchedulingGates {
+		if g.Name != v1beta1.ElasticSchedulingGate {
+			gates = append(gates, g)
+		}
+	}
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"uid": string(p.UID), "resourceVersion": p.ResourceVersion},
+		"spec":     map[string]any{"schedulingGates": gates},
+	})
+	if err != nil {
+		return err
+	}
+	if _, err := u.s.kube.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("pod %s/%s: %w", p.Namespace, p.Name, err)
+	}
+	return nil
+}
