@@ -393,8 +393,15 @@ func (c *Checker) book(j *batchv1.Job) (*booking, []Violation) {
 	// A batch/v1 Job has one pod template; every pod set of its admission
 	// runs pods of it.
 	perPod := jobframework.PodRequests(&j.Spec.Template.Spec)
+	// A Job never runs more pods at once than its parallelism (an elastic
+	// Job's may fall below its admission's count before the admission
+	// gives the rest back).
+	runs := int64(1)
+	if j.Spec.Parallelism != nil {
+		runs = int64(*j.Spec.Parallelism)
+	}
 	for _, ps := range a.PodSets {
-		count := int64(max(ps.Count, 0))
+		count := min(int64(max(ps.Count, 0)), max(runs, 0))
 		for _, res := range slices.Sorted(maps.Keys(perPod)) {
 			q := perPod[res]
 			m := q.MilliValue()

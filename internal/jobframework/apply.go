@@ -208,12 +208,18 @@ func Admit(j Job, a Assignment, flavors map[string]*v1beta1.ResourceFlavor) erro
 		return err
 	}
 	scaler := scalerOf(j)
+	elastic := IsElastic(j.Meta())
 	for i, ps := range sets {
 		psa := a.PodSets[i]
-		if psa.Count > full[i] || psa.Count < min(1, full[i]) {
+		switch {
+		case elastic && psa.Count < 0:
+			return fmt.Errorf("pod set %q: count %d is negative: %w", psa.Name, psa.Count, ErrInvalidAssignment)
+		case elastic:
+			// Its count is what the reservation holds now; the pods
+			// beyond it wait behind the elastic gate.
+		case psa.Count > full[i] || psa.Count < min(1, full[i]):
 			return fmt.Errorf("pod set %q: count %d outside 1..%d: %w", psa.Name, psa.Count, full[i], ErrInvalidAssignment)
-		}
-		if psa.Count < full[i] && scaler == nil {
+		case psa.Count < full[i] && scaler == nil:
 			return fmt.Errorf("pod set %q: count %d below %d, and this kind cannot run fewer pods: %w", psa.Name, psa.Count, full[i], ErrInvalidAssignment)
 		}
 		names := assignedFlavors(psa)

@@ -1024,11 +1024,12 @@ func validateWebhookURL(raw string) error {
 // kueueReadAnyway are the Kueue labels and annotations Sluice reads on a job
 // of its own: the queue and priority labels (honoured with --kueue-labels,
 // and left alone beside Sluice's for Kueue running side by side) and the
-// partial admission annotation, the maximum execution time label and the
-// topology-aware scheduling annotations of pod templates.
+// partial admission and elastic job annotations, the maximum execution
+// time label and the topology-aware scheduling annotations of pod
+// templates.
 var kueueReadAnyway = map[string]bool{
 	v1beta1.KueueQueueNameLabel: true, v1beta1.KueuePriorityClassLabel: true,
-	v1beta1.KueueMinParallelismAnnotation: true, v1beta1.KueueMaxExecTimeLabel: true,
+	v1beta1.KueueMinParallelismAnnotation: true, v1beta1.KueueMaxExecTimeLabel: true, v1beta1.KueueElasticJobAnnotation: true,
 	// Topology-aware scheduling's pod-set annotations.
 	v1beta1.KueuePodSetRequiredTopologyAnnotation: true, v1beta1.KueuePodSetPreferredTopologyAnnotation: true,
 	v1beta1.KueuePodSetUnconstrainedTopologyAnnotation: true, v1beta1.KueuePodSetSliceRequiredTopologyAnnotation: true,

@@ -91,5 +91,23 @@ func relevant(ad jobframework.Adapter, o, n any, podsReady bool) bool {
 			return true
 		}
 	}
+	if jobframework.IsElastic(nm) && !samePodCounts(oj, nj) {
+		return true // an elastic job resized
+	}
 	return !maps.Equal(om.GetLabels(), nm.GetLabels()) || !maps.Equal(om.GetAnnotations(), nm.GetAnnotations())
+}
+
+// samePodCounts: two versions of an object run the same pod counts.
+func samePodCounts(a, b jobframework.Job) bool {
+	as, err1 := a.PodSets()
+	bs, err2 := b.PodSets()
+	if err1 != nil || err2 != nil || len(as) != len(bs) {
+		return err1 == nil && err2 == nil && len(as) == len(bs)
+	}
+	for i := range as {
+		if as[i].Count != bs[i].Count {
+			return false
+		}
+	}
+	return true
 }

@@ -86,19 +86,11 @@ func (s *Service) resize(ctx context.Context, rk string, rec *events.WorkloadSub
 }
 
 // withElastic adds to a what an elastic job's pod sets need: each
-// template gets the elastic gate, label and annotations, and its count
-// is the job's own (the gate, not the count field, holds back the pods
-// the reservation has no room for).
-func withElastic(a *jobframework.Assignment, kind, owner string, j jobframework.Job) error {
-	sets, err := j.PodSets()
-	if err != nil {
-		return err
-	}
+// template gets the elastic gate, label and annotations (the gate, not
+// the count field, holds back the pods the reservation has no room for).
+func withElastic(a *jobframework.Assignment, kind, owner string) {
 	for i := range a.PodSets {
 		psa := &a.PodSets[i]
-		if i < len(sets) && sets[i].Name == psa.Name {
-			psa.Count = sets[i].Count
-		}
 		out := &jobframework.PodSetUpdate{}
 		if u := psa.Update; u != nil {
 			c := *u
@@ -117,7 +109,6 @@ func withElastic(a *jobframework.Assignment, kind, owner string, j jobframework.
 		out.SchedulingGates = append(slices.Clone(out.SchedulingGates), v1beta1.ElasticSchedulingGate)
 		psa.Update = out
 	}
-	return nil
 }
 
 // sameCounts: two reservations hold the same pod counts.
@@ -222,6 +213,9 @@ func (u *elasticUngater) sync(ctx context.Context, owner string) error {
 		delete(u.sent, owner)
 		return nil
 	}
+	if err := u.recordCounts(ctx, owner, r); err != nil {
+		return err
+	}
 	objs, err := u.pods.ByIndex(byElasticOwner, owner)
 	if err != nil {
 		return err
@@ -275,6 +269,45 @@ func (u *elasticUngater) sync(ctx context.Context, owner string) error {
 		return fmt.Errorf("%d pods not ungated, the first: %w", len(errs), errs[0])
 	}
 	return nil
+}
+
+// recordCounts writes the reservation's pod counts into the object's
+// admission annotation before any pod is ungated for them, so the object
+// always says what it runs under. The write is checked against the object
+// as the informer holds it: a stop in between makes it fail and the sync
+// run again.
+func (u *elasticUngater) recordCounts(ctx context.Context, owner string, r ledger.Reservation) error {
+	job, err := u.s.cached(u.k, owner)
+	if err != nil || job == nil || job.IsSuspended() {
+		return err
+	}
+	m := job.Meta()
+	a, ok, err := jobframework.AdmissionOf(m.GetAnnotations())
+	if !ok || err != nil || a.ClusterQueue != r.ClusterQueue {
+		return nil
+	}
+	changed := false
+	for i := range a.PodSets {
+		for _, psa := range r.PodSets {
+			if psa.Name == a.PodSets[i].Name && psa.Count != a.PodSets[i].Count {
+				a.PodSets[i].Count, changed = psa.Count, true
+			}
+		}
+	}
+	if !changed {
+		return nil
+	}
+	b, err := json.Marshal(a)
+	if err != nil {
+		return err
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"uid": string(m.GetUID()), "resourceVersion": m.GetResourceVersion(),
+		"annotations": map[string]any{jobframework.AdmissionAnnotation: string(b)}}})
+	if err != nil {
+		return err
+	}
+	return u.s.patch(ctx, u.k, m.GetNamespace(), m.GetName(), patch)
 }
 
 // ungate lifts the elastic gate from one pod, in one write checked

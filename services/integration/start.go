@@ -48,7 +48,7 @@ func (s *Service) start(ctx context.Context, k *kindRunner, job jobframework.Job
 		err = withPlacements(&a, r, k.kind.Name, m.GetNamespace()+"/"+m.GetName(), admitted, nil)
 	}
 	if err == nil && rec.Elastic {
-		err = withElastic(&a, k.kind.Name, m.GetNamespace()+"/"+m.GetName(), admitted)
+		withElastic(&a, k.kind.Name, m.GetNamespace()+"/"+m.GetName())
 	}
 	if err == nil {
 		err = jobframework.Admit(admitted, a, flavors)
