@@ -62,6 +62,11 @@ type Kind struct {
 	// Elastic: objects of the kind may be elastic (their jobs are
 	// Resizable), so the integration lifts the elastic gate of its pods.
 	Elastic bool
+	// CountField is the path of the field that says how many pods run at
+	// once ({"spec", "parallelism"}), when the kind has one a user may
+	// change: the webhook refuses a change of it while the object runs,
+	// unless the object is elastic. Nil: none.
+	CountField []string
 	// ManagedBy is the path of the kind's managedBy field ({"spec",
 	// "managedBy"}): for an object created in a queue whose ClusterQueue
 	// dispatches to worker clusters, the webhook sets it, so that the

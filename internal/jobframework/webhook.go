@@ -642,6 +642,9 @@ func (w *Webhook) reviewUpdate(ad Adapter, req *admissionv1.AdmissionRequest, re
 		return deny(resp, k, "request old object is not a "+k.GVK.String()+": "+err.Error())
 	}
 	was, is := old.Meta().GetLabels()[v1beta1.QueueNameLabel], job.Meta().GetLabels()[v1beta1.QueueNameLabel]
+	if msg, ok := reviewResize(k, old, job, was, is); !ok {
+		return deny(resp, k, msg)
+	}
 	if was == "" && is == "" {
 		if msg, ok := w.reviewUnqueuedUpdate(ad, job, old); !ok {
 			return deny(resp, k, msg)
@@ -667,6 +670,32 @@ func (w *Webhook) reviewUpdate(ad Adapter, req *admissionv1.AdmissionRequest, re
 	w.log.Info().Str("workload", k.Name+"/"+req.Namespace+"/"+req.Name).Str("queue", is).Str("was", was).
 		Msg("update: queue changed on a suspended object")
 	return resp
+}
+
+// reviewResize refuses a change of the pod counts of a queued object that
+// runs (it was admitted for the counts it had), unless it is elastic. A
+// suspended object may change (it queues for what it asks for when it
+// is admitted), and so may Sluice's own start and stop, which suspend or
+// resume it in the same write.
+func reviewResize(k Kind, old, job Job, was, is string) (string, bool) {
+	if len(k.CountField) == 0 || was == "" || is == "" || old.IsSuspended() || job.IsSuspended() || IsElastic(job.Meta()) {
+		return "", true
+	}
+	if done, _, _ := job.Finished(); done {
+		return "", true
+	}
+	before, err1 := old.PodSets()
+	after, err2 := job.PodSets()
+	if err1 != nil || err2 != nil || len(before) != len(after) {
+		return "", true // the object's own validation speaks for it
+	}
+	for i := range before {
+		if before[i].Count != after[i].Count {
+			return fmt.Sprintf("%s: may not change from %d to %d pods while the %s runs: it was admitted for %d; suspend it first, or make it elastic (annotation %s: \"true\")",
+				strings.Join(k.CountField, "."), before[i].Count, after[i].Count, k.Name, before[i].Count, v1beta1.ElasticJobAnnotation), false
+		}
+	}
+	return "", true
 }
 
 // queueChange says how a queue label changed, for a refusal.
@@ -952,6 +981,18 @@ func MultiClusterMatchCondition(k Kind, queues []string) string {
 	return matchCondition(k, unset)
 }
 
+// fieldCEL is the CEL expression of an integer field of obj at path, -1
+// when it is unset.
+func fieldCEL(obj string, path []string) string {
+	var has []string
+	p := obj
+	for _, f := range path {
+		p += "." + f
+		has = append(has, "has("+p+")")
+	}
+	return "(" + strings.Join(has, " && ") + " ? " + p + " : -1)"
+}
+
 // queueLabelCEL is the CEL expression of obj's queue label ("" if none).
 func queueLabelCEL(obj string) string {
 	return fmt.Sprintf("(has(%[1]s.metadata.labels) && %[2]q in %[1]s.metadata.labels ? %[1]s.metadata.labels[%[2]q] : \"\")", obj, v1beta1.QueueNameLabel)
@@ -962,6 +1003,10 @@ func queueLabelCEL(obj string) string {
 func matchCondition(k Kind, createToo string) string {
 	label := queueLabelCEL
 	update := label("object") + " != " + label("oldObject")
+	if len(k.CountField) > 0 {
+		// A running object's count changed: refused unless elastic.
+		update += " || " + fieldCEL("object", k.CountField) + " != " + fieldCEL("oldObject", k.CountField)
+	}
 	if k.IsParent() {
 		// Every change of the object may change its pod templates.
 		return "true"

@@ -91,8 +91,8 @@ func relevant(ad jobframework.Adapter, o, n any, podsReady bool) bool {
 			return true
 		}
 	}
-	if jobframework.IsElastic(nm) && !samePodCounts(oj, nj) {
-		return true // an elastic job resized
+	if len(ad.Kind().CountField) > 0 && !samePodCounts(oj, nj) {
+		return true // resized: an elastic job's record follows; another stops
 	}
 	return !maps.Equal(om.GetLabels(), nm.GetLabels()) || !maps.Equal(om.GetAnnotations(), nm.GetAnnotations())
 }

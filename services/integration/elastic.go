@@ -21,6 +21,7 @@ import (
 	"github.com/sluice-dev/sluice/api/v1beta1"
 	"github.com/sluice-dev/sluice/events"
 	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/internal/fence"
 	"github.com/sluice-dev/sluice/internal/jobframework"
 	"github.com/sluice-dev/sluice/internal/ledger"
 	"github.com/sluice-dev/sluice/internal/workloop"
@@ -83,6 +84,55 @@ func (s *Service) resize(ctx context.Context, rk string, rec *events.WorkloadSub
 	s.recorder.Eventf(job.Object(), corev1.EventTypeNormal, "Resized", "pod counts changed (%s): the admission follows", strings.Join(was, ", "))
 	s.log.Info().Str("workload", rk).Strs("pod_sets", was).Msg("elastic job resized")
 	return &upd, nil
+}
+
+// reshaped says why an object no longer matches its workload's record
+// in a way its workload cannot follow ("" when it does): its elastic
+// annotation changed after it was queued, or, for a kind whose count a
+// user may change, one that is not elastic runs more pods than its
+// reservation holds (raised while it ran, past the webhook) or changed
+// its count while it waits.
+func (s *Service) reshaped(k *kindRunner, rec *events.WorkloadSubmittedV1, job jobframework.Job) string {
+	m := job.Meta()
+	if jobframework.ObjectUID(rec.Workload.UID) != string(m.GetUID()) {
+		return ""
+	}
+	if e := jobframework.IsElastic(m); e != rec.Elastic {
+		return fmt.Sprintf("annotation %s changed after it was queued (elastic: %t, was %t)", v1beta1.ElasticJobAnnotation, e, rec.Elastic)
+	}
+	if rec.Elastic || len(k.kind.CountField) == 0 {
+		return ""
+	}
+	sets, err := job.PodSets()
+	if err != nil || len(sets) != len(rec.PodSets) {
+		return ""
+	}
+	r, held := s.reservation(rec.Workload)
+	for i, ps := range sets {
+		switch {
+		case held && !job.IsSuspended():
+			for _, psa := range r.PodSets {
+				if psa.Name == ps.Name && ps.Count > psa.Count {
+					return fmt.Sprintf("pod set %s runs %d pods, its reservation holds %d (only an elastic job may change its pod count while it runs)", ps.Name, ps.Count, psa.Count)
+				}
+			}
+		case !held && job.IsSuspended() && ps.Count != rec.PodSets[i].Count:
+			return fmt.Sprintf("pod set %s asks for %d pods, it was queued for %d", ps.Name, ps.Count, rec.PodSets[i].Count)
+		}
+	}
+	return ""
+}
+
+// reshape ends the workload of an object that reshaped: one that runs is
+// stopped first; a suspended one's workload ends (the caller queues a new
+// one as the object is now).
+func (s *Service) reshape(ctx context.Context, k *kindRunner, rk string, rec *events.WorkloadSubmittedV1, job jobframework.Job, why string) error {
+	if !job.IsSuspended() {
+		return s.stopFirst(ctx, k, job, rec, ReasonPodSetsChanged, why+": stopped, to queue again as it is now")
+	}
+	s.recorder.Eventf(job.Object(), corev1.EventTypeNormal, ReasonPodSetsChanged, "%s: queued again as it is now", why)
+	s.log.Info().Str("workload", rk).Str("why", why).Msg("reshaped: workload ended, a new one queues")
+	return s.end(ctx, rk, rec, &fence.End{Deleted: true, Reason: ReasonPodSetsChanged})
 }
 
 // withElastic adds to a what an elastic job's pod sets need: each

@@ -154,6 +154,16 @@ func (s *Service) sync(ctx context.Context, k *kindRunner, key string) error {
 		}
 		rec = nil
 	}
+	if rec != nil {
+		if why := s.reshaped(k, rec, job); why != "" {
+			// Queued again as it is now: its workload ends, a new one
+			// queues.
+			if err := s.reshape(ctx, k, rk, rec, job, why); err != nil {
+				return err
+			}
+			rec = nil
+		}
+	}
 	if rec == nil {
 		if rec, err = s.submit(ctx, k, rk, job); err != nil || rec == nil {
 			return err
@@ -389,7 +399,7 @@ func reopenable(st fence.State, uid string) bool {
 
 // leftQueue: an end that was the job leaving its queue, not the job's.
 func leftQueue(e fence.End) bool {
-	return e.Reason == ReasonQueueNameRemoved || e.Reason == ReasonQueueNameChanged
+	return e.Reason == ReasonQueueNameRemoved || e.Reason == ReasonQueueNameChanged || e.Reason == ReasonPodSetsChanged
 }
 
 // reopen clears the fence of a workload that ended when its job left its

@@ -662,6 +662,10 @@ const maxRecordBytes = 1<<20 - 32<<10
 const (
 	ReasonQueueNameRemoved = "QueueNameRemoved"
 	ReasonQueueNameChanged = "QueueNameChanged"
+	// ReasonPodSetsChanged stops an object that is not elastic and runs
+	// more pods than its reservation holds (its count was raised while it
+	// ran, past the webhook).
+	ReasonPodSetsChanged = "PodSetsChanged"
 )
 
 var (

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -107,4 +108,36 @@ func TestElasticJob(t *testing.T) {
 	// The quota given back admits another Job at once.
 	createJob(t, jobSpec{ns: ns, name: "after", queue: "q", pods: 3, gpus: 1, runFor: "10m"})
 	waitRunning(t, ns, "after", 30*time.Second)
+}
+
+// TestScalingARunningJobThatIsNotElastic: raising the parallelism of a
+// running Job that is not elastic is refused, with the reason; one that
+// gets past the webhook (the elastic annotation added after it was
+// queued) is stopped and queued again as it is now.
+func TestScalingARunningJobThatIsNotElastic(t *testing.T) {
+	ns := "e2e-not-elastic"
+	queues(t, ns, 4, "Never")
+	j := jobOf(jobSpec{ns: ns, name: "fixed", queue: "q", pods: 2, gpus: 1, runFor: "10m"})
+	j.Spec.Completions = ptr.To[int32](20)
+	if _, err := env.kube.BatchV1().Jobs(ns).Create(context.Background(), j, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitRunning(t, ns, "fixed", 30*time.Second)
+	_, err := env.kube.BatchV1().Jobs(ns).Patch(context.Background(), "fixed", types.MergePatchType, []byte(`{"spec":{"parallelism":4}}`), metav1.PatchOptions{})
+	if err == nil || !strings.Contains(err.Error(), "spec.parallelism: may not change from 2 to 4 pods while the job runs") {
+		t.Fatalf("raising the parallelism of a running Job: %v, want a refusal that says why", err)
+	}
+	// Elastic only from now on: the workload was queued as it was.
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"true"}}}`, v1beta1.ElasticJobAnnotation)
+	if _, err := env.kube.BatchV1().Jobs(ns).Patch(context.Background(), "fixed", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	scaleJob(t, ns, "fixed", 4)
+	waitEvent(t, ns, "fixed", "PodSetsChanged", "changed after it was queued", 30*time.Second)
+	eventually(t, 60*time.Second, "queued again as it is now, and running", func() (bool, string) {
+		j := getJob(t, ns, "fixed")
+		r, ok := reservations(t)["job/"+ns+"/fixed"]
+		return ok && !suspended(j) && r.PodSets[0].Count == *j.Spec.Parallelism,
+			fmt.Sprintf("suspended %t parallelism %d reserved %t %+v", suspended(j), *j.Spec.Parallelism, ok, r.PodSets)
+	})
 }

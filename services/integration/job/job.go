@@ -34,7 +34,8 @@ const (
 
 // Kind is the Job's kind.
 var Kind = jobframework.Kind{Name: "job", GVK: batchv1.SchemeGroupVersion.WithKind("Job"), Resource: "jobs", SuspendField: []string{"spec", "suspend"},
-	ManagedBy: []string{"spec", "managedBy"}, Title: "Job", EnabledByDefault: true, Elastic: true}
+	ManagedBy: []string{"spec", "managedBy"}, Title: "Job", EnabledByDefault: true, Elastic: true,
+	CountField: []string{"spec", "parallelism"}}
 
 // Adapter is the batch/v1 Job adapter.
 type Adapter struct{}
