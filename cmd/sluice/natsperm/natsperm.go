@@ -220,7 +220,7 @@ func For(service string, opts ...Option) (Permissions, error) {
 	r := newRules("sluice-" + service)
 	switch service {
 	case "admission":
-		r.publish(workloadEvents("pending", "reserved", "admitted", "evicted", "moved")...)
+		r.publish(workloadEvents("pending", "reserved", "admitted", "evicted", "moved", "resized")...)
 		r.publish("sluice.preemption.v1.requested.>")
 		// Admission checks' answers, recorded in the ledger.
 		r.consume(bus.StreamEvents, "admission-checks")
