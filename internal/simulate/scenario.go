@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -119,6 +120,19 @@ type SimulatedWorkloadSpec struct {
 	// MaximumExecutionTimeSeconds bounds how long the workload may stay
 	// admitted in total (Kueue's max-exec-time-seconds label).
 	MaximumExecutionTimeSeconds *int32 `json:"maximumExecutionTimeSeconds,omitempty"`
+	// Elastic: its pod counts may change while it runs (an elastic Job);
+	// Resizes change them.
+	Elastic bool `json:"elastic,omitempty"`
+	// Resizes change an elastic workload's pod counts during the run, as
+	// a changed parallelism does on an elastic Job.
+	Resizes []Resize `json:"resizes,omitempty"`
+}
+
+// Resize is new pod counts, by pod set name, from a moment of the run
+// on; a pod set not named keeps its count.
+type Resize struct {
+	At      Duration         `json:"at"`
+	PodSets map[string]int32 `json:"podSets"`
 }
 
 // SimCheck is how one admission check answers a workload's reservations.
@@ -606,6 +620,32 @@ func validateWorkload(w *SimulatedWorkload) field.ErrorList {
 		}
 		if (c.PriorityClassName == "") == (c.Priority == nil) {
 			errs = append(errs, field.Required(cp, "exactly one of priorityClassName and priority"))
+		}
+	}
+	if len(s.Resizes) > 0 && !s.Elastic {
+		errs = append(errs, field.Invalid(sp.Child("resizes"), len(s.Resizes), "only an elastic workload (elastic: true) changes its pod counts while it runs"))
+	}
+	if s.Elastic {
+		for i, ps := range s.PodSets {
+			if ps.MinCount != nil && *ps.MinCount != ps.Count {
+				errs = append(errs, field.Invalid(sp.Child("podSets").Index(i).Child("minCount"), *ps.MinCount, "an elastic workload has no partial admission"))
+			}
+		}
+	}
+	for i, r := range s.Resizes {
+		rp := sp.Child("resizes").Index(i)
+		if r.At.Duration < 0 {
+			errs = append(errs, field.Invalid(rp.Child("at"), r.At.String(), "must not be negative"))
+		}
+		if len(r.PodSets) == 0 {
+			errs = append(errs, field.Required(rp.Child("podSets"), "the new count of at least one pod set"))
+		}
+		for _, name := range slices.Sorted(maps.Keys(r.PodSets)) {
+			if !slices.ContainsFunc(s.PodSets, func(ps SimPodSet) bool { return ps.Name == name }) {
+				errs = append(errs, field.NotFound(rp.Child("podSets").Key(name), name))
+			} else if r.PodSets[name] < 0 {
+				errs = append(errs, field.Invalid(rp.Child("podSets").Key(name), r.PodSets[name], "must not be negative"))
+			}
 		}
 	}
 	if r := s.PodsReadyAfter; r != nil && !r.Never && r.After < 0 {

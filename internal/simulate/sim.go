@@ -3,6 +3,7 @@ package simulate
 import (
 	"container/heap"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -84,6 +85,9 @@ const (
 	// evPriority: a priority change (simEvent.change indexes it).
 	evPriority
 	evSubmit
+	// evResize: an elastic workload's new pod counts (simEvent.change
+	// indexes its spec.resizes).
+	evResize
 	// evGone: a workload asked to stop (Options.StopDelay) has stopped.
 	evGone
 	// evTimer only runs a cycle: a pods-ready timeout or a requeue
@@ -97,7 +101,8 @@ type simEvent struct {
 	seq  int
 	wl   int
 	run  int
-	// change indexes the workload's spec.priorityChanges (evPriority).
+	// change indexes the workload's spec.priorityChanges (evPriority)
+	// or spec.resizes (evResize).
 	change int
 	// check and answer are an admission check's answer (evCheck).
 	check  string
@@ -126,6 +131,14 @@ func (h *eventHeap) Pop() any {
 	return x
 }
 
+// count is a pod set's count now: as written, or as last resized.
+func (r *wlRun) count(ps SimPodSet) int32 {
+	if n, ok := r.counts[ps.Name]; ok {
+		return n
+	}
+	return ps.Count
+}
+
 // wlRun tracks one workload through the run.
 type wlRun struct {
 	spec     *SimulatedWorkload
@@ -146,12 +159,17 @@ type wlRun struct {
 	admits    int
 	preempted int
 	evicted   int
+	resizes   int
 	// reservations counts the workload's reservations that waited for
 	// admission checks; each check answers them in turn.
 	reservations int
 	// queued is each pod set's per-pod requests as the workload is
 	// queued with them (after the resources block), by pod set name.
 	queued map[string]corev1.ResourceList
+	// counts are an elastic workload's pod counts after its resizes so
+	// far, by pod set name; resizedAt when they last changed.
+	counts    map[string]int32
+	resizedAt time.Duration
 }
 
 type frKey struct{ cq, flavor, resource string }
@@ -263,6 +281,9 @@ func Run(sc *Scenario, opts Options) ([]Record, error) {
 		for j, c := range sc.Workloads[i].Spec.PriorityChanges {
 			s.push(simEvent{at: c.At.Duration, kind: evPriority, wl: i, change: j})
 		}
+		for j, c := range sc.Workloads[i].Spec.Resizes {
+			s.push(simEvent{at: c.At.Duration, kind: evResize, wl: i, change: j})
+		}
 	}
 	s.classes = classes
 	// Pre-admitted workloads are running at time 0.
@@ -328,8 +349,12 @@ func (s *sim) toEngine(r *wlRun) engine.Workload {
 	if m := w.Spec.MaximumExecutionTimeSeconds; m != nil {
 		ew.MaxExecution = time.Duration(*m) * time.Second
 	}
+	ew.Elastic = w.Spec.Elastic
+	if r.counts != nil {
+		ew.ResizedAt = s.opts.Start.Add(r.resizedAt)
+	}
 	for _, ps := range w.Spec.PodSets {
-		eps := engine.PodSet{Name: ps.Name, Count: ps.Count, Requests: map[string]int64{}, NodeSelector: ps.NodeSelector, Tolerations: ps.Tolerations,
+		eps := engine.PodSet{Name: ps.Name, Count: r.count(ps), Requests: map[string]int64{}, NodeSelector: ps.NodeSelector, Tolerations: ps.Tolerations,
 			Topology: ps.topology}
 		if ps.MinCount != nil {
 			eps.MinCount = *ps.MinCount
@@ -417,6 +442,21 @@ func (s *sim) loop() {
 				if s.eng.Known(r.key) {
 					_ = s.eng.SetPriority(r.key, r.priority)
 				}
+			case evResize:
+				if r.counts == nil {
+					r.counts = map[string]int32{}
+				}
+				maps.Copy(r.counts, r.spec.Spec.Resizes[ev.change].PodSets)
+				r.resizedAt = t
+				// Before its submission the new counts are simply those
+				// it is submitted with.
+				if s.eng.Known(r.key) {
+					counts := make([]int32, len(r.spec.Spec.PodSets))
+					for i, ps := range r.spec.Spec.PodSets {
+						counts[i] = r.count(ps)
+					}
+					_ = s.eng.Resize(r.key, counts, s.opts.Start.Add(t))
+				}
 			case evSubmit:
 				if r.spec.held {
 					// The webhook suspends it; no workload is made.
@@ -466,6 +506,11 @@ func (s *sim) cycle() {
 			s.stop(r)
 			r.evicted++
 			s.emit(events.TypeWorkloadEvictedV1, r, WorkloadData{ClusterQueue: d.ClusterQueue, Reason: d.Reason, Message: d.Message})
+		case engine.KindResized:
+			s.release(r)
+			s.book(r, d.ClusterQueue, d.PodSets)
+			r.resizes++
+			s.emit(events.TypeWorkloadResizedV1, r, WorkloadData{ClusterQueue: d.ClusterQueue, PodSets: d.PodSets, Reason: d.Reason})
 		case engine.KindPending:
 			r.reason = d.Reason
 			s.emit(events.TypeWorkloadPendingV1, r, WorkloadData{ClusterQueue: d.ClusterQueue, Reason: d.Reason})
@@ -732,7 +777,10 @@ type WorkloadResult struct {
 	Admissions   int      `json:"admissions"`
 	Preemptions  int      `json:"preemptions"`
 	Evictions    int      `json:"evictions"`
-	Reason       string   `json:"reason,omitempty"`
+	// Resizes counts an elastic workload's admitted scale-ups and
+	// scale-downs.
+	Resizes int    `json:"resizes,omitempty"`
+	Reason  string `json:"reason,omitempty"`
 }
 
 // QueueResult is one ClusterQueue's utilization.
@@ -770,6 +818,7 @@ func (s *sim) summary() Record {
 		wr := WorkloadResult{
 			Namespace: r.spec.Namespace, Name: r.spec.Name, ClusterQueue: r.cq, Priority: r.priority,
 			Submitted: at(r.submitted), Admissions: r.admits, Preemptions: r.preempted, Evictions: r.evicted,
+			Resizes: r.resizes,
 		}
 		if wr.ClusterQueue == "" {
 			wr.ClusterQueue = s.eng.ClusterQueueOf(r.key)

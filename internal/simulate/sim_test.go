@@ -122,6 +122,12 @@ func steps(t *testing.T, recs []Record, types ...string) []step {
 				parts = append(parts, fmt.Sprintf("%s×%d %s", ps.Name, ps.Count, strings.Join(fl, ",")))
 			}
 			s.Detail = d.ClusterQueue + " " + strings.Join(parts, " ")
+		case "resized":
+			var parts []string
+			for _, ps := range d.PodSets {
+				parts = append(parts, fmt.Sprintf("%s×%d", ps.Name, ps.Count))
+			}
+			s.Detail = d.ClusterQueue + " " + strings.Join(parts, " ") + " " + d.Reason
 		case "preempted":
 			s.Detail = d.Reason + " by " + d.Preemptor
 		case "pending", "evicted":
