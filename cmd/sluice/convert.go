@@ -34,7 +34,7 @@ StatefulSets, LeaderWorkerSets, TrainJobs, … any other kind) get Sluice's
 names for Kueue's labels and annotations, on the object and on every pod
 template inside it: queue-name, priority-class, max-exec-time-seconds,
 the pod group's name, total count, serving and fast-admission marks,
-job-min-parallelism and the topology annotations. A Kueue label or
+job-min-parallelism, elastic-job and the topology annotations. A Kueue label or
 annotation Sluice has no counterpart for is unsupported as above. See
 docs/migrate-from-kueue.md.`,
 		Args: func(_ *cobra.Command, args []string) error {

@@ -24,6 +24,7 @@ var (
 		"kueue.x-k8s.io/pod-group-serving":                 v1beta1.PodGroupServingAnnotation,
 		"kueue.x-k8s.io/pod-group-fast-admission":          v1beta1.PodGroupFastAdmissionAnnotation,
 		v1beta1.KueueMinParallelismAnnotation:              v1beta1.MinParallelismAnnotation,
+		v1beta1.KueueElasticJobAnnotation:                  v1beta1.ElasticJobAnnotation,
 		v1beta1.KueuePodSetRequiredTopologyAnnotation:      v1beta1.PodSetRequiredTopologyAnnotation,
 		v1beta1.KueuePodSetPreferredTopologyAnnotation:     v1beta1.PodSetPreferredTopologyAnnotation,
 		v1beta1.KueuePodSetUnconstrainedTopologyAnnotation: v1beta1.PodSetUnconstrainedTopologyAnnotation,

@@ -106,6 +106,33 @@ spec:
 `,
 		},
 		{
+			name: "Kueue's elastic Job (its sample-scalable-job)",
+			in: `apiVersion: batch/v1
+kind: Job
+metadata:
+  name: sample-elastic-job
+  annotations: {kueue.x-k8s.io/elastic-job: "true"}
+  labels: {kueue.x-k8s.io/queue-name: user-queue}
+spec: {parallelism: 3, completions: 100, template: {spec: {containers: [{name: c}]}}}
+`,
+			want: `apiVersion: batch/v1
+kind: Job
+metadata:
+  annotations:
+    sluice.dev/elastic-job: "true"
+  labels:
+    sluice.dev/queue-name: user-queue
+  name: sample-elastic-job
+spec:
+  completions: 100
+  parallelism: 3
+  template:
+    spec:
+      containers:
+      - name: c
+`,
+		},
+		{
 			name: "a Job's partial admission; Sluice's own label wins, with a warning",
 			in: `apiVersion: batch/v1
 kind: Job
