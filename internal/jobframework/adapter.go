@@ -62,6 +62,10 @@ type Kind struct {
 	// Elastic: objects of the kind may be elastic (their jobs are
 	// Resizable), so the integration lifts the elastic gate of its pods.
 	Elastic bool
+	// SuspendGate is the scheduling gate that holds an object of the kind
+	// back when it has no SuspendField (a Pod): the webhook refuses its
+	// removal from a held object as it refuses lifting a suspension.
+	SuspendGate string
 	// CountField is the path of the field that says how many pods run at
 	// once ({"spec", "parallelism"}), when the kind has one a user may
 	// change: the webhook refuses a change of it while the object runs,

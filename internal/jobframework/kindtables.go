@@ -57,7 +57,7 @@ other kinds' resources the integration reads (a TrainJob's runtimes).
 		}
 		fmt.Fprintf(&b, "%s: {group: %q, version: %q, resource: %q, webhook: %q, path: %q, statusPatch: %t, deletes: %t, matchCondition: %q, multiclusterMatchCondition: %q, holdMatchCondition: %q, suspends: %t, enabled: %t, queuedBy: %q, reads: [%s]}\n",
 			k.Name, k.GVK.Group, k.GVK.Version, k.Resource, WebhookName(k), MutatePath(k), unlocks, deletes, WebhookMatchCondition(k), MultiClusterMatchCondition(k, nil),
-			UnqueuedMatchCondition(k, true, nil), len(k.SuspendField) > 0, k.EnabledByDefault, k.QueuedBy, strings.Join(reads, ", "))
+			UnqueuedMatchCondition(k, true, nil), k.holds(), k.EnabledByDefault, k.QueuedBy, strings.Join(reads, ", "))
 	}
 	b.WriteString("{{- end -}}\n")
 	return b.Bytes(), nil

@@ -128,9 +128,16 @@ func (w *Webhook) reviewUnqueuedUpdate(ad Adapter, job, old Job) (string, bool) 
 		return "", true
 	}
 	k := ad.Kind()
+	if k.SuspendGate != "" {
+		return fmt.Sprintf("spec.schedulingGates: %s may not be removed while the %s has no %s label: "+
+			"in this namespace a pod runs only through a LocalQueue", k.SuspendGate, k.Name, v1beta1.QueueNameLabel), false
+	}
 	return fmt.Sprintf("%s: may not be lifted while the %s has no %s label: "+
 		"in this namespace a job runs only through a LocalQueue", strings.Join(append([]string{"spec"}, k.SuspendField...), "."), k.Name, v1beta1.QueueNameLabel), false
 }
+
+// holds: objects of the kind can be held back (suspended, or gated).
+func (k Kind) holds() bool { return len(k.SuspendField) > 0 || k.SuspendGate != "" }
 
 // objectName names an object in the log; one created with generateName
 // has only its prefix yet.
@@ -183,7 +190,7 @@ func unqueuedWebhook(k Kind, first admissionregistrationv1.MutatingWebhook, kueu
 	uw.MatchConditions = []admissionregistrationv1.MatchCondition{{Name: MatchConditionName, Expression: UnqueuedMatchCondition(k, e.Hold, e.Namespaces)}}
 	uw.Rules[0].Operations = []admissionregistrationv1.OperationType{admissionregistrationv1.Create}
 	if e.Hold {
-		if len(k.SuspendField) > 0 {
+		if k.holds() {
 			uw.Rules[0].Operations = append(uw.Rules[0].Operations, admissionregistrationv1.Update)
 		}
 	} else {
@@ -207,10 +214,13 @@ func UnqueuedMatchCondition(k Kind, hold bool, namespaces []string) string {
 		}
 		create = fmt.Sprintf("request.namespace in [%s]", strings.Join(quoted, ", "))
 	}
-	if !hold || len(k.SuspendField) == 0 {
+	if !hold || !k.holds() {
 		return create
 	}
 	suspended := func(obj string) string {
+		if k.SuspendGate != "" {
+			return fmt.Sprintf("(has(%[1]s.spec) && has(%[1]s.spec.schedulingGates) && %[1]s.spec.schedulingGates.exists(g, g.name == %[2]q))", obj, k.SuspendGate)
+		}
 		var has []string
 		path := obj
 		for _, f := range k.SuspendField {

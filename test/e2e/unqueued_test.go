@@ -112,7 +112,7 @@ managedJobsNamespaceSelector:
 	}
 	withSluiceDevArgs(t, "--config", cfg)
 	queues(t, managed, 8, "Never")
-	waitUnqueuedEntry(t, "", "job")
+	waitUnqueuedEntry(t, "", "job", "pod")
 
 	jobs := env.kube.BatchV1().Jobs(managed)
 	got, err := jobs.Create(context.Background(), unqueuedJob(jobSpec{ns: managed, name: "held", pods: 1, gpus: 1, runFor: "1s"}), metav1.CreateOptions{})
@@ -145,6 +145,24 @@ managedJobsNamespaceSelector:
 	}
 	waitRunning(t, managed, "held", 30*time.Second)
 	waitComplete(t, managed, "held", 60*time.Second)
+
+	// A Pod without a queue is held by its scheduling gate, whose removal
+	// is refused by name.
+	pods := env.kube.CoreV1().Pods(managed)
+	pod, err := pods.Create(context.Background(), &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "held-pod"},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "busybox"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create a Pod without a queue: %v", err)
+	}
+	if len(pod.Spec.SchedulingGates) == 0 {
+		t.Fatal("a Pod without a queue in a managed namespace was not held (gated)")
+	}
+	pod.Spec.SchedulingGates = nil
+	if _, err := pods.Update(context.Background(), pod, metav1.UpdateOptions{}); err == nil || !strings.Contains(err.Error(), "spec.schedulingGates: sluice.dev/admission may not be removed") {
+		t.Fatalf("ungating a held Pod: %v, want a refusal naming spec.schedulingGates", err)
+	}
 
 	// A namespace the selector leaves out: the Job runs as it is.
 	got, err = env.kube.BatchV1().Jobs(free).Create(context.Background(), unqueuedJob(jobSpec{ns: free, name: "free", pods: 1, runFor: "1s"}), metav1.CreateOptions{})

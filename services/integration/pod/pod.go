@@ -34,7 +34,7 @@ const (
 
 // Kind is the Pod's kind.
 var Kind = jobframework.Kind{Name: "pod", GVK: corev1.SchemeGroupVersion.WithKind("Pod"), Resource: "pods",
-	Title: "Pod (a plain Pod, owned by no other integrated kind)"}
+	Title: "Pod (a plain Pod, owned by no other integrated kind)", SuspendGate: SchedulingGate}
 
 // ownedKinds are the API groups and kinds whose Pods belong to another
 // integration: the group of the owner's apiVersion and its kind.
