@@ -98,8 +98,12 @@ func newPendingCmd() *cobra.Command {
 			return out.print(cmd.OutOrStdout(), sum, func(w io.Writer) {
 				fmt.Fprintln(w, "POSITION\tLQ POSITION\tWORKLOAD\tKIND\tLOCALQUEUE\tPRIORITY\tWAITING\tREASON")
 				for _, it := range sum.Items {
+					name := it.Metadata.Name
+					if it.ScaleUp {
+						name += " (scale-up)"
+					}
 					fmt.Fprintf(w, "%d\t%d\t%s/%s\t%s\t%s\t%d\t%s\t%s\n", it.PositionInClusterQueue, it.PositionInLocalQueue,
-						it.Metadata.Namespace, it.Metadata.Name, it.JobKind, it.LocalQueueName, it.Priority,
+						it.Metadata.Namespace, name, it.JobKind, it.LocalQueueName, it.Priority,
 						(time.Duration(it.WaitingSeconds) * time.Second).String(), it.Reason)
 				}
 				fmt.Fprintf(w, "(%d of %d waiting)\n", len(sum.Items), sum.Total)

@@ -60,6 +60,9 @@ type PendingWorkload struct {
 	PositionInLocalQueue   int32   `json:"positionInLocalQueue"`
 	Reason                 string  `json:"reason,omitempty"`
 	WaitingSeconds         float64 `json:"waitingSeconds"`
+	// ScaleUp: this is the scale-up of an admitted elastic Job, which
+	// runs meanwhile; WaitingSeconds count from its change.
+	ScaleUp bool `json:"scaleUp,omitempty"`
 }
 
 // ObjectMeta names the job object.
@@ -126,7 +129,7 @@ func serve(w http.ResponseWriter, r *http.Request, now func() time.Time, what st
 			Metadata: ObjectMeta{Name: it.Name, Namespace: it.Namespace, CreationTimestamp: it.Submitted.UTC()},
 			JobKind:  it.Kind, Priority: it.Priority, LocalQueueName: it.LocalQueue, ClusterQueueName: it.ClusterQueue,
 			PositionInClusterQueue: int32(it.PositionInClusterQueue), PositionInLocalQueue: int32(it.PositionInLocalQueue),
-			Reason: it.Reason, WaitingSeconds: max(0, t.Sub(it.Submitted).Seconds()),
+			Reason: it.Reason, WaitingSeconds: max(0, t.Sub(it.Submitted).Seconds()), ScaleUp: it.ScaleUp,
 		})
 	}
 	w.Header().Set("Content-Type", "application/json")

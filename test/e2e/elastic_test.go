@@ -82,7 +82,10 @@ func TestElasticJob(t *testing.T) {
 		live, gated := elasticPods(t, ns, "grow")
 		return live == 4 && gated == 2, fmt.Sprintf("live %d gated %d", live, gated)
 	})
-	time.Sleep(2 * time.Second)
+	eventually(t, 20*time.Second, "sluice pending lists the scale-up", func() (bool, string) {
+		out := sluiceCLI(t, "pending", "-n", ns, "--queue", "q")
+		return strings.Contains(out, ns+"/grow (scale-up)") && strings.Contains(out, "insufficient unused quota"), out
+	})
 	if n := held(); n != 2 {
 		t.Fatalf("the reservation holds %d pods before quota frees, want 2", n)
 	}
