@@ -14,9 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/workqueue"
 
 	"github.com/sluice-dev/sluice/api/v1beta1"
 	"github.com/sluice-dev/sluice/events"
@@ -24,7 +22,6 @@ import (
 	"github.com/sluice-dev/sluice/internal/fence"
 	"github.com/sluice-dev/sluice/internal/jobframework"
 	"github.com/sluice-dev/sluice/internal/ledger"
-	"github.com/sluice-dev/sluice/internal/workloop"
 )
 
 // Elastic jobs. The record of an elastic job follows its pod counts
@@ -176,73 +173,24 @@ func sameCounts(a, b ledger.Reservation) bool {
 
 // elasticUngater lifts the elastic gate from one kind's pods.
 type elasticUngater struct {
-	s     *Service
-	k     *kindRunner
-	pods  cache.Indexer
-	queue workqueue.TypedRateLimitingInterface[string]
+	s    *Service
+	k    *kindRunner
+	pods cache.Indexer
 	// sent holds the pods ungated that the informer still shows gated,
 	// so a sync on that stale view does not count their room twice.
 	sent map[string]map[types.UID]bool
 }
 
-const byElasticOwner = "elastic-owner"
-
 // runElasticUngater watches the kind's elastic pods and ungates them,
 // until ctx ends. Only the replica owning an object's shard ungates its
 // pods.
 func (s *Service) runElasticUngater(ctx context.Context, k *kindRunner) error {
-	factory := informers.NewSharedInformerFactoryWithOptions(s.kube, s.cfg.Resync,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.LabelSelector = v1beta1.ElasticPodLabel + "=" + k.kind.Name
-		}))
-	inf := factory.Core().V1().Pods().Informer()
-	if err := inf.AddIndexers(cache.Indexers{byElasticOwner: func(obj any) ([]string, error) {
-		if p, ok := obj.(*corev1.Pod); ok && p.Annotations[v1beta1.ElasticOwnerAnnotation] != "" {
-			return []string{p.Annotations[v1beta1.ElasticOwnerAnnotation]}, nil
-		}
-		return nil, nil
-	}}); err != nil {
-		return err
-	}
-	u := &elasticUngater{s: s, k: k, pods: inf.GetIndexer(), queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-		workqueue.DefaultTypedControllerRateLimiter[string](),
-		workqueue.TypedRateLimitingQueueConfig[string]{Name: k.kind.Name + "-elastic-ungater"}),
-		sent: map[string]map[types.UID]bool{}}
-	enqueue := func(obj any) {
-		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = d.Obj
-		}
-		if p, ok := obj.(*corev1.Pod); ok && p.Annotations[v1beta1.ElasticOwnerAnnotation] != "" {
-			u.queue.Add(p.Annotations[v1beta1.ElasticOwnerAnnotation])
-		}
-	}
-	// A new pod waits for room; an ended one leaves room.
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: func(_, n any) { enqueue(n) }, DeleteFunc: enqueue}); err != nil {
-		return err
-	}
-	factory.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-		return nil
-	}
-	k.elastic.Store(&u.queue)
-	defer k.elastic.Store(nil)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for workloop.Next(u.queue, func(owner string) error {
-			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			defer cancel()
-			return u.sync(wctx, owner)
-		}, func(owner string, err error) {
-			s.log.Warn().Err(err).Str("object", owner).Str("kind", k.kind.Name).Msg("ungating elastic pods failed; retrying")
-		}) {
-		}
-	}()
-	<-ctx.Done()
-	u.queue.ShutDownWithDrain()
-	<-done
-	factory.Shutdown()
-	return nil
+	u := &elasticUngater{s: s, k: k, sent: map[string]map[types.UID]bool{}}
+	return s.runPodWatch(ctx, k, podWatch{name: "elastic", label: v1beta1.ElasticPodLabel, owner: v1beta1.ElasticOwnerAnnotation, slot: &k.elastic},
+		func(pods cache.Indexer) func(context.Context, string) error {
+			u.pods = pods
+			return u.sync
+		})
 }
 
 func elasticGated(p *corev1.Pod) bool {
@@ -266,7 +214,7 @@ func (u *elasticUngater) sync(ctx context.Context, owner string) error {
 	if err := u.recordCounts(ctx, owner, r); err != nil {
 		return err
 	}
-	objs, err := u.pods.ByIndex(byElasticOwner, owner)
+	objs, err := u.pods.ByIndex(v1beta1.ElasticOwnerAnnotation, owner)
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -123,75 +124,93 @@ var errGone = errors.New("pod gone")
 
 // ungater removes the topology gate from one kind's pods.
 type ungater struct {
-	s     *Service
-	k     *kindRunner
-	pods  cache.Indexer
-	queue workqueue.TypedRateLimitingInterface[string]
+	s    *Service
+	k    *kindRunner
+	pods cache.Indexer
 	// sent holds the domain of each pod ungated that the informer still
 	// shows gated: it holds its place, so a sync on that stale view does
 	// not give its place to another pod. One worker uses it.
 	sent map[string]map[types.UID]map[string]string
 }
 
-const byOwner = "topology-owner"
-
 // runUngater watches the kind's gated pods and ungates them, until ctx
 // ends. Only the replica owning an object's shard ungates its pods.
 func (s *Service) runUngater(ctx context.Context, k *kindRunner) error {
+	u := &ungater{s: s, k: k, sent: map[string]map[types.UID]map[string]string{}}
+	return s.runPodWatch(ctx, k, podWatch{name: "topology", label: v1beta1.TopologyPodLabel, owner: v1beta1.TopologyOwnerAnnotation, slot: &k.ungating},
+		func(pods cache.Indexer) func(context.Context, string) error {
+			u.pods = pods
+			return u.sync
+		})
+}
+
+// podWatch is what an ungater watches: one kind's pods labelled with
+// label (its value the kind's name), each naming the object it belongs to
+// (namespace/name) in annotation owner. slot holds the watch's queue while
+// it runs, so that a change of the object's reservation looks again.
+type podWatch struct {
+	name, label, owner string
+	slot               *atomic.Pointer[workqueue.TypedRateLimitingInterface[string]]
+}
+
+// runPodWatch calls the sync that start returns (given the pods' index by
+// owner) for an object whenever one of its pods changes or its slot's
+// queue is given it, until ctx ends. Every change of a pod counts: a
+// gated one waits for room, an ended one leaves room.
+func (s *Service) runPodWatch(ctx context.Context, k *kindRunner, w podWatch, start func(pods cache.Indexer) func(context.Context, string) error) error {
 	factory := informers.NewSharedInformerFactoryWithOptions(s.kube, s.cfg.Resync,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.LabelSelector = v1beta1.TopologyPodLabel + "=" + k.kind.Name
+			o.LabelSelector = w.label + "=" + k.kind.Name
 		}))
 	inf := factory.Core().V1().Pods().Informer()
-	if err := inf.AddIndexers(cache.Indexers{byOwner: func(obj any) ([]string, error) {
-		p, ok := obj.(*corev1.Pod)
-		if !ok {
-			return nil, nil
+	ownerOf := func(obj any) string {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
 		}
-		if o := p.Annotations[v1beta1.TopologyOwnerAnnotation]; o != "" {
+		if p, ok := obj.(*corev1.Pod); ok {
+			return p.Annotations[w.owner]
+		}
+		return ""
+	}
+	if err := inf.AddIndexers(cache.Indexers{w.owner: func(obj any) ([]string, error) {
+		if o := ownerOf(obj); o != "" {
 			return []string{o}, nil
 		}
 		return nil, nil
 	}}); err != nil {
 		return err
 	}
-	u := &ungater{s: s, k: k, pods: inf.GetIndexer(), queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-		workqueue.DefaultTypedControllerRateLimiter[string](),
-		workqueue.TypedRateLimitingQueueConfig[string]{Name: k.kind.Name + "-ungater"}),
-		sent: map[string]map[types.UID]map[string]string{}}
+	queue := workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: k.kind.Name + "-" + w.name + "-ungater"})
 	enqueue := func(obj any) {
-		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = d.Obj
-		}
-		if p, ok := obj.(*corev1.Pod); ok && p.Annotations[v1beta1.TopologyOwnerAnnotation] != "" {
-			u.queue.Add(p.Annotations[v1beta1.TopologyOwnerAnnotation])
+		if o := ownerOf(obj); o != "" {
+			queue.Add(o)
 		}
 	}
-	// Every change of a pod: a gated one waits for its domain, an ended
-	// one leaves room for its replacement.
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: func(_, n any) { enqueue(n) }, DeleteFunc: enqueue}); err != nil {
 		return err
 	}
+	sync := start(inf.GetIndexer())
 	factory.Start(ctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 		return nil
 	}
-	k.ungating.Store(&u.queue)
-	defer k.ungating.Store(nil)
+	w.slot.Store(&queue)
+	defer w.slot.Store(nil)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		for workloop.Next(u.queue, func(owner string) error {
+		for workloop.Next(queue, func(owner string) error {
 			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 			defer cancel()
-			return u.sync(wctx, owner)
+			return sync(wctx, owner)
 		}, func(owner string, err error) {
-			s.log.Warn().Err(err).Str("object", owner).Str("kind", k.kind.Name).Msg("ungating pods failed; retrying")
+			s.log.Warn().Err(err).Str("object", owner).Str("kind", k.kind.Name).Str("gate", w.name).Msg("ungating pods failed; retrying")
 		}) {
 		}
 	}()
 	<-ctx.Done()
-	u.queue.ShutDownWithDrain()
+	queue.ShutDownWithDrain()
 	<-done
 	factory.Shutdown()
 	return nil
@@ -213,7 +232,7 @@ func (u *ungater) sync(ctx context.Context, owner string) error {
 	if !u.k.owner.Owns(owner) {
 		return nil
 	}
-	objs, err := u.pods.ByIndex(byOwner, owner)
+	objs, err := u.pods.ByIndex(v1beta1.TopologyOwnerAnnotation, owner)
 	if err != nil {
 		return err
 	}
