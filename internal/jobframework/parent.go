@@ -46,6 +46,12 @@ func (w *Webhook) mutateParent(ad Adapter, p Parent, req *admissionv1.AdmissionR
 			ops = append(ops, jsonPatchOp{Op: "add", Path: "/metadata/labels/" + escapeJSONPointer(v1beta1.PriorityClassLabel), Value: pc})
 		}
 	}
+	if q := w.unqueued; queue == "" && old == nil && q != nil && q.DefaultQueue != nil && !q.ownedByQueuedKind(obj) && q.DefaultQueue(req.Namespace) {
+		// Kueue's LocalQueue defaulting: its pods queue in the
+		// namespace's LocalQueue default.
+		queue = DefaultLocalQueue
+		ops = append(ops, labelOp(obj, v1beta1.QueueNameLabel, queue))
+	}
 	was := ""
 	if old != nil {
 		was = old.GetLabels()[v1beta1.QueueNameLabel]

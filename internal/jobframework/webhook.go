@@ -926,11 +926,14 @@ func WebhookConfiguration(k Kind, webhookURL string, caBundle []byte, kueueLabel
 		}}
 		cfg.Webhooks = append(cfg.Webhooks, kw)
 	}
-	if o.unqueued != nil && !k.IsParent() {
-		// A parent kind's integration knows no LocalQueue (it reads
-		// nothing from the bus): its objects are neither defaulted nor
-		// held.
-		if uw := unqueuedWebhook(k, cfg.Webhooks[0], kueueLabels, *o.unqueued); uw != nil {
+	if o.unqueued != nil {
+		e := *o.unqueued
+		if k.IsParent() {
+			// A parent kind's object is defaulted, never held: its pods
+			// are what queue, and a held one's pods are held as Pods.
+			e.Hold = false
+		}
+		if uw := unqueuedWebhook(k, cfg.Webhooks[0], kueueLabels, e); uw != nil {
 			cfg.Webhooks = append(cfg.Webhooks, *uw)
 		}
 	}

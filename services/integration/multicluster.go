@@ -65,16 +65,20 @@ func (s *Service) ensureWebhookConditions(ctx context.Context) error {
 		return nil
 	}
 	for _, name := range s.Kinds() {
-		k, ok := s.kinds[name]
-		if !ok {
+		var kind jobframework.Kind
+		if k, ok := s.kinds[name]; ok {
+			kind = k.kind
+		} else if ad, ok := s.parents[name]; ok {
+			kind = ad.Kind() // a parent kind's objects are defaulted too
+		} else {
 			continue
 		}
-		url, err := s.wh.URL(s.cfg.WebhookHost, k.kind)
+		url, err := s.wh.URL(s.cfg.WebhookHost, kind)
 		if err != nil {
 			return err
 		}
 		opts := append(s.unqueuedEntry(defaults), jobframework.WithMultiClusterQueueNames(queues))
-		if err := jobframework.EnsureWebhookConfiguration(ctx, s.kube, k.kind, url, s.wh.CABundle(), s.cfg.KueueLabels, opts...); err != nil {
+		if err := jobframework.EnsureWebhookConfiguration(ctx, s.kube, kind, url, s.wh.CABundle(), s.cfg.KueueLabels, opts...); err != nil {
 			return err
 		}
 	}

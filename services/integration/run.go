@@ -518,12 +518,39 @@ func (s *Service) runParentsOnly(ctx context.Context) error {
 	if s.cfg.WebhookAddress == "" {
 		return fmt.Errorf("integration: %s: a parent kind's integration is its webhook, and no webhook address is set", strings.Join(s.Kinds(), ", "))
 	}
+	sup := supervise.New(ctx, supervise.WithLogger(s.log))
+	defer sup.Stop()
+	if s.cfg.ManagedNamespaces != nil && s.js != nil {
+		// An object without a queue label goes to its namespace's
+		// LocalQueue default: the configuration says which namespaces
+		// have one.
+		kv, err := bus.OpenKV(ctx, s.js, configstore.Bucket)
+		if err != nil {
+			return fmt.Errorf("integration: %w", err)
+		}
+		synced := make(chan struct{})
+		sup.Go("configuration watch", func(ctx context.Context) error { return s.watchConfig(ctx, kv, synced) })
+		select {
+		case <-synced:
+		case <-ctx.Done():
+			return nil
+		}
+	}
 	wh, err := s.webhook(ctx)
 	if err != nil {
 		return err
 	}
+	sup.Go("webhook", wh.Run)
 	s.synced.Open()
-	return wh.Run(ctx)
+	if err := s.ensureWebhookConditions(ctx); err != nil {
+		s.log.Warn().Err(err).Msg("webhook configurations not updated for the default LocalQueues")
+	}
+	sup.Go("requeue on configuration changes", s.requeueOnConfig)
+	<-ctx.Done()
+	if err := sup.Stop(); err != nil {
+		return fmt.Errorf("integration: %w", err)
+	}
+	return nil
 }
 
 // waitSynced waits for the buckets' initial values and every kind's

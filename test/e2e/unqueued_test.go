@@ -9,9 +9,11 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/sluice-dev/sluice/api/v1beta1"
 )
@@ -74,6 +76,25 @@ func TestDefaultLocalQueue(t *testing.T) {
 		t.Errorf("reservation in LocalQueue %q, want default", r.LocalQueue)
 	}
 	waitComplete(t, ns, "plain", 60*time.Second)
+
+	// A parent kind too: a Deployment without a queue label goes to the
+	// default LocalQueue, and its Pods queue there.
+	waitUnqueuedEntry(t, ns, "deployment")
+	d, err := env.kube.AppsV1().Deployments(ns).Create(context.Background(), &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
+		Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+			Template: servingTemplate("web")},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create a Deployment without a queue: %v", err)
+	}
+	if q, tq := d.Labels[v1beta1.QueueNameLabel], d.Spec.Template.Labels[v1beta1.QueueNameLabel]; q != "default" || tq != "default" {
+		t.Fatalf("created Deployment: queue label %q, pod template's %q; want the default LocalQueue on both", q, tq)
+	}
+	eventually(t, 60*time.Second, "the Deployment's pod admitted in the default LocalQueue", func() (bool, string) {
+		_, admitted := podsOf(t, ns, "web")
+		return len(admitted) == 1, fmt.Sprint(admitted)
+	})
 
 	// Without a LocalQueue named default, nothing is done to it.
 	got, err = env.kube.BatchV1().Jobs(other).Create(context.Background(), unqueuedJob(jobSpec{ns: other, name: "plain", pods: 1, runFor: "1s"}), metav1.CreateOptions{})
