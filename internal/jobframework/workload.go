@@ -235,8 +235,19 @@ func WorkloadOf(kind string, j Job, prio PriorityResolver, opts ...WorkloadOptio
 			return Workload{}, fmt.Errorf("%s %s: %w: %w", kind, key, err, ErrInvalidJob)
 		}
 		w.Elastic = true
+	} else if a, ok := j.(Autoscaler); ok && a.Autoscales() {
+		// Its pods would change in number outside its admission.
+		return Workload{}, fmt.Errorf("%s %s: it autoscales, which a queued %s may do only as an elastic job (annotation %s: \"true\"): %w",
+			kind, key, kind, v1beta1.ElasticJobAnnotation, ErrInvalidJob)
 	}
 	return w, nil
+}
+
+// Autoscaler is a Job whose own controller may change its pod counts
+// while it runs (a RayCluster with KubeRay's autoscaler): queued, it must
+// be elastic.
+type Autoscaler interface {
+	Autoscales() bool
 }
 
 // Resizable is a Job whose pod counts may change while it runs, so its
@@ -258,7 +269,7 @@ func IsElastic(m metav1.Object) bool {
 // asks for a topology (the rules Kueue has).
 func elasticAllowed(j Job, sets []WorkloadPodSet) error {
 	if _, ok := j.(Resizable); !ok {
-		return fmt.Errorf("annotation %s: only a batch/v1 Job can be elastic", v1beta1.ElasticJobAnnotation)
+		return fmt.Errorf("annotation %s: only a batch/v1 Job or a RayCluster can be elastic", v1beta1.ElasticJobAnnotation)
 	}
 	for _, ps := range sets {
 		if ps.MinCount < ps.Count {

@@ -91,7 +91,7 @@ func relevant(ad jobframework.Adapter, o, n any, podsReady bool) bool {
 			return true
 		}
 	}
-	if len(ad.Kind().CountField) > 0 && !samePodCounts(oj, nj) {
+	if (len(ad.Kind().CountField) > 0 || ad.Kind().Elastic && jobframework.IsElastic(nm)) && !samePodCounts(oj, nj) {
 		return true // resized: an elastic job's record follows; another stops
 	}
 	return !maps.Equal(om.GetLabels(), nm.GetLabels()) || !maps.Equal(om.GetAnnotations(), nm.GetAnnotations())

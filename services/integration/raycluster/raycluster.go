@@ -24,7 +24,8 @@ const maxWorkerGroups = 7
 
 // Kind is the RayCluster's kind.
 var Kind = jobframework.Kind{Name: "raycluster", GVK: rayv1.GroupVersion.WithKind("RayCluster"), Resource: "rayclusters", SuspendField: []string{"spec", "suspend"},
-	ManagedBy: []string{"spec", "managedBy"}, ManagedByValue: v1beta1.KueueMultiKueueManagedBy, Module: Module, CRD: "config/crd/bases/ray.io_rayclusters.yaml", Title: "RayCluster"}
+	ManagedBy: []string{"spec", "managedBy"}, ManagedByValue: v1beta1.KueueMultiKueueManagedBy, Module: Module, CRD: "config/crd/bases/ray.io_rayclusters.yaml", Title: "RayCluster",
+	Elastic: true}
 
 // Module is KubeRay's operator module, the API of RayJob too.
 const Module = "github.com/ray-project/kuberay/ray-operator"
@@ -62,6 +63,16 @@ func (r *RayCluster) SetSuspended(s bool) { r.Spec.Suspend = &s }
 // PodSets implements jobframework.Job.
 func (r *RayCluster) PodSets() ([]jobframework.PodSet, error) {
 	return PodSets(&r.Spec, "spec")
+}
+
+// Resizable implements jobframework.Resizable: an elastic RayCluster's
+// worker groups may change size while it runs (the autoscaler's).
+func (r *RayCluster) Resizable() {}
+
+// Autoscales implements jobframework.Autoscaler: KubeRay's in-tree
+// autoscaler changes the worker groups' replicas while it runs.
+func (r *RayCluster) Autoscales() bool {
+	return r.Spec.EnableInTreeAutoscaling != nil && *r.Spec.EnableInTreeAutoscaling
 }
 
 // Finished implements jobframework.Job: a RayCluster runs until deleted.

@@ -1,12 +1,16 @@
 package raycluster
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	rayv1 "github.com/ray-project/kuberay/ray-operator/apis/ray/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/sluice-dev/sluice/internal/jobframework"
 )
 
 func group(name string, replicas *int32, hosts int32) rayv1.WorkerGroupSpec {
@@ -65,5 +69,45 @@ func TestSuspend(t *testing.T) {
 	j.SetSuspended(true)
 	if !j.IsSuspended() {
 		t.Fatal("SetSuspended(true) did not suspend")
+	}
+}
+
+// TestAutoscalingIsElasticOnly: a queued RayCluster may use KubeRay's
+// autoscaler only as an elastic job (as in Kueue); an elastic one's
+// workload follows its worker groups' replicas.
+func TestAutoscalingIsElasticOnly(t *testing.T) {
+	cases := []struct {
+		name        string
+		autoscaling bool
+		annotations map[string]string
+		wantElastic bool
+		wantErr     string
+	}{
+		{name: "fixed size"},
+		{name: "autoscaling, not elastic", autoscaling: true, wantErr: "autoscales, which a queued raycluster may do only as an elastic job"},
+		{name: "autoscaling and elastic (Kueue's annotation)", autoscaling: true, annotations: map[string]string{"kueue.x-k8s.io/elastic-job": "true"}, wantElastic: true},
+		{name: "elastic without the autoscaler", annotations: map[string]string{"sluice.dev/elastic-job": "true"}, wantElastic: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			rc := &rayv1.RayCluster{
+				ObjectMeta: metav1.ObjectMeta{Name: "rc", Namespace: "ns", Labels: map[string]string{"sluice.dev/queue-name": "q"}, Annotations: tc.annotations},
+				Spec: rayv1.RayClusterSpec{EnableInTreeAutoscaling: ptr.To(tc.autoscaling),
+					WorkerGroupSpecs: []rayv1.WorkerGroupSpec{group("w", ptr.To[int32](2), 1)}},
+			}
+			w, err := jobframework.WorkloadOf("raycluster", &RayCluster{rc}, nil)
+			if tc.wantErr != "" {
+				if !errors.Is(err, jobframework.ErrInvalidJob) || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want ErrInvalidJob saying %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if w.Elastic != tc.wantElastic {
+				t.Errorf("Elastic = %t, want %t", w.Elastic, tc.wantElastic)
+			}
+		})
 	}
 }
