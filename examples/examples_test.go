@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -381,6 +382,21 @@ var facts = map[string]func(s *story){
 		if len(used) != 2 || used["team-a"] <= used["team-b"] || used["team-b"] <= 0 {
 			s.t.Errorf("LocalQueue usage at the end %v, want both above 0 and team-a above team-b", used)
 		}
+	},
+	"elastic-job.yaml": func(s *story) {
+		s.admitted("ml/train", 1, 0, "gpus", "main×4 nvidia.com/gpu=a100")
+		s.admitted("ml/eval", 1, minute, "gpus", "main×2 nvidia.com/gpu=a100")
+		// Its scale-up to 8 waits for eval's 2 GPUs; its scale-down to 2
+		// lets report in at the same instant.
+		var got []string
+		for _, e := range s.of("resized", "ml/train") {
+			got = append(got, fmt.Sprintf("%s %s %d", e.At, e.Data.Reason, e.Data.PodSets[0].Count))
+		}
+		if want := []string{"20m0s ScaledUp 8", "40m0s ScaledDown 2"}; !slices.Equal(got, want) {
+			s.t.Errorf("train resized %v, want %v", got, want)
+		}
+		s.pendingWith("ml/report", 25*minute, "insufficient unused quota for nvidia.com/gpu in flavor a100: requested 6, available 0")
+		s.admitted("ml/report", 1, 40*minute, "gpus", "main×6 nvidia.com/gpu=a100")
 	},
 	"dra-devices.yaml": func(s *story) {
 		s.admitted("ml/train-1", 1, 0, "ml", "main×2 cpu=default,example.com/gpu=default")
