@@ -102,7 +102,7 @@ func samePodCounts(a, b jobframework.Job) bool {
 	as, err1 := a.PodSets()
 	bs, err2 := b.PodSets()
 	if err1 != nil || err2 != nil || len(as) != len(bs) {
-		return err1 == nil && err2 == nil && len(as) == len(bs)
+		return false
 	}
 	for i := range as {
 		if as[i].Count != bs[i].Count {
