@@ -3,7 +3,6 @@ package engine
 import (
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"sort"
 	"time"
@@ -92,24 +91,15 @@ func (e *Engine) Resize(key string, counts []int32, at time.Time) error {
 // now, as the ledger says: a resize this or another engine decided, read
 // back. Names and flavors are those it holds; counts may differ.
 func (e *Engine) Resized(key string, podSets []PodSetAssignment) error {
-	ws, ok := e.workloads[key]
-	if !ok {
-		return fmt.Errorf("resized %s: %w", key, ErrUnknownWorkload)
-	}
-	if ws.admitted == nil {
-		return fmt.Errorf("resized %s: it holds no quota: %w", key, ErrBadAdmission)
+	ws, err := e.holding("resized", key)
+	if err != nil {
+		return err
 	}
 	held := ws.admitted.podSets
-	if len(held) != len(podSets) {
-		return fmt.Errorf("resized %s: %d pod sets, it holds %d: %w", key, len(podSets), len(held), ErrBadAdmission)
+	if !samePlaces(held, podSets) {
+		return fmt.Errorf("resized %s: the pod sets or flavors differ from those it holds: %w", key, ErrBadAdmission)
 	}
-	same := true
-	for i := range held {
-		if held[i].Name != podSets[i].Name || !maps.Equal(held[i].Flavors, podSets[i].Flavors) {
-			return fmt.Errorf("resized %s: pod set %s: the names or flavors differ from those it holds: %w", key, podSets[i].Name, ErrBadAdmission)
-		}
-		same = same && held[i].Count == podSets[i].Count
-	}
+	same := slices.EqualFunc(held, podSets, func(a, b PodSetAssignment) bool { return a.Count == b.Count })
 	if same {
 		delete(e.resizing, key) // what it holds is written
 		return nil

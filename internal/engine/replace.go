@@ -281,19 +281,12 @@ func (e *Engine) replace(ws *wlState, podSets []PodSetAssignment) {
 // read back from the ledger. The flavors and counts are the ones it holds;
 // only topology assignments differ.
 func (e *Engine) Move(key string, podSets []PodSetAssignment) error {
-	ws, ok := e.workloads[key]
-	if !ok {
-		return fmt.Errorf("move %s: %w", key, ErrUnknownWorkload)
-	}
-	if ws.admitted == nil {
-		return fmt.Errorf("move %s: it holds no quota: %w", key, ErrBadAdmission)
+	ws, err := e.holding("move", key)
+	if err != nil {
+		return err
 	}
 	held := ws.admitted.podSets
-	same := len(held) == len(podSets)
-	for i := 0; same && i < len(held); i++ {
-		same = held[i].Name == podSets[i].Name && held[i].Count == podSets[i].Count && maps.Equal(held[i].Flavors, podSets[i].Flavors)
-	}
-	if !same {
+	if !samePlaces(held, podSets) || !slices.EqualFunc(held, podSets, func(a, b PodSetAssignment) bool { return a.Count == b.Count }) {
 		return fmt.Errorf("move %s: the pod sets, counts or flavors differ from those it holds: %w", key, ErrBadAdmission)
 	}
 	if slices.EqualFunc(held, podSets, func(a, b PodSetAssignment) bool { return a.Topology.Equal(b.Topology) }) {
@@ -304,6 +297,24 @@ func (e *Engine) Move(key string, podSets []PodSetAssignment) error {
 	e.topologyWaiting = true
 	e.unparkTopologyWaiters()
 	return nil
+}
+
+// holding is the admitted workload of key, for op's errors.
+func (e *Engine) holding(op, key string) (*wlState, error) {
+	ws, ok := e.workloads[key]
+	if !ok {
+		return nil, fmt.Errorf("%s %s: %w", op, key, ErrUnknownWorkload)
+	}
+	if ws.admitted == nil {
+		return nil, fmt.Errorf("%s %s: it holds no quota: %w", op, key, ErrBadAdmission)
+	}
+	return ws, nil
+}
+
+// samePlaces: two admissions name the same pod sets, in order, on the
+// same flavors (counts and topology aside).
+func samePlaces(a, b []PodSetAssignment) bool {
+	return slices.EqualFunc(a, b, func(x, y PodSetAssignment) bool { return x.Name == y.Name && maps.Equal(x.Flavors, y.Flavors) })
 }
 
 // Equal reports whether two topology assignments place the same pods in
