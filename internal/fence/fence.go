@@ -106,6 +106,15 @@ type State struct {
 	// by every move but Finish), so that the first start, which ends the
 	// workload's admission-latency trace, is told from later ones.
 	EverStarted bool `json:"everStarted,omitempty"`
+	// ClusterQueue is the ClusterQueue of the admission last started
+	// (kept by every move but Finish), so that a job that ends after its
+	// reservation was released still names where it ran.
+	ClusterQueue string `json:"clusterQueue,omitempty"`
+}
+
+// carried is what every move but Finish keeps of cur, across admissions.
+func carried(cur State) State {
+	return State{Requeue: cur.Requeue, EverStarted: cur.EverStarted, ClusterQueue: cur.ClusterQueue}
 }
 
 // Readiness is whether an admission's pods are all ready, since At.
@@ -225,7 +234,8 @@ func moveFrom(ctx context.Context, kv KV, key string, overCorrupt bool, next fun
 // BeginStart claims the start of an admission. It refuses with
 // ErrStopping once the admission is being stopped; for an admission
 // already starting or started it succeeds again (a retried start).
-func BeginStart(ctx context.Context, kv KV, key, admission string) (State, error) {
+// clusterQueue is the admission's ClusterQueue.
+func BeginStart(ctx context.Context, kv KV, key, admission, clusterQueue string) (State, error) {
 	return move(ctx, kv, key, func(cur State) (State, bool, error) {
 		if cur.Admission == admission {
 			switch cur.Phase {
@@ -235,7 +245,12 @@ func BeginStart(ctx context.Context, kv KV, key, admission string) (State, error
 				return cur, false, nil
 			}
 		}
-		return State{Admission: admission, Phase: Starting, Requeue: cur.Requeue, EverStarted: cur.EverStarted}, true, nil
+		next := carried(cur)
+		next.Admission, next.Phase = admission, Starting
+		if clusterQueue != "" {
+			next.ClusterQueue = clusterQueue
+		}
+		return next, true, nil
 	})
 }
 
@@ -253,7 +268,9 @@ func EndStartFirst(ctx context.Context, kv KV, key, admission string) (first boo
 			return cur, false, nil
 		}
 		first = !cur.EverStarted
-		return State{Admission: admission, Phase: Started, Requeue: cur.Requeue, EverStarted: true}, true, nil
+		next := carried(cur)
+		next.Admission, next.Phase, next.EverStarted = admission, Started, true
+		return next, true, nil
 	})
 	return first && err == nil, err
 }
@@ -265,7 +282,9 @@ func AbortStart(ctx context.Context, kv KV, key, admission string) error {
 		if cur.Admission != admission || cur.Phase != Starting {
 			return cur, false, nil
 		}
-		return State{Admission: admission, Requeue: cur.Requeue, EverStarted: cur.EverStarted}, true, nil
+		next := carried(cur)
+		next.Admission = admission
+		return next, true, nil
 	})
 	return err
 }
@@ -313,7 +332,9 @@ func Stop(ctx context.Context, kv KV, key, admission, stopID string, opts ...Sto
 		} else if later(cur.Admission, admission) {
 			return cur, false, fmt.Errorf("fence %s: admission %s (now %s): %w", key, admission, cur.Admission, ErrSuperseded)
 		}
-		return State{Admission: admission, Phase: Stopping, StopID: stopID, Requeue: rq, EverStarted: cur.EverStarted}, true, nil
+		next := carried(cur)
+		next.Admission, next.Phase, next.StopID, next.Requeue = admission, Stopping, stopID, rq
+		return next, true, nil
 	})
 	return err
 }

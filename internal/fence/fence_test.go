@@ -185,7 +185,7 @@ func TestFence(t *testing.T) {
 				var err error
 				switch s.op {
 				case "begin":
-					_, err = fence.BeginStart(ctx, kv, key, s.admission)
+					_, err = fence.BeginStart(ctx, kv, key, s.admission, "")
 				case "end":
 					err = fence.EndStart(ctx, kv, key, s.admission)
 				case "abort":
@@ -239,7 +239,7 @@ func TestFenceRace(t *testing.T) {
 		for g := range 8 {
 			go func() {
 				if g%2 == 0 {
-					_, err := fence.BeginStart(ctx, kv, key, admission)
+					_, err := fence.BeginStart(ctx, kv, key, admission, "")
 					res <- result{start: true, err: err}
 					return
 				}
@@ -273,7 +273,7 @@ func TestCollect(t *testing.T) {
 	if err := fence.Finish(ctx, kv, "job.ns.ended", "a1", "u1", &fence.End{Succeeded: true}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := fence.BeginStart(ctx, kv, "job.ns.running", "a1"); err != nil {
+	if _, err := fence.BeginStart(ctx, kv, "job.ns.running", "a1", ""); err != nil {
 		t.Fatal(err)
 	}
 	if err := fence.Stop(ctx, kv, "job.ns.stopping", "a1", "p1"); err != nil {
@@ -344,7 +344,7 @@ func TestEndStartFirstOnlyOnce(t *testing.T) {
 	key := "job.ns.first"
 	var got []bool
 	for _, adm := range []string{"2026-11-26T10:00:00Z", "2026-11-26T10:01:00Z"} {
-		if _, err := fence.BeginStart(ctx, kv, key, adm); err != nil {
+		if _, err := fence.BeginStart(ctx, kv, key, adm, ""); err != nil {
 			t.Fatal(err)
 		}
 		first, err := fence.EndStartFirst(ctx, kv, key, adm)
@@ -405,7 +405,7 @@ func TestReopen(t *testing.T) {
 			}
 			if tc.wantEnded {
 				// A new admission of the new workload starts as usual.
-				if _, err := fence.BeginStart(ctx, kv, "job.ns.j", "a2"); err != nil {
+				if _, err := fence.BeginStart(ctx, kv, "job.ns.j", "a2", ""); err != nil {
 					t.Errorf("BeginStart after Reopen: %v", err)
 				}
 			}
@@ -421,7 +421,7 @@ func TestCorruptFenceFailsClosed(t *testing.T) {
 	if _, err := kv.Put(ctx, "job.ns.j", []byte("{not json")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := fence.BeginStart(ctx, kv, "job.ns.j", "a1"); !errors.Is(err, fence.ErrCorrupt) {
+	if _, err := fence.BeginStart(ctx, kv, "job.ns.j", "a1", ""); !errors.Is(err, fence.ErrCorrupt) {
 		t.Errorf("BeginStart over a corrupt fence: %v, want ErrCorrupt", err)
 	}
 	if err := fence.Stop(ctx, kv, "job.ns.j", "a1", "stop-1"); !errors.Is(err, fence.ErrCorrupt) {
@@ -485,5 +485,42 @@ func TestReactivate(t *testing.T) {
 				t.Errorf("requeue state (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestClusterQueueOutlivesItsAdmission: the ClusterQueue of the admission
+// last started stays in the fence through its stop and a later admission's
+// abandoned start, so that a job ending after its reservation went still
+// names where it ran.
+func TestClusterQueueOutlivesItsAdmission(t *testing.T) {
+	ctx, _, kv := bucketOn(t)
+	const key = "job.ns.j"
+	if _, err := fence.BeginStart(ctx, kv, key, "a1", "cq-gpu"); err != nil {
+		t.Fatal(err)
+	}
+	if err := fence.EndStart(ctx, kv, key, "a1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := fence.Stop(ctx, kv, key, "a1", "p1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fence.BeginStart(ctx, kv, key, "a2", ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := fence.AbortStart(ctx, kv, key, "a2"); err != nil {
+		t.Fatal(err)
+	}
+	st, err := fence.Get(ctx, kv, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.ClusterQueue != "cq-gpu" || !st.EverStarted {
+		t.Errorf("fence after stop and an abandoned start: %+v; want ClusterQueue cq-gpu, ever started", st)
+	}
+	if _, err := fence.BeginStart(ctx, kv, key, "a3", "cq-cpu"); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := fence.Get(ctx, kv, key); st.ClusterQueue != "cq-cpu" {
+		t.Errorf("fence after a start in another ClusterQueue: %+v; want cq-cpu", st)
 	}
 }

@@ -86,7 +86,7 @@ func FuzzFenceValue(f *testing.F) {
 			t.Fatalf("Get of %q: %v; corrupt %t", value, err, corrupt)
 		}
 		if corrupt {
-			if _, err := BeginStart(ctx, kv, "k", "a1"); !errors.Is(err, ErrCorrupt) {
+			if _, err := BeginStart(ctx, kv, "k", "a1", ""); !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("BeginStart over an unreadable fence: %v, want ErrCorrupt", err)
 			}
 			if err := Stop(ctx, kv, "k", "a1", "s2"); !errors.Is(err, ErrCorrupt) {
@@ -99,7 +99,7 @@ func FuzzFenceValue(f *testing.F) {
 			t.Fatalf("Get = %+v, want %+v", got, want)
 		}
 		if !corrupt {
-			st, err := BeginStart(ctx, kv, "k", "a9")
+			st, err := BeginStart(ctx, kv, "k", "a9", "")
 			if err == nil && (st.Phase != Starting || st.Admission != "a9") {
 				t.Fatalf("BeginStart of a later admission gave %+v", st)
 			}

@@ -43,7 +43,7 @@ func (h *harness) startedFence(name string) (string, string) {
 	}
 	adm := h.reservations()[key(name)].Admission()
 	fk := workloads.Key(ref(name))
-	if _, err := fence.BeginStart(h.ctx, kv, fk, adm); err != nil {
+	if _, err := fence.BeginStart(h.ctx, kv, fk, adm, ""); err != nil {
 		h.t.Fatal(err)
 	}
 	if err := fence.EndStart(h.ctx, kv, fk, adm); err != nil {

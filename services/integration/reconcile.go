@@ -565,6 +565,14 @@ func (s *Service) end(ctx context.Context, rk string, rec *events.WorkloadSubmit
 	// The fence keeps the announcement too, for whoever takes over if
 	// this replica stops before making it.
 	end.ClusterQueue = r.ClusterQueue
+	if end.ClusterQueue == "" && !end.Deleted {
+		// Its reservation was released before the job ended (it was
+		// stopped as its pods completed): the end names the ClusterQueue
+		// it last started in, which the fence remembers.
+		if st, err := fence.Get(ctx, s.fenceKV, rk); err == nil {
+			end.ClusterQueue = st.ClusterQueue
+		}
+	}
 	if err := fence.Finish(ctx, s.fenceKV, rk, r.Admission(), rec.Workload.UID, end); err != nil {
 		return err
 	}

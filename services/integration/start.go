@@ -218,7 +218,7 @@ func (s *Service) fencedStart(ctx context.Context, rec *events.WorkloadSubmitted
 	}
 	rk := workloads.Key(rec.Workload)
 	admission := r.Admission()
-	st, err := fence.BeginStart(ctx, s.fenceKV, rk, admission)
+	st, err := fence.BeginStart(ctx, s.fenceKV, rk, admission, r.ClusterQueue)
 	if err != nil {
 		if errors.Is(err, fence.ErrStopping) {
 			// Its preemption (or drain) was decided meanwhile: the next

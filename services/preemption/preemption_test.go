@@ -162,7 +162,7 @@ func TestPreemption(t *testing.T) {
 			}
 			for _, n := range tc.readmitted {
 				later := ledger.Reservation{AdmittedAt: time.Unix(1, 0)}.Admission()
-				if _, err := fence.BeginStart(ctx, fk, workloads.Key(ref(n)), later); err != nil {
+				if _, err := fence.BeginStart(ctx, fk, workloads.Key(ref(n)), later, ""); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -200,7 +200,7 @@ func TestPreemption(t *testing.T) {
 			}
 			var ended atomic.Bool
 			for _, n := range tc.starting {
-				if _, err := fence.BeginStart(ctx, fk, workloads.Key(ref(n)), admission); err != nil {
+				if _, err := fence.BeginStart(ctx, fk, workloads.Key(ref(n)), admission, ""); err != nil {
 					t.Fatal(err)
 				}
 				time.AfterFunc(150*time.Millisecond, func() {
@@ -283,7 +283,7 @@ func TestPreemption(t *testing.T) {
 			}
 			// A preempted admission never starts.
 			for _, p := range want {
-				if _, err := fence.BeginStart(ctx, fk, workloads.Key(p.Workload), admission); !errors.Is(err, fence.ErrStopping) {
+				if _, err := fence.BeginStart(ctx, fk, workloads.Key(p.Workload), admission, ""); !errors.Is(err, fence.ErrStopping) {
 					t.Errorf("start of preempted %s: error %v, want %v", p.Workload.Name, err, fence.ErrStopping)
 				}
 			}
