@@ -301,6 +301,13 @@ const FollowPoll = time.Second
 // filter itself), subjects the reader may subscribe to that cover filter,
 // and looks at least every FollowPoll.
 func Follow(ctx context.Context, nc *nats.Conn, stream, filter string, from uint64, fn func(Stored) error, wake ...string) error {
+	return FollowNotify(ctx, nc, stream, filter, from, fn, nil, wake...)
+}
+
+// FollowNotify is Follow that calls caughtUp (when not nil) each time it
+// has read every message stored when it looked, the first time once the
+// stream's history is read.
+func FollowNotify(ctx context.Context, nc *nats.Conn, stream, filter string, from uint64, fn func(Stored) error, caughtUp func(), wake ...string) error {
 	if len(wake) == 0 {
 		wake = []string{filter}
 	}
@@ -335,6 +342,9 @@ func Follow(ctx context.Context, nc *nats.Conn, stream, filter string, from uint
 		}
 		if last >= next {
 			next = last + 1
+		}
+		if err == nil && caughtUp != nil {
+			caughtUp()
 		}
 		select {
 		case <-ctx.Done():

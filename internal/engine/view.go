@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -68,6 +69,29 @@ type PendingView struct {
 	byCQ map[string][]PendingItem
 	// lqs maps namespace/name to its ClusterQueue ("" when missing).
 	lqs map[string]string
+	// byKey indexes the items by workload key, built at the first Find.
+	index sync.Once
+	byKey map[string]*PendingItem
+}
+
+// Find is the waiting workload of an engine key (kind/namespace/name) as
+// of the view: its place in line and its reason. A scale-up is not found
+// by its workload's key.
+func (v *PendingView) Find(key string) (PendingItem, bool) {
+	v.index.Do(func() {
+		v.byKey = map[string]*PendingItem{}
+		for _, items := range v.byCQ {
+			for i := range items {
+				if !items[i].ScaleUp {
+					v.byKey[items[i].Key] = &items[i]
+				}
+			}
+		}
+	})
+	if it := v.byKey[key]; it != nil {
+		return *it, true
+	}
+	return PendingItem{}, false
 }
 
 // PendingView takes a view of every queue's waiting workloads.

@@ -27,6 +27,8 @@ func RegisterDiscovery(mux *http.ServeMux) {
 			{Name: "clusterqueues/pendingworkloads", Kind: "PendingWorkloadsSummary", Namespaced: false, Verbs: []string{"get"}},
 			{Name: "localqueues", Kind: "LocalQueue", Namespaced: true, Verbs: []string{}},
 			{Name: "localqueues/pendingworkloads", Kind: "PendingWorkloadsSummary", Namespaced: true, Verbs: []string{"get"}},
+			{Name: WorkloadResource, SingularName: "workload", Kind: WorkloadKind, Namespaced: true, Verbs: []string{"get", "list", "watch"},
+				ShortNames: []string{"wl"}},
 		},
 	}
 	mux.HandleFunc("GET "+Prefix+"/{$}", func(w http.ResponseWriter, _ *http.Request) {
@@ -43,7 +45,8 @@ func RegisterDiscovery(mux *http.ServeMux) {
 // get on a queue's pendingworkloads subresource, the ClusterQueue's at the
 // cluster scope, the LocalQueue's in its namespace, as Kueue's visibility
 // API is authorized. Discovery needs no grant (nil). Any other path is
-// asked about as what it would name, which no role grants.
+// asked about as what it would name, which no role grants. Workloads are
+// read with get (one), list and watch, as RBAC names them.
 func Attributes(r *http.Request) *authzv1.ResourceAttributes {
 	rest := strings.Trim(strings.TrimPrefix(r.URL.Path, Prefix), "/")
 	if rest == "" {
@@ -65,6 +68,15 @@ func Attributes(r *http.Request) *authzv1.ResourceAttributes {
 	}
 	if len(parts) > 2 {
 		a.Subresource = strings.Join(parts[2:], "/")
+	}
+	if a.Verb == "get" && a.Resource == WorkloadResource {
+		// As the API server names reads of a collection and watches.
+		switch w := r.URL.Query().Get("watch"); {
+		case w == "true" || w == "1":
+			a.Verb = "watch"
+		case a.Name == "":
+			a.Verb = "list"
+		}
 	}
 	return a
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluice-dev/sluice/events"
 	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/internal/catalog"
 	"github.com/sluice-dev/sluice/internal/configstore"
 	"github.com/sluice-dev/sluice/internal/engine"
 	"github.com/sluice-dev/sluice/internal/fence"
@@ -163,6 +164,10 @@ type Service struct {
 	views atomic.Int64
 	// stopped closes when Run returns.
 	stopped chan struct{}
+	// wlCatalog is the workloads as the stream tells them, for the
+	// visibility API and the web view (workloads.go).
+	wlCatalog   workloadCatalog
+	catalogOpts []catalog.Option
 
 	configDirty bool
 	dirty       bool
@@ -200,6 +205,12 @@ type Option func(*Service)
 
 // WithClock injects the clock that stamps admissions.
 func WithClock(now func() time.Time) Option { return func(s *Service) { s.clock = now } }
+
+// WithCatalog tunes the workload catalog (how long finished workloads
+// stay listed, how many changes watches may resume from).
+func WithCatalog(opts ...catalog.Option) Option {
+	return func(s *Service) { s.catalogOpts = append(s.catalogOpts, opts...) }
+}
 
 // WithLogger sets the logger.
 func WithLogger(l zerolog.Logger) Option { return func(s *Service) { s.log = l } }

@@ -160,9 +160,11 @@ func (s *Service) fromOwners(ctx context.Context, stream workloads.LastMsgReader
 // Now is the service's clock, for the visibility API's waiting times.
 func (s *Service) Now() time.Time { return s.clock() }
 
-// VisibilityRoutes adds the visibility API (package visibility) to mux.
+// VisibilityRoutes adds the visibility API (package visibility) to mux:
+// the pending workloads of queues, and every workload (the catalog).
 func (s *Service) VisibilityRoutes(mux *http.ServeMux) {
 	visibility.Register(mux, s, s.clock)
+	visibility.RegisterWorkloads(mux, s, s.clock)
 }
 
 // WebViewRoutes adds the web view and its live feed (package webview) to
