@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -66,20 +67,27 @@ func newPendingCmd() *cobra.Command {
 	var api adminAPI
 	var namespace, queue, clusterQueue string
 	var limit, offset int
+	var all bool
 	out := output("table")
 	cmd := &cobra.Command{
-		Use:   "pending (--cluster-queue CQ | -n NAMESPACE --queue LQ)",
+		Use:   "pending (--cluster-queue CQ | -n NAMESPACE [--queue LQ] | -A)",
 		Short: "List waiting workloads in admission order, with their positions and reasons",
 		Long: "List a ClusterQueue's or a LocalQueue's waiting workloads in the order admission would take them now, from the " +
 			"admission service's pending API: at --server or $SLUICE_SERVER; otherwise at " + defaultServer + " (sluice dev), or, when " +
-			"nothing listens there, through the cluster's API server (the aggregated API visibility.sluice.dev), as the kubeconfig's user.",
+			"nothing listens there, through the cluster's API server (the aggregated API visibility.sluice.dev), as the kubeconfig's user. " +
+			"With -n alone (or -A), what waits in every LocalQueue of the namespace (of every namespace), by ClusterQueue and place, " +
+			"read from the workloads API.",
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := out.check(); err != nil {
 				return err
 			}
 			var path string
+			across := clusterQueue == "" && queue == "" && (namespace != "" || all)
 			switch {
+			case all && (clusterQueue != "" || queue != ""):
+				return usageError{Err: fmt.Errorf("-A lists every namespace: give it without --cluster-queue or --queue")}
+			case across:
 			case clusterQueue != "" && queue == "":
 				path = "/clusterqueues/" + url.PathEscape(clusterQueue) + "/pendingworkloads"
 			case queue != "" && clusterQueue == "":
@@ -88,10 +96,25 @@ func newPendingCmd() *cobra.Command {
 				}
 				path = "/namespaces/" + url.PathEscape(namespace) + "/localqueues/" + url.PathEscape(queue) + "/pendingworkloads"
 			default:
-				return usageError{Err: fmt.Errorf("give either --cluster-queue, or --queue (a LocalQueue, with -n)")}
+				return usageError{Err: fmt.Errorf("give --cluster-queue, --queue (a LocalQueue, with -n), -n alone or -A")}
+			}
+			var sum visibility.PendingWorkloadsSummary
+			if across {
+				var err error
+				if sum, err = pendingAcross(cmd.Context(), api, namespace, all); err != nil {
+					return err
+				}
+				return out.print(cmd.OutOrStdout(), sum, func(w io.Writer) {
+					fmt.Fprintln(w, "CLUSTERQUEUE\tPOSITION\tLQ POSITION\tWORKLOAD\tKIND\tLOCALQUEUE\tPRIORITY\tWAITING\tREASON")
+					for _, it := range sum.Items {
+						fmt.Fprintf(w, "%s\t%s\t%s\t%s/%s\t%s\t%s\t%d\t%s\t%s\n", dash(it.ClusterQueueName), inLine(it.PositionInClusterQueue),
+							inLine(it.PositionInLocalQueue), it.Metadata.Namespace, it.Metadata.Name, it.JobKind, it.LocalQueueName, it.Priority,
+							(time.Duration(it.WaitingSeconds) * time.Second).String(), it.Reason)
+					}
+					fmt.Fprintf(w, "(%d waiting)\n", sum.Total)
+				})
 			}
 			q := url.Values{"limit": {fmt.Sprint(limit)}, "offset": {fmt.Sprint(offset)}}
-			var sum visibility.PendingWorkloadsSummary
 			if err := api.get(cmd.Context(), visibility.Prefix+path, q, &sum); err != nil {
 				return err
 			}
@@ -111,18 +134,32 @@ func newPendingCmd() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&api.server, "server", "", "the admission service's HTTP address (default $SLUICE_SERVER, then "+defaultServer+
-		", then the cluster's API server)")
-	f.StringVar(&api.common.kubeconfig, "kubeconfig", "", "kubeconfig whose user reads the pending API through the API server (default: $KUBECONFIG, then ~/.kube/config)")
+	bindServer(f, &api)
 	f.StringVar(&api.namespace, "sluice-namespace", "", "no longer needed: the API server serves the pending API itself")
 	_ = f.MarkDeprecated("sluice-namespace", "the API server serves the pending API (visibility.sluice.dev) itself")
-	f.StringVarP(&namespace, "namespace", "n", "", "namespace of the LocalQueue (default: default)")
+	f.StringVarP(&namespace, "namespace", "n", "", "namespace of the LocalQueue; alone, every LocalQueue of the namespace (default: default)")
+	f.BoolVarP(&all, "all-namespaces", "A", false, "what waits in every namespace")
 	f.StringVar(&queue, "queue", "", "a LocalQueue")
 	f.StringVar(&clusterQueue, "cluster-queue", "", "a ClusterQueue")
 	f.IntVar(&limit, "limit", visibility.DefaultLimit, "at most this many workloads")
 	f.IntVar(&offset, "offset", 0, "skip this many first")
 	f.StringVarP((*string)(&out), "output", "o", "table", "table, json or yaml")
 	return cmd
+}
+
+// bindServer adds the flags that say where the admission service is.
+func bindServer(f *pflag.FlagSet, api *adminAPI) {
+	f.StringVar(&api.server, "server", "", "the admission service's HTTP address (default $SLUICE_SERVER, then "+defaultServer+
+		", then the cluster's API server)")
+	f.StringVar(&api.common.kubeconfig, "kubeconfig", "", "kubeconfig whose user reads the visibility API through the API server (default: $KUBECONFIG, then ~/.kube/config)")
+}
+
+// inLine is a place in line; "-" for a workload not in line (deactivated).
+func inLine(p int32) string {
+	if p == 1<<31-1 {
+		return "-"
+	}
+	return fmt.Sprint(p)
 }
 
 // getJSON fetches u and decodes it; an error answer's message is returned.

@@ -83,7 +83,7 @@ func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root.AddCommand(newConvertCmd())
 	root.AddCommand(newServiceCmds()...)
 	root.AddCommand(newEventsCmd())
-	root.AddCommand(newPendingCmd(), newQueuesCmd(), newDescribeCmd())
+	root.AddCommand(newPendingCmd(), newQueuesCmd(), newDescribeCmd(), newGetCmd())
 	root.AddCommand(newStopCmds()...)
 	err := root.ExecuteContext(ctx)
 	if err == nil {
