@@ -115,14 +115,17 @@ generate:
 	rm -f charts/sluice/crds/*.yaml && cp config/crd/*.yaml charts/sluice/crds/
 	go run ./hack/kindgen
 
-# Formatting, vet, and generated files up to date with the API types: a
-# regeneration must change no tracked file and add no untracked one.
+# Formatting, vet, the docs check (every `sluice …` command and flag and
+# every `make` target the README and docs/ name exists), and generated
+# files up to date with the API types: a regeneration must change no
+# tracked file and add no untracked one.
 verify: generate
 	@unformatted="$$(gofmt -l .)"; \
 	if [ -n "$$unformatted" ]; then \
 		echo "gofmt needed on:"; echo "$$unformatted"; exit 1; \
 	fi
 	go vet ./...
+	go test -count=1 -run '^TestDocs' ./cmd/sluice/
 	@git diff --exit-code -- $(GENERATED_DIRS) || \
 		{ echo "api/ or config/ changed after 'make generate': commit the types with the regenerated files"; exit 1; }
 	@untracked="$$(git ls-files --others --exclude-standard -- $(GENERATED_DIRS))"; \

@@ -64,27 +64,10 @@ func version() string {
 type usageError = component.UsageError
 
 func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	root := &cobra.Command{
-		Use:           "sluice",
-		Short:         "Sluice queues Kubernetes batch jobs by quota, priority and fairness",
-		SilenceUsage:  true,
-		SilenceErrors: true,
-	}
-	root.Version = version()
-	root.SetVersionTemplate("sluice {{.Version}}\n")
+	root := newRootCmd(ctx)
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{Err: err} })
-	var pprofAddr string
-	root.PersistentFlags().StringVar(&pprofAddr, "pprof-address", "", "serve Go's profiles (net/http/pprof) on this address, e.g. 127.0.0.1:6060 (empty: off)")
-	root.PersistentPreRunE = func(*cobra.Command, []string) error { return servePprof(ctx, pprofAddr) }
-	root.AddCommand(newSimulateCmd())
-	root.AddCommand(newConvertCmd())
-	root.AddCommand(newServiceCmds()...)
-	root.AddCommand(newEventsCmd())
-	root.AddCommand(newPendingCmd(), newQueuesCmd(), newDescribeCmd(), newGetCmd())
-	root.AddCommand(newStopCmds()...)
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return exitOK
@@ -95,6 +78,29 @@ func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitBadInput
 	}
 	return exitFailure
+}
+
+// newRootCmd is the command tree.
+func newRootCmd(ctx context.Context) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "sluice",
+		Short:         "Sluice queues Kubernetes batch jobs by quota, priority and fairness",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.Version = version()
+	root.SetVersionTemplate("sluice {{.Version}}\n")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{Err: err} })
+	var pprofAddr string
+	root.PersistentFlags().StringVar(&pprofAddr, "pprof-address", "", "serve Go's profiles (net/http/pprof) on this address, e.g. 127.0.0.1:6060 (empty: off)")
+	root.PersistentPreRunE = func(*cobra.Command, []string) error { return servePprof(ctx, pprofAddr) }
+	root.AddCommand(newSimulateCmd())
+	root.AddCommand(newConvertCmd())
+	root.AddCommand(newServiceCmds()...)
+	root.AddCommand(newEventsCmd())
+	root.AddCommand(newPendingCmd(), newQueuesCmd(), newDescribeCmd(), newGetCmd())
+	root.AddCommand(newStopCmds()...)
+	return root
 }
 
 // servePprof serves the runtime profiles on addr until ctx ends, for
