@@ -39,6 +39,8 @@ type common struct {
 	setup bool
 	// httpAddr serves /healthz and /readyz ("" for none).
 	httpAddr string
+	// metricsNames is --metrics-names: sluice, or kueue for Kueue's names.
+	metricsNames string
 	// worker: this NATS is a worker cluster's, whose multicluster
 	// messages go to the manager's stream: it must have none of its own.
 	worker bool
@@ -64,6 +66,7 @@ func (c *common) bind(cmd *cobra.Command, kube bool) {
 	c.bindSetup(cmd)
 	cmd.Flags().BoolVar(&c.setup, "setup", true, "create or update Sluice's streams and buckets at start (false: they must exist, see sluice setup)")
 	cmd.Flags().StringVar(&c.httpAddr, "http-address", c.httpAddr, "address serving /healthz and /readyz, e.g. :8080 (empty: none)")
+	cmd.Flags().StringVar(&c.metricsNames, "metrics-names", "sluice", "names of the metrics Kueue also has: sluice (sluice_…) or kueue (Kueue's own kueue_… names, for its dashboards)")
 	if kube {
 		cmd.Flags().StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
 	}
@@ -234,7 +237,11 @@ func (c *common) serveHTTP(ctx context.Context, nc *nats.Conn, svcs map[string]c
 			r.Routes(mux)
 		}
 	}
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	gatherer, err := metricNames(reg, c.metricsNames)
+	if err != nil {
+		return err
+	}
+	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	addr, err := health.Serve(ctx, c.httpAddr, mux)
 	if err != nil {
 		return usageError{Err: fmt.Errorf("--http-address: %w", err)}

@@ -152,3 +152,48 @@ func TestBorrowing(t *testing.T) {
 		t.Errorf("borrowing (-want +got):\n%s", d)
 	}
 }
+
+// TestLocalQueueAndCohortStats: what each LocalQueue waits for and holds,
+// and what each cohort's subtree holds, for metrics.
+func TestLocalQueueAndCohortStats(t *testing.T) {
+	e := New(Config{Flavors: flavors("default"), ClusterQueues: []ClusterQueue{
+		newCQ("a").cohort("child").quota("default", "cpu", 1000).obj(),
+		newCQ("b").cohort("child").quota("default", "cpu", 2000).obj(),
+	}, Cohorts: []Cohort{{Name: "child", Parent: "root"}, {Name: "root"}},
+		LocalQueues: []LocalQueue{{Namespace: "ns", Name: "a", ClusterQueue: "a"}, {Namespace: "ns", Name: "b", ClusterQueue: "b"},
+			{Namespace: "ns", Name: "orphan", ClusterQueue: "missing"}}})
+	for _, w := range []Workload{
+		newWL("ns", "a1").queue("a").at(1*time.Second).pods("main", 1, "cpu", 1000).obj(),
+		newWL("ns", "a2").queue("a").at(2*time.Second).pods("main", 2, "cpu", 1000).obj(),
+		newWL("ns", "b1").queue("b").at(3*time.Second).pods("main", 1, "cpu", 500).obj(),
+		newWL("ns", "big").queue("b").at(4*time.Second).pods("main", 1, "cpu", 9000).obj(),
+	} {
+		if err := e.Submit(w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.Cycle(t0.Add(10 * time.Second))
+	gotLQ := e.LocalQueueStats(t0.Add(10 * time.Second))
+	wantLQ := []LocalQueueStats{
+		// a2 would borrow 2,000 where b lends only the 1,500 b1 leaves.
+		{Namespace: "ns", Name: "a", ClusterQueue: "a", Inadmissible: 1, Reserving: 1, Admitted: 1,
+			Resources: []LocalQueueResource{{Flavor: "default", Resource: "cpu", Reserved: 1000, Used: 1000}}},
+		{Namespace: "ns", Name: "b", ClusterQueue: "b", Inadmissible: 1, Reserving: 1, Admitted: 1,
+			Resources: []LocalQueueResource{{Flavor: "default", Resource: "cpu", Reserved: 500, Used: 500}}},
+	}
+	if d := cmp.Diff(wantLQ, gotLQ); d != "" {
+		t.Errorf("LocalQueueStats (-want +got):\n%s", d)
+	}
+	wantCohorts := []CohortStats{
+		{Cohort: "child", Parent: "root", Root: "root", Admitted: 2,
+			Resources: []ResourceStats{{Flavor: "default", Resource: "cpu", Reserved: 1500, Nominal: 3000}}},
+		{Cohort: "root", Root: "root", Admitted: 2,
+			Resources: []ResourceStats{{Flavor: "default", Resource: "cpu", Reserved: 1500, Nominal: 3000}}},
+	}
+	if d := cmp.Diff(wantCohorts, e.CohortStats()); d != "" {
+		t.Errorf("CohortStats (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff([]string{"child", "root"}, e.Cohorts("a")); d != "" {
+		t.Errorf("Cohorts(a) (-want +got):\n%s", d)
+	}
+}

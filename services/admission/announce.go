@@ -121,8 +121,7 @@ func (s *Service) announceDecisions(ctx context.Context, ds []engine.Decision, l
 			delete(s.told, d.Key) // a reason after this admission is news
 			r := s.res[d.Key].Reservation
 			admitted++
-			s.metrics.admitted.WithLabelValues(d.ClusterQueue).Inc()
-			s.metrics.waitTime.WithLabelValues(d.ClusterQueue).Observe(max(0, r.AdmittedAt.Sub(w.CreationTime).Seconds()))
+			s.countAdmitted(d.ClusterQueue, w, max(0, r.AdmittedAt.Sub(w.CreationTime)))
 			ev := admittedOf(ref, r)
 			actx, span := s.traceAdmission(ctx, w, d, r.Admission(), r.AdmittedAt)
 			s.out.Add(actx, outgoing{ev: ev, id: workloads.AdmittedID(ref, r.Admission()), ended: d.Key})
@@ -133,6 +132,9 @@ func (s *Service) announceDecisions(ctx context.Context, ds []engine.Decision, l
 			r := s.res[d.Key].Reservation
 			admission := r.Admission()
 			s.metrics.evicted.WithLabelValues(d.ClusterQueue, d.Reason).Inc()
+			if w != nil {
+				s.metrics.lqEvicted.WithLabelValues(w.LocalQueue, w.Workload.Namespace, d.Reason).Inc()
+			}
 			ev := events.WorkloadEvictedV1{Workload: ref, ClusterQueue: d.ClusterQueue, Reason: d.Reason, Message: d.Message, Admission: admission}
 			first := announcementOf(ref, r)
 			o := outgoing{ev: ev, id: events.ID(ev.Type(), ref.UID, admission),

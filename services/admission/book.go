@@ -330,7 +330,7 @@ func (s *Service) bookPassed(ctx context.Context) {
 		if !known {
 			continue
 		}
-		s.metrics.admitted.WithLabelValues(h.ClusterQueue).Inc()
+		s.countAdmitted(h.ClusterQueue, s.wls[wk], -1)
 		s.out.Add(ctx, outgoing{ev: admittedOf(ref, h.Reservation), id: workloads.AdmittedID(ref, admission), ended: wk})
 	}
 }

@@ -47,6 +47,9 @@ const viewShare = 5
 type view struct {
 	pending *engine.PendingView
 	stats   []engine.QueueStats
+	// lqStats and cohorts are the LocalQueues and cohorts, for metrics.
+	lqStats []engine.LocalQueueStats
+	cohorts []engine.CohortStats
 	// stream is the event stream, where the reasons of the trees other
 	// replicas decide for are read (fromOwners).
 	stream workloads.LastMsgReader
@@ -62,7 +65,8 @@ func (s *Service) takeView() {
 		return
 	}
 	start := time.Now()
-	v := &view{pending: s.eng.PendingView(), stats: s.eng.Stats(s.clock())}
+	now := s.clock()
+	v := &view{pending: s.eng.PendingView(), stats: s.eng.Stats(now), lqStats: s.eng.LocalQueueStats(now), cohorts: s.eng.CohortStats()}
 	if s.stream != nil {
 		v.stream = s.stream
 	}
