@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sluice-dev/sluice/internal/visibility"
 )
@@ -299,4 +301,104 @@ current-context: c
 	if err == nil || !strings.Contains(out, "forbidden") {
 		t.Errorf("the tenant reads a ClusterQueue: %v\n%s", err, out)
 	}
+}
+
+// TestLocalQueueAndCohortMetrics: Kueue's LocalQueue and cohort metrics,
+// scraped with their values, for a ClusterQueue in a cohort under a root
+// cohort.
+func TestLocalQueueAndCohortMetrics(t *testing.T) {
+	ns, cohort, root := "e2e-lqmetrics", "e2e-lqm-team", "e2e-lqm-org"
+	apply(t, fmt.Sprintf(`apiVersion: sluice.dev/v1beta1
+kind: ResourceFlavor
+metadata: {name: a100}
+spec:
+  nodeLabels: {instance-type: a100}
+---
+apiVersion: sluice.dev/v1beta1
+kind: Cohort
+metadata: {name: %[2]s}
+spec: {parentName: %[3]s}
+---
+apiVersion: sluice.dev/v1beta1
+kind: Cohort
+metadata: {name: %[3]s}
+---
+apiVersion: sluice.dev/v1beta1
+kind: ClusterQueue
+metadata: {name: %[1]s}
+spec:
+  cohort: %[2]s
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: [cpu, nvidia.com/gpu]
+    flavors:
+    - name: a100
+      resources:
+      - {name: cpu, nominalQuota: 64}
+      - {name: nvidia.com/gpu, nominalQuota: 4}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: %[1]s}
+---
+apiVersion: sluice.dev/v1beta1
+kind: LocalQueue
+metadata: {name: q, namespace: %[1]s}
+spec: {clusterQueue: %[1]s}
+`, ns, cohort, root))
+	watchQuota(t)
+	t.Cleanup(func() {
+		bg := metav1.DeletePropagationBackground
+		_ = env.kube.BatchV1().Jobs(ns).DeleteCollection(context.Background(), metav1.DeleteOptions{PropagationPolicy: &bg}, metav1.ListOptions{})
+	})
+	createJob(t, jobSpec{ns: ns, name: "running", queue: "q", pods: 4, gpus: 1, runFor: "120s"})
+	waitRunning(t, ns, "running", 30*time.Second)
+	createJob(t, jobSpec{ns: ns, name: "waiting", queue: "q", pods: 1, gpus: 1, runFor: "1s"})
+	waitEvent(t, ns, "waiting", "Pending", "insufficient unused quota", 45*time.Second)
+
+	lq := map[string]string{"name": "q", "namespace": ns}
+	with := func(base map[string]string, kv ...string) map[string]string {
+		out := map[string]string{}
+		for k, v := range base {
+			out[k] = v
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			out[kv[i]] = kv[i+1]
+		}
+		return out
+	}
+	gpu := []string{"flavor", "a100", "resource", "nvidia.com/gpu"}
+	want := []struct {
+		name   string
+		labels map[string]string
+		value  float64
+	}{
+		{"sluice_local_queue_admitted_workloads_total", lq, 1},
+		{"sluice_local_queue_admission_wait_time_seconds", lq, 1},
+		{"sluice_local_queue_pending_workloads", with(lq, "status", "inadmissible"), 1},
+		{"sluice_local_queue_pending_workloads", with(lq, "status", "active"), 0},
+		{"sluice_local_queue_reserving_active_workloads", lq, 1},
+		{"sluice_local_queue_admitted_active_workloads", lq, 1},
+		{"sluice_local_queue_resource_reservation", with(lq, gpu...), 4},
+		{"sluice_local_queue_resource_usage", with(lq, gpu...), 4},
+		{"sluice_local_queue_resource_usage", with(lq, "flavor", "a100", "resource", "cpu"), 4},
+		{"sluice_cohort_subtree_quota", with(map[string]string{"cohort": cohort}, gpu...), 4},
+		{"sluice_cohort_subtree_quota", with(map[string]string{"cohort": root}, gpu...), 4},
+		{"sluice_cohort_subtree_resource_reservations", with(map[string]string{"cohort": root}, gpu...), 4},
+		{"sluice_cohort_subtree_admitted_active_workloads", map[string]string{"cohort": cohort}, 1},
+		{"sluice_cohort_subtree_admitted_workloads_total", map[string]string{"cohort": root}, 1},
+		{"sluice_cohort_info", map[string]string{"cohort": cohort, "parent_cohort": root, "root_cohort": root}, 1},
+		{"sluice_cohort_info", map[string]string{"cohort": root, "parent_cohort": "", "root_cohort": root}, 1},
+		{"sluice_cluster_queue_info", map[string]string{"cluster_queue": ns, "parent_cohort": cohort, "root_cohort": root}, 1},
+	}
+	eventually(t, 15*time.Second, "LocalQueue and cohort metrics", func() (bool, string) {
+		fams := scrape(t)
+		var wrong []string
+		for _, w := range want {
+			if v, ok := value(fams, w.name, w.labels); !ok || v != w.value {
+				wrong = append(wrong, fmt.Sprintf("%s%v = %v (found %v), want %v", w.name, w.labels, v, ok, w.value))
+			}
+		}
+		return len(wrong) == 0, strings.Join(wrong, "; ")
+	})
 }
