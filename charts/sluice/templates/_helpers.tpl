@@ -350,6 +350,7 @@ spec:
             - {{ . | quote }}
             {{- end }}
             - --http-address=:{{ $root.Values.httpPort }}
+            - --metrics-names={{ $root.Values.metricsNames }}
             - --log-level={{ $root.Values.logLevel }}
             - --setup=false
             {{- if .config }}
