@@ -96,12 +96,14 @@ type Catalog struct {
 	dropped uint64
 	// woken closes (and is replaced) when changes are added.
 	woken chan struct{}
+	// hist is the last hour, for the web view's charts.
+	hist history
 }
 
 // New is an empty catalog.
 func New(opts ...Option) *Catalog {
 	c := &Catalog{retention: DefaultRetention, maxFinished: DefaultMaxFinished, maxChanges: DefaultChanges,
-		wls: map[string]*entry{}, woken: make(chan struct{})}
+		wls: map[string]*entry{}, woken: make(chan struct{}), hist: newHistory()}
 	for _, o := range opts {
 		o(c)
 	}
@@ -117,22 +119,25 @@ func (c *Catalog) Seq() uint64 {
 	return c.seq
 }
 
-// Apply takes one event stored at seq; events of other entities, and any
-// seq not after the last, are ignored.
+// Apply takes one event stored at seq: a workload's, or a ClusterQueue's
+// usage (for the history); others, and any seq not after the last, are
+// ignored.
 func (c *Catalog) Apply(seq uint64, env events.Envelope, ev events.Event) {
-	ref, ok := events.WorkloadOf(ev)
-	if !ok || ref.Kind == "" || ref.Namespace == "" || ref.Name == "" {
-		c.mu.Lock()
-		c.seq = max(c.seq, seq)
-		c.mu.Unlock()
-		return
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if seq <= c.seq {
 		return
 	}
 	c.seq = seq
+	if u, ok := ev.(events.QuotaUsageV1); ok {
+		c.hist.sample(u, env.Time)
+		return
+	}
+	ref, ok := events.WorkloadOf(ev)
+	if !ok || ref.Kind == "" || ref.Namespace == "" || ref.Name == "" {
+		return
+	}
+	c.hist.count(ev, env.Time)
 	k := key(ref.Namespace, visibility.WorkloadName(ref.Kind, ref.Name))
 	e := c.wls[k]
 	at := env.Time

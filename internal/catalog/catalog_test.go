@@ -230,3 +230,45 @@ func TestSince(t *testing.T) {
 		t.Errorf("Since(2) = %+v, %v; want the 3 kept", evs, ok)
 	}
 }
+
+func TestHistory(t *testing.T) {
+	cat := catalog.New()
+	seq := uint64(0)
+	at := func(d time.Duration, ev events.Event) {
+		seq++
+		cat.Apply(seq, events.Envelope{Type: ev.Type(), Time: t0.Add(d)}, ev)
+	}
+	usage := func(gpus string) events.QuotaUsageV1 {
+		return events.QuotaUsageV1{ClusterQueue: "cq", Usage: map[string]map[string]string{"a100": {"nvidia.com/gpu": gpus, "cpu": "1500m"}}, Admitted: 1}
+	}
+	at(0, submitted("a", "w"))
+	at(10*time.Second, admitted("a", "w"))
+	at(11*time.Second, usage("2"))
+	at(20*time.Second, usage("4")) // the same 30-second step: replaces the sample before
+	at(70*time.Second, events.WorkloadPreemptedV1{Workload: ref("a", "w"), ClusterQueue: "cq", Reason: "InClusterQueue", Preemptor: ref("a", "x")})
+	at(75*time.Second, usage("0"))
+	h := cat.History(t0.Add(2 * time.Minute))
+	if len(h.Minutes) != 60 {
+		t.Fatalf("%d minutes; want 60", len(h.Minutes))
+	}
+	got := h.Minutes[57:59]
+	want := []catalog.Minute{{Start: t0, Submitted: 1, Admitted: 1}, {Start: t0.Add(time.Minute), Evicted: 1}}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("minutes (-want +got):\n%s", d)
+	}
+	if len(h.Usage) != 1 || len(h.Usage[0].Samples) != 2 || h.Usage[0].Samples[0].Usage["a100/nvidia.com/gpu"] != 4 ||
+		h.Usage[0].Samples[0].Usage["a100/cpu"] != 1.5 || h.Usage[0].Samples[1].Usage["a100/nvidia.com/gpu"] != 0 {
+		t.Errorf("usage: %+v", h.Usage)
+	}
+	// Two hours on: the minutes are empty, one sample is kept as the
+	// usage the window starts with.
+	at(2*time.Hour, usage("1"))
+	h = cat.History(t0.Add(2 * time.Hour))
+	total := 0
+	for _, m := range h.Minutes {
+		total += m.Submitted + m.Admitted + m.Evicted + m.Finished
+	}
+	if total != 0 || len(h.Usage[0].Samples) != 2 || h.Usage[0].Samples[1].Usage["a100/nvidia.com/gpu"] != 1 {
+		t.Errorf("two hours on: %d counted, usage %+v", total, h.Usage)
+	}
+}

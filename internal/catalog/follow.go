@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"context"
+	"strings"
 	"sync"
 
 	"github.com/nats-io/nats.go"
@@ -10,7 +11,8 @@ import (
 	"github.com/sluice-dev/sluice/internal/bus"
 )
 
-// Follower reads the workload events of the event stream into a Catalog,
+// Follower reads the workload and usage events of the event stream into a
+// Catalog,
 // from the stream's first message on, then each new one as it is stored.
 type Follower struct {
 	cat   *Catalog
@@ -29,8 +31,13 @@ func (f *Follower) Ready() <-chan struct{} { return f.ready }
 // Run follows until ctx ends. An event that does not decode is skipped:
 // the catalog shows what it can, and the stream's own audit reports it.
 func (f *Follower) Run(ctx context.Context, nc *nats.Conn) error {
-	filter := events.SubjectFilter("workload", "", "", "")
-	return bus.FollowNotify(ctx, nc, bus.StreamEvents, filter, f.cat.Seq()+1, func(m bus.Stored) error {
+	// The whole stream (workload events and the ClusterQueues' usage);
+	// woken by workload events, and looking at least every second.
+	wake := events.SubjectFilter("workload", "", "", "")
+	return bus.FollowNotify(ctx, nc, bus.StreamEvents, "", f.cat.Seq()+1, func(m bus.Stored) error {
+		if !strings.HasPrefix(m.Subject, "sluice.workload.") && !strings.HasPrefix(m.Subject, "sluice.quota.v1.usage.") {
+			return nil
+		}
 		env, err := events.DecodeParts(m.Subject, m.Header, m.Data)
 		if err != nil {
 			return nil
@@ -41,5 +48,5 @@ func (f *Follower) Run(ctx context.Context, nc *nats.Conn) error {
 		}
 		f.cat.Apply(m.Sequence, env, ev)
 		return nil
-	}, func() { f.once.Do(func() { close(f.ready) }) })
+	}, func() { f.once.Do(func() { close(f.ready) }) }, wake)
 }

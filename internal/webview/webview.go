@@ -1,7 +1,8 @@
 // Package webview serves Sluice's live web view at "/": the ClusterQueues
 // with their usage per flavor and resource, the pending workloads with
-// their positions and reasons (read from the pending API), and a live feed
-// of workload events. The page is one embedded HTML file with plain
+// their positions and reasons (read from the pending API), a live feed of
+// workload events, charts of the last hour, the cohort tree, the
+// LocalQueues, and a page per workload (read from the workloads API). The page is one embedded HTML file with plain
 // JavaScript: nothing to build, nothing fetched from elsewhere.
 package webview
 
@@ -14,21 +15,60 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/catalog"
 	"github.com/sluice-dev/sluice/internal/engine"
 )
 
 //go:embed index.html
 var page []byte
 
-// QueuesPath and EventsPath are the page's data.
+// The page's data.
 const (
-	QueuesPath = "/ui/v1/queues"
-	EventsPath = "/ui/v1/events"
+	QueuesPath      = "/ui/v1/queues"
+	CohortsPath     = "/ui/v1/cohorts"
+	LocalQueuesPath = "/ui/v1/localqueues"
+	HistoryPath     = "/ui/v1/history"
+	EventsPath      = "/ui/v1/events"
 )
 
-// Source answers for the queues: the admission service's engine.
+// Source answers for the queues (the admission service's engine) and for
+// the last hour (its catalog of the event stream).
 type Source interface {
 	Queues(ctx context.Context) ([]engine.QueueStats, error)
+	Cohorts(ctx context.Context) ([]engine.CohortStats, error)
+	LocalQueues(ctx context.Context) ([]engine.LocalQueueStats, error)
+	History(ctx context.Context) (catalog.History, error)
+}
+
+// Cohort is one cohort as the page's tree shows it: what its subtree
+// holds against its quota.
+type Cohort struct {
+	Name     string     `json:"name"`
+	Parent   string     `json:"parent,omitempty"`
+	Root     string     `json:"root"`
+	Admitted int        `json:"admitted"`
+	Res      []Resource `json:"resources"`
+}
+
+// LocalQueue is one LocalQueue as the page shows it.
+type LocalQueue struct {
+	Namespace    string          `json:"namespace"`
+	Name         string          `json:"name"`
+	ClusterQueue string          `json:"clusterQueue"`
+	Active       int             `json:"active"`
+	Inadmissible int             `json:"inadmissible"`
+	Reserving    int             `json:"reserving"`
+	Admitted     int             `json:"admitted"`
+	Resources    []LocalQueueUse `json:"resources"`
+}
+
+// LocalQueueUse is what a LocalQueue's workloads hold of one flavor and
+// resource, in base units.
+type LocalQueueUse struct {
+	Flavor   string  `json:"flavor"`
+	Resource string  `json:"resource"`
+	Reserved float64 `json:"reserved"`
+	Used     float64 `json:"used"`
 }
 
 // Feed delivers workload events as they are published until ctx ends,
@@ -128,8 +168,50 @@ func Register(mux *http.ServeMux, src Source, feed Feed, opts ...Option) {
 			}
 			out = append(out, v)
 		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(out)
+		writeJSON(w, out)
+	})
+	mux.HandleFunc("GET "+o.prefix+CohortsPath, func(w http.ResponseWriter, r *http.Request) {
+		stats, err := src.Cohorts(r.Context())
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		out := make([]Cohort, 0, len(stats))
+		for _, c := range stats {
+			v := Cohort{Name: c.Cohort, Parent: c.Parent, Root: c.Root, Admitted: c.Admitted, Res: []Resource{}}
+			for _, r := range c.Resources {
+				v.Res = append(v.Res, Resource{Flavor: r.Flavor, Resource: r.Resource,
+					Reserved: engine.BaseUnits(r.Resource, r.Reserved), Nominal: engine.BaseUnits(r.Resource, r.Nominal)})
+			}
+			out = append(out, v)
+		}
+		writeJSON(w, out)
+	})
+	mux.HandleFunc("GET "+o.prefix+LocalQueuesPath, func(w http.ResponseWriter, r *http.Request) {
+		stats, err := src.LocalQueues(r.Context())
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		out := make([]LocalQueue, 0, len(stats))
+		for _, q := range stats {
+			v := LocalQueue{Namespace: q.Namespace, Name: q.Name, ClusterQueue: q.ClusterQueue, Active: q.Active, Inadmissible: q.Inadmissible,
+				Reserving: q.Reserving, Admitted: q.Admitted, Resources: []LocalQueueUse{}}
+			for _, r := range q.Resources {
+				v.Resources = append(v.Resources, LocalQueueUse{Flavor: r.Flavor, Resource: r.Resource,
+					Reserved: engine.BaseUnits(r.Resource, r.Reserved), Used: engine.BaseUnits(r.Resource, r.Used)})
+			}
+			out = append(out, v)
+		}
+		writeJSON(w, out)
+	})
+	mux.HandleFunc("GET "+o.prefix+HistoryPath, func(w http.ResponseWriter, r *http.Request) {
+		h, err := src.History(r.Context())
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		writeJSON(w, h)
 	})
 	mux.HandleFunc("GET "+o.prefix+EventsPath, func(w http.ResponseWriter, r *http.Request) {
 		show := func(Event) bool { return true }
@@ -138,6 +220,11 @@ func Register(mux *http.ServeMux, src Source, feed Feed, opts ...Option) {
 		}
 		stream(w, r, h, o.writeTimeout, show)
 	})
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
 }
 
 // stream sends the feed as server-sent events until the client leaves. A

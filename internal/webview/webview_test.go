@@ -18,17 +18,65 @@ import (
 
 	"github.com/sluice-dev/sluice/events"
 	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/internal/catalog"
 	"github.com/sluice-dev/sluice/internal/engine"
 	"github.com/sluice-dev/sluice/internal/natstest"
 	"github.com/sluice-dev/sluice/internal/webview"
 )
 
 type queues struct {
-	stats []engine.QueueStats
-	err   error
+	stats   []engine.QueueStats
+	cohorts []engine.CohortStats
+	lqs     []engine.LocalQueueStats
+	hist    catalog.History
+	err     error
 }
 
-func (q queues) Queues(context.Context) ([]engine.QueueStats, error) { return q.stats, q.err }
+func (q queues) Queues(context.Context) ([]engine.QueueStats, error)           { return q.stats, q.err }
+func (q queues) Cohorts(context.Context) ([]engine.CohortStats, error)         { return q.cohorts, q.err }
+func (q queues) LocalQueues(context.Context) ([]engine.LocalQueueStats, error) { return q.lqs, q.err }
+func (q queues) History(context.Context) (catalog.History, error)              { return q.hist, q.err }
+
+// TestTreeLocalQueuesAndHistory: the cohort tree's, the LocalQueues' and
+// the last hour's data, in base units.
+func TestTreeLocalQueuesAndHistory(t *testing.T) {
+	t0 := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	srv, _ := server(t, queues{
+		cohorts: []engine.CohortStats{{Cohort: "team", Parent: "org", Root: "org", Admitted: 2,
+			Resources: []engine.ResourceStats{{Flavor: "a100", Resource: "cpu", Reserved: 2500, Nominal: 8000}}}},
+		lqs: []engine.LocalQueueStats{{Namespace: "ns", Name: "q", ClusterQueue: "cq", Active: 1, Reserving: 2, Admitted: 1,
+			Resources: []engine.LocalQueueResource{{Flavor: "a100", Resource: "cpu", Reserved: 2500, Used: 500}}}},
+		hist: catalog.History{Minutes: []catalog.Minute{{Start: t0, Admitted: 3}}},
+	})
+	get := func(path string, out any) {
+		t.Helper()
+		res, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		if err := json.NewDecoder(res.Body).Decode(out); err != nil || res.StatusCode != 200 {
+			t.Fatalf("GET %s: %d %v", path, res.StatusCode, err)
+		}
+	}
+	var cohorts []webview.Cohort
+	get(webview.CohortsPath, &cohorts)
+	if d := cmp.Diff([]webview.Cohort{{Name: "team", Parent: "org", Root: "org", Admitted: 2,
+		Res: []webview.Resource{{Flavor: "a100", Resource: "cpu", Reserved: 2.5, Nominal: 8}}}}, cohorts); d != "" {
+		t.Errorf("cohorts (-want +got):\n%s", d)
+	}
+	var lqs []webview.LocalQueue
+	get(webview.LocalQueuesPath, &lqs)
+	if d := cmp.Diff([]webview.LocalQueue{{Namespace: "ns", Name: "q", ClusterQueue: "cq", Active: 1, Reserving: 2, Admitted: 1,
+		Resources: []webview.LocalQueueUse{{Flavor: "a100", Resource: "cpu", Reserved: 2.5, Used: 0.5}}}}, lqs); d != "" {
+		t.Errorf("local queues (-want +got):\n%s", d)
+	}
+	var h catalog.History
+	get(webview.HistoryPath, &h)
+	if len(h.Minutes) != 1 || h.Minutes[0].Admitted != 3 || !h.Minutes[0].Start.Equal(t0) {
+		t.Errorf("history: %+v", h)
+	}
+}
 
 func server(t *testing.T, src webview.Source, opts ...webview.Option) (*httptest.Server, events.Publisher) {
 	t.Helper()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/events"
+	"github.com/sluice-dev/sluice/internal/catalog"
 	"github.com/sluice-dev/sluice/internal/engine"
 	"github.com/sluice-dev/sluice/internal/visibility"
 	"github.com/sluice-dev/sluice/internal/webview"
@@ -175,6 +176,34 @@ func (s *Service) VisibilityRoutes(mux *http.ServeMux) {
 // mux.
 func (s *Service) WebViewRoutes(mux *http.ServeMux, opts ...webview.Option) {
 	webview.Register(mux, s, webview.NATSFeed{NC: s.js.Conn()}, opts...)
+}
+
+// Cohorts implements webview.Source.
+func (s *Service) Cohorts(ctx context.Context) ([]engine.CohortStats, error) {
+	v, err := s.currentView(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return v.cohorts, nil
+}
+
+// LocalQueues implements webview.Source.
+func (s *Service) LocalQueues(ctx context.Context) ([]engine.LocalQueueStats, error) {
+	v, err := s.currentView(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return v.lqStats, nil
+}
+
+// History implements webview.Source: the last hour, from the catalog of
+// the event stream.
+func (s *Service) History(ctx context.Context) (catalog.History, error) {
+	cat, err := s.readyCatalog(ctx)
+	if err != nil {
+		return catalog.History{}, err
+	}
+	return cat.History(s.clock()), nil
 }
 
 // Queues implements webview.Source.
