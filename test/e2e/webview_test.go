@@ -40,6 +40,21 @@ func TestWebView(t *testing.T) {
 	exe := browser(t)
 	ns := "e2e-web"
 	queues(t, ns, 4, "Never")
+	// A cohort with a ClusterQueue of 2 GPUs, for the cohort tree.
+	apply(t, fmt.Sprintf(`apiVersion: sluice.dev/v1beta1
+kind: ClusterQueue
+metadata: {name: %[1]s-team}
+spec:
+  cohort: %[1]s-org
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: [cpu, nvidia.com/gpu]
+    flavors:
+    - name: a100
+      resources:
+      - {name: cpu, nominalQuota: 8}
+      - {name: nvidia.com/gpu, nominalQuota: 2}
+`, ns))
 	createJob(t, jobSpec{ns: ns, name: "running", queue: "q", pods: 4, gpus: 1, runFor: "25s"})
 	waitRunning(t, ns, "running", 30*time.Second)
 	createJob(t, jobSpec{ns: ns, name: "waiting", queue: "q", pods: 2, gpus: 1, runFor: "1s"})
@@ -91,6 +106,60 @@ func TestWebView(t *testing.T) {
 		t.Errorf("feed line %q", line)
 	}
 
+	// The last hour: the admissions drawn as bars.
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`#chart-minutes svg rect[data-series="admitted"]`))); err != nil {
+		t.Errorf("no admitted bar in the last hour's chart: %v", err)
+	}
+	screenshot(t, ctx, "webview.png")
+
+	// The cohort tree: the cohort with its subtree's quota, the
+	// ClusterQueue with its usage.
+	visit := func(hash string) {
+		t.Helper()
+		if err := chromedp.Do(ctx, chromedp.Navigate("http://"+env.httpAddr+"/"+hash)); err != nil {
+			t.Fatalf("open %s: %v", hash, err)
+		}
+	}
+	visit("#/cohorts")
+	cohortRow := text(fmt.Sprintf(`#cohort-tree li[data-cohort=%q] > .res[data-resource="nvidia.com/gpu"] .num`, ns+"-org"))
+	cqBar, err := chromedp.Run(ctx, chromedp.AttributeValue(chromedp.CSS(fmt.Sprintf(`#cohort-tree li[data-cluster-queue=%q] .res[data-resource="nvidia.com/gpu"] .fill`, ns)), "style"))
+	if err != nil {
+		t.Fatalf("tree bar: %v", err)
+	}
+	if strings.TrimSpace(cohortRow) != "0 / 2" || !strings.Contains(cqBar.Value, "width: 100%") {
+		t.Errorf("cohort row %q (want 0 / 2), ClusterQueue bar %q (want full)", cohortRow, cqBar.Value)
+	}
+	screenshot(t, ctx, "webview-cohorts.png")
+
+	// The LocalQueues.
+	visit("#/localqueues")
+	lqRow := fmt.Sprintf(`#lq-table tr[data-local-queue=%q]`, ns+"/q")
+	if got := text(lqRow + " td.cluster-queue"); got != ns {
+		t.Errorf("LocalQueue row's ClusterQueue %q; want %q", got, ns)
+	}
+	if got := text(lqRow + " td.usage"); !strings.Contains(got, "a100 nvidia.com/gpu") {
+		t.Errorf("LocalQueue usage %q", got)
+	}
+	screenshot(t, ctx, "webview-localqueues.png")
+
+	// The waiting Job's page: its state, its reasons over time, its trace
+	// as a waterfall, its events.
+	visit("#/workload/" + ns + "/job.waiting")
+	state := text(`#wl-summary dd[data-field="State"]`)
+	reasonOverTime := text(`#wl-reasons tr.reason-row td.reason`)
+	queuedSpan := text(`#wl-waterfall .span[data-span="queued"] .label`)
+	submittedEvent := text(`#wl-events li[data-type="submitted"] .detail`)
+	if (state != "Pending" && state != "Admitted" && state != "Running" && state != "Finished") || !strings.Contains(reasonOverTime, "insufficient unused quota") ||
+		queuedSpan != "queued" || !strings.Contains(submittedEvent, "submitted to LocalQueue q") {
+		t.Errorf("workload page: state %q, reason %q, span %q, event %q", state, reasonOverTime, queuedSpan, submittedEvent)
+	}
+	screenshot(t, ctx, "webview-workload.png")
+	waitComplete(t, ns, "late", 90*time.Second)
+}
+
+// screenshot saves the page as bin/e2e-output/NAME.
+func screenshot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
 	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatalf("screenshot: %v", err)
@@ -99,10 +168,9 @@ func TestWebView(t *testing.T) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(dir, "webview.png")
+	path := filepath.Join(dir, name)
 	if err := os.WriteFile(path, shot, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("screenshot: %s", path)
-	waitComplete(t, ns, "late", 90*time.Second)
 }
