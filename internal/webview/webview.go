@@ -152,67 +152,10 @@ func Register(mux *http.ServeMux, src Source, feed Feed, opts ...Option) {
 		w.Header().Set("Content-Security-Policy", "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'")
 		_, _ = w.Write(page)
 	})
-	mux.HandleFunc("GET "+o.prefix+QueuesPath, func(w http.ResponseWriter, r *http.Request) {
-		stats, err := src.Queues(r.Context())
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		out := make([]Queue, 0, len(stats))
-		for _, q := range stats {
-			v := Queue{Name: q.ClusterQueue, Cohort: q.Cohort, Pending: q.Active + q.Inadmissible, Active: q.Active,
-				Inadmissible: q.Inadmissible, Resources: []Resource{}}
-			for _, r := range q.Resources {
-				v.Resources = append(v.Resources, Resource{Flavor: r.Flavor, Resource: r.Resource,
-					Reserved: engine.BaseUnits(r.Resource, r.Reserved), Nominal: engine.BaseUnits(r.Resource, r.Nominal)})
-			}
-			out = append(out, v)
-		}
-		writeJSON(w, out)
-	})
-	mux.HandleFunc("GET "+o.prefix+CohortsPath, func(w http.ResponseWriter, r *http.Request) {
-		stats, err := src.Cohorts(r.Context())
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		out := make([]Cohort, 0, len(stats))
-		for _, c := range stats {
-			v := Cohort{Name: c.Cohort, Parent: c.Parent, Root: c.Root, Admitted: c.Admitted, Res: []Resource{}}
-			for _, r := range c.Resources {
-				v.Res = append(v.Res, Resource{Flavor: r.Flavor, Resource: r.Resource,
-					Reserved: engine.BaseUnits(r.Resource, r.Reserved), Nominal: engine.BaseUnits(r.Resource, r.Nominal)})
-			}
-			out = append(out, v)
-		}
-		writeJSON(w, out)
-	})
-	mux.HandleFunc("GET "+o.prefix+LocalQueuesPath, func(w http.ResponseWriter, r *http.Request) {
-		stats, err := src.LocalQueues(r.Context())
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		out := make([]LocalQueue, 0, len(stats))
-		for _, q := range stats {
-			v := LocalQueue{Namespace: q.Namespace, Name: q.Name, ClusterQueue: q.ClusterQueue, Active: q.Active, Inadmissible: q.Inadmissible,
-				Reserving: q.Reserving, Admitted: q.Admitted, Resources: []LocalQueueUse{}}
-			for _, r := range q.Resources {
-				v.Resources = append(v.Resources, LocalQueueUse{Flavor: r.Flavor, Resource: r.Resource,
-					Reserved: engine.BaseUnits(r.Resource, r.Reserved), Used: engine.BaseUnits(r.Resource, r.Used)})
-			}
-			out = append(out, v)
-		}
-		writeJSON(w, out)
-	})
-	mux.HandleFunc("GET "+o.prefix+HistoryPath, func(w http.ResponseWriter, r *http.Request) {
-		h, err := src.History(r.Context())
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		writeJSON(w, h)
-	})
+	data(mux, o.prefix+QueuesPath, src.Queues, queuesOf)
+	data(mux, o.prefix+CohortsPath, src.Cohorts, cohortsOf)
+	data(mux, o.prefix+LocalQueuesPath, src.LocalQueues, localQueuesOf)
+	data(mux, o.prefix+HistoryPath, src.History, func(h catalog.History) catalog.History { return h })
 	mux.HandleFunc("GET "+o.prefix+EventsPath, func(w http.ResponseWriter, r *http.Request) {
 		show := func(Event) bool { return true }
 		if o.filter != nil {
@@ -222,9 +165,59 @@ func Register(mux *http.ServeMux, src Source, feed Feed, opts ...Option) {
 	})
 }
 
-func writeJSON(w http.ResponseWriter, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(v)
+// data serves at path what get reads, as the page wants it (503 when it
+// cannot be read yet).
+func data[T, V any](mux *http.ServeMux, path string, get func(context.Context) (T, error), shape func(T) V) {
+	mux.HandleFunc("GET "+path, func(w http.ResponseWriter, r *http.Request) {
+		v, err := get(r.Context())
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(shape(v))
+	})
+}
+
+// resources are quotas in base units.
+func resources(stats []engine.ResourceStats) []Resource {
+	out := make([]Resource, 0, len(stats))
+	for _, r := range stats {
+		out = append(out, Resource{Flavor: r.Flavor, Resource: r.Resource,
+			Reserved: engine.BaseUnits(r.Resource, r.Reserved), Nominal: engine.BaseUnits(r.Resource, r.Nominal)})
+	}
+	return out
+}
+
+func queuesOf(stats []engine.QueueStats) []Queue {
+	out := make([]Queue, 0, len(stats))
+	for _, q := range stats {
+		out = append(out, Queue{Name: q.ClusterQueue, Cohort: q.Cohort, Pending: q.Active + q.Inadmissible, Active: q.Active,
+			Inadmissible: q.Inadmissible, Resources: resources(q.Resources)})
+	}
+	return out
+}
+
+func cohortsOf(stats []engine.CohortStats) []Cohort {
+	out := make([]Cohort, 0, len(stats))
+	for _, c := range stats {
+		out = append(out, Cohort{Name: c.Cohort, Parent: c.Parent, Root: c.Root, Admitted: c.Admitted, Res: resources(c.Resources)})
+	}
+	return out
+}
+
+func localQueuesOf(stats []engine.LocalQueueStats) []LocalQueue {
+	out := make([]LocalQueue, 0, len(stats))
+	for _, q := range stats {
+		v := LocalQueue{Namespace: q.Namespace, Name: q.Name, ClusterQueue: q.ClusterQueue, Active: q.Active, Inadmissible: q.Inadmissible,
+			Reserving: q.Reserving, Admitted: q.Admitted, Resources: []LocalQueueUse{}}
+		for _, r := range q.Resources {
+			v.Resources = append(v.Resources, LocalQueueUse{Flavor: r.Flavor, Resource: r.Resource,
+				Reserved: engine.BaseUnits(r.Resource, r.Reserved), Used: engine.BaseUnits(r.Resource, r.Used)})
+		}
+		out = append(out, v)
+	}
+	return out
 }
 
 // stream sends the feed as server-sent events until the client leaves. A

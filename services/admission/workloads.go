@@ -3,15 +3,10 @@ package admission
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/sluice-dev/sluice/events"
-	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/internal/catalog"
 	"github.com/sluice-dev/sluice/internal/visibility"
 	"github.com/sluice-dev/sluice/internal/workloads"
@@ -140,35 +135,8 @@ func (s *Service) GetWorkload(ctx context.Context, namespace, name string) (visi
 	}
 	w = one[0]
 	ref := events.WorkloadRef{Kind: w.Spec.JobKind, Namespace: namespace, Name: w.Spec.JobName}
-	w.Status.Events, err = History(ctx, s.js.Conn(), ref, string(w.UID))
+	w.Status.Events, err = catalog.Events(ctx, s.js.Conn(), ref, string(w.UID))
 	return w, true, err
-}
-
-// History is every event the stream holds of a workload, oldest first:
-// those of the job of uid only, when uid is given (a name used again by a
-// new job has events of its own).
-func History(ctx context.Context, nc *nats.Conn, ref events.WorkloadRef, uid string) ([]visibility.WorkloadEvent, error) {
-	var out []visibility.WorkloadEvent
-	_, err := bus.Page(ctx, nc, bus.StreamEvents, events.WorkloadFilter(ref), 1, func(m bus.Stored) error {
-		env, err := events.DecodeParts(m.Subject, m.Header, m.Data)
-		if err != nil {
-			return nil
-		}
-		ev, err := env.Event()
-		if err != nil {
-			return nil
-		}
-		if r, ok := events.WorkloadOf(ev); ok && uid != "" && r.UID != "" && r.UID != uid {
-			return nil
-		}
-		out = append(out, visibility.WorkloadEvent{Time: metav1.NewTime(env.Time), Type: strings.TrimPrefix(env.Type, events.TypePrefix),
-			Message: catalog.Describe(ev), TraceID: env.TraceID()})
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("admission: read the events of %s: %w", ref, err)
-	}
-	return out, nil
 }
 
 // WatchWorkloads implements visibility.WorkloadSource.

@@ -33,6 +33,26 @@ func queuesWith(t *testing.T, name, preemption, groups string) {
 	watchQuota(t)
 }
 
+// cohortQueue creates a ClusterQueue of gpus GPUs (and 16 CPUs each) of
+// flavor a100 in cohort, taking workloads from every namespace.
+func cohortQueue(t *testing.T, name, cohort string, gpus int) {
+	t.Helper()
+	apply(t, fmt.Sprintf(`apiVersion: sluice.dev/v1beta1
+kind: ClusterQueue
+metadata: {name: %s}
+spec:
+  cohort: %s
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: [cpu, nvidia.com/gpu]
+    flavors:
+    - name: a100
+      resources:
+      - {name: cpu, nominalQuota: %d}
+      - {name: nvidia.com/gpu, nominalQuota: %d}
+`, name, cohort, 16*gpus, gpus))
+}
+
 // applyQueues creates what queuesWith does, without starting a quota
 // checker (which knows the ClusterQueues that exist when it starts).
 func applyQueues(t *testing.T, name, preemption, groups string) {

@@ -120,6 +120,16 @@ func TestHelmInstall(t *testing.T) {
 		t.Errorf("the real Job's container log: %q, want it to say it is done", log)
 	}
 
+	// Both Jobs as Workloads of the chart's aggregated API, as the
+	// cluster's admin sees them with kubectl.
+	eventually(t, 60*time.Second, "kubectl get workloads through the chart's APIService", func() (bool, string) {
+		cmd := exec.Command(filepath.Join(root(), "bin", "devcluster"), "kubectl", "--dir", h.dir, "get", "workloads", "-n", ns)
+		out, err := cmd.CombinedOutput()
+		ok := err == nil && regexp.MustCompile(`(?m)^job\.first\s+gpus\s+Finished\s`).Match(out) &&
+			regexp.MustCompile(`(?m)^job\.real\s+real\s+Finished\s`).Match(out)
+		return ok, fmt.Sprintf("%v\n%s", err, out)
+	})
+
 	// Three replicas of the Job integration share the shards; a Job
 	// created after is started exactly once.
 	h.scale("integration-job", 3)

@@ -323,20 +323,6 @@ apiVersion: sluice.dev/v1beta1
 kind: Cohort
 metadata: {name: %[3]s}
 ---
-apiVersion: sluice.dev/v1beta1
-kind: ClusterQueue
-metadata: {name: %[1]s}
-spec:
-  cohort: %[2]s
-  namespaceSelector: {}
-  resourceGroups:
-  - coveredResources: [cpu, nvidia.com/gpu]
-    flavors:
-    - name: a100
-      resources:
-      - {name: cpu, nominalQuota: 64}
-      - {name: nvidia.com/gpu, nominalQuota: 4}
----
 apiVersion: v1
 kind: Namespace
 metadata: {name: %[1]s}
@@ -346,6 +332,7 @@ kind: LocalQueue
 metadata: {name: q, namespace: %[1]s}
 spec: {clusterQueue: %[1]s}
 `, ns, cohort, root))
+	cohortQueue(t, ns, cohort, 4)
 	watchQuota(t)
 	t.Cleanup(func() {
 		bg := metav1.DeletePropagationBackground

@@ -41,20 +41,7 @@ func TestWebView(t *testing.T) {
 	ns := "e2e-web"
 	queues(t, ns, 4, "Never")
 	// A cohort with a ClusterQueue of 2 GPUs, for the cohort tree.
-	apply(t, fmt.Sprintf(`apiVersion: sluice.dev/v1beta1
-kind: ClusterQueue
-metadata: {name: %[1]s-team}
-spec:
-  cohort: %[1]s-org
-  namespaceSelector: {}
-  resourceGroups:
-  - coveredResources: [cpu, nvidia.com/gpu]
-    flavors:
-    - name: a100
-      resources:
-      - {name: cpu, nominalQuota: 8}
-      - {name: nvidia.com/gpu, nominalQuota: 2}
-`, ns))
+	cohortQueue(t, ns+"-team", ns+"-org", 2)
 	createJob(t, jobSpec{ns: ns, name: "running", queue: "q", pods: 4, gpus: 1, runFor: "25s"})
 	waitRunning(t, ns, "running", 30*time.Second)
 	createJob(t, jobSpec{ns: ns, name: "waiting", queue: "q", pods: 2, gpus: 1, runFor: "1s"})
