@@ -52,7 +52,10 @@ else
 	# SLUICE_DEV_ARGS: more flags for sluice dev (e.g. --kueue-labels,
 	# --config FILE), split on spaces.
 	# shellcheck disable=SC2086
-	nohup bin/sluice dev --nats-store "$state/jetstream" ${SLUICE_DEV_ARGS:-} >"$state/sluice.log" 2>&1 &
+	# --visibility-apiservice: the API server serves the visibility API
+	# (kubectl get workloads, the pending API) from this sluice dev.
+	nohup bin/sluice dev --nats-store "$state/jetstream" --visibility-apiservice --visibility-cert-dir "$state/visibility-cert" \
+		${SLUICE_DEV_ARGS:-} >"$state/sluice.log" 2>&1 &
 	echo $! >"$state/sluice.pid"
 	echo "sluice dev started (pid $(cat "$state/sluice.pid")), log in $state/sluice.log"
 fi
@@ -102,6 +105,7 @@ Sluice is running. Open its live view at http://127.0.0.1:8090/ or look at it wi
   bin/sluice events tail --all                   # every decision as a CloudEvent, from the start
   bin/sluice queues                              # usage, pending and admitted per queue
   bin/sluice pending --cluster-queue team-a      # who waits, in which order, and why
+  $dc get workloads -A        # every job Sluice manages: queue, state, flavor, place, reason
 
 Stop everything with: make dev-down
 MSG

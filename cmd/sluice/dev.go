@@ -5,12 +5,14 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/sluice-dev/sluice/internal/embeddednats"
+	"github.com/sluice-dev/sluice/internal/visibility"
 	"github.com/sluice-dev/sluice/services/admission"
 	"github.com/sluice-dev/sluice/services/integration"
 	"github.com/sluice-dev/sluice/services/integration/kinds"
@@ -40,6 +42,7 @@ func newDevCmd() *cobra.Command {
 	all := []builder{watcherBuilder(&w), quotaBuilder(&q), preemptionBuilder(&pr), admissionBuilder(&a), integrationBuilder(&in),
 		provisioningBuilder(&prov)}
 	var share func() error
+	var registerAPI bool
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run every service in one process with an embedded NATS JetStream server",
@@ -52,6 +55,18 @@ func newDevCmd() *cobra.Command {
 			}
 			in.Kinds = prov.Kinds
 			disp.Kinds, leaf.worker.Kinds = prov.Kinds, prov.Kinds
+			if registerAPI {
+				if a.Visibility.Addr == "" {
+					a.Visibility.Addr = devVisibilityAddress
+				}
+				if a.Visibility.CertDir == "" {
+					dir, err := os.MkdirTemp("", "sluice-dev-visibility-")
+					if err != nil {
+						return err
+					}
+					a.Visibility.CertDir = dir
+				}
+			}
 			for _, b := range all {
 				if err := b.validate(); err != nil {
 					return err
@@ -71,6 +86,20 @@ func newDevCmd() *cobra.Command {
 			kc, err := c.kube()
 			if err != nil {
 				return err
+			}
+			if registerAPI {
+				if kc == nil {
+					return usageError{Err: errNoKube}
+				}
+				ca, err := devVisibilityCert(a.Visibility.CertDir, time.Now())
+				if err != nil {
+					return usageError{Err: err}
+				}
+				if err := registerDevVisibility(cmd.Context(), kc, a.Visibility.Addr, ca); err != nil {
+					return err
+				}
+				log.Info().Str("address", a.Visibility.Addr).Str("apiservice", visibility.Version+"."+visibility.Group).
+					Msg("visibility API registered with the API server (kubectl get workloads)")
 			}
 			nopts := embeddednats.Options{Port: port, StoreDir: storeDir}
 			if err := leaf.apply(&nopts); err != nil {
@@ -123,6 +152,10 @@ func newDevCmd() *cobra.Command {
 	cmd.Flags().StringVar(&storeDir, "nats-store", "", "JetStream store directory (default: a temporary one, removed at exit)")
 	cmd.Flags().StringVar(&memLimit, "memory-limit", memLimit, "the Go runtime's soft memory limit, written as GOMEMLIMIT is (900MiB, 2GiB; 0 or off for none); GOMEMLIMIT in the environment wins")
 	cmd.Flags().StringSliceVar(&prov.Kinds, "integrations", prov.Kinds, "kinds to integrate, each once its CRD is installed ("+strings.Join(kinds.Names(), ", ")+")")
+	cmd.Flags().BoolVar(&registerAPI, "visibility-apiservice", false, "serve the visibility API through the cluster's API server, "+
+		"as make dev does: register the APIService v1beta1.visibility.sluice.dev and a Service "+DevVisibilityService+" (ExternalName localhost) in namespace "+
+		DevVisibilityNamespace+" for --visibility-address (default "+devVisibilityAddress+"), with a self-signed certificate written to --visibility-cert-dir "+
+		"(default: a new temporary directory) unless one is there; for a cluster whose API server runs on this host")
 	share = bindShared(cmd.Flags(), all)
 	leaf.bind(cmd)
 	return cmd

@@ -1,7 +1,8 @@
 // Package certfile serves a TLS certificate kept in a pair of PEM files
 // (a mounted Secret), loaded again when the files change, so a renewed
 // certificate (cert-manager's, or a chart upgrade's) is served without a
-// restart.
+// restart. SelfSigned makes a certificate where no one else issues one
+// (the webhook of `sluice dev`, its aggregated API).
 package certfile
 
 import (

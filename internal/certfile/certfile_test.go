@@ -86,3 +86,40 @@ func TestReloadWhenChanged(t *testing.T) {
 		t.Errorf("Load of a missing file: %v, want an error naming it", err)
 	}
 }
+
+// TestSelfSignedWritten: a generated certificate written to a directory
+// loads, and verifies for its host against the CA written beside it.
+func TestSelfSignedWritten(t *testing.T) {
+	g, err := SelfSigned([]string{"sluice-visibility.sluice-dev.svc", "localhost"}, nil, time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := g.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	p, err := Load(filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"), time.Now, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := p.GetCertificate(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caPEM, err := os.ReadFile(filepath.Join(dir, "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(caPEM)
+	leaf, err := x509.ParseCertificate(c.Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{DNSName: "sluice-visibility.sluice-dev.svc", Roots: roots}); err != nil {
+		t.Errorf("does not verify: %v", err)
+	}
+	if _, err := SelfSigned(nil, nil, time.Hour, time.Now()); err == nil {
+		t.Error("a certificate for no host was made")
+	}
+}

@@ -256,11 +256,11 @@ func NewWebhook(adapters []Adapter, opts ...WebhookOption) (*Webhook, error) {
 		}
 		w.files, w.caBundle = fc, cfg.caBundle
 	} else {
-		sc, err := selfSignedServingCert(cfg.dnsNames, cfg.ips, cfg.validity, cfg.now())
+		sc, err := certfile.SelfSigned(cfg.dnsNames, cfg.ips, cfg.validity, cfg.now())
 		if err != nil {
 			return nil, fmt.Errorf("webhook: %w", err)
 		}
-		w.cert, w.caBundle = sc.cert, sc.caPEM
+		w.cert, w.caBundle = sc.Cert, sc.CAPEM
 	}
 
 	w.mux = http.NewServeMux()

@@ -3,15 +3,12 @@ package jobframework
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -20,6 +17,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/rs/zerolog"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/sluice-dev/sluice/internal/certfile"
 )
 
 func TestWebhookServesTLSWithGeneratedCA(t *testing.T) {
@@ -104,16 +103,18 @@ func TestWebhookCertificateHosts(t *testing.T) {
 }
 
 func TestWebhookServesGivenCertFiles(t *testing.T) {
-	sc, err := selfSignedServingCert([]string{"localhost"}, nil, time.Hour, time.Now())
+	sc, err := certfile.SelfSigned([]string{"localhost"}, nil, time.Hour, time.Now())
 	if err != nil {
 		t.Fatalf("generate certificate: %v", err)
 	}
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	writeCertFiles(t, sc, certFile, keyFile)
+	if err := sc.Write(dir); err != nil {
+		t.Fatal(err)
+	}
 
-	w := newTestWebhook(t, WithCertFiles(certFile, keyFile), WithCABundle(sc.caPEM))
-	if !bytes.Equal(w.CABundle(), sc.caPEM) {
+	w := newTestWebhook(t, WithCertFiles(certFile, keyFile), WithCABundle(sc.CAPEM))
+	if !bytes.Equal(w.CABundle(), sc.CAPEM) {
 		t.Errorf("CABundle() is not the given bundle")
 	}
 	runWebhook(t, w)
@@ -121,32 +122,13 @@ func TestWebhookServesGivenCertFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := clientTrusting(t, sc.caPEM).Get(strings.Replace(u, MutatePath(testKind), HealthzPath, 1))
+	resp, err := clientTrusting(t, sc.CAPEM).Get(strings.Replace(u, MutatePath(testKind), HealthzPath, 1))
 	if err != nil {
 		t.Fatalf("GET healthz with the given certificate: %v", err)
 	}
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("healthz status = %d", resp.StatusCode)
-	}
-}
-
-// writeCertFiles writes a serving certificate and its key as PEM files.
-func writeCertFiles(t *testing.T, sc servingCert, certFile, keyFile string) {
-	t.Helper()
-	var certPEM bytes.Buffer
-	for _, der := range sc.cert.Certificate {
-		_ = pem.Encode(&certPEM, &pem.Block{Type: "CERTIFICATE", Bytes: der})
-	}
-	keyDER, err := x509.MarshalECPrivateKey(sc.cert.PrivateKey.(*ecdsa.PrivateKey))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(certFile, certPEM.Bytes(), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
-		t.Fatal(err)
 	}
 }
 

@@ -48,7 +48,7 @@ var env struct {
 	hookAddr string
 	httpAddr string // `sluice dev`'s /healthz and /readyz
 	// visAddr serves the pending API to users the cluster authorizes,
-	// with a certificate for the Service visService, signed by visCA.
+	// with the certificate sluice dev made, signed by visCA.
 	visAddr    string
 	visCA      []byte
 	sluiceBin  string
@@ -199,12 +199,10 @@ func run(m *testing.M) int {
 	env.httpAddr = fmt.Sprintf("127.0.0.1:%d", httpPort)
 	visPort := freePort()
 	env.visAddr = fmt.Sprintf("127.0.0.1:%d", visPort)
+	// `sluice dev` registers the visibility API as `make dev` has it do,
+	// with a certificate it makes in visDir.
 	visDir := filepath.Join(state, "visibility-cert")
-	if env.visCA, err = writeServingCert(visDir, visService+"."+visNamespace+".svc"); err != nil {
-		fmt.Println("e2e: pending API certificate:", err)
-		return 1
-	}
-	env.sluiceArgs = append(env.sluiceArgs, "--visibility-address", env.visAddr, "--visibility-cert-dir", visDir)
+	env.sluiceArgs = append(env.sluiceArgs, "--visibility-apiservice", "--visibility-address", env.visAddr, "--visibility-cert-dir", visDir)
 	env.sluiceBin, env.sluiceLog = filepath.Join(bin, "sluice"), logf
 	env.hookAddr = fmt.Sprintf("127.0.0.1:%d", hookPort)
 	// Every test runs with tracing on, exported to a real OTLP receiver.
@@ -229,6 +227,10 @@ func run(m *testing.M) int {
 	nc, err := connectNATS(env.nats, 30*time.Second)
 	if err != nil {
 		fmt.Println("e2e: NATS:", err)
+		return 1
+	}
+	if env.visCA, err = os.ReadFile(filepath.Join(visDir, "ca.crt")); err != nil {
+		fmt.Println("e2e: the visibility API's CA, which sluice dev writes before it serves:", err)
 		return 1
 	}
 	defer nc.Close()

@@ -4,22 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/base64"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"io"
-	"math/big"
 	"net/http"
-	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -31,7 +21,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -39,89 +28,14 @@ import (
 	"github.com/sluice-dev/sluice/internal/webview"
 )
 
-// The Service the APIService of the pending API names: an ExternalName
-// for localhost, where the suite's `sluice dev` serves it.
-const (
-	visNamespace = "sluice-visibility"
-	visService   = "visibility"
-)
-
-// writeServingCert writes a CA-signed serving certificate for host into
-// dir (tls.crt, tls.key) and returns the CA's PEM.
-func writeServingCert(dir, host string) ([]byte, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
-	}
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
-	now := time.Now()
-	ca := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "e2e visibility CA"}, IsCA: true,
-		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour)}
-	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
-	if err != nil {
-		return nil, err
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
-	leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: host}, DNSNames: []string{host, "localhost"},
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour)}
-	caCert, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		return nil, err
-	}
-	der, err := x509.CreateCertificate(rand.Reader, leaf, caCert, &key.PublicKey, caKey)
-	if err != nil {
-		return nil, err
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "tls.crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "tls.key"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
-		return nil, err
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), nil
-}
-
 var apiServices = schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}
 
-// registerVisibility makes the API server serve the pending API: the
-// APIService v1beta1.visibility.sluice.dev, backed by the suite's
-// `sluice dev`.
+// registerVisibility waits until the API server serves the visibility
+// API: the APIService v1beta1.visibility.sluice.dev that the suite's
+// `sluice dev --visibility-apiservice` registered, backed by it.
 func registerVisibility(t *testing.T) {
 	t.Helper()
 	ctx := context.Background()
-	_, port, _ := strings.Cut(env.visAddr, ":")
-	p, _ := strconv.Atoi(port)
-	if _, err := env.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: visNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: visService, Namespace: visNamespace}, Spec: corev1.ServiceSpec{
-		Type: corev1.ServiceTypeExternalName, ExternalName: "localhost",
-		Ports: []corev1.ServicePort{{Name: "https", Port: int32(p), TargetPort: intstr.FromInt32(int32(p))}}}}
-	if _, err := env.kube.CoreV1().Services(visNamespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	as := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
-		"metadata": map[string]any{"name": visibility.Version + "." + visibility.Group},
-		"spec": map[string]any{
-			"group": visibility.Group, "version": visibility.Version, "groupPriorityMinimum": int64(100), "versionPriority": int64(100),
-			"service":  map[string]any{"namespace": visNamespace, "name": visService, "port": int64(p)},
-			"caBundle": base64.StdEncoding.EncodeToString(env.visCA),
-		},
-	}}
-	if _, err := env.dyn.Resource(apiServices).Create(ctx, as, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
 	eventually(t, 60*time.Second, "APIService available", func() (bool, string) {
 		got, err := env.dyn.Resource(apiServices).Get(ctx, visibility.Version+"."+visibility.Group, metav1.GetOptions{})
 		if err != nil {
