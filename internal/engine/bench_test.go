@@ -570,3 +570,20 @@ func BenchmarkPendingView(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkQueueStats: what the admission service's view adds for the
+// metrics and the web view besides the pending view — every ClusterQueue's,
+// LocalQueue's and cohort's stats — on the same engine (100,000 waiting,
+// 1,000 ClusterQueues and LocalQueues, 100 cohorts).
+func BenchmarkQueueStats(b *testing.B) {
+	e := benchEngine(b, BestEffortFIFO, 1, true)
+	e.Cycle(t0)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		qs, lqs, cs := e.Stats(t0), e.LocalQueueStats(t0), e.CohortStats()
+		if len(qs) != benchCohorts*benchQueuesPer || len(lqs) != benchCohorts*benchQueuesPer || len(cs) != benchCohorts {
+			b.Fatalf("stats of %d ClusterQueues, %d LocalQueues, %d cohorts", len(qs), len(lqs), len(cs))
+		}
+	}
+}
