@@ -23,6 +23,9 @@ var kueueMetrics = map[string]bool{
 	"local_queue_reserving_active_workloads": true, "local_queue_resource_reservation": true, "local_queue_resource_usage": true,
 	"cohort_info": true, "cohort_subtree_admitted_active_workloads": true, "cohort_subtree_admitted_workloads_total": true,
 	"cohort_subtree_quota": true, "cohort_subtree_resource_reservations": true,
+	"cluster_queue_status": true, "local_queue_status": true,
+	"quota_reserved_workloads_total": true, "local_queue_quota_reserved_workloads_total": true,
+	"quota_reserved_wait_time_seconds": true, "local_queue_quota_reserved_wait_time_seconds": true,
 }
 
 // metricNames is --metrics-names: sluice (default) or kueue.

@@ -9,6 +9,9 @@ import (
 // the admitted ones holding quota through it, and what they hold.
 type LocalQueueStats struct {
 	Namespace, Name, ClusterQueue string
+	// Running: workloads submitted to it can be admitted (its Active
+	// condition).
+	Running bool
 	// Active and Inadmissible are as in QueueStats.
 	Active, Inadmissible int
 	// Reserving counts the workloads holding quota (admitted, or waiting
@@ -36,16 +39,15 @@ type CohortStats struct {
 	Resources []ResourceStats
 }
 
-// LocalQueueStats reports every LocalQueue whose ClusterQueue exists, by
-// namespace and name; now decides whether a backoff still holds.
+// LocalQueueStats reports every LocalQueue, by namespace and name; now
+// decides whether a backoff still holds.
 func (e *Engine) LocalQueueStats(now time.Time) []LocalQueueStats {
 	byKey := map[string]*LocalQueueStats{}
 	res := map[string]map[fr]*LocalQueueResource{}
 	for key, lq := range e.tree.lqs {
-		if _, ok := e.tree.cqs[lq.ClusterQueue]; ok {
-			byKey[key] = &LocalQueueStats{Namespace: lq.Namespace, Name: lq.Name, ClusterQueue: lq.ClusterQueue}
-			res[key] = map[fr]*LocalQueueResource{}
-		}
+		a, _ := e.LocalQueueActivity(lq.Namespace, lq.Name)
+		byKey[key] = &LocalQueueStats{Namespace: lq.Namespace, Name: lq.Name, ClusterQueue: lq.ClusterQueue, Running: a.Active}
+		res[key] = map[fr]*LocalQueueResource{}
 	}
 	for _, cq := range e.tree.cqOrder {
 		for _, ws := range cq.pending {

@@ -205,6 +205,8 @@ func pageOfItems(items []PendingItem, namespace, name string, offset, limit int)
 type QueueStats struct {
 	ClusterQueue string
 	Cohort       string
+	// Running: it can admit (its Active condition).
+	Running bool
 	// Active waiting workloads may be admitted at the next cycle;
 	// inadmissible ones wait for quota to be released (parked) or for a
 	// backoff. Deactivated workloads wait for nothing and are in neither.
@@ -225,7 +227,8 @@ type ResourceStats struct {
 func (e *Engine) Stats(now time.Time) []QueueStats {
 	out := make([]QueueStats, 0, len(e.tree.cqOrder))
 	for _, cq := range e.tree.cqOrder {
-		st := QueueStats{ClusterQueue: cq.Name, Cohort: cq.Cohort}
+		a, _ := e.ClusterQueueActivity(cq.Name)
+		st := QueueStats{ClusterQueue: cq.Name, Cohort: cq.Cohort, Running: a.Active}
 		for _, ws := range cq.pending {
 			switch {
 			case ws.admitted != nil, ws.pods.deactivated != "", ws.gone:

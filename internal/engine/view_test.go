@@ -121,7 +121,7 @@ func TestPendingPages(t *testing.T) {
 func TestStats(t *testing.T) {
 	e := pendingFixture(t)
 	got := e.Stats(t0.Add(10 * time.Second))
-	want := []QueueStats{{ClusterQueue: "cq", Inadmissible: 5,
+	want := []QueueStats{{ClusterQueue: "cq", Running: true, Inadmissible: 5,
 		Resources: []ResourceStats{{Flavor: "default", Resource: "cpu", Reserved: 1000, Nominal: 1000}}}}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("Stats (-want +got):\n%s", d)
@@ -176,10 +176,12 @@ func TestLocalQueueAndCohortStats(t *testing.T) {
 	gotLQ := e.LocalQueueStats(t0.Add(10 * time.Second))
 	wantLQ := []LocalQueueStats{
 		// a2 would borrow 2,000 where b lends only the 1,500 b1 leaves.
-		{Namespace: "ns", Name: "a", ClusterQueue: "a", Inadmissible: 1, Reserving: 1, Admitted: 1,
+		{Namespace: "ns", Name: "a", ClusterQueue: "a", Running: true, Inadmissible: 1, Reserving: 1, Admitted: 1,
 			Resources: []LocalQueueResource{{Flavor: "default", Resource: "cpu", Reserved: 1000, Used: 1000}}},
-		{Namespace: "ns", Name: "b", ClusterQueue: "b", Inadmissible: 1, Reserving: 1, Admitted: 1,
+		{Namespace: "ns", Name: "b", ClusterQueue: "b", Running: true, Inadmissible: 1, Reserving: 1, Admitted: 1,
 			Resources: []LocalQueueResource{{Flavor: "default", Resource: "cpu", Reserved: 500, Used: 500}}},
+		// Its ClusterQueue is missing: listed, not running.
+		{Namespace: "ns", Name: "orphan", ClusterQueue: "missing"},
 	}
 	if d := cmp.Diff(wantLQ, gotLQ); d != "" {
 		t.Errorf("LocalQueueStats (-want +got):\n%s", d)

@@ -113,6 +113,7 @@ func (s *Service) announceDecisions(ctx context.Context, ds []engine.Decision, l
 			}
 			delete(s.told, d.Key)
 			r := s.res[d.Key].Reservation
+			s.countReserved(d.ClusterQueue, w, max(0, r.AdmittedAt.Sub(w.CreationTime)))
 			s.out.Add(ctx, outgoing{ev: reservedOf(ref, r), id: workloads.ReservedID(ref, r.Admission()), ended: d.Key})
 		case engine.KindAdmitted:
 			if lost[d.Key] || w == nil {
@@ -121,6 +122,8 @@ func (s *Service) announceDecisions(ctx context.Context, ds []engine.Decision, l
 			delete(s.told, d.Key) // a reason after this admission is news
 			r := s.res[d.Key].Reservation
 			admitted++
+			// Without admission checks, the reservation is the admission.
+			s.countReserved(d.ClusterQueue, w, max(0, r.AdmittedAt.Sub(w.CreationTime)))
 			s.countAdmitted(d.ClusterQueue, w, max(0, r.AdmittedAt.Sub(w.CreationTime)))
 			ev := admittedOf(ref, r)
 			actx, span := s.traceAdmission(ctx, w, d, r.Admission(), r.AdmittedAt)

@@ -30,6 +30,10 @@ type metrics struct {
 	lqWaitTime     *prometheus.HistogramVec
 	lqEvicted      *prometheus.CounterVec
 	cohortAdmitted *prometheus.CounterVec
+	// Quota reservations (admissions, and reservations that wait for
+	// admission checks), by ClusterQueue and by LocalQueue.
+	reserved, lqReserved                 *prometheus.CounterVec
+	reservedWaitTime, lqReservedWaitTime *prometheus.HistogramVec
 }
 
 func newMetrics() *metrics {
@@ -62,10 +66,30 @@ func newMetrics() *metrics {
 			Buckets: prometheus.ExponentialBuckets(0.01, 2.5, 16)}, []string{"name", "namespace"}),
 		lqEvicted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_local_queue_evicted_workloads_total",
 			Help: "Workloads evicted other than by preemption, by LocalQueue and reason."}, []string{"name", "namespace", "reason"}),
+		reserved: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_quota_reserved_workloads_total",
+			Help: "Workloads that reserved quota (admitted, or waiting for admission checks), by ClusterQueue."}, []string{"cluster_queue"}),
+		lqReserved: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_local_queue_quota_reserved_workloads_total",
+			Help: "Workloads that reserved quota, by LocalQueue."}, []string{"name", "namespace"}),
+		reservedWaitTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "sluice_quota_reserved_wait_time_seconds",
+			Help:    "Time from a workload's creation to its quota reservation, by ClusterQueue.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 2.5, 16)}, []string{"cluster_queue"}),
+		lqReservedWaitTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "sluice_local_queue_quota_reserved_wait_time_seconds",
+			Help:    "Time from a workload's creation to its quota reservation, by LocalQueue.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 2.5, 16)}, []string{"name", "namespace"}),
 		cohortAdmitted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_cohort_subtree_admitted_workloads_total",
 			Help: "Workloads admitted in a cohort's subtree (each cohort above the ClusterQueue counts it), by cohort and priority class."},
 			[]string{"cohort", "priority_class"}),
 	}
+}
+
+// countReserved counts a quota reservation in its ClusterQueue and its
+// LocalQueue, w being the workload's record; waited is from its creation.
+func (s *Service) countReserved(cq string, w *events.WorkloadSubmittedV1, waited time.Duration) {
+	m := s.metrics
+	m.reserved.WithLabelValues(cq).Inc()
+	m.reservedWaitTime.WithLabelValues(cq).Observe(waited.Seconds())
+	m.lqReserved.WithLabelValues(w.LocalQueue, w.Workload.Namespace).Inc()
+	m.lqReservedWaitTime.WithLabelValues(w.LocalQueue, w.Workload.Namespace).Observe(waited.Seconds())
 }
 
 // countAdmitted counts an admission in its ClusterQueue, its LocalQueue
@@ -94,7 +118,7 @@ func (s *Service) countAdmitted(cq string, w *events.WorkloadSubmittedV1, waited
 func (s *Service) Collectors() []prometheus.Collector {
 	m := s.metrics
 	return []prometheus.Collector{m.admitted, m.waitTime, m.evicted, m.preempted, m.cycleDuration, m.cycleAdmitted, m.conflicts, m.trees, m.treesOwned,
-		m.lqAdmitted, m.lqWaitTime, m.lqEvicted, m.cohortAdmitted, queueGauges{s}}
+		m.lqAdmitted, m.lqWaitTime, m.lqEvicted, m.cohortAdmitted, m.reserved, m.lqReserved, m.reservedWaitTime, m.lqReservedWaitTime, queueGauges{s}}
 }
 
 var (
@@ -107,6 +131,11 @@ var (
 	nominalDesc = prometheus.NewDesc("sluice_cluster_queue_nominal_quota",
 		"Nominal quota, in base units (CPU in cores, memory in bytes).",
 		[]string{"cohort", "cluster_queue", "flavor", "resource"}, nil)
+	cqStatusDesc = prometheus.NewDesc("sluice_cluster_queue_status",
+		"1 for the ClusterQueue's status, 0 for the others: active (it can admit) or pending (inactive: a missing flavor or check, a stop policy, …).",
+		[]string{"cluster_queue", "status"}, nil)
+	lqStatusDesc = prometheus.NewDesc("sluice_local_queue_status",
+		"1 for whether the LocalQueue is active (True, False), 0 for the other.", []string{"name", "namespace", "active"}, nil)
 	cqInfoDesc = prometheus.NewDesc("sluice_cluster_queue_info",
 		"Where each ClusterQueue is in the cohort tree (value 1, to join on).", []string{"cluster_queue", "parent_cohort", "root_cohort"}, nil)
 
@@ -136,7 +165,7 @@ var (
 type queueGauges struct{ s *Service }
 
 func (queueGauges) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{pendingDesc, reservationDesc, nominalDesc, cqInfoDesc, lqPendingDesc, lqReservingDesc, lqAdmittedDesc,
+	for _, d := range []*prometheus.Desc{pendingDesc, reservationDesc, nominalDesc, cqStatusDesc, lqStatusDesc, cqInfoDesc, lqPendingDesc, lqReservingDesc, lqAdmittedDesc,
 		lqReservationDesc, lqUsageDesc, cohortQuotaDesc, cohortReservationDesc, cohortActiveDesc, cohortInfoDesc} {
 		ch <- d
 	}
@@ -162,7 +191,15 @@ func (g queueGauges) Collect(ch chan<- prometheus.Metric) {
 			gauge(cohortReservationDesc, engine.BaseUnits(r.Resource, r.Reserved), c.Cohort, r.Flavor, r.Resource)
 		}
 	}
+	one := func(b bool) float64 {
+		if b {
+			return 1
+		}
+		return 0
+	}
 	for _, q := range v.lqStats {
+		gauge(lqStatusDesc, one(q.Running), q.Name, q.Namespace, "True")
+		gauge(lqStatusDesc, one(!q.Running), q.Name, q.Namespace, "False")
 		gauge(lqPendingDesc, float64(q.Active), q.Name, q.Namespace, "active")
 		gauge(lqPendingDesc, float64(q.Inadmissible), q.Name, q.Namespace, "inadmissible")
 		gauge(lqReservingDesc, float64(q.Reserving), q.Name, q.Namespace)
@@ -174,6 +211,8 @@ func (g queueGauges) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, q := range v.stats {
 		gauge(cqInfoDesc, 1, q.ClusterQueue, q.Cohort, roots[q.Cohort])
+		gauge(cqStatusDesc, one(q.Running), q.ClusterQueue, "active")
+		gauge(cqStatusDesc, one(!q.Running), q.ClusterQueue, "pending")
 	}
 	for _, q := range v.stats {
 		ch <- prometheus.MustNewConstMetric(pendingDesc, prometheus.GaugeValue, float64(q.Active), q.ClusterQueue, "active")

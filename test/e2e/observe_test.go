@@ -361,6 +361,13 @@ spec: {clusterQueue: %[1]s}
 		value  float64
 	}{
 		{"sluice_local_queue_admitted_workloads_total", lq, 1},
+		{"sluice_local_queue_quota_reserved_workloads_total", lq, 1},
+		{"sluice_local_queue_quota_reserved_wait_time_seconds", lq, 1},
+		{"sluice_quota_reserved_workloads_total", map[string]string{"cluster_queue": ns}, 1},
+		{"sluice_local_queue_status", with(lq, "active", "True"), 1},
+		{"sluice_local_queue_status", with(lq, "active", "False"), 0},
+		{"sluice_cluster_queue_status", map[string]string{"cluster_queue": ns, "status": "active"}, 1},
+		{"sluice_cluster_queue_status", map[string]string{"cluster_queue": ns, "status": "pending"}, 0},
 		{"sluice_local_queue_admission_wait_time_seconds", lq, 1},
 		{"sluice_local_queue_pending_workloads", with(lq, "status", "inadmissible"), 1},
 		{"sluice_local_queue_pending_workloads", with(lq, "status", "active"), 0},
