@@ -180,6 +180,11 @@ type Result struct {
 	// Failed counts Jobs that finished with Failed=True (not by this run),
 	// Gone those deleted before finishing.
 	Failed, Gone int
+	// Writes are the API server's write requests from the first create
+	// to the end (everyone's: the generator's, Sluice's, the
+	// controllers'); WritesErr says why they are missing.
+	Writes    APIWrites
+	WritesErr string
 }
 
 // Run sets up the queues, replays the workload and reports. It returns an
@@ -267,6 +272,7 @@ func Run(parent context.Context, kube kubernetes.Interface, dyn dynamic.Interfac
 	}
 
 	// Create the Jobs at the baseline's pacing.
+	writesBefore, writesErr := scrapeWrites(ctx, kube)
 	begin := time.Now()
 	logf("creating %d Jobs", len(plan))
 	stopProgress := progress(tr, begin, len(plan), logf)
@@ -279,6 +285,15 @@ func Run(parent context.Context, kube kubernetes.Interface, dyn dynamic.Interfac
 	end := time.Now()
 	if waitErr != nil {
 		logf("%v", waitErr)
+	}
+	if writesErr == nil {
+		var after map[string]float64
+		if after, writesErr = scrapeWrites(ctx, kube); writesErr == nil {
+			res.Writes = writesBetween(writesBefore, after)
+		}
+	}
+	if writesErr != nil {
+		res.WritesErr = writesErr.Error()
 	}
 
 	// Let the quota check see the last changes, then stop it.

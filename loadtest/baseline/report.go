@@ -51,6 +51,11 @@ func (r *Result) Print(w io.Writer) {
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "  completion  %d status writes, %d conflicts, %d stale; lag after the runtime: %s\n",
 		r.StatusWrites, r.StatusConflicts, r.StatusStale, r.CompletionLag)
+	if r.WritesErr != "" {
+		fmt.Fprintf(w, "  API writes  not counted: %s\n", r.WritesErr)
+	} else {
+		fmt.Fprintf(w, "  API writes  %s\n", r.Writes.summary(r.Jobs))
+	}
 	switch q := r.Quota; {
 	case o.Unqueued:
 		fmt.Fprintf(w, "  quota check not run: unqueued\n")
