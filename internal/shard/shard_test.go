@@ -400,3 +400,47 @@ func TestGivingBackEndsActionsFirst(t *testing.T) {
 		t.Error("shard 31 still held after it was given back")
 	}
 }
+
+// TestHoldingTellsOneHoldingFromAnother: a renewal keeps a shard's holding
+// number, a lapsed lease renewed too (nobody took it between), and a
+// lease given back and taken again gets a new one; a shard not held has
+// none.
+func TestHoldingTellsOneHoldingFromAnother(t *testing.T) {
+	kv := bucket(t, 10*time.Second)
+	var mu sync.Mutex
+	clock := time.Now()
+	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	advance := func(d time.Duration) { mu.Lock(); clock = clock.Add(d); mu.Unlock() }
+	o, err := shard.New(kv, "job", "a", shard.WithShards(1), shard.WithClock(now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, held := o.Holding("ns/job"); held {
+		t.Fatal("a holding before any lease was taken")
+	}
+	o.Tick(context.Background())
+	first, held := o.Holding("ns/job")
+	if !held {
+		t.Fatal("no holding after the lease was taken")
+	}
+	o.Tick(context.Background())
+	if h, held := o.Holding("ns/job"); !held || h != first {
+		t.Errorf("after a renewal: holding %d (held %v), want %d", h, held, first)
+	}
+	advance(8 * time.Second) // past the lease's end
+	if _, held := o.Holding("ns/job"); held {
+		t.Error("a holding while the lease lapsed")
+	}
+	o.Tick(context.Background())
+	if h, held := o.Holding("ns/job"); !held || h != first {
+		t.Errorf("after the lapsed lease was renewed: holding %d (held %v), want %d", h, held, first)
+	}
+	o.Release(context.Background())
+	if _, held := o.Holding("ns/job"); held {
+		t.Error("a holding after the lease was given back")
+	}
+	o.Tick(context.Background())
+	if h, held := o.Holding("ns/job"); !held || h == first {
+		t.Errorf("after the lease was taken again: holding %d (held %v), want a new one (not %d)", h, held, first)
+	}
+}
