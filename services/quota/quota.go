@@ -51,7 +51,11 @@ type Service struct {
 	log       zerolog.Logger
 	// lastUsage is the id of the last usage event per ClusterQueue.
 	lastUsage map[string]string
-	ledger    *ledger.Writer
+	// lqs is which ClusterQueue each LocalQueue submits to, as read at
+	// the configuration bucket's sequence lqsSeq (lqToCQ).
+	lqs    map[string]string
+	lqsSeq uint64
+	ledger *ledger.Writer
 	horizon   horizon
 	// backoffMin and backoffMax bound a failed release's redelivery
 	// delay; zero means the bus's defaults.
@@ -371,12 +375,24 @@ func (s *Service) publishUsage(ctx context.Context, tracker *usage.Tracker) erro
 	return errors.Join(errs...)
 }
 
-// lqToCQ reads which ClusterQueue each LocalQueue submits to.
+// lqToCQ reads which ClusterQueue each LocalQueue submits to, again only
+// when the configuration bucket changed since the last read: with a
+// thousand LocalQueues a read is a thousand gets, and it came at every
+// reconciliation.
 func (s *Service) lqToCQ(ctx context.Context) map[string]string {
 	out := map[string]string{}
 	kv, err := bus.OpenKV(ctx, s.js, configstore.Bucket)
 	if err != nil {
 		return out
+	}
+	var seq uint64
+	if st, err := kv.Status(ctx); err == nil {
+		if b, ok := st.(*jetstream.KeyValueBucketStatus); ok {
+			seq = b.StreamInfo().State.LastSeq
+		}
+	}
+	if seq != 0 && seq == s.lqsSeq {
+		return s.lqs
 	}
 	l, err := kv.ListKeys(ctx)
 	if err != nil {
@@ -388,17 +404,22 @@ func (s *Service) lqToCQ(ctx context.Context) map[string]string {
 			keys = append(keys, k)
 		}
 	}
+	complete := true
 	for _, k := range keys {
 		gctx, cancel := bus.Bounded(ctx)
 		e, err := kv.Get(gctx, k)
 		cancel()
 		if err != nil {
+			complete = complete && errors.Is(err, jetstream.ErrKeyNotFound)
 			continue
 		}
 		var lq v1beta1.LocalQueue
 		if json.Unmarshal(e.Value(), &lq) == nil {
 			out[lq.Namespace+"/"+lq.Name] = lq.Spec.ClusterQueue
 		}
+	}
+	if complete {
+		s.lqs, s.lqsSeq = out, seq
 	}
 	return out
 }
