@@ -53,10 +53,10 @@ type Service struct {
 	lastUsage map[string]string
 	// lqs is which ClusterQueue each LocalQueue submits to, as read at
 	// the configuration bucket's sequence lqsSeq (lqToCQ).
-	lqs    map[string]string
-	lqsSeq uint64
-	ledger *ledger.Writer
-	horizon   horizon
+	lqs     map[string]string
+	lqsSeq  uint64
+	ledger  *ledger.Writer
+	horizon horizon
 	// backoffMin and backoffMax bound a failed release's redelivery
 	// delay; zero means the bus's defaults.
 	backoffMin, backoffMax time.Duration
