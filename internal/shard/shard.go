@@ -188,22 +188,6 @@ func (o *Owner) Deadline(key string) (time.Time, bool) {
 	return o.end(o.Of(key))
 }
 
-// Holding says whether this replica holds key's shard now and, if so,
-// which holding of it: a renewal keeps the number, a lease taken (again)
-// gets a new one. What the replica learned of the shard's objects under
-// one holding is its own knowledge while the number stays the same (no
-// other replica acted on them meanwhile).
-func (o *Owner) Holding(key string) (uint64, bool) {
-	s := o.Of(key)
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	l, ok := o.held[s]
-	if !ok || !o.now().Before(l.until) {
-		return 0, false
-	}
-	return l.holding, true
-}
-
 // ErrLeaseLost is the cause of a Context that ended because the lease on
 // its key's shard did: it was not renewed in time, or was given back.
 var ErrLeaseLost = errors.New("shard: the lease on the object's shard ended")

@@ -75,7 +75,6 @@ func (s *Service) resize(ctx context.Context, rk string, rec *events.WorkloadSub
 	}
 	// Compare-and-set: another replica or a delete in between makes this
 	// sync run again on what is stored now.
-	defer s.records.drop(rk) // after the write: a read that overlapped it is not kept
 	if _, err := s.wlKV.Update(ctx, rk, b, e.Revision()); err != nil {
 		return nil, fmt.Errorf("resize %s: %w", rk, err)
 	}

@@ -79,7 +79,7 @@ func (s *Service) sync(ctx context.Context, k *kindRunner, key string) error {
 	}
 	ref := events.WorkloadRef{Kind: k.kind.Name, Namespace: ns, Name: name}
 	rk := workloads.Key(ref)
-	rec, err := s.record(ctx, k, key, rk)
+	rec, err := s.record(ctx, rk)
 	if err != nil {
 		return err
 	}
@@ -248,52 +248,21 @@ func (s *Service) sync(ctx context.Context, k *kindRunner, key string) error {
 	return nil
 }
 
-// record reads a workload's record (nil when there is none): from what
-// this replica read under its lease on the object's shard (key), else from
-// the bucket.
-func (s *Service) record(ctx context.Context, k *kindRunner, key, rk string) (*events.WorkloadSubmittedV1, error) {
-	holding, held := k.owner.Holding(key)
-	raw, cached := s.records.get(rk, holding)
-	if !held || !cached {
-		mark := s.records.begin(rk)
-		bctx, cancel := bus.Bounded(ctx)
-		e, err := s.wlKV.Get(bctx, rk)
-		cancel()
-		switch {
-		case errors.Is(err, jetstream.ErrKeyNotFound):
-			raw = nil
-		case err != nil:
-			return nil, fmt.Errorf("read workload %s: %w", rk, err)
-		default:
-			raw = e.Value()
-		}
-		if held {
-			s.records.fill(rk, holding, mark, raw, s.holds)
-		}
-	}
-	if raw == nil {
+func (s *Service) record(ctx context.Context, rk string) (*events.WorkloadSubmittedV1, error) {
+	ctx, cancel := bus.Bounded(ctx)
+	defer cancel()
+	e, err := s.wlKV.Get(ctx, rk)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, nil
 	}
+	if err != nil {
+		return nil, fmt.Errorf("read workload %s: %w", rk, err)
+	}
 	var rec events.WorkloadSubmittedV1
-	if err := json.Unmarshal(raw, &rec); err != nil {
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
 		return nil, fmt.Errorf("read workload %s: %w", rk, err)
 	}
 	return &rec, nil
-}
-
-// holds says whether holding is still this replica's holding of the shard
-// of the workload with KV key rk.
-func (s *Service) holds(rk string, holding uint64) bool {
-	n, ok := workloads.ParseKV(rk)
-	if !ok {
-		return false
-	}
-	k := s.kinds[n.Kind]
-	if k == nil || k.owner == nil {
-		return false
-	}
-	h, held := k.owner.Holding(n.Namespace + "/" + n.Name)
-	return held && h == holding
 }
 
 // reprioritize follows a change of the priority class label of a queued
@@ -329,7 +298,6 @@ func (s *Service) reprioritize(ctx context.Context, rk string, rec *events.Workl
 	}
 	// Compare-and-set: another replica or a delete in between makes this
 	// sync run again on what is stored now.
-	defer s.records.drop(rk) // after the write: a read that overlapped it is not kept
 	if _, err := s.wlKV.Update(ctx, rk, b, e.Revision()); err != nil {
 		return nil, fmt.Errorf("change priority of %s: %w", rk, err)
 	}
@@ -513,7 +481,6 @@ func (s *Service) writeRecord(ctx context.Context, rk string, rec events.Workloa
 		return fmt.Errorf("its workload record is %d bytes, more than the %d a record may have (its pod sets' node selectors, tolerations or requests are too large): %w",
 			len(b), maxRecordBytes, jobframework.ErrInvalidJob)
 	}
-	defer s.records.drop(rk) // after the write: a read that overlapped it is not kept
 	if _, err := s.wlKV.Create(ctx, rk, b); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 		return fmt.Errorf("write workload %s: %w", rk, err)
 	}
@@ -612,7 +579,6 @@ func (s *Service) end(ctx context.Context, rk string, rec *events.WorkloadSubmit
 	s.mu.Lock()
 	delete(s.stopsAnnounced, rk)
 	s.mu.Unlock()
-	defer s.records.drop(rk) // after the write: a read that overlapped it is not kept
 	if err := bus.Remove(ctx, s.wlKV, rk, 0); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return fmt.Errorf("delete workload %s: %w", rk, err)
 	}

@@ -181,9 +181,6 @@ type Service struct {
 	// unverified: workloads (KV keys) taken over whose announcements are
 	// to be checked at their next look.
 	unverified map[string]bool
-	// records keeps the workload records read under this replica's
-	// leases (recordCache).
-	records *recordCache
 }
 
 // kindRunner is the part of the service that belongs to one kind.
@@ -258,7 +255,6 @@ func New(cfg Config, adapters []jobframework.Adapter, kube kubernetes.Interface,
 		pub:            pub,
 		log:            o.log.With().Str("replica", cfg.Replica).Logger(),
 		kinds:          map[string]*kindRunner{},
-		records:        newRecordCache(),
 		parents:        map[string]jobframework.Adapter{},
 		config:         configstore.New(),
 		held:           map[string]ledger.Reservation{},
