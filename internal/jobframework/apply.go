@@ -4,10 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"sort"
 
-	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -507,17 +507,18 @@ func MergePatch(before, after runtime.Object, uid, rv string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode object: %w", err)
 	}
-	diff, err := jsonpatch.CreateMergePatch(a, b)
-	if err != nil {
-		return nil, fmt.Errorf("compute patch: %w", err)
-	}
-	var p, was map[string]any
-	if err := json.Unmarshal(diff, &p); err != nil {
-		return nil, fmt.Errorf("compute patch: %w", err)
-	}
+	// Each side is parsed once, and the patch is taken between the parsed
+	// documents (RFC 7386, as jsonpatch.CreateMergePatch makes it): the
+	// library would parse both again and hand back bytes to parse a third
+	// time, at every start and stop of every job.
+	var was, now map[string]any
 	if err := json.Unmarshal(a, &was); err != nil {
 		return nil, fmt.Errorf("compute patch: %w", err)
 	}
+	if err := json.Unmarshal(b, &now); err != nil {
+		return nil, fmt.Errorf("compute patch: %w", err)
+	}
+	p := mergeDiff(was, now)
 	keyByKey(p, was, false)
 	delete(p, "status") // writes to the object itself never touch its status
 	meta, _ := p["metadata"].(map[string]any)
@@ -532,6 +533,37 @@ func MergePatch(before, after runtime.Object, uid, rv string) ([]byte, error) {
 	}
 	p["metadata"] = meta
 	return json.Marshal(p)
+}
+
+// mergeDiff is the JSON merge patch (RFC 7386) that turns the parsed
+// document a into b: what b adds or changes, null for what it removes;
+// objects are compared key by key, anything else (arrays included) is
+// replaced whole when it differs. Values of b are shared, not copied.
+func mergeDiff(a, b map[string]any) map[string]any {
+	out := map[string]any{}
+	for k, bv := range b {
+		av, ok := a[k]
+		if !ok {
+			out[k] = bv
+			continue
+		}
+		am, aIsMap := av.(map[string]any)
+		bm, bIsMap := bv.(map[string]any)
+		switch {
+		case aIsMap && bIsMap:
+			if d := mergeDiff(am, bm); len(d) > 0 {
+				out[k] = d
+			}
+		case !reflect.DeepEqual(av, bv):
+			out[k] = bv
+		}
+	}
+	for k := range a {
+		if _, ok := b[k]; !ok {
+			out[k] = nil
+		}
+	}
+	return out
 }
 
 func assignedFlavors(psa PodSetAssignment) []string {
