@@ -268,3 +268,29 @@ func OpenBuckets(ctx context.Context, js jetstream.JetStream, withStream bool, b
 	}
 	return kvs, st, nil
 }
+
+// Current gives fn the last revision of every key that holds a value (a
+// deleted key is skipped), in the order they were written, read by pages
+// of the bucket's stream: a few requests however many keys there are,
+// where ListKeys and a Get per key make one request per key, and load
+// every block of the stream once per key that lives in it.
+func (k *exactKV) Current(ctx context.Context, fn func(jetstream.KeyValueEntry) error) error {
+	p, err := NewPager(k.js.Conn(), "KV_"+k.Bucket())
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	entries, _, err := k.lastOfEach(ctx, p)
+	if err != nil {
+		return fmt.Errorf("read bucket %s: %w", k.Bucket(), err)
+	}
+	for _, e := range entries {
+		if e.op != jetstream.KeyValuePut {
+			continue
+		}
+		if err := fn(e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
