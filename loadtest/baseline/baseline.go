@@ -185,6 +185,10 @@ type Result struct {
 	// controllers'); WritesErr says why they are missing.
 	Writes    APIWrites
 	WritesErr string
+	// NATS is what the services asked of NATS over the same span (with
+	// NATSURL set); NATSErr says why it is missing.
+	NATS    NATSRequests
+	NATSErr string
 }
 
 // Run sets up the queues, replays the workload and reports. It returns an
@@ -273,6 +277,13 @@ func Run(parent context.Context, kube kubernetes.Interface, dyn dynamic.Interfac
 
 	// Create the Jobs at the baseline's pacing.
 	writesBefore, writesErr := scrapeWrites(ctx, kube)
+	var natsCount *natsCounter
+	if o.NATSURL != "" && !o.Unqueued {
+		var err error
+		if natsCount, err = countNATS(o.NATSURL); err != nil {
+			res.NATSErr = err.Error()
+		}
+	}
 	begin := time.Now()
 	logf("creating %d Jobs", len(plan))
 	stopProgress := progress(tr, begin, len(plan), logf)
@@ -294,6 +305,9 @@ func Run(parent context.Context, kube kubernetes.Interface, dyn dynamic.Interfac
 	}
 	if writesErr != nil {
 		res.WritesErr = writesErr.Error()
+	}
+	if natsCount != nil {
+		res.NATS = natsCount.stop()
 	}
 
 	// Let the quota check see the last changes, then stop it.

@@ -56,6 +56,12 @@ func (r *Result) Print(w io.Writer) {
 	} else {
 		fmt.Fprintf(w, "  API writes  %s\n", r.Writes.summary(r.Jobs))
 	}
+	switch {
+	case r.NATSErr != "":
+		fmt.Fprintf(w, "  NATS        not counted: %s\n", r.NATSErr)
+	case r.NATS.Total > 0:
+		fmt.Fprintf(w, "  NATS        %s\n", r.NATS.summary(r.Jobs))
+	}
 	switch q := r.Quota; {
 	case o.Unqueued:
 		fmt.Fprintf(w, "  quota check not run: unqueued\n")
