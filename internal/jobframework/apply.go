@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"reflect"
 	"slices"
 	"sort"
 
@@ -507,19 +506,16 @@ func MergePatch(before, after runtime.Object, uid, rv string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode object: %w", err)
 	}
-	// Each side is parsed once, and the patch is taken between the parsed
-	// documents (RFC 7386, as jsonpatch.CreateMergePatch makes it): the
-	// library would parse both again and hand back bytes to parse a third
-	// time, at every start and stop of every job.
-	var was, now map[string]any
-	if err := json.Unmarshal(a, &was); err != nil {
+	// The patch is taken between the two encodings, looking only into
+	// what differs (rawDiff): decoding both whole was most of the cost of
+	// every start and stop.
+	p, err := rawDiff(a, b)
+	if err != nil {
 		return nil, fmt.Errorf("compute patch: %w", err)
 	}
-	if err := json.Unmarshal(b, &now); err != nil {
+	if err := keyByKey(p, a, false); err != nil {
 		return nil, fmt.Errorf("compute patch: %w", err)
 	}
-	p := mergeDiff(was, now)
-	keyByKey(p, was, false)
 	delete(p, "status") // writes to the object itself never touch its status
 	meta, _ := p["metadata"].(map[string]any)
 	if meta == nil {
@@ -533,37 +529,6 @@ func MergePatch(before, after runtime.Object, uid, rv string) ([]byte, error) {
 	}
 	p["metadata"] = meta
 	return json.Marshal(p)
-}
-
-// mergeDiff is the JSON merge patch (RFC 7386) that turns the parsed
-// document a into b: what b adds or changes, null for what it removes;
-// objects are compared key by key, anything else (arrays included) is
-// replaced whole when it differs. Values of b are shared, not copied.
-func mergeDiff(a, b map[string]any) map[string]any {
-	out := map[string]any{}
-	for k, bv := range b {
-		av, ok := a[k]
-		if !ok {
-			out[k] = bv
-			continue
-		}
-		am, aIsMap := av.(map[string]any)
-		bm, bIsMap := bv.(map[string]any)
-		switch {
-		case aIsMap && bIsMap:
-			if d := mergeDiff(am, bm); len(d) > 0 {
-				out[k] = d
-			}
-		case !reflect.DeepEqual(av, bv):
-			out[k] = bv
-		}
-	}
-	for k := range a {
-		if _, ok := b[k]; !ok {
-			out[k] = nil
-		}
-	}
-	return out
 }
 
 func assignedFlavors(psa PodSetAssignment) []string {
@@ -833,24 +798,40 @@ var stringMaps = map[string]bool{"labels": true, "annotations": true}
 // keys the API server put there (a Job template's generated labels), which
 // a null would remove with the rest. inTemplate: patch is within a pod
 // template.
-func keyByKey(patch, was map[string]any, inTemplate bool) {
+func keyByKey(patch map[string]any, was []byte, inTemplate bool) error {
+	members, err := rawMembers(was)
+	if err != nil {
+		return err
+	}
+	before := make(map[string][]byte, len(members))
+	for _, m := range members {
+		before[m.key] = m.value
+	}
 	for k, v := range patch {
-		before, _ := was[k].(map[string]any)
+		prev := before[k]
+		if !isObject(prev) {
+			continue
+		}
 		switch sub := v.(type) {
 		case nil:
-			if inTemplate && stringMaps[k] && before != nil {
-				each := make(map[string]any, len(before))
-				for key := range before {
-					each[key] = nil
+			if inTemplate && stringMaps[k] {
+				keys, err := rawMembers(prev)
+				if err != nil {
+					return err
+				}
+				each := make(map[string]any, len(keys))
+				for _, m := range keys {
+					each[m.key] = nil
 				}
 				patch[k] = each
 			}
 		case map[string]any:
-			if before != nil {
-				keyByKey(sub, before, inTemplate || k == "template")
+			if err := keyByKey(sub, prev, inTemplate || k == "template"); err != nil {
+				return err
 			}
 		}
 	}
+	return nil
 }
 
 // WithUID adds metadata.uid to a merge patch, so it cannot apply to an

@@ -70,10 +70,11 @@ func mutate(r *rand.Rand, o map[string]any, depth int) map[string]any {
 	return out
 }
 
-// TestMergeDiffIsTheLibrarysPatch: mergeDiff makes the same patch as
+// TestRawDiffIsTheLibrarysPatch: rawDiff makes the same patch as
 // jsonpatch.CreateMergePatch (which MergePatch used before it) for random
-// documents and their random changes.
-func TestMergeDiffIsTheLibrarysPatch(t *testing.T) {
+// documents and their random changes, both encoded compactly as
+// encoding/json does, or both indented alike.
+func TestRawDiffIsTheLibrarysPatch(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 58))
 	for i := range 3000 {
 		a := randomObject(r, 3)
@@ -91,12 +92,64 @@ func TestMergeDiffIsTheLibrarysPatch(t *testing.T) {
 		if err := json.Unmarshal(lib, &want); err != nil {
 			t.Fatal(err)
 		}
-		var pa, pb map[string]any
-		_ = json.Unmarshal(ab, &pa)
-		_ = json.Unmarshal(bb, &pb)
-		if diff := cmp.Diff(want, mergeDiff(pa, pb)); diff != "" {
-			t.Fatalf("case %d: %s → %s (-library +mergeDiff):\n%s", i, ab, bb, diff)
+		if i%3 == 0 {
+			// White space between the tokens, the same in both,
+			// changes nothing.
+			ab, _ = json.MarshalIndent(a, " ", "\t")
+			bb, _ = json.MarshalIndent(b, " ", "\t")
 		}
+		d, err := rawDiff(ab, bb)
+		if err != nil {
+			t.Fatalf("case %d: %s → %s: %v", i, ab, bb, err)
+		}
+		enc, err := json.Marshal(d)
+		if err != nil {
+			t.Fatalf("case %d: encode the patch: %v", i, err)
+		}
+		var got map[string]any
+		if err := json.Unmarshal(enc, &got); err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Fatalf("case %d: %s → %s (-library +rawDiff):\n%s", i, ab, bb, diff)
+		}
+	}
+}
+
+func TestRawMembers(t *testing.T) {
+	cases := []struct {
+		name, doc string
+		want      []string
+		wantErr   bool
+	}{
+		{name: "empty", doc: `{}`, want: nil},
+		{name: "spaced empty", doc: ` { } `, want: nil},
+		{name: "scalars", doc: `{"a":1,"b":-2.5e3,"c":true,"d":null,"e":"x"}`, want: []string{`a=1`, `b=-2.5e3`, `c=true`, `d=null`, `e="x"`}},
+		{name: "nested", doc: `{"a":{"b":[1,{"c":"]}"}]},"d":[]}`, want: []string{`a={"b":[1,{"c":"]}"}]}`, `d=[]`}},
+		{name: "escaped key and value", doc: `{"a\u0026b":"q\"}","c\\":"\\"}`, want: []string{`a&b="q\"}"`, `c\="\\"`}},
+		{name: "spaced", doc: "{ \"a\" : 1 ,\n\"b\":\t[ 1, 2 ] }", want: []string{`a=1`, `b=[ 1, 2 ]`}},
+		{name: "an array", doc: `[1]`, wantErr: true},
+		{name: "a string", doc: `"x"`, wantErr: true},
+		{name: "cut short", doc: `{"a":{"b":1}`, wantErr: true},
+		{name: "unterminated string", doc: `{"a":"x}`, wantErr: true},
+		{name: "no colon", doc: `{"a" 1}`, wantErr: true},
+		{name: "no value", doc: `{"a":}`, wantErr: true},
+		{name: "nothing", doc: ``, wantErr: true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ms, err := rawMembers([]byte(c.doc))
+			if (err != nil) != c.wantErr {
+				t.Fatalf("rawMembers(%s) error %v, want error %v", c.doc, err, c.wantErr)
+			}
+			var got []string
+			for _, m := range ms {
+				got = append(got, m.key+"="+string(m.value))
+			}
+			if d := cmp.Diff(c.want, got); d != "" && !c.wantErr {
+				t.Errorf("rawMembers(%s) (-want +got):\n%s", c.doc, d)
+			}
+		})
 	}
 }
 
