@@ -294,3 +294,51 @@ func (k *exactKV) Current(ctx context.Context, fn func(jetstream.KeyValueEntry) 
 	}
 	return nil
 }
+
+// EntryLister is the part of a bucket Entries reads.
+type EntryLister interface {
+	Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error)
+	ListKeys(ctx context.Context, opts ...jetstream.WatchOpt) (jetstream.KeyLister, error)
+}
+
+// Entries reads the value of every key of kv that match accepts (nil:
+// all): by pages when kv is a bucket OpenKV opened (Current), else a Get
+// per listed key. A key deleted meanwhile is left out; what could not be
+// read is left out too, with the error.
+func Entries(ctx context.Context, kv EntryLister, match func(key string) bool) ([]jetstream.KeyValueEntry, error) {
+	var out []jetstream.KeyValueEntry
+	if k, ok := kv.(*exactKV); ok {
+		err := k.Current(ctx, func(e jetstream.KeyValueEntry) error {
+			if match == nil || match(e.Key()) {
+				out = append(out, e)
+			}
+			return nil
+		})
+		return out, err
+	}
+	l, err := kv.ListKeys(ctx)
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list keys: %w", err)
+	}
+	var keys []string
+	for key := range l.Keys() {
+		if match == nil || match(key) {
+			keys = append(keys, key)
+		}
+	}
+	var errs []error
+	for _, key := range keys {
+		e, err := kv.Get(ctx, key)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+		case err != nil:
+			errs = append(errs, fmt.Errorf("read %s: %w", key, err))
+		default:
+			out = append(out, e)
+		}
+	}
+	return out, errors.Join(errs...)
+}

@@ -294,3 +294,47 @@ func TestCurrentReadsEachKeysLastValue(t *testing.T) {
 		})
 	}
 }
+
+// TestEntries: the keys that match, each at its last value, whether the
+// bucket was opened by OpenKV (read by pages) or not (a get per key).
+func TestEntries(t *testing.T) {
+	ctx, js := setup(t)
+	plain, err := js.KeyValue(ctx, bus.BucketShards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exact, err := bus.OpenKV(ctx, js, bus.BucketShards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range []string{"g.member.a=1", "g.shard.0=a", "g.shard.0=b", "g.shard.1=", "h.shard.0=c", "g.shard.2=x"} {
+		k, v, _ := strings.Cut(kv, "=")
+		if _, err := plain.Put(ctx, k, []byte(v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := plain.Delete(ctx, "g.shard.2"); err != nil {
+		t.Fatal(err)
+	}
+	match := func(k string) bool { return strings.HasPrefix(k, "g.") }
+	for name, kv := range map[string]bus.EntryLister{"pages": exact, "gets": plain} {
+		t.Run(name, func(t *testing.T) {
+			entries, err := bus.Entries(ctx, kv, match)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]string{}
+			for _, e := range entries {
+				got[e.Key()] = string(e.Value())
+			}
+			want := map[string]string{"g.member.a": "1", "g.shard.0": "b", "g.shard.1": ""}
+			if d := cmp.Diff(want, got); d != "" {
+				t.Errorf("Entries (-want +got):\n%s", d)
+			}
+			all, err := bus.Entries(ctx, kv, nil)
+			if err != nil || len(all) != 4 {
+				t.Errorf("Entries(all) = %d entries, %v; want 4", len(all), err)
+			}
+		})
+	}
+}

@@ -482,9 +482,12 @@ func Collect(ctx context.Context, kv Lister, age time.Duration, now time.Time, o
 	for _, opt := range opts {
 		opt(&o)
 	}
-	entries, err := current(ctx, kv)
+	entries, err := bus.Entries(ctx, kv, nil)
 	n := 0
-	errs := []error{err}
+	errs := []error{}
+	if err != nil {
+		errs = append(errs, fmt.Errorf("fence: read the bucket: %w", err))
+	}
 	for _, e := range entries {
 		k := e.Key()
 		var st State
@@ -509,48 +512,6 @@ func Collect(ctx context.Context, kv Lister, age time.Duration, now time.Time, o
 		n++
 	}
 	return n, errors.Join(errs...)
-}
-
-// currentReader is a bucket that reads every key's value in a few
-// requests (a bucket bus.OpenKV opened).
-type currentReader interface {
-	Current(ctx context.Context, fn func(jetstream.KeyValueEntry) error) error
-}
-
-// current reads the value of every key of kv: by pages when kv can, else
-// a Get per listed key. What it could not read is left out, with the
-// error.
-func current(ctx context.Context, kv Lister) ([]jetstream.KeyValueEntry, error) {
-	var entries []jetstream.KeyValueEntry
-	if cr, ok := kv.(currentReader); ok {
-		err := cr.Current(ctx, func(e jetstream.KeyValueEntry) error {
-			entries = append(entries, e)
-			return nil
-		})
-		if err != nil {
-			return nil, fmt.Errorf("fence: read the bucket: %w", err)
-		}
-		return entries, nil
-	}
-	l, err := kv.ListKeys(ctx)
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("fence: list keys: %w", err)
-	}
-	var errs []error
-	for k := range l.Keys() {
-		e, err := kv.Get(ctx, k)
-		switch {
-		case errors.Is(err, jetstream.ErrKeyNotFound):
-		case err != nil:
-			errs = append(errs, err)
-		default:
-			entries = append(entries, e)
-		}
-	}
-	return entries, errors.Join(errs...)
 }
 
 // CollectOption tunes Collect.

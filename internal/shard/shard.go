@@ -436,50 +436,29 @@ func parallel(n int, f func(i int)) {
 // survey counts the live replicas of the group and reads each shard's
 // holder (a missing shard is free; an empty holder was given back).
 func (o *Owner) survey(ctx context.Context) (int, map[int]holder, error) {
-	l, err := o.kv.ListKeys(ctx)
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return 1, map[int]holder{}, nil
-	}
+	// One read of the whole bucket (bus.Entries: a page per thousand
+	// keys), where a Get per key cost a request each at every round of
+	// every replica.
+	memberPrefix, shardPrefix := o.group+".member.", o.group+".shard."
+	entries, err := bus.Entries(ctx, o.kv, func(k string) bool {
+		return strings.HasPrefix(k, memberPrefix) || strings.HasPrefix(k, shardPrefix)
+	})
 	if err != nil {
 		return 0, nil, err
 	}
-	// Each key is read on its own (the listing carries no values), side by
-	// side for the reason renew gives.
-	memberPrefix, shardPrefix := o.group+".member.", o.group+".shard."
-	var keys []string
-	for k := range l.Keys() {
-		if strings.HasPrefix(k, memberPrefix) || strings.HasPrefix(k, shardPrefix) {
-			keys = append(keys, k)
-		}
-	}
-	type read struct {
-		e   jetstream.KeyValueEntry
-		err error
-	}
-	reads := make([]read, len(keys))
-	parallel(len(keys), func(i int) { reads[i].e, reads[i].err = o.kv.Get(ctx, keys[i]) })
 	members := 0
 	owners := map[int]holder{}
-	for i, k := range keys {
-		e, err := reads[i].e, reads[i].err
-		switch {
-		case strings.HasPrefix(k, memberPrefix):
-			if err == nil {
-				members++
-			}
-		case strings.HasPrefix(k, shardPrefix):
-			s, perr := strconv.Atoi(strings.TrimPrefix(k, shardPrefix))
-			if perr != nil || s < 0 || s >= o.count() {
-				continue
-			}
-			switch {
-			case errors.Is(err, jetstream.ErrKeyNotFound):
-			case err != nil:
-				return 0, nil, err
-			default:
-				owners[s] = holder{rev: e.Revision(), free: len(e.Value()) == 0, id: string(e.Value())}
-			}
+	for _, e := range entries {
+		k := e.Key()
+		if strings.HasPrefix(k, memberPrefix) {
+			members++
+			continue
 		}
+		s, perr := strconv.Atoi(strings.TrimPrefix(k, shardPrefix))
+		if perr != nil || s < 0 || s >= o.count() {
+			continue
+		}
+		owners[s] = holder{rev: e.Revision(), free: len(e.Value()) == 0, id: string(e.Value())}
 	}
 	if members == 0 {
 		members = 1 // this replica, whose announcement failed
