@@ -484,7 +484,7 @@ func Collect(ctx context.Context, kv Lister, age time.Duration, now time.Time, o
 	}
 	entries, err := bus.Entries(ctx, kv, nil)
 	n := 0
-	errs := []error{}
+	var errs []error
 	if err != nil {
 		errs = append(errs, fmt.Errorf("fence: read the bucket: %w", err))
 	}
