@@ -58,3 +58,26 @@ func TestHorizonAdvance(t *testing.T) {
 		t.Errorf("%d checkpoints kept while stuck, want at most %d", len(h.checkpoints), maxCheckpoints)
 	}
 }
+
+// TestCollectEvery: fences are collected at each reconciliation, but no
+// more often than a quarter of the age they are kept.
+func TestCollectEvery(t *testing.T) {
+	cases := []struct {
+		name           string
+		reconcile, age time.Duration
+		wantEvery      time.Duration
+	}{
+		{"the default", 30 * time.Second, 2 * time.Minute, 30 * time.Second},
+		{"reconciling every 5 s", 5 * time.Second, 2 * time.Minute, 30 * time.Second},
+		{"a young age", 20 * time.Millisecond, time.Millisecond, 20 * time.Millisecond},
+		{"reconciling seldom", 10 * time.Minute, 2 * time.Minute, 10 * time.Minute},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := &Service{cfg: Config{Reconcile: c.reconcile, FenceAge: c.age}}
+			if got := s.collectEvery(); got != c.wantEvery {
+				t.Errorf("collectEvery() = %s, want %s", got, c.wantEvery)
+			}
+		})
+	}
+}

@@ -123,6 +123,7 @@ func (s *Service) Run(ctx context.Context) error {
 	})
 	t := time.NewTicker(s.cfg.Reconcile)
 	defer t.Stop()
+	var collected time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -147,11 +148,23 @@ func (s *Service) Run(ctx context.Context) error {
 				}
 			default: // not every record read yet: no usage to tell
 			}
-			if err := s.collectFences(ctx, st, stream, time.Now()); err != nil && ctx.Err() == nil {
-				s.log.Warn().Err(err).Msg("collecting ended workloads' fences")
+			if now := time.Now(); now.Sub(collected) >= s.collectEvery() {
+				collected = now
+				if err := s.collectFences(ctx, st, stream, now); err != nil && ctx.Err() == nil {
+					s.log.Warn().Err(err).Msg("collecting ended workloads' fences")
+				}
 			}
 		}
 	}
+}
+
+// collectEvery is how often ended workloads' fences are collected: at
+// each reconciliation, but no more often than a quarter of the age they
+// are kept, so that a short reconciliation interval (seconds, under test)
+// does not read the whole fence bucket every few seconds for the few
+// fences that came of age since.
+func (s *Service) collectEvery() time.Duration {
+	return max(s.cfg.Reconcile, s.cfg.FenceAge/4)
 }
 
 // releasePartitions is how many releases run at once.
