@@ -28,10 +28,12 @@ type NATSRequests struct {
 var natsCountSubjects = []string{"$JS.API.>", "$JS.ACK.>", "$KV.>"}
 
 // natsRequestKind names the kind of request a message on subject is, or
-// says it is none counted:
+// says it is none counted. A direct get names a subject (the last message
+// on it: a bucket's get) or carries a request (Sluice's pages and watches
+// ask for the next messages from a sequence):
 //
 //	$JS.API.DIRECT.GET.<stream>.<subject>  "direct get <stream> last"
-//	$JS.API.DIRECT.GET.<stream>            "direct get <stream> page"
+//	$JS.API.DIRECT.GET.<stream>            "direct get <stream> next"
 //	$JS.API.CONSUMER.MSG.NEXT.<s>.<d>      "pull <d>"
 //	$JS.ACK.[<domain>.<hash>.]<s>.<d>.…    "ack <d>"
 //	$KV.<bucket>.<key>                     "write <bucket>"
@@ -41,7 +43,7 @@ func natsRequestKind(subject string) (string, bool) {
 	switch {
 	case len(tok) >= 5 && tok[0] == "$JS" && tok[1] == "API" && tok[2] == "DIRECT" && tok[3] == "GET":
 		if len(tok) == 5 {
-			return "direct get " + tok[4] + " page", true
+			return "direct get " + tok[4] + " next", true
 		}
 		return "direct get " + tok[4] + " last", true
 	case len(tok) >= 7 && tok[0] == "$JS" && tok[1] == "API" && tok[2] == "CONSUMER" && tok[3] == "MSG" && tok[4] == "NEXT":

@@ -18,7 +18,7 @@ func TestNATSRequestKind(t *testing.T) {
 		wantCounted         bool
 	}{
 		{"last by subject", "$JS.API.DIRECT.GET.KV_sluice-fence.$KV.sluice-fence.job.ns.a", "direct get KV_sluice-fence last", true},
-		{"page", "$JS.API.DIRECT.GET.SLUICE", "direct get SLUICE page", true},
+		{"page", "$JS.API.DIRECT.GET.SLUICE", "direct get SLUICE next", true},
 		{"pull", "$JS.API.CONSUMER.MSG.NEXT.SLUICE.sluice-quota", "pull sluice-quota", true},
 		{"other API", "$JS.API.STREAM.INFO.SLUICE", "API STREAM.INFO", true},
 		{"ack", "$JS.ACK.SLUICE.sluice-job.1.200.180.1764000000000000000.3", "ack sluice-job", true},
@@ -83,12 +83,12 @@ func TestCountNATS(t *testing.T) {
 	want := NATSRequests{Total: 6, ByKind: map[string]int{
 		"write sluice-fence":              2,
 		"direct get KV_sluice-fence last": 3,
-		"direct get KV_sluice-fence page": 1,
+		"direct get KV_sluice-fence next": 1,
 	}}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("counted (-want +got):\n%s", d)
 	}
-	if s, w := got.summary(2), "6, 3.00 per Job: direct get KV_sluice-fence last 1.50; write sluice-fence 1.00; direct get KV_sluice-fence page 0.50"; s != w {
+	if s, w := got.summary(2), "6, 3.00 per Job: direct get KV_sluice-fence last 1.50; write sluice-fence 1.00; direct get KV_sluice-fence next 0.50"; s != w {
 		t.Errorf("summary:\n got %q\nwant %q", s, w)
 	}
 	if s, w := got.summary(100), "6, 0.06 per Job: other 0.06"; s != w {
