@@ -295,6 +295,41 @@ func (k *exactKV) Current(ctx context.Context, fn func(jetstream.KeyValueEntry) 
 	return nil
 }
 
+// EachEntry gives fn every value kv's stream holds, in the order written,
+// holding no more than a page of them at a time: by pages for a bucket
+// OpenKV opened, else a Get per listed key. Deleted keys are skipped; a
+// key written again while the pages are read may come twice, its older
+// value first. For walks of a large bucket that keep little of what they
+// read (Entries keeps every key's last value).
+func EachEntry(ctx context.Context, kv EntryLister, fn func(jetstream.KeyValueEntry) error) error {
+	if k, ok := kv.(*exactKV); ok {
+		p, err := NewPager(k.js.Conn(), "KV_"+k.Bucket())
+		if err != nil {
+			return err
+		}
+		defer p.Close()
+		bucket := k.Bucket()
+		_, err = p.Page(ctx, "", 0, func(s Stored) error {
+			e, err := entryOf(bucket, k.prefix, s)
+			if err != nil {
+				return err
+			}
+			if e.op != jetstream.KeyValuePut {
+				return nil
+			}
+			return fn(e)
+		})
+		return err
+	}
+	entries, err := Entries(ctx, kv, nil)
+	for _, e := range entries {
+		if ferr := fn(e); ferr != nil {
+			return ferr
+		}
+	}
+	return err
+}
+
 // EntryLister is the part of a bucket Entries reads.
 type EntryLister interface {
 	Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error)

@@ -335,6 +335,19 @@ func TestEntries(t *testing.T) {
 			if err != nil || len(all) != 4 {
 				t.Errorf("Entries(all) = %d entries, %v; want 4", len(all), err)
 			}
+			each := map[string]string{}
+			err = bus.EachEntry(ctx, kv, func(e jetstream.KeyValueEntry) error {
+				each[e.Key()] = string(e.Value())
+				return nil
+			})
+			want["h.shard.0"] = "c"
+			if d := cmp.Diff(want, each); err != nil || d != "" {
+				t.Errorf("EachEntry: %v (-want +got):\n%s", err, d)
+			}
+			stop := errors.New("stop")
+			if err := bus.EachEntry(ctx, kv, func(jetstream.KeyValueEntry) error { return stop }); !errors.Is(err, stop) {
+				t.Errorf("EachEntry with fn failing = %v, want its error", err)
+			}
 		})
 	}
 }

@@ -482,20 +482,31 @@ func Collect(ctx context.Context, kv Lister, age time.Duration, now time.Time, o
 	for _, opt := range opts {
 		opt(&o)
 	}
-	entries, err := bus.Entries(ctx, kv, nil)
+	// Only the fences old enough to go are kept from the walk: the bucket
+	// holds one per workload, and is read a page at a time.
+	type candidate struct {
+		key      string
+		st       State
+		revision uint64
+		finished time.Time
+	}
+	var old []candidate
+	err := bus.EachEntry(ctx, kv, func(e jetstream.KeyValueEntry) error {
+		var st State
+		if json.Unmarshal(e.Value(), &st) == nil && st.Phase == Finished && now.Sub(e.Created()) >= age {
+			old = append(old, candidate{key: e.Key(), st: st, revision: e.Revision(), finished: e.Created()})
+		}
+		return nil
+	})
 	n := 0
 	var errs []error
 	if err != nil {
 		errs = append(errs, fmt.Errorf("fence: read the bucket: %w", err))
 	}
-	for _, e := range entries {
-		k := e.Key()
-		var st State
-		if json.Unmarshal(e.Value(), &st) != nil || st.Phase != Finished || now.Sub(e.Created()) < age {
-			continue
-		}
+	for _, c := range old {
+		k := c.key
 		if o.keep != nil {
-			keep, err := o.keep(ctx, k, st, e.Created())
+			keep, err := o.keep(ctx, k, c.st, c.finished)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("fence %s: %w", k, err))
 			}
@@ -503,7 +514,7 @@ func Collect(ctx context.Context, kv Lister, age time.Duration, now time.Time, o
 				continue
 			}
 		}
-		if err := bus.Remove(ctx, kv, k, e.Revision()); err != nil {
+		if err := bus.Remove(ctx, kv, k, c.revision); err != nil {
 			if !bus.IsRevisionConflict(err) {
 				errs = append(errs, fmt.Errorf("fence %s: delete: %w", k, err))
 			}
