@@ -2,6 +2,7 @@ package baseline
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -83,19 +84,22 @@ func (w APIWrites) summary(jobs int) string {
 	if jobs == 0 || w.Total == 0 {
 		return "none counted"
 	}
-	kinds := slices.SortedFunc(maps.Keys(w.ByKind), func(a, b string) int {
-		if w.ByKind[a] != w.ByKind[b] {
-			if w.ByKind[a] > w.ByKind[b] {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(a, b)
-	})
+	kinds := largestFirst(w.ByKind)
 	var b strings.Builder
 	fmt.Fprintf(&b, "%.0f, %.2f per Job:", w.Total, w.Total/float64(jobs))
 	for _, k := range kinds {
 		fmt.Fprintf(&b, " %s %.2f;", k, w.ByKind[k]/float64(jobs))
 	}
 	return b.String()
+}
+
+// largestFirst is the keys of counts, the largest count first, equal
+// counts by key.
+func largestFirst[V int | float64](counts map[string]V) []string {
+	return slices.SortedFunc(maps.Keys(counts), func(a, b string) int {
+		if c := cmp.Compare(counts[b], counts[a]); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
 }

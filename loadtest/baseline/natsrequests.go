@@ -3,7 +3,6 @@ package baseline
 import (
 	"fmt"
 	"maps"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -133,12 +132,7 @@ func (r NATSRequests) summary(jobs int) string {
 	if jobs == 0 || r.Total == 0 {
 		return "none counted"
 	}
-	kinds := slices.SortedFunc(maps.Keys(r.ByKind), func(a, b string) int {
-		if r.ByKind[a] != r.ByKind[b] {
-			return r.ByKind[b] - r.ByKind[a]
-		}
-		return strings.Compare(a, b)
-	})
+	kinds := largestFirst(r.ByKind)
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d, %.2f per Job:", r.Total, float64(r.Total)/float64(jobs))
 	rest := 0
