@@ -507,13 +507,10 @@ func MergePatch(before, after runtime.Object, uid, rv string) ([]byte, error) {
 		return nil, fmt.Errorf("encode object: %w", err)
 	}
 	// The patch is taken between the two encodings, looking only into
-	// what differs (rawDiff): decoding both whole was most of the cost of
-	// every start and stop.
-	p, err := rawDiff(a, b)
+	// what differs (jobPatchDiff): decoding both whole was most of the
+	// cost of every start and stop.
+	p, err := jobPatchDiff(a, b)
 	if err != nil {
-		return nil, fmt.Errorf("compute patch: %w", err)
-	}
-	if err := keyByKey(p, a, false); err != nil {
 		return nil, fmt.Errorf("compute patch: %w", err)
 	}
 	delete(p, "status") // writes to the object itself never touch its status
@@ -789,50 +786,11 @@ func NextStopStep(ad Adapter, j Job) (Step, error) {
 }
 
 // stringMaps are the template fields whose keys the patch removes one by
-// one (a cache trims some of their keys; see keyByKey).
+// one (jobPatchDiff): a pod template's labels or annotations map removed
+// whole is removed key by key, each key the template had as it was read.
+// The cache may have trimmed keys the API server put there (a Job
+// template's generated labels), which a null would remove with the rest.
 var stringMaps = map[string]bool{"labels": true, "annotations": true}
-
-// keyByKey turns the removal of a pod template's whole labels or
-// annotations map (null in the patch) into the removal of
-// each key the template had, as it was read: the cache may have trimmed
-// keys the API server put there (a Job template's generated labels), which
-// a null would remove with the rest. inTemplate: patch is within a pod
-// template.
-func keyByKey(patch map[string]any, was []byte, inTemplate bool) error {
-	members, err := rawMembers(was)
-	if err != nil {
-		return err
-	}
-	before := make(map[string][]byte, len(members))
-	for _, m := range members {
-		before[m.key] = m.value
-	}
-	for k, v := range patch {
-		prev := before[k]
-		if !isObject(prev) {
-			continue
-		}
-		switch sub := v.(type) {
-		case nil:
-			if inTemplate && stringMaps[k] {
-				keys, err := rawMembers(prev)
-				if err != nil {
-					return err
-				}
-				each := make(map[string]any, len(keys))
-				for _, m := range keys {
-					each[m.key] = nil
-				}
-				patch[k] = each
-			}
-		case map[string]any:
-			if err := keyByKey(sub, prev, inTemplate || k == "template"); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
 
 // WithUID adds metadata.uid to a merge patch, so it cannot apply to an
 // object recreated under the same name.

@@ -155,11 +155,26 @@ func isObject(v []byte) bool { return len(v) > 0 && v[0] == '{' }
 
 // rawDiff is the JSON merge patch (RFC 7386) that turns the encoded object
 // a into b, both encoded the same way (as encoding/json writes them, or
-// indented alike), so that equal values are equal bytes: what b adds or changes (its encoding, shared with b), nil for
-// what it removes (a member b has as null counts as removed, as in a
-// parsed document); objects are compared member by member, anything else
-// (arrays included) is replaced whole when its bytes differ.
+// indented alike), so that equal values are equal bytes: what b adds or
+// changes (its encoding, shared with b), nil for what it removes (a member
+// b has as null counts as removed, as in a parsed document); objects are
+// compared member by member, anything else (arrays included) is replaced
+// whole when its bytes differ.
 func rawDiff(a, b []byte) (map[string]any, error) {
+	return diffMembers(a, b, false, false)
+}
+
+// jobPatchDiff is rawDiff with the rule MergePatch follows for pod
+// templates (keyByKey): within a template, a removed labels or
+// annotations map is removed key by key, each key the template had.
+func jobPatchDiff(a, b []byte) (map[string]any, error) {
+	return diffMembers(a, b, true, false)
+}
+
+// diffMembers is rawDiff; with keyByKey set, within a pod template
+// (inTemplate, or below a member named "template") it removes a whole
+// labels or annotations map one key at a time.
+func diffMembers(a, b []byte, keyByKey, inTemplate bool) (map[string]any, error) {
 	am, err := rawMembers(a)
 	if err != nil {
 		return nil, err
@@ -172,6 +187,22 @@ func rawDiff(a, b []byte) (map[string]any, error) {
 	for _, m := range am {
 		was[m.key] = m.value
 	}
+	// removed is what the patch says of a member b removes: null, or, for
+	// a template's string map, null for each key it had.
+	removed := func(key string, old []byte) (any, error) {
+		if !keyByKey || !inTemplate || !stringMaps[key] || !isObject(old) {
+			return nil, nil
+		}
+		keys, err := rawMembers(old)
+		if err != nil {
+			return nil, err
+		}
+		each := make(map[string]any, len(keys))
+		for _, m := range keys {
+			each[m.key] = nil
+		}
+		return each, nil
+	}
 	out := map[string]any{}
 	seen := make(map[string]bool, len(bm))
 	for _, m := range bm {
@@ -180,7 +211,7 @@ func rawDiff(a, b []byte) (map[string]any, error) {
 		switch {
 		case ok && bytes.Equal(av, m.value):
 		case ok && isObject(av) && isObject(m.value):
-			d, err := rawDiff(av, m.value)
+			d, err := diffMembers(av, m.value, keyByKey, inTemplate || m.key == "template")
 			if err != nil {
 				return nil, err
 			}
@@ -188,14 +219,18 @@ func rawDiff(a, b []byte) (map[string]any, error) {
 				out[m.key] = d
 			}
 		case string(m.value) == "null":
-			out[m.key] = nil
+			if out[m.key], err = removed(m.key, av); err != nil {
+				return nil, err
+			}
 		default:
 			out[m.key] = json.RawMessage(m.value)
 		}
 	}
 	for _, m := range am {
 		if !seen[m.key] {
-			out[m.key] = nil
+			if out[m.key], err = removed(m.key, m.value); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return out, nil
