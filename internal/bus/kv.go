@@ -269,32 +269,6 @@ func OpenBuckets(ctx context.Context, js jetstream.JetStream, withStream bool, b
 	return kvs, st, nil
 }
 
-// Current gives fn the last revision of every key that holds a value (a
-// deleted key is skipped), in the order they were written, read by pages
-// of the bucket's stream: a few requests however many keys there are,
-// where ListKeys and a Get per key make one request per key, and load
-// every block of the stream once per key that lives in it.
-func (k *exactKV) Current(ctx context.Context, fn func(jetstream.KeyValueEntry) error) error {
-	p, err := NewPager(k.js.Conn(), "KV_"+k.Bucket())
-	if err != nil {
-		return err
-	}
-	defer p.Close()
-	entries, _, err := k.lastOfEach(ctx, p)
-	if err != nil {
-		return fmt.Errorf("read bucket %s: %w", k.Bucket(), err)
-	}
-	for _, e := range entries {
-		if e.op != jetstream.KeyValuePut {
-			continue
-		}
-		if err := fn(e); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // EachEntry gives fn every value kv's stream holds, in the order written,
 // holding no more than a page of them at a time: by pages for a bucket
 // OpenKV opened, else a Get per listed key. Deleted keys are skipped; a
@@ -308,12 +282,7 @@ func EachEntry(ctx context.Context, kv EntryLister, fn func(jetstream.KeyValueEn
 			return err
 		}
 		defer p.Close()
-		bucket := k.Bucket()
-		_, err = p.Page(ctx, "", 0, func(s Stored) error {
-			e, err := entryOf(bucket, k.prefix, s)
-			if err != nil {
-				return err
-			}
+		_, err = k.pageEntries(ctx, p, func(e kvEntry) error {
 			if e.op != jetstream.KeyValuePut {
 				return nil
 			}
@@ -336,20 +305,29 @@ type EntryLister interface {
 	ListKeys(ctx context.Context, opts ...jetstream.WatchOpt) (jetstream.KeyLister, error)
 }
 
-// Entries reads the value of every key of kv that match accepts (nil:
-// all): by pages when kv is a bucket OpenKV opened (Current), else a Get
-// per listed key. A key deleted meanwhile is left out; what could not be
-// read is left out too, with the error.
+// Entries reads the last value of every key of kv that match accepts
+// (nil: all), in the order they were written when kv is a bucket OpenKV
+// opened: then by pages of its stream, a few requests however many keys
+// there are; else a Get per listed key. A deleted key is left out; what
+// could not be read is left out too, with the error.
 func Entries(ctx context.Context, kv EntryLister, match func(key string) bool) ([]jetstream.KeyValueEntry, error) {
 	var out []jetstream.KeyValueEntry
 	if k, ok := kv.(*exactKV); ok {
-		err := k.Current(ctx, func(e jetstream.KeyValueEntry) error {
-			if match == nil || match(e.Key()) {
+		p, err := NewPager(k.js.Conn(), "KV_"+k.Bucket())
+		if err != nil {
+			return nil, err
+		}
+		defer p.Close()
+		entries, _, err := k.lastOfEach(ctx, p)
+		if err != nil {
+			return nil, fmt.Errorf("read bucket %s: %w", k.Bucket(), err)
+		}
+		for _, e := range entries {
+			if e.op == jetstream.KeyValuePut && (match == nil || match(e.key)) {
 				out = append(out, e)
 			}
-			return nil
-		})
-		return out, err
+		}
+		return out, nil
 	}
 	l, err := kv.ListKeys(ctx)
 	if errors.Is(err, jetstream.ErrNoKeysFound) {

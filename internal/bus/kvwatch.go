@@ -394,17 +394,26 @@ func (s *watchSink) take() []sinkItem {
 	return q
 }
 
+// pageEntries gives fn every message of the bucket's stream as an entry,
+// deletions' markers included, in order, a page at a time; it returns the
+// sequence of the last message read.
+func (k *exactKV) pageEntries(ctx context.Context, p *Pager, fn func(kvEntry) error) (uint64, error) {
+	bucket := k.Bucket()
+	return p.Page(ctx, "", 0, func(s Stored) error {
+		e, err := entryOf(bucket, k.prefix, s)
+		if err != nil {
+			return err
+		}
+		return fn(e)
+	})
+}
+
 // lastOfEach reads the last revision of every key, a deletion's marker
 // included, in the order they were written, and the sequence of the last
 // message read.
 func (k *exactKV) lastOfEach(ctx context.Context, p *Pager) ([]kvEntry, uint64, error) {
 	latest := map[string]kvEntry{}
-	bucket := k.Bucket()
-	last, err := p.Page(ctx, "", 0, func(s Stored) error {
-		e, err := entryOf(bucket, k.prefix, s)
-		if err != nil {
-			return err
-		}
+	last, err := k.pageEntries(ctx, p, func(e kvEntry) error {
 		latest[e.key] = e
 		return nil
 	})
