@@ -77,7 +77,8 @@ type Options struct {
 	// Reading the event stream may take up to 2 min more, the cleanup up
 	// to 5.
 	Timeout time.Duration
-	// NATSURL, if set, is read after the run: Sluice's event stream.
+	// NATSURL, if set, is Sluice's NATS server: what the services ask of
+	// it is counted during the run (NATS), its event stream read after.
 	NATSURL string
 	// Creators is the number of concurrent creators (default 64);
 	// Completers the number of concurrent status writers (default 32).

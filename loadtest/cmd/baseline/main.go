@@ -40,7 +40,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	kubeconfig := fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig of the cluster (default $KUBECONFIG)")
 	fs.StringVar(&o.Profile, "profile", "baseline", "the workload: a built-in profile ("+strings.Join(baseline.BuiltinProfiles(), ", ")+") or the path of a Kueue generator file")
 	fs.Float64Var(&o.Scale, "scale", 1, "fraction of the profile's per-queue Job counts (1 = 15,000 Jobs of the baseline)")
-	fs.StringVar(&o.NATSURL, "nats", "nats://127.0.0.1:4222", "NATS URL of Sluice's event stream, read after the run (empty: don't)")
+	fs.StringVar(&o.NATSURL, "nats", "nats://127.0.0.1:4222", "NATS URL of Sluice's services: their requests are counted during the run, the event stream read after it (empty: neither)")
 	fs.DurationVar(&o.Timeout, "timeout", 15*time.Minute, "give up after this long")
 	fs.StringVar(&o.Namespace, "namespace", "baseline", "namespace of the Jobs and LocalQueues")
 	fs.StringVar(&o.Prefix, "prefix", "bl", "prefix of the ClusterQueue, LocalQueue, flavor, cohort and priority class names")
