@@ -165,7 +165,7 @@ func rawDiff(a, b []byte) (map[string]any, error) {
 }
 
 // jobPatchDiff is rawDiff with the rule MergePatch follows for pod
-// templates (keyByKey): within a template, a removed labels or
+// templates (stringMaps): within a template, a removed labels or
 // annotations map is removed key by key, each key the template had.
 func jobPatchDiff(a, b []byte) (map[string]any, error) {
 	return diffMembers(a, b, true, false)
