@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -999,12 +1000,33 @@ func TestPublishAllPipelines(t *testing.T) {
 			t.Fatalf("event %d: %v", i, err)
 		}
 	}
+	// Each stored event has the sequence it was stored at; the invalid one
+	// none.
+	for i, o := range out {
+		want := uint64(i + 1)
+		switch {
+		case i == 350:
+			want = 0
+		case i > 350:
+			want = uint64(i)
+		}
+		if o.Stored != want {
+			t.Fatalf("event %d: Stored = %d, want %d", i, o.Stored, want)
+		}
+	}
 	if got := streamMsgs(t, ctx, js, bus.StreamEvents); got != n-1 {
 		t.Fatalf("stream has %d messages, want %d", got, n-1)
 	}
-	for _, err := range p.PublishAll(ctx, out[:10]) {
+	again := slices.Clone(out[:10])
+	for i := range again {
+		again[i].Stored = 0
+	}
+	for i, err := range p.PublishAll(ctx, again) {
 		if err != nil {
 			t.Fatal(err)
+		}
+		if again[i].Stored != uint64(i+1) {
+			t.Fatalf("event %d sent again: Stored = %d, want the first copy's %d", i, again[i].Stored, i+1)
 		}
 	}
 	if got := streamMsgs(t, ctx, js, bus.StreamEvents); got != n-1 {

@@ -178,6 +178,11 @@ type Outgoing struct {
 	// stored; otherwise its error is ErrLastChanged.
 	ExpectLast string
 	ExpectSeq  uint64
+	// Stored is set by PublishAll once the event is stored: the stream
+	// sequence JetStream acknowledged (that of the first copy when the id
+	// was stored before). A publisher that expects the last event about a
+	// subject next time can expect this one without reading the stream.
+	Stored uint64
 }
 
 // ErrLastChanged: an event was not stored because something was stored
@@ -193,6 +198,7 @@ const window = 256
 // in order; an event whose acknowledgement did not come is published
 // again with its id, so it is stored once. Events sent together are
 // stored in the order given, unless one of them had to be sent again.
+// Each stored event's sequence is written to its out[i].Stored.
 func (p *JetStreamPublisher) PublishAll(ctx context.Context, out []Outgoing) []error {
 	errs := make([]error, len(out))
 	type flight struct {
@@ -234,6 +240,7 @@ func (p *JetStreamPublisher) PublishAll(ctx context.Context, out []Outgoing) []e
 			errs[f.i] = fmt.Errorf("bus: publish %s %s: %w", o.Event.Type(), f.msg.Subject, lastChanged(err))
 			return
 		}
+		out[f.i].Stored = ack.Sequence
 		p.logPublished(o.Ctx, o.Event, o.ID, f.msg, ack)
 	}
 	for i, o := range out {
@@ -256,6 +263,7 @@ func (p *JetStreamPublisher) PublishAll(ctx context.Context, out []Outgoing) []e
 				errs[i] = fmt.Errorf("bus: publish %s %s: %w", o.Event.Type(), msg.Subject, lastChanged(err))
 				continue
 			}
+			out[i].Stored = ack.Sequence
 			p.logPublished(o.Ctx, o.Event, o.ID, msg, ack)
 			continue
 		}

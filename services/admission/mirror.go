@@ -188,6 +188,7 @@ func (s *Service) forgetRecord(key string) {
 	delete(s.wls, key)
 	delete(s.told, key)
 	delete(s.queued, key)
+	s.out.Forget(key)
 	if _, held := s.res[key]; held || !s.synced.IsOpen() {
 		return
 	}

@@ -25,6 +25,9 @@ type outgoing struct {
 	// admitted (the end came after the decision), and quota
 	// reconciliation releases the reservation.
 	ended string
+	// about is the engine key of the waiting workload a pending reason is
+	// about: the outbox remembers the sequence the reason was stored at.
+	about string
 	// admitted is the announcement of the admission a stop ends, published
 	// first if it is not on the stream yet: the replica that reserved the
 	// admission may be slow to announce it, or stopped before it did.
@@ -57,7 +60,18 @@ type outbox struct {
 	// engine key): an admission whose job ended meanwhile is not
 	// announced.
 	recordExists func(ctx context.Context, key string) bool
+	// stored is the stream sequence of the last pending reason published
+	// about each waiting workload (by engine key), while it is the last
+	// event this outbox stored about it. The workload's admission expects
+	// it rather than reading the stream for the last event: that event is
+	// as old as the wait, and reading it loads an old block of the stream
+	// into the server's memory. If anything came since, the expectation
+	// fails and the stream is read after all.
+	stored map[string]uint64
 }
+
+// Forget drops what the outbox remembers of a workload (its record is gone).
+func (b *outbox) Forget(key string) { delete(b.stored, key) }
 
 // Add queues an event for the next Flush; ctx carries the span the
 // event's traceparent names.
@@ -118,9 +132,17 @@ func (b *outbox) Flush(ctx context.Context) error {
 		if o.ended == "" {
 			continue
 		}
+		seq, known := b.stored[o.ended]
+		known = known && b.stream != nil
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
+			if known {
+				// Its last event is the pending reason stored here, unless
+				// something came since, which the publish will refuse.
+				gone[i], last[i] = !b.recordExists(ctx, o.ended), seq
+				return
+			}
 			gone[i], last[i], lookErr[i] = b.ended(ctx, o)
 		})
 	}
@@ -159,6 +181,18 @@ func (b *outbox) Flush(ctx context.Context) error {
 		}
 	}
 	for i, err := range ap.PublishAll(ctx, out) {
+		o := send[i]
+		if o.ended != "" {
+			// Stored or refused, the next event expected about it is no
+			// longer the pending reason remembered.
+			delete(b.stored, o.ended)
+		}
+		if err == nil && o.about != "" && out[i].Stored != 0 {
+			if b.stored == nil {
+				b.stored = map[string]uint64{}
+			}
+			b.stored[o.about] = out[i].Stored
+		}
 		if errors.Is(err, bus.ErrLastChanged) {
 			// Something about the workload came between the look and the
 			// publish: look again, one at a time.

@@ -3,12 +3,18 @@ package admission
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/sluice-dev/sluice/events"
+	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/internal/natstest"
+	"github.com/sluice-dev/sluice/internal/workloads"
 )
 
 // recordingPublisher stores what it is given, refusing the ids in fail
@@ -60,5 +66,98 @@ func TestOutbox(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"a", "c", "admitted-alive", "b", "d"}, pub.published); diff != "" {
 		t.Errorf("published (-want +got):\n%s", diff)
+	}
+}
+
+// countingStream counts the reads of the last event about a subject.
+type countingStream struct {
+	jetstream.Stream
+	reads atomic.Int32
+}
+
+func (s *countingStream) GetLastMsgForSubject(ctx context.Context, subject string) (*jetstream.RawStreamMsg, error) {
+	s.reads.Add(1)
+	return s.Stream.GetLastMsgForSubject(ctx, subject)
+}
+
+// An admission after the pending reason the outbox stored about the
+// workload expects that reason's sequence instead of reading the stream;
+// when something came since, the publish is refused and the stream is
+// read after all, so an ended job's admission is still not announced.
+func TestOutboxExpectsItsOwnPendingReason(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	js := natstest.JetStream(t)
+	if err := bus.Setup(ctx, js, bus.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := js.Stream(ctx, bus.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream := &countingStream{Stream: raw}
+	pub := bus.NewPublisher(js, events.Source("admission"))
+	out := outbox{pub: pub, log: zerolog.Nop(), stream: stream, recordExists: func(context.Context, string) bool { return true }}
+	wl := func(name string) events.WorkloadRef {
+		return events.WorkloadRef{Kind: "job", Namespace: "ns", Name: name, UID: "u-" + name}
+	}
+	key := func(name string) string { return workloads.EngineKey(wl(name)) }
+	admitted := func(name string) outgoing {
+		ev := events.WorkloadAdmittedV1{Workload: wl(name), ClusterQueue: "cq", PodSets: []events.PodSetAssignmentV1{{Name: "main", Count: 1}}}
+		return outgoing{ev: ev, id: "admitted-" + name, ended: key(name)}
+	}
+	for _, name := range []string{"quiet", "ended", "forgotten"} {
+		ev := events.WorkloadPendingV1{Workload: wl(name), ClusterQueue: "cq", Reason: "waiting"}
+		out.Add(ctx, outgoing{ev: ev, id: "pending-" + name, about: key(name)})
+	}
+	if err := out.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := stream.reads.Load(); n != 0 {
+		t.Fatalf("%d reads to publish pending reasons", n)
+	}
+	// The job of "ended" finishes after its pending reason.
+	fin := events.WorkloadFinishedV1{Workload: wl("ended"), ClusterQueue: "cq", Succeeded: true}
+	if err := pub.Publish(ctx, fin, "finished-ended"); err != nil {
+		t.Fatal(err)
+	}
+	out.Forget(key("forgotten"))
+
+	out.Add(ctx, admitted("quiet"))
+	if err := out.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := stream.reads.Load(); n != 0 {
+		t.Errorf("the admission after its own pending reason read the stream %d times, want 0", n)
+	}
+	out.Add(ctx, admitted("ended"))
+	if err := out.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := stream.reads.Load(); n != 1 {
+		t.Errorf("the admission refused for the end since read the stream %d times, want 1", n)
+	}
+	out.Add(ctx, admitted("forgotten"))
+	if err := out.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := stream.reads.Load(); n != 2 {
+		t.Errorf("the admission of a forgotten workload read the stream %d times in all, want 2", n)
+	}
+
+	var got []string
+	for _, name := range []string{"quiet", "ended", "forgotten"} {
+		msg, err := raw.GetLastMsgForSubject(ctx, events.WorkloadFilter(wl(name)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, name+": "+msg.Header.Get(jetstream.MsgIDHeader))
+	}
+	want := []string{"quiet: admitted-quiet", "ended: finished-ended", "forgotten: admitted-forgotten"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("last event about each workload (-want +got):\n%s", diff)
+	}
+	if len(out.stored) != 0 {
+		t.Errorf("remembered after the admissions: %v", out.stored)
 	}
 }

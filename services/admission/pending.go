@@ -61,7 +61,7 @@ func (s *Service) tellPending(ctx context.Context, tells []pendingTell) {
 		}
 		s.told[t.key] = told{class: class, at: now}
 		ev := events.WorkloadPendingV1{Workload: t.ref, ClusterQueue: t.cq, Reason: t.reason, Invalid: engine.Invalid(t.reason)}
-		s.out.Add(ctx, outgoing{ev: ev, id: events.ID(ev.Type(), t.ref.UID, t.reason, now.UnixNano())})
+		s.out.Add(ctx, outgoing{ev: ev, id: events.ID(ev.Type(), t.ref.UID, t.reason, now.UnixNano()), about: t.key})
 	}
 }
 
