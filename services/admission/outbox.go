@@ -63,9 +63,9 @@ type outbox struct {
 	// stored is the stream sequence of the last pending reason published
 	// about each waiting workload (by engine key), while it is the last
 	// event this outbox stored about it. The workload's admission expects
-	// it rather than reading the stream for the last event: that event is
-	// as old as the wait, and reading it loads an old block of the stream
-	// into the server's memory. If anything came since, the expectation
+	// it rather than reading the stream for the last event first: one
+	// request instead of two (the server still looks the last event up to
+	// check the expectation). If anything came since, the expectation
 	// fails and the stream is read after all.
 	stored map[string]uint64
 }
