@@ -97,26 +97,22 @@ type Pager struct {
 	stream string
 	inbox  string
 	sub    *nats.Subscription
-	// answers holds what came for the subscription until page reads it.
-	answers chan *nats.Msg
 	// asked numbers the requests: the answer to one that timed out is
 	// told from the current one's by its reply subject.
 	asked uint64
 }
 
-// pagerAnswers is how many answers a Pager's subscription holds until they
-// are read: a page and the rest of up to three pages given up on. A
-// synchronous subscription would hold the connection's default, 65,536
-// (half a megabyte of channel for every pager, and a watch or a bucket
-// survey makes one each time).
-const pagerAnswers = 4 * DefaultPage
-
 // NewPager subscribes to the answers of pages of stream.
 func NewPager(nc *nats.Conn, stream string) (*Pager, error) {
-	p := &Pager{nc: nc, stream: stream, inbox: nc.NewInbox(), answers: make(chan *nats.Msg, pagerAnswers)}
-	sub, err := nc.ChanSubscribe(p.inbox+".*", p.answers)
+	p := &Pager{nc: nc, stream: stream, inbox: nc.NewInbox()}
+	sub, err := nc.SubscribeSync(p.inbox + ".*")
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", stream, err)
+	}
+	// A page's answers wait in the client until read, however many.
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, err
 	}
 	p.sub = sub
 	return p, nil
@@ -195,11 +191,9 @@ func (p *Pager) page(ctx context.Context, filter string, seq uint64, batch int, 
 	}
 	n := 0
 	for {
-		var m *nats.Msg
-		select {
-		case m = <-p.answers:
-		case <-ctx.Done():
-			return n, 0, fmt.Errorf("read %s from %d: %w", p.stream, seq, ctx.Err())
+		m, err := p.sub.NextMsgWithContext(ctx)
+		if err != nil {
+			return n, 0, fmt.Errorf("read %s from %d: %w", p.stream, seq, err)
 		}
 		if m.Subject != reply {
 			continue // the rest of a page given up on
