@@ -341,3 +341,70 @@ func TestEntries(t *testing.T) {
 		})
 	}
 }
+
+// TestValue: a key's last value read without headers is the one Get reads,
+// whether it was put, created or updated at a revision (a value stored
+// with a header); a key never written, deleted, purged or removed is not
+// found; a key that is not one is refused. A bucket OpenKV did not open is
+// read with Get.
+func TestValue(t *testing.T) {
+	ctx, js := setup(t)
+	kv, rm := expiringBucket(t, ctx, js)
+	plain, err := js.KeyValue(ctx, "expiring")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "put", []byte("p")); err != nil {
+		t.Fatal(err)
+	}
+	rev, err := kv.Create(ctx, "updated", []byte("u1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Update(ctx, "updated", []byte("u2"), rev); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"deleted", "purged", "removed"} {
+		if _, err := kv.Put(ctx, key, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := kv.Delete(ctx, "deleted"); err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Purge(ctx, "purged"); err != nil {
+		t.Fatal(err)
+	}
+	e, err := kv.Get(ctx, "removed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rm.Remove(ctx, "removed", e.Revision()); err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range map[string]jetstream.KeyValue{"direct": kv, "get": plain} {
+		t.Run(name, func(t *testing.T) {
+			got := map[string]string{}
+			for _, key := range []string{"put", "updated", "never", "deleted", "purged", "removed"} {
+				v, err := bus.Value(ctx, b, key)
+				switch {
+				case errors.Is(err, jetstream.ErrKeyNotFound):
+					got[key] = "not found"
+				case err != nil:
+					t.Fatalf("Value(%s): %v", key, err)
+				default:
+					got[key] = string(v)
+				}
+			}
+			want := map[string]string{"put": "p", "updated": "u2", "never": "not found", "deleted": "not found", "purged": "not found", "removed": "not found"}
+			if d := cmp.Diff(want, got); d != "" {
+				t.Errorf("values (-want +got):\n%s", d)
+			}
+		})
+	}
+	for _, key := range []string{"", "a.*", "a.>", "two words", ".a", "a."} {
+		if _, err := bus.Value(ctx, kv, key); !errors.Is(err, jetstream.ErrInvalidKey) {
+			t.Errorf("Value(%q) = %v, want ErrInvalidKey", key, err)
+		}
+	}
+}

@@ -525,7 +525,7 @@ func (s *Service) record(ctx context.Context, key string) (exists, known bool) {
 	}
 	ctx, cancel := bus.Bounded(ctx)
 	defer cancel()
-	e, err := s.wlKV.Get(ctx, workloads.KVKeyFromEngine(key))
+	v, err := bus.Value(ctx, s.wlKV, workloads.KVKeyFromEngine(key))
 	switch {
 	case err == nil:
 		var stored struct {
@@ -534,7 +534,7 @@ func (s *Service) record(ctx context.Context, key string) (exists, known bool) {
 			} `json:"workload"`
 		}
 		mirrored, ok := s.wls[key]
-		if ok && json.Unmarshal(e.Value(), &stored) == nil && stored.Workload.UID != mirrored.Workload.UID {
+		if ok && json.Unmarshal(v, &stored) == nil && stored.Workload.UID != mirrored.Workload.UID {
 			return false, true
 		}
 		return true, true

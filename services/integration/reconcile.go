@@ -251,7 +251,7 @@ func (s *Service) sync(ctx context.Context, k *kindRunner, key string) error {
 func (s *Service) record(ctx context.Context, rk string) (*events.WorkloadSubmittedV1, error) {
 	ctx, cancel := bus.Bounded(ctx)
 	defer cancel()
-	e, err := s.wlKV.Get(ctx, rk)
+	v, err := bus.Value(ctx, s.wlKV, rk)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, nil
 	}
@@ -259,7 +259,7 @@ func (s *Service) record(ctx context.Context, rk string) (*events.WorkloadSubmit
 		return nil, fmt.Errorf("read workload %s: %w", rk, err)
 	}
 	var rec events.WorkloadSubmittedV1
-	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+	if err := json.Unmarshal(v, &rec); err != nil {
 		return nil, fmt.Errorf("read workload %s: %w", rk, err)
 	}
 	return &rec, nil

@@ -305,13 +305,13 @@ func (s *Service) reconcile(ctx context.Context, st stores) error {
 		n, _ := workloads.ParseEngine(wk)
 		ref := n.Ref(r.UID)
 		gctx, cancel := bus.Bounded(ctx)
-		e, err := st.wls.Get(gctx, n.KV())
+		v, err := bus.Value(gctx, st.wls, n.KV())
 		cancel()
 		if err == nil && r.UID != "" {
 			// A record of another workload of the same job (it left its
 			// queue or moved, and came back) does not keep this one's.
 			var rec events.WorkloadSubmittedV1
-			if json.Unmarshal(e.Value(), &rec) == nil && rec.Workload.UID != "" && rec.Workload.UID != r.UID {
+			if json.Unmarshal(v, &rec) == nil && rec.Workload.UID != "" && rec.Workload.UID != r.UID {
 				err = jetstream.ErrKeyNotFound
 			}
 		}
