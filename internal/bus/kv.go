@@ -356,6 +356,11 @@ func Entries(ctx context.Context, kv EntryLister, match func(key string) bool) (
 	return out, errors.Join(errs...)
 }
 
+// KeyGetter reads a key's last entry (jetstream.KeyValue).
+type KeyGetter interface {
+	Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error)
+}
+
 // noHeaders asks a direct get for the stored message's payload alone.
 var noHeaders = []byte(`{"no_hdr":true}`)
 
@@ -369,7 +374,7 @@ var noHeaders = []byte(`{"no_hdr":true}`)
 // times to add its own, an eighth of `sluice dev`'s allocations at 50,000
 // Jobs, and the client parses them all again. A bucket OpenKV did not
 // open is read with Get.
-func Value(ctx context.Context, kv jetstream.KeyValue, key string) ([]byte, error) {
+func Value(ctx context.Context, kv KeyGetter, key string) ([]byte, error) {
 	k, ok := kv.(*exactKV)
 	if !ok {
 		e, err := kv.Get(ctx, key)

@@ -167,10 +167,27 @@ type KV interface {
 // (an integration and a stopper) settle in one or two.
 const maxAttempts = 8
 
-// Get returns the workload's state; the zero State if there is none.
+// Get returns the workload's state; the zero State if there is none. It
+// reads the value alone (bus.Value): a state read needs no revision.
 func Get(ctx context.Context, kv KV, key string) (State, error) {
-	st, _, err := read(ctx, kv, key)
-	return st, err
+	ctx, cancel := bus.Bounded(ctx)
+	defer cancel()
+	v, err := bus.Value(ctx, kv, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return State{}, nil
+	}
+	if err != nil {
+		return State{}, fmt.Errorf("fence %s: read: %w", key, err)
+	}
+	var st State
+	if len(v) == 0 {
+		return st, nil
+	}
+	if err := json.Unmarshal(v, &st); err != nil {
+		bus.ReportUnreadable("fence")
+		return State{}, fmt.Errorf("fence %s: %w: %v", key, ErrCorrupt, err)
+	}
+	return st, nil
 }
 
 func read(ctx context.Context, kv KV, key string) (State, uint64, error) {
