@@ -368,12 +368,13 @@ var noHeaders = []byte(`{"no_hdr":true}`)
 // empty, as a direct get without headers; jetstream.ErrKeyNotFound when
 // the key has none (never written, deleted or purged: a marker's payload
 // is empty). For a reader that needs neither the revision nor the
-// operation (a workload's record, read at every sync of its job): the
-// server answers a get of a message that has headers (every value written
-// with an expected revision keeps that header) by rewriting them four
-// times to add its own, an eighth of `sluice dev`'s allocations at 50,000
-// Jobs, and the client parses them all again. A bucket OpenKV did not
-// open is read with Get.
+// operation (a workload's record, read at every sync of its job; a
+// fence's state): the server answers a get of a message that has headers
+// (every value written with an expected revision keeps that header) by
+// rewriting them four times to add its own, and the client parses them
+// all again; across every kind of read, that rewriting was an eighth of
+// `sluice dev`'s allocations at 50,000 Jobs. A bucket OpenKV did not open
+// is read with Get.
 func Value(ctx context.Context, kv KeyGetter, key string) ([]byte, error) {
 	k, ok := kv.(*exactKV)
 	if !ok {
