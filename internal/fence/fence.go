@@ -179,15 +179,7 @@ func Get(ctx context.Context, kv KV, key string) (State, error) {
 	if err != nil {
 		return State{}, fmt.Errorf("fence %s: read: %w", key, err)
 	}
-	var st State
-	if len(v) == 0 {
-		return st, nil
-	}
-	if err := json.Unmarshal(v, &st); err != nil {
-		bus.ReportUnreadable("fence")
-		return State{}, fmt.Errorf("fence %s: %w: %v", key, ErrCorrupt, err)
-	}
-	return st, nil
+	return decode(key, v)
 }
 
 func read(ctx context.Context, kv KV, key string) (State, uint64, error) {
@@ -200,14 +192,22 @@ func read(ctx context.Context, kv KV, key string) (State, uint64, error) {
 	if err != nil {
 		return State{}, 0, fmt.Errorf("fence %s: read: %w", key, err)
 	}
+	st, err := decode(key, e.Value())
+	return st, e.Revision(), err
+}
+
+// decode reads a stored fence; an empty value is the zero State, one that
+// does not decode is ErrCorrupt (and reported).
+func decode(key string, v []byte) (State, error) {
 	var st State
-	if len(e.Value()) > 0 {
-		if err := json.Unmarshal(e.Value(), &st); err != nil {
-			bus.ReportUnreadable("fence")
-			return State{}, e.Revision(), fmt.Errorf("fence %s: %w: %v", key, ErrCorrupt, err)
-		}
+	if len(v) == 0 {
+		return st, nil
 	}
-	return st, e.Revision(), nil
+	if err := json.Unmarshal(v, &st); err != nil {
+		bus.ReportUnreadable("fence")
+		return State{}, fmt.Errorf("fence %s: %w: %v", key, ErrCorrupt, err)
+	}
+	return st, nil
 }
 
 // move applies next to the current state with compare-and-set, retrying
