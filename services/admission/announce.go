@@ -223,7 +223,7 @@ func (s *Service) announceDecisions(ctx context.Context, ds []engine.Decision, l
 			s.told[d.Key] = t
 			continue
 		}
-		tells = append(tells, pendingTell{ref: w.Workload, key: d.Key, cq: d.ClusterQueue, reason: d.Reason})
+		tells = append(tells, pendingTell{ref: w.Workload, key: d.Key, cq: d.ClusterQueue, reason: d.Reason, told: ok})
 	}
 	s.tellPending(ctx, tells)
 	return s.out.Flush(ctx)

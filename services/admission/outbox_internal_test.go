@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluice-dev/sluice/events"
 	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/internal/engine"
 	"github.com/sluice-dev/sluice/internal/natstest"
 	"github.com/sluice-dev/sluice/internal/workloads"
 )
@@ -159,5 +160,76 @@ func TestOutboxExpectsItsOwnPendingReason(t *testing.T) {
 	}
 	if len(out.stored) != 0 {
 		t.Errorf("remembered after the admissions: %v", out.stored)
+	}
+}
+
+// A workload's first pending reason is told after reading the last event
+// about it (a restarted replica must not announce again what its earlier
+// run did); a later reason of another kind, told by the replica that has
+// decided for the workload since, is announced without that read.
+func TestTellPendingReadsOnlyWhatItDidNotTell(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	js := natstest.JetStream(t)
+	if err := bus.Setup(ctx, js, bus.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := js.Stream(ctx, bus.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream := &countingStream{Stream: raw}
+	pub := bus.NewPublisher(js, events.Source("admission"))
+	now := time.Date(2026, 12, 7, 9, 0, 0, 0, time.UTC)
+	s := &Service{stream: stream, log: zerolog.Nop(), clock: func() time.Time { return now }, told: map[string]told{},
+		out: outbox{pub: pub, log: zerolog.Nop(), stream: stream, recordExists: func(context.Context, string) bool { return true }}}
+	w := events.WorkloadRef{Kind: "job", Namespace: "ns", Name: "w", UID: "u-w"}
+	key := workloads.EngineKey(w)
+	tell := func(reason string, told bool) {
+		t.Helper()
+		s.tellPending(ctx, []pendingTell{{ref: w, key: key, cq: "cq", reason: reason, told: told}})
+		if err := s.out.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		now = now.Add(time.Minute)
+	}
+	lastReason := func() string {
+		t.Helper()
+		msg, err := raw.GetLastMsgForSubject(ctx, events.WorkloadFilter(w))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ev events.WorkloadPendingV1
+		env, err := events.DecodeParts(msg.Subject, msg.Header, msg.Data)
+		if err != nil || env.As(&ev) != nil {
+			t.Fatalf("last event about %s: %v", key, err)
+		}
+		return ev.Reason
+	}
+
+	tell("insufficient quota", false)
+	if n := stream.reads.Load(); n != 1 {
+		t.Errorf("first reason: %d reads, want 1", n)
+	}
+	// A restarted replica (nothing told) finds the same kind stored: no
+	// new event.
+	delete(s.told, key)
+	tell("insufficient quota", false)
+	if n := stream.reads.Load(); n != 2 {
+		t.Errorf("after a restart: %d reads in all, want 2", n)
+	}
+	tell("waiting for preemption", true)
+	if n := stream.reads.Load(); n != 2 {
+		t.Errorf("a reason of another kind after its own: %d reads in all, want 2", n)
+	}
+	info, err := raw.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := lastReason(), "waiting for preemption"; got != want || info.State.Msgs != 2 {
+		t.Errorf("stream holds %d events, the last with reason %q; want 2, the last %q", info.State.Msgs, got, want)
+	}
+	if got := s.told[key].class; got != engine.ReasonClass("waiting for preemption") {
+		t.Errorf("told class %q", got)
 	}
 }

@@ -42,6 +42,9 @@ func (s *Service) tellPending(ctx context.Context, tells []pendingTell) {
 		var wg sync.WaitGroup
 		slots := make(chan struct{}, pendingReads)
 		for i, t := range tells {
+			if t.told {
+				continue
+			}
 			slots <- struct{}{}
 			wg.Go(func() {
 				defer func() { <-slots }()
@@ -69,6 +72,12 @@ func (s *Service) tellPending(ctx context.Context, tells []pendingTell) {
 type pendingTell struct {
 	ref             events.WorkloadRef
 	key, cq, reason string
+	// told: this replica announced a reason of the workload before and
+	// has decided for its tree since (a tree gained forgets what was
+	// told of its workloads), so the last pending event about it is its
+	// own, of the class it noted, and the stream need not be read: the
+	// read is for what another replica or an earlier run announced.
+	told bool
 }
 
 // pendingReads bounds the reads of the stream tellPending makes at once.
@@ -110,7 +119,7 @@ func (s *Service) tellHeldPending(ctx context.Context, now time.Time) {
 		if w == nil || reason == "" || s.eng.IsAdmitted(key) || !engine.News(t.class, engine.ReasonClass(reason)) {
 			continue
 		}
-		tells = append(tells, pendingTell{ref: w.Workload, key: key, cq: s.eng.ClusterQueueOf(key), reason: reason})
+		tells = append(tells, pendingTell{ref: w.Workload, key: key, cq: s.eng.ClusterQueueOf(key), reason: reason, told: true})
 	}
 	s.tellPending(ctx, tells)
 	if err := s.out.Flush(ctx); err != nil {
