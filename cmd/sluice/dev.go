@@ -83,6 +83,10 @@ func newDevCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			gc, err := applyGCPercent(c.gcPercent, os.Getenv("GOGC"))
+			if err != nil {
+				return err
+			}
 			kc, err := c.kube()
 			if err != nil {
 				return err
@@ -117,7 +121,7 @@ func newDevCmd() *cobra.Command {
 			for _, u := range nopts.LeafUsers {
 				c.workers = append(c.workers, u.Name)
 			}
-			log.Info().Str("nats", c.nats.URL).Str("domain", nopts.JetStreamDomain).Int("leaf_port", nopts.LeafPort).Str("memory_limit", limit).Msg("embedded JetStream server started")
+			log.Info().Str("nats", c.nats.URL).Str("domain", nopts.JetStreamDomain).Int("leaf_port", nopts.LeafPort).Str("memory_limit", limit).Str("gc_percent", gc).Msg("embedded JetStream server started")
 			svcs := slices.Clone(all)
 			if leaf.remote == "" {
 				svcs = append(svcs, dispatcherBuilder(&disp))

@@ -84,3 +84,42 @@ func TestApplyMemoryLimit(t *testing.T) {
 		})
 	}
 }
+
+func TestApplyGCPercent(t *testing.T) {
+	// GOGC is process-wide: put back what the test found.
+	prev := debug.SetGCPercent(100)
+	t.Cleanup(func() { debug.SetGCPercent(prev) })
+	cases := []struct {
+		name     string
+		flag     int
+		env      string
+		wantSaid string
+		wantGC   int // the runtime's GOGC afterwards
+		wantErr  bool
+	}{
+		{name: "the default when the environment sets none", flag: defaultGCPercent, wantSaid: "50", wantGC: 50},
+		{name: "another flag", flag: 200, wantSaid: "200", wantGC: 200},
+		{name: "the environment wins", flag: 50, env: "80", wantSaid: "GOGC=80", wantGC: 100},
+		{name: "zero is refused", flag: 0, wantErr: true},
+		{name: "a negative flag is refused even with the environment set", flag: -1, env: "off", wantErr: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			debug.SetGCPercent(100)
+			said, err := applyGCPercent(tc.flag, tc.env)
+			if tc.wantErr {
+				var ue usageError
+				if !errors.As(err, &ue) || !strings.Contains(err.Error(), "--gc-percent") {
+					t.Fatalf("applyGCPercent(%d, %q) error = %v; want a usage error naming --gc-percent", tc.flag, tc.env, err)
+				}
+				return
+			}
+			if err != nil || said != tc.wantSaid {
+				t.Fatalf("applyGCPercent(%d, %q) = %q, %v; want %q", tc.flag, tc.env, said, err, tc.wantSaid)
+			}
+			if got := debug.SetGCPercent(100); got != tc.wantGC {
+				t.Errorf("runtime GOGC = %d, want %d", got, tc.wantGC)
+			}
+		})
+	}
+}

@@ -58,6 +58,9 @@ type common struct {
 	// startupWait bounds how long a start waits for NATS to answer and
 	// for what `sluice setup` makes (0: not at all).
 	startupWait time.Duration
+	// gcPercent is --gc-percent, the collector's GOGC unless the
+	// environment sets one.
+	gcPercent int
 }
 
 // bind binds the flags of a service; c's httpAddr is the default of
@@ -66,6 +69,8 @@ func (c *common) bind(cmd *cobra.Command, kube bool) {
 	c.bindSetup(cmd)
 	cmd.Flags().BoolVar(&c.setup, "setup", true, "create or update Sluice's streams and buckets at start (false: they must exist, see sluice setup)")
 	cmd.Flags().StringVar(&c.httpAddr, "http-address", c.httpAddr, "address serving /healthz and /readyz, e.g. :8080 (empty: none)")
+	cmd.Flags().IntVar(&c.gcPercent, "gc-percent", defaultGCPercent,
+		"the Go collector's GOGC: how far, in percent of what is live, the heap grows before a collection (lower: less memory, more CPU); GOGC in the environment wins")
 	cmd.Flags().StringVar(&c.metricsNames, "metrics-names", "sluice", "names of the metrics Kueue also has: sluice (sluice_…) or kueue (Kueue's own kueue_… names, for its dashboards)")
 	if kube {
 		cmd.Flags().StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/rs/zerolog"
@@ -94,6 +95,9 @@ func newServiceCmd(b builder, short string) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := c.logger(b.name)
 			if err != nil {
+				return err
+			}
+			if _, err := applyGCPercent(c.gcPercent, os.Getenv("GOGC")); err != nil {
 				return err
 			}
 			var kc *rest.Config
