@@ -49,8 +49,8 @@ type Service struct {
 	js        jetstream.JetStream
 	pub       events.Publisher
 	log       zerolog.Logger
-	// lastUsage is the id of the last usage event per ClusterQueue.
-	lastUsage map[string]string
+	// lastUsage is the last usage event announced per ClusterQueue.
+	lastUsage map[string]usageAnnounced
 	// lqs is which ClusterQueue each LocalQueue submits to, as read at
 	// the configuration bucket's sequence lqsSeq (lqToCQ).
 	lqs     map[string]string
@@ -86,7 +86,7 @@ func New(cfg Config, js jetstream.JetStream, pub events.Publisher, opts ...Optio
 		cfg.FenceAge = defaultFenceAge
 	}
 	s := &Service{consuming: health.NewGate("workload ends not consumed yet"), cfg: cfg, js: js, pub: pub, log: zerolog.Nop(),
-		lastUsage: map[string]string{}, ledger: ledger.NewWriter(js)}
+		lastUsage: map[string]usageAnnounced{}, ledger: ledger.NewWriter(js)}
 	for _, o := range opts {
 		o(s)
 	}
@@ -143,7 +143,7 @@ func (s *Service) Run(ctx context.Context) error {
 			}
 			select {
 			case <-tracked:
-				if err := s.publishUsage(ctx, tracker); err != nil && ctx.Err() == nil {
+				if err := s.publishUsage(ctx, tracker, st.events); err != nil && ctx.Err() == nil {
 					s.log.Warn().Err(err).Msg("usage not published")
 				}
 			default: // not every record read yet: no usage to tell
@@ -363,8 +363,10 @@ func stoppedAnnounced(ctx context.Context, st stores, ref events.WorkloadRef, ad
 }
 
 // publishUsage announces every ClusterQueue's usage that changed since
-// the last announcement.
-func (s *Service) publishUsage(ctx context.Context, tracker *usage.Tracker) error {
+// the last announcement. The last announcement of a queue this service
+// has not announced since its start is read from the stream, so that a
+// restart announces only what changed, and after what was stored.
+func (s *Service) publishUsage(ctx context.Context, tracker *usage.Tracker, stream workloads.LastMsgReader) error {
 	rep := tracker.Report(s.lqToCQ(ctx))
 	names := make([]string, 0, len(rep.ClusterQueues))
 	for n := range rep.ClusterQueues {
@@ -375,17 +377,67 @@ func (s *Service) publishUsage(ctx context.Context, tracker *usage.Tracker) erro
 	for _, n := range names {
 		q := rep.ClusterQueues[n]
 		ev := events.QuotaUsageV1{ClusterQueue: n, Usage: q.Quantities(), Pending: q.Pending, Admitted: q.Admitted}
-		id := events.ID(ev.Type(), n, ev.Usage, ev.Pending, ev.Admitted)
-		if s.lastUsage[n] == id {
+		last, known := s.lastUsage[n]
+		if !known && stream != nil {
+			last = storedUsage(ctx, stream, ev)
+		}
+		next, changed := last.next(ev)
+		if !changed {
 			continue
 		}
-		if err := s.pub.Publish(ctx, ev, id); err != nil {
+		if err := s.pub.Publish(ctx, ev, next.id); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		s.lastUsage[n] = id
+		s.lastUsage[n] = next
 	}
 	return errors.Join(errs...)
+}
+
+// storedUsage is the last usage event stored about ev's ClusterQueue;
+// none when there is none or it cannot be read (then the usage is
+// announced: a repeated one costs less than a missing one).
+func storedUsage(ctx context.Context, stream workloads.LastMsgReader, ev events.QuotaUsageV1) usageAnnounced {
+	gctx, cancel := bus.Bounded(ctx)
+	defer cancel()
+	msg, err := stream.GetLastMsgForSubject(gctx, ev.NATSSubject())
+	if err != nil {
+		return usageAnnounced{}
+	}
+	env, err := events.DecodeParts(msg.Subject, msg.Header, msg.Data)
+	if err != nil {
+		return usageAnnounced{}
+	}
+	var stored events.QuotaUsageV1
+	if env.As(&stored) != nil || stored.ClusterQueue != ev.ClusterQueue {
+		return usageAnnounced{}
+	}
+	return usageAnnounced{content: usageContent(stored), id: env.ID}
+}
+
+// usageContent names what a usage event says.
+func usageContent(ev events.QuotaUsageV1) string {
+	return events.ID(ev.Type(), ev.ClusterQueue, ev.Usage, ev.Pending, ev.Admitted)
+}
+
+// usageAnnounced is a usage event announced: what it says and its id.
+type usageAnnounced struct {
+	content, id string
+}
+
+// next is the announcement of ev after a, and whether ev says anything
+// new. The id names the usage and the announcement it follows, so a usage
+// that comes back (full, then less, then full again) is a new event: with
+// the usage alone for id, the stream dropped its return as a re-send of
+// the first within its duplicate window and, past the window, stored a
+// second event under the first one's id. A publish retried after a failure
+// keeps its id.
+func (a usageAnnounced) next(ev events.QuotaUsageV1) (usageAnnounced, bool) {
+	content := usageContent(ev)
+	if content == a.content {
+		return a, false
+	}
+	return usageAnnounced{content: content, id: events.ID(ev.Type(), ev.ClusterQueue, ev.Usage, ev.Pending, ev.Admitted, a.id)}, true
 }
 
 // lqToCQ reads which ClusterQueue each LocalQueue submits to, again only
