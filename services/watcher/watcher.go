@@ -37,6 +37,7 @@ import (
 // KV is the part of the configuration bucket the watcher writes.
 type KV interface {
 	Put(ctx context.Context, key string, value []byte) (uint64, error)
+	Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error)
 	Delete(ctx context.Context, key string, opts ...jetstream.KVDeleteOpt) error
 	ListKeys(ctx context.Context, opts ...jetstream.WatchOpt) (jetstream.KeyLister, error)
 }
@@ -78,7 +79,7 @@ type Service struct {
 	stores map[string]cache.Store
 	status *statusWriter
 	// written remembers the last value put per key (one worker writes).
-	written map[string][]byte
+	written map[string]writtenValue
 	// configGen counts the changes mirrored, so that queue status rebuilds
 	// its view of the configuration only after one.
 	configGen atomic.Uint64
@@ -119,7 +120,7 @@ func New(cfg Config, dyn dynamic.Interface, kv KV, pub events.Publisher, opts ..
 		pub:     pub,
 		log:     zerolog.Nop(),
 		stores:  map[string]cache.Store{},
-		written: map[string][]byte{},
+		written: map[string]writtenValue{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[item](),
 			workqueue.TypedRateLimitingQueueConfig[item]{Name: "watcher"}),
@@ -212,29 +213,67 @@ func (s *Service) sync(ctx context.Context, it item) error {
 	}
 	ev := events.ConfigChangedV1{Kind: it.kind, Namespace: ns, Name: name}
 	if !exists {
-		if err := s.kv.Delete(ctx, key); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
-			return fmt.Errorf("delete %s: %w", key, err)
-		}
-		delete(s.written, key)
-		s.configGen.Add(1)
-		ev.Deleted = true
-	} else {
-		b, err := encode(it.kind, obj)
+		// A deletion's id names the revision of the value it removes:
+		// an object made anew and deleted again is another deletion,
+		// which the stream must not drop as a re-send of the first.
+		ended, err := s.lastRevision(ctx, key)
 		if err != nil {
 			return err
 		}
-		if prev, ok := s.written[key]; ok && bytes.Equal(prev, b) {
-			return nil // nothing that matters changed
+		if err := s.kv.Delete(ctx, key); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return fmt.Errorf("delete %s: %w", key, err)
 		}
-		rev, err := s.kv.Put(ctx, key, b)
-		if err != nil {
-			return fmt.Errorf("put %s: %w", key, err)
-		}
-		ev.Revision = rev
-		s.written[key] = b
+		// Remembered until announced: a retried deletion keeps its id.
+		s.written[key] = writtenValue{rev: ended, deleted: true}
 		s.configGen.Add(1)
+		ev.Deleted = true
+		if err := s.pub.Publish(ctx, ev, events.ID(ev.Type(), key, ev.Revision, ev.Deleted, ended)); err != nil {
+			return err
+		}
+		delete(s.written, key)
+		return nil
 	}
+	b, err := encode(it.kind, obj)
+	if err != nil {
+		return err
+	}
+	if prev, ok := s.written[key]; ok && !prev.deleted && bytes.Equal(prev.b, b) {
+		return nil // nothing that matters changed
+	}
+	rev, err := s.kv.Put(ctx, key, b)
+	if err != nil {
+		return fmt.Errorf("put %s: %w", key, err)
+	}
+	ev.Revision = rev
+	s.written[key] = writtenValue{b: b, rev: rev}
+	s.configGen.Add(1)
 	return s.pub.Publish(ctx, ev, events.ID(ev.Type(), key, ev.Revision, ev.Deleted))
+}
+
+// writtenValue is what the watcher last wrote for a key: the value and its
+// revision, or (deleted) a deletion not announced yet and the revision of
+// the value it removed.
+type writtenValue struct {
+	b       []byte
+	rev     uint64
+	deleted bool
+}
+
+// lastRevision is the revision of the value a deletion of key removes: as
+// written by this watcher, or else as the bucket holds it (0 when it holds
+// none: the key was deleted before).
+func (s *Service) lastRevision(ctx context.Context, key string) (uint64, error) {
+	if w, ok := s.written[key]; ok {
+		return w.rev, nil
+	}
+	e, err := s.kv.Get(ctx, key)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("read %s: %w", key, err)
+	}
+	return e.Revision(), nil
 }
 
 // encode keeps what consumers need: for namespaces only the labels, for
