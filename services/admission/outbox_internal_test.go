@@ -81,13 +81,10 @@ func (s *countingStream) GetLastMsgForSubject(ctx context.Context, subject strin
 	return s.Stream.GetLastMsgForSubject(ctx, subject)
 }
 
-// An admission after the pending reason the outbox stored about the
-// workload expects that reason's sequence instead of reading the stream;
-// when something came since, the publish is refused and the stream is
-// read after all, so an ended job's admission is still not announced.
-func TestOutboxExpectsItsOwnPendingReason(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+// countedEventStream sets the streams and buckets up on a new server and
+// returns the event stream, the same counting its reads, and a publisher.
+func countedEventStream(ctx context.Context, t *testing.T) (jetstream.Stream, *countingStream, events.Publisher) {
+	t.Helper()
 	js := natstest.JetStream(t)
 	if err := bus.Setup(ctx, js, bus.Config{}); err != nil {
 		t.Fatal(err)
@@ -96,8 +93,17 @@ func TestOutboxExpectsItsOwnPendingReason(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stream := &countingStream{Stream: raw}
-	pub := bus.NewPublisher(js, events.Source("admission"))
+	return raw, &countingStream{Stream: raw}, bus.NewPublisher(js, events.Source("admission"))
+}
+
+// An admission after the pending reason the outbox stored about the
+// workload expects that reason's sequence instead of reading the stream;
+// when something came since, the publish is refused and the stream is
+// read after all, so an ended job's admission is still not announced.
+func TestOutboxExpectsItsOwnPendingReason(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	raw, stream, pub := countedEventStream(ctx, t)
 	out := outbox{pub: pub, log: zerolog.Nop(), stream: stream, recordExists: func(context.Context, string) bool { return true }}
 	wl := func(name string) events.WorkloadRef {
 		return events.WorkloadRef{Kind: "job", Namespace: "ns", Name: name, UID: "u-" + name}
@@ -170,16 +176,7 @@ func TestOutboxExpectsItsOwnPendingReason(t *testing.T) {
 func TestTellPendingReadsOnlyWhatItDidNotTell(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	js := natstest.JetStream(t)
-	if err := bus.Setup(ctx, js, bus.Config{}); err != nil {
-		t.Fatal(err)
-	}
-	raw, err := js.Stream(ctx, bus.StreamEvents)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stream := &countingStream{Stream: raw}
-	pub := bus.NewPublisher(js, events.Source("admission"))
+	raw, stream, pub := countedEventStream(ctx, t)
 	now := time.Date(2026, 12, 7, 9, 0, 0, 0, time.UTC)
 	s := &Service{stream: stream, log: zerolog.Nop(), clock: func() time.Time { return now }, told: map[string]told{},
 		out: outbox{pub: pub, log: zerolog.Nop(), stream: stream, recordExists: func(context.Context, string) bool { return true }}}
