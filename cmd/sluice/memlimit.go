@@ -18,8 +18,8 @@ const devMemoryLimit = "900MiB"
 // says otherwise. Go's own 100 lets the heap grow to twice what is live
 // before it collects, and the runtime keeps about that much resident;
 // at 50 `sluice dev` under Kueue's large-scale profile at 15,000 Jobs
-// peaked at 564 MB instead of 713 MB for the same CPU, at 25 at 459 MB for
-// a fifth more CPU (docs/performance.md, stop 61).
+// stayed under 499–526 MB instead of 690 MB for the same CPU, at 25
+// under 457 MB for a fifth more CPU (docs/performance.md, stop 61).
 const defaultGCPercent = 50
 
 // byteUnits are the suffixes GOMEMLIMIT accepts, so a value moves between
