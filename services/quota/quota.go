@@ -363,9 +363,7 @@ func stoppedAnnounced(ctx context.Context, st stores, ref events.WorkloadRef, ad
 }
 
 // publishUsage announces every ClusterQueue's usage that changed since
-// the last announcement. The last announcement of a queue this service
-// has not announced since its start is read from the stream, so that a
-// restart announces only what changed, and after what was stored.
+// the last announcement.
 func (s *Service) publishUsage(ctx context.Context, tracker *usage.Tracker, stream workloads.LastMsgReader) error {
 	rep := tracker.Report(s.lqToCQ(ctx))
 	names := make([]string, 0, len(rep.ClusterQueues))
@@ -377,21 +375,36 @@ func (s *Service) publishUsage(ctx context.Context, tracker *usage.Tracker, stre
 	for _, n := range names {
 		q := rep.ClusterQueues[n]
 		ev := events.QuotaUsageV1{ClusterQueue: n, Usage: q.Quantities(), Pending: q.Pending, Admitted: q.Admitted}
-		last, known := s.lastUsage[n]
-		if !known && stream != nil {
-			last = storedUsage(ctx, stream, ev)
-		}
-		next, changed := last.next(ev)
-		if !changed {
-			continue
-		}
-		if err := s.pub.Publish(ctx, ev, next.id); err != nil {
+		if err := s.announceUsage(ctx, stream, ev); err != nil {
 			errs = append(errs, err)
-			continue
 		}
-		s.lastUsage[n] = next
 	}
 	return errors.Join(errs...)
+}
+
+// announceUsage announces ev unless it is what this service announced
+// last for its ClusterQueue or what the stream holds last for it. The
+// announcement follows the one stored: a restarted service announces only
+// what changed, and replicas that see the same change give it the same
+// id, so the stream keeps it once.
+func (s *Service) announceUsage(ctx context.Context, stream workloads.LastMsgReader, ev events.QuotaUsageV1) error {
+	last, known := s.lastUsage[ev.ClusterQueue]
+	if known && last.content == usageContent(ev) {
+		return nil
+	}
+	if stream != nil {
+		last = storedUsage(ctx, stream, ev)
+	}
+	next, changed := last.next(ev)
+	if !changed {
+		s.lastUsage[ev.ClusterQueue] = last
+		return nil
+	}
+	if err := s.pub.Publish(ctx, ev, next.id); err != nil {
+		return err
+	}
+	s.lastUsage[ev.ClusterQueue] = next
+	return nil
 }
 
 // storedUsage is the last usage event stored about ev's ClusterQueue;

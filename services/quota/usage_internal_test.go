@@ -81,3 +81,55 @@ func TestUsageAnnouncements(t *testing.T) {
 		t.Error("an empty usage read back is news")
 	}
 }
+
+// Two replicas announcing the same changes store each once, even when one
+// of them missed a usage in between.
+func TestUsageAnnouncedOnceByReplicas(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	js := natstest.JetStream(t)
+	if err := bus.Setup(ctx, js, bus.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.Stream(ctx, bus.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := bus.NewPublisher(js, events.Source("quota"))
+	a := &Service{pub: pub, lastUsage: map[string]usageAnnounced{}}
+	b := &Service{pub: pub, lastUsage: map[string]usageAnnounced{}}
+	usage := func(cpu string) events.QuotaUsageV1 {
+		return events.QuotaUsageV1{ClusterQueue: "cq-a", Usage: map[string]map[string]string{"default": {"cpu": cpu}}, Admitted: 1}
+	}
+	stored := func() uint64 {
+		t.Helper()
+		info, err := stream.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Msgs
+	}
+	steps := []struct {
+		replica    *Service
+		cpu        string
+		wantStored uint64
+	}{
+		{a, "10", 1},
+		{b, "10", 1}, // b starts and finds it stored
+		{a, "4", 2},
+		{b, "4", 2},
+		{a, "10", 3}, // b misses this one
+		{a, "6", 4},
+		{b, "6", 4},
+		{b, "10", 5},
+		{a, "10", 5},
+	}
+	for i, st := range steps {
+		if err := st.replica.announceUsage(ctx, stream, usage(st.cpu)); err != nil {
+			t.Fatal(err)
+		}
+		if got := stored(); got != st.wantStored {
+			t.Fatalf("step %d (cpu %s): %d usage events stored, want %d", i, st.cpu, got, st.wantStored)
+		}
+	}
+}
