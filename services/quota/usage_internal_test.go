@@ -5,17 +5,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/sluice-dev/sluice/events"
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/internal/natstest"
 )
 
-// A usage that comes back is a new event with an id of its own; a usage
-// already stored is not announced again after a restart, and one that
-// changed meanwhile follows the stored one.
-func TestUsageAnnouncements(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+// usageStream sets the streams and buckets up on a new server and returns
+// the event stream and a publisher to it.
+func usageStream(ctx context.Context, t *testing.T) (jetstream.Stream, events.Publisher) {
+	t.Helper()
 	js := natstest.JetStream(t)
 	if err := bus.Setup(ctx, js, bus.Config{}); err != nil {
 		t.Fatal(err)
@@ -24,7 +24,16 @@ func TestUsageAnnouncements(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub := bus.NewPublisher(js, events.Source("quota"))
+	return stream, bus.NewPublisher(js, events.Source("quota"))
+}
+
+// A usage that comes back is a new event with an id of its own; a usage
+// already stored is not announced again after a restart, and one that
+// changed meanwhile follows the stored one.
+func TestUsageAnnouncements(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stream, pub := usageStream(ctx, t)
 	full := events.QuotaUsageV1{ClusterQueue: "cq-a", Usage: map[string]map[string]string{"default": {"cpu": "10"}}, Pending: 3, Admitted: 5}
 	less := events.QuotaUsageV1{ClusterQueue: "cq-a", Usage: map[string]map[string]string{"default": {"cpu": "4"}}, Pending: 0, Admitted: 2}
 	empty := events.QuotaUsageV1{ClusterQueue: "cq-b", Usage: map[string]map[string]string{}}
@@ -87,15 +96,7 @@ func TestUsageAnnouncements(t *testing.T) {
 func TestUsageAnnouncedOnceByReplicas(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	js := natstest.JetStream(t)
-	if err := bus.Setup(ctx, js, bus.Config{}); err != nil {
-		t.Fatal(err)
-	}
-	stream, err := js.Stream(ctx, bus.StreamEvents)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub := bus.NewPublisher(js, events.Source("quota"))
+	stream, pub := usageStream(ctx, t)
 	a := &Service{pub: pub, lastUsage: map[string]usageAnnounced{}}
 	b := &Service{pub: pub, lastUsage: map[string]usageAnnounced{}}
 	usage := func(cpu string) events.QuotaUsageV1 {
