@@ -94,6 +94,9 @@ type Options struct {
 	Unqueued bool
 	// Log receives progress lines (default: none).
 	Log io.Writer
+	// Watch, if set, lists and watches the run's Jobs instead of the
+	// client Run is given (Clients puts it on a connection of its own).
+	Watch kubernetes.Interface
 	// Ready, if set, is called once the queues are set up, Sluice admits
 	// from every LocalQueue and the quota check watches, right before the
 	// first Job is created.
@@ -258,7 +261,11 @@ func Run(parent context.Context, kube kubernetes.Interface, dyn dynamic.Interfac
 
 	tctx, tcancel := context.WithCancel(ctx)
 	defer tcancel()
-	tr := newTracker(kube, o.Namespace, selector, logf)
+	watch := o.Watch
+	if watch == nil {
+		watch = kube
+	}
+	tr := newTracker(kube, watch, o.Namespace, selector, logf)
 	if err := tr.start(tctx, o.Completers); err != nil {
 		return nil, err
 	}

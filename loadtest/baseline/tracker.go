@@ -47,7 +47,8 @@ type jobState struct {
 // tracker follows the run's Jobs through one watch and completes each one
 // its class's runtime after it was unsuspended, by writing its status.
 type tracker struct {
-	kube     kubernetes.Interface
+	kube     kubernetes.Interface // writes
+	watch    kubernetes.Interface // lists and watches
 	ns       string
 	selector string
 	log      func(format string, args ...any)
@@ -70,8 +71,10 @@ type completion struct {
 	epoch int
 }
 
-func newTracker(kube kubernetes.Interface, ns, selector string, log func(string, ...any)) *tracker {
-	return &tracker{kube: kube, ns: ns, selector: selector, log: log, jobs: map[string]*jobState{},
+// newTracker returns a tracker writing with kube and listing and watching
+// with watch.
+func newTracker(kube, watch kubernetes.Interface, ns, selector string, log func(string, ...any)) *tracker {
+	return &tracker{kube: kube, watch: watch, ns: ns, selector: selector, log: log, jobs: map[string]*jobState{},
 		changed: make(chan struct{}), completions: make(chan completion, 1024)}
 }
 
@@ -161,7 +164,7 @@ func (t *tracker) start(ctx context.Context, completers int) error {
 }
 
 func (t *tracker) list(ctx context.Context) (string, error) {
-	l, err := t.kube.BatchV1().Jobs(t.ns).List(ctx, metav1.ListOptions{LabelSelector: t.selector})
+	l, err := t.watch.BatchV1().Jobs(t.ns).List(ctx, metav1.ListOptions{LabelSelector: t.selector})
 	if err != nil {
 		return "", fmt.Errorf("list Jobs: %w", err)
 	}
@@ -172,7 +175,7 @@ func (t *tracker) list(ctx context.Context) (string, error) {
 }
 
 func (t *tracker) open(ctx context.Context, rv string) (watch.Interface, error) {
-	return t.kube.BatchV1().Jobs(t.ns).Watch(ctx, metav1.ListOptions{LabelSelector: t.selector, ResourceVersion: rv, AllowWatchBookmarks: true})
+	return t.watch.BatchV1().Jobs(t.ns).Watch(ctx, metav1.ListOptions{LabelSelector: t.selector, ResourceVersion: rv, AllowWatchBookmarks: true})
 }
 
 // watchLoop feeds every event to observe, resuming the watch from the last

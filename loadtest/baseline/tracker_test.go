@@ -23,7 +23,7 @@ func TestTrackerCompletes(t *testing.T) {
 	job := n.jobObject("j", "q", 0, 1000)
 	job.UID = "uid-1"
 	kube := fake.NewClientset(job)
-	tr := newTracker(kube, "ns", "", t.Logf)
+	tr := newTracker(kube, kube, "ns", "", t.Logf)
 	tr.stop = ctx.Done()
 	go tr.completer(ctx)
 	const runtime = 100 * time.Millisecond

@@ -85,7 +85,14 @@ func replay(t *testing.T, natsURL, prefix string) *baseline.Result {
 func replayUnranged(t *testing.T, natsURL, prefix string, ready func()) *baseline.Result {
 	t.Helper()
 	var log bytes.Buffer
-	res, err := baseline.Run(context.Background(), env.kube, env.dyn, baseline.Options{
+	// The generator's own clients, as the floor's (cmd/baseline): the
+	// suite's are rate-limited lower.
+	clients, err := baseline.Clients(env.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := baseline.Run(context.Background(), clients.Kube, clients.Dyn, baseline.Options{
+		Watch:     clients.Watch,
 		Profile:   baselineProfile(t).Name,
 		Scale:     baselineScale(t),
 		Namespace: prefix,

@@ -22,8 +22,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/sluice-dev/sluice/loadtest/baseline"
@@ -98,20 +96,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "baseline:", err)
 		return 1
 	}
-	rc.QPS, rc.Burst = 2000, 4000
-	kube, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		fmt.Fprintln(stderr, "baseline:", err)
-		return 1
-	}
-	dyn, err := dynamic.NewForConfig(rc)
+	clients, err := baseline.Clients(rc)
 	if err != nil {
 		fmt.Fprintln(stderr, "baseline:", err)
 		return 1
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	res, err := baseline.Run(ctx, kube, dyn, o)
+	o.Watch = clients.Watch
+	res, err := baseline.Run(ctx, clients.Kube, clients.Dyn, o)
 	if err != nil {
 		fmt.Fprintln(stderr, "baseline:", err)
 		return 1

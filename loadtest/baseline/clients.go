@@ -1,0 +1,71 @@
+package baseline
+
+import (
+	"fmt"
+	"net"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// Client-side rate limits of a run's generator. They are set high enough
+// that the API server, not client-go's limiter, paces the creates and the
+// completions; the floor (cmd/baseline) and the end-to-end replays use the
+// same, so a run and its floor are measured with one generator.
+const (
+	ClientQPS   = 2000
+	ClientBurst = 4000
+)
+
+// RunClients are the clients of a run (Clients).
+type RunClients struct {
+	// Kube creates the Jobs and writes their status; Watch lists and
+	// watches them (Options.Watch); Dyn sets the queues up.
+	Kube, Watch kubernetes.Interface
+	Dyn         dynamic.Interface
+}
+
+// Clients returns the clients of a run made from rc (not changed): the
+// generator's rate limits, protobuf for Jobs, and the watch on a
+// connection of its own.
+//
+// Why protobuf and a connection apart: the API server gives each watcher a
+// buffer of 100 events and closes a watch that lets it fill; the watch
+// then resumes from where it was, and the server replays what it missed
+// by copying and encoding every missed Job for this watcher alone, while
+// new events fill the buffer again. A watcher that falls behind at 500
+// Job events a second does not catch up: on this machine it was closed
+// hundreds of times in a run and saw Jobs' changes tens of seconds late,
+// which is what the completion lag measured. JSON costs the server a
+// second encoding of every event (the cluster's own watchers take
+// protobuf) and the client a slower decoding; a connection shared with
+// thousands of creates and status writes a second holds the watch's
+// frames behind their answers.
+func Clients(rc *rest.Config) (RunClients, error) {
+	limited := rest.CopyConfig(rc)
+	limited.QPS, limited.Burst = ClientQPS, ClientBurst
+	c := rest.CopyConfig(limited)
+	c.ContentType = runtime.ContentTypeProtobuf
+	c.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	kube, err := kubernetes.NewForConfig(c)
+	if err != nil {
+		return RunClients{}, fmt.Errorf("load test client: %w", err)
+	}
+	// A dial function of its own makes client-go build a transport (and
+	// so a connection) for the watch alone instead of sharing its cached
+	// one.
+	w := rest.CopyConfig(c)
+	w.Dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	watch, err := kubernetes.NewForConfig(w)
+	if err != nil {
+		return RunClients{}, fmt.Errorf("load test watch client: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(limited)
+	if err != nil {
+		return RunClients{}, fmt.Errorf("load test dynamic client: %w", err)
+	}
+	return RunClients{Kube: kube, Watch: watch, Dyn: dyn}, nil
+}
