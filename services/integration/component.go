@@ -86,10 +86,6 @@ func Build(_ context.Context, d component.Deps, o Options) (component.Runnable, 
 	if err != nil {
 		return nil, err
 	}
-	watchKube, watchDyn, err := kinds.WatchClients(d.Kube)
-	if err != nil {
-		return nil, err
-	}
 	set, err := configfile.Load(o.ConfigFile)
 	if err != nil {
 		return nil, component.Usage(fmt.Errorf("--config: %w", err))
@@ -111,8 +107,7 @@ func Build(_ context.Context, d component.Deps, o Options) (component.Runnable, 
 	g := &served{metrics: NewQueueMetrics()}
 	g.run = func(ctx context.Context) error {
 		mk := func(c Config, ads []jobframework.Adapter) (*Service, error) {
-			svc, err := New(c, ads, kube, dyn, d.JS, pub, WithLogger(d.Log), WithTracing(d.Tracing), WithQueueMetrics(g.metrics),
-				WithWatchClients(watchKube, watchDyn))
+			svc, err := New(c, ads, kube, dyn, d.JS, pub, WithLogger(d.Log), WithTracing(d.Tracing), WithQueueMetrics(g.metrics))
 			if err == nil {
 				g.add(svc)
 			}

@@ -130,13 +130,10 @@ type Service struct {
 	cfg    Config
 	kube   kubernetes.Interface
 	dyn    dynamic.Interface
-	// watchKube and watchDyn list and watch the kinds' objects.
-	watchKube kubernetes.Interface
-	watchDyn  dynamic.Interface
-	js        jetstream.JetStream
-	pub       events.Publisher
-	log       zerolog.Logger
-	kinds     map[string]*kindRunner
+	js     jetstream.JetStream
+	pub    events.Publisher
+	log    zerolog.Logger
+	kinds  map[string]*kindRunner
 	// devices counts pods' device claims (Config.Devices), from Run on.
 	devices jobframework.DeviceCounter
 	// parents are the parent kinds (Kind.QueuedBy) the service runs: only
@@ -213,11 +210,9 @@ type kindRunner struct {
 type Option func(*options)
 
 type options struct {
-	log       zerolog.Logger
-	tracing   *tracing.Factory
-	metrics   *QueueMetrics
-	watchKube kubernetes.Interface
-	watchDyn  dynamic.Interface
+	log     zerolog.Logger
+	tracing *tracing.Factory
+	metrics *QueueMetrics
 }
 
 // WithLogger sets the logger.
@@ -230,13 +225,6 @@ func WithTracing(tf *tracing.Factory) Option { return func(o *options) { o.traci
 // WithQueueMetrics receives the kinds' work queue metrics; without it they
 // are kept, not exported.
 func WithQueueMetrics(m *QueueMetrics) Option { return func(o *options) { o.metrics = m } }
-
-// WithWatchClients makes the kinds' informers list and watch with these
-// clients instead of the ones that write (kinds.WatchClients puts them on
-// a connection of their own).
-func WithWatchClients(kube kubernetes.Interface, dyn dynamic.Interface) Option {
-	return func(o *options) { o.watchKube, o.watchDyn = kube, dyn }
-}
 
 // New returns an integration of the adapters' kinds. Each kind must be
 // served by the API server (see RunWhenServed).
@@ -263,8 +251,6 @@ func New(cfg Config, adapters []jobframework.Adapter, kube kubernetes.Interface,
 		cfg:            cfg,
 		kube:           kube,
 		dyn:            dyn,
-		watchKube:      kube,
-		watchDyn:       dyn,
 		js:             js,
 		pub:            pub,
 		log:            o.log.With().Str("replica", cfg.Replica).Logger(),
@@ -278,12 +264,6 @@ func New(cfg Config, adapters []jobframework.Adapter, kube kubernetes.Interface,
 		stopsAnnounced: map[string]string{},
 		unverified:     map[string]bool{},
 		reconfigured:   make(chan struct{}, 1),
-	}
-	if o.watchKube != nil {
-		s.watchKube = o.watchKube
-	}
-	if o.watchDyn != nil {
-		s.watchDyn = o.watchDyn
 	}
 	for _, ad := range adapters {
 		k := ad.Kind()
@@ -638,9 +618,9 @@ func (s *Service) waitSynced(ctx context.Context, sup *supervise.Group, buckets 
 // startInformer starts the watch of one kind's labelled objects.
 func (s *Service) startInformer(ctx context.Context, k *kindRunner) error {
 	if src, ok := k.ad.(jobframework.InformerSource); ok {
-		k.inf = src.NewInformer(s.watchKube, s.cfg.Resync, v1beta1.QueueNameLabel)
+		k.inf = src.NewInformer(s.kube, s.cfg.Resync, v1beta1.QueueNameLabel)
 	} else {
-		k.inf = dynamicinformer.NewFilteredDynamicInformer(s.watchDyn, k.kind.GVR(), metav1.NamespaceAll, s.cfg.Resync,
+		k.inf = dynamicinformer.NewFilteredDynamicInformer(s.dyn, k.kind.GVR(), metav1.NamespaceAll, s.cfg.Resync,
 			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
 			func(o *metav1.ListOptions) { o.LabelSelector = v1beta1.QueueNameLabel }).Informer()
 	}

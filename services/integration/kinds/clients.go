@@ -2,9 +2,7 @@ package kinds
 
 import (
 	"fmt"
-	"net"
 	"strings"
-	"time"
 
 	"github.com/spf13/pflag"
 
@@ -42,33 +40,6 @@ func Clients(kc *rest.Config, names []string) ([]jobframework.Adapter, kubernete
 		}
 	}
 	return ads, kube, dyn, nil
-}
-
-// WatchClients returns the clients the kinds' informers list and watch
-// with: as Clients', on a connection of their own. The API server gives
-// each watcher a buffer of 100 events and closes a watch that lets it fill
-// (it then resumes and the server replays what it missed, copying and
-// encoding each missed object for it alone); on the connection that also
-// carries every patch and read, a watch's frames wait behind their
-// answers, and at a few hundred changes a second it fell behind and was
-// closed again and again.
-func WatchClients(kc *rest.Config) (kubernetes.Interface, dynamic.Interface, error) {
-	if kc == nil {
-		return nil, nil, component.Usage(fmt.Errorf("the job kinds need Kubernetes access (--kubeconfig, or the pod's service account)"))
-	}
-	own := rest.CopyConfig(kc)
-	// A dial function makes client-go build a transport of its own
-	// rather than share the one it caches for this server and identity.
-	own.Dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
-	kube, err := kubernetes.NewForConfig(protobuf(own))
-	if err != nil {
-		return nil, nil, err
-	}
-	dyn, err := dynamic.NewForConfig(own)
-	if err != nil {
-		return nil, nil, err
-	}
-	return kube, dyn, nil
 }
 
 // protobuf is kc speaking protobuf, for clients of built-in kinds only
