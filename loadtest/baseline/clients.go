@@ -32,18 +32,17 @@ type RunClients struct {
 // generator's rate limits, protobuf for Jobs, and the watch on a
 // connection of its own.
 //
-// Why protobuf and a connection apart: the API server gives each watcher a
-// buffer of 100 events and closes a watch that lets it fill; the watch
-// then resumes from where it was, and the server replays what it missed
-// by copying and encoding every missed Job for this watcher alone, while
-// new events fill the buffer again. A watcher that falls behind at 500
-// Job events a second does not catch up: on this machine it was closed
-// hundreds of times in a run and saw Jobs' changes tens of seconds late,
-// which is what the completion lag measured. JSON costs the server a
-// second encoding of every event (the cluster's own watchers take
-// protobuf) and the client a slower decoding; a connection shared with
-// thousands of creates and status writes a second holds the watch's
-// frames behind their answers.
+// Why: the API server gives each watcher a buffer of 100 events and closes
+// a watch that lets it fill; the watch resumes from where it was, and the
+// server replays what it missed by copying and encoding each missed Job
+// for that watcher alone while new events fill the buffer again. With
+// JSON (a second encoding of every event for the server, the cluster's
+// own watchers taking protobuf, and a slower decoding here) on the
+// connection of the creates and status writes, the tracker's watch was
+// closed again and again at 50,000 Jobs and saw the Jobs' changes more
+// than a minute late, which the floor's time to admission and every
+// run's completion lag then measured. docs/performance.md (stop 62) has
+// the runs; which of the two changes did more was not separated.
 func Clients(rc *rest.Config) (RunClients, error) {
 	limited := rest.CopyConfig(rc)
 	limited.QPS, limited.Burst = ClientQPS, ClientBurst
