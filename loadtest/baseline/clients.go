@@ -16,8 +16,8 @@ import (
 // completions; the floor (cmd/baseline) and the end-to-end replays use the
 // same, so a run and its floor are measured with one generator.
 const (
-	ClientQPS   = 2000
-	ClientBurst = 4000
+	clientQPS   = 2000
+	clientBurst = 4000
 )
 
 // RunClients are the clients of a run (Clients).
@@ -45,7 +45,7 @@ type RunClients struct {
 // the runs; which of the two changes did more was not separated.
 func Clients(rc *rest.Config) (RunClients, error) {
 	limited := rest.CopyConfig(rc)
-	limited.QPS, limited.Burst = ClientQPS, ClientBurst
+	limited.QPS, limited.Burst = clientQPS, clientBurst
 	c := rest.CopyConfig(limited)
 	c.ContentType = runtime.ContentTypeProtobuf
 	c.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
