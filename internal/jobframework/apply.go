@@ -785,11 +785,49 @@ func NextStopStep(ad Adapter, j Job) (Step, error) {
 	return Step{Name: "restore", Patch: p, Last: true}, err
 }
 
-// stringMaps are the template fields whose keys the patch removes one by
-// one (jobPatchDiff): a pod template's labels or annotations map removed
-// whole is removed key by key, each key the template had as it was read.
-// The cache may have trimmed keys the API server put there (a Job
-// template's generated labels), which a null would remove with the rest.
+// MarkStopped returns step also marking the object stopped from admission
+// (StoppedAnnotation) when step is the stop's only write left: the last
+// one, to the object itself. Then the mark and the stop are one write,
+// and the object is never seen marked while running or stopped without
+// its mark. ok is false for any other step (the mark goes first, in a
+// write of its own), and when the step removes the object's annotations
+// as a whole (a mark added to that would keep what it removes).
+func MarkStopped(step Step, admission string) (marked Step, ok bool, err error) {
+	if !step.Last || step.Status {
+		return step, false, nil
+	}
+	var p map[string]any
+	if err := json.Unmarshal(step.Patch, &p); err != nil {
+		return step, false, fmt.Errorf("stop patch: %w", err)
+	}
+	meta, _ := p["metadata"].(map[string]any)
+	if meta == nil {
+		meta = map[string]any{}
+	}
+	ann, present := meta["annotations"]
+	annotations, isMap := ann.(map[string]any)
+	switch {
+	case !present:
+		annotations = map[string]any{}
+	case !isMap:
+		return step, false, nil
+	}
+	annotations[StoppedAnnotation] = admission
+	meta["annotations"] = annotations
+	p["metadata"] = meta
+	if step.Patch, err = json.Marshal(p); err != nil {
+		return step, false, err
+	}
+	return step, true, nil
+}
+
+// stringMaps are the fields whose keys the patch removes one by one
+// (jobPatchDiff): a pod template's or the object's own labels or
+// annotations map removed whole is removed key by key, each key it had as
+// it was read. The cache may have trimmed keys the API server put there (a
+// Job template's generated labels), which a null would remove with the
+// rest; and a null on the object's annotations would remove what was
+// written since it was read, the stop's own mark among them.
 var stringMaps = map[string]bool{"labels": true, "annotations": true}
 
 // WithUID adds metadata.uid to a merge patch, so it cannot apply to an

@@ -30,8 +30,10 @@ func TestMergePatchRemovesTemplateKeysOneByOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]any{
-		// The object's own annotations go as a whole: nothing trims them.
-		"metadata": map[string]any{"uid": "uid-1", "annotations": nil},
+		// The object's own annotations go key by key too: a null would
+		// also remove what the cache trimmed (kubectl's last-applied
+		// manifest) and what was written since the read (a stop's mark).
+		"metadata": map[string]any{"uid": "uid-1", "annotations": map[string]any{"sluice.dev/admission": nil}},
 		"spec": map[string]any{"template": map[string]any{"metadata": map[string]any{
 			"labels":      map[string]any{"sluice.dev/tas": nil},
 			"annotations": map[string]any{"sluice.dev/topology-podset": nil},

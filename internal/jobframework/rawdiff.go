@@ -161,20 +161,21 @@ func isObject(v []byte) bool { return len(v) > 0 && v[0] == '{' }
 // compared member by member, anything else (arrays included) is replaced
 // whole when its bytes differ.
 func rawDiff(a, b []byte) (map[string]any, error) {
-	return diffMembers(a, b, false, false)
+	return diffMembers(a, b, false, false, false)
 }
 
 // jobPatchDiff is rawDiff with the rule MergePatch follows for pod
-// templates (stringMaps): within a template, a removed labels or
-// annotations map is removed key by key, each key the template had.
+// templates and the object's own metadata (stringMaps): there, a removed
+// labels or annotations map is removed key by key, each key it had.
 func jobPatchDiff(a, b []byte) (map[string]any, error) {
-	return diffMembers(a, b, true, false)
+	return diffMembers(a, b, true, false, true)
 }
 
 // diffMembers is rawDiff; with keyByKey set, within a pod template
-// (inTemplate, or below a member named "template") it removes a whole
+// (inTemplate, or below a member named "template") or the top object's
+// metadata (top, then a member named "metadata") it removes a whole
 // labels or annotations map one key at a time.
-func diffMembers(a, b []byte, keyByKey, inTemplate bool) (map[string]any, error) {
+func diffMembers(a, b []byte, keyByKey, inTemplate, top bool) (map[string]any, error) {
 	am, err := rawMembers(a)
 	if err != nil {
 		return nil, err
@@ -211,7 +212,7 @@ func diffMembers(a, b []byte, keyByKey, inTemplate bool) (map[string]any, error)
 		switch {
 		case ok && bytes.Equal(av, m.value):
 		case ok && isObject(av) && isObject(m.value):
-			d, err := diffMembers(av, m.value, keyByKey, inTemplate || m.key == "template")
+			d, err := diffMembers(av, m.value, keyByKey, inTemplate || m.key == "template" || top && m.key == "metadata", false)
 			if err != nil {
 				return nil, err
 			}

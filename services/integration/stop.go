@@ -37,9 +37,9 @@ func (s *Service) stopFirst(ctx context.Context, k *kindRunner, job jobframework
 // The writes are: mark the admission stopped; suspend, when the templates
 // must change and the object runs (templates of a running object cannot
 // change); unlock the templates, for a kind that needs it; restore. An
-// object whose templates Sluice never changed is stopped in one write
-// after the mark. Every step is idempotent: a failed stop is retried from
-// the start.
+// object whose templates Sluice never changed is stopped in one write,
+// which carries the mark. Every step is idempotent: a failed stop is
+// retried from the start.
 func (s *Service) stop(ctx context.Context, k *kindRunner, job jobframework.Job, ref events.WorkloadRef, cq, reason, message, admission string) error {
 	r, held := s.reservation(ref)
 	if admission == "" && held {
@@ -57,23 +57,34 @@ func (s *Service) stop(ctx context.Context, k *kindRunner, job jobframework.Job,
 		s.recorder.Event(job.Object(), corev1.EventTypeNormal, reason, message+" (deleted: it cannot be held back once admitted)")
 		return s.announceStop(ctx, ref, cq, reason, admission)
 	}
+	step, err := jobframework.NextStopStep(k.ad, job)
 	if admission != "" {
-		mark, err := json.Marshal(map[string]any{"metadata": map[string]any{
-			"uid": uid, "annotations": map[string]string{jobframework.StoppedAnnotation: admission}}})
-		if err != nil {
-			return err
+		// A stop in one write carries its mark; otherwise the mark is
+		// written first (also when the stop cannot be computed: the
+		// admission must not start the object again meanwhile).
+		marked := false
+		if err == nil {
+			if step, marked, err = jobframework.MarkStopped(step, admission); err != nil {
+				return err
+			}
 		}
-		if err := s.patch(ctx, k, ns, name, mark); err != nil {
-			return fmt.Errorf("mark stopped: %w", err)
+		if !marked {
+			if err := s.markStopped(ctx, k, ns, name, uid, admission); err != nil {
+				return err
+			}
 		}
+	}
+	if err != nil {
+		return err
 	}
 	for n := 0; ; n++ {
 		if n > 3 {
 			return fmt.Errorf("stop: not done after %d writes", n)
 		}
-		step, err := jobframework.NextStopStep(k.ad, job)
-		if err != nil {
-			return err
+		if n > 0 {
+			if step, err = jobframework.NextStopStep(k.ad, job); err != nil {
+				return err
+			}
 		}
 		if err := s.patch(ctx, k, ns, name, step.Patch, step.Subresource()...); err != nil {
 			return fmt.Errorf("stop (%s): %w", step.Name, err)
@@ -91,6 +102,20 @@ func (s *Service) stop(ctx context.Context, k *kindRunner, job jobframework.Job,
 	}
 	s.recorder.Event(job.Object(), corev1.EventTypeNormal, reason, message)
 	return s.announceStop(ctx, ref, cq, reason, admission)
+}
+
+// markStopped writes StoppedAnnotation: the object is stopped from
+// admission, which never starts it again.
+func (s *Service) markStopped(ctx context.Context, k *kindRunner, ns, name, uid, admission string) error {
+	mark, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"uid": uid, "annotations": map[string]string{jobframework.StoppedAnnotation: admission}}})
+	if err != nil {
+		return err
+	}
+	if err := s.patch(ctx, k, ns, name, mark); err != nil {
+		return fmt.Errorf("mark stopped: %w", err)
+	}
+	return nil
 }
 
 // announceStop publishes stopped, unless the workload ended meanwhile

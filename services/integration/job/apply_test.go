@@ -588,6 +588,116 @@ func TestStopSteps(t *testing.T) {
 	}
 }
 
+// TestStopCarriesItsMark: the stopped mark (StoppedAnnotation) rides on a
+// stop done in one write, and is written on its own first otherwise; the
+// stopped Job is the same either way.
+func TestStopCarriesItsMark(t *testing.T) {
+	const admission = "2026-12-07T10:00:00Z"
+	admittedOnSpot := func() *jobBuilder {
+		return makeJob("j").parallelism(2).suspend(false).
+			nodeSelector("disk", "ssd").nodeSelector("sluice.dev/capacity", "spot").
+			toleration(spotToleration).
+			annotation(OriginalAnnotation, `[{"name":"main","scale":2,"nodeSelector":{"disk":"ssd"}}]`).
+			annotation(AdmissionAnnotation, `{"clusterQueue":"cq","podSets":[{"name":"main","count":2,"flavors":{"cpu":"spot"}}]}`)
+	}
+	cases := []struct {
+		name       string
+		job        *jobBuilder
+		wantWrites []string
+		wantJob    *jobBuilder
+	}{
+		{
+			name:       "a suspended, never-started job: one write, marked",
+			job:        admittedOnSpot().suspend(true),
+			wantWrites: []string{"restore+mark"},
+			wantJob:    makeJob("j").parallelism(2).nodeSelector("disk", "ssd").annotation(jobframework.StoppedAnnotation, admission),
+		},
+		{
+			name:       "a running job whose templates Sluice did not change: one write, marked",
+			job:        makeJob("j").suspend(false).annotation("keep", "me").started(),
+			wantWrites: []string{"restore+mark"},
+			wantJob:    makeJob("j").annotation("keep", "me").annotation(jobframework.StoppedAnnotation, admission).started(),
+		},
+		{
+			name:       "a running job on spot: the mark first, then three steps",
+			job:        admittedOnSpot().started(),
+			wantWrites: []string{"mark", "suspend", "unlock", "restore"},
+			wantJob:    makeJob("j").parallelism(2).nodeSelector("disk", "ssd").annotation(jobframework.StoppedAnnotation, admission),
+		},
+		{
+			name:       "a job whose only annotation is Sluice's",
+			job:        makeJob("j").suspend(false).annotation(AdmissionAnnotation, `{}`),
+			wantWrites: []string{"restore+mark"},
+			wantJob:    makeJob("j").annotation(jobframework.StoppedAnnotation, admission),
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			job := tc.job.obj()
+			var writes []string
+			write := func(name, sub string, patch []byte) {
+				t.Helper()
+				var err error
+				if job, err = apiServerWrite(t, job, sub, patch); err != nil {
+					t.Fatalf("API server refused %s %s: %v", name, patch, err)
+				}
+				writes = append(writes, name)
+			}
+			// As the integration's stop does it.
+			step, err := nextStopStep(job)
+			if err != nil {
+				t.Fatal(err)
+			}
+			step, marked, err := jobframework.MarkStopped(step, admission)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !marked {
+				mark, _ := json.Marshal(map[string]any{"metadata": map[string]any{
+					"uid": string(job.UID), "annotations": map[string]string{jobframework.StoppedAnnotation: admission}}})
+				write("mark", "", mark)
+			}
+			for range 5 {
+				name := step.Name
+				if marked {
+					name += "+mark"
+				}
+				write(name, strings.Join(step.Subresource(), ""), step.Patch)
+				if step.Last {
+					break
+				}
+				if step, err = nextStopStep(job); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if diff := cmp.Diff(tc.wantWrites, writes); diff != "" {
+				t.Errorf("writes mismatch (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantJob.obj(), job, quantityCmp); diff != "" {
+				t.Errorf("stopped job mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestMarkStoppedLeavesOtherStepsAlone: a step that is not the last, or
+// goes to the status, is not marked.
+func TestMarkStoppedLeavesOtherStepsAlone(t *testing.T) {
+	for _, step := range []jobframework.Step{
+		{Name: "suspend", Patch: []byte(`{"metadata":{"uid":"u"},"spec":{"suspend":true}}`)},
+		{Name: "unlock", Status: true, Last: true, Patch: []byte(`{"metadata":{"uid":"u"},"status":{"startTime":null}}`)},
+		{Name: "restore", Last: true, Patch: []byte(`{"metadata":{"uid":"u","annotations":null},"spec":{"suspend":true}}`)},
+	} {
+		got, ok, err := jobframework.MarkStopped(step, "adm")
+		if err != nil || ok || string(got.Patch) != string(step.Patch) {
+			t.Errorf("MarkStopped(%s %s) = %s, %v, %v; want the step unchanged, false", step.Name, step.Patch, got.Patch, ok, err)
+		}
+	}
+	if _, _, err := jobframework.MarkStopped(jobframework.Step{Name: "restore", Last: true, Patch: []byte("{")}, "adm"); err == nil {
+		t.Error("MarkStopped of a patch that is not JSON: no error")
+	}
+}
+
 // TestPatchesRefuseARecreatedJob checks the uid precondition: a patch built
 // for one Job does not apply to a new Job with the same name.
 func TestPatchesRefuseARecreatedJob(t *testing.T) {

@@ -272,5 +272,14 @@ func applyMergePatch(t *testing.T, job *batchv1.Job, patch []byte) *batchv1.Job 
 	if err := json.Unmarshal(out, &got); err != nil {
 		t.Fatalf("decode patched job: %v", err)
 	}
+	// Stored and read back, as the API server does: an empty map is not
+	// kept.
+	if out, err = json.Marshal(&got); err != nil {
+		t.Fatalf("encode patched job: %v", err)
+	}
+	got = batchv1.Job{}
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("decode patched job: %v", err)
+	}
 	return &got
 }
