@@ -509,14 +509,17 @@ func stopAll(t *testing.T, job *batchv1.Job) ([]string, *batchv1.Job, error) {
 	return nil, nil, nil
 }
 
+// admittedOnSpot is a running Job admitted on the spot flavor, its own
+// node selector and its pod count recorded.
+func admittedOnSpot() *jobBuilder {
+	return makeJob("j").parallelism(2).suspend(false).
+		nodeSelector("disk", "ssd").nodeSelector("sluice.dev/capacity", "spot").
+		toleration(spotToleration).
+		annotation(OriginalAnnotation, `[{"name":"main","scale":2,"nodeSelector":{"disk":"ssd"}}]`).
+		annotation(AdmissionAnnotation, `{"clusterQueue":"cq","podSets":[{"name":"main","count":2,"flavors":{"cpu":"spot"}}]}`)
+}
+
 func TestStopSteps(t *testing.T) {
-	admittedOnSpot := func() *jobBuilder {
-		return makeJob("j").parallelism(2).suspend(false).
-			nodeSelector("disk", "ssd").nodeSelector("sluice.dev/capacity", "spot").
-			toleration(spotToleration).
-			annotation(OriginalAnnotation, `[{"name":"main","scale":2,"nodeSelector":{"disk":"ssd"}}]`).
-			annotation(AdmissionAnnotation, `{"clusterQueue":"cq","podSets":[{"name":"main","count":2,"flavors":{"cpu":"spot"}}]}`)
-	}
 	cases := []struct {
 		name      string
 		job       *jobBuilder
@@ -593,13 +596,6 @@ func TestStopSteps(t *testing.T) {
 // stopped Job is the same either way.
 func TestStopCarriesItsMark(t *testing.T) {
 	const admission = "2026-12-07T10:00:00Z"
-	admittedOnSpot := func() *jobBuilder {
-		return makeJob("j").parallelism(2).suspend(false).
-			nodeSelector("disk", "ssd").nodeSelector("sluice.dev/capacity", "spot").
-			toleration(spotToleration).
-			annotation(OriginalAnnotation, `[{"name":"main","scale":2,"nodeSelector":{"disk":"ssd"}}]`).
-			annotation(AdmissionAnnotation, `{"clusterQueue":"cq","podSets":[{"name":"main","count":2,"flavors":{"cpu":"spot"}}]}`)
-	}
 	cases := []struct {
 		name       string
 		job        *jobBuilder
