@@ -821,6 +821,13 @@ func MarkStopped(step Step, admission string) (marked Step, ok bool, err error) 
 	return step, true, nil
 }
 
+// MarkPatch is the write that marks an object stopped from admission on
+// its own (StoppedAnnotation), for a stop of several steps.
+func MarkPatch(uid, admission string) ([]byte, error) {
+	return json.Marshal(map[string]any{"metadata": map[string]any{
+		"uid": uid, "annotations": map[string]string{StoppedAnnotation: admission}}})
+}
+
 // stringMaps are the fields whose keys the patch removes one by one
 // (jobPatchDiff): a pod template's or the object's own labels or
 // annotations map removed whole is removed key by key, each key it had as

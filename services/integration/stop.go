@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -107,8 +106,7 @@ func (s *Service) stop(ctx context.Context, k *kindRunner, job jobframework.Job,
 // markStopped writes StoppedAnnotation: the object is stopped from
 // admission, which never starts it again.
 func (s *Service) markStopped(ctx context.Context, k *kindRunner, ns, name, uid, admission string) error {
-	mark, err := json.Marshal(map[string]any{"metadata": map[string]any{
-		"uid": uid, "annotations": map[string]string{jobframework.StoppedAnnotation: admission}}})
+	mark, err := jobframework.MarkPatch(uid, admission)
 	if err != nil {
 		return err
 	}

@@ -649,8 +649,10 @@ func TestStopCarriesItsMark(t *testing.T) {
 				t.Fatal(err)
 			}
 			if !marked {
-				mark, _ := json.Marshal(map[string]any{"metadata": map[string]any{
-					"uid": string(job.UID), "annotations": map[string]string{jobframework.StoppedAnnotation: admission}}})
+				mark, err := jobframework.MarkPatch(string(job.UID), admission)
+				if err != nil {
+					t.Fatal(err)
+				}
 				write("mark", "", mark)
 			}
 			for range 5 {
