@@ -189,6 +189,8 @@ type scratch struct {
 	// its order (classicalTargets).
 	hier, other, same []candidate
 	victims           victimOrder
+	// targets is the victims a preemption search took so far.
+	targets []target
 	// freed is what roomAtAll takes off the tree.
 	freed []nodeAmount
 	// moved and rest are remerge's halves of a pending list.

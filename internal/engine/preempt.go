@@ -121,8 +121,12 @@ func (e *Engine) classicalTargets(ws *wlState, a *assignment) []target {
 	// Workloads already on their way out go first, as they cost nothing
 	// more; within each part the groups keep their order.
 	order := e.victimOrder(cq, hier, other, same)
+	// A search that fails may have taken thousands of victims before
+	// giving up; its list is scratch, and only a success's is copied.
+	targets := e.scratch.targets[:0]
+	defer func() { e.scratch.targets = targets[:0] }()
 	for _, allowBorrowing := range attempts {
-		var targets []target
+		targets = targets[:0]
 		for i := 0; ; i++ {
 			c, ok := order.at(i)
 			if !ok {
@@ -138,7 +142,7 @@ func (e *Engine) classicalTargets(ws *wlState, a *assignment) []target {
 				for _, t := range targets {
 					e.putBack(t.ws)
 				}
-				return targets
+				return slices.Clone(targets)
 			}
 		}
 		for _, t := range targets {

@@ -1,6 +1,8 @@
 package jobframework
 
 import (
+	"context"
+
 	"fmt"
 	"time"
 
@@ -298,6 +300,14 @@ type (
 		// NewInformer returns an informer over the kind's objects that
 		// carry labelSelector.
 		NewInformer(kube kubernetes.Interface, resync time.Duration, labelSelector string) cache.SharedIndexInformer
+		// Get reads one object from the API server with the typed
+		// client, for a look past the informer (a stop acts on what the
+		// server holds now). It speaks what the informer does (protobuf
+		// for built-in kinds) and decodes straight into the typed
+		// object: through the dynamic client, a Job came as JSON, an
+		// unstructured map and then a conversion, several times the
+		// work on both ends.
+		Get(ctx context.Context, kube kubernetes.Interface, namespace, name string) (runtime.Object, error)
 	}
 )
 

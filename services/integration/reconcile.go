@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
@@ -26,7 +27,13 @@ import (
 
 // fetch reads an object from the API server, decoded; nil when it is gone.
 func (s *Service) fetch(ctx context.Context, k *kindRunner, ns, name string) (jobframework.Job, error) {
-	u, err := s.dyn.Resource(k.kind.GVR()).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+	var u runtime.Object
+	var err error
+	if src, ok := k.ad.(jobframework.InformerSource); ok {
+		u, err = src.Get(ctx, s.kube, ns, name)
+	} else {
+		u, err = s.dyn.Resource(k.kind.GVR()).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+	}
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}

@@ -1,6 +1,8 @@
 package job
 
 import (
+	"context"
+
 	"fmt"
 	"strconv"
 	"strings"
@@ -57,6 +59,11 @@ func (Adapter) Decode(obj runtime.Object) (jobframework.Job, error) {
 func (Adapter) NewInformer(kube kubernetes.Interface, resync time.Duration, labelSelector string) cache.SharedIndexInformer {
 	return informers.NewSharedInformerFactoryWithOptions(kube, resync,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = labelSelector })).Batch().V1().Jobs().Informer()
+}
+
+// Get implements jobframework.InformerSource.
+func (Adapter) Get(ctx context.Context, kube kubernetes.Interface, namespace, name string) (runtime.Object, error) {
+	return kube.BatchV1().Jobs(namespace).Get(ctx, name, metav1.GetOptions{})
 }
 
 // generatedLabels are the labels the API server puts on a Job's pod

@@ -1,6 +1,8 @@
 package pod
 
 import (
+	"context"
+
 	"fmt"
 	"slices"
 	"strconv"
@@ -66,6 +68,11 @@ func (Adapter) Decode(obj runtime.Object) (jobframework.Job, error) {
 func (Adapter) NewInformer(kube kubernetes.Interface, resync time.Duration, labelSelector string) cache.SharedIndexInformer {
 	return informers.NewSharedInformerFactoryWithOptions(kube, resync,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = labelSelector })).Core().V1().Pods().Informer()
+}
+
+// Get implements jobframework.InformerSource.
+func (Adapter) Get(ctx context.Context, kube kubernetes.Interface, namespace, name string) (runtime.Object, error) {
+	return kube.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
 }
 
 // TrimForCache implements jobframework.CacheTrimmer: the pod spec's unread
