@@ -42,6 +42,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.Timeout, "timeout", 15*time.Minute, "give up after this long")
 	fs.StringVar(&o.Namespace, "namespace", "baseline", "namespace of the Jobs and LocalQueues")
 	fs.StringVar(&o.Prefix, "prefix", "bl", "prefix of the ClusterQueue, LocalQueue, flavor, cohort and priority class names")
+	fs.IntVar(&o.Creators, "creators", 0, "concurrent creators of Jobs (0: the default, 64)")
+	fs.IntVar(&o.Completers, "completers", 0, "concurrent writers of finished Jobs' status, the simulated Job controller (0: the default, 256)")
 	fs.BoolVar(&o.Keep, "keep", false, "keep the Jobs at the end")
 	fs.BoolVar(&o.Unqueued, "unqueued", false, "measure the floor on a cluster without Sluice: the same Jobs, each unsuspended by its creator (no queue, no quota check, no event stream)")
 	quiet := fs.Bool("quiet", false, "no progress lines")
@@ -65,6 +67,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return usage("--scale %g: must be more than 0 and at most 10", o.Scale)
 	case o.Timeout <= 0:
 		return usage("--timeout %s: must be positive", o.Timeout)
+	case o.Creators < 0:
+		return usage("--creators %d: must be positive (0: the default)", o.Creators)
+	case o.Completers < 0:
+		return usage("--completers %d: must be positive (0: the default)", o.Completers)
 	}
 	profile, err := baseline.LoadProfile(o.Profile)
 	if err != nil {

@@ -16,6 +16,8 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"--kubeconfig", "k", "--scale", "-1"}, "--scale -1"},
 		{[]string{"--kubeconfig", "k", "--scale", "x"}, "invalid value"},
 		{[]string{"--kubeconfig", "k", "--timeout", "0s"}, "--timeout 0s: must be positive"},
+		{[]string{"--kubeconfig", "k", "--creators", "-1"}, "--creators -1: must be positive"},
+		{[]string{"--kubeconfig", "k", "--completers", "-2"}, "--completers -2: must be positive"},
 		{[]string{"--kubeconfig", "k", "--namespace", "Bad_NS"}, `--namespace "Bad_NS"`},
 		{[]string{"--kubeconfig", "k", "--prefix", "x.y"}, `--prefix "x.y"`},
 		{[]string{"--kubeconfig", "k", "--nats", "http://h:1"}, "want nats://HOST:PORT"},
