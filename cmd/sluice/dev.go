@@ -115,7 +115,6 @@ func newDevCmd() *cobra.Command {
 			}
 			defer srv.Shutdown()
 			c.nats.URL = srv.ClientURL()
-			c.nats.InProcess = srv.NATSServer()
 			c.worker = leaf.remote != ""
 			// The workers may not make their consumers of offers: the
 			// manager's setup does.

@@ -2,7 +2,6 @@ package jobframework
 
 import (
 	"context"
-
 	"fmt"
 	"time"
 

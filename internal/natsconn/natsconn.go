@@ -37,13 +37,6 @@ type Config struct {
 	CAFile   string
 	CertFile string
 	KeyFile  string
-	// InProcess, when set, is a server in this process (`sluice dev`'s
-	// embedded one) that the connection is made to without TCP: every
-	// request and answer between the services and JetStream otherwise
-	// crosses the loopback as two system calls each way (read and write
-	// were about 7 % of `sluice dev`'s CPU at 50,000 Jobs). URL is then
-	// only what the logs name.
-	InProcess nats.InProcessConnProvider
 }
 
 // Errors of the configuration.
@@ -98,9 +91,6 @@ func InboxPrefix(name string) string { return "_INBOX_" + strings.ReplaceAll(nam
 // Validate. Replies come on the client's own inbox prefix.
 func (c Config) Options(name string) ([]nats.Option, error) {
 	opts := []nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.CustomInboxPrefix(InboxPrefix(name))}
-	if c.InProcess != nil {
-		opts = append(opts, nats.InProcessServer(c.InProcess))
-	}
 	switch {
 	case c.CredsFile != "":
 		opts = append(opts, nats.UserCredentials(c.CredsFile))

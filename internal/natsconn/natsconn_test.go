@@ -6,11 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/sluice-dev/sluice/internal/embeddednats"
 	"github.com/sluice-dev/sluice/internal/natsconn"
-	"github.com/sluice-dev/sluice/internal/natstest"
 )
 
 func TestValidate(t *testing.T) {
@@ -58,34 +55,5 @@ func TestOptionsRefusesABadCA(t *testing.T) {
 	_, err := natsconn.Config{URL: "tls://n:4222", CAFile: ca}.Options("sluice-quota")
 	if err == nil || !strings.Contains(err.Error(), "no PEM certificate") {
 		t.Fatalf("Options() = %v, want an error naming the CA file's content", err)
-	}
-}
-
-// TestConnectInProcess: with InProcess set, Connect reaches that server
-// without TCP; the server here has no listener at all, and the URL names
-// nothing that listens.
-func TestConnectInProcess(t *testing.T) {
-	srv := natstest.StartServer(t, embeddednats.Options{DontListen: true})
-	nc, err := natsconn.Connect(natsconn.Config{URL: "nats://127.0.0.1:1", InProcess: srv.NATSServer()}, "sluice-test")
-	if err != nil {
-		t.Fatalf("Connect: %v", err)
-	}
-	defer nc.Close()
-	sub, err := nc.SubscribeSync("probe")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := nc.Publish("probe", []byte("hello")); err != nil {
-		t.Fatal(err)
-	}
-	m, err := sub.NextMsg(5 * time.Second)
-	if err != nil {
-		t.Fatalf("the message did not come back: %v", err)
-	}
-	if got := string(m.Data); got != "hello" {
-		t.Errorf("got %q, want hello", got)
-	}
-	if _, err := natsconn.Connect(natsconn.Config{URL: "nats://127.0.0.1:1"}, "sluice-test"); err == nil {
-		t.Error("Connect without InProcess reached a server at 127.0.0.1:1")
 	}
 }

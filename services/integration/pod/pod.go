@@ -2,7 +2,6 @@ package pod
 
 import (
 	"context"
-
 	"fmt"
 	"slices"
 	"strconv"
