@@ -73,3 +73,38 @@ func TestTailReadsWhatPageReads(t *testing.T) {
 		})
 	}
 }
+
+// TestPagerReadsManyPages: one Pager reads a bucket of more keys than two
+// pages hold (its answers wait in a channel of two pages) in full, twice.
+func TestPagerReadsManyPages(t *testing.T) {
+	ctx := context.Background()
+	js := natstest.JetStream(t)
+	if err := bus.Setup(ctx, js, bus.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := bus.OpenKV(ctx, js, bus.BucketWorkloads)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const keys = 2*bus.DefaultPage + 500
+	for i := range keys {
+		if _, err := kv.Put(ctx, fmt.Sprintf("ns.job-%d", i), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, err := bus.NewPager(js.Conn(), "KV_"+bus.BucketWorkloads)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for round := range 2 {
+		n := 0
+		end, err := p.Page(ctx, "", 1, func(bus.Stored) error { n++; return nil })
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if n != keys || end != keys {
+			t.Errorf("round %d: read %d messages up to %d, want %d up to %d", round, n, end, keys, keys)
+		}
+	}
+}
