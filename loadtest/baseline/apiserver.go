@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"k8s.io/client-go/kubernetes"
@@ -23,26 +24,44 @@ type APIWrites struct {
 	ByKind map[string]float64
 	// Total is the sum of ByKind.
 	Total float64
+	// JobWatchesClosed is how many watches of Jobs the API server closed
+	// because their watcher fell behind (apiserver_terminated_watchers_total),
+	// and JobEventsReplayed how many events it replayed to watchers that
+	// resumed (apiserver_init_events_total): each replayed Job is copied
+	// and encoded for its watcher alone, so on a server short of CPU they
+	// are where a run's wall goes (docs/performance.md, stop 62).
+	JobWatchesClosed, JobEventsReplayed float64
+}
+
+// apiCounters are the API server's counters a run reads before and after.
+type apiCounters struct {
+	writes                  map[string]float64 // by "VERB resource[/subresource]"
+	watchesClosed, replayed float64            // of batch/v1 Jobs
 }
 
 // writeVerbs are the verbs of apiserver_request_total that change state.
 var writeVerbs = map[string]bool{"POST": true, "PUT": true, "PATCH": true, "DELETE": true, "APPLY": true, "DELETECOLLECTION": true}
 
-// scrapeWrites reads the API server's write counters as they are now.
-func scrapeWrites(ctx context.Context, kube kubernetes.Interface) (map[string]float64, error) {
+// scrapeWrites reads the API server's counters as they are now.
+func scrapeWrites(ctx context.Context, kube kubernetes.Interface) (apiCounters, error) {
 	body, err := kube.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("API server /metrics: %w", err)
+		return apiCounters{}, fmt.Errorf("API server /metrics: %w", err)
 	}
+	return parseCounters(body)
+}
+
+// parseCounters reads the counters from the API server's /metrics.
+func parseCounters(body []byte) (apiCounters, error) {
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(bytes.NewReader(body))
 	if err != nil {
-		return nil, fmt.Errorf("API server /metrics: %w", err)
+		return apiCounters{}, fmt.Errorf("API server /metrics: %w", err)
 	}
-	out := map[string]float64{}
+	out := apiCounters{writes: map[string]float64{}}
 	fam := families["apiserver_request_total"]
 	if fam == nil {
-		return nil, fmt.Errorf("API server /metrics: no apiserver_request_total")
+		return apiCounters{}, fmt.Errorf("API server /metrics: no apiserver_request_total")
 	}
 	for _, m := range fam.GetMetric() {
 		var verb, resource, sub string
@@ -62,20 +81,46 @@ func scrapeWrites(ctx context.Context, kube kubernetes.Interface) (map[string]fl
 		if sub != "" {
 			resource += "/" + sub
 		}
-		out[verb+" "+resource] += m.GetCounter().GetValue()
+		out.writes[verb+" "+resource] += m.GetCounter().GetValue()
 	}
+	out.watchesClosed = jobCounter(families["apiserver_terminated_watchers_total"])
+	out.replayed = jobCounter(families["apiserver_init_events_total"])
 	return out, nil
 }
 
-// writesBetween is what was written from before to after.
-func writesBetween(before, after map[string]float64) APIWrites {
+// jobCounter is a counter's value for batch Jobs (0 when the server has
+// no such counter).
+func jobCounter(fam *dto.MetricFamily) float64 {
+	var v float64
+	for _, m := range fam.GetMetric() {
+		var group, resource string
+		for _, l := range m.GetLabel() {
+			switch l.GetName() {
+			case "group":
+				group = l.GetValue()
+			case "resource":
+				resource = l.GetValue()
+			}
+		}
+		if group == "batch" && resource == "jobs" {
+			v += m.GetCounter().GetValue()
+		}
+	}
+	return v
+}
+
+// writesBetween is what was written, and what the Job watches cost, from
+// before to after.
+func writesBetween(before, after apiCounters) APIWrites {
 	w := APIWrites{ByKind: map[string]float64{}}
-	for k, v := range after {
-		if d := v - before[k]; d > 0 {
+	for k, v := range after.writes {
+		if d := v - before.writes[k]; d > 0 {
 			w.ByKind[k] = d
 			w.Total += d
 		}
 	}
+	w.JobWatchesClosed = max(after.watchesClosed-before.watchesClosed, 0)
+	w.JobEventsReplayed = max(after.replayed-before.replayed, 0)
 	return w
 }
 

@@ -311,7 +311,7 @@ func Run(parent context.Context, kube kubernetes.Interface, dyn dynamic.Interfac
 		logf("%v", waitErr)
 	}
 	if writesErr == nil {
-		var after map[string]float64
+		var after apiCounters
 		if after, writesErr = scrapeWrites(ctx, kube); writesErr == nil {
 			res.Writes = writesBetween(writesBefore, after)
 		}

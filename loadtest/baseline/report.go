@@ -55,6 +55,7 @@ func (r *Result) Print(w io.Writer) {
 		fmt.Fprintf(w, "  API writes  not counted: %s\n", r.WritesErr)
 	} else {
 		fmt.Fprintf(w, "  API writes  %s\n", r.Writes.summary(r.Jobs))
+		fmt.Fprintf(w, "  API watches of Jobs closed for falling behind %.0f, events replayed to their watchers %.0f\n", r.Writes.JobWatchesClosed, r.Writes.JobEventsReplayed)
 	}
 	switch {
 	case r.NATSErr != "":
