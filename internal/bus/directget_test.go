@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/internal/natstest"
@@ -17,14 +18,8 @@ import (
 // with a filter and without, and nothing from past the end.
 func TestTailReadsWhatPageReads(t *testing.T) {
 	ctx := context.Background()
-	js := natstest.JetStream(t)
-	if err := bus.Setup(ctx, js, bus.Config{}); err != nil {
-		t.Fatal(err)
-	}
-	kv, err := bus.OpenKV(ctx, js, bus.BucketWorkloads)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js, kv := workloadsBucket(t)
+	var err error
 	var last uint64
 	for i := range 60 {
 		// Keys 0..19 three times over, so two revisions of each are gone.
@@ -78,14 +73,8 @@ func TestTailReadsWhatPageReads(t *testing.T) {
 // pages hold (its answers wait in a channel of two pages) in full, twice.
 func TestPagerReadsManyPages(t *testing.T) {
 	ctx := context.Background()
-	js := natstest.JetStream(t)
-	if err := bus.Setup(ctx, js, bus.Config{}); err != nil {
-		t.Fatal(err)
-	}
-	kv, err := bus.OpenKV(ctx, js, bus.BucketWorkloads)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js, kv := workloadsBucket(t)
+	var err error
 	const keys = 2*bus.DefaultPage + 500
 	for i := range keys {
 		if _, err := kv.Put(ctx, fmt.Sprintf("ns.job-%d", i), []byte("v")); err != nil {
@@ -107,4 +96,20 @@ func TestPagerReadsManyPages(t *testing.T) {
 			t.Errorf("round %d: read %d messages up to %d, want %d up to %d", round, n, end, keys, keys)
 		}
 	}
+}
+
+// workloadsBucket is a JetStream set up as Sluice's, and its workloads
+// bucket.
+func workloadsBucket(t *testing.T) (jetstream.JetStream, jetstream.KeyValue) {
+	t.Helper()
+	ctx := context.Background()
+	js := natstest.JetStream(t)
+	if err := bus.Setup(ctx, js, bus.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := bus.OpenKV(ctx, js, bus.BucketWorkloads)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js, kv
 }

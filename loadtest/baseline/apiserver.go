@@ -64,17 +64,8 @@ func parseCounters(body []byte) (apiCounters, error) {
 		return apiCounters{}, fmt.Errorf("API server /metrics: no apiserver_request_total")
 	}
 	for _, m := range fam.GetMetric() {
-		var verb, resource, sub string
-		for _, l := range m.GetLabel() {
-			switch l.GetName() {
-			case "verb":
-				verb = l.GetValue()
-			case "resource":
-				resource = l.GetValue()
-			case "subresource":
-				sub = l.GetValue()
-			}
-		}
+		ls := labels(m)
+		verb, resource, sub := ls["verb"], ls["resource"], ls["subresource"]
 		if !writeVerbs[verb] {
 			continue
 		}
@@ -93,20 +84,20 @@ func parseCounters(body []byte) (apiCounters, error) {
 func jobCounter(fam *dto.MetricFamily) float64 {
 	var v float64
 	for _, m := range fam.GetMetric() {
-		var group, resource string
-		for _, l := range m.GetLabel() {
-			switch l.GetName() {
-			case "group":
-				group = l.GetValue()
-			case "resource":
-				resource = l.GetValue()
-			}
-		}
-		if group == "batch" && resource == "jobs" {
+		if ls := labels(m); ls["group"] == "batch" && ls["resource"] == "jobs" {
 			v += m.GetCounter().GetValue()
 		}
 	}
 	return v
+}
+
+// labels is a sample's labels by name.
+func labels(m *dto.Metric) map[string]string {
+	out := make(map[string]string, len(m.GetLabel()))
+	for _, l := range m.GetLabel() {
+		out[l.GetName()] = l.GetValue()
+	}
+	return out
 }
 
 // writesBetween is what was written, and what the Job watches cost, from
