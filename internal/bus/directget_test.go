@@ -9,7 +9,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-dev/sluice/internal/bus"
-	"github.com/sluice-dev/sluice/internal/natstest"
 )
 
 // TestTailReadsWhatPageReads: Tail, one message per request and by pages
@@ -98,15 +97,11 @@ func TestPagerReadsManyPages(t *testing.T) {
 	}
 }
 
-// workloadsBucket is a JetStream set up as Sluice's, and its workloads
-// bucket.
+// workloadsBucket is a JetStream set up as Sluice's (setup), and its
+// workloads bucket.
 func workloadsBucket(t *testing.T) (jetstream.JetStream, jetstream.KeyValue) {
 	t.Helper()
-	ctx := context.Background()
-	js := natstest.JetStream(t)
-	if err := bus.Setup(ctx, js, bus.Config{}); err != nil {
-		t.Fatal(err)
-	}
+	ctx, js := setup(t)
 	kv, err := bus.OpenKV(ctx, js, bus.BucketWorkloads)
 	if err != nil {
 		t.Fatal(err)
