@@ -131,16 +131,19 @@ func ptrOrNil(s string) *string {
 // eventually polls cond until it holds or the deadline passes.
 func eventually(t *testing.T, within time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
+	if ok, last := poll(within, cond); !ok {
+		t.Fatalf("%s: not within %s; last seen: %s", what, within, last)
+	}
+}
+
+// poll calls cond until it holds or within has passed, and returns whether
+// it held and the state it last told.
+func poll(within time.Duration, cond func() (bool, string)) (bool, string) {
 	deadline := time.Now().Add(within)
-	last := ""
 	for {
 		ok, state := cond()
-		if ok {
-			return
-		}
-		last = state
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s; last seen: %s", what, within, last)
+		if ok || time.Now().After(deadline) {
+			return ok, state
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

@@ -106,10 +106,11 @@ leaderElection: {leaderElect: false}
 }
 
 // runController runs an upstream controller (what names it) for the
-// test: killed when the test ends, its last log lines shown if it failed.
-func runController(t *testing.T, what, bin string, args ...string) *lockedBuffer {
+// test: killed when the test ends or stop is called, the start and end of
+// its log shown if the test failed.
+func runController(t *testing.T, what, bin string, args ...string) (logs *lockedBuffer, stop func()) {
 	t.Helper()
-	logs := &lockedBuffer{}
+	logs = &lockedBuffer{}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
@@ -117,14 +118,20 @@ func runController(t *testing.T, what, bin string, args ...string) *lockedBuffer
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			_ = cmd.Process.Kill()
+			<-done
+		})
+	}
 	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-done
+		stop()
 		if t.Failed() {
-			t.Logf("%s log (last 40 lines):\n%s", what, tail(logs.String(), 40))
+			t.Logf("%s log (first and last 40 lines):\n%s", what, headTail(logs.String(), 40))
 		}
 	})
-	return logs
+	return logs, stop
 }
 
 // lockedBuffer is a buffer a process writes while the test reads it.
@@ -189,7 +196,7 @@ func startJobSetController(t *testing.T, ns string) {
 	dir := t.TempDir()
 	ca := servingCert(t, dir)
 	port := freePort()
-	runController(t, "JobSet controller", bin, "--config", componentConfig(t, dir, "config.jobset.x-k8s.io/v1alpha1", port), "--kubeconfig", env.kubeconfig)
+	_, _ = runController(t, "JobSet controller", bin, "--config", componentConfig(t, dir, "config.jobset.x-k8s.io/v1alpha1", port), "--kubeconfig", env.kubeconfig)
 
 	url := func(path string) *string { return ptr.To(fmt.Sprintf("https://127.0.0.1:%d%s", port, path)) }
 	scope := &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}}

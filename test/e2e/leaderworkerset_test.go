@@ -30,7 +30,7 @@ func startLWSController(t *testing.T, ns string) {
 	dir := t.TempDir()
 	ca := servingCert(t, dir)
 	port := freePort()
-	runController(t, "LeaderWorkerSet controller", bin, "--config", componentConfig(t, dir, "config.lws.x-k8s.io/v1alpha1", port), "--kubeconfig", env.kubeconfig)
+	_, _ = runController(t, "LeaderWorkerSet controller", bin, "--config", componentConfig(t, dir, "config.lws.x-k8s.io/v1alpha1", port), "--kubeconfig", env.kubeconfig)
 
 	url := func(path string) *string { return ptr.To(fmt.Sprintf("https://127.0.0.1:%d%s", port, path)) }
 	scope := &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}}

@@ -381,6 +381,16 @@ func tail(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
+// headTail returns the first n and the last n lines of s, and how many
+// were left out between them.
+func headTail(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) <= 2*n {
+		return s
+	}
+	return strings.Join(lines[:n], "\n") + fmt.Sprintf("\n[… %d lines …]\n", len(lines)-2*n) + strings.Join(lines[len(lines)-n:], "\n")
+}
+
 // logLevel is sluice's log level in the suite: SLUICE_E2E_LOG_LEVEL, default
 // debug (every event published and handled); full-scale load runs use info.
 func logLevel() string {

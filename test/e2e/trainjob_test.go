@@ -25,7 +25,11 @@ import (
 // from the module Sluice's go.mod pins. Its certificates are made by its
 // own rotator for its in-cluster Service name only, which the API server
 // here cannot reach, so its validating webhooks are not registered: the
-// controller itself (TrainJob → JobSet) is what runs.
+// controller itself (TrainJob → JobSet) is what runs. It returns once the
+// TrainJob controller's workers run. The trainer adds its controllers to a
+// manager already started, and once in CI (a loaded machine) they had not
+// started 90 s later: a trainer whose TrainJob controller is not running
+// within a minute is started again, once.
 func startTrainerController(t *testing.T) {
 	t.Helper()
 	bin := moduleBinary(t, "github.com/kubeflow/trainer/v2", "./cmd/trainer-controller-manager", "trainer-controller")
@@ -38,32 +42,53 @@ apiVersion: v1
 kind: Secret
 metadata: {name: kubeflow-trainer-webhook-cert, namespace: kubeflow-system}
 `)
-	logs := runController(t, "trainer controller", bin, "--kubeconfig", env.kubeconfig, fmt.Sprintf("--webhook-server-port=%d", freePort()),
-		"--health-probe-bind-address=0", "--metrics-bind-address=0", "--leader-elect=false")
-	// Its controllers start once the certificates it wrote into the
-	// Secret are in its certificate directory, where the kubelet would
-	// mount the Secret: put them there.
-	eventually(t, 60*time.Second, "the trainer's certificates written into its Secret", func() (bool, string) {
-		sec, err := env.kube.CoreV1().Secrets("kubeflow-system").Get(context.Background(), "kubeflow-trainer-webhook-cert", metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		if len(sec.Data["tls.crt"]) == 0 || len(sec.Data["tls.key"]) == 0 || len(sec.Data["ca.crt"]) == 0 {
-			return false, fmt.Sprintf("keys %v", slices.Collect(maps.Keys(sec.Data)))
-		}
-		if err := os.MkdirAll(trainerCertDir, 0o700); err != nil {
-			t.Fatal(err)
-		}
-		for _, f := range []string{"tls.crt", "tls.key", "ca.crt"} {
-			if err := os.WriteFile(filepath.Join(trainerCertDir, f), sec.Data[f], 0o600); err != nil {
+	for attempt := 1; ; attempt++ {
+		logs, stop := runController(t, "trainer controller", bin, "--kubeconfig", env.kubeconfig, fmt.Sprintf("--webhook-server-port=%d", freePort()),
+			"--health-probe-bind-address=0", "--metrics-bind-address=0", "--leader-elect=false")
+		// Its controllers start once the certificates it wrote into the
+		// Secret are in its certificate directory, where the kubelet would
+		// mount the Secret: put them there.
+		eventually(t, 60*time.Second, "the trainer's certificates written into its Secret", func() (bool, string) {
+			sec, err := env.kube.CoreV1().Secrets("kubeflow-system").Get(context.Background(), "kubeflow-trainer-webhook-cert", metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			if len(sec.Data["tls.crt"]) == 0 || len(sec.Data["tls.key"]) == 0 || len(sec.Data["ca.crt"]) == 0 {
+				return false, fmt.Sprintf("keys %v", slices.Collect(maps.Keys(sec.Data)))
+			}
+			if err := os.MkdirAll(trainerCertDir, 0o700); err != nil {
 				t.Fatal(err)
 			}
+			for _, f := range []string{"tls.crt", "tls.key", "ca.crt"} {
+				if err := os.WriteFile(filepath.Join(trainerCertDir, f), sec.Data[f], 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return true, ""
+		})
+		if attempt == 2 {
+			eventually(t, 60*time.Second, "the trainer's TrainJob controller started", func() (bool, string) {
+				return trainJobControllerRuns(logs.String()), "waiting for its workers"
+			})
+			return
 		}
-		return true, ""
-	})
-	eventually(t, 60*time.Second, "the trainer's controllers started", func() (bool, string) {
-		return strings.Contains(logs.String(), "Certs ready"), "waiting for its certificates"
-	})
+		if ok, _ := poll(60*time.Second, func() (bool, string) { return trainJobControllerRuns(logs.String()), "" }); ok {
+			return
+		}
+		stop()
+		t.Logf("the trainer's TrainJob controller did not start within a minute; starting the trainer again. Its log:\n%s", headTail(logs.String(), 40))
+	}
+}
+
+// trainJobControllerRuns tells from the trainer's log whether its TrainJob
+// controller's workers run.
+func trainJobControllerRuns(log string) bool {
+	for line := range strings.Lines(log) {
+		if strings.Contains(line, `"Starting workers"`) && strings.Contains(line, `"controller":"trainjob_controller"`) {
+			return true
+		}
+	}
+	return false
 }
 
 // trainerCertDir is where Kubeflow Trainer's controller reads its serving
