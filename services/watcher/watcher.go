@@ -140,6 +140,9 @@ func (s *Service) Run(ctx context.Context) error {
 	var synced []cache.InformerSynced
 	for _, m := range mirrored {
 		inf := factory.ForResource(m.gvr).Informer()
+		if err := inf.SetTransform(slimConfigObject); err != nil {
+			return fmt.Errorf("watcher: watch %s: %w", m.gvr.Resource, err)
+		}
 		kind := m.kind
 		enqueue := func(obj any) {
 			if k, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
@@ -278,6 +281,28 @@ func (s *Service) lastRevision(ctx context.Context, key string) (uint64, error) 
 
 // encode keeps what consumers need: for namespaces only the labels, for
 // everything else the object without bookkeeping fields.
+// slimConfigObject keeps of a mirrored object what the watcher reads:
+// everything but its managed fields and, of its status, only the
+// conditions (an admission check's Active, a queue's own Active for its
+// transition time). The ClusterQueues' and LocalQueues' usage, which the
+// status writer rewrites every few seconds, would otherwise be kept
+// decoded for every queue (about 9 KB each).
+func slimConfigObject(obj any) (any, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return obj, nil // a deletion's tombstone
+	}
+	unstructured.RemoveNestedField(u.Object, "metadata", "managedFields")
+	if st, ok := u.Object["status"].(map[string]any); ok {
+		if conds, ok := st["conditions"]; ok {
+			u.Object["status"] = map[string]any{"conditions": conds}
+		} else {
+			delete(u.Object, "status")
+		}
+	}
+	return u, nil
+}
+
 func encode(kind string, obj any) ([]byte, error) {
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
