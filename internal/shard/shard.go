@@ -182,6 +182,22 @@ func (o *Owner) HoldsShard(s int) bool {
 	return ok && o.now().Before(l.until)
 }
 
+// Holding returns the holding of key's shard's lease and whether this
+// replica holds that lease now. What the replica learned of an object under
+// one holding is still true under the same one, when only the shard's
+// owner writes it: no other replica could have acted on the object in
+// between.
+func (o *Owner) Holding(key string) (uint64, bool) {
+	s := o.Of(key)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	l, ok := o.held[s]
+	if !ok || !o.now().Before(l.until) {
+		return 0, false
+	}
+	return l.holding, true
+}
+
 // Deadline says whether this replica owns key's shard now and, if so,
 // until when: an action on the object must be over by then.
 func (o *Owner) Deadline(key string) (time.Time, bool) {

@@ -400,3 +400,37 @@ func TestGivingBackEndsActionsFirst(t *testing.T) {
 		t.Error("shard 31 still held after it was given back")
 	}
 }
+
+// TestHoldingChangesOnlyWithTheHolder: a key's holding stays through
+// renewals and is another once the shard went to another replica and came
+// back; a replica that does not hold the shard has none.
+func TestHoldingChangesOnlyWithTheHolder(t *testing.T) {
+	kv := bucket(t, 10*time.Second)
+	os := owners(t, kv, 10*time.Second, "a", "b")
+	a, b := os[0], os[1]
+	tick([]*shard.Owner{a}, 1)
+	const key = "ns/job"
+	first, ok := a.Holding(key)
+	if !ok {
+		t.Fatal("the only replica has no holding of the key's shard")
+	}
+	tick([]*shard.Owner{a}, 3)
+	if got, ok := a.Holding(key); !ok || got != first {
+		t.Errorf("after renewals: holding %d (held %v), want %d", got, ok, first)
+	}
+	// a leaves: b holds the shard; a has no holding of it.
+	a.Release(context.Background())
+	tick([]*shard.Owner{b}, 1)
+	if _, ok := a.Holding(key); ok {
+		t.Error("a replica that gave its leases back still has a holding")
+	}
+	if _, ok := b.Holding(key); !ok {
+		t.Fatal("b, the only replica left, has no holding of the key's shard")
+	}
+	// b leaves and a takes the shard again: another holding.
+	b.Release(context.Background())
+	tick([]*shard.Owner{a}, 1)
+	if got, ok := a.Holding(key); !ok || got == first {
+		t.Errorf("after the shard came back: holding %d (held %v), want one other than %d", got, ok, first)
+	}
+}

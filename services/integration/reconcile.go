@@ -86,7 +86,7 @@ func (s *Service) sync(ctx context.Context, k *kindRunner, key string) error {
 	}
 	ref := events.WorkloadRef{Kind: k.kind.Name, Namespace: ns, Name: name}
 	rk := workloads.Key(ref)
-	rec, err := s.record(ctx, rk)
+	rec, err := s.record(ctx, k, key, rk)
 	if err != nil {
 		return err
 	}
@@ -255,15 +255,28 @@ func (s *Service) sync(ctx context.Context, k *kindRunner, key string) error {
 	return nil
 }
 
-func (s *Service) record(ctx context.Context, rk string) (*events.WorkloadSubmittedV1, error) {
-	ctx, cancel := bus.Bounded(ctx)
-	defer cancel()
-	v, err := bus.Value(ctx, s.wlKV, rk)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read workload %s: %w", rk, err)
+// record reads the workload record rk of the object key of kind k, from
+// the cache if it was read under the lease on key's shard held now.
+func (s *Service) record(ctx context.Context, k *kindRunner, key, rk string) (*events.WorkloadSubmittedV1, error) {
+	holding, held := k.owner.Holding(key)
+	v, cached := s.records.get(rk, holding)
+	if !held || !cached {
+		ticket := s.records.begin(rk)
+		rctx, cancel := bus.Bounded(ctx)
+		var err error
+		v, err = bus.Value(rctx, s.wlRead, rk)
+		cancel()
+		if held && err == nil {
+			s.records.fill(rk, ticket, holding, v)
+		} else {
+			s.records.fill(rk, ticket, holding, nil)
+		}
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read workload %s: %w", rk, err)
+		}
 	}
 	var rec events.WorkloadSubmittedV1
 	if err := json.Unmarshal(v, &rec); err != nil {

@@ -142,7 +142,12 @@ type Service struct {
 	// reconfigured tells requeueOnConfig that the configuration changed.
 	reconfigured chan struct{}
 
+	// wlKV is the workloads bucket as this replica writes it (each write
+	// forgets the key's cached record); wlRead is the bucket itself, for
+	// reads (bus.Value).
 	wlKV     jetstream.KeyValue
+	wlRead   jetstream.KeyValue
+	records  *recordCache
 	fenceKV  jetstream.KeyValue
 	shardKV  jetstream.KeyValue
 	events   jetstream.Stream
@@ -263,6 +268,7 @@ func New(cfg Config, adapters []jobframework.Adapter, kube kubernetes.Interface,
 		fences:         map[string]fence.State{},
 		stopsAnnounced: map[string]string{},
 		unverified:     map[string]bool{},
+		records:        newRecordCache(),
 		reconfigured:   make(chan struct{}, 1),
 	}
 	for _, ad := range adapters {
@@ -453,7 +459,8 @@ func (s *Service) open(ctx context.Context) (cfgKV, ledKV jetstream.KeyValue, er
 	if err != nil {
 		return nil, nil, fmt.Errorf("integration: %w", err)
 	}
-	s.wlKV, s.fenceKV, s.shardKV, s.events = kvs[0], kvs[1], kvs[2], stream
+	s.wlRead, s.fenceKV, s.shardKV, s.events = kvs[0], kvs[1], kvs[2], stream
+	s.wlKV = recordKV{KeyValue: kvs[0], cache: s.records}
 	for _, k := range s.kinds {
 		if k.owner, err = shard.New(s.shardKV, k.kind.Name, s.cfg.Replica, shard.WithLogger(s.log)); err != nil {
 			return nil, nil, fmt.Errorf("integration: %w", err)
