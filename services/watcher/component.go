@@ -71,7 +71,7 @@ func Build(ctx context.Context, d component.Deps, o Options) (component.Runnable
 	}
 	opts := []Option{WithLogger(d.Log), WithNodes(client, nodesKV)}
 	if o.StatusInterval > 0 {
-		opts = append(opts, WithStatus(d.JS, o.StatusInterval))
+		opts = append(opts, WithStatus(d.JS, o.StatusInterval, client.CoreV1().RESTClient()))
 	}
 	pub := bus.NewPublisher(d.JS, events.Source("watcher"), bus.WithPublisherLogger(d.Log))
 	s, err := New(Config{Resync: o.Resync}, dyn, kv, pub, opts...)

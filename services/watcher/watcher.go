@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
@@ -102,9 +103,10 @@ func WithLogger(l zerolog.Logger) Option { return func(s *Service) { s.log = l }
 // WithStatus makes the watcher write ClusterQueue and LocalQueue status,
 // as a usage.Tracker following the ledger, workload and fence buckets
 // counts it, with each queue's Active condition, every interval (only what
-// changed).
-func WithStatus(js jetstream.JetStream, interval time.Duration) Option {
-	return func(s *Service) { s.status = &statusWriter{js: js, interval: interval} }
+// changed), patching through client (a REST client of the cluster: any
+// group's, paths are absolute).
+func WithStatus(js jetstream.JetStream, interval time.Duration, client rest.Interface) Option {
+	return func(s *Service) { s.status = &statusWriter{js: js, interval: interval, client: client} }
 }
 
 // New returns a watcher.
