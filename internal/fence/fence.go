@@ -32,6 +32,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -170,6 +171,9 @@ const maxAttempts = 8
 // Get returns the workload's state; the zero State if there is none. It
 // reads the value alone (bus.Value): a state read needs no revision.
 func Get(ctx context.Context, kv KV, key string) (State, error) {
+	if m, ok := kv.(*memoKV); ok {
+		kv = m.KV // a read is of the bucket, never of the memory
+	}
 	ctx, cancel := bus.Bounded(ctx)
 	defer cancel()
 	v, err := bus.Value(ctx, kv, key)
@@ -219,33 +223,117 @@ func move(ctx context.Context, kv KV, key string, next func(State) (State, bool,
 
 // moveFrom is move that, with overCorrupt, takes an unreadable value for
 // no fence and replaces it.
+//
+// Through a KV from Remember, the first attempt starts from the state and
+// revision this process last wrote, without a read. The write of a state
+// that another writer changed since is refused (compare-and-set) and the
+// next attempt reads; a decision not to write, or a refusal, taken on a
+// remembered state is taken again on a read, so what a move answers is
+// never older than the bucket.
 func moveFrom(ctx context.Context, kv KV, key string, overCorrupt bool, next func(State) (State, bool, error)) (State, error) {
-	for range maxAttempts {
-		cur, rev, err := read(ctx, kv, key)
-		if err != nil && !(overCorrupt && errors.Is(err, ErrCorrupt)) {
-			return cur, err
+	mem, _ := kv.(*memoKV)
+	for attempt := range maxAttempts {
+		var (
+			cur        State
+			rev        uint64
+			remembered bool
+			err        error
+		)
+		if attempt == 0 {
+			cur, rev, remembered = mem.recall(key)
+		}
+		if !remembered {
+			cur, rev, err = read(ctx, kv, key)
+			if err != nil && !(overCorrupt && errors.Is(err, ErrCorrupt)) {
+				return cur, err
+			}
 		}
 		want, ok, err := next(cur)
 		if err != nil || !ok {
+			if remembered {
+				continue
+			}
 			return cur, err
 		}
 		b, err := json.Marshal(want)
 		if err != nil {
 			return cur, fmt.Errorf("fence %s: encode: %w", key, err)
 		}
+		var written uint64
 		if rev == 0 {
-			_, err = kv.Create(ctx, key, b)
+			written, err = kv.Create(ctx, key, b)
 		} else {
-			_, err = kv.Update(ctx, key, b, rev)
+			written, err = kv.Update(ctx, key, b, rev)
 		}
 		if err == nil {
+			mem.keep(key, want, written)
 			return want, nil
 		}
+		mem.forget(key)
 		if !bus.IsRevisionConflict(err) {
 			return cur, fmt.Errorf("fence %s: write: %w", key, err)
 		}
 	}
 	return State{}, fmt.Errorf("fence %s: %w", key, ErrContended)
+}
+
+// Remember returns kv with a memory of the states written through it, for
+// the moves of one process (moveFrom): the integration moves each admitted
+// workload's fence three times (begin and end of its start, its finish),
+// and each move read the key first, about a ninth of the requests the
+// services make per Job. A finished fence is not kept: it is the last move
+// of most workloads, and the key is collected a while later.
+func Remember(kv KV) KV {
+	return &memoKV{KV: kv, states: map[string]memo{}}
+}
+
+type memoKV struct {
+	KV
+	mu     sync.Mutex
+	states map[string]memo
+}
+
+type memo struct {
+	st  State
+	rev uint64
+}
+
+func (m *memoKV) recall(key string) (State, uint64, bool) {
+	if m == nil {
+		return State{}, 0, false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.states[key]
+	return e.st, e.rev, ok
+}
+
+func (m *memoKV) keep(key string, st State, rev uint64) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if st.Phase == Finished {
+		delete(m.states, key)
+		return
+	}
+	m.states[key] = memo{st: st, rev: rev}
+}
+
+func (m *memoKV) forget(key string) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.states, key)
+}
+
+// Delete deletes the key and forgets its state.
+func (m *memoKV) Delete(ctx context.Context, key string, opts ...jetstream.KVDeleteOpt) error {
+	m.forget(key)
+	return m.KV.Delete(ctx, key, opts...)
 }
 
 // BeginStart claims the start of an admission. It refuses with
@@ -281,6 +369,7 @@ func EndStart(ctx context.Context, kv KV, key, admission string) error {
 // workload's first start.
 func EndStartFirst(ctx context.Context, kv KV, key, admission string) (first bool, err error) {
 	_, err = move(ctx, kv, key, func(cur State) (State, bool, error) {
+		first = false // set by the attempt that writes
 		if cur.Admission != admission || cur.Phase != Starting {
 			return cur, false, nil
 		}

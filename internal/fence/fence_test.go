@@ -3,6 +3,7 @@ package fence_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -177,49 +178,65 @@ func TestFence(t *testing.T) {
 			wantState: fence.State{Admission: t2, Phase: fence.Stopping, StopID: "p2"},
 		},
 	}
-	ctx, kv := bucket(t)
-	for i, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			key := "job.ns.w" + string(rune('a'+i))
-			for j, s := range tc.steps {
-				var err error
-				switch s.op {
-				case "begin":
-					_, err = fence.BeginStart(ctx, kv, key, s.admission, "")
-				case "end":
-					err = fence.EndStart(ctx, kv, key, s.admission)
-				case "abort":
-					err = fence.AbortStart(ctx, kv, key, s.admission)
-				case "stop":
-					id := s.stopID
-					if id == "" {
-						id = "p1"
+	ctx, raw := bucket(t)
+	// The moves give the same answers and states on the bucket itself,
+	// through one process's memory of its writes (Remember), and through
+	// two processes' memories taking turns, each stale after the other's
+	// write.
+	writers := map[string]func() []fence.KV{
+		"bucket":                 func() []fence.KV { return []fence.KV{raw} },
+		"remembered":             func() []fence.KV { return []fence.KV{fence.Remember(raw)} },
+		"two remembering":        func() []fence.KV { return []fence.KV{fence.Remember(raw), fence.Remember(raw)} },
+		"one of two remembering": func() []fence.KV { return []fence.KV{raw, fence.Remember(raw)} },
+	}
+	i := 0
+	for wname, mk := range writers {
+		for _, tc := range cases {
+			i++
+			t.Run(wname+"/"+tc.name, func(t *testing.T) {
+				key := fmt.Sprintf("job.ns.w%d", i)
+				kvs := mk()
+				for j, s := range tc.steps {
+					kv := kvs[j%len(kvs)]
+					var err error
+					switch s.op {
+					case "begin":
+						_, err = fence.BeginStart(ctx, kv, key, s.admission, "")
+					case "end":
+						err = fence.EndStart(ctx, kv, key, s.admission)
+					case "abort":
+						err = fence.AbortStart(ctx, kv, key, s.admission)
+					case "stop":
+						id := s.stopID
+						if id == "" {
+							id = "p1"
+						}
+						var opts []fence.StopOption
+						if s.requeue != nil {
+							opts = append(opts, fence.WithRequeue(*s.requeue))
+						}
+						if s.uid != "" {
+							opts = append(opts, fence.OfJob(s.uid))
+						}
+						err = fence.Stop(ctx, kv, key, s.admission, id, opts...)
+					case "ready", "notready":
+						err = fence.SetReady(ctx, kv, key, s.admission, s.op == "ready", readyAt)
+					case "finish":
+						err = fence.Finish(ctx, kv, key, s.admission, s.uid, nil)
 					}
-					var opts []fence.StopOption
-					if s.requeue != nil {
-						opts = append(opts, fence.WithRequeue(*s.requeue))
+					if !errors.Is(err, s.wantErr) || (s.wantErr == nil && err != nil) {
+						t.Fatalf("step %d (%s %s): error %v, want %v", j, s.op, s.admission, err, s.wantErr)
 					}
-					if s.uid != "" {
-						opts = append(opts, fence.OfJob(s.uid))
-					}
-					err = fence.Stop(ctx, kv, key, s.admission, id, opts...)
-				case "ready", "notready":
-					err = fence.SetReady(ctx, kv, key, s.admission, s.op == "ready", readyAt)
-				case "finish":
-					err = fence.Finish(ctx, kv, key, s.admission, s.uid, nil)
 				}
-				if !errors.Is(err, s.wantErr) || (s.wantErr == nil && err != nil) {
-					t.Fatalf("step %d (%s %s): error %v, want %v", j, s.op, s.admission, err, s.wantErr)
+				got, err := fence.Get(ctx, raw, key)
+				if err != nil {
+					t.Fatal(err)
 				}
-			}
-			got, err := fence.Get(ctx, kv, key)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if d := cmp.Diff(tc.wantState, got); d != "" {
-				t.Errorf("state (-want +got):\n%s", d)
-			}
-		})
+				if d := cmp.Diff(tc.wantState, got); d != "" {
+					t.Errorf("state (-want +got):\n%s", d)
+				}
+			})
+		}
 	}
 }
 
@@ -523,4 +540,88 @@ func TestClusterQueueOutlivesItsAdmission(t *testing.T) {
 	if st, _ := fence.Get(ctx, kv, key); st.ClusterQueue != "cq-cpu" {
 		t.Errorf("fence after a start in another ClusterQueue: %+v; want cq-cpu", st)
 	}
+}
+
+// countingKV counts the reads of a fence bucket.
+type countingKV struct {
+	fence.KV
+	gets int
+}
+
+func (c *countingKV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	c.gets++
+	return c.KV.Get(ctx, key)
+}
+
+// TestRememberedMoves: through Remember, a move after this process's own
+// write does not read the key; a memory another writer made stale never
+// decides: its write is refused and the move reads, and a refusal or a
+// decision not to write is taken again on a read.
+func TestRememberedMoves(t *testing.T) {
+	ctx, raw := bucket(t)
+	t.Run("moves after the process's own writes read nothing", func(t *testing.T) {
+		reads := &countingKV{KV: raw}
+		kv := fence.Remember(reads)
+		key := "job.ns.own"
+		if _, err := fence.BeginStart(ctx, kv, key, t1, "cq"); err != nil {
+			t.Fatal(err)
+		}
+		first, err := fence.EndStartFirst(ctx, kv, key, t1)
+		if err != nil || !first {
+			t.Fatalf("EndStartFirst = %v, %v; want the first start", first, err)
+		}
+		if err := fence.SetReady(ctx, kv, key, t1, true, readyAt); err != nil {
+			t.Fatal(err)
+		}
+		if err := fence.Finish(ctx, kv, key, t1, "u1", nil); err != nil {
+			t.Fatal(err)
+		}
+		if reads.gets != 1 {
+			t.Errorf("four moves read the key %d times, want once (the first)", reads.gets)
+		}
+		// A finished fence is not kept: the next move reads.
+		if _, err := fence.BeginStart(ctx, kv, key, t2, "cq"); err != nil {
+			t.Fatal(err)
+		}
+		if reads.gets != 2 {
+			t.Errorf("a move after the finish read %d times in all, want 2", reads.gets)
+		}
+	})
+	t.Run("a start remembered as claimed is refused once another stopped it", func(t *testing.T) {
+		kv := fence.Remember(raw)
+		key := "job.ns.stopped"
+		if _, err := fence.BeginStart(ctx, kv, key, t1, "cq"); err != nil {
+			t.Fatal(err)
+		}
+		if err := fence.EndStart(ctx, raw, key, t1); err != nil {
+			t.Fatal(err)
+		}
+		if err := fence.Stop(ctx, raw, key, t1, "p1"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fence.BeginStart(ctx, kv, key, t1, "cq"); !errors.Is(err, fence.ErrStopping) {
+			t.Errorf("a retried start after the stop: %v, want ErrStopping", err)
+		}
+	})
+	t.Run("an end of a start another aborted writes nothing", func(t *testing.T) {
+		kv := fence.Remember(raw)
+		key := "job.ns.aborted"
+		if _, err := fence.BeginStart(ctx, kv, key, t1, "cq"); err != nil {
+			t.Fatal(err)
+		}
+		if err := fence.AbortStart(ctx, raw, key, t1); err != nil {
+			t.Fatal(err)
+		}
+		first, err := fence.EndStartFirst(ctx, kv, key, t1)
+		if err != nil || first {
+			t.Errorf("EndStartFirst after the abort = %v, %v; want nothing done", first, err)
+		}
+		got, err := fence.Get(ctx, raw, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(fence.State{Admission: t1, ClusterQueue: "cq"}, got); diff != "" {
+			t.Errorf("state (-want +got):\n%s", diff)
+		}
+	})
 }

@@ -341,7 +341,7 @@ const UserDeactivated = "deactivated: by its user (" + jobframework.ActiveAnnota
 func (s *Service) reactivate(ctx context.Context, rk string, job jobframework.Job) error {
 	ann := job.Meta().GetAnnotations()
 	if ann[jobframework.ActiveAnnotation] == "false" {
-		done, err := fence.Deactivate(ctx, s.fenceKV, rk, UserDeactivated)
+		done, err := fence.Deactivate(ctx, s.fenceMoves, rk, UserDeactivated)
 		if err != nil {
 			return err
 		}
@@ -355,7 +355,7 @@ func (s *Service) reactivate(ctx context.Context, rk string, job jobframework.Jo
 	if token == "" {
 		return nil
 	}
-	done, err := fence.Reactivate(ctx, s.fenceKV, rk, token)
+	done, err := fence.Reactivate(ctx, s.fenceMoves, rk, token)
 	if err != nil {
 		return err
 	}
@@ -446,7 +446,7 @@ func (s *Service) reopen(ctx context.Context, k *kindRunner, rk, ns, name string
 	if err := s.ensureAnnounced(ctx, ev, id); err != nil {
 		return nil, err
 	}
-	ended, err := fence.Reopen(ctx, s.fenceKV, rk, st.UID, leftQueue)
+	ended, err := fence.Reopen(ctx, s.fenceMoves, rk, st.UID, leftQueue)
 	if err != nil {
 		return nil, err
 	}
@@ -593,7 +593,7 @@ func (s *Service) end(ctx context.Context, rk string, rec *events.WorkloadSubmit
 			end.ClusterQueue = st.ClusterQueue
 		}
 	}
-	if err := fence.Finish(ctx, s.fenceKV, rk, r.Admission(), rec.Workload.UID, end); err != nil {
+	if err := fence.Finish(ctx, s.fenceMoves, rk, r.Admission(), rec.Workload.UID, end); err != nil {
 		return err
 	}
 	s.mu.Lock()

@@ -145,13 +145,16 @@ type Service struct {
 	// wlKV is the workloads bucket as this replica writes it (each write
 	// forgets the key's cached record); wlRead is the bucket itself, for
 	// reads (bus.Value).
-	wlKV     jetstream.KeyValue
-	wlRead   jetstream.KeyValue
-	records  *recordCache
-	fenceKV  jetstream.KeyValue
-	shardKV  jetstream.KeyValue
-	events   jetstream.Stream
-	recorder record.EventRecorder
+	wlKV    jetstream.KeyValue
+	wlRead  jetstream.KeyValue
+	records *recordCache
+	fenceKV jetstream.KeyValue
+	// fenceMoves is the fence bucket for this replica's moves of fences:
+	// each starts from the state this replica last wrote (fence.Remember).
+	fenceMoves fence.KV
+	shardKV    jetstream.KeyValue
+	events     jetstream.Stream
+	recorder   record.EventRecorder
 
 	mu     sync.Mutex
 	config *configstore.Store
@@ -461,6 +464,7 @@ func (s *Service) open(ctx context.Context) (cfgKV, ledKV jetstream.KeyValue, er
 	}
 	s.wlRead, s.fenceKV, s.shardKV, s.events = kvs[0], kvs[1], kvs[2], stream
 	s.wlKV = recordKV{KeyValue: kvs[0], cache: s.records}
+	s.fenceMoves = fence.Remember(s.fenceKV)
 	for _, k := range s.kinds {
 		if k.owner, err = shard.New(s.shardKV, k.kind.Name, s.cfg.Replica, shard.WithLogger(s.log)); err != nil {
 			return nil, nil, fmt.Errorf("integration: %w", err)

@@ -218,7 +218,7 @@ func (s *Service) fencedStart(ctx context.Context, rec *events.WorkloadSubmitted
 	}
 	rk := workloads.Key(rec.Workload)
 	admission := r.Admission()
-	st, err := fence.BeginStart(ctx, s.fenceKV, rk, admission, r.ClusterQueue)
+	st, err := fence.BeginStart(ctx, s.fenceMoves, rk, admission, r.ClusterQueue)
 	if err != nil {
 		if errors.Is(err, fence.ErrStopping) {
 			// Its preemption (or drain) was decided meanwhile: the next
@@ -228,7 +228,7 @@ func (s *Service) fencedStart(ctx context.Context, rec *events.WorkloadSubmitted
 		return false, err
 	}
 	if err := apply(); err != nil {
-		if aerr := fence.AbortStart(ctx, s.fenceKV, rk, admission); aerr != nil {
+		if aerr := fence.AbortStart(ctx, s.fenceMoves, rk, admission); aerr != nil {
 			s.log.Warn().Err(aerr).Str("workload", rk).Msg("start not released; stops wait until it is retried")
 		}
 		return false, err
@@ -243,7 +243,7 @@ func (s *Service) announceStart(ctx context.Context, rec *events.WorkloadSubmitt
 	if err := s.publishStarted(ctx, ev, events.ID(ev.Type(), rec.Workload.UID, r.Admission())); err != nil {
 		return err
 	}
-	first, err := fence.EndStartFirst(ctx, s.fenceKV, workloads.Key(rec.Workload), r.Admission())
+	first, err := fence.EndStartFirst(ctx, s.fenceMoves, workloads.Key(rec.Workload), r.Admission())
 	if first {
 		// The workload's first start ends its admission latency: the root
 		// span, from its job's creation to now, which its start span (in
@@ -347,7 +347,7 @@ func (s *Service) reportReady(ctx context.Context, rk string, ready bool, r ledg
 	if st.Admission == r.Admission() && st.Phase == fence.Started && (st.Ready != nil && st.Ready.Ready) == ready {
 		return nil // nothing new, as far as this replica has seen
 	}
-	return fence.SetReady(ctx, s.fenceKV, rk, r.Admission(), ready, time.Now())
+	return fence.SetReady(ctx, s.fenceMoves, rk, r.Admission(), ready, time.Now())
 }
 
 // podsReady says whether a started object's pods are all ready: what its
