@@ -266,11 +266,11 @@ func (s *Service) record(ctx context.Context, k *kindRunner, key, rk string) (*e
 		var err error
 		v, err = bus.Value(rctx, s.wlRead, rk)
 		cancel()
-		if held && err == nil {
-			s.records.fill(rk, ticket, holding, v)
-		} else {
-			s.records.fill(rk, ticket, holding, nil)
+		keep := v
+		if !held || err != nil {
+			keep = nil // only a record read under a lease is kept
 		}
+		s.records.fill(rk, ticket, holding, keep)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			return nil, nil
 		}
