@@ -280,7 +280,7 @@ func moveFrom(ctx context.Context, kv KV, key string, overCorrupt bool, next fun
 // Remember returns kv with a memory of the states written through it, for
 // the moves of one process (moveFrom): the integration moves each admitted
 // workload's fence three times (begin and end of its start, its finish),
-// and each move read the key first, about a ninth of the requests the
+// and each move read the key first, about an eighth of the requests the
 // services make per Job. A finished fence is not kept: it is the last move
 // of most workloads, and the key is collected a while later.
 func Remember(kv KV) KV {
