@@ -213,6 +213,11 @@ func run(m *testing.M) int {
 	defer env.traces.Close()
 	env.sluiceEnv = []string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + env.traces.HTTP, "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf",
 		"OTEL_BSP_SCHEDULE_DELAY=200"}
+	if procs := os.Getenv("SLUICE_E2E_GOMAXPROCS"); procs != "" {
+		// `sluice dev`'s GOMAXPROCS in a load test, without setting it
+		// for the test binary too.
+		env.sluiceEnv = append(env.sluiceEnv, "GOMAXPROCS="+procs)
+	}
 	if err := startSluice(); err != nil {
 		fmt.Println("e2e: start sluice:", err)
 		return 1
