@@ -88,13 +88,6 @@ func (c *recordCache) forget(rk string) {
 	delete(c.entries, rk)
 }
 
-// len is how many keys the cache holds, reads in flight included.
-func (c *recordCache) len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.entries)
-}
-
 // recordKV is the workloads bucket as the integration writes it: each
 // write forgets the key's cached record, before it is sent (a read begun
 // earlier does not fill the cache with the old value) and after it is

@@ -156,3 +156,10 @@ func TestRecordKVWritesForget(t *testing.T) {
 		}
 	}
 }
+
+// len is how many keys the cache holds, reads in flight included.
+func (c *recordCache) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.entries)
+}
